@@ -1,0 +1,65 @@
+// A small command-line parser for adjsh's subcommands: `--name value`, `--name=value` and
+// boolean `--name`; every subcommand declares its flags, which also produce its --help text.
+#ifndef ADJSH_CLI_ARGS_H_
+#define ADJSH_CLI_ARGS_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace adjsh::cli {
+
+class ArgParser {
+ public:
+  ArgParser(std::string command, std::string summary);
+
+  // A flag taking a value. An empty default with required = false means "unset".
+  void Add(const std::string& name, const std::string& value_name, const std::string& help,
+           const std::string& default_value = "", bool required = false);
+  void AddBool(const std::string& name, const std::string& help);
+
+  // Parses args (those after the subcommand). INVALID_ARGUMENT for unknown flags, missing values,
+  // stray positional arguments and missing required flags (unless --help was given).
+  absl::Status Parse(const std::vector<std::string>& args);
+
+  bool help() const { return help_; }
+  std::string Usage() const;
+
+  bool Has(const std::string& name) const;  // given on the command line, or has a default
+  std::string Get(const std::string& name) const;
+  bool GetBool(const std::string& name) const;
+  // INVALID_ARGUMENT naming the flag when the value is not an integer in [min, max].
+  absl::StatusOr<int64_t> GetInt(const std::string& name, int64_t min, int64_t max) const;
+  absl::StatusOr<double> GetDouble(const std::string& name) const;
+
+ private:
+  struct Flag {
+    std::string value_name, help, default_value;
+    bool is_bool = false, required = false;
+  };
+  std::string command_, summary_;
+  std::vector<std::string> order_;
+  std::map<std::string, Flag> flags_;
+  std::map<std::string, std::string> values_;
+  bool help_ = false;
+};
+
+}  // namespace adjsh::cli
+
+#endif  // ADJSH_CLI_ARGS_H_
+
+namespace adjsh::cli {
+
+// Parses args for a subcommand. Returns an exit code when the command should stop now: 0 after
+// printing --help to stdout, 2 after printing a usage error to stderr; nullopt to go on.
+std::optional<int> ParseOrExit(ArgParser& parser, const std::vector<std::string>& args);
+
+// Prints "adjsh <command>: error: <status message>" to stderr and returns 1.
+int Fail(const std::string& command, const absl::Status& status);
+
+}  // namespace adjsh::cli

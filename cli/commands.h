@@ -1,0 +1,17 @@
+// adjsh subcommands. Each takes the arguments after its name and returns the process exit
+// code: 0 success, 1 failure (with a message on stderr), 2 bad usage.
+#ifndef ADJSH_CLI_COMMANDS_H_
+#define ADJSH_CLI_COMMANDS_H_
+
+#include <string>
+#include <vector>
+
+namespace adjsh::cli {
+
+int GradCommand(const std::vector<std::string>& args);
+int InitCommand(const std::vector<std::string>& args);
+int TokenizeCommand(const std::vector<std::string>& args);
+
+}  // namespace adjsh::cli
+
+#endif  // ADJSH_CLI_COMMANDS_H_

@@ -1,0 +1,96 @@
+// adjsh grad: loss and gradient of the mean next-token loss of one sequence (DESIGN.md §6).
+#include <chrono>
+#include <cstdio>
+
+#include "absl/strings/str_format.h"
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "common/model.h"
+#include "common/proc_stats.h"
+#include "common/safetensors.h"
+#include "common/tokens.h"
+#include "engine/adjoint_engine.h"
+
+namespace adjsh::cli {
+namespace {
+
+template <typename T>
+absl::Status RunGrad(const ArgParser& a, const GradOptions& opt, bool quiet) {
+  absl::StatusOr<ModelParams<T>> params = LoadModelDir<T>(a.Get("model"));
+  if (!params.ok()) return params.status();
+  absl::StatusOr<std::vector<uint32_t>> tokens = ReadTokenFile(a.Get("tokens"));
+  if (!tokens.ok()) return tokens.status();
+  if (absl::Status s = CheckTokensInVocab(*tokens, params->config.vocab_size); !s.ok()) return s;
+
+  const auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<GradResult<T>> result = ComputeGradient<T>(*params, *tokens, opt);
+  if (!result.ok()) return result.status();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+  const DType dtype = std::is_same_v<T, double> ? DType::kF64 : DType::kF32;
+  TensorMap out = ParamsToTensors(result->grad, dtype);
+  const T loss = static_cast<T>(result->loss);
+  out["loss"] = HostTensor::From<T>(std::span<const T>(&loss, 1), {}, dtype);
+  if (absl::Status s = WriteSafetensors(a.Get("out"), out); !s.ok()) return s;
+  if (!quiet) {
+    const double n = static_cast<double>(tokens->size());
+    std::fprintf(stderr,
+                 "loss %.6f  tokens %zu  %.2f s  %.0f tokens/s  peak RSS %.1f MiB (%.0f B/token)"
+                 "  -> %s\n",
+                 result->loss, tokens->size(), seconds, n / seconds,
+                 PeakResidentBytes() / 1048576.0, PeakResidentBytes() / n, a.Get("out").c_str());
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int GradCommand(const std::vector<std::string>& args) {
+  ArgParser a("grad",
+              "Computes the loss and the exact gradient (or, with --window, the truncated-adjoint\n"
+              "gradient) of the mean next-token loss of one token sequence, by adjoint sharding\n"
+              "over (layer, chunk) tasks on local threads. The output holds one tensor per\n"
+              "parameter (HF names and shapes) and the scalar 'loss'.");
+  a.Add("model", "DIR", "model directory: config.json + model.safetensors", "", true);
+  a.Add("tokens", "FILE", "token ids, raw little-endian .u32 or .u16", "", true);
+  a.Add("out", "FILE", "output .safetensors file", "", true);
+  a.Add("window", "Wt", "truncated adjoint window in tokens (default: exact gradient)");
+  a.Add("chunk", "C", "tokens per (layer, chunk) task", "256");
+  a.Add("threads", "N", "worker threads (0: one per core)", "0");
+  a.Add("dtype", "f32|f64", "compute and output precision (f64: the check mode)", "f32");
+  a.AddBool("quiet", "print nothing on success");
+  if (auto code = ParseOrExit(a, args)) return *code;
+
+  GradOptions opt;
+  absl::StatusOr<int64_t> chunk = a.GetInt("chunk", 1, int64_t{1} << 40);
+  if (!chunk.ok()) return Fail("grad", chunk.status());
+  opt.chunk = *chunk;
+  if (a.Has("window")) {
+    absl::StatusOr<int64_t> window = a.GetInt("window", 1, int64_t{1} << 40);
+    if (!window.ok()) return Fail("grad", window.status());
+    opt.window = *window;
+  }
+  absl::StatusOr<int64_t> threads = a.GetInt("threads", 0, 4096);
+  if (!threads.ok()) return Fail("grad", threads.status());
+  opt.threads = static_cast<int>(*threads);
+  const bool quiet = a.GetBool("quiet");
+  if (!quiet) {
+    opt.progress = [](std::string_view phase, int64_t done, int64_t total) {
+      std::fprintf(stderr, "  %-8s %lld/%lld\n", std::string(phase).c_str(),
+                   static_cast<long long>(done), static_cast<long long>(total));
+    };
+  }
+  const std::string dtype = a.Get("dtype");
+  absl::Status status;
+  if (dtype == "f32") {
+    status = RunGrad<float>(a, opt, quiet);
+  } else if (dtype == "f64") {
+    status = RunGrad<double>(a, opt, quiet);
+  } else {
+    status = absl::InvalidArgumentError("--dtype must be f32 or f64, got '" + dtype + "'");
+  }
+  return status.ok() ? 0 : Fail("grad", status);
+}
+
+}  // namespace adjsh::cli

@@ -1,0 +1,50 @@
+// adjsh: adjoint-sharded training of Mamba language models on very long contexts.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: adjsh <command> [flags]\n"
+    "\n"
+    "Exact gradients of Mamba language models on very long contexts by adjoint sharding.\n"
+    "\n"
+    "commands:\n"
+    "  grad       loss and gradient of one token sequence (in-process, chunked, threaded)\n"
+    "  init       write a new model directory (config.json + model.safetensors)\n"
+    "  tokenize   turn text files into a byte-level token file (.u16 / .u32)\n"
+    "\n"
+    "Run 'adjsh <command> --help' for a command's flags.\n";
+
+struct Command {
+  const char* name;
+  int (*run)(const std::vector<std::string>&);
+};
+constexpr Command kCommands[] = {
+    {"grad", adjsh::cli::GradCommand},
+    {"init", adjsh::cli::InitCommand},
+    {"tokenize", adjsh::cli::TokenizeCommand},
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fputs(kUsage, stderr);
+    return 2;
+  }
+  const std::string command = argv[1];
+  if (command == "--help" || command == "-h" || command == "help") {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  const std::vector<std::string> args(argv + 2, argv + argc);
+  for (const Command& c : kCommands) {
+    if (command == c.name) return c.run(args);
+  }
+  std::fprintf(stderr, "adjsh: unknown command '%s'\n\n%s", command.c_str(), kUsage);
+  return 2;
+}

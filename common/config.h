@@ -1,0 +1,45 @@
+// Model configuration: the Hugging Face MambaForCausalLM config.json keys (DESIGN.md §2).
+// Letters used across the code: D hidden, K layers, N state, W conv, E expand, Di = E*D inner,
+// R dt rank, V vocab.
+#ifndef ADJSH_COMMON_CONFIG_H_
+#define ADJSH_COMMON_CONFIG_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace adjsh {
+
+struct MambaConfig {
+  int64_t hidden_size = 0;        // D
+  int64_t num_hidden_layers = 0;  // K
+  int64_t state_size = 16;        // N
+  int64_t conv_kernel = 4;        // W
+  int64_t expand = 2;             // E
+  int64_t time_step_rank = 0;     // R ("auto" in JSON resolves to ceil(D / 16))
+  int64_t vocab_size = 0;         // V
+  double layer_norm_epsilon = 1e-5;
+  bool use_bias = false;
+  bool use_conv_bias = true;
+  bool tie_word_embeddings = true;
+
+  int64_t inner() const { return expand * hidden_size; }  // Di
+};
+
+// Checks ranges and the features adjsh supports (use_bias = false, use_conv_bias = true,
+// tie_word_embeddings = true); INVALID_ARGUMENT naming the key otherwise.
+absl::Status ValidateConfig(const MambaConfig& config);
+
+// Parses and validates config.json text. Unknown keys are ignored (HF writes many).
+absl::StatusOr<MambaConfig> ParseConfigJson(std::string_view json_text);
+absl::StatusOr<MambaConfig> LoadConfigFile(const std::string& path);
+
+// HF-compatible config.json ("model_type": "mamba", "architectures": ["MambaForCausalLM"]).
+std::string ConfigToJson(const MambaConfig& config);
+
+}  // namespace adjsh
+
+#endif  // ADJSH_COMMON_CONFIG_H_

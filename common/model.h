@@ -1,0 +1,93 @@
+// Mamba causal LM parameters in the Hugging Face MambaForCausalLM layout (DESIGN.md §2).
+// Every matrix is row-major with the shape HF stores (outermost first):
+//   embed      (V, D)          backbone.embeddings.weight (also the tied LM head)
+//   per layer k:
+//   norm       (D)             backbone.layers.{k}.norm.weight
+//   in_proj    (2*Di, D)       backbone.layers.{k}.mixer.in_proj.weight
+//   conv_w     (Di, 1, W)      backbone.layers.{k}.mixer.conv1d.weight
+//   conv_b     (Di)            backbone.layers.{k}.mixer.conv1d.bias
+//   x_proj     (R + 2N, Di)    backbone.layers.{k}.mixer.x_proj.weight
+//   dt_w       (Di, R)         backbone.layers.{k}.mixer.dt_proj.weight
+//   dt_b       (Di)            backbone.layers.{k}.mixer.dt_proj.bias
+//   A_log      (Di, N)         backbone.layers.{k}.mixer.A_log
+//   Dskip      (Di)            backbone.layers.{k}.mixer.D
+//   out_proj   (D, Di)         backbone.layers.{k}.mixer.out_proj.weight
+//   norm_f     (D)             backbone.norm_f.weight
+// Gradients use the same structs.
+#ifndef ADJSH_COMMON_MODEL_H_
+#define ADJSH_COMMON_MODEL_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/config.h"
+#include "common/safetensors.h"
+
+namespace adjsh {
+
+template <typename T>
+struct LayerParams {
+  std::vector<T> norm, in_proj, conv_w, conv_b, x_proj, dt_w, dt_b, A_log, Dskip, out_proj;
+};
+
+template <typename T>
+struct ModelParams {
+  MambaConfig config;
+  std::vector<T> embed;
+  std::vector<LayerParams<T>> layers;
+  std::vector<T> norm_f;
+};
+
+// One row of the parameter table: the HF name suffix within a layer (or the global name), its
+// shape for a config, and the member it lives in. The single source of names and shapes.
+template <typename T>
+struct LayerParamSlot {
+  const char* suffix;  // e.g. "mixer.in_proj.weight"
+  std::vector<T> LayerParams<T>::*member;
+  std::vector<int64_t> (*shape)(const MambaConfig&);
+};
+template <typename T>
+const std::vector<LayerParamSlot<T>>& LayerParamSlots();
+
+std::string LayerParamName(int64_t layer, const char* suffix);  // "backbone.layers.{k}.{suffix}"
+inline constexpr const char* kEmbedName = "backbone.embeddings.weight";
+inline constexpr const char* kNormFName = "backbone.norm_f.weight";
+
+// All parameters sized for `config`, filled with zeros (a gradient accumulator).
+template <typename T>
+ModelParams<T> ZeroParams(const MambaConfig& config);
+template <typename T>
+LayerParams<T> ZeroLayer(const MambaConfig& config);
+
+// a += b, element by element, member by member (same config).
+template <typename T>
+void AddInto(LayerParams<T>& a, const LayerParams<T>& b);
+
+// Builds parameters from named tensors: every expected name present with its exact shape, no
+// unexpected names (an untied "lm_head.weight" equal in shape to the embedding is accepted and
+// ignored only when tie_word_embeddings is true). Errors name the tensor and both shapes.
+template <typename T>
+absl::StatusOr<ModelParams<T>> ParamsFromTensors(const MambaConfig& config, const TensorMap& tensors);
+
+// Named tensors of `dtype` (kF32, kF64 or kBF16), HF names and shapes.
+template <typename T>
+TensorMap ParamsToTensors(const ModelParams<T>& params, DType dtype);
+
+// A model directory holds config.json and model.safetensors.
+template <typename T>
+absl::StatusOr<ModelParams<T>> LoadModelDir(const std::string& dir);
+template <typename T>
+absl::Status SaveModelDir(const std::string& dir, const ModelParams<T>& params, DType dtype);
+
+// Mamba's published initialisation (deterministic for a seed): A_log = log(1..N) per row, D = 1,
+// dt_proj bias = inverse softplus of dt ~ logUniform(1e-3, 1e-1), dt_proj weight uniform in
+// +-R^-0.5, other matrices normal with std 0.02 (out_proj rescaled by 1/sqrt(K)), norms 1.
+template <typename T>
+ModelParams<T> InitParams(const MambaConfig& config, uint64_t seed);
+
+}  // namespace adjsh
+
+#endif  // ADJSH_COMMON_MODEL_H_

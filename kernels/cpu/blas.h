@@ -1,0 +1,23 @@
+// Row-major GEMM through OpenBLAS: C (M, N) = alpha op(A) op(B) + beta C, with op(A) (M, K) and
+// op(B) (K, N). Leading dimensions are row strides. OpenBLAS runs single-threaded inside adjsh:
+// the engine parallelises over tasks, and one thread per GEMM keeps results independent of the
+// thread count.
+#ifndef ADJSH_KERNELS_CPU_BLAS_H_
+#define ADJSH_KERNELS_CPU_BLAS_H_
+
+#include <cstdint>
+
+namespace adjsh::cpu {
+
+enum class Trans { kNo, kYes };
+
+template <typename T>
+void Gemm(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
+          const T* b, int64_t ldb, T beta, T* c, int64_t ldc);
+
+// Pins OpenBLAS to one thread per call (see above). Idempotent.
+void InitBlasSingleThreaded();
+
+}  // namespace adjsh::cpu
+
+#endif  // ADJSH_KERNELS_CPU_BLAS_H_

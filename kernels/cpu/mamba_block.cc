@@ -1,0 +1,257 @@
+// The Mamba block's chunk forward and its token-local chain rule on the CPU. Projections are
+// GEMMs through OpenBLAS; the scan and its adjoint live in scan.cc.
+#include "kernels/cpu/mamba_block.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/cpu/blas.h"
+#include "kernels/cpu/math.h"
+#include "kernels/cpu/rmsnorm.h"
+#include "kernels/cpu/scan.h"
+
+namespace adjsh::cpu {
+
+// Activations recomputed for P = halo + M rows (M = len + ahead). Row p of the P-indexed
+// arrays is token first - halo + p; row t of the M-indexed arrays is token first + t.
+template <typename T>
+struct MambaBlockCpu<T>::Acts {
+  int64_t halo = 0, M = 0;
+  std::vector<T> r;      // (P) RMSNorm reciprocal rms
+  std::vector<T> n;      // (P, D) normalised input
+  std::vector<T> xz;     // (P, 2 Di) in_proj output: x = [:, :Di], z = [:, Di:]
+  std::vector<T> cpre;   // (M, Di) conv output before silu
+  std::vector<T> xc;     // (M, Di) x' = silu(cpre)
+  std::vector<T> dbc;    // (M, R + 2N) x_proj output: [d | B | C]
+  std::vector<T> dtpre;  // (M, Di) dt_proj output before softplus
+  std::vector<T> dt;     // (M, Di) Delta
+
+  ScanInputs<T> Scan(int64_t Di, int64_t N, int64_t R, const T* A) const {
+    ScanInputs<T> in;
+    in.M = M, in.Di = Di, in.N = N;
+    in.dt = dt.data(), in.xc = xc.data();
+    in.B = dbc.data() + R, in.C = dbc.data() + R + N, in.bc_stride = R + 2 * N;
+    in.A = A;
+    return in;
+  }
+};
+
+template <typename T>
+MambaBlockCpu<T>::MambaBlockCpu(const MambaConfig& config, const LayerParams<T>& params)
+    : cfg_(config),
+      p_(params),
+      D_(config.hidden_size),
+      Di_(config.inner()),
+      N_(config.state_size),
+      R_(config.time_step_rank),
+      W_(config.conv_kernel) {
+  A_.resize(Di_ * N_);
+  for (int64_t k = 0; k < Di_ * N_; ++k) A_[k] = -std::exp(p_.A_log[k]);
+  conv_t_.resize(W_ * Di_);
+  for (int64_t i = 0; i < Di_; ++i)
+    for (int64_t j = 0; j < W_; ++j) conv_t_[j * Di_ + i] = p_.conv_w[i * W_ + j];
+}
+
+template <typename T>
+void MambaBlockCpu<T>::Recompute(const T* u, int64_t halo, int64_t M, Acts& a) const {
+  const int64_t P = halo + M, Di2 = 2 * Di_, E = R_ + 2 * N_;
+  a.halo = halo, a.M = M;
+  a.r.resize(P), a.n.resize(P * D_), a.xz.resize(P * Di2);
+  a.cpre.assign(M * Di_, T(0)), a.xc.resize(M * Di_), a.dbc.resize(M * E);
+  a.dtpre.resize(M * Di_), a.dt.resize(M * Di_);
+
+  RmsNormForward(u, P, D_, p_.norm.data(), cfg_.layer_norm_epsilon, a.n.data(), a.r.data());
+  Gemm<T>(Trans::kNo, Trans::kYes, P, Di2, D_, 1, a.n.data(), D_, p_.in_proj.data(), D_, 0,
+          a.xz.data(), Di2);
+  // Causal depthwise conv: c_t = b + sum_j w[:, j] x_{t - W + 1 + j}; x before the sequence is 0.
+  for (int64_t t = 0; t < M; ++t) {
+    T* c = a.cpre.data() + t * Di_;
+    for (int64_t i = 0; i < Di_; ++i) c[i] = p_.conv_b[i];
+    for (int64_t j = 0; j < W_; ++j) {
+      const int64_t p = halo + t - (W_ - 1) + j;
+      if (p < 0) continue;
+      const T* x = a.xz.data() + p * Di2;
+      const T* w = conv_t_.data() + j * Di_;
+      for (int64_t i = 0; i < Di_; ++i) c[i] += w[i] * x[i];
+    }
+  }
+  for (int64_t k = 0; k < M * Di_; ++k) a.xc[k] = Silu(a.cpre[k]);
+  Gemm<T>(Trans::kNo, Trans::kYes, M, E, Di_, 1, a.xc.data(), Di_, p_.x_proj.data(), Di_, 0,
+          a.dbc.data(), E);
+  Gemm<T>(Trans::kNo, Trans::kYes, M, Di_, R_, 1, a.dbc.data(), E, p_.dt_w.data(), R_, 0,
+          a.dtpre.data(), Di_);
+  for (int64_t t = 0; t < M; ++t)
+    for (int64_t i = 0; i < Di_; ++i) {
+      T& pre = a.dtpre[t * Di_ + i];
+      pre += p_.dt_b[i];
+      a.dt[t * Di_ + i] = Softplus(pre);
+    }
+}
+
+namespace {
+// S (Di) = sum over the chunk's rows of Delta_t, in row order.
+template <typename T>
+void SumDelta(const std::vector<T>& dt, int64_t len, int64_t Di, T* S) {
+  std::fill(S, S + Di, T(0));
+  for (int64_t t = 0; t < len; ++t)
+    for (int64_t i = 0; i < Di; ++i) S[i] += dt[t * Di + i];
+}
+}  // namespace
+
+template <typename T>
+void MambaBlockCpu<T>::LocalSummary(const T* u, ChunkRows rows, T* h_local, T* S) const {
+  Acts a;
+  Recompute(u, rows.halo, rows.len, a);
+  const ScanInputs<T> in = a.Scan(Di_, N_, R_, A_.data());
+  for (int64_t i = 0; i < Di_; ++i)
+    ScanForwardChannel<T>(in, i, rows.len, nullptr, p_.Dskip[i], h_local + i * N_, nullptr);
+  SumDelta(a.dt, rows.len, Di_, S);
+}
+
+template <typename T>
+void MambaBlockCpu<T>::Forward(const T* u, ChunkRows rows, const T* h0, T* u_next,
+                               T* h_end) const {
+  Acts a;
+  const int64_t len = rows.len, Di2 = 2 * Di_;
+  Recompute(u, rows.halo, len, a);
+  const ScanInputs<T> in = a.Scan(Di_, N_, R_, A_.data());
+  std::vector<T> y(len * Di_);
+  for (int64_t i = 0; i < Di_; ++i)
+    ScanForwardChannel<T>(in, i, len, h0 + i * N_, p_.Dskip[i], h_end + i * N_, y.data());
+  // o = y . silu(z), reusing y.
+  for (int64_t t = 0; t < len; ++t) {
+    const T* z = a.xz.data() + (rows.halo + t) * Di2 + Di_;
+    for (int64_t i = 0; i < Di_; ++i) y[t * Di_ + i] *= Silu(z[i]);
+  }
+  const T* u_own = u + rows.halo * D_;
+  std::copy(u_own, u_own + len * D_, u_next);
+  Gemm<T>(Trans::kNo, Trans::kYes, len, D_, Di_, 1, y.data(), Di_, p_.out_proj.data(), Di_, 1,
+          u_next, D_);
+}
+
+template <typename T>
+void MambaBlockCpu<T>::AdjointSummary(const T* u, ChunkRows rows, const T* g, T* m, T* S) const {
+  Acts a;
+  const int64_t len = rows.len, Di2 = 2 * Di_;
+  Recompute(u, rows.halo, len, a);
+  // ybar = (g W_out) . silu(z)   (len, Di)
+  std::vector<T> ybar(len * Di_);
+  Gemm<T>(Trans::kNo, Trans::kNo, len, Di_, D_, 1, g, D_, p_.out_proj.data(), Di_, 0, ybar.data(),
+          Di_);
+  for (int64_t t = 0; t < len; ++t) {
+    const T* z = a.xz.data() + (rows.halo + t) * Di2 + Di_;
+    for (int64_t i = 0; i < Di_; ++i) ybar[t * Di_ + i] *= Silu(z[i]);
+  }
+  const ScanInputs<T> in = a.Scan(Di_, N_, R_, A_.data());
+  for (int64_t i = 0; i < Di_; ++i)
+    ScanAdjointSummaryChannel<T>(in, i, len, ybar.data(), m + i * N_);
+  SumDelta(a.dt, len, Di_, S);
+}
+
+template <typename T>
+void MambaBlockCpu<T>::Backward(const T* u, ChunkRows rows, const T* g, const T* h0, const T* mu,
+                                int64_t window, LayerParams<T>& grad, T* du, T* du_halo) const {
+  const int64_t halo = rows.halo, len = rows.len, M = len + rows.ahead;
+  const int64_t Di2 = 2 * Di_, E = R_ + 2 * N_, P = halo + len;
+  Acts a;
+  Recompute(u, halo, M, a);
+
+  // dL/do = g W_out and ybar = dL/do . silu(z), for all M rows (the lookahead needs ybar).
+  std::vector<T> d_o(M * Di_), ybar(M * Di_);
+  Gemm<T>(Trans::kNo, Trans::kNo, M, Di_, D_, 1, g, D_, p_.out_proj.data(), Di_, 0, d_o.data(),
+          Di_);
+  for (int64_t t = 0; t < M; ++t) {
+    const T* z = a.xz.data() + (halo + t) * Di2 + Di_;
+    for (int64_t i = 0; i < Di_; ++i) ybar[t * Di_ + i] = d_o[t * Di_ + i] * Silu(z[i]);
+  }
+
+  // The scan's adjoint and VJPs, channel by channel.
+  std::vector<T> y(len * Di_), ddt(len * Di_), dxc(len * Di_), dB(len * N_, T(0)),
+      dC(len * N_, T(0)), dA(Di_ * N_, T(0));
+  ScanGrads<T> sg{y.data(), ddt.data(), dxc.data(), dB.data(), dC.data(), dA.data(),
+                  grad.Dskip.data()};
+  const ScanInputs<T> in = a.Scan(Di_, N_, R_, A_.data());
+  const ScanBackwardOptions opt{len, window};
+  ScanScratch<T> scratch;
+  for (int64_t i = 0; i < Di_; ++i)
+    ScanBackwardChannel<T>(in, i, opt, h0 + i * N_, mu ? mu + i * N_ : nullptr, ybar.data(),
+                           p_.Dskip[i], scratch, sg);
+  for (int64_t k = 0; k < Di_ * N_; ++k) grad.A_log[k] += dA[k] * A_[k];  // dA/dA_log = A
+
+  // Gate and out_proj: o = y . silu(z); dW_out += g^T o; dz = dL/do . y . silu'(z).
+  std::vector<T> dxz(P * Di2, T(0));  // dL/d[x; z] for halo + own rows
+  for (int64_t t = 0; t < len; ++t) {
+    const T* z = a.xz.data() + (halo + t) * Di2 + Di_;
+    T* dz = dxz.data() + (halo + t) * Di2 + Di_;
+    for (int64_t i = 0; i < Di_; ++i) {
+      const int64_t k = t * Di_ + i;
+      dz[i] = d_o[k] * y[k] * SiluGrad(z[i]);
+      y[k] *= Silu(z[i]);  // y becomes o
+    }
+  }
+  Gemm<T>(Trans::kYes, Trans::kNo, D_, Di_, len, 1, g, D_, y.data(), Di_, 1, grad.out_proj.data(),
+          Di_);
+
+  // Delta = softplus(W_dt d + b_dt): dpre = dDelta . sigmoid(pre).
+  for (int64_t t = 0; t < len; ++t)
+    for (int64_t i = 0; i < Di_; ++i) {
+      T& v = ddt[t * Di_ + i];
+      v *= Sigmoid(a.dtpre[t * Di_ + i]);
+      grad.dt_b[i] += v;
+    }
+  std::vector<T> ddbc(len * E);  // dL/d[d | B | C]
+  Gemm<T>(Trans::kYes, Trans::kNo, Di_, R_, len, 1, ddt.data(), Di_, a.dbc.data(), E, 1,
+          grad.dt_w.data(), R_);
+  Gemm<T>(Trans::kNo, Trans::kNo, len, R_, Di_, 1, ddt.data(), Di_, p_.dt_w.data(), R_, 0,
+          ddbc.data(), E);
+  for (int64_t t = 0; t < len; ++t)
+    for (int64_t n = 0; n < N_; ++n) {
+      ddbc[t * E + R_ + n] = dB[t * N_ + n];
+      ddbc[t * E + R_ + N_ + n] = dC[t * N_ + n];
+    }
+  // x_proj: dW_x += ddbc^T x'; dx' += ddbc W_x.
+  Gemm<T>(Trans::kYes, Trans::kNo, E, Di_, len, 1, ddbc.data(), E, a.xc.data(), Di_, 1,
+          grad.x_proj.data(), Di_);
+  Gemm<T>(Trans::kNo, Trans::kNo, len, Di_, E, 1, ddbc.data(), E, p_.x_proj.data(), Di_, 1,
+          dxc.data(), Di_);
+
+  // silu and the causal conv: dc = dx' . silu'(c); db += dc; dw[:, j] += dc . x_{t-W+1+j};
+  // dx_{t-W+1+j} += w[:, j] . dc (rows before the chunk land in the halo rows).
+  std::vector<T> dconv_t(W_ * Di_, T(0));  // (W, Di)
+  for (int64_t t = 0; t < len; ++t) {
+    T* dc = dxc.data() + t * Di_;
+    for (int64_t i = 0; i < Di_; ++i) {
+      dc[i] *= SiluGrad(a.cpre[t * Di_ + i]);
+      grad.conv_b[i] += dc[i];
+    }
+    for (int64_t j = 0; j < W_; ++j) {
+      const int64_t p = halo + t - (W_ - 1) + j;
+      if (p < 0) continue;
+      const T* x = a.xz.data() + p * Di2;
+      T* dx = dxz.data() + p * Di2;
+      const T* w = conv_t_.data() + j * Di_;
+      T* dw = dconv_t.data() + j * Di_;
+      for (int64_t i = 0; i < Di_; ++i) {
+        dw[i] += dc[i] * x[i];
+        dx[i] += w[i] * dc[i];
+      }
+    }
+  }
+  for (int64_t i = 0; i < Di_; ++i)
+    for (int64_t j = 0; j < W_; ++j) grad.conv_w[i * W_ + j] += dconv_t[j * Di_ + i];
+
+  // in_proj: dW_in += dxz^T n; dn = dxz W_in; then RMSNorm back to u.
+  Gemm<T>(Trans::kYes, Trans::kNo, Di2, D_, P, 1, dxz.data(), Di2, a.n.data(), D_, 1,
+          grad.in_proj.data(), D_);
+  std::vector<T> dn(P * D_);
+  Gemm<T>(Trans::kNo, Trans::kNo, P, D_, Di2, 1, dxz.data(), Di2, p_.in_proj.data(), D_, 0,
+          dn.data(), D_);
+  RmsNormBackward(u, P, D_, p_.norm.data(), a.r.data(), dn.data(), grad.norm.data(), dn.data());
+  std::copy(dn.begin(), dn.begin() + halo * D_, du_halo);
+  for (int64_t k = 0; k < len * D_; ++k) du[k] = g[k] + dn[halo * D_ + k];
+}
+
+template class MambaBlockCpu<float>;
+template class MambaBlockCpu<double>;
+
+}  // namespace adjsh::cpu

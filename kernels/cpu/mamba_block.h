@@ -1,0 +1,65 @@
+// One Mamba layer over one chunk of tokens on the CPU: the unit of work of adjoint sharding.
+// A task sees rows of the layer input u (outermost first):
+//   [halo rows | len own rows | ahead rows]      each row (D)
+// halo = min(W - 1, first token) rows before the chunk feed its causal conv; ahead rows (the
+// truncated adjoint's lookahead, backward only) follow it. Everything inside a task is
+// recomputed from u, so a task's memory is O(rows (D + Di) + Di N), independent of T.
+// Letters: D width, Di inner, N state, R dt rank, W conv kernel.
+#ifndef ADJSH_KERNELS_CPU_MAMBA_BLOCK_H_
+#define ADJSH_KERNELS_CPU_MAMBA_BLOCK_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "common/config.h"
+#include "common/model.h"
+
+namespace adjsh::cpu {
+
+struct ChunkRows {
+  int64_t halo = 0, len = 0, ahead = 0;
+};
+
+template <typename T>
+class MambaBlockCpu {
+ public:
+  MambaBlockCpu(const MambaConfig& config, const LayerParams<T>& params);
+
+  // Forward pass one (two-pass forward): the scan from a zero state. h_local (Di, N) is the
+  // chunk's state contribution, S (Di) = sum_t Delta_t, so that P_c = exp(A S) and
+  // h_end(c) = P_c . h_end(c - 1) + h_local(c).
+  void LocalSummary(const T* u, ChunkRows rows, T* h_local, T* S) const;
+
+  // Forward from the true initial state h0 (Di, N): u_next (len, D) = u + out_proj(...), and the
+  // final state h_end (Di, N).
+  void Forward(const T* u, ChunkRows rows, const T* h0, T* u_next, T* h_end) const;
+
+  // Backward pass one (exact scheme): with g = dL/du_next (len, D), the local adjoint summary
+  // m (Di, N) = a_first . lambda_local_first and S (Di) as above; the engine then combines
+  // mu_{c-1} = m_c + exp(A S_c) . mu_c.
+  void AdjointSummary(const T* u, ChunkRows rows, const T* g, T* m, T* S) const;
+
+  // Backward pass two: the chunk's VJPs. g = dL/du_next (len + ahead, D); h0 (Di, N) the state
+  // before the chunk; mu (Di, N) the adjoint flowing in from later chunks (exact: window == 0;
+  // nullptr = zero) or, with window = Wt > 0, the truncated adjoint computed from the lookahead.
+  // grad (this layer's parameters) is accumulated; du (len, D) = g + dL/du through the block;
+  // du_halo (halo, D) is this chunk's contribution to the previous rows' dL/du.
+  void Backward(const T* u, ChunkRows rows, const T* g, const T* h0, const T* mu, int64_t window,
+                LayerParams<T>& grad, T* du, T* du_halo) const;
+
+  const std::vector<T>& A() const { return A_; }  // (Di, N) = -exp(A_log)
+
+ private:
+  struct Acts;
+  void Recompute(const T* u, int64_t halo, int64_t M, Acts& acts) const;
+
+  const MambaConfig& cfg_;
+  const LayerParams<T>& p_;
+  int64_t D_, Di_, N_, R_, W_;
+  std::vector<T> A_;       // (Di, N)
+  std::vector<T> conv_t_;  // (W, Di) conv weight transposed, so the conv loops run over Di
+};
+
+}  // namespace adjsh::cpu
+
+#endif  // ADJSH_KERNELS_CPU_MAMBA_BLOCK_H_

@@ -1,0 +1,77 @@
+// Helpers shared by the kernel and engine tests: small configs, random tokens, and the
+// per-tensor relative error ||a - b|| / ||b|| between two gradients.
+#ifndef ADJSH_TESTS_KERNELS_TEST_UTIL_H_
+#define ADJSH_TESTS_KERNELS_TEST_UTIL_H_
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/model.h"
+
+namespace adjsh::testing {
+
+inline MambaConfig SmallConfig(int64_t layers, int64_t D = 8, int64_t N = 4, int64_t W = 4,
+                               int64_t R = 2, int64_t V = 13) {
+  MambaConfig c;
+  c.hidden_size = D;
+  c.num_hidden_layers = layers;
+  c.state_size = N;
+  c.conv_kernel = W;
+  c.expand = 2;
+  c.time_step_rank = R;
+  c.vocab_size = V;
+  return c;
+}
+
+inline std::vector<uint32_t> RandomTokens(int64_t T, int64_t V, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<uint32_t> out(T);
+  for (auto& t : out) t = static_cast<uint32_t>(rng() % static_cast<uint64_t>(V));
+  return out;
+}
+
+// Calls fn(name, a_values, b_values) for every parameter tensor of two same-config models.
+template <typename T, typename U, typename Fn>
+void ForEachTensor(const ModelParams<T>& a, const ModelParams<U>& b, Fn fn) {
+  fn(std::string(kEmbedName), a.embed, b.embed);
+  fn(std::string(kNormFName), a.norm_f, b.norm_f);
+  const auto& slots_a = LayerParamSlots<T>();
+  const auto& slots_b = LayerParamSlots<U>();
+  for (size_t k = 0; k < a.layers.size(); ++k)
+    for (size_t s = 0; s < slots_a.size(); ++s)
+      fn(LayerParamName(k, slots_a[s].suffix), a.layers[k].*slots_a[s].member,
+         b.layers[k].*slots_b[s].member);
+}
+
+template <typename T, typename U>
+double RelErr(const std::vector<T>& a, const std::vector<U>& b) {
+  double num = 0, den = 0;
+  for (size_t k = 0; k < a.size(); ++k) {
+    num += (double(a[k]) - double(b[k])) * (double(a[k]) - double(b[k]));
+    den += double(b[k]) * double(b[k]);
+  }
+  if (den == 0) return std::sqrt(num);
+  return std::sqrt(num / den);
+}
+
+// The largest per-tensor relative error of a against b; *worst names that tensor.
+template <typename T, typename U>
+double MaxRelErr(const ModelParams<T>& a, const ModelParams<U>& b, std::string* worst = nullptr) {
+  double max = 0;
+  ForEachTensor(a, b, [&](const std::string& name, const std::vector<T>& x,
+                          const std::vector<U>& y) {
+    const double e = RelErr(x, y);
+    if (!(e <= max)) {  // also catches NaN
+      max = e;
+      if (worst) *worst = name;
+    }
+  });
+  return max;
+}
+
+}  // namespace adjsh::testing
+
+#endif  // ADJSH_TESTS_KERNELS_TEST_UTIL_H_
