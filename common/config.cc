@@ -1,0 +1,175 @@
+// config.json <-> MambaConfig, in the Hugging Face MambaConfig spelling.
+#include "common/config.h"
+
+#include <cmath>
+#include <limits>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "common/file_io.h"
+
+namespace adjsh {
+namespace {
+
+using Json = nlohmann::json;
+
+absl::Status BadKey(absl::string_view key, absl::string_view detail) {
+  return absl::InvalidArgumentError(absl::StrCat("config key \"", key, "\": ", detail));
+}
+
+std::string TypeOf(const Json& j) { return j.is_number_float() ? "a float" : j.type_name(); }
+
+// Reads an integer key into *out; absent keys keep *out unless required.
+absl::Status ReadInt(const Json& j, const char* key, bool required, int64_t* out) {
+  auto it = j.find(key);
+  if (it == j.end()) return required ? BadKey(key, "missing (required)") : absl::OkStatus();
+  if (it->is_number_unsigned()) {
+    if (it->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      return BadKey(key, absl::StrCat("value ", it->dump(), " is out of range"));
+    }
+    *out = static_cast<int64_t>(it->get<uint64_t>());
+    return absl::OkStatus();
+  }
+  if (it->is_number_integer()) {
+    *out = it->get<int64_t>();
+    return absl::OkStatus();
+  }
+  return BadKey(key, absl::StrCat("must be an integer, got ", TypeOf(*it), " ", it->dump()));
+}
+
+absl::Status ReadDouble(const Json& j, const char* key, double* out) {
+  auto it = j.find(key);
+  if (it == j.end()) return absl::OkStatus();
+  if (!it->is_number()) {
+    return BadKey(key, absl::StrCat("must be a number, got ", TypeOf(*it), " ", it->dump()));
+  }
+  *out = it->get<double>();
+  return absl::OkStatus();
+}
+
+absl::Status ReadBool(const Json& j, const char* key, bool* out) {
+  auto it = j.find(key);
+  if (it == j.end()) return absl::OkStatus();
+  if (!it->is_boolean()) {
+    return BadKey(key, absl::StrCat("must be true or false, got ", TypeOf(*it), " ", it->dump()));
+  }
+  *out = it->get<bool>();
+  return absl::OkStatus();
+}
+
+absl::Status CheckRange(const char* key, int64_t value, int64_t lo, int64_t hi) {
+  if (value < lo || value > hi) {
+    return BadKey(key, absl::StrCat("value ", value, " is outside [", lo, ", ", hi, "]"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ValidateConfig(const MambaConfig& c) {
+  // Upper bounds are far above any published Mamba (2.8B: D 2560, K 64) and keep every size
+  // product (V*D, Di*N, ...) well inside int64.
+  struct Bound {
+    const char* key;
+    int64_t value, hi;
+  };
+  const Bound bounds[] = {
+      {"hidden_size", c.hidden_size, 65536},
+      {"num_hidden_layers", c.num_hidden_layers, 1024},
+      {"state_size", c.state_size, 1024},
+      {"conv_kernel", c.conv_kernel, 64},
+      {"expand", c.expand, 16},
+      {"time_step_rank", c.time_step_rank, 65536},
+      {"vocab_size", c.vocab_size, std::numeric_limits<int32_t>::max()},
+  };
+  for (const Bound& b : bounds) {
+    if (absl::Status s = CheckRange(b.key, b.value, 1, b.hi); !s.ok()) return s;
+  }
+  if (!std::isfinite(c.layer_norm_epsilon) || !(c.layer_norm_epsilon > 0)) {
+    return BadKey("layer_norm_epsilon",
+                  absl::StrCat("must be positive and finite, got ", c.layer_norm_epsilon));
+  }
+  if (c.use_bias) return BadKey("use_bias", "adjsh supports use_bias = false only");
+  if (!c.use_conv_bias) return BadKey("use_conv_bias", "adjsh supports use_conv_bias = true only");
+  if (!c.tie_word_embeddings) {
+    return BadKey("tie_word_embeddings",
+                  "adjsh supports tie_word_embeddings = true only (the LM head is the embedding)");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<MambaConfig> ParseConfigJson(std::string_view json_text) {
+  Json j = Json::parse(json_text.begin(), json_text.end(), /*cb=*/nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return absl::InvalidArgumentError("config.json is not valid JSON");
+  if (!j.is_object()) return absl::InvalidArgumentError("config.json is not a JSON object");
+
+  MambaConfig c;
+  absl::Status s;
+  if (s = ReadInt(j, "hidden_size", true, &c.hidden_size); !s.ok()) return s;
+  if (s = ReadInt(j, "num_hidden_layers", true, &c.num_hidden_layers); !s.ok()) return s;
+  if (s = ReadInt(j, "vocab_size", true, &c.vocab_size); !s.ok()) return s;
+  if (s = ReadInt(j, "state_size", false, &c.state_size); !s.ok()) return s;
+  if (s = ReadInt(j, "conv_kernel", false, &c.conv_kernel); !s.ok()) return s;
+  if (s = ReadInt(j, "expand", false, &c.expand); !s.ok()) return s;
+  if (s = ReadDouble(j, "layer_norm_epsilon", &c.layer_norm_epsilon); !s.ok()) return s;
+  if (s = ReadBool(j, "use_bias", &c.use_bias); !s.ok()) return s;
+  if (s = ReadBool(j, "use_conv_bias", &c.use_conv_bias); !s.ok()) return s;
+  if (s = ReadBool(j, "tie_word_embeddings", &c.tie_word_embeddings); !s.ok()) return s;
+
+  // time_step_rank: an integer, or "auto" (HF's default) = ceil(D / 16).
+  auto rank = j.find("time_step_rank");
+  if (rank == j.end() || (rank->is_string() && rank->get<std::string>() == "auto")) {
+    c.time_step_rank = c.hidden_size / 16 + (c.hidden_size % 16 != 0);  // no overflow near max
+  } else if (s = ReadInt(j, "time_step_rank", false, &c.time_step_rank); !s.ok()) {
+    return BadKey("time_step_rank",
+                  absl::StrCat("must be an integer or \"auto\", got ", rank->dump()));
+  }
+  if (s = ValidateConfig(c); !s.ok()) return s;
+
+  // HF builds the layers from intermediate_size when present; it must agree with expand * D.
+  int64_t intermediate = c.inner();
+  if (s = ReadInt(j, "intermediate_size", false, &intermediate); !s.ok()) return s;
+  if (intermediate != c.inner()) {
+    return BadKey("intermediate_size",
+                  absl::StrCat("value ", intermediate, " differs from expand * hidden_size = ",
+                               c.inner(), "; adjsh supports intermediate_size = expand * "
+                               "hidden_size only"));
+  }
+  return c;
+}
+
+absl::StatusOr<MambaConfig> LoadConfigFile(const std::string& path) {
+  absl::StatusOr<std::string> text = ReadFileToString(path);
+  if (!text.ok()) return text.status();
+  absl::StatusOr<MambaConfig> c = ParseConfigJson(*text);
+  if (!c.ok()) return absl::Status(c.status().code(), absl::StrCat(path, ": ", c.status().message()));
+  return c;
+}
+
+std::string ConfigToJson(const MambaConfig& c) {
+  // Keys and values as transformers' MambaConfig writes them, so the directory loads there.
+  nlohmann::ordered_json j;
+  j["architectures"] = {"MambaForCausalLM"};
+  j["model_type"] = "mamba";
+  j["hidden_size"] = c.hidden_size;
+  j["num_hidden_layers"] = c.num_hidden_layers;
+  j["state_size"] = c.state_size;
+  j["conv_kernel"] = c.conv_kernel;
+  j["expand"] = c.expand;
+  j["intermediate_size"] = c.inner();
+  j["time_step_rank"] = c.time_step_rank;
+  j["vocab_size"] = c.vocab_size;
+  j["layer_norm_epsilon"] = c.layer_norm_epsilon;
+  j["use_bias"] = c.use_bias;
+  j["use_conv_bias"] = c.use_conv_bias;
+  j["tie_word_embeddings"] = c.tie_word_embeddings;
+  j["hidden_act"] = "silu";
+  j["residual_in_fp32"] = true;
+  j["pad_token_id"] = 0;
+  j["bos_token_id"] = 0;
+  j["eos_token_id"] = 0;
+  return j.dump(2) + "\n";
+}
+
+}  // namespace adjsh

@@ -1,0 +1,78 @@
+// Token files: raw little-endian uint32 (.u32) or uint16 (.u16) ids, no header.
+#include "common/tokens.h"
+
+#include <cstring>
+#include <string_view>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/file_io.h"
+
+namespace adjsh {
+namespace {
+
+// Bytes per id from the extension, or INVALID_ARGUMENT.
+absl::StatusOr<size_t> IdWidth(const std::string& path) {
+  if (absl::EndsWith(path, ".u32")) return 4;
+  if (absl::EndsWith(path, ".u16")) return 2;
+  return absl::InvalidArgumentError(absl::StrCat(
+      path, ": unknown token file extension; expected .u32 (uint32) or .u16 (uint16)"));
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<uint32_t>> ReadTokenFile(const std::string& path) {
+  absl::StatusOr<size_t> width = IdWidth(path);
+  if (!width.ok()) return width.status();
+  absl::StatusOr<std::string> bytes = ReadFileToString(path);
+  if (!bytes.ok()) return bytes.status();
+  if (bytes->size() % *width != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": size ", bytes->size(),
+                                                   " bytes is not a multiple of ", *width,
+                                                   " (truncated file or wrong extension?)"));
+  }
+  std::vector<uint32_t> tokens(bytes->size() / *width);
+  for (size_t i = 0; i < tokens.size(); ++i) {  // little-endian host (see tensor.cc)
+    if (*width == 4) {
+      std::memcpy(&tokens[i], bytes->data() + 4 * i, 4);
+    } else {
+      uint16_t id;
+      std::memcpy(&id, bytes->data() + 2 * i, 2);
+      tokens[i] = id;
+    }
+  }
+  return tokens;
+}
+
+absl::Status WriteTokenFile(const std::string& path, std::span<const uint32_t> tokens) {
+  absl::StatusOr<size_t> width = IdWidth(path);
+  if (!width.ok()) return width.status();
+  std::string bytes;
+  bytes.reserve(tokens.size() * *width);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (*width == 4) {
+      bytes.append(reinterpret_cast<const char*>(&tokens[i]), 4);
+    } else {
+      if (tokens[i] > 0xffff) {
+        return absl::InvalidArgumentError(absl::StrCat(path, ": token ", tokens[i],
+                                                       " at position ", i,
+                                                       " does not fit in uint16; use .u32"));
+      }
+      uint16_t id = static_cast<uint16_t>(tokens[i]);
+      bytes.append(reinterpret_cast<const char*>(&id), 2);
+    }
+  }
+  return WriteFileAtomic(path, bytes);
+}
+
+absl::Status CheckTokensInVocab(std::span<const uint32_t> tokens, int64_t vocab_size) {
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (static_cast<int64_t>(tokens[i]) >= vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("token id ", tokens[i], " at position ", i,
+                                                     " is not below vocab_size ", vocab_size));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace adjsh
