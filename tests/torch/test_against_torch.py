@@ -20,7 +20,7 @@ adjsh cases, for every config x chunk in {1, 7, T} x dtype in {f64, f32}:
   adjsh init --out DIR ... --dtype f64 ; adjsh grad --model DIR --tokens TOK --out G --dtype .. --chunk C
 and every parameter gradient plus `loss` must be present, have the parameter's shape (loss: []),
 be finite, and satisfy ||g_adjsh - g_ref|| / ||g_ref|| < 1e-9 (f64) or < 1e-4 (f32).
-Contract extras (skip with --basic): `--window T` (window >= T must be exact) and `--workers 3`.
+Contract extra (skip with --basic): `--window T` (window >= T must be exact).
 
 The reference is always torch autograd in f64. For --dtype f32 we compare adjsh f32 against the
 f64 reference, not against torch f32: the f64 result is the exact gradient to ~1e-14, so the
@@ -449,7 +449,7 @@ def adjsh_cases(args, tmp, record):
         shapes = ref.param_shapes(cfg)
         cases = [(ch, dt, []) for ch in CHUNKS for dt in ("f64", "f32")]
         if not args.basic:
-            cases += [("7", "f64", ["--window", str(c["T"])]), ("7", "f64", ["--workers", "3"])]
+            cases += [("7", "f64", ["--window", str(c["T"])])]
         for ch, dt, extra in cases:
             C = str(c["T"]) if ch == "T" else ch
             label = f"config {ci} chunk {C} {dt}" + (" " + " ".join(extra) if extra else "")
@@ -473,7 +473,7 @@ def main():
     ap.add_argument("--adjsh", help="path of the adjsh binary; without it only the self-checks run")
     ap.add_argument("--workdir", help="temp dir for models/tokens/outputs (default: a new one)")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir")
-    ap.add_argument("--basic", action="store_true", help="skip the --window / --workers cases")
+    ap.add_argument("--basic", action="store_true", help="skip the --window case")
     ap.add_argument("--no-self", action="store_true", help="skip the self-checks")
     ap.add_argument("--timeout", type=float, default=600, help="seconds per adjsh call")
     args = ap.parse_args()

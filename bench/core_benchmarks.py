@@ -1,0 +1,172 @@
+#!/usr/bin/python3
+"""Core benchmarks: one gradient on the CPU, adjsh against its peers, measured in one run.
+
+  /usr/bin/python3 bench/core_benchmarks.py [--build build] [--quick]
+
+Runs, on a synthetic Mamba model (D=256, K=4, N=16, V=256, f32, 2 threads everywhere):
+  * speed: tokens/s of one gradient at T = 4K and 16K, `adjsh grad` vs PyTorch autograd
+    (bench/torch_baseline.py), and adjsh's flop rate vs this machine's sgemm rate (bench/sgemm_rate);
+  * memory: peak RSS of `adjsh grad` at T = 16K, 64K, 256K (and at D=128), of the in-repo
+    keep-everything oracle, and of PyTorch autograd; bytes per token as the slope of peak RSS in T.
+Writes the tables into docs/BENCHMARKS.md between the `core` markers, and prints them.
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TORCH_PY = "/usr/bin/python3"
+
+
+def run(cmd, **kw):
+    """Runs cmd, returns (stdout, peak RSS of the child in bytes, seconds)."""
+    start = time.time()
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        p = subprocess.Popen(cmd, stdout=out, stderr=err, **kw)
+        _, status, ru = os.wait4(p.pid, 0)
+        out.seek(0), err.seek(0)
+        stdout, stderr = out.read().decode(), err.read().decode()
+    if os.waitstatus_to_exitcode(status) != 0:
+        sys.exit(f"failed: {' '.join(cmd)}\n{stderr}")
+    return stdout, ru.ru_maxrss * 1024, time.time() - start
+
+
+def adjsh_grad(build, work, model, T, threads=2):
+    tok = os.path.join(work, f"t{T}.u32")
+    if not os.path.exists(tok):
+        run([f"{build}/cli/adjsh", "tokenize", "--text", "/usr/share/common-licenses/GPL-3",
+             "--out", tok, "--length", str(T)])
+    _, rss, _ = run([f"{build}/cli/adjsh", "grad", "--model", model, "--tokens", tok,
+                     "--out", os.path.join(work, "g.safetensors"), "--threads", str(threads),
+                     "--quiet"])
+    # Time in-process (no file I/O) with the same engine, for tokens/s and flop rates.
+    out, _, _ = run([f"{build}/bench/grad_bench", "--hidden-size", model_d(model),
+                     "--layers", "4", "--tokens", str(T), "--threads", str(threads)])
+    r = json.loads(out)
+    r["cli_peak_rss_bytes"] = rss
+    return r
+
+
+def model_d(model):
+    with open(os.path.join(model, "config.json")) as f:
+        return str(json.load(f)["hidden_size"])
+
+
+def torch_grad(T, d=256):
+    out, _, _ = run([TORCH_PY, os.path.join(ROOT, "bench", "torch_baseline.py"),
+                     "--hidden-size", str(d), "--layers", "4", "--state-size", "16",
+                     "--vocab-size", "256", "--tokens", str(T), "--threads", "2"])
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def oracle(build, T):
+    out, _, _ = run([f"{build}/bench/grad_bench", "--impl", "oracle", "--tokens", str(T),
+                     "--threads", "1"])
+    return json.loads(out)
+
+
+def slope(points):
+    """Bytes per token: least-squares slope of peak RSS against T."""
+    n = len(points)
+    mx = sum(t for t, _ in points) / n
+    my = sum(b for _, b in points) / n
+    return sum((t - mx) * (b - my) for t, b in points) / sum((t - mx) ** 2 for t, _ in points)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--quick", action="store_true", help="small T only (a smoke run)")
+    a = ap.parse_args()
+    build = os.path.abspath(a.build)
+    speed_T = [1024, 2048] if a.quick else [4096, 16384]
+    mem_T = [4096, 8192, 16384] if a.quick else [16384, 65536, 262144]
+    oracle_T = [256, 512] if a.quick else [512, 1024, 2048]
+    lines = []
+    with tempfile.TemporaryDirectory() as work:
+        models = {}
+        for d in (256, 128):
+            models[d] = os.path.join(work, f"model{d}")
+            run([f"{build}/cli/adjsh", "init", "--out", models[d], "--hidden-size", str(d),
+                 "--layers", "4", "--vocab-size", "256", "--seed", "1"])
+        sgemm = {t: json.loads(run([f"{build}/bench/sgemm_rate", str(t), "3"])[0]) for t in (1, 2)}
+        speed = []
+        for T in speed_T:
+            ours = adjsh_grad(build, work, models[256], T)
+            theirs = torch_grad(T)
+            speed.append((T, ours, theirs))
+            print(f"speed T={T}: adjsh {ours['tokens_per_s']:.0f} tok/s, "
+                  f"torch {theirs['tokens_per_s']:.0f} tok/s", file=sys.stderr)
+        mem = {d: [] for d in (256, 128)}
+        for d in (256, 128):
+            for T in mem_T:
+                r = adjsh_grad(build, work, models[d], T)
+                mem[d].append((T, r["cli_peak_rss_bytes"], r))
+                print(f"memory D={d} T={T}: {r['cli_peak_rss_bytes'] / 2**20:.0f} MiB",
+                      file=sys.stderr)
+        orc = [(T, oracle(build, T)) for T in oracle_T]
+
+    lines.append(f"Measured {time.strftime('%Y-%m-%d')} on this machine (2 cores, `nproc` = "
+                 f"{os.cpu_count()}), f32, 2 threads for every implementation, one process per "
+                 "measurement. Model: D=256, K=4, N=16, W=4, E=2, R=16, V=256 (synthetic weights).")
+    lines.append("")
+    lines.append(f"sgemm through OpenBLAS at the engine's shapes (`build/bench/sgemm_rate`): "
+                 f"{sgemm[1]['sgemm_gflop_per_s']:.1f} GFLOP/s on 1 thread, "
+                 f"{sgemm[2]['sgemm_gflop_per_s']:.1f} GFLOP/s on 2.")
+    lines.append("")
+    lines.append("### Speed: one exact gradient")
+    lines.append("")
+    lines.append("| T | adjsh tokens/s | PyTorch autograd tokens/s | ratio | adjsh GFLOP/s (model / executed) | executed / sgemm rate |")
+    lines.append("|---|---|---|---|---|---|")
+    for T, o, t in speed:
+        lines.append(f"| {T} | {o['tokens_per_s']:.0f} | {t['tokens_per_s']:.0f} | "
+                     f"{o['tokens_per_s'] / t['tokens_per_s']:.1f}x | {o['model_gflop_per_s']:.1f} / "
+                     f"{o['executed_gflop_per_s']:.1f} | "
+                     f"{o['executed_gflop_per_s'] / sgemm[2]['sgemm_gflop_per_s']:.0%} |")
+    lines.append("")
+    lines.append("\"model\" counts the GEMM flops of a keep-everything backprop; \"executed\" adds "
+                 "what adjoint sharding recomputes (forward pass one, backward pass one, the "
+                 "recompute in each task); bench/flops.h.")
+    lines.append("")
+    lines.append("### Memory: peak RSS of one gradient")
+    lines.append("")
+    lines.append("| implementation | D | T | peak RSS | bytes/token (slope in T) |")
+    lines.append("|---|---|---|---|---|")
+    for d in (256, 128):
+        s = slope([(T, b) for T, b, _ in mem[d]])
+        for T, b, _ in mem[d]:
+            lines.append(f"| `adjsh grad` | {d} | {T} | {b / 2**20:.0f} MiB | {s:.0f} ({s / 1024:.2f} KiB) |")
+    so = slope([(T, r["peak_rss_bytes"]) for T, r in orc])
+    for T, r in orc:
+        lines.append(f"| in-repo oracle (keeps everything) | 256 | {T} | {r['peak_rss_bytes'] / 2**20:.0f} MiB | {so:.0f} |")
+    st = slope([(T, t["peak_rss_bytes"]) for T, _, t in speed])
+    for T, _, t in speed:
+        lines.append(f"| PyTorch autograd | 256 | {T} | {t['peak_rss_bytes'] / 2**20:.0f} MiB | {st:.0f} |")
+    lines.append("")
+    lines.append("What adjsh stores per token in f32 (DESIGN.md §5): the K layer inputs, the "
+                 "adjoint buffers dL/du^{k+1} and dL/du^k (K + 2 rows of D floats: "
+                 f"{(4 + 2) * 256 * 4} B at D=256, {(4 + 2) * 128 * 4} B at D=128), plus the "
+                 "chunk-boundary states (K Di N floats per chunk of 256 tokens: "
+                 f"{4 * 512 * 16 * 4 // 256} B/token at D=256).")
+    section = "\n".join(lines)
+    print(section)
+    path = os.path.join(ROOT, "docs", "BENCHMARKS.md")
+    text = open(path).read() if os.path.exists(path) else "# Benchmarks\n"
+    block = (f"<!-- core:begin -->\n## Core: one gradient on the CPU\n\n"
+             f"Command: `/usr/bin/python3 bench/core_benchmarks.py`\n\n{section}\n<!-- core:end -->")
+    if "<!-- core:begin -->" in text:
+        text = re.sub(r"<!-- core:begin -->.*<!-- core:end -->", lambda _: block, text, flags=re.S)
+    else:
+        text = text.rstrip() + "\n\n" + block + "\n"
+    if not a.quick:
+        with open(path, "w") as f:
+            f.write(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,93 @@
+// One gradient of a synthetic model, in-process, with its time, flop rate and memory:
+//   grad_bench --impl adjsh|oracle --hidden-size D --layers K --tokens T [--state-size N]
+//              [--vocab-size V] [--chunk C] [--window Wt] [--threads N] [--dtype f32|f64]
+// Prints one JSON object. Peak RSS is per process, so run one measurement per process.
+#include <chrono>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench/flops.h"
+#include "cli/args.h"
+#include "common/model.h"
+#include "common/proc_stats.h"
+#include "engine/adjoint_engine.h"
+#include "kernels/reference/mamba_reference.h"
+
+namespace adjsh::bench {
+namespace {
+
+template <typename T>
+int Run(const cli::ArgParser& a, const MambaConfig& config, int64_t T_) {
+  const ModelParams<T> params = InitParams<T>(config, 1);
+  std::mt19937_64 rng(2);
+  std::vector<uint32_t> tokens(T_);
+  for (auto& t : tokens) t = static_cast<uint32_t>(rng() % config.vocab_size);
+  GradOptions opt;
+  opt.chunk = a.GetInt("chunk", 1, int64_t{1} << 40).value();
+  opt.window = a.GetInt("window", 0, int64_t{1} << 40).value();
+  opt.threads = static_cast<int>(a.GetInt("threads", 0, 4096).value());
+  const std::string impl = a.Get("impl");
+  const int64_t rss_before = ResidentBytes();
+  const auto start = std::chrono::steady_clock::now();
+  double loss = 0;
+  if (impl == "adjsh") {
+    absl::StatusOr<GradResult<T>> r = ComputeGradient<T>(params, tokens, opt);
+    if (!r.ok()) {
+      std::fprintf(stderr, "grad_bench: %s\n", std::string(r.status().message()).c_str());
+      return 1;
+    }
+    loss = r->loss;
+  } else if (impl == "oracle") {
+    loss = reference::ReferenceGradient<T>(params, tokens, opt.window).loss;
+  } else {
+    std::fprintf(stderr, "grad_bench: --impl must be adjsh or oracle\n");
+    return 2;
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const FlopsPerToken f = GradientFlopsPerToken(config, opt.window == 0);
+  const int64_t peak = PeakResidentBytes();
+  std::printf(
+      "{\"impl\": \"%s\", \"tokens\": %lld, \"hidden_size\": %lld, \"layers\": %lld, "
+      "\"dtype\": \"%s\", \"chunk\": %lld, \"window\": %lld, \"threads\": %d, \"loss\": %.6f, "
+      "\"seconds\": %.4f, \"tokens_per_s\": %.1f, \"model_gflop_per_s\": %.2f, "
+      "\"executed_gflop_per_s\": %.2f, \"rss_before_bytes\": %lld, \"peak_rss_bytes\": %lld, "
+      "\"bytes_per_token\": %.1f}\n",
+      impl.c_str(), static_cast<long long>(T_), static_cast<long long>(config.hidden_size),
+      static_cast<long long>(config.num_hidden_layers), sizeof(T) == 4 ? "f32" : "f64",
+      static_cast<long long>(opt.chunk), static_cast<long long>(opt.window), opt.threads, loss, s,
+      T_ / s, f.model * T_ / s / 1e9, f.executed * T_ / s / 1e9,
+      static_cast<long long>(rss_before), static_cast<long long>(peak),
+      double(peak - rss_before) / double(T_));
+  return 0;
+}
+
+}  // namespace
+}  // namespace adjsh::bench
+
+int main(int argc, char** argv) {
+  using adjsh::cli::ArgParser;
+  ArgParser a("grad_bench", "One gradient of a synthetic Mamba model; prints a JSON line.");
+  a.Add("impl", "adjsh|oracle", "implementation", "adjsh");
+  a.Add("hidden-size", "D", "width", "256");
+  a.Add("layers", "K", "layers", "4");
+  a.Add("state-size", "N", "state size", "16");
+  a.Add("vocab-size", "V", "vocabulary", "256");
+  a.Add("tokens", "T", "sequence length", "4096");
+  a.Add("chunk", "C", "chunk", "256");
+  a.Add("window", "Wt", "truncated window (0: exact)", "0");
+  a.Add("threads", "N", "threads (0: all)", "0");
+  a.Add("dtype", "f32|f64", "precision", "f32");
+  if (auto code = adjsh::cli::ParseOrExit(a, std::vector<std::string>(argv + 1, argv + argc)))
+    return *code;
+  adjsh::MambaConfig c;
+  c.hidden_size = a.GetInt("hidden-size", 1, 65536).value();
+  c.num_hidden_layers = a.GetInt("layers", 1, 1024).value();
+  c.state_size = a.GetInt("state-size", 1, 1024).value();
+  c.vocab_size = a.GetInt("vocab-size", 2, 1 << 30).value();
+  c.time_step_rank = (c.hidden_size + 15) / 16;
+  const int64_t T = a.GetInt("tokens", 2, int64_t{1} << 40).value();
+  return a.Get("dtype") == "f64" ? adjsh::bench::Run<double>(a, c, T)
+                                 : adjsh::bench::Run<float>(a, c, T);
+}

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# The whole test suite: installs what is missing, builds, runs every test through CTest.
+# Exits non-zero when any test fails.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/build.sh
+jobs=$(nproc 2>/dev/null || echo 2)
+ctest --test-dir build --output-on-failure -j "$jobs" "$@"
