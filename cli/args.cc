@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -140,6 +141,26 @@ int Fail(const std::string& command, const absl::Status& status) {
   std::fprintf(stderr, "adjsh %s: error: %s\n", command.c_str(),
                std::string(status.message()).c_str());
   return 1;
+}
+
+int BadUsage(const std::string& command, const absl::Status& status) {
+  Fail(command, status);
+  return 2;
+}
+
+absl::Status CheckOutputFile(const std::string& flag, const std::string& path) {
+  namespace fs = std::filesystem;
+  if (path.empty()) return absl::InvalidArgumentError(absl::StrCat("--", flag, " is empty"));
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
+    return absl::InvalidArgumentError(absl::StrCat("--", flag, " ", path, " is a directory"));
+  }
+  const fs::path parent = fs::path(path).parent_path();
+  if (!parent.empty() && !fs::is_directory(parent, ec)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", flag, " ", path, ": directory ", parent.string(), " does not exist"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace adjsh::cli

@@ -61,5 +61,11 @@ std::optional<int> ParseOrExit(ArgParser& parser, const std::vector<std::string>
 
 // Prints "adjsh <command>: error: <status message>" to stderr and returns 1.
 int Fail(const std::string& command, const absl::Status& status);
+// The same for a bad flag value, and returns 2 (bad usage).
+int BadUsage(const std::string& command, const absl::Status& status);
+
+// Checks before any work that an output file can be written: a non-empty path that is not a
+// directory, in an existing directory. INVALID_ARGUMENT naming the flag otherwise.
+absl::Status CheckOutputFile(const std::string& flag, const std::string& path);
 
 }  // namespace adjsh::cli

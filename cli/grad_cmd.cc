@@ -64,15 +64,15 @@ int GradCommand(const std::vector<std::string>& args) {
 
   GradOptions opt;
   absl::StatusOr<int64_t> chunk = a.GetInt("chunk", 1, int64_t{1} << 40);
-  if (!chunk.ok()) return Fail("grad", chunk.status());
+  if (!chunk.ok()) return BadUsage("grad", chunk.status());
   opt.chunk = *chunk;
   if (a.Has("window")) {
     absl::StatusOr<int64_t> window = a.GetInt("window", 1, int64_t{1} << 40);
-    if (!window.ok()) return Fail("grad", window.status());
+    if (!window.ok()) return BadUsage("grad", window.status());
     opt.window = *window;
   }
   absl::StatusOr<int64_t> threads = a.GetInt("threads", 0, 4096);
-  if (!threads.ok()) return Fail("grad", threads.status());
+  if (!threads.ok()) return BadUsage("grad", threads.status());
   opt.threads = static_cast<int>(*threads);
   const bool quiet = a.GetBool("quiet");
   if (!quiet) {
@@ -82,14 +82,13 @@ int GradCommand(const std::vector<std::string>& args) {
     };
   }
   const std::string dtype = a.Get("dtype");
-  absl::Status status;
-  if (dtype == "f32") {
-    status = RunGrad<float>(a, opt, quiet);
-  } else if (dtype == "f64") {
-    status = RunGrad<double>(a, opt, quiet);
-  } else {
-    status = absl::InvalidArgumentError("--dtype must be f32 or f64, got '" + dtype + "'");
+  if (dtype != "f32" && dtype != "f64") {
+    return BadUsage("grad", absl::InvalidArgumentError("--dtype must be f32 or f64, got '" +
+                                                       dtype + "'"));
   }
+  if (absl::Status s = CheckOutputFile("out", a.Get("out")); !s.ok()) return BadUsage("grad", s);
+  const absl::Status status =
+      dtype == "f32" ? RunGrad<float>(a, opt, quiet) : RunGrad<double>(a, opt, quiet);
   return status.ok() ? 0 : Fail("grad", status);
 }
 

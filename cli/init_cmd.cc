@@ -59,19 +59,19 @@ int InitCommand(const std::vector<std::string>& args) {
   if (auto code = ParseOrExit(a, args)) return *code;
 
   absl::StatusOr<MambaConfig> config = ConfigFromFlags(a);
-  if (!config.ok()) return Fail("init", config.status());
+  if (!config.ok()) return BadUsage("init", config.status());
   absl::StatusOr<int64_t> seed = a.GetInt("seed", 0, INT64_MAX);
-  if (!seed.ok()) return Fail("init", seed.status());
+  if (!seed.ok()) return BadUsage("init", seed.status());
   const std::string dtype = a.Get("dtype");
-  absl::Status status;
-  if (dtype == "f64") {
-    status = SaveModelDir(a.Get("out"), InitParams<double>(*config, *seed), DType::kF64);
-  } else if (dtype == "f32" || dtype == "bf16") {
-    status = SaveModelDir(a.Get("out"), InitParams<float>(*config, *seed),
-                          dtype == "f32" ? DType::kF32 : DType::kBF16);
-  } else {
-    status = absl::InvalidArgumentError("--dtype must be f32, f64 or bf16, got '" + dtype + "'");
+  if (dtype != "f32" && dtype != "f64" && dtype != "bf16") {
+    return BadUsage("init", absl::InvalidArgumentError("--dtype must be f32, f64 or bf16, got '" +
+                                                       dtype + "'"));
   }
+  const absl::Status status =
+      dtype == "f64"
+          ? SaveModelDir(a.Get("out"), InitParams<double>(*config, *seed), DType::kF64)
+          : SaveModelDir(a.Get("out"), InitParams<float>(*config, *seed),
+                         dtype == "f32" ? DType::kF32 : DType::kBF16);
   return status.ok() ? 0 : Fail("init", status);
 }
 

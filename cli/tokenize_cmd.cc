@@ -20,6 +20,11 @@ int TokenizeCommand(const std::vector<std::string>& args) {
   a.Add("length", "T", "exact number of tokens (repeat the text or cut it); 0: all", "0");
   if (auto code = ParseOrExit(a, args)) return *code;
 
+  absl::StatusOr<int64_t> length = a.GetInt("length", 0, int64_t{1} << 40);
+  if (!length.ok()) return BadUsage("tokenize", length.status());
+  if (absl::Status s = CheckOutputFile("out", a.Get("out")); !s.ok()) {
+    return BadUsage("tokenize", s);
+  }
   std::vector<uint32_t> tokens;
   for (const std::string& path :
        std::vector<std::string>(absl::StrSplit(a.Get("text"), ',', absl::SkipEmpty()))) {
@@ -28,8 +33,6 @@ int TokenizeCommand(const std::vector<std::string>& args) {
     for (std::istreambuf_iterator<char> it(in), end; it != end; ++it)
       tokens.push_back(static_cast<unsigned char>(*it));
   }
-  absl::StatusOr<int64_t> length = a.GetInt("length", 0, int64_t{1} << 40);
-  if (!length.ok()) return Fail("tokenize", length.status());
   if (tokens.empty()) return Fail("tokenize", absl::InvalidArgumentError("the input is empty"));
   if (*length > 0) {
     std::vector<uint32_t> out(*length);

@@ -219,6 +219,10 @@ absl::StatusOr<ModelParams<T>> LoadModelDir(const std::string& dir) {
   const std::filesystem::path d(dir);
   std::error_code ec;
   if (!std::filesystem::is_directory(d, ec)) {
+    if (std::filesystem::exists(d, ec)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model path ", dir, " is not a directory (expected config.json + model.safetensors)"));
+    }
     return absl::NotFoundError(absl::StrCat("model directory ", dir, " does not exist"));
   }
   const std::string config_path = (d / "config.json").string();

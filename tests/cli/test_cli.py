@@ -754,12 +754,13 @@ def run_cases(r, work):
     # --- --out problems -------------------------------------------------------------------------
     def out_in_missing_dir():
         o = P("no_such_dir", "g.safetensors")
-        r.expect(grad_base + ["--out", o], 1, err_has=["no_such_dir"], out_path=o)
+        # Refused before any computation, as bad usage.
+        r.expect(grad_base + ["--out", o], BAD_VALUE_RC, err_has=["no_such_dir"], out_path=o)
     r.case("out/--out in a missing directory", out_in_missing_dir)
 
     def out_is_dir():
         os.mkdir(P("outdir.safetensors"))
-        res = r.expect(grad_base + ["--out", P("outdir.safetensors")], 1,
+        res = r.expect(grad_base + ["--out", P("outdir.safetensors")], BAD_VALUE_RC,
                        err_has=["outdir.safetensors"])
         check(os.path.isdir(P("outdir.safetensors")) and not os.listdir(P("outdir.safetensors")),
               "the directory given as --out was modified")
