@@ -11,6 +11,7 @@ namespace adjsh::cli {
 int GradCommand(const std::vector<std::string>& args);
 int InitCommand(const std::vector<std::string>& args);
 int TokenizeCommand(const std::vector<std::string>& args);
+int TrainCommand(const std::vector<std::string>& args);
 
 }  // namespace adjsh::cli
 

@@ -16,6 +16,7 @@ constexpr const char* kUsage =
     "  grad       loss and gradient of one token sequence (in-process, chunked, threaded)\n"
     "  init       write a new model directory (config.json + model.safetensors)\n"
     "  tokenize   turn text files into a byte-level token file (.u16 / .u32)\n"
+    "  train      train on a corpus, one long sequence per step (AdamW, checkpoints, resume)\n"
     "\n"
     "Run 'adjsh <command> --help' for a command's flags.\n";
 
@@ -27,6 +28,7 @@ constexpr Command kCommands[] = {
     {"grad", adjsh::cli::GradCommand},
     {"init", adjsh::cli::InitCommand},
     {"tokenize", adjsh::cli::TokenizeCommand},
+    {"train", adjsh::cli::TrainCommand},
 };
 
 }  // namespace

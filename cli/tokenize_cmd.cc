@@ -1,7 +1,5 @@
 // adjsh tokenize: byte-level tokens (vocabulary 256) from text files, concatenated in order.
 #include <cstdio>
-#include <fstream>
-#include <iterator>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -25,15 +23,10 @@ int TokenizeCommand(const std::vector<std::string>& args) {
   if (absl::Status s = CheckOutputFile("out", a.Get("out")); !s.ok()) {
     return BadUsage("tokenize", s);
   }
-  std::vector<uint32_t> tokens;
-  for (const std::string& path :
-       std::vector<std::string>(absl::StrSplit(a.Get("text"), ',', absl::SkipEmpty()))) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) return Fail("tokenize", absl::NotFoundError(absl::StrCat("cannot open ", path)));
-    for (std::istreambuf_iterator<char> it(in), end; it != end; ++it)
-      tokens.push_back(static_cast<unsigned char>(*it));
-  }
-  if (tokens.empty()) return Fail("tokenize", absl::InvalidArgumentError("the input is empty"));
+  const std::vector<std::string> paths = absl::StrSplit(a.Get("text"), ',', absl::SkipEmpty());
+  absl::StatusOr<std::vector<uint32_t>> text = ReadTextAsBytes(paths);
+  if (!text.ok()) return Fail("tokenize", text.status());
+  std::vector<uint32_t> tokens = std::move(*text);
   if (*length > 0) {
     std::vector<uint32_t> out(*length);
     for (int64_t t = 0; t < *length; ++t) out[t] = tokens[t % tokens.size()];

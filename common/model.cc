@@ -204,6 +204,17 @@ absl::StatusOr<ModelParams<T>> ParamsFromTensors(const MambaConfig& config,
 }
 
 template <typename T>
+std::vector<ParamRef<T>> ListParams(ModelParams<T>& params) {
+  std::vector<ParamRef<T>> out;
+  VisitParams<T>(params, [&](const std::string& name, const Shape& shape,
+                             std::vector<T>& values) {
+    out.push_back({name, shape, &values});
+    return absl::OkStatus();
+  }).IgnoreError();
+  return out;
+}
+
+template <typename T>
 TensorMap ParamsToTensors(const ModelParams<T>& params, DType dtype) {
   TensorMap out;
   VisitParams<T>(params, [&](const std::string& name, const Shape& shape,
@@ -268,6 +279,7 @@ absl::Status SaveModelDir(const std::string& dir, const ModelParams<T>& params, 
   template absl::StatusOr<ModelParams<T>> ParamsFromTensors<T>(const MambaConfig&,            \
                                                                const TensorMap&);             \
   template TensorMap ParamsToTensors<T>(const ModelParams<T>&, DType);                        \
+  template std::vector<ParamRef<T>> ListParams<T>(ModelParams<T>&);                          \
   template absl::StatusOr<ModelParams<T>> LoadModelDir<T>(const std::string&);                \
   template absl::Status SaveModelDir<T>(const std::string&, const ModelParams<T>&, DType);
 ADJSH_INSTANTIATE(float)

@@ -56,6 +56,17 @@ std::string LayerParamName(int64_t layer, const char* suffix);  // "backbone.lay
 inline constexpr const char* kEmbedName = "backbone.embeddings.weight";
 inline constexpr const char* kNormFName = "backbone.norm_f.weight";
 
+// Every parameter tensor of a model in HF order (embedding, layers, norm_f), by reference: the
+// way to walk several same-config models (parameters, gradients, optimizer moments) in step.
+template <typename T>
+struct ParamRef {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::vector<T>* values;
+};
+template <typename T>
+std::vector<ParamRef<T>> ListParams(ModelParams<T>& params);
+
 // All parameters sized for `config`, filled with zeros (a gradient accumulator).
 template <typename T>
 ModelParams<T> ZeroParams(const MambaConfig& config);

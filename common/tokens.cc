@@ -1,7 +1,9 @@
 // Token files: raw little-endian uint32 (.u32) or uint16 (.u16) ids, no header.
 #include "common/tokens.h"
 
+#include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <string_view>
 
 #include "absl/strings/match.h"
@@ -73,6 +75,28 @@ absl::Status CheckTokensInVocab(std::span<const uint32_t> tokens, int64_t vocab_
     }
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<uint32_t>> ReadTextAsBytes(std::span<const std::string> paths) {
+  std::vector<uint32_t> tokens;
+  for (const std::string& path : paths) {
+    absl::StatusOr<std::string> text = ReadFileToString(path);
+    if (!text.ok()) return text.status();
+    tokens.reserve(tokens.size() + text->size());
+    for (char c : *text) tokens.push_back(static_cast<unsigned char>(c));
+  }
+  if (tokens.empty()) return absl::InvalidArgumentError("the text input is empty");
+  return tokens;
+}
+
+std::vector<std::string> BuiltinCorpusFiles() {
+  std::vector<std::string> files;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/usr/share/common-licenses", ec)) {
+    if (e.is_regular_file(ec) && !e.is_symlink(ec)) files.push_back(e.path().string());
+  }
+  std::sort(files.begin(), files.end());
+  return files;
 }
 
 }  // namespace adjsh

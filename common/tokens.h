@@ -21,6 +21,14 @@ absl::Status WriteTokenFile(const std::string& path, std::span<const uint32_t> t
 // INVALID_ARGUMENT naming the first position whose id is >= vocab_size.
 absl::Status CheckTokensInVocab(std::span<const uint32_t> tokens, int64_t vocab_size);
 
+// Byte-level tokens (id = byte value, vocabulary 256) of text files, concatenated in order.
+// NOT_FOUND naming a missing file; INVALID_ARGUMENT when the result is empty.
+absl::StatusOr<std::vector<uint32_t>> ReadTextAsBytes(std::span<const std::string> paths);
+
+// The built-in corpus: the license texts every Debian machine has, /usr/share/common-licenses
+// (regular files only, in name order).
+std::vector<std::string> BuiltinCorpusFiles();
+
 }  // namespace adjsh
 
 #endif  // ADJSH_COMMON_TOKENS_H_

@@ -1,0 +1,45 @@
+#include "cli/model_flags.h"
+
+namespace adjsh::cli {
+
+void AddModelFlags(ArgParser& a, const ModelFlagDefaults& d) {
+  a.Add("hidden-size", "D", "model width", d.hidden_size, d.hidden_size.empty());
+  a.Add("layers", "K", "number of Mamba layers", d.layers, d.layers.empty());
+  a.Add("vocab-size", "V", "vocabulary size", d.vocab_size, d.vocab_size.empty());
+  a.Add("state-size", "N", "SSM state size", "16");
+  a.Add("conv-kernel", "W", "causal conv width", "4");
+  a.Add("expand", "E", "inner width factor (Di = E*D)", "2");
+  a.Add("dt-rank", "R", "dt projection rank, or auto = ceil(D/16)", "auto");
+  a.Add("layer-norm-epsilon", "EPS", "RMSNorm epsilon", "1e-5");
+}
+
+absl::StatusOr<MambaConfig> ConfigFromFlags(const ArgParser& a) {
+  MambaConfig c;
+  struct IntFlag {
+    const char* name;
+    int64_t* field;
+  };
+  for (const IntFlag& f : {IntFlag{"hidden-size", &c.hidden_size},
+                           IntFlag{"layers", &c.num_hidden_layers},
+                           IntFlag{"state-size", &c.state_size},
+                           IntFlag{"conv-kernel", &c.conv_kernel}, IntFlag{"expand", &c.expand},
+                           IntFlag{"vocab-size", &c.vocab_size}}) {
+    absl::StatusOr<int64_t> v = a.GetInt(f.name, 1, int64_t{1} << 31);
+    if (!v.ok()) return v.status();
+    *f.field = *v;
+  }
+  if (a.Get("dt-rank") == "auto") {
+    c.time_step_rank = (c.hidden_size + 15) / 16;
+  } else {
+    absl::StatusOr<int64_t> v = a.GetInt("dt-rank", 1, int64_t{1} << 31);
+    if (!v.ok()) return v.status();
+    c.time_step_rank = *v;
+  }
+  absl::StatusOr<double> eps = a.GetDouble("layer-norm-epsilon");
+  if (!eps.ok()) return eps.status();
+  c.layer_norm_epsilon = *eps;
+  if (absl::Status s = ValidateConfig(c); !s.ok()) return s;
+  return c;
+}
+
+}  // namespace adjsh::cli

@@ -1,0 +1,70 @@
+// The training loop: each step takes the next `context` tokens of the corpus, computes the
+// loss and gradient of that sequence (by default in-process with the adjoint engine; the
+// distributed service plugs in its own gradient source), clips the global gradient norm, and
+// applies AdamW with warmup + cosine; checkpoints every N steps and resumes from the latest.
+// Deterministic: the same options and corpus give bitwise the same weights, resumed or not.
+#ifndef ADJSH_TRAIN_TRAINER_H_
+#define ADJSH_TRAIN_TRAINER_H_
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/model.h"
+#include "engine/adjoint_engine.h"
+#include "train/checkpoint.h"
+#include "train/optimizer.h"
+
+namespace adjsh::train {
+
+struct TrainOptions {
+  int64_t steps = 60;
+  int64_t context = 16384;  // T: tokens per step
+  GradOptions grad;         // chunk, window, threads
+  AdamWOptions adamw;
+  std::string checkpoint_dir;    // empty: no checkpoints
+  int64_t checkpoint_every = 0;  // 0: only at the end (when checkpoint_dir is set)
+};
+
+struct StepReport {
+  int64_t step = 0, steps = 0;  // step: 1-based index of the step just done
+  double loss = 0, grad_norm = 0, lr = 0, seconds = 0, tokens_per_s = 0, eta_seconds = 0;
+};
+
+using GradientSource = std::function<absl::StatusOr<GradResult<float>>(
+    const ModelParams<float>& params, std::span<const uint32_t> tokens)>;
+
+class Trainer {
+ public:
+  // corpus: at least context + 1 tokens, all < vocab_size (checked by Init).
+  Trainer(ModelParams<float> params, std::vector<uint32_t> corpus, TrainOptions options);
+
+  // Validates options and data; resumes from checkpoint_dir's latest checkpoint if there is one
+  // (then `resumed()` is true and the step count continues from it).
+  absl::Status Init();
+  void set_gradient_source(GradientSource source) { source_ = std::move(source); }
+
+  // Runs the remaining steps; on_step is called after every step.
+  absl::Status Run(const std::function<void(const StepReport&)>& on_step);
+
+  const ModelParams<float>& params() const { return params_; }
+  const TrainerState& state() const { return state_; }
+  bool resumed() const { return resumed_; }
+
+ private:
+  ModelParams<float> params_;
+  std::vector<uint32_t> corpus_;
+  TrainOptions opt_;
+  AdamWState adamw_;
+  TrainerState state_;
+  GradientSource source_;
+  bool resumed_ = false;
+};
+
+}  // namespace adjsh::train
+
+#endif  // ADJSH_TRAIN_TRAINER_H_
