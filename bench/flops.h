@@ -1,7 +1,8 @@
 // GEMM floating-point operations of one gradient, per token, for the flop-rate figures in
 // docs/BENCHMARKS.md. "model" counts what a keep-everything backprop needs (forward, and two
 // GEMMs per projection backward); "executed" counts what the adjoint engine runs, including its
-// recomputation (forward pass one, backward pass one, and the recompute inside each VJP task).
+// recomputation (the recompute inside each VJP task; with the two-pass schedule also forward
+// pass one and backward pass one).
 #ifndef ADJSH_BENCH_FLOPS_H_
 #define ADJSH_BENCH_FLOPS_H_
 
@@ -13,7 +14,7 @@ struct FlopsPerToken {
   double model = 0, executed = 0;
 };
 
-inline FlopsPerToken GradientFlopsPerToken(const MambaConfig& c, bool exact) {
+inline FlopsPerToken GradientFlopsPerToken(const MambaConfig& c, bool exact, bool two_pass) {
   const double D = c.hidden_size, Di = c.inner(), R = c.time_step_rank, V = c.vocab_size;
   const double E = R + 2 * c.state_size, K = c.num_hidden_layers;
   const double recompute = 2 * D * 2 * Di + 2 * Di * E + 2 * R * Di;  // in_proj, x_proj, dt_proj
@@ -23,10 +24,10 @@ inline FlopsPerToken GradientFlopsPerToken(const MambaConfig& c, bool exact) {
   const double head = 3 * 2 * V * D;    // logits, dE, dnf
   FlopsPerToken f;
   f.model = K * (forward + backward) + head;
-  // F1 (recompute), F2 (forward), A (recompute + g W_out, exact only), B (recompute + g W_out +
-  // the backward GEMMs).
-  const double pass_a = exact ? recompute + out : 0;
-  f.executed = K * (recompute + forward + pass_a + recompute + out + backward) + head;
+  // Two-pass: F1 (recompute), F2 (forward), A (recompute + g W_out, exact only). Both: the VJP
+  // task (recompute + g W_out + the backward GEMMs).
+  const double pass_one = two_pass ? recompute + (exact ? recompute + out : 0) : 0;
+  f.executed = K * (forward + pass_one + recompute + out + backward) + head;
   return f;
 }
 

@@ -28,6 +28,7 @@ int Run(const cli::ArgParser& a, const MambaConfig& config, int64_t T_) {
   opt.chunk = a.GetInt("chunk", 1, int64_t{1} << 40).value();
   opt.window = a.GetInt("window", 0, int64_t{1} << 40).value();
   opt.threads = static_cast<int>(a.GetInt("threads", 0, 4096).value());
+  opt.schedule = a.Get("schedule") == "two-pass" ? Schedule::kTwoPass : Schedule::kWavefront;
   const std::string impl = a.Get("impl");
   const int64_t rss_before = ResidentBytes();
   const auto start = std::chrono::steady_clock::now();
@@ -46,16 +47,18 @@ int Run(const cli::ArgParser& a, const MambaConfig& config, int64_t T_) {
     return 2;
   }
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const FlopsPerToken f = GradientFlopsPerToken(config, opt.window == 0);
+  const FlopsPerToken f =
+      GradientFlopsPerToken(config, opt.window == 0, opt.schedule == Schedule::kTwoPass);
   const int64_t peak = PeakResidentBytes();
   std::printf(
       "{\"impl\": \"%s\", \"tokens\": %lld, \"hidden_size\": %lld, \"layers\": %lld, "
-      "\"dtype\": \"%s\", \"chunk\": %lld, \"window\": %lld, \"threads\": %d, \"loss\": %.6f, "
+      "\"dtype\": \"%s\", \"schedule\": \"%s\", \"chunk\": %lld, \"window\": %lld, \"threads\": %d, \"loss\": %.6f, "
       "\"seconds\": %.4f, \"tokens_per_s\": %.1f, \"model_gflop_per_s\": %.2f, "
       "\"executed_gflop_per_s\": %.2f, \"rss_before_bytes\": %lld, \"peak_rss_bytes\": %lld, "
       "\"bytes_per_token\": %.1f}\n",
       impl.c_str(), static_cast<long long>(T_), static_cast<long long>(config.hidden_size),
       static_cast<long long>(config.num_hidden_layers), sizeof(T) == 4 ? "f32" : "f64",
+      a.Get("schedule").c_str(),
       static_cast<long long>(opt.chunk), static_cast<long long>(opt.window), opt.threads, loss, s,
       T_ / s, f.model * T_ / s / 1e9, f.executed * T_ / s / 1e9,
       static_cast<long long>(rss_before), static_cast<long long>(peak),
@@ -79,6 +82,7 @@ int main(int argc, char** argv) {
   a.Add("window", "Wt", "truncated window (0: exact)", "0");
   a.Add("threads", "N", "threads (0: all)", "0");
   a.Add("dtype", "f32|f64", "precision", "f32");
+  a.Add("schedule", "wavefront|two-pass", "task schedule", "wavefront");
   if (auto code = adjsh::cli::ParseOrExit(a, std::vector<std::string>(argv + 1, argv + argc)))
     return *code;
   adjsh::MambaConfig c;

@@ -58,6 +58,10 @@ int GradCommand(const std::vector<std::string>& args) {
   a.Add("window", "Wt", "truncated adjoint window in tokens (default: exact gradient)");
   a.Add("chunk", "C", "tokens per (layer, chunk) task", "256");
   a.Add("threads", "N", "worker threads (0: one per core)", "0");
+  a.Add("schedule", "wavefront|two-pass",
+        "task order: wavefront over (layer, chunk), or two passes per layer with all chunks in "
+        "parallel",
+        "wavefront");
   a.Add("dtype", "f32|f64", "compute and output precision (f64: the check mode)", "f32");
   a.AddBool("quiet", "print nothing on success");
   if (auto code = ParseOrExit(a, args)) return *code;
@@ -74,6 +78,12 @@ int GradCommand(const std::vector<std::string>& args) {
   absl::StatusOr<int64_t> threads = a.GetInt("threads", 0, 4096);
   if (!threads.ok()) return BadUsage("grad", threads.status());
   opt.threads = static_cast<int>(*threads);
+  const std::string schedule = a.Get("schedule");
+  if (schedule != "wavefront" && schedule != "two-pass") {
+    return BadUsage("grad", absl::InvalidArgumentError(
+                                "--schedule must be wavefront or two-pass, got '" + schedule + "'"));
+  }
+  opt.schedule = schedule == "two-pass" ? Schedule::kTwoPass : Schedule::kWavefront;
   const bool quiet = a.GetBool("quiet");
   if (!quiet) {
     opt.progress = [](std::string_view phase, int64_t done, int64_t total) {

@@ -36,16 +36,30 @@ class Engine {
         D_(cfg_.hidden_size),
         K_(cfg_.num_hidden_layers),
         DiN_(cfg_.inner() * cfg_.state_size),
-        max_ahead_(2 * pool_.size()) {}
+        max_ahead_(2 * pool_.size()) {
+    blocks_.reserve(K_);
+    for (int64_t k = 0; k < K_; ++k) blocks_.emplace_back(cfg_, p_.layers[k]);
+  }
 
   GradResult<T> Run() {
     GradResult<T> result;
     result.grad = ZeroParams<T>(cfg_);
-    Forward();
+    const bool wavefront = opt_.schedule == Schedule::kWavefront;
+    Prepare();
+    if (wavefront) {
+      ForwardWavefront();
+    } else {
+      ForwardTwoPass();
+    }
     result.loss = Head(result.grad);
-    Backward(result.grad);
-    result.stored_bytes = static_cast<int64_t>(sizeof(T)) *
-                          ((K_ + 2) * T_ * D_ + K_ * nC_ * DiN_ + 3 * nC_ * DiN_);
+    if (wavefront && opt_.window == 0) {
+      BackwardWavefront(result.grad);
+    } else {
+      BackwardLayered(result.grad);
+    }
+    const int64_t rows = (K_ + 1) * T_ * D_ + (wavefront && opt_.window == 0 ? 0 : T_ * D_);
+    const int64_t extra = wavefront ? 0 : 3 * nC_ * DiN_;  // summaries and mu of one layer
+    result.stored_bytes = static_cast<int64_t>(sizeof(T)) * (rows + K_ * nC_ * DiN_ + extra);
     return result;
   }
 
@@ -64,18 +78,48 @@ class Engine {
     for (int64_t k = 0; k < DiN_; ++k) out[k] = std::exp(A[k] * S[k / N]) * v[k];
   }
 
-  void Forward() {
-    const int64_t Di = cfg_.inner();
+  // u^1 = the embedding rows of the tokens; room for the other layer inputs and chunk states.
+  void Prepare() {
     layer_in_.assign(K_, std::vector<T>(T_ * D_));
     states_.assign(K_, std::vector<T>(nC_ * DiN_));
     top_.assign(T_ * D_, T(0));
     for (int64_t t = 0; t < T_; ++t)
       std::copy_n(p_.embed.data() + int64_t{tokens_[t]} * D_, D_, layer_in_[0].data() + t * D_);
+  }
+
+  T* Rows(int64_t k) { return k < K_ ? layer_in_[k].data() : top_.data(); }  // u^k, k = 0..K
+
+  // Task (k, c) once (k - 1, c) and (k, c - 1) are done: its state comes from (k, c - 1).
+  void ForwardWavefront() {
+    RunDag(
+        pool_, K_ * nC_,
+        [&](int64_t id) {
+          const int64_t k = id / nC_, c = id % nC_;
+          std::vector<int64_t> next;
+          if (k + 1 < K_) next.push_back(id + nC_);
+          if (c + 1 < nC_) next.push_back(id + 1);
+          return next;
+        },
+        [&](int64_t id) {
+          const int64_t k = id / nC_, c = id % nC_;
+          const ChunkSpan s = Span(c);
+          T* h0 = states_[k].data() + c * DiN_;
+          std::vector<T> last;  // the final state has no reader
+          if (c + 1 == nC_) last.resize(DiN_);
+          T* h_end = c + 1 < nC_ ? h0 + DiN_ : last.data();
+          blocks_[k].Forward(Rows(k) + (s.t0 - s.halo) * D_, {s.halo, s.len, 0}, h0,
+                             Rows(k + 1) + s.t0 * D_, h_end);
+        });
+    Progress("forward", K_, K_);
+  }
+
+  void ForwardTwoPass() {
+    const int64_t Di = cfg_.inner();
     std::vector<T> h_local(nC_ * DiN_), S(nC_ * Di);
     for (int64_t k = 0; k < K_; ++k) {
-      const cpu::MambaBlockCpu<T> block(cfg_, p_.layers[k]);
-      const T* u = layer_in_[k].data();
-      T* out = k + 1 < K_ ? layer_in_[k + 1].data() : top_.data();
+      const cpu::MambaBlockCpu<T>& block = blocks_[k];
+      const T* u = Rows(k);
+      T* out = Rows(k + 1);
       // F1: local summaries of every chunk but the last (nothing follows it).
       pool_.ParallelFor(nC_ - 1, [&](int64_t c) {
         const ChunkSpan s = Span(c);
@@ -138,14 +182,59 @@ class Engine {
     return loss / static_cast<double>(T_ - 1);
   }
 
-  void Backward(ModelParams<T>& grad) {
+  // Task (k, c) once (k + 1, c) (its dL/du^{k+1} rows, halos included) and (k, c + 1) (its mu)
+  // are done. Tasks of a layer run one after another (c descending), so each adds its partial
+  // straight into the layer's gradient. dL/du^k of chunk c replaces u^k there once no task
+  // reads it (its halo readers, chunks > c, ran before it); mu_{c-1} replaces h0 of chunk c.
+  void BackwardWavefront(ModelParams<T>& grad) {
+    std::vector<std::vector<T>> halos(K_ * nC_);  // (k, c): dL/du for the W - 1 rows before c
+    auto task = [&](int64_t k, int64_t c) { return (K_ - 1 - k) * nC_ + (nC_ - 1 - c); };
+    RunDag(
+        pool_, K_ * nC_,
+        [&](int64_t id) {
+          const int64_t k = K_ - 1 - id / nC_, c = nC_ - 1 - id % nC_;
+          std::vector<int64_t> next;
+          if (k > 0) next.push_back(task(k - 1, c));
+          if (c > 0) next.push_back(task(k, c - 1));
+          return next;
+        },
+        [&](int64_t id) {
+          const int64_t k = K_ - 1 - id / nC_, c = nC_ - 1 - id % nC_;
+          const ChunkSpan s = Span(c);
+          T* states = states_[k].data();
+          std::vector<T> du(s.len * D_), mu_out(DiN_);
+          std::vector<T>& halo = halos[k * nC_ + c];
+          halo.assign(s.halo * D_, T(0));
+          blocks_[k].Backward(Rows(k) + (s.t0 - s.halo) * D_, {s.halo, s.len, 0},
+                              Rows(k + 1) + s.t0 * D_, states + c * DiN_,
+                              c + 1 < nC_ ? states + (c + 1) * DiN_ : nullptr, 0, grad.layers[k],
+                              du.data(), halo.data(), mu_out.data());
+          if (c > 0) std::copy(mu_out.begin(), mu_out.end(), states + c * DiN_);
+          // Later chunks' halo contributions to these rows, in chunk order.
+          for (int64_t c2 = c + 1; c2 < nC_; ++c2) {
+            const ChunkSpan s2 = Span(c2);
+            const int64_t first = s2.t0 - s2.halo;  // the halo's first row
+            if (first >= s.t0 + s.len) break;
+            for (int64_t r = std::max(first, s.t0); r < s2.t0 && r < s.t0 + s.len; ++r)
+              for (int64_t d = 0; d < D_; ++d)
+                du[(r - s.t0) * D_ + d] += halos[k * nC_ + c2][(r - first) * D_ + d];
+          }
+          std::copy(du.begin(), du.end(), Rows(k) + s.t0 * D_);
+        });
+    top_ = std::vector<T>();
+    Progress("backward", K_, K_);
+    EmbeddingGrad(Rows(0), grad);
+  }
+
+  // Layer by layer, all chunks of a layer in parallel (two-pass exact, or truncated).
+  void BackwardLayered(ModelParams<T>& grad) {
     const int64_t Di = cfg_.inner();
     std::vector<T> g = std::move(top_);  // dL/du^{k+1}
     std::vector<T> du(T_ * D_);          // dL/du^k
     std::vector<T> m(nC_ * DiN_), S(nC_ * Di), mu(nC_ * DiN_);
     const bool exact = opt_.window == 0;
     for (int64_t k = K_ - 1; k >= 0; --k) {
-      const cpu::MambaBlockCpu<T> block(cfg_, p_.layers[k]);
+      const cpu::MambaBlockCpu<T>& block = blocks_[k];
       const T* u = layer_in_[k].data();
       if (exact) {
         // A: summaries of every chunk but the first (nothing precedes it).
@@ -189,10 +278,14 @@ class Engine {
       layer_in_[k] = std::vector<T>();  // no longer needed
       Progress("backward", K_ - k, K_);
     }
-    // The embedding lookup: dE[token_t] += dL/du^1_t, in token order.
+    EmbeddingGrad(g.data(), grad);
+  }
+
+  // The embedding lookup: dE[token_t] += dL/du^1_t, in token order.
+  void EmbeddingGrad(const T* du1, ModelParams<T>& grad) const {
     for (int64_t t = 0; t < T_; ++t) {
       T* row = grad.embed.data() + int64_t{tokens_[t]} * D_;
-      for (int64_t d = 0; d < D_; ++d) row[d] += g[t * D_ + d];
+      for (int64_t d = 0; d < D_; ++d) row[d] += du1[t * D_ + d];
     }
   }
 
@@ -202,6 +295,7 @@ class Engine {
   const GradOptions& opt_;
   ThreadPool pool_;
   const int64_t T_, C_, nC_, D_, K_, DiN_, max_ahead_;
+  std::vector<cpu::MambaBlockCpu<T>> blocks_;
   std::vector<std::vector<T>> layer_in_;  // K x (T, D): u^k
   std::vector<std::vector<T>> states_;    // K x (chunks, Di, N): h before each chunk
   std::vector<T> top_;                    // (T, D): u^{K+1}, then dL/du^{K+1}

@@ -1,16 +1,23 @@
 // The adjoint engine: loss and exact gradient of the mean next-token loss of one sequence,
 // computed by adjoint sharding in-process (DESIGN.md §3).
 //
-//   forward   for each layer k: pass F1 (chunks in parallel: local state summaries), an exact
-//             O(chunks Di N) combine of the chunk-boundary states, pass F2 (chunks in parallel:
-//             the layer output); the layer inputs u^k and chunk-boundary states are kept.
+// Two schedules of the same (layer, chunk) tasks:
+//   wavefront (default)  forward task (k, c) runs once (k-1, c) and (k, c-1) are done, taking
+//             its initial state from (k, c-1); backward task (k, c) once (k+1, c) and (k, c+1)
+//             are done, taking the adjoint mu from (k, c+1). Nothing is recomputed beyond each
+//             task's own chunk; up to min(K, chunks) tasks run at once. dL/du^k overwrites u^k
+//             chunk by chunk, and mu overwrites the consumed chunk state.
+//   two-pass  for each layer: pass one (chunks in parallel: local state summaries, or adjoint
+//             summaries m_c and S_c), an exact O(chunks Di N) combine
+//             (h0(c+1) = exp(A S_c) . h0(c) + h_local(c); mu_{c-1} = m_c + exp(A S_c) . mu_c),
+//             pass two (chunks in parallel: outputs, or VJPs). All chunks of a layer run at once:
+//             the form for many workers.
 //   head      blocks of rows in parallel: final norm, tied LM head, cross-entropy and dL/du^{K+1}.
-//   backward  for k = K..1: pass A (chunks in parallel: adjoint summaries m_c, S_c), the reverse
-//             combine mu_{c-1} = m_c + exp(A S_c) . mu_c, pass B (chunks in parallel: the VJPs);
-//             with a truncated window, pass B alone (each chunk reads its lookahead).
-// Task partials are added in task order, so the result does not depend on the thread count.
-// Memory: K T D layer inputs + 2 T D adjoint buffers + K (T / C) Di N states, plus per-task
-// scratch bounded by the chunk size.
+// With a truncated window the backward is always layer by layer with no pass one (each chunk
+// reads its lookahead rows). Partials are added in a fixed order, so the result does not depend
+// on the thread count (the two schedules round differently).
+// Memory: K T D layer inputs + T D (u^{K+1}, then dL/du^{K+1}) + K (T / C) Di N states, plus
+// per-task scratch bounded by the chunk size (+ T D for the layered backward's second buffer).
 #ifndef ADJSH_ENGINE_ADJOINT_ENGINE_H_
 #define ADJSH_ENGINE_ADJOINT_ENGINE_H_
 
@@ -24,8 +31,11 @@
 
 namespace adjsh {
 
+enum class Schedule { kWavefront, kTwoPass };
+
 struct GradOptions {
   int64_t chunk = 256;  // C: tokens per (layer, chunk) task
+  Schedule schedule = Schedule::kWavefront;
   int64_t window = 0;   // Wt: 0 = exact adjoint; else truncated to Wt tokens (Wt >= T is exact)
   int threads = 0;      // 0: one per hardware thread
   // Progress: called from the calling thread between phases with (phase, done, total).

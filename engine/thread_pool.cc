@@ -67,4 +67,37 @@ void ThreadPool::ParallelFor(int64_t n, const std::function<void(int64_t)>& fn) 
   fn_ = nullptr;
 }
 
+void RunDag(ThreadPool& pool, int64_t n,
+            const std::function<std::vector<int64_t>(int64_t)>& successors,
+            const std::function<void(int64_t)>& fn) {
+  std::vector<std::vector<int64_t>> succ(n);
+  std::vector<int64_t> waiting(n, 0);  // unfinished predecessors
+  for (int64_t t = 0; t < n; ++t) {
+    succ[t] = successors(t);
+    for (int64_t s : succ[t]) ++waiting[s];
+  }
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<int64_t> ready;
+  for (int64_t t = 0; t < n; ++t)
+    if (waiting[t] == 0) ready.push_back(t);
+  int64_t finished = 0;
+  pool.ParallelFor(pool.size(), [&](int64_t) {
+    std::unique_lock<std::mutex> lock(mu);
+    for (;;) {
+      cv.wait(lock, [&] { return !ready.empty() || finished == n; });
+      if (ready.empty()) return;  // all done
+      const int64_t t = ready.front();
+      ready.pop_front();
+      lock.unlock();
+      fn(t);
+      lock.lock();
+      ++finished;
+      for (int64_t s : succ[t])
+        if (--waiting[s] == 0) ready.push_back(s);
+      cv.notify_all();
+    }
+  });
+}
+
 }  // namespace adjsh

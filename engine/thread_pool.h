@@ -4,6 +4,7 @@
 #define ADJSH_ENGINE_THREAD_POOL_H_
 
 #include <condition_variable>
+#include <deque>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -75,6 +76,12 @@ void OrderedParallelFor(ThreadPool& pool, int64_t n, int64_t max_ahead,
     consuming = false;
   });
 }
+
+// Runs fn(task) for tasks [0, n) of a dependency graph: a task starts once every task that
+// lists it among its successors has finished. Ready tasks are taken in the order they became
+// ready. The graph must be acyclic; fn must not throw.
+void RunDag(ThreadPool& pool, int64_t n, const std::function<std::vector<int64_t>(int64_t)>& successors,
+            const std::function<void(int64_t)>& fn);
 
 }  // namespace adjsh
 

@@ -68,7 +68,8 @@ struct AssemblerLimits {
 // numel * dtype size == total_bytes without overflow, offsets contiguous from 0, no byte past
 // total_bytes, `last` exactly when all bytes arrived (INVALID_ARGUMENT otherwise); declared
 // sizes within the limits (RESOURCE_EXHAUSTED), checked at the header, before any allocation.
-// Memory held: the tensor being assembled (completed tensors are handed to the caller).
+// Memory held: the tensor being assembled, its buffer reserved at the header (address space
+// only until bytes arrive); completed tensors are handed to the caller.
 // The first error is sticky: every later Add or Finish returns it again.
 class TensorAssembler {
  public:

@@ -150,7 +150,8 @@ void MambaBlockCpu<T>::AdjointSummary(const T* u, ChunkRows rows, const T* g, T*
 
 template <typename T>
 void MambaBlockCpu<T>::Backward(const T* u, ChunkRows rows, const T* g, const T* h0, const T* mu,
-                                int64_t window, LayerParams<T>& grad, T* du, T* du_halo) const {
+                                int64_t window, LayerParams<T>& grad, T* du, T* du_halo,
+                                T* mu_out) const {
   const int64_t halo = rows.halo, len = rows.len, M = len + rows.ahead;
   const int64_t Di2 = 2 * Di_, E = R_ + 2 * N_, P = halo + len;
   Acts a;
@@ -169,7 +170,7 @@ void MambaBlockCpu<T>::Backward(const T* u, ChunkRows rows, const T* g, const T*
   std::vector<T> y(len * Di_), ddt(len * Di_), dxc(len * Di_), dB(len * N_, T(0)),
       dC(len * N_, T(0)), dA(Di_ * N_, T(0));
   ScanGrads<T> sg{y.data(), ddt.data(), dxc.data(), dB.data(), dC.data(), dA.data(),
-                  grad.Dskip.data()};
+                  grad.Dskip.data(), window == 0 ? mu_out : nullptr};
   const ScanInputs<T> in = a.Scan(Di_, N_, R_, A_.data());
   const ScanBackwardOptions opt{len, window};
   ScanScratch<T> scratch;

@@ -43,9 +43,10 @@ class MambaBlockCpu {
   // before the chunk; mu (Di, N) the adjoint flowing in from later chunks (exact: window == 0;
   // nullptr = zero) or, with window = Wt > 0, the truncated adjoint computed from the lookahead.
   // grad (this layer's parameters) is accumulated; du (len, D) = g + dL/du through the block;
-  // du_halo (halo, D) is this chunk's contribution to the previous rows' dL/du.
+  // du_halo (halo, D) is this chunk's contribution to the previous rows' dL/du; mu_out (Di, N),
+  // if non-null (exact only), the adjoint a_first . lambda_first flowing into the previous chunk.
   void Backward(const T* u, ChunkRows rows, const T* g, const T* h0, const T* mu, int64_t window,
-                LayerParams<T>& grad, T* du, T* du_halo) const;
+                LayerParams<T>& grad, T* du, T* du_halo, T* mu_out = nullptr) const;
 
   const std::vector<T>& A() const { return A_; }  // (Di, N) = -exp(A_log)
 

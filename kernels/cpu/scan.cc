@@ -170,6 +170,11 @@ void BackwardImpl(const ScanInputs<T>& in, int64_t i, const ScanBackwardOptions&
         for (int64_t n = 0; n < N; ++n) l[n] = yb * C[n] + an[n] * ln[n];
       }
     }
+    if (out.mu_out) {
+      T* mo = out.mu_out + i * N;
+      ADJSH_LANES
+      for (int64_t n = 0; n < N; ++n) mo[n] = a[n] * lam[n];
+    }
   } else {
     WindowedLambda<T, kN>(in, i, len, opt.window, ybar, a, scratch.fwd, lam);
   }

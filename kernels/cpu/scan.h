@@ -61,6 +61,8 @@ struct ScanGrads {
   T* dC = nullptr;    // (len, N) accumulated over channels
   T* dA = nullptr;    // (Di, N) accumulated over chunks: dL/dA[i, :]
   T* dD = nullptr;    // (Di) accumulated: dL/dD[i]
+  T* mu_out = nullptr;  // (Di, N) a_0 . lambda_0: the adjoint flowing into the previous
+                        // chunk's last row (exact mode), written if non-null
 };
 
 // Recomputes the forward of channel i from h0, computes lambda (exact from mu, nullptr = zeros;

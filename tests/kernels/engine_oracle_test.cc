@@ -24,11 +24,15 @@ TEST_P(EngineOracleTest, MatchesOracleInF64) {
   const std::vector<uint32_t> tokens = testing::RandomTokens(T, config.vocab_size, 100 + T);
   for (int64_t window : {0, 1, 8, T}) {
     const auto ref = reference::ReferenceGradient<double>(params, tokens, window);
-    for (int64_t chunk : {1, 7, 64, T}) {
+    for (int64_t chunk : {1, 7, 64, T})
+    for (Schedule schedule : {Schedule::kWavefront, Schedule::kTwoPass}) {
       SCOPED_TRACE(::testing::Message() << "K=" << K << " T=" << T << " window=" << window
-                                      << " chunk=" << chunk);
+                                        << " chunk=" << chunk << " schedule="
+                                        << (schedule == Schedule::kWavefront ? "wavefront"
+                                                                             : "two-pass"));
       GradOptions opt;
       opt.chunk = chunk;
+      opt.schedule = schedule;
       opt.window = window;
       opt.threads = 2;
       absl::StatusOr<GradResult<double>> got = ComputeGradient<double>(params, tokens, opt);

@@ -76,17 +76,24 @@ TEST(EngineDeterminismTest, IndependentOfChunkAndThreads) {
   const GradResult<double> ref = ComputeGradient<double>(params, tokens, base).value();
   for (int64_t chunk : {1, 3, 64, 100}) {
     for (int threads : {1, 2, 3, 5}) {
-      GradOptions opt = base;
-      opt.chunk = chunk;
-      opt.threads = threads;
-      const GradResult<double> got = ComputeGradient<double>(params, tokens, opt).value();
-      EXPECT_LT(MaxRelErr(got.grad, ref.grad), 1e-12) << "chunk " << chunk << " threads " << threads;
+      for (Schedule schedule : {Schedule::kWavefront, Schedule::kTwoPass}) {
+        GradOptions opt = base;
+        opt.chunk = chunk;
+        opt.threads = threads;
+        opt.schedule = schedule;
+        const GradResult<double> got = ComputeGradient<double>(params, tokens, opt).value();
+        EXPECT_LT(MaxRelErr(got.grad, ref.grad), 1e-12)
+            << "chunk " << chunk << " threads " << threads << " schedule " << int(schedule);
+      }
     }
   }
-  for (int64_t window : {0, 37}) {
+  for (auto [window, schedule] : {std::pair{int64_t{0}, Schedule::kWavefront},
+                                  std::pair{int64_t{0}, Schedule::kTwoPass},
+                                  std::pair{int64_t{37}, Schedule::kWavefront}}) {
     GradOptions one = base;
     one.chunk = 64;
     one.window = window;
+    one.schedule = schedule;
     const GradResult<float> a =
         ComputeGradient<float>(InitParams<float>(config, 5), tokens, one).value();
     for (int threads : {2, 4}) {

@@ -78,7 +78,9 @@ TEST(StatusUtil, GrpcToAbslKeepsCodeAndMessage) {
         FromGrpcStatus(p.grpc_code == grpc::StatusCode::OK ? grpc::Status::OK
                                                            : grpc::Status(p.grpc_code, msg));
     EXPECT_EQ(a.code(), p.absl_code);
-    if (p.absl_code != absl::StatusCode::kOk) EXPECT_EQ(a.message(), msg);
+    if (p.absl_code != absl::StatusCode::kOk) {
+      EXPECT_EQ(a.message(), msg);
+    }
   }
 }
 
