@@ -36,7 +36,7 @@ def run(cmd, **kw):
     return stdout, ru.ru_maxrss * 1024, time.time() - start
 
 
-def adjsh_grad(build, work, model, T, threads=2):
+def adjsh_grad(build, work, model, T, threads=2, schedule="wavefront"):
     tok = os.path.join(work, f"t{T}.u32")
     if not os.path.exists(tok):
         run([f"{build}/cli/adjsh", "tokenize", "--text", "/usr/share/common-licenses/GPL-3",
@@ -46,7 +46,8 @@ def adjsh_grad(build, work, model, T, threads=2):
                      "--quiet"])
     # Time in-process (no file I/O) with the same engine, for tokens/s and flop rates.
     out, _, _ = run([f"{build}/bench/grad_bench", "--hidden-size", model_d(model),
-                     "--layers", "4", "--tokens", str(T), "--threads", str(threads)])
+                     "--layers", "4", "--tokens", str(T), "--threads", str(threads),
+                     "--schedule", schedule])
     r = json.loads(out)
     r["cli_peak_rss_bytes"] = rss
     return r
@@ -98,8 +99,9 @@ def main():
         speed = []
         for T in speed_T:
             ours = adjsh_grad(build, work, models[256], T)
+            two = adjsh_grad(build, work, models[256], T, schedule="two-pass")
             theirs = torch_grad(T)
-            speed.append((T, ours, theirs))
+            speed.append((T, ours, theirs, two))
             print(f"speed T={T}: adjsh {ours['tokens_per_s']:.0f} tok/s, "
                   f"torch {theirs['tokens_per_s']:.0f} tok/s", file=sys.stderr)
         mem = {d: [] for d in (256, 128)}
@@ -121,17 +123,19 @@ def main():
     lines.append("")
     lines.append("### Speed: one exact gradient")
     lines.append("")
-    lines.append("| T | adjsh tokens/s | PyTorch autograd tokens/s | ratio | adjsh GFLOP/s (model / executed) | executed / sgemm rate |")
-    lines.append("|---|---|---|---|---|---|")
-    for T, o, t in speed:
-        lines.append(f"| {T} | {o['tokens_per_s']:.0f} | {t['tokens_per_s']:.0f} | "
+    lines.append("| T | adjsh tokens/s (wavefront, default) | adjsh tokens/s (two-pass) | PyTorch autograd tokens/s | ratio (default / PyTorch) | adjsh GFLOP/s (model / executed) | executed / sgemm rate |")
+    lines.append("|---|---|---|---|---|---|---|")
+    for T, o, t, two in speed:
+        lines.append(f"| {T} | {o['tokens_per_s']:.0f} | {two['tokens_per_s']:.0f} | "
+                     f"{t['tokens_per_s']:.0f} | "
                      f"{o['tokens_per_s'] / t['tokens_per_s']:.1f}x | {o['model_gflop_per_s']:.1f} / "
                      f"{o['executed_gflop_per_s']:.1f} | "
                      f"{o['executed_gflop_per_s'] / sgemm[2]['sgemm_gflop_per_s']:.0%} |")
     lines.append("")
     lines.append("\"model\" counts the GEMM flops of a keep-everything backprop; \"executed\" adds "
-                 "what adjoint sharding recomputes (forward pass one, backward pass one, the "
-                 "recompute in each task); bench/flops.h.")
+                 "what adjoint sharding recomputes (the recompute in each VJP task); "
+                 "bench/flops.h. The two-pass schedule also recomputes every chunk in its pass "
+                 "one, forward and backward, to run all chunks of a layer at once.")
     lines.append("")
     lines.append("### Memory: peak RSS of one gradient")
     lines.append("")
@@ -144,15 +148,16 @@ def main():
     so = slope([(T, r["peak_rss_bytes"]) for T, r in orc])
     for T, r in orc:
         lines.append(f"| in-repo oracle (keeps everything) | 256 | {T} | {r['peak_rss_bytes'] / 2**20:.0f} MiB | {so:.0f} |")
-    st = slope([(T, t["peak_rss_bytes"]) for T, _, t in speed])
-    for T, _, t in speed:
+    st = slope([(T, t["peak_rss_bytes"]) for T, _, t, _ in speed])
+    for T, _, t, _ in speed:
         lines.append(f"| PyTorch autograd | 256 | {T} | {t['peak_rss_bytes'] / 2**20:.0f} MiB | {st:.0f} |")
     lines.append("")
-    lines.append("What adjsh stores per token in f32 (DESIGN.md §5): the K layer inputs, the "
-                 "adjoint buffers dL/du^{k+1} and dL/du^k (K + 2 rows of D floats: "
-                 f"{(4 + 2) * 256 * 4} B at D=256, {(4 + 2) * 128 * 4} B at D=128), plus the "
-                 "chunk-boundary states (K Di N floats per chunk of 256 tokens: "
-                 f"{4 * 512 * 16 * 4 // 256} B/token at D=256).")
+    lines.append("What adjsh stores per token in f32 (DESIGN.md §5): the K layer inputs (dL/du^k "
+                 "replaces u^k chunk by chunk in the backward) and u^{K+1}, then dL/du^{K+1}: "
+                 f"K + 1 rows of D floats, {(4 + 1) * 256 * 4} B at D=256 and "
+                 f"{(4 + 1) * 128 * 4} B at D=128; plus the chunk-boundary states (K Di N floats "
+                 f"per chunk of 256 tokens: {4 * 512 * 16 * 4 // 256} B/token at D=256, "
+                 f"{4 * 256 * 16 * 4 // 256} B/token at D=128).")
     section = "\n".join(lines)
     print(section)
     path = os.path.join(ROOT, "docs", "BENCHMARKS.md")
