@@ -468,6 +468,32 @@ def adjsh_cases(args, tmp, record):
             record(label, ok)
 
 
+def checkpoint_case(args, tmp, record):
+    """A checkpoint written by `adjsh train` loads in the PyTorch model with the same loss."""
+    label = "adjsh train checkpoint loads in PyTorch with the same loss"
+    print(f"\n-- {label}")
+    try:
+        ck = os.path.join(tmp, "train_ckpt")
+        run([args.adjsh, "train", "--hidden-size", "16", "--layers", "2", "--state-size", "4",
+             "--context", "300", "--steps", "4", "--chunk", "64", "--checkpoint-dir", ck],
+            args.timeout)
+        with open(os.path.join(ck, "latest")) as f:
+            mdir = os.path.join(ck, f.read().strip())
+        tpath = os.path.join(tmp, "ck_tokens.u16")
+        ref.write_tokens(tpath, _tokens(256, 200, 77).tolist())
+        out = os.path.join(tmp, "ck_grad.safetensors")
+        run([args.adjsh, "grad", "--model", mdir, "--tokens", tpath, "--out", out, "--dtype", "f64"],
+            args.timeout)
+        ours = float(ref.load_safetensors(out)["loss"].item())
+        theirs = ref.loss_value(mdir, tpath, "f64")
+        print(f"  adjsh {ours:.15g}  torch {theirs:.15g}")
+        ok = abs(ours - theirs) <= 1e-12 * abs(theirs)
+    except Exception as e:  # noqa: BLE001
+        print(f"  FAIL {label}: {e}")
+        ok = False
+    record(label, ok)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--adjsh", help="path of the adjsh binary; without it only the self-checks run")
@@ -504,6 +530,7 @@ def main():
         else:
             args.adjsh = os.path.abspath(args.adjsh)
             adjsh_cases(args, tmp, record)
+            checkpoint_case(args, tmp, record)
     else:
         print("\n(no --adjsh given: only the self-checks ran)")
 
