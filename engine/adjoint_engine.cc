@@ -183,9 +183,10 @@ class Engine {
   }
 
   // Task (k, c) once (k + 1, c) (its dL/du^{k+1} rows, halos included) and (k, c + 1) (its mu)
-  // are done. Tasks of a layer run one after another (c descending), so each adds its partial
-  // straight into the layer's gradient. dL/du^k of chunk c replaces u^k there once no task
-  // reads it (its halo readers, chunks > c, ran before it); mu_{c-1} replaces h0 of chunk c.
+  // are done. Tasks of a layer run one after another (c descending); each computes its partial
+  // gradient from zero, as a remote worker would, and adds it to the layer's gradient in that
+  // order. dL/du^k of chunk c replaces u^k there once no task reads it (its halo readers,
+  // chunks > c, ran before it); mu_{c-1} replaces h0 of chunk c.
   void BackwardWavefront(ModelParams<T>& grad) {
     std::vector<std::vector<T>> halos(K_ * nC_);  // (k, c): dL/du for the W - 1 rows before c
     auto task = [&](int64_t k, int64_t c) { return (K_ - 1 - k) * nC_ + (nC_ - 1 - c); };
@@ -205,10 +206,12 @@ class Engine {
           std::vector<T> du(s.len * D_), mu_out(DiN_);
           std::vector<T>& halo = halos[k * nC_ + c];
           halo.assign(s.halo * D_, T(0));
+          LayerParams<T> partial = ZeroLayer<T>(cfg_);
           blocks_[k].Backward(Rows(k) + (s.t0 - s.halo) * D_, {s.halo, s.len, 0},
                               Rows(k + 1) + s.t0 * D_, states + c * DiN_,
-                              c + 1 < nC_ ? states + (c + 1) * DiN_ : nullptr, 0, grad.layers[k],
+                              c + 1 < nC_ ? states + (c + 1) * DiN_ : nullptr, 0, partial,
                               du.data(), halo.data(), mu_out.data());
+          AddInto(grad.layers[k], partial);
           if (c > 0) std::copy(mu_out.begin(), mu_out.end(), states + c * DiN_);
           // Later chunks' halo contributions to these rows, in chunk order.
           for (int64_t c2 = c + 1; c2 < nC_; ++c2) {
