@@ -203,10 +203,18 @@ class Engine {
           const int64_t k = K_ - 1 - id / nC_, c = nC_ - 1 - id % nC_;
           const ChunkSpan s = Span(c);
           T* states = states_[k].data();
-          std::vector<T> du(s.len * D_), mu_out(DiN_);
+          // Per-thread buffers, reused from task to task (fresh large blocks cost page faults).
+          thread_local std::vector<T> du, mu_out;
+          thread_local LayerParams<T> partial;
+          du.resize(s.len * D_);
+          mu_out.resize(DiN_);
+          for (const auto& slot : LayerParamSlots<T>()) {
+            int64_t n = 1;
+            for (int64_t d : slot.shape(cfg_)) n *= d;
+            (partial.*slot.member).assign(n, T(0));
+          }
           std::vector<T>& halo = halos[k * nC_ + c];
           halo.assign(s.halo * D_, T(0));
-          LayerParams<T> partial = ZeroLayer<T>(cfg_);
           blocks_[k].Backward(Rows(k) + (s.t0 - s.halo) * D_, {s.halo, s.len, 0},
                               Rows(k + 1) + s.t0 * D_, states + c * DiN_,
                               c + 1 < nC_ ? states + (c + 1) * DiN_ : nullptr, 0, partial,

@@ -89,6 +89,23 @@ void MambaBlockCpu<T>::Recompute(const T* u, int64_t halo, int64_t M, Acts& a) c
 }
 
 namespace {
+
+// Per-thread scratch reused from task to task. A task's buffers are O(rows (D + Di)) each;
+// allocated afresh for every task they cost page faults (large blocks come from fresh mmaps),
+// which was a third of a single gradient's time at T = 4K.
+enum Slot { kY, kYbar, kDo, kDdt, kDxc, kDB, kDC, kDA, kDxz, kDdbc, kDconv, kDn, kSlots };
+template <typename T>
+std::vector<T>& Scratch(Slot slot, size_t n, bool zero = false) {
+  thread_local std::vector<std::vector<T>> slots(kSlots);
+  std::vector<T>& v = slots[slot];
+  if (zero) {
+    v.assign(n, T(0));
+  } else {
+    v.resize(n);
+  }
+  return v;
+}
+
 // S (Di) = sum over the chunk's rows of Delta_t, in row order.
 template <typename T>
 void SumDelta(const std::vector<T>& dt, int64_t len, int64_t Di, T* S) {
@@ -100,7 +117,7 @@ void SumDelta(const std::vector<T>& dt, int64_t len, int64_t Di, T* S) {
 
 template <typename T>
 void MambaBlockCpu<T>::LocalSummary(const T* u, ChunkRows rows, T* h_local, T* S) const {
-  Acts a;
+  thread_local Acts a;
   Recompute(u, rows.halo, rows.len, a);
   const ScanInputs<T> in = a.Scan(Di_, N_, R_, A_.data());
   for (int64_t i = 0; i < Di_; ++i)
@@ -111,11 +128,11 @@ void MambaBlockCpu<T>::LocalSummary(const T* u, ChunkRows rows, T* h_local, T* S
 template <typename T>
 void MambaBlockCpu<T>::Forward(const T* u, ChunkRows rows, const T* h0, T* u_next,
                                T* h_end) const {
-  Acts a;
+  thread_local Acts a;
   const int64_t len = rows.len, Di2 = 2 * Di_;
   Recompute(u, rows.halo, len, a);
   const ScanInputs<T> in = a.Scan(Di_, N_, R_, A_.data());
-  std::vector<T> y(len * Di_);
+  std::vector<T>& y = Scratch<T>(kY, len * Di_);
   for (int64_t i = 0; i < Di_; ++i)
     ScanForwardChannel<T>(in, i, len, h0 + i * N_, p_.Dskip[i], h_end + i * N_, y.data());
   // o = y . silu(z), reusing y.
@@ -131,11 +148,11 @@ void MambaBlockCpu<T>::Forward(const T* u, ChunkRows rows, const T* h0, T* u_nex
 
 template <typename T>
 void MambaBlockCpu<T>::AdjointSummary(const T* u, ChunkRows rows, const T* g, T* m, T* S) const {
-  Acts a;
+  thread_local Acts a;
   const int64_t len = rows.len, Di2 = 2 * Di_;
   Recompute(u, rows.halo, len, a);
   // ybar = (g W_out) . silu(z)   (len, Di)
-  std::vector<T> ybar(len * Di_);
+  std::vector<T>& ybar = Scratch<T>(kYbar, len * Di_);
   Gemm<T>(Trans::kNo, Trans::kNo, len, Di_, D_, 1, g, D_, p_.out_proj.data(), Di_, 0, ybar.data(),
           Di_);
   for (int64_t t = 0; t < len; ++t) {
@@ -154,11 +171,12 @@ void MambaBlockCpu<T>::Backward(const T* u, ChunkRows rows, const T* g, const T*
                                 T* mu_out) const {
   const int64_t halo = rows.halo, len = rows.len, M = len + rows.ahead;
   const int64_t Di2 = 2 * Di_, E = R_ + 2 * N_, P = halo + len;
-  Acts a;
+  thread_local Acts a;
   Recompute(u, halo, M, a);
 
   // dL/do = g W_out and ybar = dL/do . silu(z), for all M rows (the lookahead needs ybar).
-  std::vector<T> d_o(M * Di_), ybar(M * Di_);
+  std::vector<T>& d_o = Scratch<T>(kDo, M * Di_);
+  std::vector<T>& ybar = Scratch<T>(kYbar, M * Di_);
   Gemm<T>(Trans::kNo, Trans::kNo, M, Di_, D_, 1, g, D_, p_.out_proj.data(), Di_, 0, d_o.data(),
           Di_);
   for (int64_t t = 0; t < M; ++t) {
@@ -167,20 +185,24 @@ void MambaBlockCpu<T>::Backward(const T* u, ChunkRows rows, const T* g, const T*
   }
 
   // The scan's adjoint and VJPs, channel by channel.
-  std::vector<T> y(len * Di_), ddt(len * Di_), dxc(len * Di_), dB(len * N_, T(0)),
-      dC(len * N_, T(0)), dA(Di_ * N_, T(0));
+  std::vector<T>& y = Scratch<T>(kY, len * Di_);
+  std::vector<T>& ddt = Scratch<T>(kDdt, len * Di_);
+  std::vector<T>& dxc = Scratch<T>(kDxc, len * Di_);
+  std::vector<T>& dB = Scratch<T>(kDB, len * N_, true);
+  std::vector<T>& dC = Scratch<T>(kDC, len * N_, true);
+  std::vector<T>& dA = Scratch<T>(kDA, Di_ * N_, true);
   ScanGrads<T> sg{y.data(), ddt.data(), dxc.data(), dB.data(), dC.data(), dA.data(),
                   grad.Dskip.data(), window == 0 ? mu_out : nullptr};
   const ScanInputs<T> in = a.Scan(Di_, N_, R_, A_.data());
   const ScanBackwardOptions opt{len, window};
-  ScanScratch<T> scratch;
+  thread_local ScanScratch<T> scratch;
   for (int64_t i = 0; i < Di_; ++i)
     ScanBackwardChannel<T>(in, i, opt, h0 + i * N_, mu ? mu + i * N_ : nullptr, ybar.data(),
                            p_.Dskip[i], scratch, sg);
   for (int64_t k = 0; k < Di_ * N_; ++k) grad.A_log[k] += dA[k] * A_[k];  // dA/dA_log = A
 
   // Gate and out_proj: o = y . silu(z); dW_out += g^T o; dz = dL/do . y . silu'(z).
-  std::vector<T> dxz(P * Di2, T(0));  // dL/d[x; z] for halo + own rows
+  std::vector<T>& dxz = Scratch<T>(kDxz, P * Di2, true);  // dL/d[x; z], halo + own rows
   for (int64_t t = 0; t < len; ++t) {
     const T* z = a.xz.data() + (halo + t) * Di2 + Di_;
     T* dz = dxz.data() + (halo + t) * Di2 + Di_;
@@ -200,7 +222,7 @@ void MambaBlockCpu<T>::Backward(const T* u, ChunkRows rows, const T* g, const T*
       v *= Sigmoid(a.dtpre[t * Di_ + i]);
       grad.dt_b[i] += v;
     }
-  std::vector<T> ddbc(len * E);  // dL/d[d | B | C]
+  std::vector<T>& ddbc = Scratch<T>(kDdbc, len * E);  // dL/d[d | B | C]
   Gemm<T>(Trans::kYes, Trans::kNo, Di_, R_, len, 1, ddt.data(), Di_, a.dbc.data(), E, 1,
           grad.dt_w.data(), R_);
   Gemm<T>(Trans::kNo, Trans::kNo, len, R_, Di_, 1, ddt.data(), Di_, p_.dt_w.data(), R_, 0,
@@ -218,7 +240,7 @@ void MambaBlockCpu<T>::Backward(const T* u, ChunkRows rows, const T* g, const T*
 
   // silu and the causal conv: dc = dx' . silu'(c); db += dc; dw[:, j] += dc . x_{t-W+1+j};
   // dx_{t-W+1+j} += w[:, j] . dc (rows before the chunk land in the halo rows).
-  std::vector<T> dconv_t(W_ * Di_, T(0));  // (W, Di)
+  std::vector<T>& dconv_t = Scratch<T>(kDconv, W_ * Di_, true);  // (W, Di)
   for (int64_t t = 0; t < len; ++t) {
     T* dc = dxc.data() + t * Di_;
     for (int64_t i = 0; i < Di_; ++i) {
@@ -244,7 +266,7 @@ void MambaBlockCpu<T>::Backward(const T* u, ChunkRows rows, const T* g, const T*
   // in_proj: dW_in += dxz^T n; dn = dxz W_in; then RMSNorm back to u.
   Gemm<T>(Trans::kYes, Trans::kNo, Di2, D_, P, 1, dxz.data(), Di2, a.n.data(), D_, 1,
           grad.in_proj.data(), D_);
-  std::vector<T> dn(P * D_);
+  std::vector<T>& dn = Scratch<T>(kDn, P * D_);
   Gemm<T>(Trans::kNo, Trans::kNo, P, D_, Di2, 1, dxz.data(), Di2, p_.in_proj.data(), D_, 0,
           dn.data(), D_);
   RmsNormBackward(u, P, D_, p_.norm.data(), a.r.data(), dn.data(), grad.norm.data(), dn.data());
