@@ -1,0 +1,355 @@
+// The gradient computation: schedules, phases, and the distributable backward task API.
+#include "engine/gradient_step.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "kernels/cpu/blas.h"
+#include "kernels/cpu/lm_head.h"
+
+namespace adjsh {
+namespace {
+constexpr int64_t kHeadRows = 64;  // rows per LM-head block: bounds the (rows, V) logits
+}  // namespace
+
+template <typename T>
+GradientStep<T>::GradientStep(const ModelParams<T>& params, std::span<const uint32_t> tokens,
+                              const GradOptions& opt)
+    : p_(params),
+      cfg_(params.config),
+      tokens_(tokens),
+      opt_(opt),
+      pool_(std::make_unique<ThreadPool>(opt.threads)),
+      T_(static_cast<int64_t>(tokens.size())),
+      C_(std::min<int64_t>(opt.chunk, T_)),
+      nC_((T_ + C_ - 1) / C_),
+      D_(cfg_.hidden_size),
+      K_(cfg_.num_hidden_layers),
+      DiN_(cfg_.inner() * cfg_.state_size),
+      max_ahead_(2 * pool_->size()) {
+  blocks_.reserve(K_);
+  for (int64_t k = 0; k < K_; ++k) blocks_.emplace_back(cfg_, p_.layers[k]);
+  result_.grad = ZeroParams<T>(cfg_);
+}
+
+template <typename T>
+GradResult<T> GradientStep<T>::Run() {
+  const bool wavefront = opt_.schedule == Schedule::kWavefront;
+  Prepare();
+  if (wavefront) {
+    ForwardWavefront();
+  } else {
+    ForwardTwoPass();
+  }
+  result_.loss = Head();
+  if (wavefront && opt_.window == 0) {
+    BackwardWavefront();
+  } else {
+    BackwardLayered();
+  }
+  return Finish();
+}
+
+template <typename T>
+double GradientStep<T>::ForwardAndHead() {
+  Prepare();
+  ForwardWavefront();
+  result_.loss = Head();
+  return result_.loss;
+}
+
+template <typename T>
+GradResult<T> GradientStep<T>::Finish() {
+  const bool layered = opt_.schedule != Schedule::kWavefront || opt_.window != 0;
+  const int64_t rows = (K_ + 1) * T_ * D_ + (layered ? T_ * D_ : 0);
+  const int64_t extra = opt_.schedule == Schedule::kTwoPass ? 3 * nC_ * DiN_ : 0;
+  result_.stored_bytes = static_cast<int64_t>(sizeof(T)) * (rows + K_ * nC_ * DiN_ + extra);
+  if (!layered) EmbeddingGrad(Rows(0));
+  return std::move(result_);
+}
+
+template <typename T>
+typename GradientStep<T>::ChunkSpan GradientStep<T>::Span(int64_t c) const {
+  const int64_t t0 = c * C_;
+  return {t0, std::min(C_, T_ - t0), std::min(cfg_.conv_kernel - 1, t0)};
+}
+
+template <typename T>
+void GradientStep<T>::Progress(std::string_view phase, int64_t done, int64_t total) const {
+  if (opt_.progress) opt_.progress(phase, done, total);
+}
+
+// P_c . v for a chunk with delta sums S (Di): (exp(A S) . v)[i, n].
+template <typename T>
+void GradientStep<T>::ApplyDecay(const std::vector<T>& A, const T* S, const T* v, T* out) const {
+  const int64_t N = cfg_.state_size;
+  for (int64_t k = 0; k < DiN_; ++k) out[k] = std::exp(A[k] * S[k / N]) * v[k];
+}
+
+
+// u^1 = the embedding rows of the tokens; room for the other layer inputs and chunk states.
+template <typename T>
+void GradientStep<T>::Prepare() {
+  layer_in_.assign(K_, std::vector<T>(T_ * D_));
+  states_.assign(K_, std::vector<T>(nC_ * DiN_));
+  top_.assign(T_ * D_, T(0));
+  halos_.assign(K_ * nC_, std::vector<T>());
+  for (int64_t t = 0; t < T_; ++t)
+    std::copy_n(p_.embed.data() + int64_t{tokens_[t]} * D_, D_, layer_in_[0].data() + t * D_);
+}
+
+
+// Task (k, c) once (k - 1, c) and (k, c - 1) are done: its state comes from (k, c - 1).
+template <typename T>
+void GradientStep<T>::ForwardWavefront() {
+  RunDag(
+      *pool_, K_ * nC_,
+      [&](int64_t id) {
+        const int64_t k = id / nC_, c = id % nC_;
+        std::vector<int64_t> next;
+        if (k + 1 < K_) next.push_back(id + nC_);
+        if (c + 1 < nC_) next.push_back(id + 1);
+        return next;
+      },
+      [&](int64_t id) {
+        const int64_t k = id / nC_, c = id % nC_;
+        const ChunkSpan s = Span(c);
+        T* h0 = states_[k].data() + c * DiN_;
+        std::vector<T> last;  // the final state has no reader
+        if (c + 1 == nC_) last.resize(DiN_);
+        T* h_end = c + 1 < nC_ ? h0 + DiN_ : last.data();
+        blocks_[k].Forward(Rows(k) + (s.t0 - s.halo) * D_, {s.halo, s.len, 0}, h0,
+                           Rows(k + 1) + s.t0 * D_, h_end);
+      });
+  Progress("forward", K_, K_);
+}
+
+
+template <typename T>
+void GradientStep<T>::ForwardTwoPass() {
+  const int64_t Di = cfg_.inner();
+  std::vector<T> h_local(nC_ * DiN_), S(nC_ * Di);
+  for (int64_t k = 0; k < K_; ++k) {
+    const cpu::MambaBlockCpu<T>& block = blocks_[k];
+    const T* u = Rows(k);
+    T* out = Rows(k + 1);
+    // F1: local summaries of every chunk but the last (nothing follows it).
+    pool_->ParallelFor(nC_ - 1, [&](int64_t c) {
+      const ChunkSpan s = Span(c);
+      block.LocalSummary(u + (s.t0 - s.halo) * D_, {s.halo, s.len, 0},
+                         h_local.data() + c * DiN_, S.data() + c * Di);
+    });
+    // h0(c + 1) = P_c . h0(c) + h_local(c), h0(0) = 0.
+    T* h0 = states_[k].data();
+    std::fill(h0, h0 + DiN_, T(0));
+    for (int64_t c = 0; c + 1 < nC_; ++c) {
+      T* next = h0 + (c + 1) * DiN_;
+      ApplyDecay(block.A(), S.data() + c * Di, h0 + c * DiN_, next);
+      for (int64_t q = 0; q < DiN_; ++q) next[q] += h_local[c * DiN_ + q];
+    }
+    // F2: the layer output from the true chunk states.
+    pool_->ParallelFor(nC_, [&](int64_t c) {
+      const ChunkSpan s = Span(c);
+      std::vector<T> h_end(DiN_);
+      block.Forward(u + (s.t0 - s.halo) * D_, {s.halo, s.len, 0}, h0 + c * DiN_,
+                    out + s.t0 * D_, h_end.data());
+    });
+    Progress("forward", k + 1, K_);
+  }
+}
+
+
+// Loss and dL/du^{K+1} (into top_, replacing u^{K+1}); dE and dw_f from the head.
+template <typename T>
+double GradientStep<T>::Head() {
+  ModelParams<T>& grad = result_.grad;
+  struct Out {
+    std::vector<T> du, dlogits, nf, dw_f;
+    double loss = 0;
+  };
+  const int64_t V = cfg_.vocab_size, nb = (T_ + kHeadRows - 1) / kHeadRows;
+  const T scale = T(1) / T(T_ - 1);
+  double loss = 0;
+  OrderedParallelFor<Out>(
+      *pool_, nb, max_ahead_,
+      [&](int64_t b) {
+        const int64_t r0 = b * kHeadRows, M = std::min(kHeadRows, T_ - r0);
+        std::vector<int64_t> targets(M);
+        for (int64_t t = 0; t < M; ++t)
+          targets[t] = r0 + t + 1 < T_ ? int64_t{tokens_[r0 + t + 1]} : -1;
+        Out o;
+        o.du.resize(M * D_), o.dlogits.resize(M * V), o.nf.resize(M * D_);
+        o.dw_f.assign(D_, T(0));
+        cpu::LmHeadArgs<T> args{M, D_, V, cfg_.layer_norm_epsilon, p_.embed.data(),
+                                p_.norm_f.data(), top_.data() + r0 * D_, targets.data(), scale};
+        o.loss = cpu::LmHeadForwardBackward<T>(args, o.du.data(), o.dlogits.data(), o.nf.data(),
+                                               o.dw_f.data());
+        return o;
+      },
+      [&](int64_t b, Out&& o) {
+        const int64_t r0 = b * kHeadRows, M = std::min(kHeadRows, T_ - r0);
+        cpu::Gemm<T>(cpu::Trans::kYes, cpu::Trans::kNo, V, D_, M, 1, o.dlogits.data(), V,
+                     o.nf.data(), D_, 1, grad.embed.data(), D_);
+        for (int64_t d = 0; d < D_; ++d) grad.norm_f[d] += o.dw_f[d];
+        std::copy(o.du.begin(), o.du.end(), top_.data() + r0 * D_);
+        loss += o.loss;
+      });
+  Progress("head", 1, 1);
+  return loss / static_cast<double>(T_ - 1);
+}
+
+
+// Layer by layer, all chunks of a layer in parallel (two-pass exact, or truncated).
+template <typename T>
+void GradientStep<T>::BackwardLayered() {
+  ModelParams<T>& grad = result_.grad;
+  const int64_t Di = cfg_.inner();
+  std::vector<T> g = std::move(top_);  // dL/du^{k+1}
+  std::vector<T> du(T_ * D_);          // dL/du^k
+  std::vector<T> m(nC_ * DiN_), S(nC_ * Di), mu(nC_ * DiN_);
+  const bool exact = opt_.window == 0;
+  for (int64_t k = K_ - 1; k >= 0; --k) {
+    const cpu::MambaBlockCpu<T>& block = blocks_[k];
+    const T* u = layer_in_[k].data();
+    if (exact) {
+      // A: summaries of every chunk but the first (nothing precedes it).
+      pool_->ParallelFor(nC_ - 1, [&](int64_t c1) {
+        const int64_t c = c1 + 1;
+        const ChunkSpan s = Span(c);
+        block.AdjointSummary(u + (s.t0 - s.halo) * D_, {s.halo, s.len, 0}, g.data() + s.t0 * D_,
+                             m.data() + c * DiN_, S.data() + c * Di);
+      });
+      // mu_{c-1} = m_c + P_c . mu_c, mu_{last} = 0.
+      std::fill(mu.end() - DiN_, mu.end(), T(0));
+      for (int64_t c = nC_ - 1; c > 0; --c) {
+        T* prev = mu.data() + (c - 1) * DiN_;
+        ApplyDecay(block.A(), S.data() + c * Di, mu.data() + c * DiN_, prev);
+        for (int64_t q = 0; q < DiN_; ++q) prev[q] += m[c * DiN_ + q];
+      }
+    }
+    // B: the VJPs; partials and conv-halo contributions added in chunk order.
+    struct Out {
+      LayerParams<T> grad;
+      std::vector<T> du_halo;
+    };
+    OrderedParallelFor<Out>(
+        *pool_, nC_, max_ahead_,
+        [&](int64_t c) {
+          const ChunkSpan s = Span(c);
+          const int64_t ahead = exact ? 0 : std::min(opt_.window - 1, T_ - s.t0 - s.len);
+          Out o{ZeroLayer<T>(cfg_), std::vector<T>(s.halo * D_)};
+          block.Backward(u + (s.t0 - s.halo) * D_, {s.halo, s.len, ahead}, g.data() + s.t0 * D_,
+                         states_[k].data() + c * DiN_, exact ? mu.data() + c * DiN_ : nullptr,
+                         opt_.window, o.grad, du.data() + s.t0 * D_, o.du_halo.data());
+          return o;
+        },
+        [&](int64_t c, Out&& o) {
+          AddInto(grad.layers[k], o.grad);
+          const ChunkSpan s = Span(c);
+          T* rows = du.data() + (s.t0 - s.halo) * D_;
+          for (int64_t q = 0; q < s.halo * D_; ++q) rows[q] += o.du_halo[q];
+        });
+    std::swap(g, du);
+    layer_in_[k] = std::vector<T>();  // no longer needed
+    Progress("backward", K_ - k, K_);
+  }
+  EmbeddingGrad(g.data());
+}
+
+
+// The embedding lookup: dE[token_t] += dL/du^1_t, in token order.
+template <typename T>
+void GradientStep<T>::EmbeddingGrad(const T* du1) {
+  ModelParams<T>& grad = result_.grad;
+  for (int64_t t = 0; t < T_; ++t) {
+    T* row = grad.embed.data() + int64_t{tokens_[t]} * D_;
+    for (int64_t d = 0; d < D_; ++d) row[d] += du1[t * D_ + d];
+  }
+}
+
+
+template <typename T>
+std::pair<int64_t, int64_t> GradientStep<T>::TaskLayerChunk(int64_t task) const {
+  return {K_ - 1 - task / nC_, nC_ - 1 - task % nC_};
+}
+
+template <typename T>
+std::vector<int64_t> GradientStep<T>::BackwardDependencies(int64_t task) const {
+  const auto [k, c] = TaskLayerChunk(task);
+  std::vector<int64_t> deps;
+  if (k + 1 < K_) deps.push_back(task - nC_);  // (k + 1, c): dL/du^{k+1} of the chunk
+  if (c + 1 < nC_) deps.push_back(task - 1);   // (k, c + 1): mu
+  return deps;
+}
+
+template <typename T>
+std::vector<int64_t> GradientStep<T>::BackwardSuccessors(int64_t task) const {
+  const auto [k, c] = TaskLayerChunk(task);
+  std::vector<int64_t> next;
+  if (k > 0) next.push_back(task + nC_);
+  if (c > 0) next.push_back(task + 1);
+  return next;
+}
+
+template <typename T>
+void GradientStep<T>::GatherInputs(int64_t task, BackwardTaskInputs<T>& in) const {
+  const auto [k, c] = TaskLayerChunk(task);
+  const ChunkSpan s = Span(c);
+  in.layer = k, in.chunk = c;
+  in.rows = {s.halo, s.len, 0};
+  const T* u = Rows(k) + (s.t0 - s.halo) * D_;
+  in.u.assign(u, u + (s.halo + s.len) * D_);
+  const T* g = Rows(k + 1) + s.t0 * D_;
+  in.g.assign(g, g + s.len * D_);
+  const T* states = states_[k].data();
+  in.h0.assign(states + c * DiN_, states + (c + 1) * DiN_);
+  if (c + 1 < nC_) {
+    in.mu.assign(states + (c + 1) * DiN_, states + (c + 2) * DiN_);
+  } else {
+    in.mu.clear();
+  }
+}
+
+// dL/du^k of chunk c replaces u^k there (its halo readers, chunks > c, ran before it), then
+// later chunks' halo contributions are added in chunk order; mu_{c-1} replaces h0 of chunk c;
+// the partial is added to the layer's gradient (tasks of a layer apply in c-descending order).
+template <typename T>
+void GradientStep<T>::ApplyResult(int64_t task, const BackwardTaskOutputs<T>& out) {
+  const auto [k, c] = TaskLayerChunk(task);
+  const ChunkSpan s = Span(c);
+  AddInto(result_.grad.layers[k], out.grad);
+  if (c > 0) std::copy(out.mu_out.begin(), out.mu_out.end(), states_[k].data() + c * DiN_);
+  T* du = Rows(k) + s.t0 * D_;
+  std::copy(out.du.begin(), out.du.end(), du);
+  for (int64_t c2 = c + 1; c2 < nC_; ++c2) {
+    const ChunkSpan s2 = Span(c2);
+    const int64_t first = s2.t0 - s2.halo;  // the halo's first row
+    if (first >= s.t0 + s.len) break;
+    const std::vector<T>& halo = halos_[k * nC_ + c2];
+    for (int64_t r = std::max(first, s.t0); r < s2.t0 && r < s.t0 + s.len; ++r)
+      for (int64_t d = 0; d < D_; ++d) du[(r - s.t0) * D_ + d] += halo[(r - first) * D_ + d];
+  }
+  halos_[k * nC_ + c] = out.du_halo;
+  if (k == 0 && c == 0) top_ = std::vector<T>();  // dL/du^{K+1} has no reader left
+}
+
+// The exact backward in-process: the same tasks through the same calls a coordinator makes.
+template <typename T>
+void GradientStep<T>::BackwardWavefront() {
+  RunDag(
+      *pool_, K_ * nC_, [&](int64_t task) { return BackwardSuccessors(task); },
+      [&](int64_t task) {
+        thread_local BackwardTaskInputs<T> in;  // reused: fresh large buffers cost page faults
+        thread_local BackwardTaskOutputs<T> out;
+        GatherInputs(task, in);
+        RunBackwardTask(blocks_[in.layer], cfg_, in, out);
+        ApplyResult(task, out);
+      });
+  Progress("backward", K_, K_);
+}
+
+template class GradientStep<float>;
+template class GradientStep<double>;
+
+}  // namespace adjsh

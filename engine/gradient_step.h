@@ -1,0 +1,83 @@
+// The state of one gradient computation by adjoint sharding (see adjoint_engine.h for the
+// schedules). Run() does everything in-process. A coordinator that sends the exact backward's
+// (layer, chunk) tasks to workers uses the pieces instead:
+//   ForwardAndHead();                      // loss, layer inputs, chunk states, dL/du^{K+1}
+//   for each task, once its dependencies are applied (BackwardDependencies):
+//     GatherInputs(task, in)  -> worker: RunBackwardTask(block, config, in, out) ->
+//     ApplyResult(task, out)  // tasks of one layer in the order the dependencies force
+//   Finish();                              // embedding gradient; the result
+// Run() goes through exactly these calls, so both reduce bitwise the same numbers.
+#ifndef ADJSH_ENGINE_GRADIENT_STEP_H_
+#define ADJSH_ENGINE_GRADIENT_STEP_H_
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "common/model.h"
+#include "engine/adjoint_engine.h"
+#include "engine/backward_task.h"
+#include "engine/thread_pool.h"
+#include "kernels/cpu/mamba_block.h"
+
+namespace adjsh {
+
+template <typename T>
+class GradientStep {
+ public:
+  // params and tokens must outlive the step; tokens are checked by ComputeGradient's caller.
+  GradientStep(const ModelParams<T>& params, std::span<const uint32_t> tokens,
+               const GradOptions& options);
+
+  GradResult<T> Run();
+
+  // The distributable exact backward (wavefront schedule). Task ids run from 0 to
+  // num_backward_tasks() - 1; task (k, c) has id (K - 1 - k) * chunks + (chunks - 1 - c).
+  double ForwardAndHead();
+  int64_t num_backward_tasks() const { return K_ * nC_; }
+  int64_t num_chunks() const { return nC_; }
+  std::pair<int64_t, int64_t> TaskLayerChunk(int64_t task) const;  // (k, c)
+  std::vector<int64_t> BackwardDependencies(int64_t task) const;   // (k + 1, c), (k, c + 1)
+  std::vector<int64_t> BackwardSuccessors(int64_t task) const;     // (k - 1, c), (k, c - 1)
+  void GatherInputs(int64_t task, BackwardTaskInputs<T>& in) const;
+  void ApplyResult(int64_t task, const BackwardTaskOutputs<T>& out);
+  GradResult<T> Finish();
+
+  const cpu::MambaBlockCpu<T>& block(int64_t layer) const { return blocks_[layer]; }
+
+ private:
+  struct ChunkSpan {
+    int64_t t0, len, halo;  // tokens [t0, t0 + len), with halo conv rows before
+  };
+  ChunkSpan Span(int64_t c) const;
+  void Progress(std::string_view phase, int64_t done, int64_t total) const;
+  void ApplyDecay(const std::vector<T>& A, const T* S, const T* v, T* out) const;
+  T* Rows(int64_t k) { return k < K_ ? layer_in_[k].data() : top_.data(); }  // u^k, k = 0..K
+  const T* Rows(int64_t k) const { return k < K_ ? layer_in_[k].data() : top_.data(); }
+
+  void Prepare();
+  void ForwardWavefront();
+  void ForwardTwoPass();
+  double Head();
+  void BackwardWavefront();
+  void BackwardLayered();
+  void EmbeddingGrad(const T* du1);
+
+  const ModelParams<T>& p_;
+  const MambaConfig& cfg_;
+  std::span<const uint32_t> tokens_;
+  const GradOptions& opt_;
+  std::unique_ptr<ThreadPool> pool_;
+  const int64_t T_, C_, nC_, D_, K_, DiN_, max_ahead_;
+  std::vector<cpu::MambaBlockCpu<T>> blocks_;
+  std::vector<std::vector<T>> layer_in_;  // K x (T, D): u^k, replaced by dL/du^k chunk by chunk
+  std::vector<std::vector<T>> states_;    // K x (chunks, Di, N): h before each chunk, then mu
+  std::vector<T> top_;                    // (T, D): u^{K+1}, then dL/du^{K+1}
+  std::vector<std::vector<T>> halos_;     // per task: dL/du for the W - 1 rows before its chunk
+  GradResult<T> result_;
+};
+
+}  // namespace adjsh
+
+#endif  // ADJSH_ENGINE_GRADIENT_STEP_H_
