@@ -38,7 +38,8 @@ struct GradOptions {
   Schedule schedule = Schedule::kWavefront;
   int64_t window = 0;   // Wt: 0 = exact adjoint; else truncated to Wt tokens (Wt >= T is exact)
   int threads = 0;      // 0: one per hardware thread
-  // Progress: called from the calling thread between phases with (phase, done, total).
+  // Progress: (phase, layers done, layers) after each layer of the forward and the backward,
+  // and once for the head; possibly from a worker thread, never two calls at once.
   std::function<void(std::string_view, int64_t, int64_t)> progress;
 };
 

@@ -8,11 +8,8 @@ template <typename T>
 void RunBackwardTask(const cpu::MambaBlockCpu<T>& block, const MambaConfig& config,
                      const BackwardTaskInputs<T>& in, BackwardTaskOutputs<T>& out) {
   const int64_t D = config.hidden_size, DiN = config.inner() * config.state_size;
-  for (const auto& slot : LayerParamSlots<T>()) {
-    int64_t n = 1;
-    for (int64_t d : slot.shape(config)) n *= d;
-    (out.grad.*slot.member).assign(n, T(0));
-  }
+  for (const auto& slot : LayerParamSlots<T>())
+    (out.grad.*slot.member).assign(ShapeNumel(slot.shape(config)), T(0));  // keeps capacity
   out.du.resize(in.rows.len * D);
   out.du_halo.assign(in.rows.halo * D, T(0));
   out.mu_out.resize(DiN);

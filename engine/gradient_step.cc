@@ -87,7 +87,6 @@ void GradientStep<T>::ApplyDecay(const std::vector<T>& A, const T* S, const T* v
   for (int64_t k = 0; k < DiN_; ++k) out[k] = std::exp(A[k] * S[k / N]) * v[k];
 }
 
-
 // u^1 = the embedding rows of the tokens; room for the other layer inputs and chunk states.
 template <typename T>
 void GradientStep<T>::Prepare() {
@@ -98,7 +97,6 @@ void GradientStep<T>::Prepare() {
   for (int64_t t = 0; t < T_; ++t)
     std::copy_n(p_.embed.data() + int64_t{tokens_[t]} * D_, D_, layer_in_[0].data() + t * D_);
 }
-
 
 // Task (k, c) once (k - 1, c) and (k, c - 1) are done: its state comes from (k, c - 1).
 template <typename T>
@@ -121,10 +119,10 @@ void GradientStep<T>::ForwardWavefront() {
         T* h_end = c + 1 < nC_ ? h0 + DiN_ : last.data();
         blocks_[k].Forward(Rows(k) + (s.t0 - s.halo) * D_, {s.halo, s.len, 0}, h0,
                            Rows(k + 1) + s.t0 * D_, h_end);
+        // Layer k's last chunk: layers finish in order (each waits on the one below).
+        if (c + 1 == nC_) Progress("forward", k + 1, K_);
       });
-  Progress("forward", K_, K_);
 }
-
 
 template <typename T>
 void GradientStep<T>::ForwardTwoPass() {
@@ -158,7 +156,6 @@ void GradientStep<T>::ForwardTwoPass() {
     Progress("forward", k + 1, K_);
   }
 }
-
 
 // Loss and dL/du^{K+1} (into top_, replacing u^{K+1}); dE and dw_f from the head.
 template <typename T>
@@ -198,7 +195,6 @@ double GradientStep<T>::Head() {
   Progress("head", 1, 1);
   return loss / static_cast<double>(T_ - 1);
 }
-
 
 // Layer by layer, all chunks of a layer in parallel (two-pass exact, or truncated).
 template <typename T>
@@ -257,7 +253,6 @@ void GradientStep<T>::BackwardLayered() {
   EmbeddingGrad(g.data());
 }
 
-
 // The embedding lookup: dE[token_t] += dL/du^1_t, in token order.
 template <typename T>
 void GradientStep<T>::EmbeddingGrad(const T* du1) {
@@ -267,7 +262,6 @@ void GradientStep<T>::EmbeddingGrad(const T* du1) {
     for (int64_t d = 0; d < D_; ++d) row[d] += du1[t * D_ + d];
   }
 }
-
 
 template <typename T>
 std::pair<int64_t, int64_t> GradientStep<T>::TaskLayerChunk(int64_t task) const {
@@ -332,6 +326,7 @@ void GradientStep<T>::ApplyResult(int64_t task, const BackwardTaskOutputs<T>& ou
   }
   halos_[k * nC_ + c] = out.du_halo;
   if (k == 0 && c == 0) top_ = std::vector<T>();  // dL/du^{K+1} has no reader left
+  if (c == 0) Progress("backward", K_ - k, K_);     // layer k done; layers finish in order
 }
 
 // The exact backward in-process: the same tasks through the same calls a coordinator makes.
@@ -346,7 +341,6 @@ void GradientStep<T>::BackwardWavefront() {
         RunBackwardTask(blocks_[in.layer], cfg_, in, out);
         ApplyResult(task, out);
       });
-  Progress("backward", K_, K_);
 }
 
 template class GradientStep<float>;

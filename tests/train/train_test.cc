@@ -7,6 +7,7 @@
 #include <random>
 
 #include "common/tokens.h"
+#include "tests/kernels/test_util.h"
 #include "train/checkpoint.h"
 #include "train/optimizer.h"
 #include "train/trainer.h"
@@ -14,15 +15,8 @@
 namespace adjsh::train {
 namespace {
 
-MambaConfig TinyConfig() {
-  MambaConfig c;
-  c.hidden_size = 16;
-  c.num_hidden_layers = 2;
-  c.state_size = 4;
-  c.time_step_rank = 1;
-  c.vocab_size = 256;
-  return c;
-}
+// D=16, K=2, N=4, W=4, R=1, byte vocabulary.
+MambaConfig TinyConfig() { return adjsh::testing::SmallConfig(2, 16, 4, 4, 1, 256); }
 
 std::string TempDir(const std::string& name) {
   const auto dir = std::filesystem::path(::testing::TempDir()) /
