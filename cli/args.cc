@@ -148,6 +148,12 @@ int BadUsage(const std::string& command, const absl::Status& status) {
   return 2;
 }
 
+std::string SelfExe() {
+  std::error_code ec;
+  const std::filesystem::path p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string("adjsh") : p.string();
+}
+
 absl::Status CheckOutputFile(const std::string& flag, const std::string& path) {
   namespace fs = std::filesystem;
   if (path.empty()) return absl::InvalidArgumentError(absl::StrCat("--", flag, " is empty"));

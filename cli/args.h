@@ -64,6 +64,9 @@ int Fail(const std::string& command, const absl::Status& status);
 // The same for a bad flag value, and returns 2 (bad usage).
 int BadUsage(const std::string& command, const absl::Status& status);
 
+// The path of the running adjsh binary (to start worker processes from it).
+std::string SelfExe();
+
 // Checks before any work that an output file can be written: a non-empty path that is not a
 // directory, in an existing directory. INVALID_ARGUMENT naming the flag otherwise.
 absl::Status CheckOutputFile(const std::string& flag, const std::string& path);

@@ -12,6 +12,7 @@ int GradCommand(const std::vector<std::string>& args);
 int InitCommand(const std::vector<std::string>& args);
 int TokenizeCommand(const std::vector<std::string>& args);
 int TrainCommand(const std::vector<std::string>& args);
+int WorkerCommand(const std::vector<std::string>& args);
 
 }  // namespace adjsh::cli
 

@@ -6,6 +6,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "common/model.h"
+#include "coordinator/local_cluster.h"
 #include "common/proc_stats.h"
 #include "common/safetensors.h"
 #include "common/tokens.h"
@@ -15,7 +16,7 @@ namespace adjsh::cli {
 namespace {
 
 template <typename T>
-absl::Status RunGrad(const ArgParser& a, const GradOptions& opt, bool quiet) {
+absl::Status RunGrad(const ArgParser& a, const GradOptions& opt, bool quiet, int workers) {
   absl::StatusOr<ModelParams<T>> params = LoadModelDir<T>(a.Get("model"));
   if (!params.ok()) return params.status();
   absl::StatusOr<std::vector<uint32_t>> tokens = ReadTokenFile(a.Get("tokens"));
@@ -23,7 +24,16 @@ absl::Status RunGrad(const ArgParser& a, const GradOptions& opt, bool quiet) {
   if (absl::Status s = CheckTokensInVocab(*tokens, params->config.vocab_size); !s.ok()) return s;
 
   const auto start = std::chrono::steady_clock::now();
-  absl::StatusOr<GradResult<T>> result = ComputeGradient<T>(*params, *tokens, opt);
+  absl::StatusOr<GradResult<T>> result;
+  if constexpr (std::is_same_v<T, float>) {
+    if (workers > 0) {  // a local cluster: the backward tasks on worker processes
+      absl::StatusOr<std::unique_ptr<coordinator::LocalCluster>> cluster =
+          coordinator::LocalCluster::Start(workers, SelfExe());
+      if (!cluster.ok()) return cluster.status();
+      result = (*cluster)->service().ComputeGradient(*params, *tokens, opt, "grad", 0);
+    }
+  }
+  if (workers == 0) result = ComputeGradient<T>(*params, *tokens, opt);
   if (!result.ok()) return result.status();
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -57,7 +67,10 @@ int GradCommand(const std::vector<std::string>& args) {
   a.Add("out", "FILE", "output .safetensors file", "", true);
   a.Add("window", "Wt", "truncated adjoint window in tokens (default: exact gradient)");
   a.Add("chunk", "C", "tokens per (layer, chunk) task", "256");
-  a.Add("threads", "N", "worker threads (0: one per core)", "0");
+  a.Add("threads", "N", "threads for in-process work (0: one per core)", "0");
+  a.Add("workers", "N",
+        "worker processes on loopback for the backward tasks (0: all in-process; f32, exact)",
+        "0");
   a.Add("schedule", "wavefront|two-pass",
         "task order: wavefront over (layer, chunk), or two passes per layer with all chunks in "
         "parallel",
@@ -78,6 +91,8 @@ int GradCommand(const std::vector<std::string>& args) {
   absl::StatusOr<int64_t> threads = a.GetInt("threads", 0, 4096);
   if (!threads.ok()) return BadUsage("grad", threads.status());
   opt.threads = static_cast<int>(*threads);
+  absl::StatusOr<int64_t> workers = a.GetInt("workers", 0, 1024);
+  if (!workers.ok()) return BadUsage("grad", workers.status());
   const std::string schedule = a.Get("schedule");
   if (schedule != "wavefront" && schedule != "two-pass") {
     return BadUsage("grad", absl::InvalidArgumentError(
@@ -97,8 +112,14 @@ int GradCommand(const std::vector<std::string>& args) {
                                                        dtype + "'"));
   }
   if (absl::Status s = CheckOutputFile("out", a.Get("out")); !s.ok()) return BadUsage("grad", s);
+  if (*workers > 0 && (dtype != "f32" || opt.window != 0 || opt.schedule != Schedule::kWavefront)) {
+    return BadUsage("grad", absl::InvalidArgumentError(
+                                "--workers computes the exact f32 gradient with the wavefront "
+                                "schedule only"));
+  }
+  const int w = static_cast<int>(*workers);
   const absl::Status status =
-      dtype == "f32" ? RunGrad<float>(a, opt, quiet) : RunGrad<double>(a, opt, quiet);
+      dtype == "f32" ? RunGrad<float>(a, opt, quiet, w) : RunGrad<double>(a, opt, quiet, w);
   return status.ok() ? 0 : Fail("grad", status);
 }
 

@@ -17,6 +17,7 @@ constexpr const char* kUsage =
     "  init       write a new model directory (config.json + model.safetensors)\n"
     "  tokenize   turn text files into a byte-level token file (.u16 / .u32)\n"
     "  train      train on a corpus, one long sequence per step (AdamW, checkpoints, resume)\n"
+    "  worker     serve (layer, chunk) backward tasks of a coordinator over gRPC\n"
     "\n"
     "Run 'adjsh <command> --help' for a command's flags.\n";
 
@@ -29,6 +30,7 @@ constexpr Command kCommands[] = {
     {"init", adjsh::cli::InitCommand},
     {"tokenize", adjsh::cli::TokenizeCommand},
     {"train", adjsh::cli::TrainCommand},
+    {"worker", adjsh::cli::WorkerCommand},
 };
 
 }  // namespace

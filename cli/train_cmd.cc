@@ -10,6 +10,7 @@
 #include "cli/model_flags.h"
 #include "common/model.h"
 #include "common/tokens.h"
+#include "coordinator/local_cluster.h"
 #include "train/trainer.h"
 
 namespace adjsh::cli {
@@ -64,7 +65,12 @@ int TrainCommand(const std::vector<std::string>& args) {
   a.Add("steps", "S", "optimizer steps", "60");
   a.Add("chunk", "C", "tokens per (layer, chunk) task", "256");
   a.Add("window", "Wt", "truncated adjoint window (default: exact gradient)");
-  a.Add("threads", "N", "worker threads (0: one per core)", "0");
+  a.Add("threads", "N", "threads for in-process work (0: one per core)", "0");
+  a.Add("workers", "N",
+        "worker processes on loopback for the backward tasks (0: all in-process)", "0");
+  a.Add("lease-ms", "MS",
+        "with --workers: a task's lease; a lost worker's task is handed out again after it",
+        "5000");
   a.Add("lr", "LR", "peak learning rate", "3e-3");
   a.Add("warmup", "S", "linear warmup steps", "10");
   a.Add("min-lr-ratio", "R", "final learning rate as a fraction of the peak (cosine)", "0.1");
@@ -84,8 +90,9 @@ int TrainCommand(const std::vector<std::string>& args) {
     int64_t min;
     int64_t* field;
   };
-  int64_t threads = 0;
+  int64_t threads = 0, workers = 0, lease_ms = 0;
   for (const IntFlag& f : {IntFlag{"context", 2, &opt.context}, IntFlag{"steps", 1, &opt.steps},
+                           IntFlag{"workers", 0, &workers}, IntFlag{"lease-ms", 100, &lease_ms},
                            IntFlag{"chunk", 1, &opt.grad.chunk},
                            IntFlag{"threads", 0, &threads},
                            IntFlag{"warmup", 0, &opt.adamw.warmup_steps},
@@ -133,6 +140,24 @@ int TrainCommand(const std::vector<std::string>& args) {
   const MambaConfig& c = params.config;
   train::Trainer trainer(std::move(params), std::move(*corpus), opt);
   if (absl::Status s = trainer.Init(); !s.ok()) return Fail("train", s);
+  std::unique_ptr<coordinator::LocalCluster> cluster;
+  if (workers > 0) {
+    if (opt.grad.window != 0) {
+      return BadUsage("train", absl::InvalidArgumentError(
+                                   "--workers runs the exact gradient only (no --window)"));
+    }
+    absl::StatusOr<std::unique_ptr<coordinator::LocalCluster>> started =
+        coordinator::LocalCluster::Start(static_cast<int>(workers), SelfExe(),
+                                         {.lease = absl::Milliseconds(lease_ms)});
+    if (!started.ok()) return Fail("train", started.status());
+    cluster = std::move(*started);
+    std::fprintf(stderr, "coordinator on %s with %lld worker processes\n",
+                 cluster->address().c_str(), static_cast<long long>(workers));
+    int64_t step = trainer.state().step;
+    trainer.set_gradient_source([&](const ModelParams<float>& p, std::span<const uint32_t> t) {
+      return cluster->service().ComputeGradient(p, t, opt.grad, "train", step++);
+    });
+  }
   std::fprintf(stderr,
                "model D=%lld K=%lld N=%lld V=%lld | context %lld tokens | %s gradient, chunk %lld "
                "| %lld steps%s\n",

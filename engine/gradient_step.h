@@ -44,12 +44,12 @@ class GradientStep {
   void ApplyResult(int64_t task, const BackwardTaskOutputs<T>& out);
   GradResult<T> Finish();
 
-  const cpu::MambaBlockCpu<T>& block(int64_t layer) const { return blocks_[layer]; }
-
- private:
   struct ChunkSpan {
     int64_t t0, len, halo;  // tokens [t0, t0 + len), with halo conv rows before
   };
+  ChunkSpan TaskSpan(int64_t task) const { return Span(TaskLayerChunk(task).second); }
+
+ private:
   ChunkSpan Span(int64_t c) const;
   void Progress(std::string_view phase, int64_t done, int64_t total) const;
   void ApplyDecay(const std::vector<T>& A, const T* S, const T* v, T* out) const;

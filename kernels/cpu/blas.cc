@@ -13,6 +13,7 @@ template <>
 void Gemm<float>(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                  int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (m == 0 || n == 0) return;
+  InitBlasSingleThreaded();
   cblas_sgemm(CblasRowMajor, ToCblas(ta), ToCblas(tb), static_cast<blasint>(m),
               static_cast<blasint>(n), static_cast<blasint>(k), alpha, a, static_cast<blasint>(lda),
               b, static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
@@ -23,6 +24,7 @@ void Gemm<double>(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, double al
                   const double* a, int64_t lda, const double* b, int64_t ldb, double beta,
                   double* c, int64_t ldc) {
   if (m == 0 || n == 0) return;
+  InitBlasSingleThreaded();
   cblas_dgemm(CblasRowMajor, ToCblas(ta), ToCblas(tb), static_cast<blasint>(m),
               static_cast<blasint>(n), static_cast<blasint>(k), alpha, a, static_cast<blasint>(lda),
               b, static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));

@@ -15,7 +15,8 @@ template <typename T>
 void Gemm(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
           const T* b, int64_t ldb, T beta, T* c, int64_t ldc);
 
-// Pins OpenBLAS to one thread per call (see above). Idempotent.
+// Pins OpenBLAS to one thread per call (see above). Idempotent; Gemm calls it first, so every
+// process that computes (the coordinator and each worker alike) rounds the same way.
 void InitBlasSingleThreaded();
 
 }  // namespace adjsh::cpu

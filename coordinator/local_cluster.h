@@ -1,0 +1,52 @@
+// A coordinator TaskService and N worker processes on loopback: what `adjsh train --workers N`
+// and `adjsh grad --workers N` run. Workers are `adjsh worker` processes started from this
+// binary; one that dies while the cluster runs is started again (its leased task expires and is
+// handed out anew), so the job goes on.
+#ifndef ADJSH_COORDINATOR_LOCAL_CLUSTER_H_
+#define ADJSH_COORDINATOR_LOCAL_CLUSTER_H_
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "coordinator/task_service.h"
+#include "grpcpp/grpcpp.h"
+
+namespace adjsh::coordinator {
+
+class LocalCluster {
+ public:
+  // Serves on 127.0.0.1 at a free port and starts `workers` worker processes of `exe`.
+  static absl::StatusOr<std::unique_ptr<LocalCluster>> Start(int workers, const std::string& exe,
+                                                             TaskServiceOptions options = {});
+  ~LocalCluster();  // stops the workers (SIGTERM, then SIGKILL after 5 s) and the server
+
+  TaskServiceImpl& service() { return *service_; }
+  const std::string& address() const { return address_; }
+  std::vector<pid_t> worker_pids() const;
+  int restarts() const { return restarts_.load(); }
+
+ private:
+  LocalCluster() = default;
+  pid_t Spawn(int slot) const;
+  void Supervise();
+
+  std::string exe_, address_;
+  std::unique_ptr<TaskServiceImpl> service_;
+  std::unique_ptr<grpc::Server> server_;
+  mutable std::mutex mu_;
+  std::vector<pid_t> pids_;  // guarded by mu_
+  std::atomic<bool> stopping_{false};
+  std::atomic<int> restarts_{0};
+  std::thread supervisor_;
+};
+
+}  // namespace adjsh::coordinator
+
+#endif  // ADJSH_COORDINATOR_LOCAL_CLUSTER_H_

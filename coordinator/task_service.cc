@@ -1,0 +1,304 @@
+#include "coordinator/task_service.h"
+
+#include <algorithm>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/config.h"
+#include "proto/status_util.h"
+#include "proto/tensor_codec.h"
+
+namespace adjsh::coordinator {
+namespace {
+
+grpc::Status Error(const absl::Status& s) { return ToGrpcStatus(s); }
+
+// The expected outputs of a BACKWARD task of layer k: HF-named partials, du, du_halo, mu_out.
+absl::StatusOr<BackwardTaskOutputs<float>> OutputsFromTensors(const MambaConfig& c, int64_t k,
+                                                              int64_t len, int64_t halo,
+                                                              TensorMap& t) {
+  BackwardTaskOutputs<float> out;
+  auto take = [&](const std::string& name, const std::vector<int64_t>& shape,
+                  std::vector<float>& dst) -> absl::Status {
+    auto it = t.find(name);
+    if (it == t.end()) return absl::InvalidArgumentError(absl::StrCat("result lacks \"", name, "\""));
+    if (it->second.dtype != DType::kF32 || it->second.shape != shape) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "result tensor \"", name, "\" is ", std::string(DTypeName(it->second.dtype)),
+          ShapeString(it->second.shape), ", expected F32", ShapeString(shape)));
+    }
+    absl::StatusOr<std::vector<float>> v = it->second.To<float>();
+    if (!v.ok()) return v.status();
+    dst = std::move(*v);
+    t.erase(it);
+    return absl::OkStatus();
+  };
+  for (const auto& slot : LayerParamSlots<float>()) {
+    if (absl::Status s = take(LayerParamName(k, slot.suffix), slot.shape(c), out.grad.*slot.member);
+        !s.ok())
+      return s;
+  }
+  const int64_t D = c.hidden_size, Di = c.inner(), N = c.state_size;
+  if (absl::Status s = take("du", {len, D}, out.du); !s.ok()) return s;
+  if (absl::Status s = take("du_halo", {halo, D}, out.du_halo); !s.ok()) return s;
+  if (absl::Status s = take("mu_out", {Di, N}, out.mu_out); !s.ok()) return s;
+  if (!t.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("result has an unexpected tensor \"", t.begin()->first, "\""));
+  }
+  return out;
+}
+
+}  // namespace
+
+TaskServiceImpl::TaskServiceImpl(TaskServiceOptions options) : opt_(options) {}
+
+std::string TaskServiceImpl::TaskName(int64_t version, int64_t task) {
+  return absl::StrCat(version, ":", task);
+}
+
+absl::Status TaskServiceImpl::ParseTaskName(const std::string& name, int64_t* version,
+                                            int64_t* task) const {
+  const std::vector<std::string> parts = absl::StrSplit(name, ':');
+  if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], version) ||
+      !absl::SimpleAtoi(parts[1], task)) {
+    return absl::InvalidArgumentError(absl::StrCat("malformed task id \"", name, "\""));
+  }
+  if (!current_ || current_->version != *version || *task < 0 ||
+      *task >= current_->grad->num_backward_tasks()) {
+    return absl::NotFoundError(absl::StrCat("task ", name, " is not part of the current step"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TaskServiceImpl::CheckLease(const std::string& worker_id,
+                                         const std::string& task_name,
+                                         const std::string& lease_id, int64_t* task,
+                                         int64_t* lease) const {
+  if (!workers_.contains(worker_id)) {
+    return absl::NotFoundError(absl::StrCat("unknown worker \"", worker_id, "\": register"));
+  }
+  int64_t version = 0;
+  if (absl::Status s = ParseTaskName(task_name, &version, task); !s.ok()) return s;
+  if (!absl::SimpleAtoi(lease_id, lease)) {
+    return absl::InvalidArgumentError(absl::StrCat("malformed lease id \"", lease_id, "\""));
+  }
+  absl::StatusOr<TaskInfo> info = current_->queue->GetTask(*task);
+  if (!info.ok()) return info.status();
+  if (info->state != TaskState::kLeased || info->lease_id != *lease ||
+      info->expiry <= absl::Now()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("lease ", lease_id, " of task ", task_name, " is no longer valid"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<GradResult<float>> TaskServiceImpl::ComputeGradient(
+    const ModelParams<float>& params, std::span<const uint32_t> tokens, const GradOptions& options,
+    const std::string& job_id, int64_t step_index) {
+  if (options.window != 0 || options.schedule != Schedule::kWavefront) {
+    return absl::UnimplementedError(
+        "remote workers run the exact wavefront backward only (no --window, no two-pass)");
+  }
+  auto step = std::make_unique<Step>();
+  step->grad = std::make_unique<GradientStep<float>>(params, tokens, options);
+  step->queue = std::make_unique<TaskQueue>();
+  step->params = &params;
+  step->job_id = job_id;
+  step->config_json = ConfigToJson(params.config);
+  step->step = step_index;
+  step->tokens = static_cast<int64_t>(tokens.size());
+  step->grad->ForwardAndHead();
+  for (int64_t t = 0; t < step->grad->num_backward_tasks(); ++t) {
+    if (absl::Status s = step->queue->AddTask(t, "", step->grad->BackwardDependencies(t)); !s.ok())
+      return s;
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  step->version = ++next_version_;
+  current_ = std::move(step);
+  for (auto& [id, worker] : workers_) worker.leases.clear();  // leases of earlier steps
+  done_cv_.wait(lock, [&] { return current_->queue->Finished(); });
+  GradResult<float> result = current_->grad->Finish();
+  current_.reset();
+  return result;
+}
+
+grpc::Status TaskServiceImpl::RegisterWorker(grpc::ServerContext*,
+                                             const v1::RegisterWorkerRequest* req,
+                                             v1::RegisterWorkerResponse* resp) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const std::string id = absl::StrCat("w", ++next_worker_);
+  workers_[id].name = req->worker_name();
+  resp->set_worker_id(id);
+  resp->set_heartbeat_interval_ms(opt_.heartbeat_interval_ms);
+  return grpc::Status::OK;
+}
+
+grpc::Status TaskServiceImpl::PullTask(grpc::ServerContext*, const v1::PullTaskRequest* req,
+                                       v1::PullTaskResponse* resp) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto w = workers_.find(req->worker_id());
+  if (w == workers_.end()) {
+    return Error(absl::NotFoundError(absl::StrCat("unknown worker \"", req->worker_id(), "\"")));
+  }
+  if (current_) {
+    absl::StatusOr<LeaseResult> leased = current_->queue->Lease(req->worker_id(), opt_.lease);
+    if (!leased.ok()) return Error(leased.status());
+    if (leased->task) {
+      const int64_t id = leased->task->task_id;
+      const auto [k, c] = current_->grad->TaskLayerChunk(id);
+      v1::Task* t = resp->mutable_task();
+      t->set_task_id(TaskName(current_->version, id));
+      t->set_lease_id(absl::StrCat(leased->task->lease_id));
+      t->set_lease_expires_ms(absl::ToInt64Milliseconds(opt_.lease));
+      t->set_job_id(current_->job_id);
+      t->set_step(current_->step);
+      t->set_kind(v1::Task::BACKWARD);
+      t->set_layer(static_cast<int32_t>(k));
+      t->set_chunk(c);
+      t->set_window(0);
+      t->set_dtype(v1::F32);
+      t->set_params_version(static_cast<uint64_t>(current_->version));
+      t->set_context_length(current_->tokens);
+      t->set_config_json(current_->config_json);
+      const GradientStep<float>::ChunkSpan span = current_->grad->TaskSpan(id);
+      t->set_t0(span.t0);
+      t->set_len(span.len);
+      t->set_halo(span.halo);
+      t->set_ahead(0);
+      w->second.leases[id] = leased->task->lease_id;
+      return grpc::Status::OK;
+    }
+  }
+  resp->mutable_no_task()->set_retry_after_ms(opt_.retry_after_ms);
+  return grpc::Status::OK;
+}
+
+grpc::Status TaskServiceImpl::Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* req,
+                                        v1::HeartbeatResponse* resp) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto w = workers_.find(req->worker_id());
+  if (w == workers_.end()) {
+    return Error(absl::NotFoundError(absl::StrCat("unknown worker \"", req->worker_id(), "\"")));
+  }
+  w->second.resident_bytes = req->resident_bytes();
+  w->second.peak_resident_bytes = req->peak_resident_bytes();
+  for (const std::string& name : req->task_ids()) {
+    int64_t version = 0, task = 0;
+    bool renewed = false;
+    if (ParseTaskName(name, &version, &task).ok()) {
+      auto l = w->second.leases.find(task);
+      renewed = l != w->second.leases.end() &&
+                current_->queue->Renew(task, l->second, req->worker_id()).ok();
+    }
+    if (!renewed) resp->add_cancelled_task_ids(name);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status TaskServiceImpl::FetchInputs(grpc::ServerContext*,
+                                          const v1::FetchInputsRequest* req,
+                                          grpc::ServerWriter<v1::TensorChunk>* writer) {
+  BackwardTaskInputs<float> in;
+  TensorMap params;
+  int64_t D = 0, Di = 0, N = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    int64_t task = 0, lease = 0;
+    if (absl::Status s = CheckLease(req->worker_id(), req->task_id(), req->lease_id(), &task,
+                                    &lease);
+        !s.ok())
+      return Error(s);
+    current_->grad->GatherInputs(task, in);
+    const MambaConfig& c = current_->params->config;
+    D = c.hidden_size, Di = c.inner(), N = c.state_size;
+    if (req->include_params()) {
+      const LayerParams<float>& layer = current_->params->layers[in.layer];
+      for (const auto& slot : LayerParamSlots<float>()) {
+        params.emplace(LayerParamName(in.layer, slot.suffix),
+                       HostTensor::From<float>(layer.*slot.member, slot.shape(c), DType::kF32));
+      }
+    }
+  }
+  // Streamed outside the lock: the copies are this task's own.
+  TensorMap inputs;
+  inputs.emplace("u", HostTensor::From<float>(in.u, {in.rows.halo + in.rows.len, D}, DType::kF32));
+  inputs.emplace("g", HostTensor::From<float>(in.g, {in.rows.len, D}, DType::kF32));
+  inputs.emplace("h0", HostTensor::From<float>(in.h0, {Di, N}, DType::kF32));
+  if (!in.mu.empty()) inputs.emplace("mu", HostTensor::From<float>(in.mu, {Di, N}, DType::kF32));
+  inputs.merge(params);
+  for (const auto& [name, tensor] : inputs) {
+    absl::Status s = StreamTensor(name, tensor, kDefaultPieceBytes, [&](const v1::TensorChunk& c) {
+      return writer->Write(c) ? absl::OkStatus()
+                              : absl::UnavailableError("the worker closed the stream");
+    });
+    if (!s.ok()) return Error(s);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status TaskServiceImpl::PushResult(grpc::ServerContext*,
+                                         grpc::ServerReader<v1::ResultChunk>* reader,
+                                         v1::PushResultResponse* resp) {
+  v1::ResultChunk msg;
+  if (!reader->Read(&msg) || !msg.has_header()) {
+    return Error(absl::InvalidArgumentError("a result stream must start with its header"));
+  }
+  const v1::ResultHeader header = msg.header();
+  AssemblerLimits limits;
+  limits.max_total_bytes = opt_.max_result_bytes;
+  limits.max_tensor_bytes = opt_.max_result_bytes;
+  TensorAssembler assembler(limits);
+  TensorMap tensors;
+  while (reader->Read(&msg)) {
+    if (!msg.has_tensor()) {
+      return Error(absl::InvalidArgumentError("a backward result carries tensors only"));
+    }
+    absl::StatusOr<std::optional<NamedTensor>> done = assembler.Add(msg.tensor());
+    if (!done.ok()) return Error(done.status());
+    if (*done) tensors.emplace((*done)->name, std::move((*done)->tensor));
+  }
+  if (absl::Status s = assembler.Finish(); !s.ok()) return Error(s);
+
+  std::lock_guard<std::mutex> lock(mu_);
+  int64_t task = 0, lease = 0;
+  if (absl::Status s = CheckLease(header.worker_id(), header.task_id(), header.lease_id(), &task,
+                                  &lease);
+      !s.ok()) {
+    if (!absl::IsFailedPrecondition(s) && !absl::IsNotFound(s)) return Error(s);
+    ++rejected_;  // late, duplicate, or for a finished step: not an error of the stream
+    resp->set_accepted(false);
+    resp->set_reason(std::string(s.message()));
+    return grpc::Status::OK;
+  }
+  const GradientStep<float>::ChunkSpan span = current_->grad->TaskSpan(task);
+  absl::StatusOr<BackwardTaskOutputs<float>> out =
+      OutputsFromTensors(current_->params->config, current_->grad->TaskLayerChunk(task).first,
+                         span.len, span.halo, tensors);
+  if (!out.ok()) return Error(out.status());
+  if (absl::Status s = current_->queue->Complete(task, lease); !s.ok()) {
+    ++rejected_;
+    resp->set_accepted(false);
+    resp->set_reason(std::string(s.message()));
+    return grpc::Status::OK;
+  }
+  current_->grad->ApplyResult(task, *out);
+  workers_[header.worker_id()].leases.erase(task);
+  ++accepted_;
+  resp->set_accepted(true);
+  if (current_->queue->Finished()) done_cv_.notify_all();
+  return grpc::Status::OK;
+}
+
+int64_t TaskServiceImpl::results_accepted() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return accepted_;
+}
+
+int64_t TaskServiceImpl::results_rejected() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return rejected_;
+}
+
+}  // namespace adjsh::coordinator

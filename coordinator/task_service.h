@@ -1,0 +1,88 @@
+// The coordinator's TaskService: hands the exact backward's (layer, chunk) tasks of the
+// gradient being computed to remote workers under leases, streams each task its inputs, and
+// applies each accepted result exactly once (DESIGN.md §4). The forward pass and the LM head run
+// here, on the coordinator; the workers run RunBackwardTask on what they fetch, so the gradient
+// is bitwise the in-process one for any number of workers, retries and lost workers.
+#ifndef ADJSH_COORDINATOR_TASK_SERVICE_H_
+#define ADJSH_COORDINATOR_TASK_SERVICE_H_
+
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "coordinator/task_queue.h"
+#include "engine/gradient_step.h"
+#include "proto/adjsh.grpc.pb.h"
+
+namespace adjsh::coordinator {
+
+struct TaskServiceOptions {
+  absl::Duration lease = absl::Seconds(5);  // renewed by heartbeats; unrenewed, re-handed out
+  int64_t heartbeat_interval_ms = 500;
+  int64_t retry_after_ms = 20;              // NoTask: ask again after this long
+  uint64_t max_result_bytes = uint64_t{1} << 32;
+};
+
+class TaskServiceImpl final : public v1::TaskService::Service {
+ public:
+  explicit TaskServiceImpl(TaskServiceOptions options = {});
+
+  // One gradient with the backward on the workers; blocks until every task's result is in.
+  // Exact gradient, f32, wavefront schedule (options.window must be 0).
+  absl::StatusOr<GradResult<float>> ComputeGradient(const ModelParams<float>& params,
+                                                    std::span<const uint32_t> tokens,
+                                                    const GradOptions& options,
+                                                    const std::string& job_id, int64_t step);
+
+  grpc::Status RegisterWorker(grpc::ServerContext*, const v1::RegisterWorkerRequest*,
+                              v1::RegisterWorkerResponse*) override;
+  grpc::Status PullTask(grpc::ServerContext*, const v1::PullTaskRequest*,
+                        v1::PullTaskResponse*) override;
+  grpc::Status Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest*,
+                         v1::HeartbeatResponse*) override;
+  grpc::Status FetchInputs(grpc::ServerContext*, const v1::FetchInputsRequest*,
+                           grpc::ServerWriter<v1::TensorChunk>*) override;
+  grpc::Status PushResult(grpc::ServerContext*, grpc::ServerReader<v1::ResultChunk>*,
+                          v1::PushResultResponse*) override;
+
+  int64_t results_accepted() const;
+  int64_t results_rejected() const;
+
+ private:
+  // The gradient being computed: published while its backward tasks are out.
+  struct Step {
+    std::unique_ptr<GradientStep<float>> grad;
+    std::unique_ptr<TaskQueue> queue;
+    const ModelParams<float>* params = nullptr;
+    std::string job_id, config_json;
+    int64_t step = 0, version = 0, tokens = 0;
+  };
+  struct Worker {
+    std::string name;
+    std::map<int64_t, int64_t> leases;  // task -> lease id, for heartbeats
+    uint64_t resident_bytes = 0, peak_resident_bytes = 0;
+  };
+  // "version:task" <-> (version, task index).
+  static std::string TaskName(int64_t version, int64_t task);
+  absl::Status ParseTaskName(const std::string& name, int64_t* version, int64_t* task) const;
+  // The current step's task, checking that lease_id is its live lease. Requires mu_.
+  absl::Status CheckLease(const std::string& worker_id, const std::string& task_name,
+                          const std::string& lease_id, int64_t* task, int64_t* lease) const;
+
+  const TaskServiceOptions opt_;
+  mutable std::mutex mu_;
+  std::condition_variable done_cv_;
+  std::unique_ptr<Step> current_;        // guarded by mu_
+  std::map<std::string, Worker> workers_;  // guarded by mu_
+  int64_t next_worker_ = 0, next_version_ = 0, accepted_ = 0, rejected_ = 0;  // guarded by mu_
+};
+
+}  // namespace adjsh::coordinator
+
+#endif  // ADJSH_COORDINATOR_TASK_SERVICE_H_
