@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The main job, on a fresh machine or again: builds adjsh (installing missing packages), then
-# trains a byte-level Mamba LM (D=128, K=4) on the built-in corpus (the license texts every
-# Debian machine has, /usr/share/common-licenses) with 16K-token sequences and the exact
-# adjoint-sharded gradient, 60 steps, checkpointing to build/run/ckpt. Each run starts afresh.
+# trains a byte-level Mamba LM (D=128, K=4) on a local cluster (a coordinator and 2 worker
+# processes on loopback) on the built-in corpus (the license texts every Debian machine has,
+# /usr/share/common-licenses) with 16K-token sequences and the exact adjoint-sharded gradient,
+# 40 steps, checkpointing to build/run/ckpt. Each run starts afresh.
 #   scripts/run.sh [adjsh train flags...]      e.g. scripts/run.sh --steps 20 --window 1024
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,5 +11,5 @@ scripts/build.sh >/dev/null
 run=build/run
 rm -rf "$run/ckpt"
 mkdir -p "$run"
-build/cli/adjsh train --checkpoint-dir "$run/ckpt" "$@"
+build/cli/adjsh train --workers 2 --steps 40 --checkpoint-dir "$run/ckpt" "$@"
 echo "model and optimizer state: $run/ckpt/$(cat "$run/ckpt/latest")"

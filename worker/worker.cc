@@ -303,7 +303,9 @@ void Worker::HeartbeatLoop() {
       }
       {
         std::lock_guard<std::mutex> guard(mu_);
-        if (held != nullptr && !held->cancelled) {
+        // (A task finished meanwhile is no longer held: nothing to drop or renew.)
+        if (held != nullptr && held != current_) cancel = false;
+        if (held != nullptr && held == current_ && !held->cancelled) {
           if (cancel) {
             held->cancelled = true;
             held->why = "cancelled by the coordinator";
