@@ -1,5 +1,6 @@
 // adjsh train: trains a Mamba LM on a corpus, one long sequence per step, with the exact
 // adjoint-sharded gradient (or a truncated window), AdamW, checkpoints and resume.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -141,6 +142,7 @@ int TrainCommand(const std::vector<std::string>& args) {
   train::Trainer trainer(std::move(params), std::move(*corpus), opt);
   if (absl::Status s = trainer.Init(); !s.ok()) return Fail("train", s);
   std::unique_ptr<coordinator::LocalCluster> cluster;
+  int64_t first_step = 0;
   if (workers > 0) {
     if (opt.grad.window != 0) {
       return BadUsage("train", absl::InvalidArgumentError(
@@ -154,6 +156,7 @@ int TrainCommand(const std::vector<std::string>& args) {
     std::fprintf(stderr, "coordinator on %s with %lld worker processes\n",
                  cluster->address().c_str(), static_cast<long long>(workers));
     int64_t step = trainer.state().step;
+    first_step = step;
     trainer.set_gradient_source([&](const ModelParams<float>& p, std::span<const uint32_t> t) {
       return cluster->service().ComputeGradient(p, t, opt.grad, "train", step++);
     });
@@ -171,6 +174,20 @@ int TrainCommand(const std::vector<std::string>& args) {
                    ? absl::StrFormat(" | resumed at step %d", trainer.state().step).c_str()
                    : "");
   if (absl::Status s = trainer.Run(PrintProgress); !s.ok()) return Fail("train", s);
+  if (cluster) {
+    const double token_steps = static_cast<double>(opt.context) *
+                               static_cast<double>(trainer.state().step - first_step);
+    const double sent = static_cast<double>(cluster->service().bytes_sent());
+    const double received = static_cast<double>(cluster->service().bytes_received());
+    std::fprintf(stderr,
+                 "wire: %.1f MiB to workers, %.1f MiB back; per token per step %.0f B out, "
+                 "%.0f B back; %lld results accepted, %lld refused, %d worker restarts\n",
+                 sent / 1048576, received / 1048576, sent / std::max(1.0, token_steps),
+                 received / std::max(1.0, token_steps),
+                 static_cast<long long>(cluster->service().results_accepted()),
+                 static_cast<long long>(cluster->service().results_rejected()),
+                 cluster->restarts());
+  }
   std::fprintf(stderr, "done: step %lld, loss %.4f; checkpoint in %s/latest\n",
                static_cast<long long>(trainer.state().step), trainer.state().last_loss,
                opt.checkpoint_dir.c_str());

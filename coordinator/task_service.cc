@@ -117,8 +117,13 @@ absl::StatusOr<GradResult<float>> TaskServiceImpl::ComputeGradient(
   std::unique_lock<std::mutex> lock(mu_);
   step->version = ++next_version_;
   current_ = std::move(step);
+  cancelled_ = false;
   for (auto& [id, worker] : workers_) worker.leases.clear();  // leases of earlier steps
-  done_cv_.wait(lock, [&] { return current_->queue->Finished(); });
+  done_cv_.wait(lock, [&] { return cancelled_ || current_->queue->Finished(); });
+  if (cancelled_) {
+    current_.reset();
+    return absl::CancelledError("the gradient was cancelled");
+  }
   GradResult<float> result = current_->grad->Finish();
   current_.reset();
   return result;
@@ -230,6 +235,7 @@ grpc::Status TaskServiceImpl::FetchInputs(grpc::ServerContext*,
   inputs.merge(params);
   for (const auto& [name, tensor] : inputs) {
     absl::Status s = StreamTensor(name, tensor, kDefaultPieceBytes, [&](const v1::TensorChunk& c) {
+      bytes_sent_.fetch_add(c.data().size());
       return writer->Write(c) ? absl::OkStatus()
                               : absl::UnavailableError("the worker closed the stream");
     });
@@ -260,6 +266,7 @@ grpc::Status TaskServiceImpl::PushResult(grpc::ServerContext*,
     if (*done) tensors.emplace((*done)->name, std::move((*done)->tensor));
   }
   if (absl::Status s = assembler.Finish(); !s.ok()) return Error(s);
+  bytes_received_.fetch_add(assembler.total_bytes());
 
   std::lock_guard<std::mutex> lock(mu_);
   int64_t task = 0, lease = 0;
@@ -290,6 +297,15 @@ grpc::Status TaskServiceImpl::PushResult(grpc::ServerContext*,
   if (current_->queue->Finished()) done_cv_.notify_all();
   return grpc::Status::OK;
 }
+
+void TaskServiceImpl::CancelCurrent() {
+  std::lock_guard<std::mutex> lock(mu_);
+  cancelled_ = true;
+  done_cv_.notify_all();
+}
+
+uint64_t TaskServiceImpl::bytes_sent() const { return bytes_sent_.load(); }
+uint64_t TaskServiceImpl::bytes_received() const { return bytes_received_.load(); }
 
 int64_t TaskServiceImpl::results_accepted() const {
   std::lock_guard<std::mutex> lock(mu_);

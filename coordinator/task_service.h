@@ -6,6 +6,7 @@
 #ifndef ADJSH_COORDINATOR_TASK_SERVICE_H_
 #define ADJSH_COORDINATOR_TASK_SERVICE_H_
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <map>
@@ -51,8 +52,15 @@ class TaskServiceImpl final : public v1::TaskService::Service {
   grpc::Status PushResult(grpc::ServerContext*, grpc::ServerReader<v1::ResultChunk>*,
                           v1::PushResultResponse*) override;
 
+  // Ends the gradient being computed: its ComputeGradient returns CANCELLED, and the workers
+  // holding its tasks are told to drop them at their next heartbeat.
+  void CancelCurrent();
+
   int64_t results_accepted() const;
   int64_t results_rejected() const;
+  // Tensor bytes streamed to workers (FetchInputs) and received from them (PushResult).
+  uint64_t bytes_sent() const;
+  uint64_t bytes_received() const;
 
  private:
   // The gradient being computed: published while its backward tasks are out.
@@ -81,6 +89,8 @@ class TaskServiceImpl final : public v1::TaskService::Service {
   std::unique_ptr<Step> current_;        // guarded by mu_
   std::map<std::string, Worker> workers_;  // guarded by mu_
   int64_t next_worker_ = 0, next_version_ = 0, accepted_ = 0, rejected_ = 0;  // guarded by mu_
+  bool cancelled_ = false;                                                    // guarded by mu_
+  std::atomic<uint64_t> bytes_sent_{0}, bytes_received_{0};
 };
 
 }  // namespace adjsh::coordinator

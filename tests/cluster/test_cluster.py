@@ -3,7 +3,9 @@
 
   test_cluster.py --adjsh build/cli/adjsh
 
-Checks, on a small model trained for a few steps on the built-in corpus:
+Checks, on a small model:
+  * one gradient (`adjsh grad --workers N`) is bitwise the in-process one for N = 1, 2, 4;
+and trained for a few steps on the built-in corpus:
   * the final weights and optimizer state are bitwise identical for in-process training and for
     1, 2 and 4 worker processes;
   * the same when worker processes are SIGKILLed at random points of the run (each is started
@@ -66,6 +68,24 @@ def main():
         results.append(ok)
         print(f"{'PASS' if ok else 'FAIL'} {name}{': ' + detail if detail and not ok else ''}",
               flush=True)
+
+    # One gradient: adjsh grad --workers N writes the same bytes as in-process.
+    model = os.path.join(tmp, "model")
+    tokens = os.path.join(tmp, "tokens.u16")
+    subprocess.run([adjsh, "init", "--out", model, "--hidden-size", "32", "--layers", "3",
+                    "--state-size", "8", "--vocab-size", "256"], check=True, capture_output=True)
+    subprocess.run([adjsh, "tokenize", "--text", "/usr/share/common-licenses/GPL-3", "--out",
+                    tokens, "--length", "3000"], check=True, capture_output=True)
+    grads = {}
+    for n in (0, 1, 2, 4):
+        out = os.path.join(tmp, f"grad{n}.safetensors")
+        r = subprocess.run([adjsh, "grad", "--model", model, "--tokens", tokens, "--out", out,
+                            "--chunk", "100", "--workers", str(n), "--quiet"],
+                           capture_output=True, text=True, timeout=600)
+        grads[n] = open(out, "rb").read() if r.returncode == 0 else None
+        if n:
+            record(f"adjsh grad --workers {n}: gradient file bitwise equal to in-process",
+                   grads[n] is not None and grads[n] == grads[0], r.stderr[-2000:])
 
     steps = 8
     ref_dir = os.path.join(tmp, "inprocess")
