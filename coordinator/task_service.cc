@@ -65,8 +65,12 @@ absl::Status TaskServiceImpl::ParseTaskName(const std::string& name, int64_t* ve
       !absl::SimpleAtoi(parts[1], task)) {
     return absl::InvalidArgumentError(absl::StrCat("malformed task id \"", name, "\""));
   }
-  if (!current_ || current_->version != *version || *task < 0 ||
-      *task >= current_->grad->num_backward_tasks()) {
+  const bool current = current_ && current_->version == *version;
+  if (!current && *version > 0 && *version <= next_version_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("task ", name, " belongs to a finished or cancelled step"));
+  }
+  if (!current || *task < 0 || *task >= current_->grad->num_backward_tasks()) {
     return absl::NotFoundError(absl::StrCat("task ", name, " is not part of the current step"));
   }
   return absl::OkStatus();
@@ -87,7 +91,7 @@ absl::Status TaskServiceImpl::CheckLease(const std::string& worker_id,
   absl::StatusOr<TaskInfo> info = current_->queue->GetTask(*task);
   if (!info.ok()) return info.status();
   if (info->state != TaskState::kLeased || info->lease_id != *lease ||
-      info->expiry <= absl::Now()) {
+      info->worker_id != worker_id || info->expiry <= absl::Now()) {
     return absl::FailedPreconditionError(
         absl::StrCat("lease ", lease_id, " of task ", task_name, " is no longer valid"));
   }
@@ -101,8 +105,14 @@ absl::StatusOr<GradResult<float>> TaskServiceImpl::ComputeGradient(
     return absl::UnimplementedError(
         "remote workers run the exact wavefront backward only (no --window, no two-pass)");
   }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    running_ = true;  // from here on a CancelCurrent applies to this gradient
+    cancelled_ = false;
+  }
   auto step = std::make_unique<Step>();
-  step->grad = std::make_unique<GradientStep<float>>(params, tokens, options);
+  step->options = options;
+  step->grad = std::make_unique<GradientStep<float>>(params, tokens, step->options);
   step->queue = std::make_unique<TaskQueue>();
   step->params = &params;
   step->job_id = job_id;
@@ -110,18 +120,22 @@ absl::StatusOr<GradResult<float>> TaskServiceImpl::ComputeGradient(
   step->step = step_index;
   step->tokens = static_cast<int64_t>(tokens.size());
   step->grad->ForwardAndHead();
+  // Results are applied under mu_: a progress callback there could call back into the service.
+  step->options.progress = nullptr;
   for (int64_t t = 0; t < step->grad->num_backward_tasks(); ++t) {
     if (absl::Status s = step->queue->AddTask(t, "", step->grad->BackwardDependencies(t)); !s.ok())
       return s;
   }
   std::unique_lock<std::mutex> lock(mu_);
   step->version = ++next_version_;
-  current_ = std::move(step);
-  cancelled_ = false;
-  for (auto& [id, worker] : workers_) worker.leases.clear();  // leases of earlier steps
-  done_cv_.wait(lock, [&] { return cancelled_ || current_->queue->Finished(); });
+  if (!cancelled_) {
+    current_ = std::move(step);
+    for (auto& [id, worker] : workers_) worker.leases.clear();  // leases of earlier steps
+    done_cv_.wait(lock, [&] { return cancelled_ || current_->queue->Finished(); });
+  }
+  running_ = false;
   if (cancelled_) {
-    current_.reset();
+    current_.reset();  // CancelCurrent already withdrew it; nothing of it is applied now
     return absl::CancelledError("the gradient was cancelled");
   }
   GradResult<float> result = current_->grad->Finish();
@@ -253,8 +267,30 @@ grpc::Status TaskServiceImpl::PushResult(grpc::ServerContext*,
   }
   const v1::ResultHeader header = msg.header();
   AssemblerLimits limits;
-  limits.max_total_bytes = opt_.max_result_bytes;
-  limits.max_tensor_bytes = opt_.max_result_bytes;
+  {
+    // Fail fast on a stale lease, and never buffer much more than this task's result can be.
+    std::lock_guard<std::mutex> lock(mu_);
+    int64_t task = 0, lease = 0;
+    if (absl::Status s = CheckLease(header.worker_id(), header.task_id(), header.lease_id(),
+                                    &task, &lease);
+        !s.ok()) {
+      if (!absl::IsFailedPrecondition(s) && !absl::IsNotFound(s)) return Error(s);
+      ++rejected_;
+      resp->set_accepted(false);
+      resp->set_reason(std::string(s.message()));
+      return grpc::Status::OK;
+    }
+    const MambaConfig& c = current_->params->config;
+    const GradientStep<float>::ChunkSpan span = current_->grad->TaskSpan(task);
+    uint64_t numel = static_cast<uint64_t>((span.len + span.halo) * c.hidden_size +
+                                           c.inner() * c.state_size);
+    for (const auto& slot : LayerParamSlots<float>()) numel += ShapeNumel(slot.shape(c));
+    // Twice the right size (and at least 64 KiB): a slightly wrong result still reaches the
+    // shape checks and their clearer message; a hostile size is refused at its header.
+    limits.max_total_bytes = std::min<uint64_t>(
+        opt_.max_result_bytes, std::max<uint64_t>(2 * numel * sizeof(float), uint64_t{1} << 16));
+    limits.max_tensor_bytes = limits.max_total_bytes;
+  }
   TensorAssembler assembler(limits);
   TensorMap tensors;
   while (reader->Read(&msg)) {
@@ -300,7 +336,9 @@ grpc::Status TaskServiceImpl::PushResult(grpc::ServerContext*,
 
 void TaskServiceImpl::CancelCurrent() {
   std::lock_guard<std::mutex> lock(mu_);
+  if (!running_) return;
   cancelled_ = true;
+  current_.reset();  // the RPCs see no step from now on: no task handed out or accepted
   done_cv_.notify_all();
 }
 

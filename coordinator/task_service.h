@@ -65,6 +65,7 @@ class TaskServiceImpl final : public v1::TaskService::Service {
  private:
   // The gradient being computed: published while its backward tasks are out.
   struct Step {
+    GradOptions options;  // the step's own copy: GradientStep keeps a reference
     std::unique_ptr<GradientStep<float>> grad;
     std::unique_ptr<TaskQueue> queue;
     const ModelParams<float>* params = nullptr;
@@ -89,7 +90,7 @@ class TaskServiceImpl final : public v1::TaskService::Service {
   std::unique_ptr<Step> current_;        // guarded by mu_
   std::map<std::string, Worker> workers_;  // guarded by mu_
   int64_t next_worker_ = 0, next_version_ = 0, accepted_ = 0, rejected_ = 0;  // guarded by mu_
-  bool cancelled_ = false;                                                    // guarded by mu_
+  bool running_ = false, cancelled_ = false;                                  // guarded by mu_
   std::atomic<uint64_t> bytes_sent_{0}, bytes_received_{0};
 };
 
