@@ -33,25 +33,27 @@
 // Stop: Run notices the flag within ~10 ms; it cancels pulls, fetches and backoff waits at once,
 // drops a task whose compute has not begun, lets a running compute finish and pushes its result
 // within stop_grace, then stops the heartbeat and returns OK.
+//
+// Inside: worker.cc registers, runs the heartbeat thread and the main loop; shared_state.h is
+// what the threads share (the task held, the calls in flight, stop and shutdown); task_runner.h
+// serves one task, with param_cache.h (the per-job cache, the checks against the config) and
+// task_io.h (the fetch and push streams, the tensors' checks); retry.h is the retry policy.
 #ifndef ADJSH_WORKER_WORKER_H_
 #define ADJSH_WORKER_WORKER_H_
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 
 #include "absl/status/status.h"
-#include "absl/status/statusor.h"
-#include "common/model.h"
-#include "engine/backward_task.h"
 #include "proto/adjsh.grpc.pb.h"
 
 namespace adjsh::worker {
+
+class SharedState;
 
 struct WorkerOptions {
   std::string coordinator;  // HOST:PORT of the coordinator's TaskService (insecure channel)
@@ -92,80 +94,15 @@ class Worker {
   WorkerStats stats() const;
 
  private:
-  // One job's cached config and parameters (newest params_version only), per compute type.
-  struct JobCache {
-    std::string config_json;
-    std::shared_ptr<const MambaConfig> config;
-    bool has_version = false;
-    uint64_t params_version = 0;
-    std::map<int64_t, std::shared_ptr<const LayerParams<float>>> f32;  // by layer
-    std::map<int64_t, std::shared_ptr<const LayerParams<double>>> f64;
-    uint64_t last_used = 0;
-  };
-  // The task being served; the heartbeat thread renews and cancels it (fields under mu_).
-  struct TaskState {
-    std::string task_id, lease_id, worker_id;  // worker_id: the id it was leased under
-    int64_t lease_ms = 0;                       // Task.lease_expires_ms; <= 0: unknown
-    std::chrono::steady_clock::time_point lease_deadline;
-    bool cancelled = false;
-    std::string why;  // why it was cancelled
-  };
-  class CallScope;
-  enum class CallKind { kStoppable, kPush, kHeartbeat };
-  struct ActiveCall {
-    CallKind kind;
-    std::string task_id;  // the task the call serves; empty for none
-    bool cancelled = false;
-  };
-  enum class Outcome { kDone, kDropped };
-
-  void Log(int level, const std::string& message) const;
-  bool Stopping() const { return stop_ != nullptr && stop_->load(); }
-  // Waits up to `d` (false at once when stopping, also when it starts during the wait).
-  bool SleepFor(std::chrono::milliseconds d);
-  std::chrono::milliseconds NextBackoff(std::chrono::milliseconds& current) const;
-
-  absl::Status Register();                          // until success, stop, or a fatal error
+  absl::Status Register();                               // until success, stop, or a fatal error
   absl::Status Reregister(const std::string& stale_id);  // once per stale id, from either thread
-  std::string worker_id() const;
-
   void HeartbeatLoop();
-  void WatchLoop();
-  void CancelCalls(const std::string& task_id);  // every call serving that task
-
-  void HandleTask(const v1::Task& task);
-  template <typename T>
-  Outcome RunTask(const v1::Task& task, const std::shared_ptr<TaskState>& state);
-  JobCache* JobFor(const v1::Task& task);  // nullptr (logged) for a bad config
-  // Not cancelled and its lease not surely expired; `why` says otherwise.
-  bool TaskAlive(const TaskState& state, std::string* why) const;
-  void LogProgress();
 
   const WorkerOptions opt_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::TaskService::Stub> stub_;
-  std::atomic<bool>* stop_ = nullptr;
-
-  mutable std::mutex mu_;  // everything below
-  std::condition_variable cv_;  // stop seen, shutdown
-  bool shutdown_ = false;
-  bool stop_seen_ = false;
-  std::chrono::steady_clock::time_point stop_time_;
-  std::string worker_id_;
-  int64_t heartbeat_interval_ms_ = 5000;
-  std::shared_ptr<TaskState> current_;  // the task held, listed in heartbeats
-  std::map<grpc::ClientContext*, ActiveCall> calls_;
-  WorkerStats stats_;
-
-  std::mutex register_mu_;  // one registration at a time
-
-  // Main thread only.
-  std::map<std::string, JobCache> jobs_;
-  uint64_t job_clock_ = 0;
-  BackwardTaskOutputs<float> out_f32_;  // reused across tasks (capacity kept)
-  BackwardTaskOutputs<double> out_f64_;
-  std::chrono::steady_clock::time_point progress_start_;
-  int64_t progress_done_ = 0;
+  std::unique_ptr<SharedState> state_;  // what the main, heartbeat and stop-watch threads share
+  std::mutex register_mu_;              // one registration at a time
 };
 
 }  // namespace adjsh::worker
