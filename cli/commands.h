@@ -8,10 +8,15 @@
 
 namespace adjsh::cli {
 
+int CancelCommand(const std::vector<std::string>& args);
+int CoordinatorCommand(const std::vector<std::string>& args);
 int GradCommand(const std::vector<std::string>& args);
 int InitCommand(const std::vector<std::string>& args);
+int StatusCommand(const std::vector<std::string>& args);
+int SubmitCommand(const std::vector<std::string>& args);
 int TokenizeCommand(const std::vector<std::string>& args);
 int TrainCommand(const std::vector<std::string>& args);
+int WatchCommand(const std::vector<std::string>& args);
 int WorkerCommand(const std::vector<std::string>& args);
 
 }  // namespace adjsh::cli

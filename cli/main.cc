@@ -13,10 +13,15 @@ constexpr const char* kUsage =
     "Exact gradients of Mamba language models on very long contexts by adjoint sharding.\n"
     "\n"
     "commands:\n"
+    "  cancel     cancel a job of a coordinator (--job ID)\n"
+    "  coordinator  serve training jobs (JobService) and backward tasks (TaskService) over gRPC\n"
     "  grad       loss and gradient of one token sequence (in-process, chunked, threaded)\n"
     "  init       write a new model directory (config.json + model.safetensors)\n"
+    "  status     show the jobs of a coordinator, or one (--job ID)\n"
+    "  submit     submit a training job to a coordinator; prints its id\n"
     "  tokenize   turn text files into a byte-level token file (.u16 / .u32)\n"
     "  train      train on a corpus, one long sequence per step (AdamW, checkpoints, resume)\n"
+    "  watch      follow a job's progress until it ends (exit 0 when it SUCCEEDED)\n"
     "  worker     serve (layer, chunk) backward tasks of a coordinator over gRPC\n"
     "\n"
     "Run 'adjsh <command> --help' for a command's flags.\n";
@@ -26,10 +31,15 @@ struct Command {
   int (*run)(const std::vector<std::string>&);
 };
 constexpr Command kCommands[] = {
+    {"cancel", adjsh::cli::CancelCommand},
+    {"coordinator", adjsh::cli::CoordinatorCommand},
     {"grad", adjsh::cli::GradCommand},
     {"init", adjsh::cli::InitCommand},
+    {"status", adjsh::cli::StatusCommand},
+    {"submit", adjsh::cli::SubmitCommand},
     {"tokenize", adjsh::cli::TokenizeCommand},
     {"train", adjsh::cli::TrainCommand},
+    {"watch", adjsh::cli::WatchCommand},
     {"worker", adjsh::cli::WorkerCommand},
 };
 

@@ -1,6 +1,7 @@
 #include "coordinator/task_service.h"
 
 #include <algorithm>
+#include <random>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -52,7 +53,10 @@ absl::StatusOr<BackwardTaskOutputs<float>> OutputsFromTensors(const MambaConfig&
 
 }  // namespace
 
-TaskServiceImpl::TaskServiceImpl(TaskServiceOptions options) : opt_(options) {}
+TaskServiceImpl::TaskServiceImpl(TaskServiceOptions options) : opt_(options) {
+  std::random_device entropy;
+  worker_prefix_ = absl::StrCat("w", absl::Hex(entropy(), absl::kZeroPad8), "-");
+}
 
 std::string TaskServiceImpl::TaskName(int64_t version, int64_t task) {
   return absl::StrCat(version, ":", task);
@@ -147,7 +151,7 @@ grpc::Status TaskServiceImpl::RegisterWorker(grpc::ServerContext*,
                                              const v1::RegisterWorkerRequest* req,
                                              v1::RegisterWorkerResponse* resp) {
   std::lock_guard<std::mutex> lock(mu_);
-  const std::string id = absl::StrCat("w", ++next_worker_);
+  const std::string id = absl::StrCat(worker_prefix_, ++next_worker_);
   workers_[id].name = req->worker_name();
   resp->set_worker_id(id);
   resp->set_heartbeat_interval_ms(opt_.heartbeat_interval_ms);

@@ -89,6 +89,10 @@ class TaskServiceImpl final : public v1::TaskService::Service {
   std::condition_variable done_cv_;
   std::unique_ptr<Step> current_;        // guarded by mu_
   std::map<std::string, Worker> workers_;  // guarded by mu_
+  // Worker ids carry a random per-process prefix: a worker that outlives a restarted
+  // coordinator is unknown to the new one (NOT_FOUND: it registers again and drops its task),
+  // so a stale task can never match a lease of the new process.
+  std::string worker_prefix_;
   int64_t next_worker_ = 0, next_version_ = 0, accepted_ = 0, rejected_ = 0;  // guarded by mu_
   bool running_ = false, cancelled_ = false;                                  // guarded by mu_
   std::atomic<uint64_t> bytes_sent_{0}, bytes_received_{0};

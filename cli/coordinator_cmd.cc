@@ -1,0 +1,113 @@
+// adjsh coordinator: serves the TaskService (workers) and the JobService (adjsh submit / status /
+// watch / cancel) on one insecure gRPC address until SIGTERM or SIGINT (coordinator/job_service.h).
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "coordinator/job_service.h"
+#include "coordinator/task_service.h"
+#include "grpcpp/grpcpp.h"
+
+namespace adjsh::cli {
+namespace {
+
+std::atomic<bool> g_stop{false};
+static_assert(std::atomic<bool>::is_always_lock_free, "set from a signal handler");
+
+// The first signal asks the coordinator to stop (cancel the running job, then exit 0); a second
+// one while it is stopping ends the process at once.
+void OnSignal(int sig) {
+  if (g_stop.exchange(true)) _exit(128 + sig);
+}
+
+void InstallSignalHandlers() {
+  struct sigaction sa = {};
+  sa.sa_handler = OnSignal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+}
+
+}  // namespace
+
+int CoordinatorCommand(const std::vector<std::string>& args) {
+  ArgParser a(
+      "coordinator",
+      "Serves adjsh's distributed training on one insecure gRPC address: the TaskService that\n"
+      "`adjsh worker --coordinator ADDR` processes pull exact-backward (layer, chunk) tasks from,\n"
+      "and the JobService that `adjsh submit / status / watch / cancel` talk to. Jobs run one at\n"
+      "a time in submission order; each trains as `adjsh train` does (forward pass, LM head and\n"
+      "AdamW here, the backward on the connected workers), with bitwise the same weights. Prints\n"
+      "'listening on HOST:PORT' on stdout once serving (--listen with port 0 picks a free port).\n"
+      "Jobs are kept in memory only: after a restart, submit a job's spec again with the same\n"
+      "checkpoint dir to resume it from its latest checkpoint. SIGTERM or SIGINT cancels the\n"
+      "running job and exits 0.");
+  a.Add("listen", "HOST:PORT", "address to serve on (port 0: a free port)", "127.0.0.1:50051");
+  a.Add("state-dir", "DIR",
+        "checkpoints of jobs submitted without a checkpoint dir go to DIR/JOB_ID",
+        "adjsh-coordinator");
+  a.Add("lease-ms", "MS", "a task's lease; a lost worker's task is handed out again after it",
+        "5000");
+  a.Add("threads", "N", "threads for the forward pass and LM head here (0: one per core)", "0");
+  a.AddBool("quiet", "do not log job state changes on stderr");
+  if (auto code = ParseOrExit(a, args)) return *code;
+
+  const std::string listen = a.Get("listen");
+  const size_t colon = listen.rfind(':');
+  if (listen.empty() || colon == std::string::npos || colon == 0) {
+    return BadUsage("coordinator", absl::InvalidArgumentError(absl::StrCat(
+                                       "--listen must be HOST:PORT, got '", listen, "'")));
+  }
+  absl::StatusOr<int64_t> lease_ms = a.GetInt("lease-ms", 100, int64_t{1} << 31);
+  if (!lease_ms.ok()) return BadUsage("coordinator", lease_ms.status());
+  absl::StatusOr<int64_t> threads = a.GetInt("threads", 0, 4096);
+  if (!threads.ok()) return BadUsage("coordinator", threads.status());
+  std::error_code ec;
+  const std::string state_dir = std::filesystem::absolute(a.Get("state-dir"), ec).string();
+  if (std::filesystem::exists(state_dir, ec) && !std::filesystem::is_directory(state_dir, ec)) {
+    return Fail("coordinator", absl::FailedPreconditionError(absl::StrCat(
+                                   "--state-dir ", state_dir, " exists and is not a directory")));
+  }
+
+  coordinator::TaskServiceImpl tasks({.lease = absl::Milliseconds(*lease_ms)});
+  coordinator::JobServiceImpl jobs(
+      tasks,
+      {.state_dir = state_dir, .threads = static_cast<int>(*threads), .log = !a.GetBool("quiet")});
+  int port = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&tasks);
+  builder.RegisterService(&jobs);
+  builder.SetMaxReceiveMessageSize(8 << 20);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server || port == 0) {
+    return Fail("coordinator", absl::UnavailableError(absl::StrCat(
+                                   "cannot listen on ", listen,
+                                   " (address in use, or not an address of this machine)")));
+  }
+  const std::string address = absl::StrCat(listen.substr(0, colon), ":", port);
+  InstallSignalHandlers();
+  std::printf("listening on %s\n", address.c_str());
+  std::fflush(stdout);
+  std::fprintf(stderr,
+               "adjsh coordinator on %s: workers connect with `adjsh worker --coordinator %s`; "
+               "default checkpoints under %s\n",
+               address.c_str(), address.c_str(), state_dir.c_str());
+
+  while (!g_stop.load()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::fprintf(stderr, "adjsh coordinator: stopping\n");
+  jobs.Shutdown();  // cancels the running job; watch streams get its terminal event
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  return 0;
+}
+
+}  // namespace adjsh::cli

@@ -1,0 +1,166 @@
+// The coordinator's JobService (proto/adjsh.proto): training jobs, each a train::Trainer whose
+// gradient source is the coordinator's TaskServiceImpl, so the forward pass, the LM head and the
+// optimizer run here and every exact-backward (layer, chunk) task runs on whatever `adjsh worker`
+// processes are connected to that TaskService (with none connected, a job waits for one).
+//
+// Jobs run one at a time, in submission order, on a runner thread. Lifecycle:
+//   SubmitJob -> QUEUED -> RUNNING -> SUCCEEDED | FAILED (Job.error says why) | CANCELLED
+//   CancelJob: a queued job is marked CANCELLED and never starts; the running job is marked
+//   CANCELLED at once (its watchers get the terminal event) and the gradient being computed is
+//   abandoned (TaskServiceImpl::CancelCurrent); the runner moves on when the trainer has
+//   stopped. A checkpoint that was being written when the cancel came may still complete.
+//
+// SubmitJob validates the whole spec before queueing it (status codes as in the proto):
+//   INVALID_ARGUMENT naming the field: no model source, empty model_dir, init shape out of range
+//     (hidden_size/layers/vocab_size >= 1, others >= 0), context_length < 2, steps < 1,
+//     chunk < 0 (0 = 256), window < 0, checkpoint_every < 0, optimizer values out of range
+//     (lr > 0, beta1/beta2 in [0, 1), eps > 0, weight_decay >= 0, warmup_steps >= 0,
+//     min_lr_ratio in [0, 1], grad_clip >= 0), dtype other than "", "f32" or "f64", a token
+//     file with an extension other than .u32/.u16, text_files without paths, byte-level data
+//     (text files or the built-in corpus) with a vocabulary under 256;
+//   UNIMPLEMENTED: window > 0 (the truncated adjoint) and dtype "f64": the remote backward is
+//     the exact f32 gradient only (adjsh train runs both in-process);
+//   NOT_FOUND: model_dir, its config.json / model.safetensors, the token file or a text file
+//     does not exist on the coordinator's filesystem;
+//   FAILED_PRECONDITION: no data given and the built-in corpus (/usr/share/common-licenses) is
+//     empty, or checkpoint_dir exists and is not a directory.
+// Anything found only when the job starts (corpus shorter than context_length, token ids >= V,
+// a checkpoint of another model in checkpoint_dir, unreadable files) makes the job FAILED.
+//
+// Defaults of an unset field are those of `adjsh train`: chunk 256, AdamW of train/optimizer.h
+// (documented in the proto), InitConfig's state_size 16, conv_kernel 4, expand 2, dt_rank auto;
+// a spec without data trains on the built-in corpus as bytes (BuiltinCorpusFiles()). Step s
+// trains on the context_length tokens after those of step s - 1 (train/trainer.h), so a job and
+// `adjsh train` with the same settings end with bitwise the same weights. JobSpec.seed is
+// recorded with the job only (training has no randomness beyond the initialisation).
+//
+// Checkpoints: spec.checkpoint_dir; when it is empty and JobServiceOptions::state_dir is set (as
+// `adjsh coordinator` always does), state_dir/<job_id> (unlike the proto's "empty = no
+// checkpoints", which holds only for a service without a state_dir). Job ids are "job-1",
+// "job-2", ...; with a state_dir, numbering continues after the highest job-N folder already
+// there, so a restarted coordinator never reuses an id whose default checkpoints exist.
+//
+// State is kept in memory only: a restarted coordinator has no jobs. A job is resumed only
+// through its checkpoints: submit the same spec again with the same checkpoint_dir (for a job
+// that used the default, checkpoint_dir = state_dir/<old job_id>) and it continues from the
+// latest checkpoint there, ending bitwise as an uninterrupted run.
+//
+// ListJobs: newest first; page_size (0 = 100, at most 1000) and page_token (the
+// next_page_token of the previous page: an opaque offset into the filtered list; jobs submitted
+// between pages shift it) and the states filter are honoured.
+//
+// WatchJob: an initial event summarising the job as it is now (state, step, loss, tokens/s,
+// ETA; message: the error for FAILED), then one event per state change and per finished step
+// (message: the checkpoint written at that step, if any), until the terminal event, after which
+// the stream ends OK. A watcher that falls more than 4096 events behind gets a summary event in
+// place of the events it missed. The stream ends CANCELLED when the client goes away.
+#ifndef ADJSH_COORDINATOR_JOB_SERVICE_H_
+#define ADJSH_COORDINATOR_JOB_SERVICE_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "coordinator/task_service.h"
+#include "proto/adjsh.grpc.pb.h"
+
+namespace adjsh::coordinator {
+
+struct JobServiceOptions {
+  // Root of the default checkpoint dirs (state_dir/<job_id>); empty: a job without
+  // checkpoint_dir writes no checkpoints. Created when needed.
+  std::string state_dir;
+  // Threads for the coordinator's own work (forward pass, LM head); 0: one per core.
+  int threads = 0;
+  // Progress lines (job started, finished, failed) on stderr.
+  bool log = false;
+};
+
+class JobServiceImpl final : public v1::JobService::Service {
+ public:
+  // tasks: the TaskService the workers are connected to; owned by the caller, must outlive this.
+  explicit JobServiceImpl(TaskServiceImpl& tasks, JobServiceOptions options = {});
+  ~JobServiceImpl() override;  // Shutdown()
+
+  // Marks the queued jobs and the running one CANCELLED ("the coordinator is shutting down"),
+  // abandons the running gradient and waits for the runner thread to stop. Watch streams end
+  // after their terminal event. Idempotent; SubmitJob answers UNAVAILABLE afterwards.
+  void Shutdown();
+
+  // The RPCs as absl calls (the gRPC methods below wrap them).
+  absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec);
+  absl::StatusOr<v1::Job> Get(const std::string& job_id) const;
+  absl::StatusOr<v1::ListJobsResponse> List(const v1::ListJobsRequest& request) const;
+  absl::StatusOr<v1::Job> Cancel(const std::string& job_id);
+
+  grpc::Status SubmitJob(grpc::ServerContext*, const v1::JobSpec*, v1::Job*) override;
+  grpc::Status GetJob(grpc::ServerContext*, const v1::GetJobRequest*, v1::Job*) override;
+  grpc::Status ListJobs(grpc::ServerContext*, const v1::ListJobsRequest*,
+                        v1::ListJobsResponse*) override;
+  grpc::Status CancelJob(grpc::ServerContext*, const v1::CancelJobRequest*, v1::Job*) override;
+  grpc::Status WatchJob(grpc::ServerContext*, const v1::WatchJobRequest*,
+                        grpc::ServerWriter<v1::JobEvent>*) override;
+
+  // The spec checks of SubmitJob (see the top of this file), without queueing anything.
+  static absl::Status ValidateSpec(const v1::JobSpec& spec);
+
+ private:
+  struct JobRecord {
+    v1::Job job;
+    std::string checkpoint_dir;  // effective: spec's, or state_dir/job_id, or empty
+    std::string state_message;   // the note of the last state change (the error when FAILED)
+    double eta_seconds = 0;
+    std::deque<double> recent_seconds;  // durations of the last steps, for tokens_per_s
+    std::deque<v1::JobEvent> events;    // the newest events; the first has number first_event
+    int64_t first_event = 0;
+    std::atomic<bool> cancel{false};  // the runner stops at its next chance
+    int64_t next_event() const { return first_event + static_cast<int64_t>(events.size()); }
+  };
+
+  void RunLoop();
+  // Loads the model and data and trains; returns when the job ends (any way).
+  absl::Status RunJob(JobRecord& rec);
+  // Re-sends CancelCurrent while the running job is cancelled and has not stopped (a cancel
+  // that arrives between two gradients, or while one is being set up, would be lost otherwise).
+  void CancelPump();
+  // Requires mu_. Records an event and wakes the watchers.
+  void PushEvent(JobRecord& rec, v1::JobEvent event);
+  // Requires mu_. Sets state (+ error), updated time, and pushes the state-change event.
+  void SetState(JobRecord& rec, v1::Job::State state, const std::string& message);
+  // Requires mu_. The event summarising the job as it is now.
+  v1::JobEvent Summary(const JobRecord& rec) const;
+  std::shared_ptr<JobRecord> Find(const std::string& job_id) const;  // requires mu_
+
+  TaskServiceImpl& tasks_;
+  const JobServiceOptions opt_;
+  // Random per coordinator process. Tasks carry "<job_id>@<instance_>" as their job id: job ids
+  // and parameter versions start again after a restart, and workers that outlive a coordinator
+  // cache parameters by (task job id, params_version), so the task job id must not repeat.
+  const std::string instance_;
+  // Held around every CancelCurrent and while the runner retires a job, so that a cancel meant
+  // for one job never reaches the gradient of the next. Taken before mu_.
+  std::mutex cancel_mu_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;  // queue_, events, running_, stopping_, pump_stop_
+  std::map<std::string, std::shared_ptr<JobRecord>> jobs_;  // guarded by mu_
+  std::vector<std::shared_ptr<JobRecord>> order_;           // submission order; guarded by mu_
+  std::deque<std::shared_ptr<JobRecord>> queue_;            // guarded by mu_
+  std::shared_ptr<JobRecord> running_;                      // guarded by mu_
+  int64_t next_id_ = 1;                                     // guarded by mu_
+  bool stopping_ = false;                                   // guarded by mu_
+  bool pump_stop_ = false;                                  // guarded by mu_
+  std::thread runner_, pump_;
+};
+
+}  // namespace adjsh::coordinator
+
+#endif  // ADJSH_COORDINATOR_JOB_SERVICE_H_
