@@ -76,6 +76,8 @@ int GradCommand(const std::vector<std::string>& args) {
         "parallel",
         "wavefront");
   a.Add("dtype", "f32|f64", "compute and output precision (f64: the check mode)", "f32");
+  a.Add("spill-dir", "DIR",
+        "keep the layer inputs in memory-mapped files here (the OS may write them to disk)");
   a.AddBool("quiet", "print nothing on success");
   if (auto code = ParseOrExit(a, args)) return *code;
 
@@ -91,6 +93,7 @@ int GradCommand(const std::vector<std::string>& args) {
   absl::StatusOr<int64_t> threads = a.GetInt("threads", 0, 4096);
   if (!threads.ok()) return BadUsage("grad", threads.status());
   opt.threads = static_cast<int>(*threads);
+  opt.spill_dir = a.Get("spill-dir");
   absl::StatusOr<int64_t> workers = a.GetInt("workers", 0, 1024);
   if (!workers.ok()) return BadUsage("grad", workers.status());
   const std::string schedule = a.Get("schedule");

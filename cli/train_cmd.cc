@@ -67,6 +67,8 @@ int TrainCommand(const std::vector<std::string>& args) {
   a.Add("chunk", "C", "tokens per (layer, chunk) task", "256");
   a.Add("window", "Wt", "truncated adjoint window (default: exact gradient)");
   a.Add("threads", "N", "threads for in-process work (0: one per core)", "0");
+  a.Add("spill-dir", "DIR",
+        "keep the layer inputs in memory-mapped files here (the OS may write them to disk)");
   a.Add("workers", "N",
         "worker processes on loopback for the backward tasks (0: all in-process)", "0");
   a.Add("lease-ms", "MS",
@@ -103,6 +105,7 @@ int TrainCommand(const std::vector<std::string>& args) {
     *f.field = *v;
   }
   opt.grad.threads = static_cast<int>(threads);
+  opt.grad.spill_dir = a.Get("spill-dir");
   if (a.Has("window")) {
     absl::StatusOr<int64_t> w = a.GetInt("window", 1, int64_t{1} << 40);
     if (!w.ok()) return BadUsage("train", w.status());

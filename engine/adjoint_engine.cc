@@ -1,5 +1,7 @@
 #include "engine/adjoint_engine.h"
 
+#include <unistd.h>
+
 #include "absl/strings/str_format.h"
 #include "engine/gradient_step.h"
 #include "kernels/cpu/blas.h"
@@ -20,6 +22,10 @@ absl::StatusOr<GradResult<T>> ComputeGradient(const ModelParams<T>& params,
   if (options.window < 0) {
     return absl::InvalidArgumentError(
         absl::StrFormat("window must be >= 1 (or 0 for exact), got %d", options.window));
+  }
+  if (!options.spill_dir.empty() && access(options.spill_dir.c_str(), W_OK | X_OK) != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "spill directory %s does not exist or is not writable", options.spill_dir));
   }
   const int64_t V = params.config.vocab_size;
   for (size_t t = 0; t < tokens.size(); ++t) {

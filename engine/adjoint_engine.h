@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <functional>
 #include <span>
+#include <string>
 #include <string_view>
 
 #include "absl/status/statusor.h"
@@ -38,6 +39,9 @@ struct GradOptions {
   Schedule schedule = Schedule::kWavefront;
   int64_t window = 0;   // Wt: 0 = exact adjoint; else truncated to Wt tokens (Wt >= T is exact)
   int threads = 0;      // 0: one per hardware thread
+  // Non-empty: the layer inputs live in memory-mapped files in this directory (unlinked at
+  // once), which the kernel can write out to disk under memory pressure. Same results.
+  std::string spill_dir;
   // Progress: (phase, layers done, layers) after each layer of the forward and the backward,
   // and once for the head; possibly from a worker thread, never two calls at once.
   std::function<void(std::string_view, int64_t, int64_t)> progress;

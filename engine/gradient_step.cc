@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <utility>
 
 #include "kernels/cpu/blas.h"
@@ -90,7 +91,16 @@ void GradientStep<T>::ApplyDecay(const std::vector<T>& A, const T* S, const T* v
 // u^1 = the embedding rows of the tokens; room for the other layer inputs and chunk states.
 template <typename T>
 void GradientStep<T>::Prepare() {
-  layer_in_.assign(K_, std::vector<T>(T_ * D_));
+  layer_in_.clear();
+  for (int64_t k = 0; k < K_; ++k) {
+    absl::StatusOr<RowStore<T>> rows = RowStore<T>::Create(T_ * D_, opt_.spill_dir);
+    if (!rows.ok()) {  // e.g. the disk is full: slower to fail than to keep the rows in memory
+      std::fprintf(stderr, "adjsh: %s; keeping layer %lld's inputs in memory\n",
+                   std::string(rows.status().message()).c_str(), static_cast<long long>(k));
+      rows = RowStore<T>::Create(T_ * D_, "");
+    }
+    layer_in_.push_back(std::move(*rows));
+  }
   states_.assign(K_, std::vector<T>(nC_ * DiN_));
   top_.assign(T_ * D_, T(0));
   halos_.assign(K_ * nC_, std::vector<T>());
@@ -247,7 +257,7 @@ void GradientStep<T>::BackwardLayered() {
           for (int64_t q = 0; q < s.halo * D_; ++q) rows[q] += o.du_halo[q];
         });
     std::swap(g, du);
-    layer_in_[k] = std::vector<T>();  // no longer needed
+    layer_in_[k] = RowStore<T>();  // no longer needed
     Progress("backward", K_ - k, K_);
   }
   EmbeddingGrad(g.data());

@@ -18,6 +18,7 @@
 #include "common/model.h"
 #include "engine/adjoint_engine.h"
 #include "engine/backward_task.h"
+#include "engine/row_store.h"
 #include "engine/thread_pool.h"
 #include "kernels/cpu/mamba_block.h"
 
@@ -71,7 +72,7 @@ class GradientStep {
   std::unique_ptr<ThreadPool> pool_;
   const int64_t T_, C_, nC_, D_, K_, DiN_, max_ahead_;
   std::vector<cpu::MambaBlockCpu<T>> blocks_;
-  std::vector<std::vector<T>> layer_in_;  // K x (T, D): u^k, replaced by dL/du^k chunk by chunk
+  std::vector<RowStore<T>> layer_in_;     // K x (T, D): u^k, replaced by dL/du^k chunk by chunk
   std::vector<std::vector<T>> states_;    // K x (chunks, Di, N): h before each chunk, then mu
   std::vector<T> top_;                    // (T, D): u^{K+1}, then dL/du^{K+1}
   std::vector<std::vector<T>> halos_;     // per task: dL/du for the W - 1 rows before its chunk

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "engine/adjoint_engine.h"
+#include "engine/row_store.h"
 #include "tests/kernels/test_util.h"
 
 namespace adjsh {
@@ -105,6 +106,26 @@ TEST(EngineDeterminismTest, IndependentOfChunkAndThreads) {
       EXPECT_EQ(MaxRelErr(a.grad, b.grad), 0.0) << "threads " << threads << " window " << window;
     }
   }
+}
+
+// Layer inputs spilled to memory-mapped files: the same numbers, bitwise.
+TEST(EngineSpillTest, SpilledRowsGiveTheSameGradient) {
+  const MambaConfig config = testing::SmallConfig(3, 16, 8, 4, 3, 31);
+  const ModelParams<float> params = InitParams<float>(config, 4);
+  const std::vector<uint32_t> tokens = testing::RandomTokens(700, config.vocab_size, 6);
+  GradOptions opt;
+  opt.chunk = 64;
+  const GradResult<float> heap = ComputeGradient<float>(params, tokens, opt).value();
+  opt.spill_dir = ::testing::TempDir();
+  const GradResult<float> spilled = ComputeGradient<float>(params, tokens, opt).value();
+  EXPECT_EQ(heap.loss, spilled.loss);
+  EXPECT_EQ(MaxRelErr(heap.grad, spilled.grad), 0.0);
+  absl::StatusOr<RowStore<float>> rows = RowStore<float>::Create(1000, ::testing::TempDir());
+  ASSERT_TRUE(rows.ok());
+  EXPECT_TRUE(rows->spilled());
+  opt.spill_dir = "/nonexistent/dir";
+  EXPECT_EQ(ComputeGradient<float>(params, tokens, opt).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(EngineInputTest, RejectsBadInputWithClearErrors) {

@@ -1,0 +1,44 @@
+// Storage for the rows the engine keeps per token (the layer inputs): on the heap, or spilled
+// to an unlinked file in a directory, memory-mapped, so that the kernel can write cold rows out
+// to disk instead of holding them in memory (for contexts whose K T D numbers exceed RAM).
+// The numbers are the same either way: spilling changes where they live, not their values.
+#ifndef ADJSH_ENGINE_ROW_STORE_H_
+#define ADJSH_ENGINE_ROW_STORE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace adjsh {
+
+template <typename T>
+class RowStore {
+ public:
+  RowStore() = default;
+  // n zero-initialised values; spill_dir empty: on the heap.
+  static absl::StatusOr<RowStore> Create(size_t n, const std::string& spill_dir);
+  RowStore(RowStore&& other) noexcept;
+  RowStore& operator=(RowStore&& other) noexcept;
+  RowStore(const RowStore&) = delete;
+  RowStore& operator=(const RowStore&) = delete;
+  ~RowStore();
+
+  T* data() { return data_; }
+  const T* data() const { return data_; }
+  size_t size() const { return size_; }
+  bool spilled() const { return mapped_; }
+
+ private:
+  void Release();
+  std::vector<T> heap_;
+  T* data_ = nullptr;
+  size_t size_ = 0;
+  bool mapped_ = false;
+};
+
+}  // namespace adjsh
+
+#endif  // ADJSH_ENGINE_ROW_STORE_H_
