@@ -1,8 +1,5 @@
 // adjsh coordinator: serves the TaskService (workers) and the JobService (adjsh submit / status /
 // watch / cancel) on one insecure gRPC address until SIGTERM or SIGINT (coordinator/job_service.h).
-#include <signal.h>
-#include <unistd.h>
-
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -12,32 +9,12 @@
 #include "absl/strings/str_cat.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/stop_signal.h"
 #include "coordinator/job_service.h"
 #include "coordinator/task_service.h"
 #include "grpcpp/grpcpp.h"
 
 namespace adjsh::cli {
-namespace {
-
-std::atomic<bool> g_stop{false};
-static_assert(std::atomic<bool>::is_always_lock_free, "set from a signal handler");
-
-// The first signal asks the coordinator to stop (cancel the running job, then exit 0); a second
-// one while it is stopping ends the process at once.
-void OnSignal(int sig) {
-  if (g_stop.exchange(true)) _exit(128 + sig);
-}
-
-void InstallSignalHandlers() {
-  struct sigaction sa = {};
-  sa.sa_handler = OnSignal;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;
-  sigaction(SIGTERM, &sa, nullptr);
-  sigaction(SIGINT, &sa, nullptr);
-}
-
-}  // namespace
 
 int CoordinatorCommand(const std::vector<std::string>& args) {
   ArgParser a(
@@ -95,7 +72,7 @@ int CoordinatorCommand(const std::vector<std::string>& args) {
                                    " (address in use, or not an address of this machine)")));
   }
   const std::string address = absl::StrCat(listen.substr(0, colon), ":", port);
-  InstallSignalHandlers();
+  std::atomic<bool>& stop = InstallStopSignals();
   std::printf("listening on %s\n", address.c_str());
   std::fflush(stdout);
   std::fprintf(stderr,
@@ -103,7 +80,7 @@ int CoordinatorCommand(const std::vector<std::string>& args) {
                "default checkpoints under %s\n",
                address.c_str(), address.c_str(), state_dir.c_str());
 
-  while (!g_stop.load()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  while (!stop.load()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   std::fprintf(stderr, "adjsh coordinator: stopping\n");
   jobs.Shutdown();  // cancels the running job; watch streams get its terminal event
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));

@@ -1,37 +1,14 @@
 // adjsh worker: serves exact-backward (layer, chunk) tasks of a coordinator over gRPC until
 // SIGTERM or SIGINT (worker/worker.h).
-#include <signal.h>
-#include <unistd.h>
-
 #include <atomic>
 #include <cstdio>
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/stop_signal.h"
 #include "worker/worker.h"
 
 namespace adjsh::cli {
-namespace {
-
-std::atomic<bool> g_stop{false};
-static_assert(std::atomic<bool>::is_always_lock_free, "set from a signal handler");
-
-// The first signal asks the worker to stop (it finishes or drops its task, then exits 0); a
-// second one while it is stopping ends the process at once.
-void OnSignal(int sig) {
-  if (g_stop.exchange(true)) _exit(128 + sig);
-}
-
-void InstallSignalHandlers() {
-  struct sigaction sa = {};
-  sa.sa_handler = OnSignal;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;
-  sigaction(SIGTERM, &sa, nullptr);
-  sigaction(SIGINT, &sa, nullptr);
-}
-
-}  // namespace
 
 int WorkerCommand(const std::vector<std::string>& args) {
   ArgParser a("worker",
@@ -61,9 +38,9 @@ int WorkerCommand(const std::vector<std::string>& args) {
   }
   opt.log_level = a.GetBool("verbose") ? 2 : a.GetBool("quiet") ? 0 : 1;
 
-  InstallSignalHandlers();
+  std::atomic<bool>& stop = InstallStopSignals();
   worker::Worker w(opt);
-  const absl::Status status = w.Run(g_stop);
+  const absl::Status status = w.Run(stop);
   return status.ok() ? 0 : Fail("worker", status);
 }
 
