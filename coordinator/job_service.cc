@@ -1,20 +1,19 @@
 #include "coordinator/job_service.h"
 
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <numeric>
 #include <random>
+#include <utility>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
-#include "common/config.h"
 #include "common/file_io.h"
 #include "common/model.h"
-#include "common/tokens.h"
+#include "coordinator/job_spec.h"
 #include "proto/status_util.h"
 #include "train/trainer.h"
 
@@ -22,13 +21,26 @@ namespace adjsh::coordinator {
 namespace fs = std::filesystem;
 namespace {
 
-constexpr int64_t kDefaultChunk = 256;  // as adjsh train's --chunk
 constexpr size_t kMaxEvents = 4096;     // kept per job for watchers that lag behind
 constexpr size_t kThroughputSteps = 8;  // tokens_per_s: mean over this many recent steps
 constexpr int32_t kDefaultPageSize = 100, kMaxPageSize = 1000;
+constexpr char kShuttingDown[] = "cancelled: the coordinator is shutting down";
 
-absl::Status Invalid(const std::string& field, const std::string& message) {
-  return absl::InvalidArgumentError(absl::StrCat(field, ": ", message));
+absl::Status UnknownJob(const std::string& job_id) {
+  return absl::NotFoundError(absl::StrCat("unknown job '", job_id, "'"));
+}
+
+// The note on where a job writes its checkpoints, for its state messages.
+std::string CheckpointsNote(const std::string& checkpoint_dir) {
+  return absl::StrCat("checkpoints: ", checkpoint_dir.empty() ? "none" : checkpoint_dir);
+}
+
+// The gRPC answer of an absl call: its value into *out, or its error.
+template <typename T>
+grpc::Status Reply(absl::StatusOr<T> result, T* out) {
+  if (!result.ok()) return ToGrpcStatus(result.status());
+  *out = std::move(*result);
+  return grpc::Status::OK;
 }
 
 bool Terminal(v1::Job::State s) {
@@ -41,88 +53,6 @@ void SetNow(google::protobuf::Timestamp* ts) {
   const int64_t ns = absl::ToUnixNanos(absl::Now());
   ts->set_seconds(ns / 1000000000);
   ts->set_nanos(static_cast<int32_t>(ns % 1000000000));
-}
-
-// The config of an InitConfig, defaults filled in as `adjsh train` / `adjsh init` do.
-absl::StatusOr<MambaConfig> ConfigFromInit(const v1::InitConfig& init) {
-  struct Field {
-    const char* name;
-    int64_t value, min;
-  };
-  for (const Field& f :
-       {Field{"init.hidden_size", init.hidden_size(), 1}, Field{"init.layers", init.layers(), 1},
-        Field{"init.vocab_size", init.vocab_size(), 1},
-        Field{"init.state_size", init.state_size(), 0},
-        Field{"init.conv_kernel", init.conv_kernel(), 0}, Field{"init.expand", init.expand(), 0},
-        Field{"init.dt_rank", init.dt_rank(), 0}}) {
-    if (f.value < f.min || f.value > (int64_t{1} << 31)) {
-      return Invalid(f.name, absl::StrFormat("must be in [%d, 2^31], got %d", f.min, f.value));
-    }
-  }
-  MambaConfig c;
-  c.hidden_size = init.hidden_size();
-  c.num_hidden_layers = init.layers();
-  c.vocab_size = init.vocab_size();
-  if (init.state_size() > 0) c.state_size = init.state_size();
-  if (init.conv_kernel() > 0) c.conv_kernel = init.conv_kernel();
-  if (init.expand() > 0) c.expand = init.expand();
-  c.time_step_rank = init.dt_rank() > 0 ? init.dt_rank() : (c.hidden_size + 15) / 16;
-  if (absl::Status s = ValidateConfig(c); !s.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("init: ", s.message()));
-  }
-  return c;
-}
-
-// A file that must exist on the coordinator: NOT_FOUND naming the field otherwise.
-absl::Status CheckFile(const std::string& field, const std::string& path) {
-  if (path.empty()) return Invalid(field, "is empty");
-  std::error_code ec;
-  const fs::file_status st = fs::status(path, ec);
-  if (!fs::exists(st)) {
-    return absl::NotFoundError(absl::StrCat(field, ": ", path, " does not exist"));
-  }
-  if (fs::is_directory(st)) return Invalid(field, absl::StrCat(path, " is a directory"));
-  return absl::OkStatus();
-}
-
-absl::Status CheckOptimizer(const v1::AdamW& o) {
-  auto real = [](const char* name, bool has, double v, bool ok, const char* want) {
-    if (!has || (std::isfinite(v) && ok)) return absl::OkStatus();
-    return Invalid(absl::StrCat("optimizer.", name), absl::StrCat("must be ", want, ", got ", v));
-  };
-  for (absl::Status s :
-       {real("lr", o.has_lr(), o.lr(), o.lr() > 0, "> 0"),
-        real("beta1", o.has_beta1(), o.beta1(), o.beta1() >= 0 && o.beta1() < 1, "in [0, 1)"),
-        real("beta2", o.has_beta2(), o.beta2(), o.beta2() >= 0 && o.beta2() < 1, "in [0, 1)"),
-        real("eps", o.has_eps(), o.eps(), o.eps() > 0, "> 0"),
-        real("weight_decay", o.has_weight_decay(), o.weight_decay(), o.weight_decay() >= 0, ">= 0"),
-        real("min_lr_ratio", o.has_min_lr_ratio(), o.min_lr_ratio(),
-             o.min_lr_ratio() >= 0 && o.min_lr_ratio() <= 1, "in [0, 1]"),
-        real("grad_clip", o.has_grad_clip(), o.grad_clip(), o.grad_clip() >= 0, ">= 0")}) {
-    if (!s.ok()) return s;
-  }
-  if (o.has_warmup_steps() && o.warmup_steps() < 0) {
-    return Invalid("optimizer.warmup_steps", absl::StrCat("must be >= 0, got ", o.warmup_steps()));
-  }
-  return absl::OkStatus();
-}
-
-train::AdamWOptions AdamWFromSpec(const v1::AdamW& o) {
-  train::AdamWOptions a;  // unset fields: train/optimizer.h's defaults
-  if (o.has_lr()) a.lr = o.lr();
-  if (o.has_beta1()) a.beta1 = o.beta1();
-  if (o.has_beta2()) a.beta2 = o.beta2();
-  if (o.has_eps()) a.eps = o.eps();
-  if (o.has_weight_decay()) a.weight_decay = o.weight_decay();
-  if (o.has_warmup_steps()) a.warmup_steps = o.warmup_steps();
-  if (o.has_min_lr_ratio()) a.min_lr_ratio = o.min_lr_ratio();
-  if (o.has_grad_clip()) a.grad_clip = o.grad_clip();
-  return a;
-}
-
-bool EndsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 // The newest checkpoint folder under root (root/latest), or "" when there is none.
@@ -144,115 +74,6 @@ std::string InstanceId() {
 }
 
 }  // namespace
-
-absl::Status JobServiceImpl::ValidateSpec(const v1::JobSpec& spec) {
-  // The model.
-  int64_t vocab = 0;
-  switch (spec.model_case()) {
-    case v1::JobSpec::kModelDir: {
-      const std::string& dir = spec.model_dir();
-      if (dir.empty()) return Invalid("model_dir", "is empty");
-      std::error_code ec;
-      if (!fs::exists(dir, ec)) {
-        return absl::NotFoundError(absl::StrCat("model_dir: ", dir, " does not exist"));
-      }
-      if (!fs::is_directory(dir, ec))
-        return Invalid("model_dir", absl::StrCat(dir, " is not a directory"));
-      for (const char* file : {"config.json", "model.safetensors"}) {
-        if (!fs::exists(fs::path(dir) / file, ec)) {
-          return absl::NotFoundError(absl::StrCat("model_dir: ", dir, " has no ", file));
-        }
-      }
-      absl::StatusOr<MambaConfig> c = LoadConfigFile((fs::path(dir) / "config.json").string());
-      if (!c.ok())
-        return absl::Status(c.status().code(), absl::StrCat("model_dir: ", c.status().message()));
-      vocab = c->vocab_size;
-      break;
-    }
-    case v1::JobSpec::kInit: {
-      absl::StatusOr<MambaConfig> c = ConfigFromInit(spec.init());
-      if (!c.ok()) return c.status();
-      vocab = c->vocab_size;
-      break;
-    }
-    default:
-      return Invalid("model", "the spec has no model: give model_dir or init");
-  }
-
-  // Sizes and modes.
-  if (spec.context_length() < 2) {
-    return Invalid("context_length",
-                   absl::StrCat("must be >= 2 tokens, got ", spec.context_length()));
-  }
-  if (spec.steps() < 1) return Invalid("steps", absl::StrCat("must be >= 1, got ", spec.steps()));
-  if (spec.chunk() < 0) {
-    return Invalid("chunk",
-                   absl::StrCat("must be >= 1 (or 0 for the default 256), got ", spec.chunk()));
-  }
-  if (spec.window() < 0)
-    return Invalid("window", absl::StrCat("must be >= 0, got ", spec.window()));
-  if (spec.window() > 0) {
-    return absl::UnimplementedError(absl::StrCat(
-        "window: the truncated adjoint (window ", spec.window(),
-        ") is not supported on remote workers, which compute the exact gradient only; use "
-        "window 0, or adjsh train --window for in-process truncated training"));
-  }
-  if (spec.dtype() == "f64") {
-    return absl::UnimplementedError(
-        "dtype: f64 is not supported on remote workers (f32 only); use \"f32\" or leave it empty");
-  }
-  if (!spec.dtype().empty() && spec.dtype() != "f32") {
-    return Invalid("dtype", absl::StrCat("must be \"f32\" (or empty), got \"", spec.dtype(), "\""));
-  }
-  if (spec.checkpoint_every() < 0) {
-    return Invalid("checkpoint_every", absl::StrCat("must be >= 0, got ", spec.checkpoint_every()));
-  }
-  if (absl::Status s = CheckOptimizer(spec.optimizer()); !s.ok()) return s;
-
-  // The data.
-  switch (spec.data_case()) {
-    case v1::JobSpec::kTokenFile: {
-      const std::string& path = spec.token_file();
-      if (path.empty()) return Invalid("token_file", "is empty");
-      if (!EndsWith(path, ".u32") && !EndsWith(path, ".u16")) {
-        return Invalid("token_file", absl::StrCat(path, " is not a .u32 or .u16 token file"));
-      }
-      if (absl::Status s = CheckFile("token_file", path); !s.ok()) return s;
-      break;
-    }
-    case v1::JobSpec::kTextFiles: {
-      if (spec.text_files().paths().empty()) return Invalid("text_files.paths", "is empty");
-      for (int i = 0; i < spec.text_files().paths_size(); ++i) {
-        if (absl::Status s =
-                CheckFile(absl::StrCat("text_files.paths[", i, "]"), spec.text_files().paths(i));
-            !s.ok())
-          return s;
-      }
-      break;
-    }
-    default:
-      if (BuiltinCorpusFiles().empty()) {
-        return absl::FailedPreconditionError(
-            "data: the spec has no data and the built-in corpus (/usr/share/common-licenses) is "
-            "empty on the coordinator; give token_file or text_files");
-      }
-  }
-  if (spec.data_case() != v1::JobSpec::kTokenFile && vocab < 256) {
-    return Invalid(spec.model_case() == v1::JobSpec::kInit ? "init.vocab_size" : "model_dir",
-                   absl::StrCat("byte-level data (text files or the built-in corpus) needs a "
-                                "vocabulary of at least 256, the model has ",
-                                vocab));
-  }
-
-  if (!spec.checkpoint_dir().empty()) {
-    std::error_code ec;
-    if (fs::exists(spec.checkpoint_dir(), ec) && !fs::is_directory(spec.checkpoint_dir(), ec)) {
-      return absl::FailedPreconditionError(absl::StrCat("checkpoint_dir: ", spec.checkpoint_dir(),
-                                                        " exists and is not a directory"));
-    }
-  }
-  return absl::OkStatus();
-}
 
 JobServiceImpl::JobServiceImpl(TaskServiceImpl& tasks, JobServiceOptions options)
     : tasks_(tasks), opt_(std::move(options)), instance_(InstanceId()) {
@@ -282,13 +103,13 @@ void JobServiceImpl::Shutdown() {
         stopping_ = true;
         for (auto& rec : queue_) {
           if (rec->job.state() == v1::Job::QUEUED) {
-            SetState(*rec, v1::Job::CANCELLED, "cancelled: the coordinator is shutting down");
+            SetState(*rec, v1::Job::CANCELLED, kShuttingDown);
           }
         }
         queue_.clear();
         if (running_ && running_->job.state() == v1::Job::RUNNING) {
           running_->cancel.store(true);
-          SetState(*running_, v1::Job::CANCELLED, "cancelled: the coordinator is shutting down");
+          SetState(*running_, v1::Job::CANCELLED, kShuttingDown);
         }
       }
       cv_.notify_all();
@@ -347,7 +168,7 @@ v1::JobEvent JobServiceImpl::Summary(const JobRecord& rec) const {
 }
 
 absl::StatusOr<v1::Job> JobServiceImpl::Submit(const v1::JobSpec& spec) {
-  if (absl::Status s = ValidateSpec(spec); !s.ok()) return s;
+  if (absl::Status s = ValidateJobSpec(spec); !s.ok()) return s;
   std::lock_guard<std::mutex> lock(mu_);
   if (stopping_) return absl::UnavailableError("the coordinator is shutting down");
   auto rec = std::make_shared<JobRecord>();
@@ -363,8 +184,8 @@ absl::StatusOr<v1::Job> JobServiceImpl::Submit(const v1::JobSpec& spec) {
   int64_t ahead = running_ ? 1 : 0;
   for (const auto& q : queue_) ahead += q->job.state() == v1::Job::QUEUED ? 1 : 0;
   SetState(*rec, v1::Job::QUEUED,
-           absl::StrCat("queued, ", ahead, ahead == 1 ? " job" : " jobs", " ahead; checkpoints: ",
-                        rec->checkpoint_dir.empty() ? "none" : rec->checkpoint_dir));
+           absl::StrCat("queued, ", ahead, ahead == 1 ? " job" : " jobs", " ahead; ",
+                        CheckpointsNote(rec->checkpoint_dir)));
   jobs_[id] = rec;
   order_.push_back(rec);
   queue_.push_back(rec);
@@ -375,17 +196,18 @@ absl::StatusOr<v1::Job> JobServiceImpl::Submit(const v1::JobSpec& spec) {
 absl::StatusOr<v1::Job> JobServiceImpl::Get(const std::string& job_id) const {
   std::lock_guard<std::mutex> lock(mu_);
   std::shared_ptr<JobRecord> rec = Find(job_id);
-  if (!rec) return absl::NotFoundError(absl::StrCat("unknown job '", job_id, "'"));
+  if (!rec) return UnknownJob(job_id);
   return rec->job;
 }
 
 absl::StatusOr<v1::ListJobsResponse> JobServiceImpl::List(const v1::ListJobsRequest& req) const {
-  if (req.page_size() < 0) return Invalid("page_size", "must be >= 0");
+  if (req.page_size() < 0) return absl::InvalidArgumentError("page_size: must be >= 0");
   const int32_t size =
       req.page_size() == 0 ? kDefaultPageSize : std::min(req.page_size(), kMaxPageSize);
   int64_t offset = 0;
   if (!req.page_token().empty() && (!absl::SimpleAtoi(req.page_token(), &offset) || offset < 0)) {
-    return Invalid("page_token", absl::StrCat("malformed page token '", req.page_token(), "'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("page_token: malformed page token '", req.page_token(), "'"));
   }
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<const v1::Job*> matching;
@@ -412,7 +234,7 @@ absl::StatusOr<v1::Job> JobServiceImpl::Cancel(const std::string& job_id) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     std::shared_ptr<JobRecord> rec = Find(job_id);
-    if (!rec) return absl::NotFoundError(absl::StrCat("unknown job '", job_id, "'"));
+    if (!rec) return UnknownJob(job_id);
     switch (rec->job.state()) {
       case v1::Job::CANCELLED:
         return rec->job;
@@ -466,8 +288,7 @@ void JobServiceImpl::RunLoop() {
       if (rec->job.state() != v1::Job::QUEUED) continue;  // cancelled while queued
       running_ = rec;
       SetState(*rec, v1::Job::RUNNING,
-               absl::StrCat("running; checkpoints: ",
-                            rec->checkpoint_dir.empty() ? "none" : rec->checkpoint_dir));
+               absl::StrCat("running; ", CheckpointsNote(rec->checkpoint_dir)));
     }
     const absl::Status status = RunJob(*rec);
     std::lock_guard<std::mutex> cancel_lock(cancel_mu_);
@@ -501,44 +322,15 @@ absl::Status JobServiceImpl::RunJob(JobRecord& rec) {
   }
   const absl::Status cancelled = absl::CancelledError("the job was cancelled");
 
-  ModelParams<float> params;
-  if (spec.model_case() == v1::JobSpec::kModelDir) {
-    absl::StatusOr<ModelParams<float>> p = LoadModelDir<float>(spec.model_dir());
-    if (!p.ok()) return p.status();
-    params = std::move(*p);
-  } else {
-    absl::StatusOr<MambaConfig> c = ConfigFromInit(spec.init());
-    if (!c.ok()) return c.status();
-    params = InitParams<float>(*c, spec.init().seed());
-  }
+  absl::StatusOr<ModelParams<float>> params = JobModelParams(spec);
+  if (!params.ok()) return params.status();
   if (rec.cancel.load()) return cancelled;
-
-  absl::StatusOr<std::vector<uint32_t>> corpus;
-  if (spec.data_case() == v1::JobSpec::kTokenFile) {
-    corpus = ReadTokenFile(spec.token_file());
-  } else {
-    std::vector<std::string> files;
-    if (spec.data_case() == v1::JobSpec::kTextFiles) {
-      files.assign(spec.text_files().paths().begin(), spec.text_files().paths().end());
-    } else {
-      files = BuiltinCorpusFiles();
-    }
-    corpus = ReadTextAsBytes(files);
-  }
+  absl::StatusOr<std::vector<uint32_t>> corpus = JobCorpus(spec);
   if (!corpus.ok()) return corpus.status();
   if (rec.cancel.load()) return cancelled;
 
-  train::TrainOptions opt;
-  opt.steps = spec.steps();
-  opt.context = spec.context_length();
-  opt.grad.chunk = spec.chunk() > 0 ? spec.chunk() : kDefaultChunk;
-  opt.grad.window = 0;
-  opt.grad.threads = opt_.threads;
-  opt.adamw = AdamWFromSpec(spec.optimizer());
-  opt.checkpoint_dir = ckpt;
-  opt.checkpoint_every = spec.checkpoint_every();
-
-  train::Trainer trainer(std::move(params), std::move(*corpus), opt);
+  const train::TrainOptions opt = JobTrainOptions(spec, opt_.threads, ckpt);
+  train::Trainer trainer(std::move(*params), std::move(*corpus), opt);
   if (absl::Status s = trainer.Init(); !s.ok()) return s;
   if (trainer.resumed()) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -598,34 +390,22 @@ absl::Status JobServiceImpl::RunJob(JobRecord& rec) {
 
 grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext*, const v1::JobSpec* spec,
                                        v1::Job* job) {
-  absl::StatusOr<v1::Job> j = Submit(*spec);
-  if (!j.ok()) return ToGrpcStatus(j.status());
-  *job = std::move(*j);
-  return grpc::Status::OK;
+  return Reply(Submit(*spec), job);
 }
 
 grpc::Status JobServiceImpl::GetJob(grpc::ServerContext*, const v1::GetJobRequest* req,
                                     v1::Job* job) {
-  absl::StatusOr<v1::Job> j = Get(req->job_id());
-  if (!j.ok()) return ToGrpcStatus(j.status());
-  *job = std::move(*j);
-  return grpc::Status::OK;
+  return Reply(Get(req->job_id()), job);
 }
 
 grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext*, const v1::ListJobsRequest* req,
                                       v1::ListJobsResponse* resp) {
-  absl::StatusOr<v1::ListJobsResponse> r = List(*req);
-  if (!r.ok()) return ToGrpcStatus(r.status());
-  *resp = std::move(*r);
-  return grpc::Status::OK;
+  return Reply(List(*req), resp);
 }
 
 grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext*, const v1::CancelJobRequest* req,
                                        v1::Job* job) {
-  absl::StatusOr<v1::Job> j = Cancel(req->job_id());
-  if (!j.ok()) return ToGrpcStatus(j.status());
-  *job = std::move(*j);
-  return grpc::Status::OK;
+  return Reply(Cancel(req->job_id()), job);
 }
 
 grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* ctx, const v1::WatchJobRequest* req,
@@ -636,9 +416,7 @@ grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* ctx, const v1::WatchJ
   {
     std::lock_guard<std::mutex> lock(mu_);
     rec = Find(req->job_id());
-    if (!rec) {
-      return ToGrpcStatus(absl::NotFoundError(absl::StrCat("unknown job '", req->job_id(), "'")));
-    }
+    if (!rec) return ToGrpcStatus(UnknownJob(req->job_id()));
     first = Summary(*rec);
     seq = rec->next_event();
   }

@@ -10,29 +10,12 @@
 //   abandoned (TaskServiceImpl::CancelCurrent); the runner moves on when the trainer has
 //   stopped. A checkpoint that was being written when the cancel came may still complete.
 //
-// SubmitJob validates the whole spec before queueing it (status codes as in the proto):
-//   INVALID_ARGUMENT naming the field: no model source, empty model_dir, init shape out of range
-//     (hidden_size/layers/vocab_size >= 1, others >= 0), context_length < 2, steps < 1,
-//     chunk < 0 (0 = 256), window < 0, checkpoint_every < 0, optimizer values out of range
-//     (lr > 0, beta1/beta2 in [0, 1), eps > 0, weight_decay >= 0, warmup_steps >= 0,
-//     min_lr_ratio in [0, 1], grad_clip >= 0), dtype other than "", "f32" or "f64", a token
-//     file with an extension other than .u32/.u16, text_files without paths, byte-level data
-//     (text files or the built-in corpus) with a vocabulary under 256;
-//   UNIMPLEMENTED: window > 0 (the truncated adjoint) and dtype "f64": the remote backward is
-//     the exact f32 gradient only (adjsh train runs both in-process);
-//   NOT_FOUND: model_dir, its config.json / model.safetensors, the token file or a text file
-//     does not exist on the coordinator's filesystem;
-//   FAILED_PRECONDITION: no data given and the built-in corpus (/usr/share/common-licenses) is
-//     empty, or checkpoint_dir exists and is not a directory.
+// SubmitJob validates the whole spec before queueing it, and the runner turns it into the model,
+// corpus and train::TrainOptions, as coordinator/job_spec.h describes (status codes of a refused
+// spec; defaults of an unset field, those of `adjsh train`, so that a job and `adjsh train` with
+// the same settings end with bitwise the same weights).
 // Anything found only when the job starts (corpus shorter than context_length, token ids >= V,
 // a checkpoint of another model in checkpoint_dir, unreadable files) makes the job FAILED.
-//
-// Defaults of an unset field are those of `adjsh train`: chunk 256, AdamW of train/optimizer.h
-// (documented in the proto), InitConfig's state_size 16, conv_kernel 4, expand 2, dt_rank auto;
-// a spec without data trains on the built-in corpus as bytes (BuiltinCorpusFiles()). Step s
-// trains on the context_length tokens after those of step s - 1 (train/trainer.h), so a job and
-// `adjsh train` with the same settings end with bitwise the same weights. JobSpec.seed is
-// recorded with the job only (training has no randomness beyond the initialisation).
 //
 // Checkpoints: spec.checkpoint_dir; when it is empty and JobServiceOptions::state_dir is set (as
 // `adjsh coordinator` always does), state_dir/<job_id> (unlike the proto's "empty = no
@@ -109,9 +92,6 @@ class JobServiceImpl final : public v1::JobService::Service {
   grpc::Status CancelJob(grpc::ServerContext*, const v1::CancelJobRequest*, v1::Job*) override;
   grpc::Status WatchJob(grpc::ServerContext*, const v1::WatchJobRequest*,
                         grpc::ServerWriter<v1::JobEvent>*) override;
-
-  // The spec checks of SubmitJob (see the top of this file), without queueing anything.
-  static absl::Status ValidateSpec(const v1::JobSpec& spec);
 
  private:
   struct JobRecord {

@@ -1,0 +1,243 @@
+#include "coordinator/job_spec.h"
+
+#include <cmath>
+#include <filesystem>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/config.h"
+#include "common/tokens.h"
+
+namespace adjsh::coordinator {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr int64_t kDefaultChunk = 256;  // as adjsh train's --chunk
+
+absl::Status Invalid(const std::string& field, const std::string& message) {
+  return absl::InvalidArgumentError(absl::StrCat(field, ": ", message));
+}
+
+// The config of an InitConfig, defaults filled in as `adjsh train` / `adjsh init` do.
+absl::StatusOr<MambaConfig> ConfigFromInit(const v1::InitConfig& init) {
+  struct Field {
+    const char* name;
+    int64_t value, min;
+  };
+  for (const Field& f :
+       {Field{"init.hidden_size", init.hidden_size(), 1}, Field{"init.layers", init.layers(), 1},
+        Field{"init.vocab_size", init.vocab_size(), 1},
+        Field{"init.state_size", init.state_size(), 0},
+        Field{"init.conv_kernel", init.conv_kernel(), 0}, Field{"init.expand", init.expand(), 0},
+        Field{"init.dt_rank", init.dt_rank(), 0}}) {
+    if (f.value < f.min || f.value > (int64_t{1} << 31)) {
+      return Invalid(f.name, absl::StrFormat("must be in [%d, 2^31], got %d", f.min, f.value));
+    }
+  }
+  MambaConfig c;
+  c.hidden_size = init.hidden_size();
+  c.num_hidden_layers = init.layers();
+  c.vocab_size = init.vocab_size();
+  if (init.state_size() > 0) c.state_size = init.state_size();
+  if (init.conv_kernel() > 0) c.conv_kernel = init.conv_kernel();
+  if (init.expand() > 0) c.expand = init.expand();
+  c.time_step_rank = init.dt_rank() > 0 ? init.dt_rank() : (c.hidden_size + 15) / 16;
+  if (absl::Status s = ValidateConfig(c); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("init: ", s.message()));
+  }
+  return c;
+}
+
+// A file that must exist on the coordinator: NOT_FOUND naming the field otherwise.
+absl::Status CheckFile(const std::string& field, const std::string& path) {
+  if (path.empty()) return Invalid(field, "is empty");
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  if (!fs::exists(st)) {
+    return absl::NotFoundError(absl::StrCat(field, ": ", path, " does not exist"));
+  }
+  if (fs::is_directory(st)) return Invalid(field, absl::StrCat(path, " is a directory"));
+  return absl::OkStatus();
+}
+
+absl::Status CheckOptimizer(const v1::AdamW& o) {
+  auto real = [](const char* name, bool has, double v, bool ok, const char* want) {
+    if (!has || (std::isfinite(v) && ok)) return absl::OkStatus();
+    return Invalid(absl::StrCat("optimizer.", name), absl::StrCat("must be ", want, ", got ", v));
+  };
+  for (absl::Status s :
+       {real("lr", o.has_lr(), o.lr(), o.lr() > 0, "> 0"),
+        real("beta1", o.has_beta1(), o.beta1(), o.beta1() >= 0 && o.beta1() < 1, "in [0, 1)"),
+        real("beta2", o.has_beta2(), o.beta2(), o.beta2() >= 0 && o.beta2() < 1, "in [0, 1)"),
+        real("eps", o.has_eps(), o.eps(), o.eps() > 0, "> 0"),
+        real("weight_decay", o.has_weight_decay(), o.weight_decay(), o.weight_decay() >= 0, ">= 0"),
+        real("min_lr_ratio", o.has_min_lr_ratio(), o.min_lr_ratio(),
+             o.min_lr_ratio() >= 0 && o.min_lr_ratio() <= 1, "in [0, 1]"),
+        real("grad_clip", o.has_grad_clip(), o.grad_clip(), o.grad_clip() >= 0, ">= 0")}) {
+    if (!s.ok()) return s;
+  }
+  if (o.has_warmup_steps() && o.warmup_steps() < 0) {
+    return Invalid("optimizer.warmup_steps", absl::StrCat("must be >= 0, got ", o.warmup_steps()));
+  }
+  return absl::OkStatus();
+}
+
+train::AdamWOptions AdamWFromSpec(const v1::AdamW& o) {
+  train::AdamWOptions a;  // unset fields: train/optimizer.h's defaults
+  if (o.has_lr()) a.lr = o.lr();
+  if (o.has_beta1()) a.beta1 = o.beta1();
+  if (o.has_beta2()) a.beta2 = o.beta2();
+  if (o.has_eps()) a.eps = o.eps();
+  if (o.has_weight_decay()) a.weight_decay = o.weight_decay();
+  if (o.has_warmup_steps()) a.warmup_steps = o.warmup_steps();
+  if (o.has_min_lr_ratio()) a.min_lr_ratio = o.min_lr_ratio();
+  if (o.has_grad_clip()) a.grad_clip = o.grad_clip();
+  return a;
+}
+
+}  // namespace
+
+absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
+  // The model.
+  int64_t vocab = 0;
+  switch (spec.model_case()) {
+    case v1::JobSpec::kModelDir: {
+      const std::string& dir = spec.model_dir();
+      if (dir.empty()) return Invalid("model_dir", "is empty");
+      std::error_code ec;
+      if (!fs::exists(dir, ec)) {
+        return absl::NotFoundError(absl::StrCat("model_dir: ", dir, " does not exist"));
+      }
+      if (!fs::is_directory(dir, ec))
+        return Invalid("model_dir", absl::StrCat(dir, " is not a directory"));
+      for (const char* file : {"config.json", "model.safetensors"}) {
+        if (!fs::exists(fs::path(dir) / file, ec)) {
+          return absl::NotFoundError(absl::StrCat("model_dir: ", dir, " has no ", file));
+        }
+      }
+      absl::StatusOr<MambaConfig> c = LoadConfigFile((fs::path(dir) / "config.json").string());
+      if (!c.ok())
+        return absl::Status(c.status().code(), absl::StrCat("model_dir: ", c.status().message()));
+      vocab = c->vocab_size;
+      break;
+    }
+    case v1::JobSpec::kInit: {
+      absl::StatusOr<MambaConfig> c = ConfigFromInit(spec.init());
+      if (!c.ok()) return c.status();
+      vocab = c->vocab_size;
+      break;
+    }
+    default:
+      return Invalid("model", "the spec has no model: give model_dir or init");
+  }
+
+  // Sizes and modes.
+  if (spec.context_length() < 2) {
+    return Invalid("context_length",
+                   absl::StrCat("must be >= 2 tokens, got ", spec.context_length()));
+  }
+  if (spec.steps() < 1) return Invalid("steps", absl::StrCat("must be >= 1, got ", spec.steps()));
+  if (spec.chunk() < 0) {
+    return Invalid("chunk",
+                   absl::StrCat("must be >= 1 (or 0 for the default 256), got ", spec.chunk()));
+  }
+  if (spec.window() < 0)
+    return Invalid("window", absl::StrCat("must be >= 0, got ", spec.window()));
+  if (spec.window() > 0) {
+    return absl::UnimplementedError(absl::StrCat(
+        "window: the truncated adjoint (window ", spec.window(),
+        ") is not supported on remote workers, which compute the exact gradient only; use "
+        "window 0, or adjsh train --window for in-process truncated training"));
+  }
+  if (spec.dtype() == "f64") {
+    return absl::UnimplementedError(
+        "dtype: f64 is not supported on remote workers (f32 only); use \"f32\" or leave it empty");
+  }
+  if (!spec.dtype().empty() && spec.dtype() != "f32") {
+    return Invalid("dtype", absl::StrCat("must be \"f32\" (or empty), got \"", spec.dtype(), "\""));
+  }
+  if (spec.checkpoint_every() < 0) {
+    return Invalid("checkpoint_every", absl::StrCat("must be >= 0, got ", spec.checkpoint_every()));
+  }
+  if (absl::Status s = CheckOptimizer(spec.optimizer()); !s.ok()) return s;
+
+  // The data.
+  switch (spec.data_case()) {
+    case v1::JobSpec::kTokenFile: {
+      const std::string& path = spec.token_file();
+      if (path.empty()) return Invalid("token_file", "is empty");
+      if (!absl::EndsWith(path, ".u32") && !absl::EndsWith(path, ".u16")) {
+        return Invalid("token_file", absl::StrCat(path, " is not a .u32 or .u16 token file"));
+      }
+      if (absl::Status s = CheckFile("token_file", path); !s.ok()) return s;
+      break;
+    }
+    case v1::JobSpec::kTextFiles: {
+      if (spec.text_files().paths().empty()) return Invalid("text_files.paths", "is empty");
+      for (int i = 0; i < spec.text_files().paths_size(); ++i) {
+        if (absl::Status s =
+                CheckFile(absl::StrCat("text_files.paths[", i, "]"), spec.text_files().paths(i));
+            !s.ok())
+          return s;
+      }
+      break;
+    }
+    default:
+      if (BuiltinCorpusFiles().empty()) {
+        return absl::FailedPreconditionError(
+            "data: the spec has no data and the built-in corpus (/usr/share/common-licenses) is "
+            "empty on the coordinator; give token_file or text_files");
+      }
+  }
+  if (spec.data_case() != v1::JobSpec::kTokenFile && vocab < 256) {
+    return Invalid(spec.model_case() == v1::JobSpec::kInit ? "init.vocab_size" : "model_dir",
+                   absl::StrCat("byte-level data (text files or the built-in corpus) needs a "
+                                "vocabulary of at least 256, the model has ",
+                                vocab));
+  }
+
+  if (!spec.checkpoint_dir().empty()) {
+    std::error_code ec;
+    if (fs::exists(spec.checkpoint_dir(), ec) && !fs::is_directory(spec.checkpoint_dir(), ec)) {
+      return absl::FailedPreconditionError(absl::StrCat("checkpoint_dir: ", spec.checkpoint_dir(),
+                                                        " exists and is not a directory"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ModelParams<float>> JobModelParams(const v1::JobSpec& spec) {
+  if (spec.model_case() == v1::JobSpec::kModelDir) return LoadModelDir<float>(spec.model_dir());
+  absl::StatusOr<MambaConfig> c = ConfigFromInit(spec.init());
+  if (!c.ok()) return c.status();
+  return InitParams<float>(*c, spec.init().seed());
+}
+
+absl::StatusOr<std::vector<uint32_t>> JobCorpus(const v1::JobSpec& spec) {
+  if (spec.data_case() == v1::JobSpec::kTokenFile) return ReadTokenFile(spec.token_file());
+  std::vector<std::string> files;
+  if (spec.data_case() == v1::JobSpec::kTextFiles) {
+    files.assign(spec.text_files().paths().begin(), spec.text_files().paths().end());
+  } else {
+    files = BuiltinCorpusFiles();
+  }
+  return ReadTextAsBytes(files);
+}
+
+train::TrainOptions JobTrainOptions(const v1::JobSpec& spec, int threads,
+                                    std::string checkpoint_dir) {
+  train::TrainOptions opt;
+  opt.steps = spec.steps();
+  opt.context = spec.context_length();
+  opt.grad.chunk = spec.chunk() > 0 ? spec.chunk() : kDefaultChunk;
+  opt.grad.window = 0;
+  opt.grad.threads = threads;
+  opt.adamw = AdamWFromSpec(spec.optimizer());
+  opt.checkpoint_dir = std::move(checkpoint_dir);
+  opt.checkpoint_every = spec.checkpoint_every();
+  return opt;
+}
+
+}  // namespace adjsh::coordinator

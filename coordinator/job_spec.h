@@ -1,0 +1,58 @@
+// A JobSpec of the JobService (proto/adjsh.proto): the checks SubmitJob runs on it before
+// queueing, and what the job's runner builds from it (model parameters, corpus, TrainOptions).
+//
+// ValidateJobSpec checks the whole spec (status codes as in the proto):
+//   INVALID_ARGUMENT naming the field: no model source, empty model_dir, init shape out of range
+//     (hidden_size/layers/vocab_size >= 1, others >= 0), context_length < 2, steps < 1,
+//     chunk < 0 (0 = 256), window < 0, checkpoint_every < 0, optimizer values out of range
+//     (lr > 0, beta1/beta2 in [0, 1), eps > 0, weight_decay >= 0, warmup_steps >= 0,
+//     min_lr_ratio in [0, 1], grad_clip >= 0), dtype other than "", "f32" or "f64", a token
+//     file with an extension other than .u32/.u16, text_files without paths, byte-level data
+//     (text files or the built-in corpus) with a vocabulary under 256;
+//   UNIMPLEMENTED: window > 0 (the truncated adjoint) and dtype "f64": the remote backward is
+//     the exact f32 gradient only (adjsh train runs both in-process);
+//   NOT_FOUND: model_dir, its config.json / model.safetensors, the token file or a text file
+//     does not exist on the coordinator's filesystem;
+//   FAILED_PRECONDITION: no data given and the built-in corpus (/usr/share/common-licenses) is
+//     empty, or checkpoint_dir exists and is not a directory.
+// What only loading the model and data can tell is left to the job (job_service.h).
+//
+// Defaults of an unset field are those of `adjsh train`: chunk 256, AdamW of train/optimizer.h
+// (documented in the proto), InitConfig's state_size 16, conv_kernel 4, expand 2, dt_rank auto;
+// a spec without data trains on the built-in corpus as bytes (BuiltinCorpusFiles()). Step s
+// trains on the context_length tokens after those of step s - 1 (train/trainer.h), so a job and
+// `adjsh train` with the same settings end with bitwise the same weights. JobSpec.seed is
+// recorded with the job only (training has no randomness beyond the initialisation).
+#ifndef ADJSH_COORDINATOR_JOB_SPEC_H_
+#define ADJSH_COORDINATOR_JOB_SPEC_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/model.h"
+#include "proto/adjsh.pb.h"
+#include "train/trainer.h"
+
+namespace adjsh::coordinator {
+
+// The checks above, without loading the model or the data (the model_dir's config.json is read).
+absl::Status ValidateJobSpec(const v1::JobSpec& spec);
+
+// The spec's model: loaded from model_dir, or initialised from init (its seed).
+absl::StatusOr<ModelParams<float>> JobModelParams(const v1::JobSpec& spec);
+
+// The spec's training tokens: the token file, or the text files / built-in corpus as bytes.
+absl::StatusOr<std::vector<uint32_t>> JobCorpus(const v1::JobSpec& spec);
+
+// The trainer's options: the spec's, unset fields as adjsh train's defaults, the exact gradient
+// (window 0). threads: for the coordinator's own work (0: one per core); checkpoint_dir: the
+// effective one (the spec's, or the service's default for the job; empty: no checkpoints).
+train::TrainOptions JobTrainOptions(const v1::JobSpec& spec, int threads,
+                                    std::string checkpoint_dir);
+
+}  // namespace adjsh::coordinator
+
+#endif  // ADJSH_COORDINATOR_JOB_SPEC_H_
