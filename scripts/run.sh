@@ -12,4 +12,6 @@ run=build/run
 rm -rf "$run/ckpt"
 mkdir -p "$run"
 build/cli/adjsh train --workers 2 --steps 40 --checkpoint-dir "$run/ckpt" "$@"
-echo "model and optimizer state: $run/ckpt/$(cat "$run/ckpt/latest")"
+if [ -f "$run/ckpt/latest" ]; then
+  echo "model and optimizer state: $run/ckpt/$(cat "$run/ckpt/latest")"
+fi
