@@ -105,6 +105,7 @@ absl::Status TaskServiceImpl::CheckLease(const std::string& worker_id,
 absl::StatusOr<GradResult<float>> TaskServiceImpl::ComputeGradient(
     const ModelParams<float>& params, std::span<const uint32_t> tokens, const GradOptions& options,
     const std::string& job_id, int64_t step_index) {
+  if (absl::Status s = ValidateGradientInputs(params.config, tokens, options); !s.ok()) return s;
   if (options.window != 0 || options.schedule != Schedule::kWavefront) {
     return absl::UnimplementedError(
         "remote workers run the exact wavefront backward only (no --window, no two-pass)");

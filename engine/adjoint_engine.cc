@@ -4,14 +4,12 @@
 
 #include "absl/strings/str_format.h"
 #include "engine/gradient_step.h"
-#include "kernels/cpu/blas.h"
+#include "common/tokens.h"
 
 namespace adjsh {
 
-template <typename T>
-absl::StatusOr<GradResult<T>> ComputeGradient(const ModelParams<T>& params,
-                                              std::span<const uint32_t> tokens,
-                                              const GradOptions& options) {
+absl::Status ValidateGradientInputs(const MambaConfig& config, std::span<const uint32_t> tokens,
+                                    const GradOptions& options) {
   if (tokens.size() < 2) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "the sequence has %d token(s): the next-token loss needs at least 2", tokens.size()));
@@ -27,14 +25,14 @@ absl::StatusOr<GradResult<T>> ComputeGradient(const ModelParams<T>& params,
     return absl::InvalidArgumentError(absl::StrFormat(
         "spill directory %s does not exist or is not writable", options.spill_dir));
   }
-  const int64_t V = params.config.vocab_size;
-  for (size_t t = 0; t < tokens.size(); ++t) {
-    if (int64_t{tokens[t]} >= V) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "token %d at position %d is outside the vocabulary (vocab_size %d)", tokens[t], t, V));
-    }
-  }
-  cpu::InitBlasSingleThreaded();
+  return CheckTokensInVocab(tokens, config.vocab_size);
+}
+
+template <typename T>
+absl::StatusOr<GradResult<T>> ComputeGradient(const ModelParams<T>& params,
+                                              std::span<const uint32_t> tokens,
+                                              const GradOptions& options) {
+  if (absl::Status s = ValidateGradientInputs(params.config, tokens, options); !s.ok()) return s;
   return GradientStep<T>(params, tokens, options).Run();
 }
 

@@ -54,7 +54,12 @@ struct GradResult {
   int64_t stored_bytes = 0;  // layer inputs, adjoint buffers and chunk states held at the peak
 };
 
-// INVALID_ARGUMENT for fewer than 2 tokens, token ids >= V, chunk < 1 or window < 0.
+// INVALID_ARGUMENT for fewer than 2 tokens, token ids >= V, chunk < 1, window < 0 or a spill
+// directory that cannot be written. Every entry point that computes a gradient checks this.
+absl::Status ValidateGradientInputs(const MambaConfig& config, std::span<const uint32_t> tokens,
+                                    const GradOptions& options);
+
+// Validates (above), then computes everything in-process.
 template <typename T>
 absl::StatusOr<GradResult<T>> ComputeGradient(const ModelParams<T>& params,
                                               std::span<const uint32_t> tokens,
