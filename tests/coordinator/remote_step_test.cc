@@ -14,6 +14,7 @@
 #include "common/tensor.h"
 #include "coordinator/task_queue.h"
 #include "engine/gradient_step.h"
+#include "tests/kernels/test_util.h"
 
 namespace adjsh {
 namespace {
@@ -93,11 +94,9 @@ GradResult<float> RemoteGradient(const ModelParams<float>& params,
   return step.Finish();
 }
 
-bool SameBits(const GradResult<float>& a, const GradResult<float>& b) {
-  const TensorMap ta = ParamsToTensors(a.grad, DType::kF32), tb = ParamsToTensors(b.grad, DType::kF32);
-  for (const auto& [name, t] : ta)
-    if (t.data != tb.at(name).data) return false;
-  return a.loss == b.loss;
+::testing::AssertionResult SameBits(const GradResult<float>& a, const GradResult<float>& b) {
+  if (a.loss != b.loss) return ::testing::AssertionFailure() << "loss differs";
+  return testing::BitwiseEqual(a.grad, b.grad);
 }
 
 TEST(RemoteStepTest, BitwiseEqualToInProcessForAnyWorkerCountAndFaults) {

@@ -35,6 +35,7 @@
 #include "proto/status_util.h"
 #include "proto/tensor_codec.h"
 #include "tests/common/test_util.h"
+#include "tests/kernels/test_util.h"
 
 namespace adjsh::coordinator {
 namespace {
@@ -47,17 +48,7 @@ using SteadyClock = std::chrono::steady_clock;
 constexpr int64_t kT = 40, kChunk = 16, kTasks = 6;
 constexpr uint64_t kMaxResultBytes = 16 << 10;  // a tiny model's result is about 4 KiB
 
-MambaConfig TinyConfig() {
-  MambaConfig c;
-  c.hidden_size = 8;        // D
-  c.num_hidden_layers = 2;  // K
-  c.state_size = 4;         // N
-  c.conv_kernel = 4;
-  c.expand = 2;
-  c.time_step_rank = 2;
-  c.vocab_size = 11;  // V
-  return c;
-}
+MambaConfig TinyConfig() { return adjsh::testing::SmallConfig(2, 8, 4, 4, 2, 11); }
 
 TaskServiceOptions DefaultOptions() {
   TaskServiceOptions o;
@@ -72,17 +63,7 @@ TaskServiceOptions DefaultOptions() {
   if (std::memcmp(&a.loss, &b.loss, sizeof(double)) != 0) {
     return ::testing::AssertionFailure() << "loss " << a.loss << " vs " << b.loss;
   }
-  const TensorMap ta = ParamsToTensors(a.grad, DType::kF32);
-  const TensorMap tb = ParamsToTensors(b.grad, DType::kF32);
-  if (ta.size() != tb.size()) return ::testing::AssertionFailure() << "tensor counts differ";
-  for (const auto& [name, t] : ta) {
-    auto it = tb.find(name);
-    if (it == tb.end()) return ::testing::AssertionFailure() << "missing " << name;
-    if (t.shape != it->second.shape || t.data != it->second.data) {
-      return ::testing::AssertionFailure() << "gradient " << name << " differs";
-    }
-  }
-  return ::testing::AssertionSuccess();
+  return adjsh::testing::BitwiseEqual(a.grad, b.grad);
 }
 
 // A result as pushed: tensors in the documented order.

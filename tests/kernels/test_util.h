@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/model.h"
+#include "gtest/gtest.h"
 
 namespace adjsh::testing {
 
@@ -70,6 +71,23 @@ double MaxRelErr(const ModelParams<T>& a, const ModelParams<U>& b, std::string* 
     }
   });
   return max;
+}
+
+// Bitwise equality of two models' tensors (parameters or gradients), naming the first that
+// differs.
+template <typename T>
+::testing::AssertionResult BitwiseEqual(const ModelParams<T>& a, const ModelParams<T>& b) {
+  const DType dtype = sizeof(T) == 4 ? DType::kF32 : DType::kF64;
+  const TensorMap ta = ParamsToTensors(a, dtype), tb = ParamsToTensors(b, dtype);
+  if (ta.size() != tb.size()) return ::testing::AssertionFailure() << "tensor counts differ";
+  for (const auto& [name, t] : ta) {
+    auto it = tb.find(name);
+    if (it == tb.end()) return ::testing::AssertionFailure() << "missing " << name;
+    if (t.shape != it->second.shape || t.data != it->second.data) {
+      return ::testing::AssertionFailure() << name << " differs";
+    }
+  }
+  return ::testing::AssertionSuccess();
 }
 
 }  // namespace adjsh::testing

@@ -101,12 +101,6 @@ TEST(TrainerTest, LossGoesDownOnTheBuiltinCorpus) {
   EXPECT_LT(last5, losses.front() - 1.5) << "first " << losses.front() << " last5 " << last5;
 }
 
-bool SameBits(const ModelParams<float>& a, const ModelParams<float>& b) {
-  const TensorMap ta = ParamsToTensors(a, DType::kF32), tb = ParamsToTensors(b, DType::kF32);
-  for (const auto& [name, t] : ta)
-    if (t.data != tb.at(name).data) return false;
-  return ta.size() == tb.size();
-}
 
 TEST(TrainerTest, ResumedRunEndsWithBitwiseIdenticalWeights) {
   const ModelParams<float> init = InitParams<float>(TinyConfig(), 5);
@@ -137,7 +131,7 @@ TEST(TrainerTest, ResumedRunEndsWithBitwiseIdenticalWeights) {
   EXPECT_EQ(c.state().step, 3);
   ASSERT_TRUE(c.Run(nullptr).ok());
   EXPECT_EQ(c.state().step, 6);
-  EXPECT_TRUE(SameBits(a.params(), c.params()));
+  EXPECT_TRUE(adjsh::testing::BitwiseEqual(a.params(), c.params()));
   EXPECT_EQ(a.state().last_loss, c.state().last_loss);
 }
 
@@ -158,7 +152,7 @@ TEST(CheckpointTest, LatestIsCompleteAndLeftoversAreIgnored) {
   EXPECT_EQ(ck->state.data_position, 1234);
   EXPECT_EQ(ck->optimizer.step, 7);
   EXPECT_EQ(ck->optimizer.m.norm_f[0], 0.25f);
-  EXPECT_TRUE(SameBits(ck->params, p));
+  EXPECT_TRUE(adjsh::testing::BitwiseEqual(ck->params, p));
   // Older checkpoints beyond the newest two are removed.
   for (int64_t s : {8, 9, 10}) {
     ts.step = s;

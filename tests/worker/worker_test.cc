@@ -27,6 +27,7 @@
 #include "proto/status_util.h"
 #include "proto/tensor_codec.h"
 #include "worker/worker.h"
+#include "tests/kernels/test_util.h"
 
 namespace adjsh {
 namespace {
@@ -36,17 +37,8 @@ using std::chrono::milliseconds;
 
 constexpr int64_t kT = 40, kChunk = 16;
 
-MambaConfig TinyConfig() {
-  MambaConfig c;
-  c.hidden_size = 8;  // D
-  c.num_hidden_layers = 2;  // K
-  c.state_size = 4;  // N
-  c.conv_kernel = 4;
-  c.expand = 2;
-  c.time_step_rank = 2;
-  c.vocab_size = 11;  // V
-  return c;
-}
+// D=8, K=2, N=4, W=4, R=2, V=11.
+MambaConfig TinyConfig() { return adjsh::testing::SmallConfig(2, 8, 4, 4, 2, 11); }
 
 // One task as the coordinator would serve it, with the outputs a local run gives.
 struct TaskCase {
