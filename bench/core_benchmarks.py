@@ -153,7 +153,8 @@ def main():
         lines.append(f"| PyTorch autograd | 256 | {T} | {t['peak_rss_bytes'] / 2**20:.0f} MiB | {st:.0f} |")
     lines.append("")
     lines.append("What adjsh stores per token in f32 (DESIGN.md §5): the K layer inputs (dL/du^k "
-                 "replaces u^k chunk by chunk in the backward) and u^{K+1}, then dL/du^{K+1}: "
+                 "replaces dL/du^{k+1} chunk by chunk in one buffer in the backward) and u^{K+1}, "
+                 "then dL/du^{K+1}: "
                  f"K + 1 rows of D floats, {(4 + 1) * 256 * 4} B at D=256 and "
                  f"{(4 + 1) * 128 * 4} B at D=128; plus the chunk-boundary states (K Di N floats "
                  f"per chunk of 256 tokens: {4 * 512 * 16 * 4 // 256} B/token at D=256, "

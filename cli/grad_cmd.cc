@@ -76,6 +76,10 @@ int GradCommand(const std::vector<std::string>& args) {
         "parallel",
         "wavefront");
   a.Add("dtype", "f32|f64", "compute and output precision (f64: the check mode)", "f32");
+  a.Add("storage", "full|bf16",
+        "the layer inputs and chunk states kept for the backward: in the compute precision, "
+        "or rounded to bf16 (half the bytes of f32)",
+        "full");
   a.Add("spill-dir", "DIR",
         "keep the layer inputs in memory-mapped files here (the OS may write them to disk)");
   a.AddBool("quiet", "print nothing on success");
@@ -94,6 +98,12 @@ int GradCommand(const std::vector<std::string>& args) {
   if (!threads.ok()) return BadUsage("grad", threads.status());
   opt.threads = static_cast<int>(*threads);
   opt.spill_dir = a.Get("spill-dir");
+  absl::StatusOr<Storage> storage = ParseStorage(a.Get("storage"));
+  if (!storage.ok()) {
+    const std::string message(storage.status().message());
+    return BadUsage("grad", absl::InvalidArgumentError("--" + message));
+  }
+  opt.storage = *storage;
   absl::StatusOr<int64_t> workers = a.GetInt("workers", 0, 1024);
   if (!workers.ok()) return BadUsage("grad", workers.status());
   const std::string schedule = a.Get("schedule");

@@ -17,6 +17,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "common/file_io.h"
+#include "engine/adjoint_engine.h"
 #include "google/protobuf/util/json_util.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/adjsh.grpc.pb.h"
@@ -142,6 +143,8 @@ constexpr JobFlag kJobFlags[] = {
     {"context", "T", "tokens per step (default 16384)"},
     {"steps", "S", "optimizer steps (default 60)"},
     {"chunk", "C", "tokens per (layer, chunk) task (default 256)"},
+    {"storage", "full|bf16",
+     "layer inputs and chunk states kept for the backward in f32 or bf16 (default full)"},
     {"lr", "LR", "peak learning rate (default 3e-3)"},
     {"warmup", "S", "linear warmup steps (default 10)"},
     {"min-lr-ratio", "R", "final learning rate as a fraction of the peak (default 0.1)"},
@@ -220,6 +223,11 @@ absl::StatusOr<v1::JobSpec> SpecFromFlags(const ArgParser& a) {
     absl::StatusOr<int64_t> v = integer(f.name, f.def, f.min);
     if (!v.ok()) return v.status();
     (spec.*f.set)(*v);
+  }
+  if (a.Has("storage")) {
+    absl::StatusOr<Storage> storage = ParseStorage(a.Get("storage"));
+    if (!storage.ok()) return storage.status();
+    spec.set_storage(std::string(StorageName(*storage)));
   }
   v1::AdamW* o = spec.mutable_optimizer();
   if (a.Has("warmup")) {

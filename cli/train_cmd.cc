@@ -69,6 +69,10 @@ int TrainCommand(const std::vector<std::string>& args) {
   a.Add("threads", "N", "threads for in-process work (0: one per core)", "0");
   a.Add("spill-dir", "DIR",
         "keep the layer inputs in memory-mapped files here (the OS may write them to disk)");
+  a.Add("storage", "full|bf16",
+        "the layer inputs and chunk states kept for the backward: in f32, or rounded to bf16 "
+        "(half the bytes)",
+        "full");
   a.Add("workers", "N",
         "worker processes on loopback for the backward tasks (0: all in-process)", "0");
   a.Add("lease-ms", "MS",
@@ -106,6 +110,12 @@ int TrainCommand(const std::vector<std::string>& args) {
   }
   opt.grad.threads = static_cast<int>(threads);
   opt.grad.spill_dir = a.Get("spill-dir");
+  absl::StatusOr<Storage> storage = ParseStorage(a.Get("storage"));
+  if (!storage.ok()) {
+    const std::string message(storage.status().message());
+    return BadUsage("train", absl::InvalidArgumentError("--" + message));
+  }
+  opt.grad.storage = *storage;
   if (a.Has("window")) {
     absl::StatusOr<int64_t> w = a.GetInt("window", 1, int64_t{1} << 40);
     if (!w.ok()) return BadUsage("train", w.status());

@@ -48,19 +48,6 @@ int64_t DTypeSize(DType dtype) {
   return 0;
 }
 
-uint16_t F32ToBF16(float value) {
-  uint32_t bits = std::bit_cast<uint32_t>(value);
-  // NaN: keep the sign and the top payload bits, and force a quiet bit so that truncation
-  // cannot turn the NaN into an infinity.
-  if (std::isnan(value)) return static_cast<uint16_t>((bits >> 16) | 0x0040);
-  // Round to nearest even: add 0x7fff plus the lowest kept bit, then truncate. Overflow past the
-  // largest finite bf16 carries into the exponent and yields infinity, as it should.
-  uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u);
-  return static_cast<uint16_t>((bits + rounding) >> 16);
-}
-
-float BF16ToF32(uint16_t bits) { return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16); }
-
 float F16ToF32(uint16_t bits) {
   const uint32_t sign = static_cast<uint32_t>(bits >> 15) << 31;
   const uint32_t exponent = (bits >> 10) & 0x1fu;
@@ -75,8 +62,6 @@ float F16ToF32(uint16_t bits) {
   return std::bit_cast<float>(sign | ((exponent - 15 + 127) << 23) | (mantissa << 13));
 }
 
-namespace {
-
 // double -> bf16 with a single rounding. Going through a nearest-rounded float can round twice
 // (1 + 2^-8 + 2^-30 would become the tie 1 + 2^-8, then 1.0); rounding to float "to odd"
 // (truncate, then set the last bit if anything was lost) keeps the information the final
@@ -90,6 +75,8 @@ uint16_t F64ToBF16(double value) {
   uint32_t bits = std::bit_cast<uint32_t>(f) | 1u;  // sticky bit: the value was inexact
   return F32ToBF16(std::bit_cast<float>(bits));
 }
+
+namespace {
 
 template <typename S>
 void AppendBytes(std::vector<uint8_t>& out, S value) {

@@ -4,6 +4,7 @@
 #ifndef ADJSH_COMMON_TENSOR_H_
 #define ADJSH_COMMON_TENSOR_H_
 
+#include <bit>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -23,8 +24,22 @@ absl::StatusOr<DType> ParseDType(std::string_view name);
 int64_t DTypeSize(DType dtype);
 
 // bf16 <-> f32: bf16 is the top half of an f32; conversion rounds to nearest even, NaN kept NaN.
-uint16_t F32ToBF16(float value);
-float BF16ToF32(uint16_t bits);
+// Inline: the engine rounds every stored row through these.
+inline uint16_t F32ToBF16(float value) {
+  const uint32_t bits = std::bit_cast<uint32_t>(value);
+  // NaN: keep the sign and the top payload bits, and force a quiet bit so that truncation
+  // cannot turn the NaN into an infinity.
+  if (value != value) return static_cast<uint16_t>((bits >> 16) | 0x0040);
+  // Round to nearest even: add 0x7fff plus the lowest kept bit, then truncate. Overflow past the
+  // largest finite bf16 carries into the exponent and yields infinity, as it should.
+  const uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>((bits + rounding) >> 16);
+}
+inline float BF16ToF32(uint16_t bits) {
+  return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16);
+}
+// double -> bf16 with a single rounding (not through a nearest-rounded float).
+uint16_t F64ToBF16(double value);
 float F16ToF32(uint16_t bits);
 
 struct HostTensor {

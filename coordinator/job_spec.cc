@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "common/config.h"
 #include "common/tokens.h"
+#include "engine/adjoint_engine.h"
 
 namespace adjsh::coordinator {
 namespace fs = std::filesystem;
@@ -158,6 +159,10 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
   if (!spec.dtype().empty() && spec.dtype() != "f32") {
     return Invalid("dtype", absl::StrCat("must be \"f32\" (or empty), got \"", spec.dtype(), "\""));
   }
+  if (!spec.storage().empty() && !ParseStorage(spec.storage()).ok()) {
+    return Invalid("storage", absl::StrCat("must be \"full\" or \"bf16\" (or empty), got \"",
+                                           spec.storage(), "\""));
+  }
   if (spec.checkpoint_every() < 0) {
     return Invalid("checkpoint_every", absl::StrCat("must be >= 0, got ", spec.checkpoint_every()));
   }
@@ -233,6 +238,7 @@ train::TrainOptions JobTrainOptions(const v1::JobSpec& spec, int threads,
   opt.context = spec.context_length();
   opt.grad.chunk = spec.chunk() > 0 ? spec.chunk() : kDefaultChunk;
   opt.grad.window = 0;
+  opt.grad.storage = spec.storage().empty() ? Storage::kCompute : *ParseStorage(spec.storage());
   opt.grad.threads = threads;
   opt.adamw = AdamWFromSpec(spec.optimizer());
   opt.checkpoint_dir = std::move(checkpoint_dir);

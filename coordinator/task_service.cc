@@ -227,6 +227,7 @@ grpc::Status TaskServiceImpl::FetchInputs(grpc::ServerContext*,
   BackwardTaskInputs<float> in;
   TensorMap params;
   int64_t D = 0, Di = 0, N = 0;
+  DType stored = DType::kF32;
   {
     std::lock_guard<std::mutex> lock(mu_);
     int64_t task = 0, lease = 0;
@@ -235,6 +236,7 @@ grpc::Status TaskServiceImpl::FetchInputs(grpc::ServerContext*,
         !s.ok())
       return Error(s);
     current_->grad->GatherInputs(task, in);
+    if (current_->options.storage == Storage::kBF16) stored = DType::kBF16;
     const MambaConfig& c = current_->params->config;
     D = c.hidden_size, Di = c.inner(), N = c.state_size;
     if (req->include_params()) {
@@ -245,11 +247,12 @@ grpc::Status TaskServiceImpl::FetchInputs(grpc::ServerContext*,
       }
     }
   }
-  // Streamed outside the lock: the copies are this task's own.
+  // Streamed outside the lock: the copies are this task's own. Values stored as bf16 go as bf16
+  // (exactly: they are bf16 numbers); the worker widens them back to the same floats.
   TensorMap inputs;
-  inputs.emplace("u", HostTensor::From<float>(in.u, {in.rows.halo + in.rows.len, D}, DType::kF32));
+  inputs.emplace("u", HostTensor::From<float>(in.u, {in.rows.halo + in.rows.len, D}, stored));
   inputs.emplace("g", HostTensor::From<float>(in.g, {in.rows.len, D}, DType::kF32));
-  inputs.emplace("h0", HostTensor::From<float>(in.h0, {Di, N}, DType::kF32));
+  inputs.emplace("h0", HostTensor::From<float>(in.h0, {Di, N}, stored));
   if (!in.mu.empty()) inputs.emplace("mu", HostTensor::From<float>(in.mu, {Di, N}, DType::kF32));
   inputs.merge(params);
   for (const auto& [name, tensor] : inputs) {

@@ -8,6 +8,17 @@
 
 namespace adjsh {
 
+absl::StatusOr<Storage> ParseStorage(std::string_view name) {
+  if (name == "full") return Storage::kCompute;
+  if (name == "bf16") return Storage::kBF16;
+  return absl::InvalidArgumentError(
+      absl::StrFormat("storage must be full or bf16, got '%s'", std::string(name)));
+}
+
+std::string_view StorageName(Storage storage) {
+  return storage == Storage::kBF16 ? "bf16" : "full";
+}
+
 absl::Status ValidateGradientInputs(const MambaConfig& config, std::span<const uint32_t> tokens,
                                     const GradOptions& options) {
   if (tokens.size() < 2) {

@@ -5,8 +5,9 @@
 //   wavefront (default)  forward task (k, c) runs once (k-1, c) and (k, c-1) are done, taking
 //             its initial state from (k, c-1); backward task (k, c) once (k+1, c) and (k, c+1)
 //             are done, taking the adjoint mu from (k, c+1). Nothing is recomputed beyond each
-//             task's own chunk; up to min(K, chunks) tasks run at once. dL/du^k overwrites u^k
-//             chunk by chunk, and mu overwrites the consumed chunk state.
+//             task's own chunk; up to min(K, chunks) tasks run at once. dL/du^k replaces
+//             dL/du^{k+1} chunk by chunk in one (T, D) buffer, and each mu is kept only until
+//             the task that consumes it has run.
 //   two-pass  for each layer: pass one (chunks in parallel: local state summaries, or adjoint
 //             summaries m_c and S_c), an exact O(chunks Di N) combine
 //             (h0(c+1) = exp(A S_c) . h0(c) + h_local(c); mu_{c-1} = m_c + exp(A S_c) . mu_c),
@@ -16,8 +17,9 @@
 // With a truncated window the backward is always layer by layer with no pass one (each chunk
 // reads its lookahead rows). Partials are added in a fixed order, so the result does not depend
 // on the thread count (the two schedules round differently).
-// Memory: K T D layer inputs + T D (u^{K+1}, then dL/du^{K+1}) + K (T / C) Di N states, plus
-// per-task scratch bounded by the chunk size (+ T D for the layered backward's second buffer).
+// Memory: K T D layer inputs and K (T / C) Di N states (compute type or bf16: Storage) + T D in
+// the compute type (u^{K+1}, then dL/du^{K+1}, then dL/du^k chunk by chunk), plus per-task
+// scratch bounded by the chunk size (+ T D for the layered backward's second buffer).
 #ifndef ADJSH_ENGINE_ADJOINT_ENGINE_H_
 #define ADJSH_ENGINE_ADJOINT_ENGINE_H_
 
@@ -34,11 +36,18 @@ namespace adjsh {
 
 enum class Schedule { kWavefront, kTwoPass };
 
+// How the values kept from the forward for the backward (layer inputs, chunk-boundary states)
+// are stored: in the compute type, or rounded to bf16 (half the bytes of f32; the gradient is
+// that of the model rounding there, within bf16's 2^-9 relative rounding of the exact one).
+// Adjoints, gradients and dL/du stay in the compute type either way.
+enum class Storage { kCompute, kBF16 };
+
 struct GradOptions {
   int64_t chunk = 256;  // C: tokens per (layer, chunk) task
   Schedule schedule = Schedule::kWavefront;
   int64_t window = 0;   // Wt: 0 = exact adjoint; else truncated to Wt tokens (Wt >= T is exact)
   int threads = 0;      // 0: one per hardware thread
+  Storage storage = Storage::kCompute;
   // Non-empty: the layer inputs live in memory-mapped files in this directory (unlinked at
   // once), which the kernel can write out to disk under memory pressure. Same results.
   std::string spill_dir;
@@ -46,6 +55,10 @@ struct GradOptions {
   // and once for the head; possibly from a worker thread, never two calls at once.
   std::function<void(std::string_view, int64_t, int64_t)> progress;
 };
+
+// "full" (the compute type) or "bf16"; INVALID_ARGUMENT otherwise.
+absl::StatusOr<Storage> ParseStorage(std::string_view name);
+std::string_view StorageName(Storage storage);
 
 template <typename T>
 struct GradResult {

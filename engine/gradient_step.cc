@@ -63,10 +63,15 @@ double GradientStep<T>::ForwardAndHead() {
 template <typename T>
 GradResult<T> GradientStep<T>::Finish() {
   const bool layered = opt_.schedule != Schedule::kWavefront || opt_.window != 0;
-  const int64_t rows = (K_ + 1) * T_ * D_ + (layered ? T_ * D_ : 0);
+  const int64_t stored = static_cast<int64_t>(StoredRows<T>::ValueBytes(opt_.storage));
+  const int64_t compute_rows = T_ * D_ + (layered ? T_ * D_ : 0);
   const int64_t extra = opt_.schedule == Schedule::kTwoPass ? 3 * nC_ * DiN_ : 0;
-  result_.stored_bytes = static_cast<int64_t>(sizeof(T)) * (rows + K_ * nC_ * DiN_ + extra);
-  if (!layered) EmbeddingGrad(Rows(0));
+  result_.stored_bytes = stored * K_ * (T_ * D_ + nC_ * DiN_) +
+                         static_cast<int64_t>(sizeof(T)) * (compute_rows + extra);
+  if (!layered) {
+    EmbeddingGrad(top_.data());  // dL/du^1
+    top_ = std::vector<T>();
+  }
   return std::move(result_);
 }
 
@@ -92,20 +97,23 @@ void GradientStep<T>::ApplyDecay(const std::vector<T>& A, const T* S, const T* v
 template <typename T>
 void GradientStep<T>::Prepare() {
   layer_in_.clear();
+  states_.clear();
   for (int64_t k = 0; k < K_; ++k) {
-    absl::StatusOr<RowStore<T>> rows = RowStore<T>::Create(T_ * D_, opt_.spill_dir);
+    absl::StatusOr<StoredRows<T>> rows =
+        StoredRows<T>::Create(T_ * D_, opt_.storage, opt_.spill_dir);
     if (!rows.ok()) {  // e.g. the disk is full: slower to fail than to keep the rows in memory
       std::fprintf(stderr, "adjsh: %s; keeping layer %lld's inputs in memory\n",
                    std::string(rows.status().message()).c_str(), static_cast<long long>(k));
-      rows = RowStore<T>::Create(T_ * D_, "");
+      rows = StoredRows<T>::Create(T_ * D_, opt_.storage, "");
     }
     layer_in_.push_back(std::move(*rows));
+    states_.push_back(*StoredRows<T>::Create(nC_ * DiN_, opt_.storage, ""));  // heap: no error
   }
-  states_.assign(K_, std::vector<T>(nC_ * DiN_));
   top_.assign(T_ * D_, T(0));
+  mu_.assign(K_ * nC_, std::vector<T>());
   halos_.assign(K_ * nC_, std::vector<T>());
   for (int64_t t = 0; t < T_; ++t)
-    std::copy_n(p_.embed.data() + int64_t{tokens_[t]} * D_, D_, layer_in_[0].data() + t * D_);
+    layer_in_[0].Commit(t * D_, D_, p_.embed.data() + int64_t{tokens_[t]} * D_);
 }
 
 // Task (k, c) once (k - 1, c) and (k, c - 1) are done: its state comes from (k, c - 1).
@@ -123,12 +131,17 @@ void GradientStep<T>::ForwardWavefront() {
       [&](int64_t id) {
         const int64_t k = id / nC_, c = id % nC_;
         const ChunkSpan s = Span(c);
-        T* h0 = states_[k].data() + c * DiN_;
-        std::vector<T> last;  // the final state has no reader
-        if (c + 1 == nC_) last.resize(DiN_);
-        T* h_end = c + 1 < nC_ ? h0 + DiN_ : last.data();
-        blocks_[k].Forward(Rows(k) + (s.t0 - s.halo) * D_, {s.halo, s.len, 0}, h0,
-                           Rows(k + 1) + s.t0 * D_, h_end);
+        thread_local std::vector<T> u_in, h_in, u_out, h_out;
+        const T* u = InputRows(k, s.t0 - s.halo, s.halo + s.len, u_in);
+        const T* h0 = states_[k].Read(c * DiN_, DiN_, h_in);
+        const bool top = k + 1 == K_, last = c + 1 == nC_;
+        T* out = top ? top_.data() + s.t0 * D_
+                     : layer_in_[k + 1].WriteBuffer(s.t0 * D_, s.len * D_, u_out);
+        if (last) h_out.resize(DiN_);  // the final state has no reader
+        T* h_end = last ? h_out.data() : states_[k].WriteBuffer((c + 1) * DiN_, DiN_, h_out);
+        blocks_[k].Forward(u, {s.halo, s.len, 0}, h0, out, h_end);
+        if (!top) layer_in_[k + 1].Commit(s.t0 * D_, s.len * D_, out);
+        if (!last) states_[k].Commit((c + 1) * DiN_, DiN_, h_end);
         // Layer k's last chunk: layers finish in order (each waits on the one below).
         if (c + 1 == nC_) Progress("forward", k + 1, K_);
       });
@@ -137,31 +150,36 @@ void GradientStep<T>::ForwardWavefront() {
 template <typename T>
 void GradientStep<T>::ForwardTwoPass() {
   const int64_t Di = cfg_.inner();
-  std::vector<T> h_local(nC_ * DiN_), S(nC_ * Di);
+  std::vector<T> h_local(nC_ * DiN_), S(nC_ * Di), h_chain;
   for (int64_t k = 0; k < K_; ++k) {
     const cpu::MambaBlockCpu<T>& block = blocks_[k];
-    const T* u = Rows(k);
-    T* out = Rows(k + 1);
     // F1: local summaries of every chunk but the last (nothing follows it).
     pool_->ParallelFor(nC_ - 1, [&](int64_t c) {
       const ChunkSpan s = Span(c);
-      block.LocalSummary(u + (s.t0 - s.halo) * D_, {s.halo, s.len, 0},
+      thread_local std::vector<T> u_in;
+      block.LocalSummary(InputRows(k, s.t0 - s.halo, s.halo + s.len, u_in), {s.halo, s.len, 0},
                          h_local.data() + c * DiN_, S.data() + c * Di);
     });
-    // h0(c + 1) = P_c . h0(c) + h_local(c), h0(0) = 0.
-    T* h0 = states_[k].data();
+    // h0(c + 1) = P_c . h0(c) + h_local(c), h0(0) = 0, in the compute type; then stored.
+    T* h0 = states_[k].WriteBuffer(0, nC_ * DiN_, h_chain);
     std::fill(h0, h0 + DiN_, T(0));
     for (int64_t c = 0; c + 1 < nC_; ++c) {
       T* next = h0 + (c + 1) * DiN_;
       ApplyDecay(block.A(), S.data() + c * Di, h0 + c * DiN_, next);
       for (int64_t q = 0; q < DiN_; ++q) next[q] += h_local[c * DiN_ + q];
     }
-    // F2: the layer output from the true chunk states.
+    states_[k].Commit(0, nC_ * DiN_, h0);
+    // F2: the layer output from the (stored) chunk states.
     pool_->ParallelFor(nC_, [&](int64_t c) {
       const ChunkSpan s = Span(c);
-      std::vector<T> h_end(DiN_);
-      block.Forward(u + (s.t0 - s.halo) * D_, {s.halo, s.len, 0}, h0 + c * DiN_,
-                    out + s.t0 * D_, h_end.data());
+      thread_local std::vector<T> u_in, h_in, u_out, h_end;
+      h_end.resize(DiN_);
+      const bool top = k + 1 == K_;
+      T* out = top ? top_.data() + s.t0 * D_
+                   : layer_in_[k + 1].WriteBuffer(s.t0 * D_, s.len * D_, u_out);
+      block.Forward(InputRows(k, s.t0 - s.halo, s.halo + s.len, u_in), {s.halo, s.len, 0},
+                    states_[k].Read(c * DiN_, DiN_, h_in), out, h_end.data());
+      if (!top) layer_in_[k + 1].Commit(s.t0 * D_, s.len * D_, out);
     });
     Progress("forward", k + 1, K_);
   }
@@ -217,14 +235,15 @@ void GradientStep<T>::BackwardLayered() {
   const bool exact = opt_.window == 0;
   for (int64_t k = K_ - 1; k >= 0; --k) {
     const cpu::MambaBlockCpu<T>& block = blocks_[k];
-    const T* u = layer_in_[k].data();
     if (exact) {
       // A: summaries of every chunk but the first (nothing precedes it).
       pool_->ParallelFor(nC_ - 1, [&](int64_t c1) {
         const int64_t c = c1 + 1;
         const ChunkSpan s = Span(c);
-        block.AdjointSummary(u + (s.t0 - s.halo) * D_, {s.halo, s.len, 0}, g.data() + s.t0 * D_,
-                             m.data() + c * DiN_, S.data() + c * Di);
+        thread_local std::vector<T> u_in;
+        block.AdjointSummary(InputRows(k, s.t0 - s.halo, s.halo + s.len, u_in),
+                             {s.halo, s.len, 0}, g.data() + s.t0 * D_, m.data() + c * DiN_,
+                             S.data() + c * Di);
       });
       // mu_{c-1} = m_c + P_c . mu_c, mu_{last} = 0.
       std::fill(mu.end() - DiN_, mu.end(), T(0));
@@ -245,9 +264,12 @@ void GradientStep<T>::BackwardLayered() {
           const ChunkSpan s = Span(c);
           const int64_t ahead = exact ? 0 : std::min(opt_.window - 1, T_ - s.t0 - s.len);
           Out o{ZeroLayer<T>(cfg_), std::vector<T>(s.halo * D_)};
-          block.Backward(u + (s.t0 - s.halo) * D_, {s.halo, s.len, ahead}, g.data() + s.t0 * D_,
-                         states_[k].data() + c * DiN_, exact ? mu.data() + c * DiN_ : nullptr,
-                         opt_.window, o.grad, du.data() + s.t0 * D_, o.du_halo.data());
+          thread_local std::vector<T> u_in, h_in;
+          block.Backward(InputRows(k, s.t0 - s.halo, s.halo + s.len + ahead, u_in),
+                         {s.halo, s.len, ahead}, g.data() + s.t0 * D_,
+                         states_[k].Read(c * DiN_, DiN_, h_in),
+                         exact ? mu.data() + c * DiN_ : nullptr, opt_.window, o.grad,
+                         du.data() + s.t0 * D_, o.du_halo.data());
           return o;
         },
         [&](int64_t c, Out&& o) {
@@ -257,7 +279,8 @@ void GradientStep<T>::BackwardLayered() {
           for (int64_t q = 0; q < s.halo * D_; ++q) rows[q] += o.du_halo[q];
         });
     std::swap(g, du);
-    layer_in_[k] = RowStore<T>();  // no longer needed
+    layer_in_[k] = StoredRows<T>();  // no longer needed
+    states_[k] = StoredRows<T>();
     Progress("backward", K_ - k, K_);
   }
   EmbeddingGrad(g.data());
@@ -302,29 +325,29 @@ void GradientStep<T>::GatherInputs(int64_t task, BackwardTaskInputs<T>& in) cons
   const ChunkSpan s = Span(c);
   in.layer = k, in.chunk = c;
   in.rows = {s.halo, s.len, 0};
-  const T* u = Rows(k) + (s.t0 - s.halo) * D_;
-  in.u.assign(u, u + (s.halo + s.len) * D_);
-  const T* g = Rows(k + 1) + s.t0 * D_;
+  const int64_t n = (s.halo + s.len) * D_;
+  thread_local std::vector<T> scratch;
+  const T* u = InputRows(k, s.t0 - s.halo, s.halo + s.len, scratch);
+  in.u.assign(u, u + n);
+  const T* g = top_.data() + s.t0 * D_;  // dL/du^{k+1}: (k + 1, c) has been applied
   in.g.assign(g, g + s.len * D_);
-  const T* states = states_[k].data();
-  in.h0.assign(states + c * DiN_, states + (c + 1) * DiN_);
-  if (c + 1 < nC_) {
-    in.mu.assign(states + (c + 1) * DiN_, states + (c + 2) * DiN_);
-  } else {
-    in.mu.clear();
-  }
+  const T* h0 = states_[k].Read(c * DiN_, DiN_, scratch);
+  in.h0.assign(h0, h0 + DiN_);
+  in.mu = mu_[k * nC_ + c];  // empty for the last chunk
 }
 
-// dL/du^k of chunk c replaces u^k there (its halo readers, chunks > c, ran before it), then
-// later chunks' halo contributions are added in chunk order; mu_{c-1} replaces h0 of chunk c;
-// the partial is added to the layer's gradient (tasks of a layer apply in c-descending order).
+// dL/du^k of chunk c replaces dL/du^{k+1} there (its only reader was this task), then later
+// chunks' halo contributions are added in chunk order; mu_{c-1} is kept for task (k, c - 1) and
+// the consumed mu_c dropped; the partial is added to the layer's gradient (tasks of a layer
+// apply in c-descending order).
 template <typename T>
 void GradientStep<T>::ApplyResult(int64_t task, const BackwardTaskOutputs<T>& out) {
   const auto [k, c] = TaskLayerChunk(task);
   const ChunkSpan s = Span(c);
   AddInto(result_.grad.layers[k], out.grad);
-  if (c > 0) std::copy(out.mu_out.begin(), out.mu_out.end(), states_[k].data() + c * DiN_);
-  T* du = Rows(k) + s.t0 * D_;
+  if (c > 0) mu_[k * nC_ + c - 1] = out.mu_out;
+  mu_[k * nC_ + c] = std::vector<T>();
+  T* du = top_.data() + s.t0 * D_;
   std::copy(out.du.begin(), out.du.end(), du);
   for (int64_t c2 = c + 1; c2 < nC_; ++c2) {
     const ChunkSpan s2 = Span(c2);
@@ -335,7 +358,6 @@ void GradientStep<T>::ApplyResult(int64_t task, const BackwardTaskOutputs<T>& ou
       for (int64_t d = 0; d < D_; ++d) du[(r - s.t0) * D_ + d] += halo[(r - first) * D_ + d];
   }
   halos_[k * nC_ + c] = out.du_halo;
-  if (k == 0 && c == 0) top_ = std::vector<T>();  // dL/du^{K+1} has no reader left
   if (c == 0) Progress("backward", K_ - k, K_);     // layer k done; layers finish in order
 }
 

@@ -18,7 +18,7 @@
 #include "common/model.h"
 #include "engine/adjoint_engine.h"
 #include "engine/backward_task.h"
-#include "engine/row_store.h"
+#include "engine/stored_rows.h"
 #include "engine/thread_pool.h"
 #include "kernels/cpu/mamba_block.h"
 
@@ -54,8 +54,10 @@ class GradientStep {
   ChunkSpan Span(int64_t c) const;
   void Progress(std::string_view phase, int64_t done, int64_t total) const;
   void ApplyDecay(const std::vector<T>& A, const T* S, const T* v, T* out) const;
-  T* Rows(int64_t k) { return k < K_ ? layer_in_[k].data() : top_.data(); }  // u^k, k = 0..K
-  const T* Rows(int64_t k) const { return k < K_ ? layer_in_[k].data() : top_.data(); }
+  // Rows [first, first + n) of u^k (k < K), through scratch when stored as bf16.
+  const T* InputRows(int64_t k, int64_t first, int64_t n, std::vector<T>& scratch) const {
+    return layer_in_[k].Read(first * D_, n * D_, scratch);
+  }
 
   void Prepare();
   void ForwardWavefront();
@@ -72,9 +74,12 @@ class GradientStep {
   std::unique_ptr<ThreadPool> pool_;
   const int64_t T_, C_, nC_, D_, K_, DiN_, max_ahead_;
   std::vector<cpu::MambaBlockCpu<T>> blocks_;
-  std::vector<RowStore<T>> layer_in_;     // K x (T, D): u^k, replaced by dL/du^k chunk by chunk
-  std::vector<std::vector<T>> states_;    // K x (chunks, Di, N): h before each chunk, then mu
-  std::vector<T> top_;                    // (T, D): u^{K+1}, then dL/du^{K+1}
+  std::vector<StoredRows<T>> layer_in_;   // K x (T, D): u^k
+  std::vector<StoredRows<T>> states_;     // K x (chunks, Di, N): h before each chunk
+  // (T, D): u^{K+1}, then dL/du^{K+1}; the wavefront backward replaces chunk c's dL/du^{k+1}
+  // with dL/du^k as task (k, c) is applied, ending with dL/du^1.
+  std::vector<T> top_;
+  std::vector<std::vector<T>> mu_;        // per (k, c): the adjoint into chunk c, until consumed
   std::vector<std::vector<T>> halos_;     // per task: dL/du for the W - 1 rows before its chunk
   GradResult<T> result_;
 };

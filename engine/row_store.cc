@@ -78,5 +78,6 @@ RowStore<T>::~RowStore() {
 
 template class RowStore<float>;
 template class RowStore<double>;
+template class RowStore<uint16_t>;  // bf16 storage
 
 }  // namespace adjsh

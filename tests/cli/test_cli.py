@@ -373,6 +373,7 @@ def run_cases(r, work):
         ("non-integer --window", ["--window", "1.5"], "--window"),
         ("--threads -1", ["--threads", "-1"], "--threads"),
         ("--dtype f16", ["--dtype", "f16"], "--dtype"),
+        ("--storage f16", ["--storage", "f16"], "--storage"),
         ("--quiet=maybe", ["--quiet=maybe"], "--quiet"),
     ]
     for label, extra, flag in bad_values:

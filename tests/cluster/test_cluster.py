@@ -4,7 +4,8 @@
   test_cluster.py --adjsh build/cli/adjsh
 
 Checks, on a small model:
-  * one gradient (`adjsh grad --workers N`) is bitwise the in-process one for N = 1, 2, 4;
+  * one gradient (`adjsh grad --workers N`) is bitwise the in-process one for N = 1, 2, 4,
+    and with bf16 storage for N = 2;
 and trained for a few steps on the built-in corpus:
   * the final weights and optimizer state are bitwise identical for in-process training and for
     1, 2 and 4 worker processes;
@@ -86,6 +87,20 @@ def main():
         if n:
             record(f"adjsh grad --workers {n}: gradient file bitwise equal to in-process",
                    grads[n] is not None and grads[n] == grads[0], r.stderr[-2000:])
+
+    # bf16 storage: the coordinator keeps and sends layer inputs and states as bf16.
+    for n in (0, 2):
+        out = os.path.join(tmp, f"grad_bf16_{n}.safetensors")
+        r = subprocess.run([adjsh, "grad", "--model", model, "--tokens", tokens, "--out", out,
+                            "--chunk", "100", "--storage", "bf16", "--workers", str(n),
+                            "--quiet"], capture_output=True, text=True, timeout=600)
+        grads[f"bf16_{n}"] = open(out, "rb").read() if r.returncode == 0 else None
+        if n:
+            record(f"adjsh grad --storage bf16 --workers {n}: bitwise equal to in-process",
+                   grads[f"bf16_{n}"] is not None and grads[f"bf16_{n}"] == grads["bf16_0"],
+                   r.stderr[-2000:])
+    record("adjsh grad --storage bf16 differs from f32 storage (the rounding is real)",
+           grads["bf16_0"] is not None and grads["bf16_0"] != grads[0])
 
     steps = 8
     ref_dir = os.path.join(tmp, "inprocess")

@@ -28,9 +28,10 @@ MambaConfig Config() {
   return c;
 }
 
-// Through raw bytes and back, as a tensor message would carry it.
-std::vector<float> Wire(const std::vector<float>& v) {
-  const HostTensor t = HostTensor::From<float>(v, {static_cast<int64_t>(v.size())}, DType::kF32);
+// Through raw bytes and back, as a tensor message would carry it (bf16: as the coordinator
+// sends values it stores as bf16).
+std::vector<float> Wire(const std::vector<float>& v, DType dtype = DType::kF32) {
+  const HostTensor t = HostTensor::From<float>(v, {static_cast<int64_t>(v.size())}, dtype);
   return t.To<float>().value();
 }
 
@@ -75,7 +76,9 @@ GradResult<float> RemoteGradient(const ModelParams<float>& params,
         }
         if (coin(rng) < o.abandon) continue;  // the worker "dies" holding the lease
         // The worker side: its own block from the parameters, inputs off the wire.
-        in.u = Wire(in.u), in.g = Wire(in.g), in.h0 = Wire(in.h0), in.mu = Wire(in.mu);
+        const DType stored = opt.storage == Storage::kBF16 ? DType::kBF16 : DType::kF32;
+        in.u = Wire(in.u, stored), in.g = Wire(in.g), in.h0 = Wire(in.h0, stored);
+        in.mu = Wire(in.mu);
         const cpu::MambaBlockCpu<float> block(params.config, params.layers[in.layer]);
         BackwardTaskOutputs<float> out;
         RunBackwardTask(block, params.config, in, out);
@@ -115,6 +118,24 @@ TEST(RemoteStepTest, BitwiseEqualToInProcessForAnyWorkerCountAndFaults) {
     if (o.abandon > 0) {
       EXPECT_GT(expired, 0);
     }
+  }
+}
+
+// Layer inputs and states stored as bf16 and sent as bf16: still bitwise the in-process result.
+TEST(RemoteStepTest, Bf16StorageIsBitwiseEqualToInProcess) {
+  const ModelParams<float> params = InitParams<float>(Config(), 9);
+  std::mt19937 rng(5);
+  std::vector<uint32_t> tokens(300);
+  for (auto& t : tokens) t = rng() % 37;
+  GradOptions opt;
+  opt.chunk = 32;
+  opt.threads = 2;
+  opt.storage = Storage::kBF16;
+  const GradResult<float> local = ComputeGradient<float>(params, tokens, opt).value();
+  for (const Options& o : {Options{1}, Options{3, 0.2, 0.3}}) {
+    int64_t expired = 0;
+    EXPECT_TRUE(SameBits(local, RemoteGradient(params, tokens, opt, o, &expired)))
+        << o.workers << " workers";
   }
 }
 

@@ -284,6 +284,7 @@ def body(adjsh, tmp, cluster, record, run, spec_file, final_files):
         ("negative lr", {**spec_small, "optimizer": {"lr": -1}}, "optimizer.lr"),
         ("context 1", {**spec_small, "context_length": 1}, "context_length"),
         ("dtype bf16", {**spec_small, "dtype": "bf16"}, "dtype"),
+        ("storage f16", {**spec_small, "storage": "f16"}, "storage"),
         ("no model", {"context_length": 512, "steps": 2}, "model"),
         ("missing text file",
          {**spec_small, "text_files": {"paths": [os.path.join(tmp, "nope.txt")]}},

@@ -1,0 +1,63 @@
+#include "engine/stored_rows.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "common/tensor.h"
+
+namespace adjsh {
+namespace {
+
+uint16_t ToBF16(float v) { return F32ToBF16(v); }
+uint16_t ToBF16(double v) { return F64ToBF16(v); }
+
+}  // namespace
+
+template <typename T>
+absl::StatusOr<StoredRows<T>> StoredRows<T>::Create(size_t n, Storage storage,
+                                                    const std::string& spill_dir) {
+  StoredRows s;
+  s.storage_ = storage;
+  if (storage == Storage::kBF16) {
+    absl::StatusOr<RowStore<uint16_t>> rows = RowStore<uint16_t>::Create(n, spill_dir);
+    if (!rows.ok()) return rows.status();
+    s.bf16_ = std::move(*rows);
+  } else {
+    absl::StatusOr<RowStore<T>> rows = RowStore<T>::Create(n, spill_dir);
+    if (!rows.ok()) return rows.status();
+    s.native_ = std::move(*rows);
+  }
+  return s;
+}
+
+template <typename T>
+const T* StoredRows<T>::Read(size_t offset, size_t n, std::vector<T>& scratch) const {
+  if (storage_ != Storage::kBF16) return native_.data() + offset;
+  if (scratch.size() < n) scratch.resize(n);
+  const uint16_t* src = bf16_.data() + offset;
+  for (size_t i = 0; i < n; ++i) scratch[i] = static_cast<T>(BF16ToF32(src[i]));
+  return scratch.data();
+}
+
+template <typename T>
+T* StoredRows<T>::WriteBuffer(size_t offset, size_t n, std::vector<T>& scratch) {
+  if (storage_ != Storage::kBF16) return native_.data() + offset;
+  if (scratch.size() < n) scratch.resize(n);
+  return scratch.data();
+}
+
+template <typename T>
+void StoredRows<T>::Commit(size_t offset, size_t n, const T* values) {
+  if (storage_ != Storage::kBF16) {
+    T* dst = native_.data() + offset;
+    if (values != dst) std::copy_n(values, n, dst);
+    return;
+  }
+  uint16_t* dst = bf16_.data() + offset;
+  for (size_t i = 0; i < n; ++i) dst[i] = ToBF16(values[i]);
+}
+
+template class StoredRows<float>;
+template class StoredRows<double>;
+
+}  // namespace adjsh

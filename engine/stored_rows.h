@@ -1,0 +1,51 @@
+// What the engine keeps from the forward pass for the backward (layer inputs, chunk-boundary
+// states): in the compute type T, or rounded to bf16 for half the bytes (f32 compute only
+// gains; f64 stays exact unless asked). A bf16 value is rounded once, when it is stored, and
+// every reader, the forward's next layer or chunk included, reads the same rounded number back:
+// the gradient is then the exact gradient of the model that rounds at those points (the
+// rounding's derivative taken as 1), whichever schedule or worker computes it.
+#ifndef ADJSH_ENGINE_STORED_ROWS_H_
+#define ADJSH_ENGINE_STORED_ROWS_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/adjoint_engine.h"
+#include "engine/row_store.h"
+
+namespace adjsh {
+
+template <typename T>
+class StoredRows {
+ public:
+  StoredRows() = default;
+  // n zeros; on the heap, or spilled to spill_dir (RowStore).
+  static absl::StatusOr<StoredRows> Create(size_t n, Storage storage,
+                                           const std::string& spill_dir);
+
+  // n values from offset. Compute-type storage: a pointer into the store; bf16: widened into
+  // scratch (resized as needed).
+  const T* Read(size_t offset, size_t n, std::vector<T>& scratch) const;
+  // Where to put n values for offset: the store itself, or scratch; Commit with the same
+  // arguments afterwards (bf16: rounds scratch in; compute type: nothing to do).
+  T* WriteBuffer(size_t offset, size_t n, std::vector<T>& scratch);
+  void Commit(size_t offset, size_t n, const T* values);
+
+  size_t size() const { return storage_ == Storage::kBF16 ? bf16_.size() : native_.size(); }
+  size_t bytes() const { return size() * ValueBytes(storage_); }
+  static size_t ValueBytes(Storage storage) {
+    return storage == Storage::kBF16 ? sizeof(uint16_t) : sizeof(T);
+  }
+
+ private:
+  Storage storage_ = Storage::kCompute;
+  RowStore<T> native_;
+  RowStore<uint16_t> bf16_;
+};
+
+}  // namespace adjsh
+
+#endif  // ADJSH_ENGINE_STORED_ROWS_H_
