@@ -8,7 +8,7 @@ PACKAGES=(
   libopenblas-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev
   libabsl-dev libprotobuf-dev protobuf-compiler libgrpc++-dev protobuf-compiler-grpc
-  prometheus-cpp-dev
+  prometheus-cpp-dev prometheus
   python3 python3-numpy python3-torch
 )
 
