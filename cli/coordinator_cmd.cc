@@ -38,8 +38,7 @@ int CoordinatorCommand(const std::vector<std::string>& args) {
         "5000");
   a.Add("threads", "N", "threads for the forward pass and LM head here (0: one per core)", "0");
   a.Add("metrics-listen", "HOST:PORT",
-        "serve Prometheus metrics at http://HOST:PORT/metrics (port 0: a free port; the address\n"
-        "is logged as 'metrics on HOST:PORT'); default: no metrics");
+        "serve Prometheus metrics on http://HOST:PORT/metrics (port 0: a free one, logged)");
   a.AddBool("quiet", "do not log job state changes on stderr");
   if (auto code = ParseOrExit(a, args)) return *code;
 

@@ -77,11 +77,9 @@ int TrainCommand(const std::vector<std::string>& args) {
         "with --workers: a task's lease; a lost worker's task is handed out again after it",
         "5000");
   a.Add("metrics-listen", "HOST:PORT",
-        "with --workers: serve the coordinator's Prometheus metrics at http://HOST:PORT/metrics\n"
-        "(port 0: a free port; logged as 'metrics on HOST:PORT')");
+        "with --workers: the coordinator's Prometheus metrics on http://HOST:PORT/metrics");
   a.Add("worker-metrics-listen", "HOST:PORT",
-        "with --workers: worker i serves its metrics on HOST:(PORT+i); PORT 0: a free port each\n"
-        "(each logged as 'metrics on HOST:PORT')");
+        "with --workers: worker i's metrics on HOST:(PORT+i) (PORT 0: a free one each)");
   a.Add("lr", "LR", "peak learning rate", "3e-3");
   a.Add("warmup", "S", "linear warmup steps", "10");
   a.Add("min-lr-ratio", "R", "final learning rate as a fraction of the peak (cosine)", "0.1");

@@ -22,8 +22,7 @@ int WorkerCommand(const std::vector<std::string>& args) {
   a.Add("coordinator", "HOST:PORT", "the coordinator's TaskService address", "", true);
   a.Add("name", "NAME", "worker name shown by the coordinator (default: the host name)");
   a.Add("metrics-listen", "HOST:PORT",
-        "serve Prometheus metrics at http://HOST:PORT/metrics (port 0: a free port; the address\n"
-        "is logged as 'metrics on HOST:PORT'); default: no metrics");
+        "serve Prometheus metrics on http://HOST:PORT/metrics (port 0: a free one, logged)");
   a.Add("log-every", "N", "progress line (tasks/s, RSS) every N finished tasks; 0: never", "100");
   a.AddBool("verbose", "also log every task and every retried RPC");
   a.AddBool("quiet", "log warnings and errors only");

@@ -133,11 +133,9 @@ def dockerfile_instructions(path):
 def ldd_packages(adjsh):
     libs = re.findall(r"=> (/\S+)", subprocess.run(["ldd", adjsh], capture_output=True,
                                                       text=True).stdout)
-    pkgs = set()
-    for lib in libs:
-        r = subprocess.run(["dpkg", "-S", os.path.realpath(lib)], capture_output=True, text=True)
-        if r.returncode == 0:
-            pkgs.add(r.stdout.split(":")[0])
+    r = subprocess.run(["dpkg", "-S", *{os.path.realpath(lib) for lib in libs}],
+                       capture_output=True, text=True)
+    pkgs = {line.split(":")[0] for line in r.stdout.splitlines() if ":" in line}
     return pkgs - {"libc6", "libgcc-s1"}  # in every Debian base image
 
 
