@@ -62,6 +62,13 @@ def rule_expressions(deploy_dir):
     return out
 
 
+def alert_rules(deploy_dir):
+    """[(alert name, rule)] of deploy_dir/prometheus/rules.yml."""
+    with open(os.path.join(deploy_dir, "prometheus", "rules.yml")) as f:
+        rules = yaml.safe_load(f)
+    return [(r["alert"], r) for g in rules["groups"] for r in g["rules"] if "alert" in r]
+
+
 def recorded_names(deploy_dir):
     with open(os.path.join(deploy_dir, "prometheus", "rules.yml")) as f:
         rules = yaml.safe_load(f)

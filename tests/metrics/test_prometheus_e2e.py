@@ -14,13 +14,17 @@ many steps, and while it runs checks:
     comparison, tests/metrics/promql.py) returns at least one series through /api/v1/query,
     except those on GPU gauges, which must return none on CPU workers;
   * each worker's adjsh_worker_resident_memory_bytes agrees with its VmRSS
-    (/proc/PID/status) within 10%.
+    (/proc/PID/status) within 10%;
+  * on a real fault (worker 1 frozen while it holds a task, then killed) the full expressions
+    of AdjshLeaseExpiries and AdjshWorkerDown return data, Prometheus reports the first firing
+    and the second pending (firing waits for the rule's `for: 1m`), and training goes on.
 Then cancels the job and stops every process, also on failure. Exit 0 when all checks pass.
 """
 import argparse
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -36,6 +40,7 @@ import promql  # noqa: E402
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 DEPLOY = os.path.join(ROOT, "deploy")
 GPU_PREFIX = "adjsh_worker_gpu_"
+LEASE_MS = 1500
 JOB = ["--hidden-size", "32", "--layers", "2", "--state-size", "8", "--context", "2048",
        "--chunk", "256", "--steps", "100000", "--warmup", "2", "--checkpoint-every", "0"]
 
@@ -120,7 +125,7 @@ def main():
     try:
         coord = Proc("coordinator", [adjsh, "coordinator", "--listen", "127.0.0.1:0",
                                      "--state-dir", os.path.join(tmp, "state"),
-                                     "--lease-ms", "3000", "--threads", "1",
+                                     "--lease-ms", str(LEASE_MS), "--threads", "1",
                                      "--metrics-listen", "127.0.0.1:0"])
         procs.append(coord)
         coordinator_addr = coord.wait_line("listening on ")
@@ -215,6 +220,53 @@ def main():
             check(bool(ratios) and abs(ratios[-1] - 1) <= 0.10,
                   f"{w.name}: adjsh_worker_resident_memory_bytes / VmRSS = "
                   f"{', '.join(f'{x:.3f}' for x in ratios)} (within 10%)")
+
+        # Two alerts on a real fault: worker 1 frozen while it holds a task (its lease expires:
+        # AdjshLeaseExpiries fires), then killed (its endpoint is down: AdjshWorkerDown pends,
+        # firing would take its `for: 1m`). Training goes on with worker 0.
+        w1 = workers[1][0]
+
+        def coordinator_value(name):
+            text = http_get(f"http://{coord_metrics}/metrics")
+            for line in text.splitlines():
+                if line.startswith(name + " "):
+                    return float(line.split()[1])
+            return 0.0
+
+        expired0 = coordinator_value("adjsh_coordinator_leases_expired_total")
+        for attempt in range(1, 11):  # it may hold no task when it is frozen: try again
+            os.kill(w1.p.pid, signal.SIGSTOP)
+            time.sleep(LEASE_MS / 1000 + 1.5)
+            if coordinator_value("adjsh_coordinator_leases_expired_total") > expired0:
+                break
+            os.kill(w1.p.pid, signal.SIGCONT)
+            time.sleep(0.3)
+        check(coordinator_value("adjsh_coordinator_leases_expired_total") > expired0,
+              f"a lease of the frozen worker expired (freeze {attempt})")
+        w1.p.kill()
+        w1.p.wait()
+        steps0 = coordinator_value("adjsh_coordinator_steps_total")
+        alerts, firing = {}, {}
+        end = time.time() + 60
+        while time.time() < end:
+            body = json.loads(http_get(f"http://{prom_addr}/api/v1/alerts"))
+            alerts = {a["labels"]["alertname"]: a["state"] for a in body["data"]["alerts"]}
+            firing = {w: bool(query(prom_addr, r["expr"])) for w, r in promql.alert_rules(DEPLOY)
+                      if w in ("AdjshLeaseExpiries", "AdjshWorkerDown")}
+            if alerts.get("AdjshLeaseExpiries") == "firing" and \
+                    alerts.get("AdjshWorkerDown") == "pending" and all(firing.values()):
+                break
+            time.sleep(1)
+        check(all(firing.values()) and len(firing) == 2,
+              f"the full alert expressions return data after the fault: {firing}")
+        check(alerts.get("AdjshLeaseExpiries") == "firing" and
+              alerts.get("AdjshWorkerDown") == "pending",
+              f"Prometheus alerts after the fault: {alerts}")
+        end = time.time() + 60
+        while coordinator_value("adjsh_coordinator_steps_total") < steps0 + 2 and time.time() < end:
+            time.sleep(0.5)
+        check(coordinator_value("adjsh_coordinator_steps_total") >= steps0 + 2,
+              "training goes on with one worker")
     except Exception as e:  # noqa: BLE001 - reported as a failure, everything is still stopped
         check(False, f"{type(e).__name__}: {e}")
     finally:
