@@ -79,7 +79,7 @@ class MetricsServer {
   // address, "0.0.0.0" for every interface). UNAVAILABLE when the address cannot be bound,
   // INVALID_ARGUMENT when it is malformed.
   static absl::StatusOr<std::unique_ptr<MetricsServer>> Start(const std::string& listen);
-  ~MetricsServer();  // stops serving (within ~100 ms)
+  ~MetricsServer();  // stops serving: within 100 ms, or 5 s while a silent client holds it
 
   // Exports `collectable` from now on; the server keeps it alive.
   void Add(std::shared_ptr<prometheus::Collectable> collectable);

@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """The metrics flags of the commands: `adjsh train --workers 2 --metrics-listen ...
 --worker-metrics-listen ...` serves the coordinator's metrics and each spawned worker's (on
-HOST:PORT+i, or a free port each), and bad metrics addresses are refused clearly.
+HOST:PORT+i, or a free port each) and trains bitwise as without them; bad metrics addresses
+are refused clearly.
 
   test_metrics_cli.py --adjsh build/cli/adjsh
 
 Everything on 127.0.0.1; every process is stopped at the end, also on failure.
 """
 import argparse
+import ctypes
 import os
 import re
 import socket
@@ -21,6 +23,11 @@ import urllib.request
 MODEL = ["--hidden-size", "32", "--layers", "2", "--state-size", "8", "--context", "1024",
          "--chunk", "256", "--threads", "1", "--steps", "100000", "--checkpoint-every", "0"]
 failures = []
+
+
+def die_with_parent():
+    """In the child: SIGKILL when this test process dies, even killed by a timeout."""
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
 
 
 def check(ok, what):
@@ -61,7 +68,8 @@ def train_with_metrics(adjsh, tmp, worker_listen):
                           "--checkpoint-dir", os.path.join(tmp, "ckpt"),
                           "--metrics-listen", "127.0.0.1:0",
                           "--worker-metrics-listen", worker_listen],
-                         stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+                         stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+                         preexec_fn=die_with_parent)
     lines = []
     threading.Thread(target=lambda: [lines.append(l.rstrip()) for l in p.stderr],
                      daemon=True).start()
@@ -104,11 +112,29 @@ def train_with_metrics(adjsh, tmp, worker_listen):
             p.wait()
 
 
+def final_weights(adjsh, ckpt, extra):
+    short = [a if a != "100000" else "4" for a in MODEL]  # 4 steps
+    r = subprocess.run([adjsh, "train", *short, "--workers", "2", "--checkpoint-dir", ckpt, *extra],
+                       capture_output=True, text=True, timeout=300)
+    if r.returncode != 0:
+        print(r.stderr)
+        return None
+    with open(os.path.join(ckpt, "latest")) as f:
+        with open(os.path.join(ckpt, f.read().strip(), "model.safetensors"), "rb") as m:
+            return m.read()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--adjsh", required=True)
     adjsh = os.path.abspath(ap.parse_args().adjsh)
     with tempfile.TemporaryDirectory(prefix="adjsh-metrics-cli-") as tmp:
+        plain = final_weights(adjsh, os.path.join(tmp, "plain"), [])
+        observed = final_weights(adjsh, os.path.join(tmp, "observed"),
+                                 ["--metrics-listen", "127.0.0.1:0",
+                                  "--worker-metrics-listen", "127.0.0.1:0"])
+        check(plain is not None and plain == observed,
+              "adjsh train --workers 2: bitwise the same weights with metrics served")
         _, workers = train_with_metrics(adjsh, tmp, "127.0.0.1:0")
         base = two_free_ports()
         _, workers = train_with_metrics(adjsh, tmp, f"127.0.0.1:{base}")

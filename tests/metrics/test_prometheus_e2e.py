@@ -21,6 +21,7 @@ many steps, and while it runs checks:
 Then cancels the job and stops every process, also on failure. Exit 0 when all checks pass.
 """
 import argparse
+import ctypes
 import json
 import os
 import shutil
@@ -45,13 +46,18 @@ JOB = ["--hidden-size", "32", "--layers", "2", "--state-size", "8", "--context",
        "--chunk", "256", "--steps", "100000", "--warmup", "2", "--checkpoint-every", "0"]
 
 
+def die_with_parent():
+    """In the child: SIGKILL when this test process dies, even killed by a timeout."""
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
+
+
 class Proc:
     """A child process whose stderr is collected by a thread (for its 'metrics on' line)."""
 
     def __init__(self, name, cmd, cwd=None):
         self.name, self.lines = name, []
         self.p = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                  text=True)
+                                  text=True, preexec_fn=die_with_parent)
         for stream in (self.p.stdout, self.p.stderr):
             threading.Thread(target=self._read, args=(stream,), daemon=True).start()
 
