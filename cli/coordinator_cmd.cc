@@ -10,7 +10,9 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/stop_signal.h"
+#include "common/metrics_server.h"
 #include "coordinator/job_service.h"
+#include "coordinator/metrics.h"
 #include "coordinator/task_service.h"
 #include "grpcpp/grpcpp.h"
 
@@ -35,6 +37,8 @@ int CoordinatorCommand(const std::vector<std::string>& args) {
   a.Add("lease-ms", "MS", "a task's lease; a lost worker's task is handed out again after it",
         "5000");
   a.Add("threads", "N", "threads for the forward pass and LM head here (0: one per core)", "0");
+  a.Add("metrics-listen", "HOST:PORT",
+        "serve Prometheus metrics on http://HOST:PORT/metrics (port 0: a free one, logged)");
   a.AddBool("quiet", "do not log job state changes on stderr");
   if (auto code = ParseOrExit(a, args)) return *code;
 
@@ -48,6 +52,11 @@ int CoordinatorCommand(const std::vector<std::string>& args) {
   if (!lease_ms.ok()) return BadUsage("coordinator", lease_ms.status());
   absl::StatusOr<int64_t> threads = a.GetInt("threads", 0, 4096);
   if (!threads.ok()) return BadUsage("coordinator", threads.status());
+  if (a.Has("metrics-listen")) {
+    if (absl::Status s = metrics::CheckListenAddress("metrics-listen", a.Get("metrics-listen"));
+        !s.ok())
+      return BadUsage("coordinator", s);
+  }
   std::error_code ec;
   const std::string state_dir = std::filesystem::absolute(a.Get("state-dir"), ec).string();
   if (std::filesystem::exists(state_dir, ec) && !std::filesystem::is_directory(state_dir, ec)) {
@@ -56,9 +65,21 @@ int CoordinatorCommand(const std::vector<std::string>& args) {
   }
 
   coordinator::TaskServiceImpl tasks({.lease = absl::Milliseconds(*lease_ms)});
-  coordinator::JobServiceImpl jobs(
-      tasks,
-      {.state_dir = state_dir, .threads = static_cast<int>(*threads), .log = !a.GetBool("quiet")});
+  auto job_metrics = std::make_shared<coordinator::CoordinatorMetrics>(tasks);
+  coordinator::JobServiceImpl jobs(tasks, {.state_dir = state_dir,
+                                           .threads = static_cast<int>(*threads),
+                                           .log = !a.GetBool("quiet"),
+                                           .observer = job_metrics.get()});
+  job_metrics->set_jobs(&jobs);
+  std::unique_ptr<metrics::MetricsServer> metrics_server;
+  if (a.Has("metrics-listen")) {
+    absl::StatusOr<std::unique_ptr<metrics::MetricsServer>> started =
+        metrics::MetricsServer::Start(a.Get("metrics-listen"));
+    if (!started.ok()) return Fail("coordinator", started.status());
+    metrics_server = std::move(*started);
+    metrics_server->Add(job_metrics);
+    std::fprintf(stderr, "metrics on %s\n", metrics_server->address().c_str());
+  }
   int port = 0;
   grpc::ServerBuilder builder;
   builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);

@@ -9,9 +9,11 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/model_flags.h"
+#include "common/metrics_server.h"
 #include "common/model.h"
 #include "common/tokens.h"
 #include "coordinator/local_cluster.h"
+#include "coordinator/metrics.h"
 #include "train/trainer.h"
 
 namespace adjsh::cli {
@@ -78,6 +80,10 @@ int TrainCommand(const std::vector<std::string>& args) {
   a.Add("lease-ms", "MS",
         "with --workers: a task's lease; a lost worker's task is handed out again after it",
         "5000");
+  a.Add("metrics-listen", "HOST:PORT",
+        "with --workers: the coordinator's Prometheus metrics on http://HOST:PORT/metrics");
+  a.Add("worker-metrics-listen", "HOST:PORT",
+        "with --workers: worker i's metrics on HOST:(PORT+i) (PORT 0: a free one each)");
   a.Add("lr", "LR", "peak learning rate", "3e-3");
   a.Add("warmup", "S", "linear warmup steps", "10");
   a.Add("min-lr-ratio", "R", "final learning rate as a fraction of the peak (cosine)", "0.1");
@@ -135,6 +141,16 @@ int TrainCommand(const std::vector<std::string>& args) {
     *f.field = *v;
   }
   opt.checkpoint_dir = a.Get("checkpoint-dir");
+  for (const char* flag : {"metrics-listen", "worker-metrics-listen"}) {
+    if (!a.Has(flag)) continue;
+    if (workers == 0) {
+      return BadUsage("train", absl::InvalidArgumentError(
+                                   absl::StrCat("--", flag, " needs --workers N (N >= 1)")));
+    }
+    if (absl::Status s = metrics::CheckListenAddress(flag, a.Get(flag)); !s.ok()) {
+      return BadUsage("train", s);
+    }
+  }
 
   ModelParams<float> params;
   if (a.Has("model")) {
@@ -155,6 +171,8 @@ int TrainCommand(const std::vector<std::string>& args) {
   train::Trainer trainer(std::move(params), std::move(*corpus), opt);
   if (absl::Status s = trainer.Init(); !s.ok()) return Fail("train", s);
   std::unique_ptr<coordinator::LocalCluster> cluster;
+  std::shared_ptr<coordinator::CoordinatorMetrics> cluster_metrics;
+  std::unique_ptr<metrics::MetricsServer> metrics_server;
   int64_t first_step = 0;
   if (workers > 0) {
     if (opt.grad.window != 0) {
@@ -163,9 +181,19 @@ int TrainCommand(const std::vector<std::string>& args) {
     }
     absl::StatusOr<std::unique_ptr<coordinator::LocalCluster>> started =
         coordinator::LocalCluster::Start(static_cast<int>(workers), SelfExe(),
-                                         {.lease = absl::Milliseconds(lease_ms)});
+                                         {.lease = absl::Milliseconds(lease_ms)},
+                                         a.Get("worker-metrics-listen"));
     if (!started.ok()) return Fail("train", started.status());
     cluster = std::move(*started);
+    if (a.Has("metrics-listen")) {
+      absl::StatusOr<std::unique_ptr<metrics::MetricsServer>> served =
+          metrics::MetricsServer::Start(a.Get("metrics-listen"));
+      if (!served.ok()) return Fail("train", served.status());
+      metrics_server = std::move(*served);
+      cluster_metrics = std::make_shared<coordinator::CoordinatorMetrics>(cluster->service());
+      metrics_server->Add(cluster_metrics);
+      std::fprintf(stderr, "metrics on %s\n", metrics_server->address().c_str());
+    }
     std::fprintf(stderr, "coordinator on %s with %lld worker processes\n",
                  cluster->address().c_str(), static_cast<long long>(workers));
     int64_t step = trainer.state().step;
@@ -186,7 +214,13 @@ int TrainCommand(const std::vector<std::string>& args) {
                trainer.resumed()
                    ? absl::StrFormat(" | resumed at step %d", trainer.state().step).c_str()
                    : "");
-  if (absl::Status s = trainer.Run(PrintProgress); !s.ok()) return Fail("train", s);
+  if (cluster_metrics) cluster_metrics->JobStarted("train", trainer.state().step, opt.steps);
+  const absl::Status trained = trainer.Run([&](const train::StepReport& r) {
+    if (cluster_metrics) cluster_metrics->StepDone("train", r, opt.context);
+    PrintProgress(r);
+  });
+  if (cluster_metrics) cluster_metrics->JobEnded("train");
+  if (!trained.ok()) return Fail("train", trained);
   if (cluster) {
     const double token_steps = static_cast<double>(opt.context) *
                                static_cast<double>(trainer.state().step - first_step);

@@ -2,10 +2,13 @@
 // SIGTERM or SIGINT (worker/worker.h).
 #include <atomic>
 #include <cstdio>
+#include <memory>
 
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/stop_signal.h"
+#include "common/metrics_server.h"
+#include "worker/metrics.h"
 #include "worker/worker.h"
 
 namespace adjsh::cli {
@@ -18,6 +21,8 @@ int WorkerCommand(const std::vector<std::string>& args) {
               "coordinator is retried forever (backoff up to 2 s).");
   a.Add("coordinator", "HOST:PORT", "the coordinator's TaskService address", "", true);
   a.Add("name", "NAME", "worker name shown by the coordinator (default: the host name)");
+  a.Add("metrics-listen", "HOST:PORT",
+        "serve Prometheus metrics on http://HOST:PORT/metrics (port 0: a free one, logged)");
   a.Add("log-every", "N", "progress line (tasks/s, RSS) every N finished tasks; 0: never", "100");
   a.AddBool("verbose", "also log every task and every retried RPC");
   a.AddBool("quiet", "log warnings and errors only");
@@ -37,6 +42,23 @@ int WorkerCommand(const std::vector<std::string>& args) {
                     absl::InvalidArgumentError("--verbose and --quiet exclude each other"));
   }
   opt.log_level = a.GetBool("verbose") ? 2 : a.GetBool("quiet") ? 0 : 1;
+
+  std::unique_ptr<metrics::MetricsServer> metrics_server;
+  if (a.Has("metrics-listen")) {
+    const std::string listen = a.Get("metrics-listen");
+    if (absl::Status s = metrics::CheckListenAddress("metrics-listen", listen); !s.ok()) {
+      return BadUsage("worker", s);
+    }
+    absl::StatusOr<std::unique_ptr<metrics::MetricsServer>> started =
+        metrics::MetricsServer::Start(listen);
+    if (!started.ok()) return Fail("worker", started.status());
+    metrics_server = std::move(*started);
+    auto m = std::make_shared<worker::WorkerMetrics>(
+        worker::WorkerMetricsOptions{.device = "cpu", .name = opt.name, .device_memory = {}});
+    opt.metrics = m.get();  // kept alive by the server, which outlives the worker below
+    metrics_server->Add(std::move(m));
+    std::fprintf(stderr, "metrics on %s\n", metrics_server->address().c_str());
+  }
 
   std::atomic<bool>& stop = InstallStopSignals();
   worker::Worker w(opt);

@@ -259,6 +259,16 @@ absl::StatusOr<v1::Job> JobServiceImpl::Cancel(const std::string& job_id) {
   return out;
 }
 
+std::map<v1::Job::State, int64_t> JobServiceImpl::CountJobs() const {
+  std::map<v1::Job::State, int64_t> counts;
+  for (v1::Job::State s : {v1::Job::QUEUED, v1::Job::RUNNING, v1::Job::SUCCEEDED,
+                           v1::Job::FAILED, v1::Job::CANCELLED})
+    counts[s] = 0;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& rec : order_) ++counts[rec->job.state()];
+  return counts;
+}
+
 void JobServiceImpl::CancelPump() {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
@@ -279,6 +289,7 @@ void JobServiceImpl::CancelPump() {
 void JobServiceImpl::RunLoop() {
   for (;;) {
     std::shared_ptr<JobRecord> rec;
+    std::string job_id;
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
@@ -287,10 +298,12 @@ void JobServiceImpl::RunLoop() {
       queue_.pop_front();
       if (rec->job.state() != v1::Job::QUEUED) continue;  // cancelled while queued
       running_ = rec;
+      job_id = rec->job.job_id();
       SetState(*rec, v1::Job::RUNNING,
                absl::StrCat("running; ", CheckpointsNote(rec->checkpoint_dir)));
     }
     const absl::Status status = RunJob(*rec);
+    if (opt_.observer != nullptr) opt_.observer->JobEnded(job_id);
     std::lock_guard<std::mutex> cancel_lock(cancel_mu_);
     std::lock_guard<std::mutex> lock(mu_);
     running_.reset();
@@ -346,6 +359,9 @@ absl::Status JobServiceImpl::RunJob(JobRecord& rec) {
     }
   }
 
+  if (opt_.observer != nullptr) {
+    opt_.observer->JobStarted(job_id, trainer.state().step, opt.steps);
+  }
   const std::string task_job_id = absl::StrCat(job_id, "@", instance_);
   int64_t step = trainer.state().step;
   trainer.set_gradient_source(
@@ -363,6 +379,7 @@ absl::Status JobServiceImpl::RunJob(JobRecord& rec) {
         !ckpt.empty() &&
         (r.step == r.steps || (opt.checkpoint_every > 0 && r.step % opt.checkpoint_every == 0));
     const std::string written = wrote ? LatestCheckpoint(ckpt) : "";
+    if (opt_.observer != nullptr) opt_.observer->StepDone(job_id, r, opt.context);
     std::lock_guard<std::mutex> lock(mu_);
     if (rec.job.state() != v1::Job::RUNNING) return;  // cancelled: no more progress
     rec.recent_seconds.push_back(r.seconds);

@@ -53,6 +53,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "coordinator/job_observer.h"
 #include "coordinator/task_service.h"
 #include "proto/adjsh.grpc.pb.h"
 
@@ -66,6 +67,8 @@ struct JobServiceOptions {
   int threads = 0;
   // Progress lines (job started, finished, failed) on stderr.
   bool log = false;
+  // Told of the running job's start, steps and end (e.g. the metrics); must outlive the service.
+  JobObserver* observer = nullptr;
 };
 
 class JobServiceImpl final : public v1::JobService::Service {
@@ -84,6 +87,8 @@ class JobServiceImpl final : public v1::JobService::Service {
   absl::StatusOr<v1::Job> Get(const std::string& job_id) const;
   absl::StatusOr<v1::ListJobsResponse> List(const v1::ListJobsRequest& request) const;
   absl::StatusOr<v1::Job> Cancel(const std::string& job_id);
+  // How many jobs are in each state (every state of v1::Job::State but UNSPECIFIED, zeros too).
+  std::map<v1::Job::State, int64_t> CountJobs() const;
 
   grpc::Status SubmitJob(grpc::ServerContext*, const v1::JobSpec*, v1::Job*) override;
   grpc::Status GetJob(grpc::ServerContext*, const v1::GetJobRequest*, v1::Job*) override;

@@ -8,15 +8,28 @@
 #include <chrono>
 #include <cstdio>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
 namespace adjsh::coordinator {
 
 absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(int workers,
                                                                   const std::string& exe,
-                                                                  TaskServiceOptions options) {
+                                                                  TaskServiceOptions options,
+                                                                  std::string worker_metrics) {
   std::unique_ptr<LocalCluster> c(new LocalCluster());
   c->exe_ = exe;
+  if (!worker_metrics.empty()) {
+    const size_t colon = worker_metrics.rfind(':');
+    if (colon == std::string::npos || colon == 0 ||
+        !absl::SimpleAtoi(worker_metrics.substr(colon + 1), &c->metrics_port_) ||
+        c->metrics_port_ < 0 || c->metrics_port_ + workers - 1 > 65535) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "worker metrics address must be HOST:PORT with room for ", workers, " ports, got '",
+          worker_metrics, "'"));
+    }
+    c->metrics_host_ = worker_metrics.substr(0, colon);
+  }
   c->service_ = std::make_unique<TaskServiceImpl>(options);
   int port = 0;
   grpc::ServerBuilder builder;
@@ -39,11 +52,18 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(int workers,
 
 pid_t LocalCluster::Spawn(int slot) const {
   const std::string name = absl::StrCat("local-", slot);
+  std::vector<std::string> args = {exe_, "worker", "--coordinator", address_, "--name", name};
+  if (!metrics_host_.empty()) {
+    args.push_back("--metrics-listen");
+    args.push_back(absl::StrCat(metrics_host_, ":", metrics_port_ > 0 ? metrics_port_ + slot : 0));
+  }
+  std::vector<char*> argv;
+  for (std::string& arg : args) argv.push_back(arg.data());
+  argv.push_back(nullptr);
   const pid_t pid = fork();
   if (pid == 0) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);  // a worker never outlives its coordinator process
-    execl(exe_.c_str(), exe_.c_str(), "worker", "--coordinator", address_.c_str(), "--name",
-          name.c_str(), static_cast<char*>(nullptr));
+    execv(exe_.c_str(), argv.data());
     _exit(127);
   }
   return pid;

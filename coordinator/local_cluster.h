@@ -23,8 +23,11 @@ namespace adjsh::coordinator {
 class LocalCluster {
  public:
   // Serves on 127.0.0.1 at a free port and starts `workers` worker processes of `exe`.
+  // worker_metrics "HOST:PORT": worker i serves its metrics on HOST:(PORT + i), or on a free
+  // port of HOST each when PORT is 0 (each worker logs 'metrics on HOST:PORT'); "": none.
   static absl::StatusOr<std::unique_ptr<LocalCluster>> Start(int workers, const std::string& exe,
-                                                             TaskServiceOptions options = {});
+                                                             TaskServiceOptions options = {},
+                                                             std::string worker_metrics = "");
   ~LocalCluster();  // stops the workers (SIGTERM, then SIGKILL after 5 s) and the server
 
   TaskServiceImpl& service() { return *service_; }
@@ -38,6 +41,8 @@ class LocalCluster {
   void Supervise();
 
   std::string exe_, address_;
+  std::string metrics_host_;  // empty: workers serve no metrics
+  int metrics_port_ = 0;
   std::unique_ptr<TaskServiceImpl> service_;
   std::unique_ptr<grpc::Server> server_;
   mutable std::mutex mu_;

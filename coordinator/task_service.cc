@@ -140,10 +140,12 @@ absl::StatusOr<GradResult<float>> TaskServiceImpl::ComputeGradient(
   }
   running_ = false;
   if (cancelled_) {
+    RetireStep();
     current_.reset();  // CancelCurrent already withdrew it; nothing of it is applied now
     return absl::CancelledError("the gradient was cancelled");
   }
   GradResult<float> result = current_->grad->Finish();
+  RetireStep();
   current_.reset();
   return result;
 }
@@ -154,6 +156,7 @@ grpc::Status TaskServiceImpl::RegisterWorker(grpc::ServerContext*,
   std::lock_guard<std::mutex> lock(mu_);
   const std::string id = absl::StrCat(worker_prefix_, ++next_worker_);
   workers_[id].name = req->worker_name();
+  workers_[id].last_seen = absl::Now();
   resp->set_worker_id(id);
   resp->set_heartbeat_interval_ms(opt_.heartbeat_interval_ms);
   return grpc::Status::OK;
@@ -166,6 +169,7 @@ grpc::Status TaskServiceImpl::PullTask(grpc::ServerContext*, const v1::PullTaskR
   if (w == workers_.end()) {
     return Error(absl::NotFoundError(absl::StrCat("unknown worker \"", req->worker_id(), "\"")));
   }
+  w->second.last_seen = absl::Now();
   if (current_) {
     absl::StatusOr<LeaseResult> leased = current_->queue->Lease(req->worker_id(), opt_.lease);
     if (!leased.ok()) return Error(leased.status());
@@ -206,6 +210,7 @@ grpc::Status TaskServiceImpl::Heartbeat(grpc::ServerContext*, const v1::Heartbea
   if (w == workers_.end()) {
     return Error(absl::NotFoundError(absl::StrCat("unknown worker \"", req->worker_id(), "\"")));
   }
+  w->second.last_seen = absl::Now();
   w->second.resident_bytes = req->resident_bytes();
   w->second.peak_resident_bytes = req->peak_resident_bytes();
   for (const std::string& name : req->task_ids()) {
@@ -346,8 +351,37 @@ void TaskServiceImpl::CancelCurrent() {
   std::lock_guard<std::mutex> lock(mu_);
   if (!running_) return;
   cancelled_ = true;
+  RetireStep();
   current_.reset();  // the RPCs see no step from now on: no task handed out or accepted
   done_cv_.notify_all();
+}
+
+void TaskServiceImpl::RetireStep() {
+  if (!current_) return;
+  const QueueStats s = current_->queue->Stats();
+  past_.leases_granted_total += s.leases_granted_total;
+  past_.leases_expired_total += s.leases_expired_total;
+  past_.leases_released_total += s.leases_released_total;
+  past_.results_rejected_total += s.results_rejected_total;
+}
+
+QueueStats TaskServiceImpl::queue_stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  QueueStats s;
+  if (current_) s = current_->queue->Stats();
+  s.leases_granted_total += past_.leases_granted_total;
+  s.leases_expired_total += past_.leases_expired_total;
+  s.leases_released_total += past_.leases_released_total;
+  s.results_rejected_total += past_.results_rejected_total;
+  return s;
+}
+
+int64_t TaskServiceImpl::connected_workers() const {
+  const absl::Time since = absl::Now() - opt_.lease;
+  std::lock_guard<std::mutex> lock(mu_);
+  int64_t n = 0;
+  for (const auto& [id, w] : workers_) n += w.last_seen >= since ? 1 : 0;
+  return n;
 }
 
 uint64_t TaskServiceImpl::bytes_sent() const { return bytes_sent_.load(); }

@@ -61,6 +61,11 @@ class TaskServiceImpl final : public v1::TaskService::Service {
   // Tensor bytes streamed to workers (FetchInputs) and received from them (PushResult).
   uint64_t bytes_sent() const;
   uint64_t bytes_received() const;
+  // For the metrics: the task counts of the gradient being computed (waiting, ready, leased,
+  // done, total: zero when none) with the lease counters summed over every gradient so far.
+  QueueStats queue_stats() const;
+  // Workers heard from (register, pull, heartbeat) within the last lease duration.
+  int64_t connected_workers() const;
 
  private:
   // The gradient being computed: published while its backward tasks are out.
@@ -76,10 +81,13 @@ class TaskServiceImpl final : public v1::TaskService::Service {
     std::string name;
     std::map<int64_t, int64_t> leases;  // task -> lease id, for heartbeats
     uint64_t resident_bytes = 0, peak_resident_bytes = 0;
+    absl::Time last_seen;
   };
   // "version:task" <-> (version, task index).
   static std::string TaskName(int64_t version, int64_t task);
   absl::Status ParseTaskName(const std::string& name, int64_t* version, int64_t* task) const;
+  // Adds the lease counters of the current step to past_ before it goes. Requires mu_.
+  void RetireStep();
   // The current step's task, checking that lease_id is its live lease. Requires mu_.
   absl::Status CheckLease(const std::string& worker_id, const std::string& task_name,
                           const std::string& lease_id, int64_t* task, int64_t* lease) const;
@@ -96,6 +104,7 @@ class TaskServiceImpl final : public v1::TaskService::Service {
   int64_t next_worker_ = 0, next_version_ = 0, accepted_ = 0, rejected_ = 0;  // guarded by mu_
   bool running_ = false, cancelled_ = false;                                  // guarded by mu_
   std::atomic<uint64_t> bytes_sent_{0}, bytes_received_{0};
+  QueueStats past_;  // lease counters of the finished steps; guarded by mu_
 };
 
 }  // namespace adjsh::coordinator

@@ -1,6 +1,11 @@
 #!/usr/bin/env bash
 # Installs the Debian packages adjsh needs to build, test and run. Idempotent: a package already
 # installed is not touched, and apt is not called at all when nothing is missing.
+#   scripts/install-deps.sh                    everything (build and tests; docker-compose
+#                                              only checks docker/compose.yaml, no engine)
+#   ADJSH_DEPS=build scripts/install-deps.sh   what configuring and building needs, without the
+#                                              Python test packages (the container images build
+#                                              so; scripts/build.sh passes the variable on)
 set -euo pipefail
 
 PACKAGES=(
@@ -8,9 +13,13 @@ PACKAGES=(
   libopenblas-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev
   libabsl-dev libprotobuf-dev protobuf-compiler libgrpc++-dev protobuf-compiler-grpc
-  prometheus-cpp-dev
-  python3 python3-numpy python3-torch
+  prometheus-cpp-dev prometheus
 )
+case "${ADJSH_DEPS:-all}" in
+  build) ;;
+  all) PACKAGES+=(python3 python3-numpy python3-torch python3-yaml docker-compose) ;;
+  *) echo "install-deps: ADJSH_DEPS must be 'all' or 'build', got '${ADJSH_DEPS}'" >&2; exit 2 ;;
+esac
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -13,6 +13,7 @@
 #include "absl/strings/string_view.h"
 #include "common/proc_stats.h"
 #include "kernels/cpu/mamba_block.h"
+#include "worker/metrics.h"
 
 namespace adjsh::worker {
 namespace {
@@ -40,6 +41,9 @@ void TaskRunner::Handle(const v1::Task& task) {
   held->lease_deadline =
       Clock::now() + milliseconds(std::max<int64_t>(task.lease_expires_ms(), 0));
   state_.Hold(held);
+  const Clock::time_point pulled = Clock::now();
+  bytes_received_ = bytes_sent_ = 0;
+  accepted_ = false;
   Outcome outcome = Outcome::kDropped;
   const std::string what = absl::StrFormat("task %s (job %s step %d, layer %d chunk %d)",
                                            task.task_id(), task.job_id(), task.step(),
@@ -60,6 +64,14 @@ void TaskRunner::Handle(const v1::Task& task) {
                                what, ": skipped"));
   }
   state_.Release(outcome == Outcome::kDropped);
+  if (opt_.metrics != nullptr) {
+    if (outcome == Outcome::kDone) {
+      opt_.metrics->TaskDone(std::chrono::duration<double>(Clock::now() - pulled).count(),
+                             task.len(), bytes_received_, bytes_sent_, accepted_);
+    } else {
+      opt_.metrics->TaskFailed(bytes_received_);
+    }
+  }
   if (outcome == Outcome::kDone) LogProgress();
 }
 
@@ -106,6 +118,7 @@ TaskRunner::Outcome TaskRunner::Run(const v1::Task& task, const TaskState& held)
                                              LimitsFor({&inputs, &param_names}), got)) {
     return End(tid, *no);
   }
+  for (const auto& [name, tensor] : got) bytes_received_ += tensor.data.size();
 
   // Check every tensor, then convert.
   BackwardTaskInputs<T> in;
@@ -136,10 +149,10 @@ TaskRunner::Outcome TaskRunner::Run(const v1::Task& task, const TaskState& held)
   const double compute_s = std::chrono::duration<double>(Clock::now() - started).count();
 
   v1::PushResultResponse response;
-  if (std::optional<NoResult> no =
-          io_.Push(held, ToResultTensors(cfg, k, halo, len, out), response)) {
-    return End(tid, *no);
-  }
+  const ResultTensors results = ToResultTensors(cfg, k, halo, len, out);
+  if (std::optional<NoResult> no = io_.Push(held, results, response)) return End(tid, *no);
+  for (const auto& [name, tensor] : results) bytes_sent_ += tensor.data.size();
+  accepted_ = response.accepted();
   if (response.accepted()) {
     state_.Log(2, absl::StrFormat("task %s done: layer %d chunk %d, %.3f s compute", tid, k,
                                   task.chunk(), compute_s));

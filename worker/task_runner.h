@@ -44,6 +44,8 @@ class TaskRunner {
   // Reused across tasks (capacity kept).
   std::tuple<BackwardTaskOutputs<float>, BackwardTaskOutputs<double>> out_;
   Clock::time_point progress_start_;
+  uint64_t bytes_received_ = 0, bytes_sent_ = 0;  // of the task being served, for the metrics
+  bool accepted_ = false;                         // the coordinator's answer to its result
   int64_t progress_done_ = 0;
 };
 

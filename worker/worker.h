@@ -54,6 +54,7 @@
 namespace adjsh::worker {
 
 class SharedState;
+class WorkerMetrics;
 
 struct WorkerOptions {
   std::string coordinator;  // HOST:PORT of the coordinator's TaskService (insecure channel)
@@ -65,6 +66,7 @@ struct WorkerOptions {
   std::chrono::milliseconds stream_deadline{600000};  // FetchInputs / PushResult streams
   std::chrono::milliseconds backoff_min{100}, backoff_max{2000};
   std::chrono::milliseconds stop_grace{5000};  // for pushing a finished result after stop
+  WorkerMetrics* metrics = nullptr;  // optional (worker/metrics.h); must outlive the Worker
 };
 
 // Counters, readable at any time (for tests and logs).

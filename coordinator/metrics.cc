@@ -1,0 +1,148 @@
+#include "coordinator/metrics.h"
+
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/time/clock.h"
+#include "common/proc_stats.h"
+
+namespace adjsh::coordinator {
+namespace {
+
+using metrics::Kind;
+using metrics::MetricDef;
+
+enum Index {
+  kTasks, kGranted, kExpired, kReleased, kAccepted, kRejected, kSent, kReceived, kWorkers,
+  kJobs, kSteps, kTokens, kStepDuration, kResident, kPeak,
+  kJobStep, kJobSteps, kLoss, kTokensPerSecond, kLastProgress, kCount
+};
+
+const std::vector<MetricDef>& Table() {
+  static const std::vector<MetricDef> table = {
+      {"adjsh_coordinator_tasks", Kind::kGauge,
+       "Backward tasks of the gradient being computed, by state."},
+      {"adjsh_coordinator_leases_granted_total", Kind::kCounter, "Task leases handed out."},
+      {"adjsh_coordinator_leases_expired_total", Kind::kCounter,
+       "Task leases that ran out before a result; the task was handed out again."},
+      {"adjsh_coordinator_leases_released_total", Kind::kCounter,
+       "Task leases given back before a result."},
+      {"adjsh_coordinator_results_accepted_total", Kind::kCounter, "Task results applied."},
+      {"adjsh_coordinator_results_rejected_total", Kind::kCounter,
+       "Task results refused: late, duplicate or of a finished step."},
+      {"adjsh_coordinator_sent_bytes_total", Kind::kCounter, "Tensor bytes streamed to workers."},
+      {"adjsh_coordinator_received_bytes_total", Kind::kCounter,
+       "Tensor bytes received from workers."},
+      {"adjsh_coordinator_workers_connected", Kind::kGauge,
+       "Workers heard from within the last lease duration."},
+      {"adjsh_coordinator_jobs", Kind::kGauge, "Jobs by state."},
+      {"adjsh_coordinator_steps_total", Kind::kCounter, "Optimizer steps done."},
+      {"adjsh_coordinator_tokens_total", Kind::kCounter, "Tokens trained on."},
+      {"adjsh_coordinator_step_duration_seconds", Kind::kHistogram,
+       "Time of one optimizer step (forward, backward on the workers, update)."},
+      {"adjsh_coordinator_resident_memory_bytes", Kind::kGauge, "Resident set size (VmRSS)."},
+      {"adjsh_coordinator_peak_resident_memory_bytes", Kind::kGauge,
+       "Peak resident set size (VmHWM)."},
+      {"adjsh_coordinator_job_step", Kind::kGauge, "Steps done by the running job."},
+      {"adjsh_coordinator_job_steps", Kind::kGauge, "Steps the running job asks for."},
+      {"adjsh_coordinator_loss", Kind::kGauge, "Loss of the running job's last step."},
+      {"adjsh_coordinator_tokens_per_second", Kind::kGauge,
+       "Throughput of the running job's last step."},
+      {"adjsh_coordinator_last_progress_timestamp_seconds", Kind::kGauge,
+       "Unix time of the running job's start or last step."},
+  };
+  return table;
+}
+
+double Now() { return absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()); }
+
+double NonNegative(int64_t v) { return v > 0 ? static_cast<double>(v) : 0.0; }
+
+}  // namespace
+
+const std::vector<MetricDef>& CoordinatorMetrics::Definitions() { return Table(); }
+
+CoordinatorMetrics::CoordinatorMetrics(const TaskServiceImpl& tasks)
+    : tasks_(tasks),
+      // 50 ms .. ~27 min, doubling: a small model's step to a 1M-token step.
+      step_duration_(metrics::ExponentialBuckets(0.05, 2, 16)) {
+  static_assert(kCount == 20, "one Index per table entry");
+}
+
+void CoordinatorMetrics::JobStarted(const std::string& job_id, int64_t step, int64_t steps) {
+  std::lock_guard<std::mutex> lock(mu_);
+  running_ = true;
+  stepped_ = false;
+  job_ = job_id;
+  job_step_ = step;
+  job_steps_ = steps;
+  last_progress_ = Now();
+}
+
+void CoordinatorMetrics::StepDone(const std::string& job_id, const train::StepReport& r,
+                                  int64_t tokens) {
+  step_duration_.Observe(r.seconds);
+  std::lock_guard<std::mutex> lock(mu_);
+  ++steps_;
+  tokens_ += tokens;
+  if (!running_ || job_ != job_id) return;
+  stepped_ = true;
+  job_step_ = r.step;
+  loss_ = r.loss;
+  tokens_per_s_ = r.tokens_per_s;
+  last_progress_ = Now();
+}
+
+void CoordinatorMetrics::JobEnded(const std::string& job_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (job_ == job_id) running_ = false;
+}
+
+std::vector<prometheus::MetricFamily> CoordinatorMetrics::Collect() const {
+  std::vector<prometheus::MetricFamily> out;
+  auto add = [&](Index i, double value, const metrics::Labels& labels = {}) {
+    out.push_back(metrics::Family(Table()[i]));
+    metrics::AddSample(out.back(), value, labels);
+  };
+  const QueueStats q = tasks_.queue_stats();
+  out.push_back(metrics::Family(Table()[kTasks]));
+  for (const auto& [state, n] : {std::pair<const char*, int64_t>{"waiting", q.waiting},
+                                 {"ready", q.ready}, {"leased", q.leased}, {"done", q.done}}) {
+    metrics::AddSample(out.back(), static_cast<double>(n), {{"state", state}});
+  }
+  add(kGranted, static_cast<double>(q.leases_granted_total));
+  add(kExpired, static_cast<double>(q.leases_expired_total));
+  add(kReleased, static_cast<double>(q.leases_released_total));
+  add(kAccepted, static_cast<double>(tasks_.results_accepted()));
+  add(kRejected, static_cast<double>(tasks_.results_rejected()));
+  add(kSent, static_cast<double>(tasks_.bytes_sent()));
+  add(kReceived, static_cast<double>(tasks_.bytes_received()));
+  add(kWorkers, static_cast<double>(tasks_.connected_workers()));
+  if (jobs_ != nullptr) {
+    out.push_back(metrics::Family(Table()[kJobs]));
+    for (const auto& [state, n] : jobs_->CountJobs()) {
+      metrics::AddSample(out.back(), static_cast<double>(n),
+                         {{"state", absl::AsciiStrToLower(v1::Job::State_Name(state))}});
+    }
+  }
+  add(kResident, NonNegative(ResidentBytes()));
+  add(kPeak, NonNegative(PeakResidentBytes()));
+  out.push_back(metrics::Family(Table()[kStepDuration]));
+  metrics::AddHistogram(out.back(), step_duration_);
+  std::lock_guard<std::mutex> lock(mu_);
+  add(kSteps, static_cast<double>(steps_));
+  add(kTokens, static_cast<double>(tokens_));
+  if (running_) {
+    const metrics::Labels job = {{"job_id", job_}};
+    add(kJobStep, static_cast<double>(job_step_), job);
+    add(kJobSteps, static_cast<double>(job_steps_), job);
+    add(kLastProgress, last_progress_, job);
+    if (stepped_) {
+      add(kLoss, loss_, job);
+      add(kTokensPerSecond, tokens_per_s_, job);
+    }
+  }
+  return out;
+}
+
+}  // namespace adjsh::coordinator
