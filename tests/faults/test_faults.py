@@ -10,7 +10,7 @@ tasks per step, 6 steps, a checkpoint every 2 steps):
   worker_stop       a worker SIGSTOPped just after it pulled a task, for 2.5 leases (the task is
                     handed to the other worker), then SIGCONTed: its late work is refused (the
                     worker logs the refusal); a heavier job (D=64, N=16, context 4096, chunk
-                    512: 16 tasks of ~20 ms per step);
+                    512: 16 tasks of ~20 ms per step; 12 steps);
   coordinator_kill  the coordinator SIGKILLed twice in the middle of a step (5 or more of the
                     step's 64 results accepted, not all; in step 2 before the first checkpoint,
                     in step 4 after it), started again on the same address and the same spec
@@ -48,23 +48,24 @@ STEPS = 6
 class Job:
     """A job spec and the `adjsh train` flags of the same run (the job's defaults are train's)."""
 
-    def __init__(self, hidden, layers, state, context, chunk):
+    def __init__(self, hidden, layers, state, context, chunk, steps=STEPS):
         self.shape = {"hidden_size": hidden, "layers": layers, "state_size": state,
                       "vocab_size": 256}
-        self.context, self.chunk = context, chunk
+        self.context, self.chunk, self.steps = context, chunk, steps
         self.flags = ["--hidden-size", str(hidden), "--layers", str(layers), "--state-size",
                       str(state), "--context", str(context), "--chunk", str(chunk), "--steps",
-                      str(STEPS), "--checkpoint-every", "2"]
+                      str(steps), "--checkpoint-every", "2"]
 
     def spec(self, ckpt):
         return {"init": self.shape, "context_length": self.context, "chunk": self.chunk,
-                "steps": STEPS, "checkpoint_every": 2, "checkpoint_dir": ckpt}
+                "steps": self.steps, "checkpoint_every": 2, "checkpoint_dir": ckpt}
 
 
 # 64 tasks of ~1 ms per step; for SIGSTOP, 16 tasks of ~20 ms, so that a worker stopped in the
-# middle of a step almost surely holds a lease.
+# middle of a step almost surely holds a lease, and 12 steps, so that there is time for several
+# stops of 2.5 leases each.
 SMALL = Job(16, 2, 4, 2048, 64)
-HEAVY = Job(64, 2, 16, 4096, 512)
+HEAVY = Job(64, 2, 16, 4096, 512, steps=12)
 
 
 def spec(ckpt):
@@ -122,13 +123,16 @@ def case_worker_stop(adjsh, tmp, cluster, res, ref):  # ref: of HEAVY
     if not res.record("job submitted", job, r.stderr):
         return
     log = cluster.log_path("worker-stopped")
-    # Evidence that work done under an expired lease was refused: the coordinator refused the
-    # late result, or answered the resumed worker's heartbeat that the task is no longer its.
-    refusals = ("result not accepted", "cancelled by the coordinator", "lease lost")
+    # Evidence that work done under an expired lease was refused, whichever way the timing
+    # goes: the coordinator refused the late result, answered the resumed worker's heartbeat
+    # that the task is no longer its, or refused its fetch; or the worker saw by itself that
+    # its lease had run out (its last renewal is older than the lease) and did not push.
+    refusals = ("result not accepted", "cancelled by the coordinator", "lease lost",
+                "its lease has expired")
     rng = random.Random(5)
     stops = refused = 0
     how = set()
-    while stops < 8 and refused < 2:
+    while stops < 8 and refused < 3:
         if terminal(cluster.status(addr, job)):
             break
         # Right after one of its results was accepted: it has pulled its next task.
