@@ -12,9 +12,9 @@
 // ~1e-10 relative, while one misplaced token out of 8M changes a sum by ~1e-7 relative.
 // Paths: the distributable backward task exactly as a worker runs it (wavefront forward and
 // head, then GatherInputs -> RunBackwardTask -> ApplyResult per task; K = 2), two-pass and
-// windowed (truncated adjoint) in f64, the f32 wavefront (1e-3: f32 sums of 8M terms), the LM
-// head inside each (the loss, the tied embedding's gradient), and token files (.u16, .u32) of
-// 8M ids. Memory at the peak ~1 GiB (K T D f64 layer inputs, T D top rows, T D second buffer).
+// windowed (truncated adjoint) in f64, the f32 wavefront with the layer inputs in memory-mapped
+// spill files (1e-3: f32 sums of 8M terms), the LM head inside each (the loss, the tied
+// embedding's gradient), and token files (.u16, .u32) of 8M ids. Memory at the peak ~1 GiB (K T D f64 layer inputs, T D top rows, T D second buffer).
 #include <unistd.h>
 
 #include <cmath>
@@ -228,16 +228,18 @@ TEST(LongContext, WindowedMatchesPrediction) {
   ExpectMatches(*r, want, kTolF64);
 }
 
-TEST(LongContext, F32WavefrontMatchesPrediction) {
+TEST(LongContext, F32WavefrontWithSpilledRowsMatchesPrediction) {
   // f32 sums of up to 8M terms (per-chunk partials of 32K tokens, 257 chunks; 32K additions
   // into each embedding row): rounding ~sqrt(terms) eps ~ 1e-4 relative at worst; a lost chunk
-  // (1/257 = 4e-3) or a misplaced block of rows is far above 1e-3.
-  const GradOptions opt = Options(Schedule::kWavefront);
+  // (1/257 = 4e-3) or a misplaced block of rows is far above 1e-3. The layer inputs live in
+  // memory-mapped spill files (T D f32 = 134 MB), as with --spill-dir.
+  GradOptions opt = Options(Schedule::kWavefront);
+  opt.spill_dir = ::testing::TempDir();
   const Prediction want = Predict<double>(1, opt);
   absl::StatusOr<GradResult<float>> r =
       ComputeGradient<float>(ForgetfulModel<float>(1), LongTokens(), opt);
   ASSERT_TRUE(r.ok()) << r.status();
-  std::printf("f32 wavefront, T = %lld:\n", static_cast<long long>(kLongT));
+  std::printf("f32 wavefront, spilled rows, T = %lld:\n", static_cast<long long>(kLongT));
   ExpectMatches(*r, want, 1e-3);
 }
 
