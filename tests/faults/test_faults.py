@@ -6,7 +6,8 @@ optimizer state of an undisturbed run (`adjsh train` in-process with the same se
 
 Cases (each a CTest test; the job: D=16, K=2, N=4, context 2048, chunk 64, so 64 backward
 tasks per step, 6 steps, a checkpoint every 2 steps):
-  worker_kills      3 workers, SIGKILLed at random moments (>= 8 kills) and started again;
+  worker_kills      3 workers, SIGKILLed at random moments (8 to 16 kills) and started again
+                    (the job runs 12 steps);
   worker_stop       a worker SIGSTOPped just after it pulled a task, for 2.5 leases (the task is
                     handed to the other worker), then SIGCONTed: its late work is refused (the
                     worker logs the refusal); a heavier job (D=64, N=16, context 4096, chunk
@@ -66,6 +67,7 @@ class Job:
 # stops of 2.5 leases each.
 SMALL = Job(16, 2, 4, 2048, 64)
 HEAVY = Job(64, 2, 16, 4096, 512, steps=12)
+LONGER = Job(16, 2, 4, 2048, 64, steps=12)  # room for the repeated kills however fast it runs
 
 
 def spec(ckpt):
@@ -84,18 +86,18 @@ def count_in_logs(cluster, pattern):
     return n
 
 
-def case_worker_kills(adjsh, tmp, cluster, res, ref):
+def case_worker_kills(adjsh, tmp, cluster, res, ref):  # ref: of LONGER
     coord, addr = cluster.coordinator(os.path.join(tmp, "state"), lease_ms=500)
     if not res.record("coordinator started", addr):
         return
     workers = {f"w{k}": cluster.worker(addr, f"w{k}") for k in range(3)}
     ckpt = os.path.join(tmp, "job")
-    job, r = cluster.submit(addr, spec(ckpt))
+    job, r = cluster.submit(addr, LONGER.spec(ckpt))
     if not res.record("job submitted", job, r.stderr):
         return
     rng = random.Random(11)
     kills = 0
-    while kills < 12:
+    while kills < 16:
         time.sleep(rng.uniform(0.02, 0.2))
         if terminal(cluster.status(addr, job)):
             break
@@ -344,7 +346,7 @@ def main():
     code = None
     try:
         ref_dir = os.path.join(tmp, "reference")
-        job = HEAVY if args.case == "worker_stop" else SMALL
+        job = {"worker_stop": HEAVY, "worker_kills": LONGER}.get(args.case, SMALL)
         r, ref = train_reference(adjsh, ref_dir, job.flags)
         res.record("undisturbed run (adjsh train in-process)", ref is not None, r.stderr)
         if args.case == "disk_full":
