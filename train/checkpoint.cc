@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/file_io.h"
@@ -23,20 +24,13 @@ absl::Status FromErrorCode(const std::error_code& ec, const std::string& what) {
   return ec ? absl::InternalError(absl::StrCat(what, ": ", ec.message())) : absl::OkStatus();
 }
 
-}  // namespace
-
-absl::Status SaveCheckpoint(const std::string& root, const ModelParams<float>& params,
-                            const AdamWState& optimizer, const TrainerState& state, int keep) {
+// Writes the step folder under its temporary name and renames it into place.
+absl::Status WriteStepDir(const fs::path& tmp_dir, const fs::path& final_dir,
+                          const ModelParams<float>& params, const AdamWState& optimizer,
+                          const TrainerState& state) {
   std::error_code ec;
-  fs::create_directories(root, ec);
-  if (absl::Status s = FromErrorCode(ec, "cannot create checkpoint directory " + root); !s.ok())
-    return s;
-  const std::string name = StepName(state.step);
-  const fs::path final_dir = fs::path(root) / name;
-  const fs::path tmp_dir = fs::path(root) / (name + ".tmp");
   fs::remove_all(tmp_dir, ec);
   if (absl::Status s = SaveModelDir(tmp_dir.string(), params, DType::kF32); !s.ok()) return s;
-
   TensorMap moments;
   for (auto& [name, t] : ParamsToTensors(optimizer.m, DType::kF32))
     moments.emplace(kAvg + name, std::move(t));
@@ -54,20 +48,55 @@ absl::Status SaveCheckpoint(const std::string& root, const ModelParams<float>& p
     return s;
   fs::remove_all(final_dir, ec);
   fs::rename(tmp_dir, final_dir, ec);
-  if (absl::Status s = FromErrorCode(ec, "cannot rename " + tmp_dir.string()); !s.ok()) return s;
-  if (absl::Status s = WriteFileAtomic((fs::path(root) / "latest").string(), name); !s.ok())
-    return s;
+  return FromErrorCode(ec, "cannot rename " + tmp_dir.string());
+}
 
-  // Keep the newest `keep` step folders.
-  std::vector<std::string> steps;
-  for (const auto& e : fs::directory_iterator(root, ec)) {
-    const std::string n = e.path().filename().string();
-    if (e.is_directory() && n.rfind("step-", 0) == 0 && n.find('.') == std::string::npos)
-      steps.push_back(n);
+// The step of a folder name "step-NNNNNNNN", or -1 for anything else (temporary folders too).
+int64_t StepOf(const std::string& name) {
+  int64_t step = -1;
+  if (name.rfind("step-", 0) != 0 || name.find('.') != std::string::npos ||
+      !absl::SimpleAtoi(name.substr(5), &step)) {
+    return -1;
   }
-  std::sort(steps.begin(), steps.end());
-  for (size_t k = 0; k + std::max(1, keep) < steps.size(); ++k)
-    fs::remove_all(fs::path(root) / steps[k], ec);
+  return step;
+}
+
+}  // namespace
+
+absl::Status SaveCheckpoint(const std::string& root, const ModelParams<float>& params,
+                            const AdamWState& optimizer, const TrainerState& state, int keep) {
+  std::error_code ec;
+  fs::create_directories(root, ec);
+  if (absl::Status s = FromErrorCode(ec, "cannot create checkpoint directory " + root); !s.ok())
+    return s;
+  const std::string name = StepName(state.step);
+  const fs::path final_dir = fs::path(root) / name;
+  const fs::path tmp_dir = fs::path(root) / (name + ".tmp");
+  absl::Status s = WriteStepDir(tmp_dir, final_dir, params, optimizer, state);
+  if (s.ok()) s = WriteFileAtomic((fs::path(root) / "latest").string(), name);
+  if (!s.ok()) {
+    // A failed save (disk full, quota) frees what it wrote: `latest` still names the previous
+    // checkpoint, which is left untouched, and a folder `latest` does not name is never kept.
+    fs::remove_all(tmp_dir, ec);
+    fs::remove_all(final_dir, ec);
+    return absl::Status(s.code(), absl::StrCat("cannot save the checkpoint of step ", state.step,
+                                                " in ", root, " (the previous one is kept): ",
+                                                s.message()));
+  }
+
+  // Keep the newest `keep` step folders up to this one; later ones are left over from a run
+  // that went further before it was resumed from an earlier checkpoint: stale, removed.
+  std::vector<int64_t> older, stale;
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    const int64_t step = e.is_directory() ? StepOf(e.path().filename().string()) : -1;
+    if (step > state.step) stale.push_back(step);
+    if (step >= 0 && step < state.step) older.push_back(step);
+  }
+  std::sort(older.begin(), older.end());
+  if (older.size() >= static_cast<size_t>(std::max(1, keep))) {
+    stale.insert(stale.end(), older.begin(), older.end() - (std::max(1, keep) - 1));
+  }
+  for (int64_t step : stale) fs::remove_all(fs::path(root) / StepName(step), ec);
   return absl::OkStatus();
 }
 

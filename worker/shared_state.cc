@@ -119,9 +119,11 @@ bool SharedState::TaskAlive(const TaskState& task, std::string* why) const {
   return true;
 }
 
-void SharedState::CancelCalls(const std::string& task_id) {
+void SharedState::CancelCalls(const std::string& task_id, bool pushes) {
   std::lock_guard<std::mutex> lock(mu_);
-  CancelLocked([&](const ActiveCall& call) { return call.task_id == task_id; });
+  CancelLocked([&](const ActiveCall& call) {
+    return call.task_id == task_id && (pushes || call.kind != CallKind::kPush);
+  });
 }
 
 void SharedState::CancelCallsOfCancelledTask() {

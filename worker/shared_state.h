@@ -78,7 +78,10 @@ class SharedState {
   void Release(bool dropped);  // none held; a dropped task is counted
   // Not cancelled and its lease not surely expired; `why` says otherwise.
   bool TaskAlive(const TaskState& task, std::string* why) const;
-  void CancelCalls(const std::string& task_id);  // every call serving that task
+  // Every call serving that task; with pushes = false, a PushResult in flight is left to finish
+  // (the coordinator's answer to a delivered result is authoritative: accepted if it was this
+  // worker's lease that completed the task, refused otherwise).
+  void CancelCalls(const std::string& task_id, bool pushes = true);
   // The held task's calls, when that task has been cancelled (CancelCalls).
   void CancelCallsOfCancelledTask();
 

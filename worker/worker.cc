@@ -136,7 +136,10 @@ void Worker::HeartbeatLoop() {
       if (state_->HeartbeatAnswered(held, cancel, sent)) {
         state_->Log(1, absl::StrCat("task ", held->task_id,
                                     " cancelled by the coordinator: dropping it"));
-        state_->CancelCalls(held->task_id);
+        // Not a result already being pushed: the answer to the heartbeat may have crossed
+        // that result's acceptance (the task is then done, by this worker), and the push's
+        // own answer says which. Cancelling it would count an accepted result as dropped.
+        state_->CancelCalls(held->task_id, /*pushes=*/false);
       }
     } else if (s.code() == absl::StatusCode::kNotFound) {
       absl::Status r = Reregister(turn->worker_id);

@@ -10,7 +10,8 @@
 //   RegisterWorker{name, "cpu", physical memory} -> worker_id, heartbeat_interval_ms; again after
 //     NOT_FOUND from PullTask or Heartbeat (a coordinator restart); a task held then is dropped.
 //   A heartbeat thread sends Heartbeat{worker_id, [held task], RSS, peak RSS} every interval;
-//     a held task named in cancelled_task_ids is dropped (its in-flight RPC is cancelled).
+//     a held task named in cancelled_task_ids is dropped (its in-flight fetch is cancelled; a
+//     result already being pushed gets its own answer, accepted or not).
 //   PullTask -> NoTask: wait retry_after_ms; Task: only kind BACKWARD with ahead = 0 and
 //     window = 0 (the exact wavefront schedule), dtype F32 or F64. Any other task is logged and
 //     skipped without a result (its lease expires).

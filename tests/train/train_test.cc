@@ -164,5 +164,47 @@ TEST(CheckpointTest, LatestIsCompleteAndLeftoversAreIgnored) {
   EXPECT_EQ(LoadLatestCheckpoint(TempDir("none")).status().code(), absl::StatusCode::kNotFound);
 }
 
+TEST(CheckpointTest, FailedSaveKeepsThePreviousOneAndLeavesNothingBehind) {
+  const std::string dir = TempDir("ckpt_fail");
+  const MambaConfig c = TinyConfig();
+  const ModelParams<float> p = InitParams<float>(c, 1);
+  const AdamWState st = NewAdamWState(c);
+  TrainerState ts{4, 100, 1.5};
+  ASSERT_TRUE(SaveCheckpoint(dir, p, st, ts).ok());
+  // `latest` cannot be replaced (a folder in its way): the save of step 6 fails after its step
+  // folder was complete. That folder, which `latest` does not name, is removed with the
+  // temporary one, and the error names the step and says the previous checkpoint is kept.
+  std::filesystem::rename(dir + "/latest", dir + "/latest.kept");
+  std::filesystem::create_directories(dir + "/latest/blocker");
+  ts.step = 6;
+  const absl::Status s = SaveCheckpoint(dir, p, st, ts);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("cannot save the checkpoint of step 6"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("the previous one is kept"), std::string::npos) << s;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/step-00000006"));
+  EXPECT_FALSE(std::filesystem::exists(dir + "/step-00000006.tmp"));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/step-00000004/model.safetensors"));
+  std::filesystem::remove_all(dir + "/latest");
+  std::filesystem::rename(dir + "/latest.kept", dir + "/latest");
+  EXPECT_EQ(LoadLatestCheckpoint(dir)->state.step, 4);
+}
+
+TEST(CheckpointTest, FoldersPastTheSavedStepAreStaleAndRemoved) {
+  // A run resumed from step 4 after a later checkpoint (step 9) was abandoned: saving step 5
+  // keeps step 4 and 5 (keep = 2) and removes step 9, which no `latest` can name any more.
+  const std::string dir = TempDir("ckpt_stale");
+  const MambaConfig c = TinyConfig();
+  const ModelParams<float> p = InitParams<float>(c, 1);
+  const AdamWState st = NewAdamWState(c);
+  for (int64_t step : {2, 4}) ASSERT_TRUE(SaveCheckpoint(dir, p, st, {step, 0, 1.0}).ok());
+  std::filesystem::create_directories(dir + "/step-00000009");
+  ASSERT_TRUE(SaveCheckpoint(dir, p, st, {5, 0, 1.0}).ok());
+  EXPECT_FALSE(std::filesystem::exists(dir + "/step-00000002"));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/step-00000004"));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/step-00000005"));
+  EXPECT_FALSE(std::filesystem::exists(dir + "/step-00000009"));
+  EXPECT_EQ(LoadLatestCheckpoint(dir)->state.step, 5);
+}
+
 }  // namespace
 }  // namespace adjsh::train

@@ -126,6 +126,9 @@ class FakeTaskService final : public v1::TaskService::Service {
     int64_t retry_after_ms = 10;  // kNoTask
     bool lease_lost = false;      // FetchInputs answers FAILED_PRECONDITION
     bool cancel_by_heartbeat = false;  // a heartbeat naming it answers it cancelled
+    // Once its result stream has begun, heartbeats answer it cancelled (as the coordinator does
+    // once it has accepted the result), and the stream is read on only after one did.
+    bool cancel_during_push = false;
     std::optional<uint64_t> params_version;  // overrides the task's
   };
 
@@ -244,7 +247,7 @@ class FakeTaskService final : public v1::TaskService::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status PushResult(grpc::ServerContext*, grpc::ServerReader<v1::ResultChunk>* reader,
+  grpc::Status PushResult(grpc::ServerContext* ctx, grpc::ServerReader<v1::ResultChunk>* reader,
                           v1::PushResultResponse* resp) override {
     v1::ResultChunk msg;
     if (!reader->Read(&msg) || !msg.has_header()) {
@@ -252,6 +255,21 @@ class FakeTaskService final : public v1::TaskService::Service {
     }
     Received r;
     r.header = msg.header();
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      const std::string id = r.header.task_id();
+      auto it = leased_.find(id);
+      if (it != leased_.end() && it->second.cancel_during_push) {
+        it->second.cancel_by_heartbeat = true;
+        const Clock::time_point give_up = Clock::now() + std::chrono::seconds(10);
+        for (;;) {
+          auto c = cancel_sent_at_.find(id);
+          if (c != cancel_sent_at_.end() && heartbeats_.size() > c->second) break;
+          if (ctx->IsCancelled() || Clock::now() > give_up) break;
+          cv_.wait_for(lock, milliseconds(10));
+        }
+      }
+    }
     TensorAssembler assembler;
     while (reader->Read(&msg)) {
       if (!msg.has_tensor()) return ToGrpcStatus(absl::InvalidArgumentError("not a tensor"));
@@ -544,6 +562,27 @@ TEST_F(WorkerTest, TaskCancelledByHeartbeatIsDropped) {
     }
   }
   EXPECT_TRUE(named);
+}
+
+TEST_F(WorkerTest, CancelCrossingAnAcceptedResultDoesNotAbortItsPush) {
+  // The coordinator accepts a result and the heartbeat answered meanwhile calls the task
+  // cancelled (it is no longer leased: it is done). The push in flight is not cancelled: its
+  // answer (accepted) counts, and the task is done, not dropped.
+  const std::vector<TaskCase> cases = BuildCases<float>(1);
+  FakeTaskService::Entry e;
+  e.kind = FakeTaskService::Entry::kTask;
+  e.tc = cases[0];
+  e.cancel_during_push = true;
+  service_.Add(e);
+  StartWorker();
+  ASSERT_TRUE(WaitForResult("t0"));
+  ExpectBitwise(cases[0]);
+  StopWorker();
+  EXPECT_EQ(worker_->stats().tasks_done, 1);
+  EXPECT_EQ(worker_->stats().tasks_dropped, 0);
+  EXPECT_EQ(worker_->stats().results_rejected, 0);
+  std::lock_guard<std::mutex> lock(service_.mu_);
+  EXPECT_EQ(service_.cancel_sent_at_.count("t0"), 1u);  // the cancel did cross the push
 }
 
 TEST_F(WorkerTest, UnknownWorkerRegistersAgain) {

@@ -1,0 +1,267 @@
+"""Shared pieces of the fault-injection and load tests (python3 standard library only).
+
+  Cluster    starts `adjsh coordinator` / `adjsh worker` processes on 127.0.0.1 and stops every
+             one of them at the end, also on failure; submits, watches and polls jobs.
+  CutProxy   a TCP proxy on 127.0.0.1 that forwards to an address and cuts each connection
+             (both directions, with a reset) after a random number of bytes.
+  Results    PASS/FAIL lines and the `N passed, N failed` summary.
+  final_files, rss_bytes, train_reference: what the checks compare.
+"""
+import json
+import os
+import random
+import re
+import select
+import socket
+import struct
+import subprocess
+import threading
+import time
+
+SKIP = 77  # CTest SKIP_RETURN_CODE of these tests
+
+
+class Results:
+    def __init__(self):
+        self.oks = []
+
+    def record(self, name, ok, detail=""):
+        self.oks.append(bool(ok))
+        why = ": " + str(detail)[-3000:] if detail and not ok else ""
+        print(f"{'PASS' if ok else 'FAIL'} {name}{why}", flush=True)
+        return bool(ok)
+
+    def summary(self):
+        n = sum(self.oks)
+        print(f"{n} passed, {len(self.oks) - n} failed", flush=True)
+        return 0 if n == len(self.oks) and self.oks else 1
+
+
+def final_files(ckpt):
+    """{file name: bytes} of the model and optimizer state `ckpt/latest` points to, or None."""
+    try:
+        with open(os.path.join(ckpt, "latest")) as f:
+            d = os.path.join(ckpt, f.read().strip())
+        out = {}
+        for name in ("model.safetensors", "optimizer.safetensors"):
+            with open(os.path.join(d, name), "rb") as f:
+                out[name] = f.read()
+        return out
+    except OSError:
+        return None
+
+
+def latest_step(ckpt):
+    """The step of the checkpoint `ckpt/latest` points to, or 0."""
+    try:
+        with open(os.path.join(ckpt, "latest")) as f:
+            return int(f.read().strip().split("-")[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def rss_bytes(pid):
+    """Resident set size of a process (VmRSS), or None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def train_reference(adjsh, ckpt, flags, timeout=600):
+    """`adjsh train` in-process with the job's flags: the undisturbed run every fault is held to
+    (a job's defaults are adjsh train's, so the two end with bitwise the same state)."""
+    r = subprocess.run([adjsh, "train", *flags, "--checkpoint-dir", ckpt], capture_output=True,
+                       text=True, timeout=timeout)
+    return r, (final_files(ckpt) if r.returncode == 0 else None)
+
+
+class Cluster:
+    """The processes a test started; stop() ends every one of them."""
+
+    def __init__(self, adjsh, tmp):
+        self.adjsh, self.tmp = adjsh, tmp
+        self.procs = []
+        self.logs = []
+
+    def log_path(self, name):
+        return os.path.join(self.tmp, name + ".log")
+
+    def _log(self, name):
+        f = open(self.log_path(name), "ab")
+        self.logs.append(f)
+        return f
+
+    def coordinator(self, state_dir, listen="127.0.0.1:0", lease_ms=2000, timeout=30):
+        """Starts a coordinator; returns (process, address) or (process, None)."""
+        p = subprocess.Popen([self.adjsh, "coordinator", "--listen", listen, "--state-dir",
+                              state_dir, "--lease-ms", str(lease_ms), "--threads", "1"],
+                             stdout=subprocess.PIPE, stderr=self._log("coordinator"))
+        self.procs.append(p)
+        deadline = time.time() + timeout
+        line = b""
+        while time.time() < deadline and p.poll() is None:
+            r, _, _ = select.select([p.stdout], [], [], 0.2)
+            if r:
+                line = p.stdout.readline()
+                break
+        m = re.match(rb"listening on (127\.0\.0\.1:\d+)$", line.strip())
+        return p, (m.group(1).decode() if m else None)
+
+    def worker(self, address, name, log="--quiet"):
+        """log: --quiet, --verbose (every task and retry), or "" (registration, progress, the
+        `stopped:` counts)."""
+        cmd = [self.adjsh, "worker", "--coordinator", address, "--name", name]
+        if log:
+            cmd.append(log)
+        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self._log(f"worker-{name}"))
+        self.procs.append(p)
+        return p
+
+    def run(self, *args, timeout=120):
+        try:
+            return subprocess.run([self.adjsh, *args], capture_output=True, text=True,
+                                  timeout=timeout)
+        except subprocess.TimeoutExpired as e:
+            return subprocess.CompletedProcess(e.cmd, 124, "", f"timed out after {timeout} s")
+
+    def submit(self, address, spec):
+        path = os.path.join(self.tmp, f"spec-{len(self.procs)}-{time.time():.6f}.json")
+        with open(path, "w") as f:
+            json.dump(spec, f)
+        r = self.run("submit", "--coordinator", address, "--spec", path, timeout=60)
+        return r.stdout.strip() if r.returncode == 0 else None, r
+
+    def status(self, address, job):
+        r = self.run("status", "--coordinator", address, "--job", job, "--json", timeout=30)
+        return json.loads(r.stdout) if r.returncode == 0 else None
+
+    def watch(self, address, job, timeout=600):
+        return self.run("watch", "--coordinator", address, "--job", job, timeout=timeout)
+
+    def stop(self):
+        for p in self.procs:
+            if p.poll() is None:
+                try:
+                    os.kill(p.pid, 18)  # SIGCONT: a stopped process cannot act on SIGTERM
+                except OSError:
+                    pass
+                p.terminate()
+        deadline = time.time() + 10
+        for p in self.procs:
+            try:
+                p.wait(timeout=max(0.1, deadline - time.time()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        for f in self.logs:
+            f.close()
+        return [p.pid for p in self.procs if p.poll() is None]
+
+
+def wait_for(pred, timeout, interval=0.05):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(interval)
+    return None
+
+
+class CutProxy:
+    """Forwards 127.0.0.1:<port> to `target`; every connection is cut after a byte budget drawn
+    uniformly from [min_bytes, max_bytes] (bytes in both directions together): both sockets are
+    closed with a reset (SO_LINGER 0), so gRPC sees the connection fail mid-stream, wherever the
+    budget ends (inside a tensor's bytes, a header, a heartbeat)."""
+
+    def __init__(self, target, min_bytes, max_bytes, seed=1):
+        self.target = target
+        self.min_bytes, self.max_bytes = min_bytes, max_bytes
+        self.rng = random.Random(seed)
+        self.cuts = 0
+        self.cut_offsets = []
+        self.connections = 0
+        self.bytes = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._listener = socket.socket()
+        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._listener.bind(("127.0.0.1", 0))
+        self._listener.listen(64)
+        self._listener.settimeout(0.2)
+        self.address = f"127.0.0.1:{self._listener.getsockname()[1]}"
+        self._threads = [threading.Thread(target=self._accept, daemon=True)]
+        self._threads[0].start()
+
+    def _accept(self):
+        host, port = self.target.rsplit(":", 1)
+        while not self._stop.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection((host, int(port)), timeout=5)
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self.connections += 1
+                budget = self.rng.randint(self.min_bytes, self.max_bytes)
+            t = threading.Thread(target=self._pump, args=(client, upstream, budget), daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    @staticmethod
+    def _reset(sock):
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        except OSError:
+            pass
+        sock.close()
+
+    def _pump(self, a, b, budget):
+        passed = 0
+        cut = False
+        try:
+            for s in (a, b):
+                s.setblocking(False)
+            while not self._stop.is_set():
+                ready, _, _ = select.select([a, b], [], [], 0.2)
+                for src in ready:
+                    dst = b if src is a else a
+                    data = src.recv(65536)
+                    if not data:
+                        raise ConnectionError("closed")
+                    if passed + len(data) >= budget:
+                        data = data[:budget - passed]
+                        cut = True
+                    dst.setblocking(True)
+                    dst.sendall(data)
+                    dst.setblocking(False)
+                    passed += len(data)
+                    if cut:
+                        raise ConnectionError("cut")
+        except (OSError, ConnectionError):
+            pass
+        finally:
+            with self._lock:
+                self.bytes += passed
+                if cut:
+                    self.cuts += 1
+                    self.cut_offsets.append(passed)
+            self._reset(a)
+            self._reset(b)
+
+    def stop(self):
+        self._stop.set()
+        self._listener.close()
+        for t in self._threads:
+            t.join(timeout=2)

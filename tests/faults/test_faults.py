@@ -1,0 +1,373 @@
+#!/usr/bin/env python3
+"""Fault injection: a training job survives each fault and ends with bitwise the weights and
+optimizer state of an undisturbed run (`adjsh train` in-process with the same settings).
+
+  test_faults.py --adjsh build/cli/adjsh --case CASE
+
+Cases (each a CTest test; the job: D=16, K=2, N=4, context 2048, chunk 64, so 64 backward
+tasks per step, 6 steps, a checkpoint every 2 steps):
+  worker_kills      3 workers, SIGKILLed at random moments (8 to 16 kills) and started again
+                    (the job runs 12 steps);
+  worker_stop       a worker SIGSTOPped just after it pulled a task, for 2.5 leases (the task is
+                    handed to the other worker), then SIGCONTed: its late work is refused (the
+                    worker logs the refusal); a heavier job (D=64, N=16, context 4096, chunk
+                    512: 16 tasks of ~20 ms per step; 12 steps);
+  coordinator_kill  the coordinator SIGKILLed twice in the middle of a step (5 or more of the
+                    step's 64 results accepted, not all; in step 2 before the first checkpoint,
+                    in step 4 after it), started again on the same address and the same spec
+                    submitted again;
+  proxy_cuts        workers reach the coordinator through a proxy that cuts every connection
+                    after a random 8..512 KiB, inside fetch and result streams (>= 10 cuts, >= 5
+                    of them breaking a fetch or result stream, per the workers' logs);
+  disk_full         (root only; skipped otherwise) `adjsh train` checkpointing to a tmpfs that
+                    fills up at the third checkpoint: exit 1 naming ENOSPC, the previous
+                    checkpoint intact and still `latest`, no partial folder left; with space
+                    again the run resumes from it and ends bitwise equal; the same for a job
+                    of `adjsh coordinator` (FAILED with the reason, then resubmitted).
+Every process listens on or connects to 127.0.0.1 and is stopped at the end, also on failure.
+Prints `N passed, N failed`; exit 1 if any check failed, 77 when skipped.
+"""
+import argparse
+import glob
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import (SKIP, Cluster, CutProxy, Results, final_files, latest_step,  # noqa: E402
+                     train_reference, wait_for)
+
+STEPS = 6
+
+
+class Job:
+    """A job spec and the `adjsh train` flags of the same run (the job's defaults are train's)."""
+
+    def __init__(self, hidden, layers, state, context, chunk, steps=STEPS):
+        self.shape = {"hidden_size": hidden, "layers": layers, "state_size": state,
+                      "vocab_size": 256}
+        self.context, self.chunk, self.steps = context, chunk, steps
+        self.flags = ["--hidden-size", str(hidden), "--layers", str(layers), "--state-size",
+                      str(state), "--context", str(context), "--chunk", str(chunk), "--steps",
+                      str(steps), "--checkpoint-every", "2"]
+
+    def spec(self, ckpt):
+        return {"init": self.shape, "context_length": self.context, "chunk": self.chunk,
+                "steps": self.steps, "checkpoint_every": 2, "checkpoint_dir": ckpt}
+
+
+# 64 tasks of ~1 ms per step; for SIGSTOP, 16 tasks of ~20 ms, so that a worker stopped in the
+# middle of a step almost surely holds a lease, and 12 steps, so that there is time for several
+# stops of 2.5 leases each.
+SMALL = Job(16, 2, 4, 2048, 64)
+HEAVY = Job(64, 2, 16, 4096, 512, steps=12)
+LONGER = Job(16, 2, 4, 2048, 64, steps=12)  # room for the repeated kills however fast it runs
+
+
+def spec(ckpt):
+    return SMALL.spec(ckpt)
+
+
+def terminal(js):
+    return js is not None and js["state"] in ("SUCCEEDED", "FAILED", "CANCELLED")
+
+
+def count_in_logs(cluster, pattern):
+    n = 0
+    for path in glob.glob(os.path.join(cluster.tmp, "worker-*.log")):
+        with open(path, errors="replace") as f:
+            n += f.read().count(pattern)
+    return n
+
+
+def case_worker_kills(adjsh, tmp, cluster, res, ref):  # ref: of LONGER
+    coord, addr = cluster.coordinator(os.path.join(tmp, "state"), lease_ms=500)
+    if not res.record("coordinator started", addr):
+        return
+    workers = {f"w{k}": cluster.worker(addr, f"w{k}") for k in range(3)}
+    ckpt = os.path.join(tmp, "job")
+    job, r = cluster.submit(addr, LONGER.spec(ckpt))
+    if not res.record("job submitted", job, r.stderr):
+        return
+    rng = random.Random(11)
+    kills = 0
+    while kills < 16:
+        time.sleep(rng.uniform(0.02, 0.2))
+        if terminal(cluster.status(addr, job)):
+            break
+        name = rng.choice(sorted(workers))
+        os.kill(workers[name].pid, signal.SIGKILL)
+        workers[name].wait()
+        kills += 1
+        workers[name] = cluster.worker(addr, f"{name}-{kills}")
+    r = cluster.watch(addr, job)
+    res.record(f"workers SIGKILLed {kills} times during the job (>= 8)", kills >= 8)
+    res.record("job SUCCEEDED", r.returncode == 0, r.stdout[-1500:] + r.stderr)
+    res.record("final weights and optimizer state bitwise equal to the undisturbed run",
+               ref is not None and final_files(ckpt) == ref)
+
+
+def case_worker_stop(adjsh, tmp, cluster, res, ref):  # ref: of HEAVY
+    lease_ms = 1000
+    coord, addr = cluster.coordinator(os.path.join(tmp, "state"), lease_ms=lease_ms)
+    if not res.record("coordinator started", addr):
+        return
+    stopped = cluster.worker(addr, "stopped", log="--verbose")
+    cluster.worker(addr, "other", log="--verbose")
+    ckpt = os.path.join(tmp, "job")
+    job, r = cluster.submit(addr, HEAVY.spec(ckpt))
+    if not res.record("job submitted", job, r.stderr):
+        return
+    log = cluster.log_path("worker-stopped")
+    # Evidence that work done under an expired lease was refused, whichever way the timing
+    # goes: the coordinator refused the late result, answered the resumed worker's heartbeat
+    # that the task is no longer its, or refused its fetch; or the worker saw by itself that
+    # its lease had run out (its last renewal is older than the lease) and did not push.
+    refusals = ("result not accepted", "cancelled by the coordinator", "lease lost",
+                "its lease has expired")
+    rng = random.Random(5)
+    stops = refused = 0
+    how = set()
+    while stops < 8 and refused < 3:
+        if terminal(cluster.status(addr, job)):
+            break
+        # Right after one of its results was accepted: it has pulled its next task.
+        n = open(log, errors="replace").read().count(" done: ")
+        wait_for(lambda: open(log, errors="replace").read().count(" done: ") > n, 30, 0.002)
+        time.sleep(rng.uniform(0.002, 0.01))
+        before = open(log, errors="replace").read()
+        stopped.send_signal(signal.SIGSTOP)
+        stops += 1
+        time.sleep(2.5 * lease_ms / 1000)  # past the lease: the task is handed out again
+        stopped.send_signal(signal.SIGCONT)
+        time.sleep(1.0)
+        after = open(log, errors="replace").read()[len(before):]
+        seen = [s for s in refusals if s in after]
+        if seen:
+            refused += 1
+            how.update(seen)
+    r = cluster.watch(addr, job)
+    res.record(f"worker SIGSTOPped {stops} times for 2.5 leases, its late work refused "
+               f"{refused} times (>= 1; {', '.join(sorted(how))})", refused >= 1,
+               open(log, errors="replace").read()[-3000:])
+    res.record("job SUCCEEDED", r.returncode == 0, r.stdout[-1500:] + r.stderr)
+    res.record("final weights and optimizer state bitwise equal to the undisturbed run "
+               "(no task lost or counted twice)", ref is not None and final_files(ckpt) == ref)
+
+
+def case_coordinator_kill(adjsh, tmp, cluster, res, ref):
+    state = os.path.join(tmp, "state")
+    coord, addr = cluster.coordinator(state, lease_ms=1000)
+    if not res.record("coordinator started", addr):
+        return
+    for k in range(2):
+        cluster.worker(addr, f"w{k}", log="--verbose")
+    ckpt = os.path.join(tmp, "job")
+    job, r = cluster.submit(addr, spec(ckpt))
+    if not res.record("job submitted", job, r.stderr):
+        return
+    # Kill in the middle of step 2 (no checkpoint yet) and of step 4 (the checkpoint of step 2
+    # exists), once >= 5 of the step's results have been accepted: its work is lost and redone.
+    # A step's tasks are named "<version>:<task>", the version counting the steps this
+    # coordinator process ran (the first runs resume from step 0, so version = step), and a
+    # worker logs "task V:N done:" only for a result the coordinator accepted. Counted after the
+    # kill, 5 <= accepted < 64 tasks of that version proves the kill was mid-step.
+    since = {}  # log offsets at the start of this coordinator process
+
+    def accepted(version):
+        n = 0
+        for path in glob.glob(os.path.join(tmp, "worker-*.log")):
+            with open(path, errors="replace") as f:
+                f.seek(since.get(path, 0))
+                n += len(re.findall(rf" task {version}:\d+ done: ", f.read()))
+        return n
+
+    for step in (2, 4):
+        got = wait_for(lambda: accepted(step) >= 5, 120, 0.005)
+        coord.kill()
+        coord.wait()
+        n, at = accepted(step), latest_step(ckpt)
+        res.record(f"coordinator SIGKILLed in step {step} with {n} of its 64 results accepted, "
+                   f"checkpoint at step {at}",
+                   got and 5 <= n < 64 and at == step - 2, (n, at))
+        since = {p: os.path.getsize(p) for p in glob.glob(os.path.join(tmp, "worker-*.log"))}
+        coord, addr2 = cluster.coordinator(state, listen=addr)
+        if not res.record("coordinator started again on the same address", addr2 == addr):
+            return
+        job, r = cluster.submit(addr, spec(ckpt))
+        if not res.record("the same spec submitted again", job, r.stderr):
+            return
+    r = cluster.watch(addr, job)
+    res.record("job SUCCEEDED after resuming from the checkpoint",
+               r.returncode == 0 and "resumed from the checkpoint at step 2" in r.stdout,
+               r.stdout[-1500:] + r.stderr)
+    res.record("final weights and optimizer state bitwise equal to the undisturbed run",
+               ref is not None and final_files(ckpt) == ref)
+
+
+def case_proxy_cuts(adjsh, tmp, cluster, res, ref):
+    coord, addr = cluster.coordinator(os.path.join(tmp, "state"), lease_ms=1000)
+    if not res.record("coordinator started", addr):
+        return
+    proxy = CutProxy(addr, 8 << 10, 512 << 10, seed=3)
+    try:
+        for k in range(2):
+            cluster.worker(proxy.address, f"w{k}", log="--verbose")
+        ckpt = os.path.join(tmp, "job")
+        job, r = cluster.submit(addr, spec(ckpt))
+        if not res.record("job submitted", job, r.stderr):
+            return
+        r = cluster.watch(addr, job)
+    finally:
+        proxy.stop()
+    offs = sorted(proxy.cut_offsets)
+    res.record(f"{proxy.cuts} connections cut mid-stream (>= 10) of {proxy.connections}, "
+               f"{proxy.bytes / 1048576:.1f} MiB through the proxy, cut at bytes "
+               f"{offs[:1]}..{offs[-1:]}", proxy.cuts >= 10)
+    # The workers' own account of the cuts: streams that broke and were retried.
+    fetch = count_in_logs(cluster, "FetchInputs failed")
+    push = count_in_logs(cluster, "PushResult failed")
+    res.record(f"cuts broke {fetch} input streams and {push} result streams, each retried "
+               "(>= 5 together)", fetch + push >= 5)
+    res.record("job SUCCEEDED", r.returncode == 0, r.stdout[-1500:] + r.stderr)
+    res.record("final weights and optimizer state bitwise equal to the undisturbed run",
+               ref is not None and final_files(ckpt) == ref)
+
+
+def dir_bytes(path):
+    """Bytes a folder's files take on tmpfs (whole pages)."""
+    total = 0
+    for name in os.listdir(path):
+        total += (os.path.getsize(os.path.join(path, name)) + 4095) // 4096 * 4096
+    return total
+
+
+def case_disk_full(adjsh, tmp, cluster, res, ref, ref_dir):
+    mnt = os.path.join(tmp, "small_disk")
+    os.mkdir(mnt)
+    # What one checkpoint takes, from the reference run; room for two and a half of them, so the
+    # third checkpoint (step 6) runs out of space while steps 2 and 4 are kept (keep = 2).
+    with open(os.path.join(ref_dir, "latest")) as f:
+        one = dir_bytes(os.path.join(ref_dir, f.read().strip()))
+    size = 2 * one + one // 2 + 2 * 4096
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", mnt],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        print(f"SKIP disk_full: cannot mount a tmpfs ({r.stderr.strip()})", flush=True)
+        return SKIP
+    try:
+        ckpt = os.path.join(mnt, "ckpt")
+        cmd = [adjsh, "train", *SMALL.flags, "--checkpoint-dir", ckpt]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        res.record(f"disk full at the third checkpoint ({size} B tmpfs, {one} B a checkpoint): "
+                   "exit 1 with a message naming the checkpoint and ENOSPC",
+                   r.returncode == 1 and "No space left on device" in r.stderr and
+                   "step-00000006" in r.stderr, (r.returncode, r.stderr[-2000:]))
+        res.record("the previous checkpoint (step 4) is intact and still `latest`",
+                   latest_step(ckpt) == 4 and final_files(ckpt) is not None,
+                   os.listdir(ckpt))
+        left = sorted(n for n in os.listdir(ckpt) if n not in ("latest", "step-00000002",
+                                                                "step-00000004"))
+        res.record("no partial checkpoint or temporary file left behind", not left, left)
+        subprocess.run(["mount", "-o", "remount,size=64m", mnt], check=True)
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        res.record("with space again: resumed at step 4, finished",
+                   r.returncode == 0 and "resumed at step 4" in r.stderr, r.stderr[-2000:])
+        res.record("final weights and optimizer state bitwise equal to the undisturbed run",
+                   ref is not None and final_files(ckpt) == ref)
+
+        # The same through the job API: the job ends FAILED with the reason; submitted again
+        # with space, it resumes from the kept checkpoint.
+        subprocess.run(["umount", mnt], check=True)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", mnt], check=True)
+        coord, addr = cluster.coordinator(os.path.join(tmp, "state"))
+        if not res.record("coordinator started", addr):
+            return None
+        for k in range(2):
+            cluster.worker(addr, f"w{k}")
+        job, r = cluster.submit(addr, SMALL.spec(ckpt))
+        r = cluster.watch(addr, job)
+        js = cluster.status(addr, job)
+        res.record("job on a full disk: FAILED, the error names the checkpoint and ENOSPC",
+                   r.returncode == 1 and js and js["state"] == "FAILED" and
+                   "No space left on device" in js.get("error", "") and
+                   "step 6" in js.get("error", ""), (r.stderr[-1500:], js))
+        res.record("the job's previous checkpoint (step 4) intact, nothing partial left",
+                   latest_step(ckpt) == 4 and sorted(os.listdir(ckpt)) ==
+                   ["latest", "step-00000002", "step-00000004"], os.listdir(ckpt))
+        subprocess.run(["mount", "-o", "remount,size=64m", mnt], check=True)
+        job, r = cluster.submit(addr, SMALL.spec(ckpt))
+        r = cluster.watch(addr, job)
+        res.record("submitted again with space: resumed at step 4, SUCCEEDED, bitwise equal",
+                   r.returncode == 0 and "resumed from the checkpoint at step 4" in r.stdout and
+                   ref is not None and final_files(ckpt) == ref, r.stdout[-1500:] + r.stderr)
+    finally:
+        subprocess.run(["umount", "-l", mnt], capture_output=True)
+    return None
+
+
+CASES = {"worker_kills": case_worker_kills, "worker_stop": case_worker_stop,
+         "coordinator_kill": case_coordinator_kill, "proxy_cuts": case_proxy_cuts,
+         "disk_full": case_disk_full}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--adjsh", required=True)
+    ap.add_argument("--case", required=True, choices=sorted(CASES))
+    ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    args = ap.parse_args()
+    adjsh = os.path.abspath(args.adjsh)
+
+    if args.case == "disk_full" and os.environ.get("ADJSH_FAULTS_NS") != "1":
+        # Mounting needs root; a private mount namespace removes the mount with the test,
+        # however it ends.
+        if os.geteuid() != 0:
+            print("SKIP disk_full: needs root to mount a small tmpfs", flush=True)
+            return SKIP
+        probe = subprocess.run(["unshare", "--mount", "--propagation", "private", "true"],
+                               capture_output=True)
+        if probe.returncode != 0:
+            print("SKIP disk_full: cannot make a private mount namespace (unshare)", flush=True)
+            return SKIP
+        env = dict(os.environ, ADJSH_FAULTS_NS="1")
+        return subprocess.run(["unshare", "--mount", "--propagation", "private",
+                               sys.executable, *sys.argv], env=env).returncode
+
+    tmp = tempfile.mkdtemp(prefix=f"adjsh_faults_{args.case}_")
+    res = Results()
+    cluster = Cluster(adjsh, tmp)
+    code = None
+    try:
+        ref_dir = os.path.join(tmp, "reference")
+        job = {"worker_stop": HEAVY, "worker_kills": LONGER}.get(args.case, SMALL)
+        r, ref = train_reference(adjsh, ref_dir, job.flags)
+        res.record("undisturbed run (adjsh train in-process)", ref is not None, r.stderr)
+        if args.case == "disk_full":
+            code = case_disk_full(adjsh, tmp, cluster, res, ref, ref_dir)
+        else:
+            CASES[args.case](adjsh, tmp, cluster, res, ref)
+    except Exception as e:  # a bug in the test itself: count it, still clean up
+        import traceback
+        traceback.print_exc()
+        res.record("test harness", False, repr(e))
+    finally:
+        leftover = cluster.stop()
+        res.record("every started process stopped", not leftover, leftover)
+        if args.keep or (res.summary() != 0 and code is None):
+            print("files kept in", tmp)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+    if code == SKIP:
+        return SKIP
+    return 0 if all(res.oks) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
