@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/device_flags.h"
 #include "cli/stop_signal.h"
 #include "coordinator/job_service.h"
 #include "coordinator/task_service.h"
@@ -36,6 +37,7 @@ int CoordinatorCommand(const std::vector<std::string>& args) {
         "5000");
   a.Add("threads", "N", "threads for the forward pass and LM head here (0: one per core)", "0");
   a.AddBool("quiet", "do not log job state changes on stderr");
+  AddDeviceFlags(a, "the forward pass and LM head here");
   if (auto code = ParseOrExit(a, args)) return *code;
 
   const std::string listen = a.Get("listen");
@@ -48,6 +50,9 @@ int CoordinatorCommand(const std::vector<std::string>& args) {
   if (!lease_ms.ok()) return BadUsage("coordinator", lease_ms.status());
   absl::StatusOr<int64_t> threads = a.GetInt("threads", 0, 4096);
   if (!threads.ok()) return BadUsage("coordinator", threads.status());
+  absl::StatusOr<Device> device = DeviceFromFlags(a);
+  if (!device.ok()) return BadUsage("coordinator", device.status());
+  if (absl::Status s = CheckDeviceUsable(*device); !s.ok()) return Fail("coordinator", s);
   std::error_code ec;
   const std::string state_dir = std::filesystem::absolute(a.Get("state-dir"), ec).string();
   if (std::filesystem::exists(state_dir, ec) && !std::filesystem::is_directory(state_dir, ec)) {
@@ -58,7 +63,10 @@ int CoordinatorCommand(const std::vector<std::string>& args) {
   coordinator::TaskServiceImpl tasks({.lease = absl::Milliseconds(*lease_ms)});
   coordinator::JobServiceImpl jobs(
       tasks,
-      {.state_dir = state_dir, .threads = static_cast<int>(*threads), .log = !a.GetBool("quiet")});
+      {.state_dir = state_dir,
+       .threads = static_cast<int>(*threads),
+       .log = !a.GetBool("quiet"),
+       .device = *device});
   int port = 0;
   grpc::ServerBuilder builder;
   builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);

@@ -5,6 +5,7 @@
 #include "absl/strings/str_format.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/device_flags.h"
 #include "common/model.h"
 #include "coordinator/local_cluster.h"
 #include "common/proc_stats.h"
@@ -78,10 +79,14 @@ int GradCommand(const std::vector<std::string>& args) {
   a.Add("dtype", "f32|f64", "compute and output precision (f64: the check mode)", "f32");
   a.Add("spill-dir", "DIR",
         "keep the layer inputs in memory-mapped files here (the OS may write them to disk)");
+  AddDeviceFlags(a, "the forward, head and backward tasks in-process");
   a.AddBool("quiet", "print nothing on success");
   if (auto code = ParseOrExit(a, args)) return *code;
 
   GradOptions opt;
+  absl::StatusOr<Device> device = DeviceFromFlags(a);
+  if (!device.ok()) return BadUsage("grad", device.status());
+  opt.device = *device;
   absl::StatusOr<int64_t> chunk = a.GetInt("chunk", 1, int64_t{1} << 40);
   if (!chunk.ok()) return BadUsage("grad", chunk.status());
   opt.chunk = *chunk;
@@ -120,6 +125,7 @@ int GradCommand(const std::vector<std::string>& args) {
                                 "--workers computes the exact f32 gradient with the wavefront "
                                 "schedule only"));
   }
+  if (absl::Status s = CheckDeviceUsable(opt.device); !s.ok()) return Fail("grad", s);
   const int w = static_cast<int>(*workers);
   const absl::Status status =
       dtype == "f32" ? RunGrad<float>(a, opt, quiet, w) : RunGrad<double>(a, opt, quiet, w);

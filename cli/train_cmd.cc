@@ -8,6 +8,7 @@
 #include "absl/strings/str_split.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/device_flags.h"
 #include "cli/model_flags.h"
 #include "common/model.h"
 #include "common/tokens.h"
@@ -82,6 +83,7 @@ int TrainCommand(const std::vector<std::string>& args) {
   a.Add("grad-clip", "G", "global gradient-norm clip (0: off)", "1.0");
   a.Add("checkpoint-dir", "DIR", "checkpoints (and resume) directory", "adjsh-train");
   a.Add("checkpoint-every", "S", "steps between checkpoints (0: only at the end)", "20");
+  AddDeviceFlags(a, "the forward, head and (without --workers) backward tasks");
   if (auto code = ParseOrExit(a, args)) return *code;
   if (a.Has("tokens") && a.Has("text")) {
     return BadUsage("train", absl::InvalidArgumentError("give --tokens or --text, not both"));
@@ -105,6 +107,10 @@ int TrainCommand(const std::vector<std::string>& args) {
     *f.field = *v;
   }
   opt.grad.threads = static_cast<int>(threads);
+  absl::StatusOr<Device> device = DeviceFromFlags(a);
+  if (!device.ok()) return BadUsage("train", device.status());
+  opt.grad.device = *device;
+  if (absl::Status s = CheckDeviceUsable(opt.grad.device); !s.ok()) return Fail("train", s);
   opt.grad.spill_dir = a.Get("spill-dir");
   if (a.Has("window")) {
     absl::StatusOr<int64_t> w = a.GetInt("window", 1, int64_t{1} << 40);

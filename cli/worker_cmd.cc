@@ -5,6 +5,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/device_flags.h"
 #include "cli/stop_signal.h"
 #include "worker/worker.h"
 
@@ -14,13 +15,15 @@ int WorkerCommand(const std::vector<std::string>& args) {
   ArgParser a("worker",
               "Serves exact-backward (layer, chunk) tasks of an adjsh coordinator: registers with\n"
               "its TaskService (insecure gRPC), then pulls tasks, fetches their inputs, computes\n"
-              "them on the CPU and pushes the results, until SIGTERM or SIGINT (exit 0). A lost\n"
-              "coordinator is retried forever (backoff up to 2 s).");
+              "them (on the CPU, or on a GPU with --device cuda:N) and pushes the results, until\n"
+              "SIGTERM or SIGINT (exit 0). A lost coordinator is retried forever (backoff up to\n"
+              "2 s).");
   a.Add("coordinator", "HOST:PORT", "the coordinator's TaskService address", "", true);
   a.Add("name", "NAME", "worker name shown by the coordinator (default: the host name)");
   a.Add("log-every", "N", "progress line (tasks/s, RSS) every N finished tasks; 0: never", "100");
   a.AddBool("verbose", "also log every task and every retried RPC");
   a.AddBool("quiet", "log warnings and errors only");
+  AddDeviceFlags(a, "compute the tasks");
   if (auto code = ParseOrExit(a, args)) return *code;
 
   worker::WorkerOptions opt;
@@ -37,6 +40,10 @@ int WorkerCommand(const std::vector<std::string>& args) {
                     absl::InvalidArgumentError("--verbose and --quiet exclude each other"));
   }
   opt.log_level = a.GetBool("verbose") ? 2 : a.GetBool("quiet") ? 0 : 1;
+  absl::StatusOr<Device> device = DeviceFromFlags(a);
+  if (!device.ok()) return BadUsage("worker", device.status());
+  opt.device = *device;
+  if (absl::Status s = CheckDeviceUsable(opt.device); !s.ok()) return Fail("worker", s);
 
   std::atomic<bool>& stop = InstallStopSignals();
   worker::Worker w(opt);

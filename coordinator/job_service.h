@@ -66,6 +66,8 @@ struct JobServiceOptions {
   int threads = 0;
   // Progress lines (job started, finished, failed) on stderr.
   bool log = false;
+  // Where the forward pass and LM head run (the backward runs on the workers).
+  Device device;
 };
 
 class JobServiceImpl final : public v1::JobService::Service {

@@ -49,6 +49,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "kernels/backend.h"
 #include "proto/adjsh.grpc.pb.h"
 
 namespace adjsh::worker {
@@ -65,6 +66,7 @@ struct WorkerOptions {
   std::chrono::milliseconds stream_deadline{600000};  // FetchInputs / PushResult streams
   std::chrono::milliseconds backoff_min{100}, backoff_max{2000};
   std::chrono::milliseconds stop_grace{5000};  // for pushing a finished result after stop
+  Device device;  // where tasks are computed (kernels/backend.h); f64 tasks only on the CPU
 };
 
 // Counters, readable at any time (for tests and logs).
