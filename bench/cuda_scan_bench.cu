@@ -116,7 +116,8 @@ int Run(const Flags& f) {
   b.scratch = Put(ctx, std::vector<float>(ScanBackwardScratch(L, Di, N)));
   ctx.Sync();
 
-  const double fwd_ms = MedianMs(ctx, f.repeat, [&] { ScanForward<S>(ctx.stream(), a, h0, h_end, o); });
+  const double fwd_ms =
+      MedianMs(ctx, f.repeat, [&] { ScanForward<S>(ctx.stream(), a, h0, h_end, o); });
   const double bwd_ms = MedianMs(ctx, f.repeat, [&] { ScanBackward<S>(ctx.stream(), a, b); });
   const double fwd_bytes = L * Di * 4 * s + 2.0 * L * N * s;
   const double bwd_bytes = L * Di * (6 * s + 8) + 4.0 * L * N * s;
@@ -127,10 +128,12 @@ int Run(const Flags& f) {
   void* dst = ctx.Alloc(copy_bytes);
   ADJSH_CUDA_CHECK(cudaMemsetAsync(src, 1, copy_bytes, ctx.stream()));
   const double copy_ms = MedianMs(ctx, 10, [&] {
-    ADJSH_CUDA_CHECK(cudaMemcpyAsync(dst, src, copy_bytes, cudaMemcpyDeviceToDevice, ctx.stream()));
+    ADJSH_CUDA_CHECK(
+        cudaMemcpyAsync(dst, src, copy_bytes, cudaMemcpyDeviceToDevice, ctx.stream()));
   });
   const double copy_gbs = 2.0 * copy_bytes / (copy_ms * 1e-3) / 1e9;
-  const double fwd_gbs = fwd_bytes / (fwd_ms * 1e-3) / 1e9, bwd_gbs = bwd_bytes / (bwd_ms * 1e-3) / 1e9;
+  const double fwd_gbs = fwd_bytes / (fwd_ms * 1e-3) / 1e9;
+  const double bwd_gbs = bwd_bytes / (bwd_ms * 1e-3) / 1e9;
   cudaDeviceProp prop;
   ADJSH_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   std::printf(

@@ -11,7 +11,9 @@ void AddDeviceFlags(ArgParser& a, const std::string& what) {
 
 absl::StatusOr<Device> DeviceFromFlags(const ArgParser& a) {
   absl::StatusOr<Device> device = ParseDevice(a.Get("device"));
-  if (!device.ok()) return absl::InvalidArgumentError("--" + std::string(device.status().message()));
+  if (!device.ok()) {
+    return absl::InvalidArgumentError("--" + std::string(device.status().message()));
+  }
   if (absl::Status s = ParseStorage(a.Get("storage"), *device); !s.ok()) {
     return absl::InvalidArgumentError("--" + std::string(s.message()));
   }

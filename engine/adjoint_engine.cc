@@ -52,7 +52,8 @@ absl::Status CheckDevice(const MambaConfig& config, const GradOptions& options) 
     if (absl::Status s = (*backend)->Require(op); !s.ok()) return s;
   }
   // The engine on a device other than the CPU runs the wavefront schedule's exact backward.
-  if (!options.device.is_cpu() && (options.window > 0 || options.schedule != Schedule::kWavefront)) {
+  if (!options.device.is_cpu() &&
+      (options.window > 0 || options.schedule != Schedule::kWavefront)) {
     return absl::UnimplementedError(absl::StrCat(
         "only the exact wavefront gradient runs on ", options.device.ToString()));
   }

@@ -36,7 +36,8 @@ GradientStep<T>::GradientStep(const ModelParams<T>& params, std::span<const uint
     absl::StatusOr<std::unique_ptr<Backend<T>>> backend = MakeBackend<T>(opt.device);
     ADJSH_CHECK(backend.ok(), "the device was not checked (CheckDevice) before the step");
     backend_ = *std::move(backend);
-    for (int64_t k = 0; k < K_; ++k) device_blocks_.push_back(backend_->MakeBlock(cfg_, p_.layers[k]));
+    for (int64_t k = 0; k < K_; ++k)
+      device_blocks_.push_back(backend_->MakeBlock(cfg_, p_.layers[k]));
   }
   result_.grad = ZeroParams<T>(cfg_);
 }

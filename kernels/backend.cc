@@ -35,8 +35,8 @@ absl::StatusOr<Device> ParseDevice(std::string_view text) {
       return d;
     }
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("device must be cpu, cuda or cuda:N (N a GPU ordinal), got '", std::string(text), "'"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "device must be cpu, cuda or cuda:N (N a GPU ordinal), got '", std::string(text), "'"));
 }
 
 absl::Status ParseStorage(std::string_view text, Device& device) {
@@ -44,7 +44,8 @@ absl::Status ParseStorage(std::string_view text, Device& device) {
     device.bf16_storage = text == "bf16";
     return absl::OkStatus();
   }
-  return absl::InvalidArgumentError(absl::StrCat("storage must be f32 or bf16, got '", std::string(text), "'"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("storage must be f32 or bf16, got '", std::string(text), "'"));
 }
 
 std::string_view OpName(Op op) {

@@ -56,6 +56,8 @@ __global__ void __launch_bounds__(kThreads) ScanForwardKernel(ScanArgs<S> a, int
   const float A = act ? a.A[i * N + n] : 0.0f;
   const float bias = chan ? a.dt_b[i] : 0.0f, Dsk = chan ? a.Dskip[i] : 0.0f;
   float h = act && h0 ? h0[i * N + n] : 0.0f;
+  // Unrolled so that later rows' loads, which do not depend on h, are issued early.
+#pragma unroll 4
   for (int64_t t = 0; t < a.len; ++t) {
     Row<S> r;
     r.Load(a, t, i, chan, act, n, bias);
@@ -85,6 +87,7 @@ __global__ void __launch_bounds__(kThreads) ScanBackwardKernel(ScanArgs<S> a,
 
   // Pass 1: the forward from h0, keeping the state before every tile.
   float h = act && b.h0 ? b.h0[i * N + n] : 0.0f;
+#pragma unroll 4
   for (int64_t t = 0; t < len; ++t) {
     if (t % kTile == 0 && act) ckpt[(t / kTile) * DiN + i * N + n] = h;
     Row<S> r;

@@ -83,7 +83,8 @@ TEST(BackendTest, UnsupportedCombinationsAreRefusedWithAClearStatus) {
       << f64.status();
 
   // No machine has 1024 GPUs: refused either way, never a crash.
-  absl::StatusOr<std::unique_ptr<Backend<float>>> far = MakeBackend<float>(*ParseDevice("cuda:1023"));
+  absl::StatusOr<std::unique_ptr<Backend<float>>> far =
+      MakeBackend<float>(*ParseDevice("cuda:1023"));
   ASSERT_FALSE(far.ok());
   EXPECT_EQ(far.status().code(), CudaBuilt() ? absl::StatusCode::kFailedPrecondition
                                              : absl::StatusCode::kUnimplemented)
