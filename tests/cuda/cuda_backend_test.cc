@@ -183,7 +183,9 @@ TEST_F(CudaTest, BlockMatchesCpuF64WithHaloStateAndAdjoint) {
         const std::vector<double>& b = grad.*s64[q].member;
         all32.insert(all32.end(), a.begin(), a.end());
         all64.insert(all64.end(), b.begin(), b.end());
-        if (!bf16) EXPECT_LT(RelErr(a, b), tol) << s32[q].suffix;
+        if (!bf16) {
+          EXPECT_LT(RelErr(a, b), tol) << s32[q].suffix;
+        }
       }
       EXPECT_LT(RelErr(all32, all64), tol) << "the layer's whole gradient";
     }
