@@ -34,6 +34,7 @@ def main():
     ap.add_argument("--logs", required=True)
     ap.add_argument("--cuda-tests-rc", type=int, required=True)
     ap.add_argument("--backend-tests-rc", type=int, required=True)
+    ap.add_argument("--cli-tests-rc", type=int, default=-1)
     ap.add_argument("--seconds", type=int, default=0)
     a = ap.parse_args()
     L = lambda name: os.path.join(a.logs, name)  # noqa: E731
@@ -60,7 +61,8 @@ def main():
     out.append(f"cuda_backend_test: exit {a.cuda_tests_rc}, "
                f"{passed.group(1) if passed else 0} passed, {failed.group(1) if failed else 0} failed, "
                f"{skipped} skipped; backend selection tests (kernels_test ParseDevice*:Backend*): "
-               f"exit {a.backend_tests_rc}.")
+               f"exit {a.backend_tests_rc}; `--device` CLI checks (tests/cli/test_device.py): "
+               f"exit {a.cli_tests_rc}.")
     out.append("")
     out.append("| storage | gradients compared | worst tensor's relative error | "
                "worst whole-gradient relative error | bound |")

@@ -38,7 +38,7 @@ if ! grep -q "adjsh CUDA backend: ON" "$logs/configure.txt"; then
   exit 1
 fi
 if ! timeout 360 cmake --build build-gpu -j "$jobs" --target cuda_backend_test kernels_test \
-    grad_bench cuda_scan_bench >"$logs/build.txt" 2>&1; then
+    grad_bench cuda_scan_bench adjsh >"$logs/build.txt" 2>&1; then
   tail -40 "$logs/build.txt" >&2
   echo "gpu-check: build failed" >&2
   exit 1
@@ -50,6 +50,9 @@ cuda_rc=$?
 timeout 120 build-gpu/tests/kernels/kernels_test --gtest_filter='ParseDevice*:Backend*' \
   >"$logs/backend_tests.txt" 2>&1
 backend_rc=$?
+timeout 300 /usr/bin/python3 tests/cli/test_device.py --adjsh build-gpu/cli/adjsh \
+  >"$logs/cli_device.txt" 2>&1
+cli_rc=$?
 tail -5 "$logs/cuda_tests.txt" >&2
 
 step "scan kernels: effective bandwidth against cudaMemcpy device to device"
@@ -84,7 +87,7 @@ fi
 
 step "report"
 /usr/bin/python3 bench/gpu_report.py --logs "$logs" --cuda-tests-rc "$cuda_rc" \
-  --backend-tests-rc "$backend_rc" --seconds $(($(date +%s) - start)) >"$report"
+  --backend-tests-rc "$backend_rc" --cli-tests-rc "$cli_rc" --seconds $(($(date +%s) - start)) >"$report"
 cat "$report"
 echo "gpu-check: report in $report, raw logs in $logs/" >&2
-[ "$cuda_rc" -eq 0 ] && [ "$backend_rc" -eq 0 ]
+[ "$cuda_rc" -eq 0 ] && [ "$backend_rc" -eq 0 ] && [ "$cli_rc" -eq 0 ]
