@@ -175,18 +175,20 @@ void DeviceBlock::Impl::Forward(const float* u, int64_t halo, int64_t len, const
   const int64_t P = halo + len, D = s.D, Di = s.Di, DiN = s.Di * s.N;
   Acts<S> a;
   S* o = nullptr;
-  float *out = nullptr, *h0_d = nullptr, *hend_d = nullptr;
+  float *out = nullptr, *h0_d = nullptr, *hend_d = nullptr, *scratch = nullptr;
   CarveWorkspace(ctx, [&](Carver& c) {
     a.Take(c, s, P, len, false);
     o = c.Take<S>(len * Di);
     out = c.Take<float>(len * D);
     h0_d = c.Take<float>(DiN);
     hend_d = c.Take<float>(DiN);
+    scratch = c.Take<float>(ScanForwardScratch(len, Di, s.N));
   });
   ctx.Upload(a.u, u, P * D * sizeof(float));
   if (h0) ctx.Upload(h0_d, h0, DiN * sizeof(float));
   Recompute<S>(ctx, s, w, halo, len, a);
-  ScanForward<S>(ctx.stream(), ScanView<S>(s, w, a, halo, len), h0 ? h0_d : nullptr, hend_d, o);
+  ScanForward<S>(ctx.stream(), ScanView<S>(s, w, a, halo, len), h0 ? h0_d : nullptr, hend_d, o,
+                 scratch);
   // u_next = u + o W_out^T (f32 output, f32 residual).
   ADJSH_CUDA_CHECK(cudaMemcpyAsync(out, a.u + halo * D, len * D * sizeof(float),
                                    cudaMemcpyDeviceToDevice, ctx.stream()));

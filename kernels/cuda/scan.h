@@ -1,15 +1,21 @@
 // The selective scan of one chunk on the GPU, fused with everything token-local around it
-// (equations in kernels/cpu/scan.h and docs/MATH.md). One thread per (channel i, state n): the
-// L >= N lanes of a channel (L a power of two <= 32) sit in one warp and reduce over n with
-// shuffles in a fixed order.
-//   forward:  Delta = softplus(dtpre + b_dt), a = exp(Delta A), h = a h + Delta B x',
-//             y = h . C + D x', o = y silu(z); h is never stored, only h_end.
-//   backward: pass 1 runs the forward from h0 and keeps the state at every kTile-th row (Di N
-//             floats per kTile rows); pass 2 walks tiles from the last, recomputes the tile's
-//             states into registers from its checkpoint, and runs the exact adjoint
-//             lambda_t = ybar_t C_t + a_{t+1} lambda_{t+1} (lambda_len = mu) with every
+// (equations in kernels/cpu/scan.h and docs/MATH.md). One thread per (channel i, state n,
+// segment): the L >= N lanes of a channel (L a power of two <= 32) sit in one warp and reduce
+// over n with shuffles in a fixed order; the chunk's rows are cut into segments of 64 rows that
+// run in parallel, joined exactly as the engine joins chunks (DESIGN.md §3): a segment maps a
+// state h to exp(A sum Delta) h + h_local, and an adjoint c to m + exp(A sum Delta) c.
+//   forward:  per segment, h_local and sum Delta; an O(segments) combine per (i, n) gives each
+//             segment's initial state and h_end; per segment again, Delta = softplus(dtpre +
+//             b_dt), a = exp(Delta A), h = a h + Delta B x', y = h . C + D x', o = y silu(z).
+//             h is never stored.
+//   backward: per segment, the state summary and the adjoint summary m; the combine gives each
+//             segment's initial state and incoming adjoint (mu for the last); per segment, pass
+//             1 runs its forward and keeps the state at every 16th row, pass 2 walks its tiles
+//             from the last, recomputes a tile's states into registers from its checkpoint and
+//             runs the exact adjoint lambda_t = ybar_t C_t + a_{t+1} lambda_{t+1} with every
 //             per-token VJP (gate, D skip, softplus, Delta, B, C, A, x'). dB and dC, sums over
-//             channels, are reduced per block in shared memory and then over blocks in order.
+//             channels, are reduced per block in shared memory, then over blocks in order; dA,
+//             dD and db_dt per segment, then over segments in order.
 #ifndef ADJSH_KERNELS_CUDA_SCAN_H_
 #define ADJSH_KERNELS_CUDA_SCAN_H_
 
@@ -31,9 +37,12 @@ struct ScanArgs {
   const float* Dskip = nullptr; // (Di)
 };
 
-// o (len, Di) written (nullptr: only h_end); h0 (Di, N) (nullptr: zeros); h_end (Di, N).
+// o (len, Di) written (nullptr: only h_end); h0 (Di, N) (nullptr: zeros); h_end (Di, N);
+// scratch: ScanForwardScratch(len, Di, N) floats.
 template <typename S>
-void ScanForward(cudaStream_t s, const ScanArgs<S>& a, const float* h0, float* h_end, S* o);
+void ScanForward(cudaStream_t s, const ScanArgs<S>& a, const float* h0, float* h_end, S* o,
+                 float* scratch);
+int64_t ScanForwardScratch(int64_t len, int64_t Di, int64_t N);
 
 template <typename S>
 struct ScanBackwardArgs {
