@@ -27,14 +27,16 @@ std::vector<int64_t> Sizes(const BlockShape& s) {
           s.Di, s.D * s.Di};
 }
 
+
+}  // namespace
+
+// A layer's weights on the device.
 struct Weights {
   // f32 on the device: norm, conv_w, conv_b, dt_b, A = -exp(A_log), Dskip.
   float *norm, *conv_w, *conv_b, *dt_b, *A, *Dskip;
   // In storage type S: the GEMM operands.
   void *in_proj, *x_proj, *dt_w, *out_proj;
 };
-
-}  // namespace
 
 struct DeviceBlock::Impl {
   Context& ctx;

@@ -15,8 +15,14 @@
 namespace adjsh::cuda {
 namespace {
 
-constexpr int64_t kRows = 1024;
-constexpr int64_t kVocab = 8192;
+// Rows and vocabulary entries per block (tests/cuda/block_emulation_test.cc compiles this file
+// for the host with small blocks, so that a small head spans several of each).
+#ifndef ADJSH_CUDA_HEAD_ROWS
+#define ADJSH_CUDA_HEAD_ROWS 1024
+#define ADJSH_CUDA_HEAD_VOCAB 8192
+#endif
+constexpr int64_t kRows = ADJSH_CUDA_HEAD_ROWS;
+constexpr int64_t kVocab = ADJSH_CUDA_HEAD_VOCAB;
 
 template <typename S>
 double Head(Context& ctx, int64_t M, int64_t D, int64_t V, float eps, const float* E,

@@ -3,11 +3,13 @@
 
 #include "kernels/cuda/context.h"
 
+#ifndef ADJSH_LAUNCH  // tests/cuda/block_emulation_test.cc runs this file on the host
 #define ADJSH_LAUNCH(kernel, grid, block, stream, ...)     \
   do {                                                     \
     kernel<<<(grid), (block), 0, (stream)>>>(__VA_ARGS__); \
     ADJSH_CUDA_CHECK(cudaGetLastError());                  \
   } while (0)
+#endif
 
 #include "kernels/cuda/ops_kernels.cuh"
 
