@@ -1,5 +1,7 @@
 #include "kernels/cuda/context.h"
 
+#include "kernels/cuda/gemm_mapping.h"
+
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -88,15 +90,19 @@ void Context::Download(void* dst, const void* src, size_t bytes) {
 
 void Context::Sync() { ADJSH_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
-// Row-major C = A B is column-major C^T = B^T A^T: swap the operands and the sizes.
 void Gemm(Context& ctx, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
           const void* a, cudaDataType_t a_type, int64_t lda, const void* b, cudaDataType_t b_type,
           int64_t ldb, float beta, void* c, cudaDataType_t c_type, int64_t ldc) {
-  if (m == 0 || n == 0) return;
-  ADJSH_CUBLAS_CHECK(cublasGemmEx_64(ctx.blas(), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                     trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b,
-                                     b_type, ldb, a, a_type, lda, &beta, c, c_type, ldc,
-                                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  auto col = [&](cublasOperation_t op_a, cublasOperation_t op_b, int64_t cm, int64_t cn,
+                 int64_t ck, const float* al, const void* ca, cudaDataType_t cat, int64_t clda,
+                 const void* cb, cudaDataType_t cbt, int64_t cldb, const float* be, void* cc,
+                 cudaDataType_t cct, int64_t cldc) {
+    ADJSH_CUBLAS_CHECK(cublasGemmEx_64(ctx.blas(), op_a, op_b, cm, cn, ck, al, ca, cat, clda, cb,
+                                       cbt, cldb, be, cc, cct, cldc, CUBLAS_COMPUTE_32F,
+                                       CUBLAS_GEMM_DEFAULT));
+  };
+  RowMajorGemm(col, trans_a, trans_b, m, n, k, alpha, a, a_type, lda, b, b_type, ldb, beta, c,
+               c_type, ldc);
 }
 
 }  // namespace adjsh::cuda

@@ -15,6 +15,7 @@
 
 #include "tests/cuda/host_emulation.h"
 #include "kernels/cuda/context.h"
+#include "kernels/cuda/gemm_mapping.h"
 
 namespace adjsh::emulation {
 inline cudaError_t Memcpy(void* dst, const void* src, size_t n) {
@@ -98,21 +99,30 @@ void StoreAs(void* p, cudaDataType_t t, int64_t k, float v) {
   }
 }
 
-// Row-major C = alpha op(A) op(B) + beta C, f32 sums: what cuBLAS computes, in some order.
+// The column-major GEMM cublasGemmEx computes (f32 sums), reached through the same row-major
+// mapping as on the GPU (gemm_mapping.h).
 void Gemm(Context&, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
           const void* a, cudaDataType_t a_type, int64_t lda, const void* b, cudaDataType_t b_type,
           int64_t ldb, float beta, void* c, cudaDataType_t c_type, int64_t ldc) {
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t j = 0; j < n; ++j) {
-      float acc = 0;
-      for (int64_t q = 0; q < k; ++q) {
-        const float x = LoadAs(a, a_type, trans_a ? q * lda + i : i * lda + q);
-        const float y = LoadAs(b, b_type, trans_b ? j * ldb + q : q * ldb + j);
-        acc += x * y;
+  auto col = [](cublasOperation_t op_a, cublasOperation_t op_b, int64_t cm, int64_t cn,
+                int64_t ck, const float* al, const void* ca, cudaDataType_t cat, int64_t clda,
+                const void* cb, cudaDataType_t cbt, int64_t cldb, const float* be, void* cc,
+                cudaDataType_t cct, int64_t cldc) {
+    // Column-major: X[i, j] at i + j ld; op_x(X)[i, q] = X[q, i] when transposed.
+    for (int64_t i = 0; i < cm; ++i)
+      for (int64_t j = 0; j < cn; ++j) {
+        float acc = 0;
+        for (int64_t q = 0; q < ck; ++q) {
+          const float x = LoadAs(ca, cat, op_a == CUBLAS_OP_T ? q + i * clda : i + q * clda);
+          const float y = LoadAs(cb, cbt, op_b == CUBLAS_OP_T ? j + q * cldb : q + j * cldb);
+          acc += x * y;
+        }
+        const float old = *be == 0 ? 0.0f : LoadAs(cc, cct, i + j * cldc);
+        StoreAs(cc, cct, i + j * cldc, *al * acc + *be * old);
       }
-      const float old = beta == 0 ? 0.0f : LoadAs(c, c_type, i * ldc + j);
-      StoreAs(c, c_type, i * ldc + j, alpha * acc + beta * old);
-    }
+  };
+  RowMajorGemm(col, trans_a, trans_b, m, n, k, alpha, a, a_type, lda, b, b_type, ldb, beta, c,
+               c_type, ldc);
 }
 
 }  // namespace adjsh::cuda
