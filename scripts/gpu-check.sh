@@ -22,7 +22,7 @@ jobs=$(nproc 2>/dev/null || echo 4)
 
 step "configure and build (Release, CUDA on, this GPU's architecture)"
 # Missing packages are installed when the machine can reach its package mirror.
-scripts/install-deps.sh >"$logs/install-deps.txt" 2>&1 || echo "gpu-check: install-deps failed (see $logs/install-deps.txt); trying with what is installed" >&2
+timeout 180 scripts/install-deps.sh >"$logs/install-deps.txt" 2>&1 || echo "gpu-check: install-deps failed (see $logs/install-deps.txt); trying with what is installed" >&2
 arch=native
 if ! cmake --version | awk 'NR==1 { split($3, v, "."); exit !(v[1] > 3 || (v[1] == 3 && v[2] >= 24)) }'; then
   arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d '.')
