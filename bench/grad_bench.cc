@@ -1,7 +1,10 @@
 // One gradient of a synthetic model, in-process, with its time, flop rate and memory:
 //   grad_bench --impl adjsh|oracle --hidden-size D --layers K --tokens T [--state-size N]
 //              [--vocab-size V] [--chunk C] [--window Wt] [--threads N] [--dtype f32|f64]
-// Prints one JSON object. Peak RSS is per process, so run one measurement per process.
+//              [--device cpu|cuda:N] [--storage full|bf16]
+// Prints one JSON object. Peak RSS is per process, so run one measurement per process. On a
+// CUDA device the object also has device_peak_bytes: the most GPU memory adjsh held (weights,
+// workspaces) during the timed gradients, and device_name.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -14,7 +17,11 @@
 #include "common/model.h"
 #include "common/proc_stats.h"
 #include "engine/adjoint_engine.h"
+#include "kernels/backend.h"
 #include "kernels/reference/mamba_reference.h"
+#ifdef ADJSH_HAVE_CUDA
+#include "kernels/cuda/device_block.h"
+#endif
 
 namespace adjsh::bench {
 namespace {
@@ -30,6 +37,15 @@ int Run(const cli::ArgParser& a, const MambaConfig& config, int64_t T_) {
   opt.window = a.GetInt("window", 0, int64_t{1} << 40).value();
   opt.threads = static_cast<int>(a.GetInt("threads", 0, 4096).value());
   opt.schedule = a.Get("schedule") == "two-pass" ? Schedule::kTwoPass : Schedule::kWavefront;
+  absl::StatusOr<Device> device = ParseDevice(a.Get("device"));
+  absl::StatusOr<Storage> storage = ParseStorage(a.Get("storage"));
+  if (!device.ok() || !storage.ok()) {
+    std::fprintf(stderr, "grad_bench: bad --device or --storage\n");
+    return 2;
+  }
+  opt.device = *device;
+  opt.storage = *storage;
+  opt.device.bf16_storage = *storage == Storage::kBF16 && !device->is_cpu();
   const std::string impl = a.Get("impl");
   if (impl != "adjsh" && impl != "oracle") {
     std::fprintf(stderr, "grad_bench: --impl must be adjsh or oracle\n");
@@ -38,7 +54,18 @@ int Run(const cli::ArgParser& a, const MambaConfig& config, int64_t T_) {
   const int64_t repeat = a.GetInt("repeat", 1, 100).value();
   const int64_t rss_before = ResidentBytes();
   double loss = 0, s = 1e300;  // the fastest of `repeat` runs
+  std::string device_fields;
   for (int64_t r = 0; r < repeat; ++r) {
+#ifdef ADJSH_HAVE_CUDA
+    if (!opt.device.is_cpu() && r == 0 && repeat > 1) {  // a warm-up: CUDA context, cuBLAS
+      absl::StatusOr<GradResult<T>> g = ComputeGradient<T>(params, tokens, opt);
+      if (!g.ok()) {
+        std::fprintf(stderr, "grad_bench: %s\n", std::string(g.status().message()).c_str());
+        return 1;
+      }
+      cuda::ResetPeak(opt.device.index);
+    }
+#endif
     const auto start = std::chrono::steady_clock::now();
     if (impl == "adjsh") {
       absl::StatusOr<GradResult<T>> g = ComputeGradient<T>(params, tokens, opt);
@@ -52,6 +79,13 @@ int Run(const cli::ArgParser& a, const MambaConfig& config, int64_t T_) {
     }
     s = std::min(s, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
+#ifdef ADJSH_HAVE_CUDA
+  if (!opt.device.is_cpu()) {
+    device_fields = ", \"device\": \"" + opt.device.ToString() + "\", \"device_name\": \"" +
+                    cuda::DeviceName(opt.device.index) + "\", \"device_peak_bytes\": " +
+                    std::to_string(cuda::MemoryOf(opt.device.index).peak);
+  }
+#endif
   const FlopsPerToken f =
       GradientFlopsPerToken(config, opt.window == 0, opt.schedule == Schedule::kTwoPass);
   const int64_t peak = PeakResidentBytes();
@@ -60,14 +94,14 @@ int Run(const cli::ArgParser& a, const MambaConfig& config, int64_t T_) {
       "\"dtype\": \"%s\", \"schedule\": \"%s\", \"chunk\": %lld, \"window\": %lld, \"threads\": %d, \"loss\": %.6f, "
       "\"seconds\": %.4f, \"tokens_per_s\": %.1f, \"model_gflop_per_s\": %.2f, "
       "\"executed_gflop_per_s\": %.2f, \"rss_before_bytes\": %lld, \"peak_rss_bytes\": %lld, "
-      "\"bytes_per_token\": %.1f}\n",
+      "\"bytes_per_token\": %.1f%s}\n",
       impl.c_str(), static_cast<long long>(T_), static_cast<long long>(config.hidden_size),
       static_cast<long long>(config.num_hidden_layers), sizeof(T) == 4 ? "f32" : "f64",
       a.Get("schedule").c_str(),
       static_cast<long long>(opt.chunk), static_cast<long long>(opt.window), opt.threads, loss, s,
       T_ / s, f.model * T_ / s / 1e9, f.executed * T_ / s / 1e9,
       static_cast<long long>(rss_before), static_cast<long long>(peak),
-      double(peak - rss_before) / double(T_));
+      double(peak - rss_before) / double(T_), device_fields.c_str());
   return 0;
 }
 
@@ -89,6 +123,10 @@ int main(int argc, char** argv) {
   a.Add("dtype", "f32|f64", "precision", "f32");
   a.Add("schedule", "wavefront|two-pass", "task schedule", "wavefront");
   a.Add("repeat", "R", "gradients to run; the fastest is reported", "1");
+  a.Add("device", "cpu|cuda:N", "where the gradient runs", "cpu");
+  a.Add("storage", "full|bf16",
+        "bf16: layer inputs and states stored in bf16 (and on CUDA activations and weights)",
+        "full");
   if (auto code = adjsh::cli::ParseOrExit(a, std::vector<std::string>(argv + 1, argv + argc)))
     return *code;
   adjsh::MambaConfig c;

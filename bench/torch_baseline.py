@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""PyTorch autograd baseline: time and memory of one exact gradient of the Mamba-1 LM (CPU).
+"""PyTorch autograd baseline: time and memory of one exact gradient of the Mamba-1 LM (CPU, or
+a CUDA GPU with --device cuda).
 
 The model is tests/torch/mamba_ref.py (DESIGN.md section 2, HF layout): discretisation vectorised
 over tokens, then the sequential selective scan over tokens as in mamba_ssm's selective_scan_ref /
@@ -13,7 +14,8 @@ Run one configuration per process (peak RSS is per process):
       --vocab-size 256 --tokens 4096 [--checkpoint-layers] [--dtype f32]
 Prints one JSON object: tokens, seconds (forward+backward of the measured step), tokens_per_s,
 peak_rss_bytes (getrusage ru_maxrss*1024), rss_before_bytes (current RSS just before the step),
-bytes_per_token = (peak_rss - rss_before) / T, and the configuration.
+bytes_per_token = (peak_rss - rss_before) / T, and the configuration; with --device cuda also
+cuda_peak_bytes (torch.cuda.max_memory_allocated over the measured step).
 """
 import argparse
 import gc
@@ -54,6 +56,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--warmup-tokens", type=int, default=64, help="warm-up step length (0: none)")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     a = ap.parse_args()
 
     torch.set_num_threads(a.threads)
@@ -63,16 +66,25 @@ def main():
     params = ref.init_params(cfg, seed=a.seed, dtype=dtype, perturb=False)
     gen = torch.Generator().manual_seed(a.seed + 1)
     tokens = torch.randint(0, cfg["V"], (a.tokens,), generator=gen)
+    cuda = a.device == "cuda"
+    if cuda:
+        params = {k: v.cuda() for k, v in params.items()}
+        tokens = tokens.cuda()
 
     if a.warmup_tokens >= 2:
-        wt = torch.randint(0, cfg["V"], (a.warmup_tokens,), generator=gen)
+        wt = torch.randint(0, cfg["V"], (a.warmup_tokens,), generator=gen).to(a.device)
         ref.grads_params(cfg, params, wt, dtype, a.checkpoint_layers)
 
     gc.collect()
     rss_before = current_rss_bytes()
     peak_before = peak_rss_bytes()
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()
     loss, g = ref.grads_params(cfg, params, tokens, dtype, a.checkpoint_layers)
+    if cuda:
+        torch.cuda.synchronize()
     seconds = time.perf_counter() - t0
     peak = peak_rss_bytes()
     assert all(torch.isfinite(v).all() for v in g.values())
@@ -94,6 +106,9 @@ def main():
         "config": {k: cfg[k] for k in ("D", "K", "N", "W", "E", "Di", "R", "V")},
         "torch": torch.__version__,
         "machine": platform.machine(),
+        "device": a.device,
+        **({"cuda_peak_bytes": torch.cuda.max_memory_allocated(),
+            "cuda_device": torch.cuda.get_device_name()} if cuda else {}),
     }))
     return 0
 

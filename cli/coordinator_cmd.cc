@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/device_flags.h"
 #include "cli/stop_signal.h"
 #include "common/metrics_server.h"
 #include "coordinator/job_service.h"
@@ -40,6 +41,7 @@ int CoordinatorCommand(const std::vector<std::string>& args) {
   a.Add("metrics-listen", "HOST:PORT",
         "serve Prometheus metrics on http://HOST:PORT/metrics (port 0: a free one, logged)");
   a.AddBool("quiet", "do not log job state changes on stderr");
+  AddDeviceFlags(a, "the forward pass and LM head here");
   if (auto code = ParseOrExit(a, args)) return *code;
 
   const std::string listen = a.Get("listen");
@@ -57,6 +59,9 @@ int CoordinatorCommand(const std::vector<std::string>& args) {
         !s.ok())
       return BadUsage("coordinator", s);
   }
+  absl::StatusOr<Device> device = DeviceFromFlags(a);
+  if (!device.ok()) return BadUsage("coordinator", device.status());
+  if (absl::Status s = CheckDeviceUsable(*device); !s.ok()) return Fail("coordinator", s);
   std::error_code ec;
   const std::string state_dir = std::filesystem::absolute(a.Get("state-dir"), ec).string();
   if (std::filesystem::exists(state_dir, ec) && !std::filesystem::is_directory(state_dir, ec)) {
@@ -69,7 +74,8 @@ int CoordinatorCommand(const std::vector<std::string>& args) {
   coordinator::JobServiceImpl jobs(tasks, {.state_dir = state_dir,
                                            .threads = static_cast<int>(*threads),
                                            .log = !a.GetBool("quiet"),
-                                           .observer = job_metrics.get()});
+                                           .observer = job_metrics.get(),
+                                           .device = *device});
   job_metrics->set_jobs(&jobs);
   std::unique_ptr<metrics::MetricsServer> metrics_server;
   if (a.Has("metrics-listen")) {

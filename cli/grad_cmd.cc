@@ -5,6 +5,7 @@
 #include "absl/strings/str_format.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/device_flags.h"
 #include "common/model.h"
 #include "coordinator/local_cluster.h"
 #include "common/proc_stats.h"
@@ -82,10 +83,14 @@ int GradCommand(const std::vector<std::string>& args) {
         "full");
   a.Add("spill-dir", "DIR",
         "keep the layer inputs in memory-mapped files here (the OS may write them to disk)");
+  AddDeviceFlags(a, "the forward, head and backward tasks in-process");
   a.AddBool("quiet", "print nothing on success");
   if (auto code = ParseOrExit(a, args)) return *code;
 
   GradOptions opt;
+  absl::StatusOr<Device> device = DeviceFromFlags(a);
+  if (!device.ok()) return BadUsage("grad", device.status());
+  opt.device = *device;
   absl::StatusOr<int64_t> chunk = a.GetInt("chunk", 1, int64_t{1} << 40);
   if (!chunk.ok()) return BadUsage("grad", chunk.status());
   opt.chunk = *chunk;
@@ -98,12 +103,10 @@ int GradCommand(const std::vector<std::string>& args) {
   if (!threads.ok()) return BadUsage("grad", threads.status());
   opt.threads = static_cast<int>(*threads);
   opt.spill_dir = a.Get("spill-dir");
-  absl::StatusOr<Storage> storage = ParseStorage(a.Get("storage"));
-  if (!storage.ok()) {
-    const std::string message(storage.status().message());
-    return BadUsage("grad", absl::InvalidArgumentError("--" + message));
-  }
-  opt.storage = *storage;
+  absl::StatusOr<Storage> storage = StorageFromFlags(a);
+  if (!storage.ok()) return BadUsage("grad", storage.status());
+  opt.storage = *storage;  // on a GPU also its activations and weights
+  opt.device.bf16_storage = opt.storage == Storage::kBF16 && !opt.device.is_cpu();
   absl::StatusOr<int64_t> workers = a.GetInt("workers", 0, 1024);
   if (!workers.ok()) return BadUsage("grad", workers.status());
   const std::string schedule = a.Get("schedule");
@@ -130,6 +133,7 @@ int GradCommand(const std::vector<std::string>& args) {
                                 "--workers computes the exact f32 gradient with the wavefront "
                                 "schedule only"));
   }
+  if (absl::Status s = CheckDeviceUsable(opt.device); !s.ok()) return Fail("grad", s);
   const int w = static_cast<int>(*workers);
   const absl::Status status =
       dtype == "f32" ? RunGrad<float>(a, opt, quiet, w) : RunGrad<double>(a, opt, quiet, w);

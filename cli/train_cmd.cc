@@ -8,6 +8,7 @@
 #include "absl/strings/str_split.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/device_flags.h"
 #include "cli/model_flags.h"
 #include "common/metrics_server.h"
 #include "common/model.h"
@@ -92,6 +93,7 @@ int TrainCommand(const std::vector<std::string>& args) {
   a.Add("grad-clip", "G", "global gradient-norm clip (0: off)", "1.0");
   a.Add("checkpoint-dir", "DIR", "checkpoints (and resume) directory", "adjsh-train");
   a.Add("checkpoint-every", "S", "steps between checkpoints (0: only at the end)", "20");
+  AddDeviceFlags(a, "the forward, head and (without --workers) backward tasks");
   if (auto code = ParseOrExit(a, args)) return *code;
   if (a.Has("tokens") && a.Has("text")) {
     return BadUsage("train", absl::InvalidArgumentError("give --tokens or --text, not both"));
@@ -115,13 +117,15 @@ int TrainCommand(const std::vector<std::string>& args) {
     *f.field = *v;
   }
   opt.grad.threads = static_cast<int>(threads);
+  absl::StatusOr<Device> device = DeviceFromFlags(a);
+  if (!device.ok()) return BadUsage("train", device.status());
+  opt.grad.device = *device;
   opt.grad.spill_dir = a.Get("spill-dir");
-  absl::StatusOr<Storage> storage = ParseStorage(a.Get("storage"));
-  if (!storage.ok()) {
-    const std::string message(storage.status().message());
-    return BadUsage("train", absl::InvalidArgumentError("--" + message));
-  }
-  opt.grad.storage = *storage;
+  absl::StatusOr<Storage> storage = StorageFromFlags(a);
+  if (!storage.ok()) return BadUsage("train", storage.status());
+  opt.grad.storage = *storage;  // on a GPU also its activations and weights
+  opt.grad.device.bf16_storage = opt.grad.storage == Storage::kBF16 && !opt.grad.device.is_cpu();
+  if (absl::Status s = CheckDeviceUsable(opt.grad.device); !s.ok()) return Fail("train", s);
   if (a.Has("window")) {
     absl::StatusOr<int64_t> w = a.GetInt("window", 1, int64_t{1} << 40);
     if (!w.ok()) return BadUsage("train", w.status());

@@ -6,6 +6,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/device_flags.h"
 #include "cli/stop_signal.h"
 #include "common/metrics_server.h"
 #include "worker/metrics.h"
@@ -17,8 +18,9 @@ int WorkerCommand(const std::vector<std::string>& args) {
   ArgParser a("worker",
               "Serves exact-backward (layer, chunk) tasks of an adjsh coordinator: registers with\n"
               "its TaskService (insecure gRPC), then pulls tasks, fetches their inputs, computes\n"
-              "them on the CPU and pushes the results, until SIGTERM or SIGINT (exit 0). A lost\n"
-              "coordinator is retried forever (backoff up to 2 s).");
+              "them (on the CPU, or on a GPU with --device cuda:N) and pushes the results, until\n"
+              "SIGTERM or SIGINT (exit 0). A lost coordinator is retried forever (backoff up to\n"
+              "2 s).");
   a.Add("coordinator", "HOST:PORT", "the coordinator's TaskService address", "", true);
   a.Add("name", "NAME", "worker name shown by the coordinator (default: the host name)");
   a.Add("metrics-listen", "HOST:PORT",
@@ -26,6 +28,11 @@ int WorkerCommand(const std::vector<std::string>& args) {
   a.Add("log-every", "N", "progress line (tasks/s, RSS) every N finished tasks; 0: never", "100");
   a.AddBool("verbose", "also log every task and every retried RPC");
   a.AddBool("quiet", "log warnings and errors only");
+  AddDeviceFlags(a, "compute the tasks");
+  a.Add("storage", "full|bf16",
+        "with --device cuda:N: activations and weights held in bf16 on the GPU, sums in f32 "
+        "(CUDA only; a job's bf16-stored inputs arrive as bf16 either way)",
+        "full");
   if (auto code = ParseOrExit(a, args)) return *code;
 
   worker::WorkerOptions opt;
@@ -42,6 +49,13 @@ int WorkerCommand(const std::vector<std::string>& args) {
                     absl::InvalidArgumentError("--verbose and --quiet exclude each other"));
   }
   opt.log_level = a.GetBool("verbose") ? 2 : a.GetBool("quiet") ? 0 : 1;
+  absl::StatusOr<Device> device = DeviceFromFlags(a);
+  if (!device.ok()) return BadUsage("worker", device.status());
+  opt.device = *device;
+  absl::StatusOr<Storage> storage = StorageFromFlags(a);
+  if (!storage.ok()) return BadUsage("worker", storage.status());
+  opt.device.bf16_storage = *storage == Storage::kBF16;  // the CPU backend refuses it, clearly
+  if (absl::Status s = CheckDeviceUsable(opt.device); !s.ok()) return Fail("worker", s);
 
   std::unique_ptr<metrics::MetricsServer> metrics_server;
   if (a.Has("metrics-listen")) {

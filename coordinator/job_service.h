@@ -69,6 +69,8 @@ struct JobServiceOptions {
   bool log = false;
   // Told of the running job's start, steps and end (e.g. the metrics); must outlive the service.
   JobObserver* observer = nullptr;
+  // Where the forward pass and LM head run (the backward runs on the workers).
+  Device device;
 };
 
 class JobServiceImpl final : public v1::JobService::Service {

@@ -2,6 +2,10 @@
 
 #include <unistd.h>
 
+#include <memory>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/gradient_step.h"
 #include "common/tokens.h"
@@ -36,13 +40,46 @@ absl::Status ValidateGradientInputs(const MambaConfig& config, std::span<const u
     return absl::InvalidArgumentError(absl::StrFormat(
         "spill directory %s does not exist or is not writable", options.spill_dir));
   }
-  return CheckTokensInVocab(tokens, config.vocab_size);
+  if (absl::Status s = CheckTokensInVocab(tokens, config.vocab_size); !s.ok()) return s;
+  return CheckDevice<float>(config, options);
 }
+
+template <typename T>
+absl::Status CheckDevice(const MambaConfig& config, const GradOptions& options) {
+  if (options.device.is_cpu() && !options.device.bf16_storage) return absl::OkStatus();
+  absl::StatusOr<std::unique_ptr<Backend<T>>> backend = MakeBackend<T>(options.device);
+  if (!backend.ok()) return backend.status();
+  if (absl::Status s = (*backend)->CheckConfig(config); !s.ok()) return s;
+  std::vector<Op> ops = {Op::kHead};
+  if (options.window > 0) {
+    ops.insert(ops.end(), {Op::kForward, Op::kBackwardTruncated});
+  } else if (options.schedule == Schedule::kTwoPass) {
+    ops.insert(ops.end(), {Op::kLocalSummary, Op::kForward, Op::kAdjointSummary,
+                           Op::kBackwardExact});
+  } else {
+    ops.insert(ops.end(), {Op::kForward, Op::kBackwardExact});
+  }
+  for (Op op : ops) {
+    if (absl::Status s = (*backend)->Require(op); !s.ok()) return s;
+  }
+  // The engine on a device other than the CPU runs the wavefront schedule's exact backward.
+  if (!options.device.is_cpu() &&
+      (options.window > 0 || options.schedule != Schedule::kWavefront)) {
+    return absl::UnimplementedError(absl::StrCat(
+        "only the exact wavefront gradient runs on ", options.device.ToString()));
+  }
+  return absl::OkStatus();
+}
+
+template absl::Status CheckDevice<float>(const MambaConfig&, const GradOptions&);
+template absl::Status CheckDevice<double>(const MambaConfig&, const GradOptions&);
 
 template <typename T>
 absl::StatusOr<GradResult<T>> ComputeGradient(const ModelParams<T>& params,
                                               std::span<const uint32_t> tokens,
                                               const GradOptions& options) {
+  // The device for T first: f64 on a GPU is refused as that, whatever else is wrong.
+  if (absl::Status s = CheckDevice<T>(params.config, options); !s.ok()) return s;
   if (absl::Status s = ValidateGradientInputs(params.config, tokens, options); !s.ok()) return s;
   return GradientStep<T>(params, tokens, options).Run();
 }

@@ -31,6 +31,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/model.h"
+#include "kernels/backend.h"
 
 namespace adjsh {
 
@@ -54,6 +55,9 @@ struct GradOptions {
   // Progress: (phase, layers done, layers) after each layer of the forward and the backward,
   // and once for the head; possibly from a worker thread, never two calls at once.
   std::function<void(std::string_view, int64_t, int64_t)> progress;
+  // Where the chunk forward, the head and the backward tasks run (kernels/backend.h). A device
+  // other than the CPU takes the wavefront schedule's exact gradient in f32 only.
+  Device device;
 };
 
 // "full" (the compute type) or "bf16"; INVALID_ARGUMENT otherwise.
@@ -68,9 +72,15 @@ struct GradResult {
 };
 
 // INVALID_ARGUMENT for fewer than 2 tokens, token ids >= V, chunk < 1, window < 0 or a spill
-// directory that cannot be written. Every entry point that computes a gradient checks this.
+// directory that cannot be written; the device's errors (CheckDevice<float>). Every entry point
+// that computes a gradient checks this.
 absl::Status ValidateGradientInputs(const MambaConfig& config, std::span<const uint32_t> tokens,
                                     const GradOptions& options);
+
+// OK on the CPU; else the device's backend must exist for T, take the config and support every
+// op the options' schedule uses (UNIMPLEMENTED or FAILED_PRECONDITION naming what is missing).
+template <typename T>
+absl::Status CheckDevice(const MambaConfig& config, const GradOptions& options);
 
 // Validates (above), then computes everything in-process.
 template <typename T>

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/model.h"
+#include "kernels/backend.h"
 #include "kernels/cpu/mamba_block.h"
 
 namespace adjsh {
@@ -35,6 +36,10 @@ struct BackwardTaskOutputs {
 // resized and zeroed here, so a caller may reuse one out across tasks.
 template <typename T>
 void RunBackwardTask(const cpu::MambaBlockCpu<T>& block, const MambaConfig& config,
+                     const BackwardTaskInputs<T>& in, BackwardTaskOutputs<T>& out);
+// The same on a device backend's block (kernels/backend.h; the op kBackwardExact).
+template <typename T>
+void RunBackwardTask(BlockBackend<T>& block, const MambaConfig& config,
                      const BackwardTaskInputs<T>& in, BackwardTaskOutputs<T>& out);
 
 }  // namespace adjsh

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <utility>
 
+#include "common/check.h"
 #include "kernels/cpu/blas.h"
 #include "kernels/cpu/lm_head.h"
 
@@ -31,6 +32,13 @@ GradientStep<T>::GradientStep(const ModelParams<T>& params, std::span<const uint
       max_ahead_(2 * pool_->size()) {
   blocks_.reserve(K_);
   for (int64_t k = 0; k < K_; ++k) blocks_.emplace_back(cfg_, p_.layers[k]);
+  if (!opt.device.is_cpu()) {
+    absl::StatusOr<std::unique_ptr<Backend<T>>> backend = MakeBackend<T>(opt.device);
+    ADJSH_CHECK(backend.ok(), "the device was not checked (CheckDevice) before the step");
+    backend_ = *std::move(backend);
+    for (int64_t k = 0; k < K_; ++k)
+      device_blocks_.push_back(backend_->MakeBlock(cfg_, p_.layers[k]));
+  }
   result_.grad = ZeroParams<T>(cfg_);
 }
 
@@ -139,7 +147,11 @@ void GradientStep<T>::ForwardWavefront() {
                      : layer_in_[k + 1].WriteBuffer(s.t0 * D_, s.len * D_, u_out);
         if (last) h_out.resize(DiN_);  // the final state has no reader
         T* h_end = last ? h_out.data() : states_[k].WriteBuffer((c + 1) * DiN_, DiN_, h_out);
-        blocks_[k].Forward(u, {s.halo, s.len, 0}, h0, out, h_end);
+        if (backend_) {
+          device_blocks_[k]->Forward(u, {s.halo, s.len, 0}, h0, out, h_end);
+        } else {
+          blocks_[k].Forward(u, {s.halo, s.len, 0}, h0, out, h_end);
+        }
         if (!top) layer_in_[k + 1].Commit(s.t0 * D_, s.len * D_, out);
         if (!last) states_[k].Commit((c + 1) * DiN_, DiN_, h_end);
         // Layer k's last chunk: layers finish in order (each waits on the one below).
@@ -188,6 +200,7 @@ void GradientStep<T>::ForwardTwoPass() {
 // Loss and dL/du^{K+1} (into top_, replacing u^{K+1}); dE and dw_f from the head.
 template <typename T>
 double GradientStep<T>::Head() {
+  if (backend_) return DeviceHead();
   ModelParams<T>& grad = result_.grad;
   struct Out {
     std::vector<T> du, dlogits, nf, dw_f;
@@ -220,6 +233,22 @@ double GradientStep<T>::Head() {
         std::copy(o.du.begin(), o.du.end(), top_.data() + r0 * D_);
         loss += o.loss;
       });
+  Progress("head", 1, 1);
+  return loss / static_cast<double>(T_ - 1);
+}
+
+// The head on the device backend, all rows in one call (it blocks rows and vocabulary itself).
+template <typename T>
+double GradientStep<T>::DeviceHead() {
+  std::vector<int64_t> targets(T_);
+  for (int64_t t = 0; t < T_; ++t) targets[t] = t + 1 < T_ ? int64_t{tokens_[t + 1]} : -1;
+  std::vector<T> du(T_ * D_);
+  const cpu::LmHeadArgs<T> args{T_, D_, cfg_.vocab_size, cfg_.layer_norm_epsilon,
+                                p_.embed.data(), p_.norm_f.data(), top_.data(), targets.data(),
+                                T(1) / T(T_ - 1)};
+  const double loss = backend_->HeadForwardBackward(args, du.data(), result_.grad.embed.data(),
+                                                    result_.grad.norm_f.data());
+  top_ = std::move(du);
   Progress("head", 1, 1);
   return loss / static_cast<double>(T_ - 1);
 }
@@ -370,7 +399,11 @@ void GradientStep<T>::BackwardWavefront() {
         thread_local BackwardTaskInputs<T> in;  // reused: fresh large buffers cost page faults
         thread_local BackwardTaskOutputs<T> out;
         GatherInputs(task, in);
-        RunBackwardTask(blocks_[in.layer], cfg_, in, out);
+        if (backend_) {
+          RunBackwardTask(*device_blocks_[in.layer], cfg_, in, out);
+        } else {
+          RunBackwardTask(blocks_[in.layer], cfg_, in, out);
+        }
         ApplyResult(task, out);
       });
 }

@@ -7,6 +7,8 @@
 //     ApplyResult(task, out)  // tasks of one layer in the order the dependencies force
 //   Finish();                              // embedding gradient; the result
 // Run() goes through exactly these calls, so both reduce bitwise the same numbers.
+// With options.device other than the CPU (checked by CheckDevice<T> first), the chunk forward,
+// the head and the backward tasks of Run() run on that device's backend.
 #ifndef ADJSH_ENGINE_GRADIENT_STEP_H_
 #define ADJSH_ENGINE_GRADIENT_STEP_H_
 
@@ -20,6 +22,7 @@
 #include "engine/backward_task.h"
 #include "engine/stored_rows.h"
 #include "engine/thread_pool.h"
+#include "kernels/backend.h"
 #include "kernels/cpu/mamba_block.h"
 
 namespace adjsh {
@@ -63,6 +66,7 @@ class GradientStep {
   void ForwardWavefront();
   void ForwardTwoPass();
   double Head();
+  double DeviceHead();
   void BackwardWavefront();
   void BackwardLayered();
   void EmbeddingGrad(const T* du1);
@@ -74,6 +78,9 @@ class GradientStep {
   std::unique_ptr<ThreadPool> pool_;
   const int64_t T_, C_, nC_, D_, K_, DiN_, max_ahead_;
   std::vector<cpu::MambaBlockCpu<T>> blocks_;
+  // On a device other than the CPU (options.device): its backend and the layers' blocks there.
+  std::unique_ptr<Backend<T>> backend_;
+  std::vector<std::unique_ptr<BlockBackend<T>>> device_blocks_;
   std::vector<StoredRows<T>> layer_in_;   // K x (T, D): u^k
   std::vector<StoredRows<T>> states_;     // K x (chunks, Di, N): h before each chunk
   // (T, D): u^{K+1}, then dL/du^{K+1}; the wavefront backward replaces chunk c's dL/du^{k+1}

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <optional>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -30,7 +31,17 @@ TaskRunner::TaskRunner(const WorkerOptions& opt, v1::TaskService::Stub& stub, Sh
       state_(state),
       io_(opt, stub, state),
       cache_(max_cached_jobs),
-      progress_start_(Clock::now()) {}
+      progress_start_(Clock::now()) {
+  if (!opt.device.is_cpu()) {
+    absl::StatusOr<std::unique_ptr<Backend<float>>> backend = MakeBackend<float>(opt.device);
+    if (backend.ok()) {
+      backend_ = *std::move(backend);
+    } else {  // the worker command checks the device first; f32 tasks are then skipped
+      state_.Log(0, absl::StrCat("device ", opt.device.ToString(), ": ",
+                                 backend.status().message()));
+    }
+  }
+}
 
 void TaskRunner::Handle(const v1::Task& task) {
   auto held = std::make_shared<TaskState>();
@@ -57,6 +68,9 @@ void TaskRunner::Handle(const v1::Task& task) {
                       task.ahead(), task.window(), what));
   } else if (task.dtype() == v1::F32) {
     outcome = Run<float>(task, *held);
+  } else if (task.dtype() == v1::F64 && !opt_.device.is_cpu()) {
+    state_.Log(0, absl::StrCat("f64 is not supported on ", opt_.device.ToString(), " (", what,
+                               "): skipped"));
   } else if (task.dtype() == v1::F64) {
     outcome = Run<double>(task, *held);
   } else {
@@ -142,7 +156,19 @@ TaskRunner::Outcome TaskRunner::Run(const v1::Task& task, const TaskState& held)
   // Compute (the block holds references to cfg and *params, both alive until the end here).
   const Clock::time_point started = Clock::now();
   BackwardTaskOutputs<T>& out = std::get<BackwardTaskOutputs<T>>(out_);
-  {
+  if constexpr (std::is_same_v<T, float>) {
+    if (!opt_.device.is_cpu()) {
+      if (!backend_) return skip(absl::StrCat(opt_.device.ToString(), " is not usable"));
+      if (absl::Status st = backend_->CheckConfig(cfg); !st.ok()) return skip(st.message());
+      if (device_params_ != params || device_block_ == nullptr) {
+        device_block_ = backend_->MakeBlock(cfg, *params);
+        device_params_ = params;
+        device_config_ = config;
+      }
+      RunBackwardTask(*device_block_, cfg, in, out);
+    }
+  }
+  if (opt_.device.is_cpu()) {
     const cpu::MambaBlockCpu<T> block(cfg, *params);
     RunBackwardTask(block, cfg, in, out);
   }

@@ -41,6 +41,12 @@ class TaskRunner {
   SharedState& state_;
   TaskIo io_;
   ParamCache cache_;
+  // With a device other than the CPU: its backend, and the last task's layer block there (kept
+  // while consecutive tasks share the layer's parameters, so they are uploaded once).
+  std::unique_ptr<Backend<float>> backend_;
+  std::shared_ptr<const LayerParams<float>> device_params_;
+  std::shared_ptr<const MambaConfig> device_config_;
+  std::unique_ptr<BlockBackend<float>> device_block_;
   // Reused across tasks (capacity kept).
   std::tuple<BackwardTaskOutputs<float>, BackwardTaskOutputs<double>> out_;
   Clock::time_point progress_start_;

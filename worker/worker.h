@@ -50,6 +50,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "kernels/backend.h"
 #include "proto/adjsh.grpc.pb.h"
 
 namespace adjsh::worker {
@@ -68,6 +69,7 @@ struct WorkerOptions {
   std::chrono::milliseconds backoff_min{100}, backoff_max{2000};
   std::chrono::milliseconds stop_grace{5000};  // for pushing a finished result after stop
   WorkerMetrics* metrics = nullptr;  // optional (worker/metrics.h); must outlive the Worker
+  Device device;  // where tasks are computed (kernels/backend.h); f64 tasks only on the CPU
 };
 
 // Counters, readable at any time (for tests and logs).

@@ -1,0 +1,26 @@
+// `--device cpu|cuda:N`, shared by grad, train, coordinator and worker, and the parsing of
+// `--storage full|bf16` (grad, train and worker add that flag with their own meaning).
+#ifndef ADJSH_CLI_DEVICE_FLAGS_H_
+#define ADJSH_CLI_DEVICE_FLAGS_H_
+
+#include "absl/status/statusor.h"
+#include "cli/args.h"
+#include "engine/adjoint_engine.h"
+#include "kernels/backend.h"
+
+namespace adjsh::cli {
+
+void AddDeviceFlags(ArgParser& a, const std::string& what);
+
+// The parsed device: INVALID_ARGUMENT for a malformed value (bad usage, exit 2).
+absl::StatusOr<Device> DeviceFromFlags(const ArgParser& a);
+// The parsed --storage: INVALID_ARGUMENT naming the flag (bad usage, exit 2).
+absl::StatusOr<Storage> StorageFromFlags(const ArgParser& a);
+
+// Whether this process can compute on `device` (f32): UNIMPLEMENTED or FAILED_PRECONDITION
+// naming what is missing (no CUDA in this build, no GPU, ordinal out of range; exit 1).
+absl::Status CheckDeviceUsable(const Device& device);
+
+}  // namespace adjsh::cli
+
+#endif  // ADJSH_CLI_DEVICE_FLAGS_H_

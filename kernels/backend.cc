@@ -1,0 +1,161 @@
+// Device parsing, the CPU backend (a thin wrapper of kernels/cpu, so results are bitwise those
+// of the CPU kernels called directly), and the backend factory.
+#include "kernels/backend.h"
+
+#include <algorithm>
+#include <charconv>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cpu/blas.h"
+#ifdef ADJSH_HAVE_CUDA
+#include "kernels/cuda/cuda_backend.h"
+#endif
+
+namespace adjsh {
+
+std::string Device::ToString() const {
+  std::string s = is_cpu() ? "cpu" : absl::StrCat("cuda:", index);
+  if (bf16_storage) s += " (bf16 storage)";
+  return s;
+}
+
+absl::StatusOr<Device> ParseDevice(std::string_view text) {
+  Device d;
+  if (text == "cpu") return d;
+  d.kind = Device::Kind::kCuda;
+  if (text == "cuda") return d;
+  if (text.substr(0, 5) == "cuda:" && text.size() > 5 && text.size() <= 9) {
+    const std::string_view num = text.substr(5);
+    int index = -1;
+    const auto [end, ec] = std::from_chars(num.data(), num.data() + num.size(), index);
+    if (ec == std::errc() && end == num.data() + num.size() && index >= 0 && index < 1024 &&
+        (num.size() == 1 || num[0] != '0')) {
+      d.index = index;
+      return d;
+    }
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "device must be cpu, cuda or cuda:N (N a GPU ordinal), got '", std::string(text), "'"));
+}
+
+
+std::string_view OpName(Op op) {
+  switch (op) {
+    case Op::kForward: return "the chunk forward";
+    case Op::kLocalSummary: return "the two-pass forward summary";
+    case Op::kAdjointSummary: return "the two-pass adjoint summary";
+    case Op::kBackwardExact: return "the exact chunk backward";
+    case Op::kBackwardTruncated: return "the truncated-window backward";
+    case Op::kHead: return "the LM head";
+  }
+  return "an unknown operation";
+}
+
+template <typename T>
+absl::Status Backend<T>::Require(Op op) const {
+  if (Supports(op)) return absl::OkStatus();
+  return absl::UnimplementedError(
+      absl::StrCat(std::string(OpName(op)), " is not supported on ", device().ToString()));
+}
+
+namespace {
+
+template <typename T>
+class CpuBlock final : public BlockBackend<T> {
+ public:
+  CpuBlock(const MambaConfig& config, const LayerParams<T>& params) : block_(config, params) {}
+  void Forward(const T* u, cpu::ChunkRows rows, const T* h0, T* u_next, T* h_end) override {
+    block_.Forward(u, rows, h0, u_next, h_end);
+  }
+  void LocalSummary(const T* u, cpu::ChunkRows rows, T* h_local, T* S) override {
+    block_.LocalSummary(u, rows, h_local, S);
+  }
+  void AdjointSummary(const T* u, cpu::ChunkRows rows, const T* g, T* m, T* S) override {
+    block_.AdjointSummary(u, rows, g, m, S);
+  }
+  void Backward(const T* u, cpu::ChunkRows rows, const T* g, const T* h0, const T* mu,
+                int64_t window, LayerParams<T>& grad, T* du, T* du_halo, T* mu_out) override {
+    block_.Backward(u, rows, g, h0, mu, window, grad, du, du_halo, mu_out);
+  }
+
+ private:
+  const cpu::MambaBlockCpu<T> block_;
+};
+
+template <typename T>
+class CpuBackend final : public Backend<T> {
+ public:
+  const Device& device() const override { return device_; }
+  bool Supports(Op) const override { return true; }
+  std::unique_ptr<BlockBackend<T>> MakeBlock(const MambaConfig& config,
+                                             const LayerParams<T>& params) override {
+    return std::make_unique<CpuBlock<T>>(config, params);
+  }
+  // Blocks of kRows rows, applied in row order: the engine's head does the same sums in the
+  // same order.
+  double HeadForwardBackward(const cpu::LmHeadArgs<T>& args, T* du, T* dE, T* dw_f) override {
+    constexpr int64_t kRows = 64;
+    const int64_t D = args.D, V = args.V;
+    std::vector<T> dlogits(kRows * V), nf(kRows * D), dw(D);
+    double loss = 0;
+    for (int64_t r0 = 0; r0 < args.M; r0 += kRows) {
+      cpu::LmHeadArgs<T> block = args;
+      block.M = std::min(kRows, args.M - r0);
+      block.u = args.u + r0 * D;
+      block.targets = args.targets + r0;
+      std::fill(dw.begin(), dw.end(), T(0));
+      loss += cpu::LmHeadForwardBackward<T>(block, du + r0 * D, dlogits.data(), nf.data(),
+                                            dw.data());
+      cpu::Gemm<T>(cpu::Trans::kYes, cpu::Trans::kNo, V, D, block.M, 1, dlogits.data(), V,
+                   nf.data(), D, 1, dE, D);
+      for (int64_t d = 0; d < D; ++d) dw_f[d] += dw[d];
+    }
+    return loss;
+  }
+
+ private:
+  Device device_;
+};
+
+}  // namespace
+
+bool CudaBuilt() {
+#ifdef ADJSH_HAVE_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+template <typename T>
+absl::StatusOr<std::unique_ptr<Backend<T>>> MakeBackend(const Device& device) {
+  if (device.is_cpu()) {
+    if (device.bf16_storage) {
+      return absl::UnimplementedError("bf16 storage is not supported on cpu (CUDA devices only)");
+    }
+    return std::unique_ptr<Backend<T>>(std::make_unique<CpuBackend<T>>());
+  }
+  if (!CudaBuilt()) {
+    return absl::UnimplementedError(absl::StrCat(
+        device.ToString(), " requested, but this adjsh was built without CUDA (nvcc was not "
+        "found, or -DADJSH_CUDA=OFF)"));
+  }
+  if constexpr (std::is_same_v<T, double>) {
+    return absl::UnimplementedError(
+        absl::StrCat("f64 is not supported on ", device.ToString(), " (use --device cpu)"));
+  } else {
+#ifdef ADJSH_HAVE_CUDA
+    return cuda::MakeCudaBackend(device);
+#else
+    return absl::InternalError("unreachable");
+#endif
+  }
+}
+
+template class Backend<float>;
+template class Backend<double>;
+template absl::StatusOr<std::unique_ptr<Backend<float>>> MakeBackend<float>(const Device&);
+template absl::StatusOr<std::unique_ptr<Backend<double>>> MakeBackend<double>(const Device&);
+
+}  // namespace adjsh

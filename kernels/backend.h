@@ -1,0 +1,96 @@
+// Where a process computes: the device (`--device cpu|cuda:N`) and, per device, a backend that
+// runs one layer's block over one chunk (the unit of work of adjoint sharding) and the LM head.
+// The CPU backend wraps kernels/cpu; the CUDA backend (kernels/cuda, built when nvcc is found)
+// runs the same interface on one GPU. An operation a backend cannot do is refused up front with
+// UNIMPLEMENTED naming the operation and the device (Require), never attempted.
+#ifndef ADJSH_KERNELS_BACKEND_H_
+#define ADJSH_KERNELS_BACKEND_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/config.h"
+#include "common/model.h"
+#include "kernels/cpu/lm_head.h"
+#include "kernels/cpu/mamba_block.h"
+
+namespace adjsh {
+
+struct Device {
+  enum class Kind { kCpu, kCuda };
+  Kind kind = Kind::kCpu;
+  int index = 0;  // the GPU ordinal for kCuda
+  // Activations and weights held in bf16 on the device, every sum in f32 (CUDA only; set from
+  // --storage bf16, which on the CPU stores the engine's layer inputs instead: GradOptions).
+  bool bf16_storage = false;
+
+  bool is_cpu() const { return kind == Kind::kCpu; }
+  std::string ToString() const;  // "cpu", "cuda:0", "cuda:0 (bf16 storage)"
+};
+
+// "cpu", "cuda" (= cuda:0) or "cuda:N" with 0 <= N < 1024. INVALID_ARGUMENT otherwise.
+absl::StatusOr<Device> ParseDevice(std::string_view text);
+
+enum class Op {
+  kForward,             // chunk forward from h0 (the wavefront schedule)
+  kLocalSummary,        // two-pass forward, pass one
+  kAdjointSummary,      // two-pass backward, pass one
+  kBackwardExact,       // chunk VJPs with the exact adjoint mu
+  kBackwardTruncated,   // chunk VJPs with a truncated window (lookahead rows)
+  kHead,                // final norm, tied LM head, cross-entropy and their backward
+};
+std::string_view OpName(Op op);
+
+// One layer's block on one device. Same contracts as cpu::MambaBlockCpu (kernels/cpu/
+// mamba_block.h); every pointer is host memory. Calls need not come from one thread.
+template <typename T>
+class BlockBackend {
+ public:
+  virtual ~BlockBackend() = default;
+  virtual void Forward(const T* u, cpu::ChunkRows rows, const T* h0, T* u_next, T* h_end) = 0;
+  virtual void LocalSummary(const T* u, cpu::ChunkRows rows, T* h_local, T* S) = 0;
+  virtual void AdjointSummary(const T* u, cpu::ChunkRows rows, const T* g, T* m, T* S) = 0;
+  // grad is accumulated; du (len, D) and du_halo (halo, D) written; mu_out (Di, N) written if
+  // non-null (exact only).
+  virtual void Backward(const T* u, cpu::ChunkRows rows, const T* g, const T* h0, const T* mu,
+                        int64_t window, LayerParams<T>& grad, T* du, T* du_halo,
+                        T* mu_out) = 0;
+};
+
+template <typename T>
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual const Device& device() const = 0;
+  virtual bool Supports(Op op) const = 0;
+  // OK, or UNIMPLEMENTED: "<op> is not supported on <device>".
+  absl::Status Require(Op op) const;
+  // OK, or UNIMPLEMENTED when the model's shape is outside what the backend handles.
+  virtual absl::Status CheckConfig(const MambaConfig&) const { return absl::OkStatus(); }
+
+  // The block of one layer; config and params must outlive it (a device copy may be taken).
+  virtual std::unique_ptr<BlockBackend<T>> MakeBlock(const MambaConfig& config,
+                                                     const LayerParams<T>& params) = 0;
+
+  // The head over args.M rows (any M: the backend blocks rows and vocabulary itself, never
+  // holding M x V logits): returns the rows' loss sum (as cpu::LmHeadForwardBackward); du (M, D)
+  // written; dE (V, D) and dw_f (D) accumulated.
+  virtual double HeadForwardBackward(const cpu::LmHeadArgs<T>& args, T* du, T* dE, T* dw_f) = 0;
+};
+
+// The backend of `device` for compute type T (float or double). UNIMPLEMENTED for f64 on CUDA,
+// bf16 storage on the CPU, or CUDA in a build without it; FAILED_PRECONDITION when the GPU is
+// absent (no device, or the ordinal out of range).
+template <typename T>
+absl::StatusOr<std::unique_ptr<Backend<T>>> MakeBackend(const Device& device);
+
+// Whether this build has the CUDA backend.
+bool CudaBuilt();
+
+}  // namespace adjsh
+
+#endif  // ADJSH_KERNELS_BACKEND_H_

@@ -1,0 +1,108 @@
+#include "kernels/cuda/context.h"
+
+#include "kernels/cuda/gemm_mapping.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <vector>
+
+namespace adjsh::cuda {
+
+void CheckCuda(cudaError_t err, const char* expr, const char* file, int line) {
+  if (err == cudaSuccess) return;
+  std::fprintf(stderr, "%s:%d: CUDA error in %s: %s\n", file, line, expr, cudaGetErrorString(err));
+  std::abort();
+}
+
+void CheckCublas(cublasStatus_t st, const char* expr, const char* file, int line) {
+  if (st == CUBLAS_STATUS_SUCCESS) return;
+  std::fprintf(stderr, "%s:%d: cuBLAS error in %s: %s\n", file, line, expr,
+               cublasGetStatusString(st));
+  std::abort();
+}
+
+namespace {
+constexpr size_t kBlasWorkspace = size_t{32} << 20;  // cuBLAS's recommended size on Hopper
+}  // namespace
+
+Context& Context::Get(int device) {
+  static std::mutex registry_mu;
+  static std::vector<std::unique_ptr<Context>> registry;
+  std::lock_guard<std::mutex> lock(registry_mu);
+  if (registry.size() <= static_cast<size_t>(device)) registry.resize(device + 1);
+  if (!registry[device]) registry[device].reset(new Context(device));
+  return *registry[device];
+}
+
+Context::Context(int device) : device_(device) {
+  ADJSH_CUDA_CHECK(cudaSetDevice(device));
+  ADJSH_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  ADJSH_CUBLAS_CHECK(cublasCreate(&blas_));
+  ADJSH_CUBLAS_CHECK(cublasSetStream(blas_, stream_));
+  ADJSH_CUBLAS_CHECK(cublasSetMathMode(blas_, CUBLAS_DEFAULT_MATH));  // no TF32
+  ADJSH_CUDA_CHECK(cudaMalloc(&blas_ws_, kBlasWorkspace));
+  ADJSH_CUBLAS_CHECK(cublasSetWorkspace(blas_, blas_ws_, kBlasWorkspace));
+  Count(static_cast<int64_t>(kBlasWorkspace));
+}
+
+void Context::Count(int64_t delta) {
+  held_ += delta;
+  if (held_ > peak_) peak_ = held_;
+}
+
+char* Context::Workspace(size_t bytes) {
+  if (bytes <= ws_bytes_) return ws_;
+  ADJSH_CUDA_CHECK(cudaSetDevice(device_));
+  ADJSH_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  if (ws_) ADJSH_CUDA_CHECK(cudaFree(ws_));
+  Count(-static_cast<int64_t>(ws_bytes_));
+  const size_t grown = bytes + bytes / 8;  // headroom for slightly larger chunks
+  ADJSH_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&ws_), grown));
+  ws_bytes_ = grown;
+  Count(static_cast<int64_t>(grown));
+  return ws_;
+}
+
+void* Context::Alloc(size_t bytes) {
+  ADJSH_CUDA_CHECK(cudaSetDevice(device_));
+  void* p = nullptr;
+  ADJSH_CUDA_CHECK(cudaMalloc(&p, bytes == 0 ? 1 : bytes));
+  Count(static_cast<int64_t>(bytes));
+  return p;
+}
+
+void Context::Free(void* p, size_t bytes) {
+  ADJSH_CUDA_CHECK(cudaSetDevice(device_));
+  ADJSH_CUDA_CHECK(cudaFree(p));
+  Count(-static_cast<int64_t>(bytes));
+}
+
+void Context::Upload(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  ADJSH_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
+}
+
+void Context::Download(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  ADJSH_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+}
+
+void Context::Sync() { ADJSH_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+void Gemm(Context& ctx, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+          const void* a, cudaDataType_t a_type, int64_t lda, const void* b, cudaDataType_t b_type,
+          int64_t ldb, float beta, void* c, cudaDataType_t c_type, int64_t ldc) {
+  auto col = [&](cublasOperation_t op_a, cublasOperation_t op_b, int64_t cm, int64_t cn,
+                 int64_t ck, const float* al, const void* ca, cudaDataType_t cat, int64_t clda,
+                 const void* cb, cudaDataType_t cbt, int64_t cldb, const float* be, void* cc,
+                 cudaDataType_t cct, int64_t cldc) {
+    ADJSH_CUBLAS_CHECK(cublasGemmEx_64(ctx.blas(), op_a, op_b, cm, cn, ck, al, ca, cat, clda, cb,
+                                       cbt, cldb, be, cc, cct, cldc, CUBLAS_COMPUTE_32F,
+                                       CUBLAS_GEMM_DEFAULT));
+  };
+  RowMajorGemm(col, trans_a, trans_b, m, n, k, alpha, a, a_type, lda, b, b_type, ldb, beta, c,
+               c_type, ldc);
+}
+
+}  // namespace adjsh::cuda

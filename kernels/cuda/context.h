@@ -1,0 +1,110 @@
+// Per-device CUDA state shared by every block and head of the process: one stream, one cuBLAS
+// handle with a fixed workspace (cuBLAS is bitwise reproducible run to run on one stream with a
+// fixed workspace), a growable scratch workspace carved per call, and byte counts for the memory
+// report. Calls on a device are serialised by its mutex: a call uploads its inputs, runs its
+// kernels on the stream and downloads its outputs, so the workspace is free again when it ends.
+#ifndef ADJSH_KERNELS_CUDA_CONTEXT_H_
+#define ADJSH_KERNELS_CUDA_CONTEXT_H_
+
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+
+// Errors of the CUDA runtime or cuBLAS after the device was validated are device faults or
+// programming errors: report where and abort (a silently wrong gradient is worse than a crash).
+#define ADJSH_CUDA_CHECK(expr) ::adjsh::cuda::CheckCuda((expr), #expr, __FILE__, __LINE__)
+#define ADJSH_CUBLAS_CHECK(expr) ::adjsh::cuda::CheckCublas((expr), #expr, __FILE__, __LINE__)
+
+namespace adjsh::cuda {
+
+void CheckCuda(cudaError_t err, const char* expr, const char* file, int line);
+void CheckCublas(cublasStatus_t st, const char* expr, const char* file, int line);
+
+using bf16 = __nv_bfloat16;
+
+template <typename S>
+constexpr cudaDataType_t DataType();
+template <>
+constexpr cudaDataType_t DataType<float>() { return CUDA_R_32F; }
+template <>
+constexpr cudaDataType_t DataType<bf16>() { return CUDA_R_16BF; }
+
+class Context {
+ public:
+  // The context of GPU `device` (created on first use, kept for the process's life).
+  static Context& Get(int device);
+
+  std::mutex& mutex() { return mu_; }
+  cudaStream_t stream() const { return stream_; }
+  cublasHandle_t blas() const { return blas_; }
+  int device() const { return device_; }
+
+  // At least `bytes` of scratch, valid until the next call (growth synchronises the stream).
+  char* Workspace(size_t bytes);
+
+  // Device memory outside the workspace (layer parameters), counted in the report.
+  void* Alloc(size_t bytes);
+  void Free(void* p, size_t bytes);
+
+  void Upload(void* dst, const void* src, size_t bytes);
+  void Download(void* dst, const void* src, size_t bytes);
+  void Sync();
+
+  // Bytes held now (parameters + workspace + cuBLAS workspace) and the most ever held.
+  int64_t held_bytes() const { return held_; }
+  int64_t peak_bytes() const { return peak_; }
+  void ResetPeak() { peak_ = held_; }
+
+ private:
+  explicit Context(int device);
+  void Count(int64_t delta);
+
+  int device_;
+  std::mutex mu_;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t blas_ = nullptr;
+  void* blas_ws_ = nullptr;
+  char* ws_ = nullptr;
+  size_t ws_bytes_ = 0;
+  int64_t held_ = 0, peak_ = 0;
+};
+
+// Lays buffers out in one workspace: run a layout once on a sizing carver (base nullptr), take
+// Workspace(used()), then run it again on a carver over that base.
+class Carver {
+ public:
+  explicit Carver(char* base) : base_(base) {}
+  template <typename X>
+  X* Take(int64_t n) {
+    const size_t off = used_;
+    used_ += (static_cast<size_t>(n) * sizeof(X) + 255) / 256 * 256;
+    return base_ ? reinterpret_cast<X*>(base_ + off) : nullptr;
+  }
+  size_t used() const { return used_; }
+
+ private:
+  char* base_;
+  size_t used_ = 0;
+};
+
+template <typename Layout>
+void CarveWorkspace(Context& ctx, Layout&& layout) {
+  Carver sizing(nullptr);
+  layout(sizing);
+  Carver real(ctx.Workspace(sizing.used()));
+  layout(real);
+}
+
+// Row-major C (m, n) = alpha op(A) op(B) + beta C with op(A) (m, k), op(B) (k, n); leading
+// dimensions are row strides; f32 accumulation whatever the storage types (no TF32).
+void Gemm(Context& ctx, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+          const void* a, cudaDataType_t a_type, int64_t lda, const void* b, cudaDataType_t b_type,
+          int64_t ldb, float beta, void* c, cudaDataType_t c_type, int64_t ldc);
+
+}  // namespace adjsh::cuda
+
+#endif  // ADJSH_KERNELS_CUDA_CONTEXT_H_

@@ -1,0 +1,100 @@
+#include "kernels/cuda/cuda_backend.h"
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "common/check.h"
+#include "kernels/cuda/device_block.h"
+
+namespace adjsh::cuda {
+namespace {
+
+template <typename P, typename Q>
+LayerTensors<P> View(Q& p) {
+  LayerTensors<P> t;
+  t.norm = p.norm.data(), t.in_proj = p.in_proj.data(), t.conv_w = p.conv_w.data();
+  t.conv_b = p.conv_b.data(), t.x_proj = p.x_proj.data(), t.dt_w = p.dt_w.data();
+  t.dt_b = p.dt_b.data(), t.A_log = p.A_log.data(), t.Dskip = p.Dskip.data();
+  t.out_proj = p.out_proj.data();
+  return t;
+}
+
+class CudaBlock final : public BlockBackend<float> {
+ public:
+  CudaBlock(const Device& device, const MambaConfig& c, const LayerParams<float>& p)
+      : block_(device.index, device.bf16_storage,
+               BlockShape{c.hidden_size, c.inner(), c.state_size, c.time_step_rank,
+                          c.conv_kernel, static_cast<float>(c.layer_norm_epsilon)},
+               View<const float>(p)) {}
+
+  void Forward(const float* u, cpu::ChunkRows rows, const float* h0, float* u_next,
+               float* h_end) override {
+    ADJSH_CHECK(rows.ahead == 0, "the chunk forward has no lookahead rows");
+    block_.Forward(u, rows.halo, rows.len, h0, u_next, h_end);
+  }
+  void LocalSummary(const float*, cpu::ChunkRows, float*, float*) override {
+    ADJSH_CHECK(false, "two-pass summaries are not supported on CUDA (Require refuses them)");
+  }
+  void AdjointSummary(const float*, cpu::ChunkRows, const float*, float*, float*) override {
+    ADJSH_CHECK(false, "two-pass summaries are not supported on CUDA (Require refuses them)");
+  }
+  void Backward(const float* u, cpu::ChunkRows rows, const float* g, const float* h0,
+                const float* mu, int64_t window, LayerParams<float>& grad, float* du,
+                float* du_halo, float* mu_out) override {
+    ADJSH_CHECK(window == 0 && rows.ahead == 0,
+                "the truncated window is not supported on CUDA (Require refuses it)");
+    block_.Backward(u, rows.halo, rows.len, g, h0, mu, View<float>(grad), du, du_halo, mu_out);
+  }
+
+ private:
+  DeviceBlock block_;
+};
+
+class CudaBackend final : public Backend<float> {
+ public:
+  explicit CudaBackend(const Device& device) : device_(device) {}
+  const Device& device() const override { return device_; }
+  bool Supports(Op op) const override {
+    return op == Op::kForward || op == Op::kBackwardExact || op == Op::kHead;
+  }
+  absl::Status CheckConfig(const MambaConfig& config) const override {
+    if (config.state_size > kMaxStateSize) {
+      return absl::UnimplementedError(absl::StrCat("state_size ", config.state_size, " > ",
+                                                   kMaxStateSize, " is not supported on ",
+                                                   device_.ToString()));
+    }
+    return absl::OkStatus();
+  }
+  std::unique_ptr<BlockBackend<float>> MakeBlock(const MambaConfig& config,
+                                                 const LayerParams<float>& params) override {
+    return std::make_unique<CudaBlock>(device_, config, params);
+  }
+  double HeadForwardBackward(const cpu::LmHeadArgs<float>& a, float* du, float* dE,
+                             float* dw_f) override {
+    return DeviceHead(device_.index, device_.bf16_storage, a.M, a.D, a.V,
+                      static_cast<float>(a.eps), a.E, a.w_f, a.u, a.targets, a.scale, du, dE,
+                      dw_f);
+  }
+
+ private:
+  Device device_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Backend<float>>> MakeCudaBackend(const Device& device) {
+  std::string error;
+  const int count = DeviceCount(&error);
+  if (count == 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(device.ToString(), " requested, but no CUDA device is usable here (", error,
+                     ")"));
+  }
+  if (device.index >= count) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        device.ToString(), " requested, but this machine has ", count, " CUDA device(s)"));
+  }
+  return std::unique_ptr<Backend<float>>(std::make_unique<CudaBackend>(device));
+}
+
+}  // namespace adjsh::cuda

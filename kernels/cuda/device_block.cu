@@ -1,0 +1,295 @@
+// DeviceBlock: one layer's chunk forward and exact backward on the GPU. Projections are cuBLAS
+// GEMMs (f32 accumulation); the scan with everything token-local around it is fused
+// (scan.h); the conv and the norm are ops.h. A call's buffers are carved from the device
+// workspace, sized by the chunk (halo + len rows), never by the sequence.
+#include <cmath>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+#include "kernels/cuda/context.h"
+#include "kernels/cuda/device_block.h"
+#include "kernels/cuda/ops.h"
+#include "kernels/cuda/scan.h"
+
+namespace adjsh::cuda {
+namespace {
+
+// The layer's tensors in LayerTensors order with their element counts.
+template <typename P>
+std::vector<P*> Members(const LayerTensors<P>& t) {
+  return {t.norm, t.in_proj, t.conv_w, t.conv_b, t.x_proj,
+          t.dt_w, t.dt_b,    t.A_log,  t.Dskip,  t.out_proj};
+}
+std::vector<int64_t> Sizes(const BlockShape& s) {
+  const int64_t E = s.R + 2 * s.N;
+  return {s.D, 2 * s.Di * s.D, s.Di * s.W, s.Di, E * s.Di, s.Di * s.R, s.Di, s.Di * s.N,
+          s.Di, s.D * s.Di};
+}
+
+
+}  // namespace
+
+// A layer's weights on the device.
+struct Weights {
+  // f32 on the device: norm, conv_w, conv_b, dt_b, A = -exp(A_log), Dskip.
+  float *norm, *conv_w, *conv_b, *dt_b, *A, *Dskip;
+  // In storage type S: the GEMM operands.
+  void *in_proj, *x_proj, *dt_w, *out_proj;
+};
+
+struct DeviceBlock::Impl {
+  Context& ctx;
+  bool bf16;
+  BlockShape s;
+  Weights w{};
+  void* mem = nullptr;
+  size_t mem_bytes = 0;
+
+  Impl(int device, bool bf16_storage, const BlockShape& shape) :
+      ctx(Context::Get(device)), bf16(bf16_storage), s(shape) {}
+
+  template <typename S>
+  void Forward(const float* u, int64_t halo, int64_t len, const float* h0, float* u_next,
+               float* h_end);
+  template <typename S>
+  void Backward(const float* u, int64_t halo, int64_t len, const float* g, const float* h0,
+                const float* mu, const LayerTensors<float>& grad, float* du, float* du_halo,
+                float* mu_out);
+};
+
+DeviceBlock::DeviceBlock(int device, bool bf16_storage, const BlockShape& shape,
+                         const LayerTensors<const float>& src)
+    : impl_(std::make_unique<Impl>(device, bf16_storage, shape)) {
+  Impl& m = *impl_;
+  const int64_t D = shape.D, Di = shape.Di, N = shape.N, E = shape.R + 2 * shape.N;
+  std::vector<float> A(Di * N);
+  for (int64_t k = 0; k < Di * N; ++k) A[k] = -std::exp(src.A_log[k]);
+  // norm, conv_w, conv_b, dt_b, A, Dskip in f32; in_proj, x_proj, dt_w, out_proj in S.
+  struct Piece {
+    const float* data;
+    int64_t count;
+    bool gemm;
+  };
+  const Piece pieces[10] = {{src.norm, D, false},          {src.conv_w, Di * shape.W, false},
+                            {src.conv_b, Di, false},       {src.dt_b, Di, false},
+                            {A.data(), Di * N, false},     {src.Dskip, Di, false},
+                            {src.in_proj, 2 * Di * D, true}, {src.x_proj, E * Di, true},
+                            {src.dt_w, Di * shape.R, true}, {src.out_proj, D * Di, true}};
+  const size_t gemm_size = bf16_storage ? sizeof(bf16) : sizeof(float);
+  size_t offsets[10], total = 0;
+  for (int q = 0; q < 10; ++q) {
+    offsets[q] = total;
+    const size_t bytes = static_cast<size_t>(pieces[q].count) *
+                         (pieces[q].gemm ? gemm_size : sizeof(float));
+    total += (bytes + 255) / 256 * 256;
+  }
+  // One host staging buffer laid out like the device allocation.
+  std::vector<char> host(total);
+  for (int q = 0; q < 10; ++q) {
+    char* dst = host.data() + offsets[q];
+    if (pieces[q].gemm && bf16_storage) {
+      for (int64_t k = 0; k < pieces[q].count; ++k) {
+        const bf16 v = __float2bfloat16_rn(pieces[q].data[k]);
+        std::memcpy(dst + k * sizeof(bf16), &v, sizeof(bf16));
+      }
+    } else {
+      std::memcpy(dst, pieces[q].data, pieces[q].count * sizeof(float));
+    }
+  }
+  std::lock_guard<std::mutex> lock(m.ctx.mutex());
+  m.mem_bytes = total;
+  m.mem = m.ctx.Alloc(total);
+  m.ctx.Upload(m.mem, host.data(), total);
+  m.ctx.Sync();
+  char* base = static_cast<char*>(m.mem);
+  auto f = [&](int q) { return reinterpret_cast<float*>(base + offsets[q]); };
+  m.w = {f(0), f(1), f(2), f(3), f(4), f(5),
+         base + offsets[6], base + offsets[7], base + offsets[8], base + offsets[9]};
+}
+
+DeviceBlock::~DeviceBlock() {
+  std::lock_guard<std::mutex> lock(impl_->ctx.mutex());
+  impl_->ctx.Sync();
+  impl_->ctx.Free(impl_->mem, impl_->mem_bytes);
+}
+
+void DeviceBlock::Forward(const float* u, int64_t halo, int64_t len, const float* h0,
+                          float* u_next, float* h_end) {
+  if (impl_->bf16) return impl_->Forward<bf16>(u, halo, len, h0, u_next, h_end);
+  impl_->Forward<float>(u, halo, len, h0, u_next, h_end);
+}
+
+void DeviceBlock::Backward(const float* u, int64_t halo, int64_t len, const float* g,
+                           const float* h0, const float* mu, const LayerTensors<float>& grad,
+                           float* du, float* du_halo, float* mu_out) {
+  if (impl_->bf16) {
+    return impl_->Backward<bf16>(u, halo, len, g, h0, mu, grad, du, du_halo, mu_out);
+  }
+  impl_->Backward<float>(u, halo, len, g, h0, mu, grad, du, du_halo, mu_out);
+}
+
+// The activations both directions recompute from u: n, r, xz, (cpre), xc, dbc, dtpre.
+template <typename S>
+struct Acts {
+  float* u;
+  S *n, *xz, *cpre, *xc, *dbc, *dtpre;
+  float* r;
+  void Take(Carver& c, const BlockShape& s, int64_t P, int64_t M, bool keep_cpre) {
+    u = c.Take<float>(P * s.D);
+    n = c.Take<S>(P * s.D);
+    r = c.Take<float>(P);
+    xz = c.Take<S>(P * 2 * s.Di);
+    cpre = keep_cpre ? c.Take<S>(M * s.Di) : nullptr;
+    xc = c.Take<S>(M * s.Di);
+    dbc = c.Take<S>(M * (s.R + 2 * s.N));
+    dtpre = c.Take<S>(M * s.Di);
+  }
+};
+
+template <typename S>
+static void Recompute(Context& ctx, const BlockShape& s, const Weights& w, int64_t halo,
+                      int64_t M, Acts<S>& a) {
+  const int64_t P = halo + M, D = s.D, Di = s.Di, E = s.R + 2 * s.N;
+  const cudaDataType_t st = DataType<S>();
+  RmsNormForward<S>(ctx.stream(), a.u, P, D, w.norm, s.eps, a.n, a.r);
+  Gemm(ctx, false, true, P, 2 * Di, D, 1, a.n, st, D, w.in_proj, st, D, 0, a.xz, st, 2 * Di);
+  ConvSiluForward<S>(ctx.stream(), a.xz, halo, M, Di, s.W, w.conv_w, w.conv_b, a.cpre, a.xc);
+  Gemm(ctx, false, true, M, E, Di, 1, a.xc, st, Di, w.x_proj, st, Di, 0, a.dbc, st, E);
+  Gemm(ctx, false, true, M, Di, s.R, 1, a.dbc, st, E, w.dt_w, st, s.R, 0, a.dtpre, st, Di);
+}
+
+template <typename S>
+static ScanArgs<S> ScanView(const BlockShape& s, const Weights& w, const Acts<S>& a, int64_t halo,
+                            int64_t len) {
+  ScanArgs<S> sa;
+  sa.len = len, sa.halo = halo, sa.Di = s.Di, sa.N = s.N, sa.R = s.R;
+  sa.dtpre = a.dtpre, sa.dt_b = w.dt_b, sa.xc = a.xc, sa.dbc = a.dbc, sa.xz = a.xz;
+  sa.A = w.A, sa.Dskip = w.Dskip;
+  return sa;
+}
+
+template <typename S>
+void DeviceBlock::Impl::Forward(const float* u, int64_t halo, int64_t len, const float* h0,
+                                float* u_next, float* h_end) {
+  std::lock_guard<std::mutex> lock(ctx.mutex());
+  ADJSH_CUDA_CHECK(cudaSetDevice(ctx.device()));
+  const int64_t P = halo + len, D = s.D, Di = s.Di, DiN = s.Di * s.N;
+  Acts<S> a;
+  S* o = nullptr;
+  float *out = nullptr, *h0_d = nullptr, *hend_d = nullptr, *scratch = nullptr;
+  CarveWorkspace(ctx, [&](Carver& c) {
+    a.Take(c, s, P, len, false);
+    o = c.Take<S>(len * Di);
+    out = c.Take<float>(len * D);
+    h0_d = c.Take<float>(DiN);
+    hend_d = c.Take<float>(DiN);
+    scratch = c.Take<float>(ScanForwardScratch(len, Di, s.N));
+  });
+  ctx.Upload(a.u, u, P * D * sizeof(float));
+  if (h0) ctx.Upload(h0_d, h0, DiN * sizeof(float));
+  Recompute<S>(ctx, s, w, halo, len, a);
+  ScanForward<S>(ctx.stream(), ScanView<S>(s, w, a, halo, len), h0 ? h0_d : nullptr, hend_d, o,
+                 scratch);
+  // u_next = u + o W_out^T (f32 output, f32 residual).
+  ADJSH_CUDA_CHECK(cudaMemcpyAsync(out, a.u + halo * D, len * D * sizeof(float),
+                                   cudaMemcpyDeviceToDevice, ctx.stream()));
+  Gemm(ctx, false, true, len, D, Di, 1, o, DataType<S>(), Di, w.out_proj, DataType<S>(), Di, 1,
+       out, CUDA_R_32F, D);
+  ctx.Download(u_next, out, len * D * sizeof(float));
+  ctx.Download(h_end, hend_d, DiN * sizeof(float));
+  ctx.Sync();
+}
+
+template <typename S>
+void DeviceBlock::Impl::Backward(const float* u, int64_t halo, int64_t len, const float* g,
+                                 const float* h0, const float* mu,
+                                 const LayerTensors<float>& grad, float* du, float* du_halo,
+                                 float* mu_out) {
+  std::lock_guard<std::mutex> lock(ctx.mutex());
+  ADJSH_CUDA_CHECK(cudaSetDevice(ctx.device()));
+  const int64_t P = halo + len, D = s.D, Di = s.Di, N = s.N, R = s.R, E = R + 2 * N;
+  const int64_t DiN = Di * N;
+  const cudaDataType_t st = DataType<S>(), f32 = CUDA_R_32F;
+  const std::vector<int64_t> sizes = Sizes(s);
+  int64_t grad_total = 0;
+  for (int64_t n : sizes) grad_total += n;
+
+  Acts<S> a;
+  float *g_d, *d_o, *dxc, *dn, *h0_d, *mu_d, *mu_out_d, *grads, *scratch;
+  S *g_s, *o, *dxz, *ddt, *ddbc;
+  CarveWorkspace(ctx, [&](Carver& c) {
+    a.Take(c, s, P, len, true);
+    g_d = c.Take<float>(len * D);
+    g_s = std::is_same_v<S, float> ? reinterpret_cast<S*>(g_d) : c.Take<S>(len * D);
+    d_o = c.Take<float>(len * Di);
+    o = c.Take<S>(len * Di);
+    dxz = c.Take<S>(P * 2 * Di);
+    ddt = c.Take<S>(len * Di);
+    dxc = c.Take<float>(len * Di);
+    ddbc = c.Take<S>(len * E);
+    dn = c.Take<float>(P * D);
+    h0_d = c.Take<float>(DiN);
+    mu_d = c.Take<float>(DiN);
+    mu_out_d = c.Take<float>(DiN);
+    grads = c.Take<float>(grad_total);
+    scratch = c.Take<float>(ScanBackwardScratch(len, Di, N));
+  });
+  // The gradient block in LayerTensors order.
+  LayerTensors<float> gd;
+  {
+    float* p = grads;
+    float** slots[] = {&gd.norm, &gd.in_proj, &gd.conv_w, &gd.conv_b, &gd.x_proj,
+                       &gd.dt_w, &gd.dt_b,    &gd.A_log,  &gd.Dskip,  &gd.out_proj};
+    for (size_t q = 0; q < sizes.size(); ++q) *slots[q] = p, p += sizes[q];
+  }
+  cudaStream_t stream = ctx.stream();
+  ctx.Upload(a.u, u, P * D * sizeof(float));
+  ctx.Upload(g_d, g, len * D * sizeof(float));
+  ctx.Upload(h0_d, h0, DiN * sizeof(float));
+  if (mu) ctx.Upload(mu_d, mu, DiN * sizeof(float));
+  if (!std::is_same_v<S, float>) Convert<S>(stream, g_d, len * D, g_s);
+  Recompute<S>(ctx, s, w, halo, len, a);
+
+  // dL/do = g W_out; then the fused scan backward (gate, D, softplus, Delta, B, C, A, x').
+  Gemm(ctx, false, false, len, Di, D, 1, g_s, st, D, w.out_proj, st, Di, 0, d_o, f32, Di);
+  ADJSH_CUDA_CHECK(cudaMemsetAsync(dxz, 0, P * 2 * Di * sizeof(S), stream));
+  ScanBackwardArgs<S> sb;
+  sb.d_o = d_o, sb.h0 = h0_d, sb.mu = mu ? mu_d : nullptr;
+  sb.o = o, sb.dxz = dxz, sb.ddt = ddt, sb.dxc = dxc, sb.ddbc = ddbc;
+  sb.dA_log = gd.A_log, sb.dD = gd.Dskip, sb.ddt_b = gd.dt_b;
+  sb.mu_out = mu_out ? mu_out_d : nullptr, sb.scratch = scratch;
+  ScanBackward<S>(stream, ScanView<S>(s, w, a, halo, len), sb);
+
+  // out_proj: dW_out = g^T o.
+  Gemm(ctx, true, false, D, Di, len, 1, g_s, st, D, o, st, Di, 0, gd.out_proj, f32, Di);
+  // dt_proj: d columns of ddbc = ddt W_dt; dW_dt = ddt^T d.
+  Gemm(ctx, false, false, len, R, Di, 1, ddt, st, Di, w.dt_w, st, R, 0, ddbc, st, E);
+  Gemm(ctx, true, false, Di, R, len, 1, ddt, st, Di, a.dbc, st, E, 0, gd.dt_w, f32, R);
+  // x_proj: dW_x = ddbc^T x'; dx' += ddbc W_x.
+  Gemm(ctx, true, false, E, Di, len, 1, ddbc, st, E, a.xc, st, Di, 0, gd.x_proj, f32, Di);
+  Gemm(ctx, false, false, len, Di, E, 1, ddbc, st, E, w.x_proj, st, Di, 1, dxc, f32, Di);
+  // silu and the causal conv: dL/dx into the x columns of dxz, halo rows included.
+  ConvSiluBackward<S>(stream, a.xz, a.cpre, halo, len, Di, s.W, w.conv_w, dxc, dxz, gd.conv_w,
+                      gd.conv_b);
+  // in_proj: dW_in = dxz^T n; dn = dxz W_in; RMSNorm back to u.
+  Gemm(ctx, true, false, 2 * Di, D, P, 1, dxz, st, 2 * Di, a.n, st, D, 0, gd.in_proj, f32, D);
+  Gemm(ctx, false, false, P, D, 2 * Di, 1, dxz, st, 2 * Di, w.in_proj, st, D, 0, dn, f32, D);
+  RmsNormBackward(stream, a.u, P, D, w.norm, a.r, dn, gd.norm, dn);
+  Add(stream, g_d, dn + halo * D, len * D, dn + halo * D);  // du = g + the path through the block
+
+  std::vector<float> host_grads(grad_total);
+  ctx.Download(du_halo, dn, halo * D * sizeof(float));
+  ctx.Download(du, dn + halo * D, len * D * sizeof(float));
+  if (mu_out) ctx.Download(mu_out, mu_out_d, DiN * sizeof(float));
+  ctx.Download(host_grads.data(), grads, grad_total * sizeof(float));
+  ctx.Sync();
+  const std::vector<float*> dst = Members(grad);
+  const float* src = host_grads.data();
+  for (size_t q = 0; q < sizes.size(); ++q) {
+    for (int64_t k = 0; k < sizes[q]; ++k) dst[q][k] += src[k];
+    src += sizes[q];
+  }
+}
+
+}  // namespace adjsh::cuda

@@ -1,0 +1,82 @@
+// The CUDA backend's kernels behind a plain C++ interface (no CUDA, no absl types), so that the
+// rest of adjsh compiles with the host compiler alone. Pointers are host memory; each call
+// uploads its inputs, runs on the device's stream and returns when its outputs are on the host.
+// Shapes and contracts as cpu::MambaBlockCpu (kernels/cpu/mamba_block.h) and
+// cpu::LmHeadForwardBackward (kernels/cpu/lm_head.h); compute is f32, storage f32 or bf16.
+#ifndef ADJSH_KERNELS_CUDA_DEVICE_BLOCK_H_
+#define ADJSH_KERNELS_CUDA_DEVICE_BLOCK_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace adjsh::cuda {
+
+struct BlockShape {
+  int64_t D = 0, Di = 0, N = 0, R = 0, W = 0;
+  float eps = 1e-5f;
+};
+
+// One layer's parameters (or gradient accumulators), HF shapes: norm (D), in_proj (2 Di, D),
+// conv_w (Di, W), conv_b (Di), x_proj (R + 2N, Di), dt_w (Di, R), dt_b (Di), A_log (Di, N),
+// Dskip (Di), out_proj (D, Di).
+template <typename P>
+struct LayerTensors {
+  P* norm = nullptr;
+  P* in_proj = nullptr;
+  P* conv_w = nullptr;
+  P* conv_b = nullptr;
+  P* x_proj = nullptr;
+  P* dt_w = nullptr;
+  P* dt_b = nullptr;
+  P* A_log = nullptr;
+  P* Dskip = nullptr;
+  P* out_proj = nullptr;
+};
+
+// Largest state size the scan kernels take (the N lanes of a channel share one warp).
+inline constexpr int64_t kMaxStateSize = 32;
+
+class DeviceBlock {
+ public:
+  // Copies the layer's weights to GPU `device` (converted to bf16 for bf16 storage).
+  DeviceBlock(int device, bool bf16, const BlockShape& shape, const LayerTensors<const float>& w);
+  ~DeviceBlock();
+  DeviceBlock(const DeviceBlock&) = delete;
+  DeviceBlock& operator=(const DeviceBlock&) = delete;
+
+  // u (halo + len, D); h0 (Di, N) or nullptr (zeros); u_next (len, D); h_end (Di, N).
+  void Forward(const float* u, int64_t halo, int64_t len, const float* h0, float* u_next,
+               float* h_end);
+  // The exact backward: g (len, D), h0 (Di, N), mu (Di, N) or nullptr; grad accumulated;
+  // du (len, D), du_halo (halo, D) and mu_out (Di, N, if non-null) written.
+  void Backward(const float* u, int64_t halo, int64_t len, const float* g, const float* h0,
+                const float* mu, const LayerTensors<float>& grad, float* du, float* du_halo,
+                float* mu_out);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The head over M rows in blocks of rows and of vocabulary: returns the loss sum; du (M, D)
+// written; dE (V, D) and dw_f (D) accumulated.
+double DeviceHead(int device, bool bf16, int64_t M, int64_t D, int64_t V, float eps,
+                  const float* E, const float* w_f, const float* u, const int64_t* targets,
+                  float scale, float* du, float* dE, float* dw_f);
+
+// The number of CUDA devices; 0 with *error set when the runtime reports none or fails.
+int DeviceCount(std::string* error);
+std::string DeviceName(int device);
+
+// Bytes adjsh holds on GPU `device` (weights, workspaces) now and at the peak since the last
+// ResetPeak.
+struct DeviceMemory {
+  int64_t held = 0, peak = 0;
+};
+DeviceMemory MemoryOf(int device);
+void ResetPeak(int device);
+
+}  // namespace adjsh::cuda
+
+#endif  // ADJSH_KERNELS_CUDA_DEVICE_BLOCK_H_

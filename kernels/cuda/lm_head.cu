@@ -1,0 +1,144 @@
+// The head on the GPU: final RMSNorm, tied LM head and cross-entropy with their backward, over
+// blocks of kRows rows and, inside each, blocks of kVocab vocabulary entries. Pass one keeps a
+// running log-sum-exp per row; pass two recomputes each block's logits for the softmax gradient
+// and accumulates dnf and dE by GEMMs. Only (kRows, kVocab) logits exist at a time, whatever
+// the number of rows; dE stays on the device until the end.
+#include <algorithm>
+#include <cmath>
+#include <type_traits>
+#include <vector>
+
+#include "kernels/cuda/context.h"
+#include "kernels/cuda/device_block.h"
+#include "kernels/cuda/ops.h"
+
+namespace adjsh::cuda {
+namespace {
+
+// Rows and vocabulary entries per block (tests/cuda/block_emulation_test.cc compiles this file
+// for the host with small blocks, so that a small head spans several of each).
+#ifndef ADJSH_CUDA_HEAD_ROWS
+#define ADJSH_CUDA_HEAD_ROWS 1024
+#define ADJSH_CUDA_HEAD_VOCAB 8192
+#endif
+constexpr int64_t kRows = ADJSH_CUDA_HEAD_ROWS;
+constexpr int64_t kVocab = ADJSH_CUDA_HEAD_VOCAB;
+
+template <typename S>
+double Head(Context& ctx, int64_t M, int64_t D, int64_t V, float eps, const float* E,
+            const float* w_f, const float* u, const int64_t* targets, float scale, float* du,
+            float* dE, float* dw_f) {
+  const int64_t R = std::min(kRows, M), Vb = std::min(kVocab, V);
+  const cudaDataType_t st = DataType<S>(), f32 = CUDA_R_32F;
+  float *E_d, *w_d, *u_d, *r, *logits, *mx, *sum, *tl, *dnf, *dE_d, *dw_acc, *dw_blk;
+  S *E_s, *nf, *dl;
+  int64_t* tg;
+  CarveWorkspace(ctx, [&](Carver& c) {
+    E_d = c.Take<float>(V * D);
+    E_s = std::is_same_v<S, float> ? reinterpret_cast<S*>(E_d) : c.Take<S>(V * D);
+    w_d = c.Take<float>(D);
+    u_d = c.Take<float>(R * D);
+    nf = c.Take<S>(R * D);
+    r = c.Take<float>(R);
+    tg = c.Take<int64_t>(R);
+    logits = c.Take<float>(R * Vb);
+    dl = c.Take<S>(R * Vb);
+    mx = c.Take<float>(R);
+    sum = c.Take<float>(R);
+    tl = c.Take<float>(R);
+    dnf = c.Take<float>(R * D);
+    dE_d = c.Take<float>(V * D);
+    dw_acc = c.Take<float>(D);
+    dw_blk = c.Take<float>(D);
+  });
+  cudaStream_t s = ctx.stream();
+  ctx.Upload(E_d, E, V * D * sizeof(float));
+  ctx.Upload(w_d, w_f, D * sizeof(float));
+  if (!std::is_same_v<S, float>) Convert<S>(s, E_d, V * D, E_s);
+  ADJSH_CUDA_CHECK(cudaMemsetAsync(dE_d, 0, V * D * sizeof(float), s));
+  ADJSH_CUDA_CHECK(cudaMemsetAsync(dw_acc, 0, D * sizeof(float), s));
+  std::vector<float> h_mx(R), h_sum(R), h_tl(R);
+  double loss = 0;
+  for (int64_t r0 = 0; r0 < M; r0 += R) {
+    const int64_t rows = std::min(R, M - r0);
+    ctx.Upload(u_d, u + r0 * D, rows * D * sizeof(float));
+    ctx.Upload(tg, targets + r0, rows * sizeof(int64_t));
+    RmsNormForward<S>(s, u_d, rows, D, w_d, eps, nf, r);
+    for (int64_t v0 = 0; v0 < V; v0 += Vb) {
+      const int64_t vb = std::min(Vb, V - v0);
+      Gemm(ctx, false, true, rows, vb, D, 1, nf, st, D, E_s + v0 * D, st, D, 0, logits, f32, vb);
+      CeStats(s, logits, rows, vb, v0, tg, v0 == 0, mx, sum, tl);
+    }
+    ctx.Download(h_mx.data(), mx, rows * sizeof(float));
+    ctx.Download(h_sum.data(), sum, rows * sizeof(float));
+    ctx.Download(h_tl.data(), tl, rows * sizeof(float));
+    for (int64_t v0 = 0; v0 < V; v0 += Vb) {
+      const int64_t vb = std::min(Vb, V - v0);
+      Gemm(ctx, false, true, rows, vb, D, 1, nf, st, D, E_s + v0 * D, st, D, 0, logits, f32, vb);
+      CeGrad<S>(s, logits, rows, vb, v0, tg, mx, sum, scale, dl);
+      Gemm(ctx, false, false, rows, D, vb, 1, dl, st, vb, E_s + v0 * D, st, D, v0 == 0 ? 0 : 1,
+           dnf, f32, D);
+      Gemm(ctx, true, false, vb, D, rows, 1, dl, st, vb, nf, st, D, 1, dE_d + v0 * D, f32, D);
+    }
+    RmsNormBackward(s, u_d, rows, D, w_d, r, dnf, dw_blk, dnf);
+    Add(s, dw_acc, dw_blk, D, dw_acc);
+    ctx.Download(du + r0 * D, dnf, rows * D * sizeof(float));
+    ctx.Sync();
+    // loss_t = logsumexp - logit[target] = log(sum) - (logit[target] - max), as the CPU head.
+    for (int64_t t = 0; t < rows; ++t) {
+      if (targets[r0 + t] < 0) continue;
+      loss += static_cast<double>(std::log(h_sum[t])) - static_cast<double>(h_tl[t] - h_mx[t]);
+    }
+  }
+  std::vector<float> h_dE(V * D), h_dw(D);
+  ctx.Download(h_dE.data(), dE_d, V * D * sizeof(float));
+  ctx.Download(h_dw.data(), dw_acc, D * sizeof(float));
+  ctx.Sync();
+  for (int64_t k = 0; k < V * D; ++k) dE[k] += h_dE[k];
+  for (int64_t d = 0; d < D; ++d) dw_f[d] += h_dw[d];
+  return loss;
+}
+
+}  // namespace
+
+double DeviceHead(int device, bool bf16_storage, int64_t M, int64_t D, int64_t V, float eps,
+                  const float* E, const float* w_f, const float* u, const int64_t* targets,
+                  float scale, float* du, float* dE, float* dw_f) {
+  Context& ctx = Context::Get(device);
+  std::lock_guard<std::mutex> lock(ctx.mutex());
+  ADJSH_CUDA_CHECK(cudaSetDevice(device));
+  if (bf16_storage) return Head<bf16>(ctx, M, D, V, eps, E, w_f, u, targets, scale, du, dE, dw_f);
+  return Head<float>(ctx, M, D, V, eps, E, w_f, u, targets, scale, du, dE, dw_f);
+}
+
+int DeviceCount(std::string* error) {
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) {
+    if (error) *error = cudaGetErrorString(err);
+    cudaGetLastError();  // clear the sticky error state for later calls
+    return 0;
+  }
+  if (count == 0 && error) *error = "no CUDA device";
+  return count;
+}
+
+std::string DeviceName(int device) {
+  cudaDeviceProp prop;
+  if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) return "unknown";
+  return prop.name;
+}
+
+DeviceMemory MemoryOf(int device) {
+  Context& ctx = Context::Get(device);
+  std::lock_guard<std::mutex> lock(ctx.mutex());
+  return {ctx.held_bytes(), ctx.peak_bytes()};
+}
+
+void ResetPeak(int device) {
+  Context& ctx = Context::Get(device);
+  std::lock_guard<std::mutex> lock(ctx.mutex());
+  ctx.ResetPeak();
+}
+
+}  // namespace adjsh::cuda

@@ -1,0 +1,76 @@
+// The non-scan kernels compiled for the GPU (their code is in ops_kernels.cuh).
+#include "kernels/cuda/ops.h"
+
+#include "kernels/cuda/context.h"
+
+#ifndef ADJSH_LAUNCH  // tests/cuda/block_emulation_test.cc runs this file on the host
+#define ADJSH_LAUNCH(kernel, grid, block, stream, ...)     \
+  do {                                                     \
+    kernel<<<(grid), (block), 0, (stream)>>>(__VA_ARGS__); \
+    ADJSH_CUDA_CHECK(cudaGetLastError());                  \
+  } while (0)
+#endif
+
+#include "kernels/cuda/ops_kernels.cuh"
+
+namespace adjsh::cuda {
+
+template <typename S>
+void RmsNormForward(cudaStream_t s, const float* u, int64_t rows, int64_t D, const float* w,
+                    float eps, S* n, float* r) {
+  ops_internal::RmsNormForwardImpl<S>(s, u, rows, D, w, eps, n, r);
+}
+
+void RmsNormBackward(cudaStream_t s, const float* u, int64_t rows, int64_t D, const float* w,
+                     const float* r, const float* dn, float* dw, float* du) {
+  ops_internal::RmsNormBackwardImpl(s, u, rows, D, w, r, dn, dw, du);
+}
+
+template <typename S>
+void ConvSiluForward(cudaStream_t s, const S* xz, int64_t halo, int64_t M, int64_t Di, int64_t W,
+                     const float* w, const float* b, S* cpre, S* xc) {
+  ops_internal::ConvSiluForwardImpl<S>(s, xz, halo, M, Di, W, w, b, cpre, xc);
+}
+
+template <typename S>
+void ConvSiluBackward(cudaStream_t s, const S* xz, const S* cpre, int64_t halo, int64_t len,
+                      int64_t Di, int64_t W, const float* w, float* dxc, S* dxz, float* dw,
+                      float* db) {
+  ops_internal::ConvSiluBackwardImpl<S>(s, xz, cpre, halo, len, Di, W, w, dxc, dxz, dw, db);
+}
+
+template <typename S>
+void Convert(cudaStream_t s, const float* in, int64_t n, S* out) {
+  ops_internal::ConvertImpl<S>(s, in, n, out);
+}
+
+void Add(cudaStream_t s, const float* a, const float* b, int64_t n, float* out) {
+  ops_internal::AddImpl(s, a, b, n, out);
+}
+
+void CeStats(cudaStream_t s, const float* logits, int64_t M, int64_t Vb, int64_t v0,
+             const int64_t* targets, bool first, float* mx, float* sum, float* tlogit) {
+  ops_internal::CeStatsImpl(s, logits, M, Vb, v0, targets, first, mx, sum, tlogit);
+}
+
+template <typename S>
+void CeGrad(cudaStream_t s, const float* logits, int64_t M, int64_t Vb, int64_t v0,
+            const int64_t* targets, const float* mx, const float* sum, float scale, S* dlogits) {
+  ops_internal::CeGradImpl<S>(s, logits, M, Vb, v0, targets, mx, sum, scale, dlogits);
+}
+
+#define ADJSH_INSTANTIATE_OPS(S)                                                                \
+  template void RmsNormForward<S>(cudaStream_t, const float*, int64_t, int64_t, const float*,   \
+                                  float, S*, float*);                                           \
+  template void ConvSiluForward<S>(cudaStream_t, const S*, int64_t, int64_t, int64_t, int64_t,  \
+                                   const float*, const float*, S*, S*);                         \
+  template void ConvSiluBackward<S>(cudaStream_t, const S*, const S*, int64_t, int64_t,         \
+                                    int64_t, int64_t, const float*, float*, S*, float*, float*); \
+  template void Convert<S>(cudaStream_t, const float*, int64_t, S*);                            \
+  template void CeGrad<S>(cudaStream_t, const float*, int64_t, int64_t, int64_t,                \
+                          const int64_t*, const float*, const float*, float, S*);
+ADJSH_INSTANTIATE_OPS(float)
+ADJSH_INSTANTIATE_OPS(bf16)
+#undef ADJSH_INSTANTIATE_OPS
+
+}  // namespace adjsh::cuda

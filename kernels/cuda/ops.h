@@ -1,0 +1,59 @@
+// The CUDA block's non-scan kernels, launched on a stream: RMSNorm, the causal depthwise conv
+// with its halo, storage conversion, and the blocked cross-entropy. Every reduction runs in a
+// fixed order (no atomics), so results are bitwise the same from run to run. S is the storage
+// type (float or bf16); sums are f32. Letters as in kernels/cpu/mamba_block.h.
+#ifndef ADJSH_KERNELS_CUDA_OPS_H_
+#define ADJSH_KERNELS_CUDA_OPS_H_
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace adjsh::cuda {
+
+// n (rows, D) = u r w with r (rows) = 1 / sqrt(mean(u^2) + eps).
+template <typename S>
+void RmsNormForward(cudaStream_t s, const float* u, int64_t rows, int64_t D, const float* w,
+                    float eps, S* n, float* r);
+
+// Given dn (rows, D): du (rows, D) = r v - u r^3 (v . u) / D with v = dn . w (du may alias dn);
+// dw (D) = sum over rows of dn . u r, written.
+void RmsNormBackward(cudaStream_t s, const float* u, int64_t rows, int64_t D, const float* w,
+                     const float* r, const float* dn, float* dw, float* du);
+
+// The causal conv over rows p = halo + t of x = xz[:, :Di] (row stride 2 Di), t in [0, M):
+// cpre[t] = b + sum_j w[:, j] x[halo + t - W + 1 + j] (rows before 0 are zero), xc = silu(cpre).
+// cpre may be null (the forward does not keep it). w is (Di, W).
+template <typename S>
+void ConvSiluForward(cudaStream_t s, const S* xz, int64_t halo, int64_t M, int64_t Di, int64_t W,
+                     const float* w, const float* b, S* cpre, S* xc);
+
+// Backward of ConvSiluForward over the chunk's len rows: dxc (len, Di) = dL/dxc on entry,
+// dL/dcpre on exit; the x columns of dxz (halo + len rows, row stride 2 Di) are written with
+// dL/dx (halo rows included); dw (Di, W) and db (Di) written.
+template <typename S>
+void ConvSiluBackward(cudaStream_t s, const S* xz, const S* cpre, int64_t halo, int64_t len,
+                      int64_t Di, int64_t W, const float* w, float* dxc, S* dxz, float* dw,
+                      float* db);
+
+template <typename S>
+void Convert(cudaStream_t s, const float* in, int64_t n, S* out);
+
+// out[k] = a[k] + b[k] (f32).
+void Add(cudaStream_t s, const float* a, const float* b, int64_t n, float* out);
+
+// One vocabulary block [v0, v0 + Vb) of the cross-entropy over M rows, logits (M, Vb) f32.
+// Running log-sum-exp state per row: mx (running max) and sum (of exp(logit - mx)); first = the
+// first block (state initialised). tlogit[row] = the target's logit when the target is in the
+// block. Rows with a negative target are skipped by CeGrad.
+void CeStats(cudaStream_t s, const float* logits, int64_t M, int64_t Vb, int64_t v0,
+             const int64_t* targets, bool first, float* mx, float* sum, float* tlogit);
+
+// dlogits (M, Vb) = scale (softmax - onehot(target)), 0 for rows with a negative target.
+template <typename S>
+void CeGrad(cudaStream_t s, const float* logits, int64_t M, int64_t Vb, int64_t v0,
+            const int64_t* targets, const float* mx, const float* sum, float scale, S* dlogits);
+
+}  // namespace adjsh::cuda
+
+#endif  // ADJSH_KERNELS_CUDA_OPS_H_

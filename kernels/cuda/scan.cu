@@ -1,0 +1,44 @@
+// The scan kernels compiled for the GPU (their code is in scan_kernels.cuh).
+#include "kernels/cuda/context.h"
+
+#ifndef ADJSH_LAUNCH  // tests/cuda/block_emulation_test.cc runs this file on the host
+#define ADJSH_LAUNCH(kernel, grid, block, stream, ...)     \
+  do {                                                     \
+    kernel<<<(grid), (block), 0, (stream)>>>(__VA_ARGS__); \
+    ADJSH_CUDA_CHECK(cudaGetLastError());                  \
+  } while (0)
+#endif
+
+#include "kernels/cuda/scan_kernels.cuh"
+
+namespace adjsh::cuda {
+
+int64_t ScanForwardScratch(int64_t len, int64_t Di, int64_t N) {
+  return scan_internal::ScanForwardScratchImpl(len, Di, N);
+}
+
+int64_t ScanBackwardScratch(int64_t len, int64_t Di, int64_t N) {
+  return scan_internal::ScanBackwardScratchImpl(len, Di, N);
+}
+
+template <typename S>
+void ScanForward(cudaStream_t s, const ScanArgs<S>& a, const float* h0, float* h_end, S* o,
+                 float* scratch) {
+  scan_internal::ScanForwardImpl<S>(s, a, h0, h_end, o, scratch);
+}
+
+template <typename S>
+void ScanBackward(cudaStream_t s, const ScanArgs<S>& a, const ScanBackwardArgs<S>& b) {
+  scan_internal::ScanBackwardImpl<S>(s, a, b);
+}
+
+template void ScanForward<float>(cudaStream_t, const ScanArgs<float>&, const float*, float*,
+                                 float*, float*);
+template void ScanForward<bf16>(cudaStream_t, const ScanArgs<bf16>&, const float*, float*, bf16*,
+                                float*);
+template void ScanBackward<float>(cudaStream_t, const ScanArgs<float>&,
+                                  const ScanBackwardArgs<float>&);
+template void ScanBackward<bf16>(cudaStream_t, const ScanArgs<bf16>&,
+                                 const ScanBackwardArgs<bf16>&);
+
+}  // namespace adjsh::cuda

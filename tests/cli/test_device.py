@@ -1,0 +1,129 @@
+#!/usr/bin/env python3
+"""End-to-end checks of `--device` / `--storage` on adjsh grad, train, worker and coordinator.
+
+Usage:
+  test_device.py --adjsh build/cli/adjsh
+
+Standard library only. On any machine: malformed values are bad usage (exit 2, the flag named);
+a device this process cannot use (cuda:1023; any CUDA device in a build without CUDA or on a
+machine without a GPU; a worker's GPU bf16 storage on the CPU; f64 on a GPU) fails with exit 1 and a message
+naming it, never a crash or a hang; `--device cpu` writes the same bytes as the default. Where
+`--device cuda:0` works (a GPU), its gradient is compared with the CPU's.
+Prints one PASS/FAIL line per case and `N passed, N failed` last; exits 1 if any case failed.
+"""
+import argparse
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+
+TIMEOUT_S = 60
+CRASH_MARKERS = ("Segmentation fault", "terminate called", "Aborted", "core dumped",
+                 "check failed", "ADJSH_CHECK")
+
+
+def run(adjsh, args):
+    p = subprocess.run([adjsh] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       timeout=TIMEOUT_S, text=True)
+    return p.returncode, p.stdout, p.stderr
+
+
+def read_loss(path):
+    """The scalar 'loss' tensor of a safetensors file written by adjsh grad (f32)."""
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        import json
+        header = json.loads(f.read(n))
+        start, end = header["loss"]["data_offsets"]
+        f.seek(8 + n + start)
+        return struct.unpack("<f", f.read(end - start))[0]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--adjsh", required=True)
+    a = ap.parse_args()
+    results = []
+
+    def check(name, ok, detail=""):
+        results.append(ok)
+        print(("PASS " if ok else "FAIL ") + name + ("" if ok else ": " + detail))
+
+    def no_crash(rc, err):
+        return rc >= 0 and not any(m in err for m in CRASH_MARKERS)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        model = os.path.join(tmp, "model")
+        tokens = os.path.join(tmp, "t.u32")
+        rc, _, err = run(a.adjsh, ["init", "--hidden-size", "8", "--layers", "2", "--vocab-size",
+                                   "11", "--state-size", "4", "--out", model])
+        check("init", rc == 0, err)
+        with open(tokens, "wb") as f:
+            f.write(struct.pack("<23I", *[(7 * i + 3) % 11 for i in range(23)]))
+        grad = ["grad", "--model", model, "--tokens", tokens, "--chunk", "5", "--quiet"]
+        out = lambda name: os.path.join(tmp, name)  # noqa: E731
+        commands = {
+            "grad": grad + ["--out", out("g.safetensors")],
+            "train": ["train", "--hidden-size", "8", "--layers", "1", "--vocab-size", "11",
+                      "--tokens", tokens, "--context", "8", "--steps", "1",
+                      "--checkpoint-dir", out("ckpt")],
+            "worker": ["worker", "--coordinator", "127.0.0.1:1", "--quiet"],
+            "coordinator": ["coordinator", "--listen", "127.0.0.1:0", "--state-dir", out("state"),
+                            "--quiet"],
+        }
+
+        for cmd, args in commands.items():
+            bad = [(["--device", "gpu"], "'gpu'"), (["--device", "cuda:x"], "'cuda:x'")]
+            if cmd != "coordinator":  # a job spec carries the coordinator's storage
+                bad.append((["--storage", "fp16"], "'fp16'"))
+            for flags, what in bad:
+                rc, _, err = run(a.adjsh, args + flags)
+                check(f"{cmd} {' '.join(flags)}: bad usage", rc == 2 and what in err and
+                      no_crash(rc, err), f"rc={rc} stderr={err!r}")
+            rc, _, err = run(a.adjsh, args + ["--device", "cuda:1023"])
+            check(f"{cmd} --device cuda:1023: refused", rc == 1 and "cuda:1023" in err and
+                  no_crash(rc, err), f"rc={rc} stderr={err!r}")
+            rc, out_text, err = run(a.adjsh, [cmd, "--help"])
+            check(f"{cmd} --help documents --device", rc == 0 and "--device cpu|cuda:N" in out_text
+                  and ("--storage full|bf16" in out_text) == (cmd != "coordinator"), out_text)
+        # A worker's --storage bf16 is the GPU's activation storage: refused on the CPU.
+        rc, _, err = run(a.adjsh, commands["worker"] + ["--storage", "bf16"])
+        check("worker --storage bf16 on cpu: refused", rc == 1 and "bf16" in err and
+              no_crash(rc, err), f"rc={rc} stderr={err!r}")
+
+        # f64 and the two-pass schedule on a GPU are refused (or the GPU itself is absent).
+        for extra, word in ((["--dtype", "f64"], "f64"), (["--schedule", "two-pass"], "two-pass"),
+                            (["--window", "4"], "truncated")):
+            path = out("x.safetensors")
+            rc, _, err = run(a.adjsh, grad + ["--out", path, "--device", "cuda:0"] + extra)
+            check(f"grad --device cuda:0 {' '.join(extra)}: refused",
+                  rc == 1 and ("cuda:0" in err) and no_crash(rc, err) and not os.path.exists(path),
+                  f"rc={rc} stderr={err!r}")
+            if rc == 1 and "CUDA device" not in err and "without CUDA" not in err:
+                check(f"grad --device cuda:0 {' '.join(extra)}: names the op", word in err, err)
+
+        # --device cpu is the default path: the same bytes.
+        rc1, _, e1 = run(a.adjsh, grad + ["--out", out("default.safetensors")])
+        rc2, _, e2 = run(a.adjsh, grad + ["--out", out("cpu.safetensors"), "--device", "cpu"])
+        same = rc1 == 0 and rc2 == 0 and open(out("default.safetensors"), "rb").read() == \
+            open(out("cpu.safetensors"), "rb").read()
+        check("grad --device cpu writes the default's bytes", same, e1 + e2)
+
+        # With a GPU: the CUDA gradient's loss agrees with the CPU's.
+        rc, _, err = run(a.adjsh, grad + ["--out", out("gpu.safetensors"), "--device", "cuda:0"])
+        if rc == 0:
+            l_cpu, l_gpu = read_loss(out("cpu.safetensors")), read_loss(out("gpu.safetensors"))
+            check("grad --device cuda:0 loss matches cpu", abs(l_cpu - l_gpu) <= 1e-5 * abs(l_cpu),
+                  f"{l_cpu} vs {l_gpu}")
+        else:
+            check("grad --device cuda:0 without a usable GPU: exit 1, no crash",
+                  rc == 1 and "cuda:0" in err and no_crash(rc, err), f"rc={rc} stderr={err!r}")
+
+    failed = results.count(False)
+    print(f"{len(results) - failed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,251 @@
+// The CUDA backend against the f64 CPU engine and the f64 oracle: gradients over a grid of
+// shapes (K, T, chunk with T not a multiple of it, the conv halo across chunk edges), one block
+// with an incoming state and adjoint, f32 and bf16 storage, bitwise run-to-run repeatability,
+// and device memory flat in T for a fixed chunk. Every test skips where there is no GPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/adjoint_engine.h"
+#include "kernels/backend.h"
+#include "kernels/cpu/mamba_block.h"
+#include "kernels/cuda/device_block.h"
+#include "kernels/reference/mamba_reference.h"
+#include "tests/kernels/test_util.h"
+
+namespace adjsh {
+namespace {
+
+using testing::MaxRelErr;
+using testing::RelErr;
+
+// f32: every operation rounds at ~6e-8 relative; the scan, GEMMs and reductions sum at most a
+// few thousand terms here, so each tensor's relative error stays below 1e-5 unless a term is
+// wrong (the CPU f32 engine's worst tensor over this grid is 5e-6, a 2-token dt_proj.bias sum
+// with cancellation). bf16 storage rounds every stored activation and weight at 2^-9 = 2e-3
+// relative: a few such roundings through the chain rule keep the whole gradient's relative
+// error below 2e-2; single small tensors whose terms cancel amplify it, so bf16 is bounded on
+// the whole gradient (all tensors as one vector) and each tensor's error is reported.
+constexpr double kF32Tol = 1e-5;
+constexpr double kBf16Tol = 2e-2;
+
+// ||a - b|| / ||b|| over all tensors of two same-config models at once.
+template <typename T, typename U>
+double WholeRelErr(const ModelParams<T>& a, const ModelParams<U>& b) {
+  double num = 0, den = 0;
+  testing::ForEachTensor(a, b, [&](const std::string&, const std::vector<T>& x,
+                                   const std::vector<U>& y) {
+    for (size_t k = 0; k < x.size(); ++k) {
+      num += (double(x[k]) - double(y[k])) * (double(x[k]) - double(y[k]));
+      den += double(y[k]) * double(y[k]);
+    }
+  });
+  return std::sqrt(num / den);
+}
+
+class CudaTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string error;
+    if (cuda::DeviceCount(&error) == 0) GTEST_SKIP() << "no CUDA device: " << error;
+  }
+  static Device Gpu(bool bf16) {
+    Device d = *ParseDevice("cuda:0");
+    d.bf16_storage = bf16;
+    return d;
+  }
+};
+
+MambaConfig TestConfig(int64_t K) { return testing::SmallConfig(K, 16, 8, 4, 3, 29); }
+
+template <typename T>
+ModelParams<T> Params(int64_t K) {
+  return InitParams<T>(TestConfig(K), 11 + K);
+}
+
+// The whole gradient over the grid: K x T x chunk (chunks of 1 row, chunks narrower than the
+// conv kernel so halos span several chunks, T not a multiple of the chunk, one chunk).
+TEST_F(CudaTest, GradientMatchesCpuF64OverTheGrid) {
+  for (int64_t K : {1, 2, 3}) {
+    const ModelParams<double> p64 = Params<double>(K);
+    const ModelParams<float> p32 = Params<float>(K);
+    for (int64_t T : {2, 5, 97, 300}) {
+      const std::vector<uint32_t> tokens = testing::RandomTokens(T, 29, 100 + T);
+      GradOptions ref_opt;
+      ref_opt.chunk = 64;
+      absl::StatusOr<GradResult<double>> ref = ComputeGradient<double>(p64, tokens, ref_opt);
+      ASSERT_TRUE(ref.ok()) << ref.status();
+      for (int64_t chunk : {int64_t{1}, int64_t{3}, int64_t{7}, int64_t{64}, T}) {
+        for (bool bf16 : {false, true}) {
+          SCOPED_TRACE(::testing::Message() << "K=" << K << " T=" << T << " chunk=" << chunk
+                                            << (bf16 ? " bf16" : " f32"));
+          GradOptions opt;
+          opt.chunk = chunk;
+          opt.device = Gpu(bf16);
+          absl::StatusOr<GradResult<float>> got = ComputeGradient<float>(p32, tokens, opt);
+          ASSERT_TRUE(got.ok()) << got.status();
+          std::string worst;
+          const double err = MaxRelErr(got->grad, ref->grad, &worst);
+          const double whole = WholeRelErr(got->grad, ref->grad);
+          // One line per comparison for scripts/gpu-check.sh's report.
+          std::printf(
+              "[ adjsh-cuda ] K=%lld T=%lld chunk=%lld %s max_rel_err=%.3e (%s) "
+              "whole_rel_err=%.3e\n",
+              static_cast<long long>(K), static_cast<long long>(T), static_cast<long long>(chunk),
+              bf16 ? "bf16" : "f32", err, worst.c_str(), whole);
+          if (bf16) {
+            EXPECT_LT(whole, kBf16Tol);
+          } else {
+            EXPECT_LT(err, kF32Tol) << worst;
+          }
+          EXPECT_NEAR(got->loss, ref->loss, (bf16 ? 1e-2 : 1e-5) * ref->loss);
+        }
+      }
+    }
+  }
+}
+
+// And against the oracle that keeps every activation (full backprop), at one shape.
+TEST_F(CudaTest, GradientMatchesTheOracle) {
+  const ModelParams<double> p64 = Params<double>(2);
+  const ModelParams<float> p32 = Params<float>(2);
+  const std::vector<uint32_t> tokens = testing::RandomTokens(257, 29, 9);
+  const auto ref = reference::ReferenceGradient<double>(p64, tokens, 0);
+  GradOptions opt;
+  opt.chunk = 50;
+  opt.device = Gpu(false);
+  absl::StatusOr<GradResult<float>> got = ComputeGradient<float>(p32, tokens, opt);
+  ASSERT_TRUE(got.ok()) << got.status();
+  std::string worst;
+  EXPECT_LT(MaxRelErr(got->grad, ref.grad, &worst), kF32Tol) << worst;
+}
+
+// One block, one chunk with halo rows, a non-zero initial state and an incoming adjoint: every
+// output of the block interface (u_next, h_end; du, du_halo, mu_out, each parameter's gradient).
+TEST_F(CudaTest, BlockMatchesCpuF64WithHaloStateAndAdjoint) {
+  const MambaConfig config = TestConfig(1);
+  const ModelParams<double> p64 = Params<double>(1);
+  const ModelParams<float> p32 = Params<float>(1);
+  const int64_t D = config.hidden_size, DiN = config.inner() * config.state_size;
+  for (const cpu::ChunkRows rows : {cpu::ChunkRows{3, 37, 0}, cpu::ChunkRows{0, 16, 0},
+                                    cpu::ChunkRows{2, 1, 0}}) {
+    std::mt19937_64 rng(rows.len);
+    std::normal_distribution<double> dist(0, 1);
+    auto random = [&](int64_t n, double scale) {
+      std::vector<double> v(n);
+      for (double& x : v) x = scale * dist(rng);
+      return v;
+    };
+    const std::vector<double> u = random((rows.halo + rows.len) * D, 1);
+    const std::vector<double> h0 = random(DiN, 0.2), mu = random(DiN, 0.05);
+    const std::vector<double> g = random(rows.len * D, 0.05);
+    auto f32 = [](const std::vector<double>& v) { return std::vector<float>(v.begin(), v.end()); };
+
+    const cpu::MambaBlockCpu<double> ref(config, p64.layers[0]);
+    std::vector<double> y(rows.len * D), h_end(DiN), du(rows.len * D), du_halo(rows.halo * D),
+        mu_out(DiN);
+    LayerParams<double> grad = ZeroLayer<double>(config);
+    ref.Forward(u.data(), rows, h0.data(), y.data(), h_end.data());
+    ref.Backward(u.data(), rows, g.data(), h0.data(), mu.data(), 0, grad, du.data(),
+                 du_halo.data(), mu_out.data());
+
+    for (bool bf16 : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << "halo=" << rows.halo << " len=" << rows.len
+                                        << (bf16 ? " bf16" : " f32"));
+      const double tol = bf16 ? kBf16Tol : kF32Tol;
+      absl::StatusOr<std::unique_ptr<Backend<float>>> backend = MakeBackend<float>(Gpu(bf16));
+      ASSERT_TRUE(backend.ok()) << backend.status();
+      std::unique_ptr<BlockBackend<float>> block = (*backend)->MakeBlock(config, p32.layers[0]);
+      const std::vector<float> u32 = f32(u), h032 = f32(h0), mu32 = f32(mu), g32 = f32(g);
+      std::vector<float> y32(rows.len * D), e32(DiN), du32(rows.len * D),
+          dh32(rows.halo * D), mo32(DiN);
+      LayerParams<float> grad32 = ZeroLayer<float>(config);
+      block->Forward(u32.data(), rows, h032.data(), y32.data(), e32.data());
+      block->Backward(u32.data(), rows, g32.data(), h032.data(), mu32.data(), 0, grad32,
+                      du32.data(), dh32.data(), mo32.data());
+      EXPECT_LT(RelErr(y32, y), tol) << "u_next";
+      EXPECT_LT(RelErr(e32, h_end), tol) << "h_end";
+      EXPECT_LT(RelErr(du32, du), tol) << "du";
+      if (rows.halo > 0) {
+        EXPECT_LT(RelErr(dh32, du_halo), tol) << "du_halo";
+      }
+      EXPECT_LT(RelErr(mo32, mu_out), tol) << "mu_out";
+      const auto& s32 = LayerParamSlots<float>();
+      const auto& s64 = LayerParamSlots<double>();
+      std::vector<float> all32;
+      std::vector<double> all64;
+      for (size_t q = 0; q < s32.size(); ++q) {
+        const std::vector<float>& a = grad32.*s32[q].member;
+        const std::vector<double>& b = grad.*s64[q].member;
+        all32.insert(all32.end(), a.begin(), a.end());
+        all64.insert(all64.end(), b.begin(), b.end());
+        if (!bf16) {
+          EXPECT_LT(RelErr(a, b), tol) << s32[q].suffix;
+        }
+      }
+      EXPECT_LT(RelErr(all32, all64), tol) << "the layer's whole gradient";
+    }
+  }
+}
+
+TEST_F(CudaTest, RunToRunBitwiseIdentical) {
+  const ModelParams<float> p32 = Params<float>(2);
+  const std::vector<uint32_t> tokens = testing::RandomTokens(1000, 29, 4);
+  for (bool bf16 : {false, true}) {
+    GradOptions opt;
+    opt.chunk = 96;
+    opt.device = Gpu(bf16);
+    absl::StatusOr<GradResult<float>> a = ComputeGradient<float>(p32, tokens, opt);
+    absl::StatusOr<GradResult<float>> b = ComputeGradient<float>(p32, tokens, opt);
+    opt.threads = 1;  // the thread count only changes the order of independent device calls
+    absl::StatusOr<GradResult<float>> c = ComputeGradient<float>(p32, tokens, opt);
+    ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+    EXPECT_EQ(a->loss, b->loss);
+    EXPECT_TRUE(testing::BitwiseEqual(a->grad, b->grad)) << (bf16 ? "bf16" : "f32");
+    EXPECT_TRUE(testing::BitwiseEqual(a->grad, c->grad)) << (bf16 ? "bf16" : "f32");
+  }
+}
+
+// The device memory of a gradient is the weights plus workspaces sized by the chunk (and the
+// head's fixed row and vocabulary blocks): the same peak for 4x the tokens.
+TEST_F(CudaTest, DeviceMemoryIsFlatInT) {
+  const ModelParams<float> p32 = Params<float>(2);
+  int64_t peaks[2];
+  int run = 0;
+  for (int64_t T : {int64_t{4096}, int64_t{16384}}) {
+    const std::vector<uint32_t> tokens = testing::RandomTokens(T, 29, 5);
+    GradOptions opt;
+    opt.chunk = 256;
+    opt.device = Gpu(false);
+    cuda::ResetPeak(0);
+    const int64_t before = cuda::MemoryOf(0).held;
+    absl::StatusOr<GradResult<float>> g = ComputeGradient<float>(p32, tokens, opt);
+    ASSERT_TRUE(g.ok());
+    peaks[run++] = cuda::MemoryOf(0).peak - before;
+  }
+  EXPECT_GT(peaks[0], 0);
+  EXPECT_LE(peaks[1], peaks[0]) << "T=4096: " << peaks[0] << " B, T=16384: " << peaks[1] << " B";
+}
+
+TEST_F(CudaTest, UnsupportedOpsAreRefused) {
+  absl::StatusOr<std::unique_ptr<Backend<float>>> backend = MakeBackend<float>(Gpu(false));
+  ASSERT_TRUE(backend.ok());
+  EXPECT_TRUE((*backend)->Supports(Op::kForward));
+  EXPECT_TRUE((*backend)->Supports(Op::kBackwardExact));
+  EXPECT_TRUE((*backend)->Supports(Op::kHead));
+  for (Op op : {Op::kLocalSummary, Op::kAdjointSummary, Op::kBackwardTruncated}) {
+    const absl::Status s = (*backend)->Require(op);
+    EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented);
+    EXPECT_NE(std::string(s.message()).find("not supported on cuda:0"), std::string::npos) << s;
+  }
+  MambaConfig wide = TestConfig(1);
+  wide.state_size = 64;
+  EXPECT_EQ((*backend)->CheckConfig(wide).code(), absl::StatusCode::kUnimplemented);
+}
+
+}  // namespace
+}  // namespace adjsh

@@ -1,0 +1,69 @@
+// Runs CUDA kernels on the host for tests: each block's threads are host threads, launched
+// block after block; __syncthreads is a barrier of the block, __shfl_xor_sync an exchange
+// through a per-block array between two barriers (every thread of a block must reach each
+// shuffle, as the scan kernels guarantee: their control flow is uniform per block), and
+// __shared__ arrays are function statics (blocks never run at once). Include before the kernel
+// source, after the CUDA headers.
+#ifndef ADJSH_TESTS_CUDA_HOST_EMULATION_H_
+#define ADJSH_TESTS_CUDA_HOST_EMULATION_H_
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <barrier>
+#include <thread>
+#include <vector>
+
+namespace adjsh::emulation {
+
+inline thread_local uint3 thread_idx, block_idx;
+inline thread_local dim3 block_dim, grid_dim;
+inline std::barrier<>* block_barrier = nullptr;
+inline std::vector<float> exchange;
+
+inline void SyncThreads() { block_barrier->arrive_and_wait(); }
+
+inline float ShflXor(unsigned, float v, int lane_mask, int) {
+  exchange[thread_idx.x] = v;
+  block_barrier->arrive_and_wait();
+  const float got = exchange[thread_idx.x ^ static_cast<unsigned>(lane_mask)];
+  block_barrier->arrive_and_wait();
+  return got;
+}
+
+template <typename Fn>
+void Launch(dim3 grid, dim3 block, Fn fn) {
+  for (unsigned by = 0; by < grid.y; ++by)
+    for (unsigned bx = 0; bx < grid.x; ++bx) {
+      std::barrier<> barrier(block.x);
+      block_barrier = &barrier;
+      exchange.assign(block.x, 0.0f);
+      std::vector<std::thread> threads;
+      for (unsigned t = 0; t < block.x; ++t) {
+        threads.emplace_back([&, t] {
+          thread_idx = {t, 0, 0};
+          block_idx = {bx, by, 0};
+          block_dim = block;
+          grid_dim = grid;
+          fn();
+        });
+      }
+      for (std::thread& th : threads) th.join();
+    }
+}
+
+}  // namespace adjsh::emulation
+
+#undef __shared__
+#define __shared__ static
+#define __launch_bounds__(...)
+#define threadIdx ::adjsh::emulation::thread_idx
+#define blockIdx ::adjsh::emulation::block_idx
+#define blockDim ::adjsh::emulation::block_dim
+#define gridDim ::adjsh::emulation::grid_dim
+#define __syncthreads ::adjsh::emulation::SyncThreads
+#define __shfl_xor_sync ::adjsh::emulation::ShflXor
+#define ADJSH_LAUNCH(kernel, grid, block, stream, ...) \
+  ::adjsh::emulation::Launch(dim3(grid), dim3(block), [&] { kernel(__VA_ARGS__); })
+
+#endif  // ADJSH_TESTS_CUDA_HOST_EMULATION_H_

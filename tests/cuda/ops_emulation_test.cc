@@ -1,0 +1,153 @@
+// The CUDA block's non-scan kernels (kernels/cuda/ops_kernels.cuh) compiled for the host and
+// run with each block's threads as host threads (host_emulation.h), against plain f64 code:
+// RMSNorm forward and backward, the causal conv + silu with its halo rows forward and
+// backward, and the blocked cross-entropy (running log-sum-exp over vocabulary blocks, the
+// softmax gradient). Runs without a GPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "tests/cuda/host_emulation.h"
+// The kernel source after the emulation macros.
+#include "kernels/cuda/ops_kernels.cuh"
+#include "kernels/cpu/rmsnorm.h"
+
+namespace adjsh::cuda {
+namespace {
+
+using namespace ops_internal;
+
+std::vector<float> Random(int64_t n, uint64_t seed, float lo = -1, float hi = 1) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+template <typename A, typename B>
+double RelErr(const std::vector<A>& a, const std::vector<B>& b) {
+  double num = 0, den = 0;
+  for (size_t k = 0; k < a.size(); ++k) {
+    num += (double(a[k]) - double(b[k])) * (double(a[k]) - double(b[k]));
+    den += double(b[k]) * double(b[k]);
+  }
+  return den == 0 ? std::sqrt(num) : std::sqrt(num / den);
+}
+
+double Sigmoid(double x) { return 1 / (1 + std::exp(-x)); }
+
+TEST(OpsEmulationTest, RmsNormForwardAndBackward) {
+  const int64_t rows = 5, D = 300;  // D > the block's 256 threads: strided rows
+  const std::vector<float> u = Random(rows * D, 1), w = Random(D, 2, 0.5f, 1.5f);
+  const std::vector<float> dn = Random(rows * D, 3);
+  std::vector<float> n(rows * D), r(rows), dw(D), du(rows * D);
+  RmsNormForwardImpl<float>(nullptr, u.data(), rows, D, w.data(), 1e-5f, n.data(), r.data());
+  RmsNormBackwardImpl(nullptr, u.data(), rows, D, w.data(), r.data(), dn.data(), dw.data(),
+                      du.data());
+  const std::vector<double> u64(u.begin(), u.end()), w64(w.begin(), w.end()),
+      dn64(dn.begin(), dn.end());
+  std::vector<double> n64(rows * D), r64(rows), dw64(D, 0.0), du64(rows * D);
+  cpu::RmsNormForward(u64.data(), rows, D, w64.data(), 1e-5, n64.data(), r64.data());
+  cpu::RmsNormBackward(u64.data(), rows, D, w64.data(), r64.data(), dn64.data(), dw64.data(),
+                       du64.data());
+  EXPECT_LT(RelErr(n, n64), 1e-6);
+  EXPECT_LT(RelErr(r, r64), 1e-6);
+  EXPECT_LT(RelErr(dw, dw64), 1e-6);
+  EXPECT_LT(RelErr(du, du64), 1e-6);
+}
+
+TEST(OpsEmulationTest, ConvWithHaloForwardAndBackward) {
+  for (int64_t halo : {0, 2, 3}) {
+    const int64_t len = 9, Di = 6, W = 4, P = halo + len;
+    const std::vector<float> xz = Random(P * 2 * Di, 4), w = Random(Di * W, 5),
+                             b = Random(Di, 6), g = Random(len * Di, 7);
+    std::vector<float> cpre(len * Di), xc(len * Di), dxz(P * 2 * Di, 0.0f), dw(Di * W), db(Di);
+    ConvSiluForwardImpl<float>(nullptr, xz.data(), halo, len, Di, W, w.data(), b.data(),
+                               cpre.data(), xc.data());
+    std::vector<float> dxc = g;  // dL/dxc in, dL/dcpre out
+    ConvSiluBackwardImpl<float>(nullptr, xz.data(), cpre.data(), halo, len, Di, W, w.data(),
+                                dxc.data(), dxz.data(), dw.data(), db.data());
+    // f64 reference: c_t = b + sum_j w[:, j] x_{p}, p = halo + t - W + 1 + j >= 0.
+    std::vector<double> c(len * Di), x_ref(len * Di), dx(P * Di, 0.0), dw_ref(Di * W, 0.0),
+        db_ref(Di, 0.0);
+    for (int64_t t = 0; t < len; ++t)
+      for (int64_t i = 0; i < Di; ++i) {
+        double v = b[i];
+        for (int64_t j = 0; j < W; ++j) {
+          const int64_t p = halo + t - (W - 1) + j;
+          if (p >= 0) v += double(w[i * W + j]) * xz[p * 2 * Di + i];
+        }
+        c[t * Di + i] = v;
+        x_ref[t * Di + i] = v * Sigmoid(v);
+        const double s = Sigmoid(v), dc = g[t * Di + i] * s * (1 + v * (1 - s));
+        db_ref[i] += dc;
+        for (int64_t j = 0; j < W; ++j) {
+          const int64_t p = halo + t - (W - 1) + j;
+          if (p < 0) continue;
+          dw_ref[i * W + j] += dc * xz[p * 2 * Di + i];
+          dx[p * Di + i] += double(w[i * W + j]) * dc;
+        }
+      }
+    std::vector<float> dx_got(P * Di);
+    for (int64_t p = 0; p < P; ++p)
+      for (int64_t i = 0; i < Di; ++i) {
+        dx_got[p * Di + i] = dxz[p * 2 * Di + i];
+        EXPECT_EQ(dxz[p * 2 * Di + Di + i], 0.0f);  // z columns untouched
+      }
+    EXPECT_LT(RelErr(cpre, c), 1e-6) << "halo " << halo;
+    EXPECT_LT(RelErr(xc, x_ref), 1e-6);
+    EXPECT_LT(RelErr(dx_got, dx), 1e-6);
+    EXPECT_LT(RelErr(dw, dw_ref), 1e-6);
+    EXPECT_LT(RelErr(db, db_ref), 1e-6);
+  }
+}
+
+// Three vocabulary blocks (the last partial), a row without a target: the running
+// log-sum-exp and the gradient equal the softmax over the whole row.
+TEST(OpsEmulationTest, BlockedCrossEntropy) {
+  const int64_t M = 4, V = 700, Vb = 256;
+  const std::vector<float> logits = Random(M * V, 8, -6, 6);
+  const std::vector<int64_t> targets = {3, 699, -1, 300};
+  const float scale = 0.25f;
+  std::vector<float> mx(M), sum(M), tl(M), grad(M * V);
+  for (int64_t v0 = 0; v0 < V; v0 += Vb) {
+    const int64_t vb = std::min(Vb, V - v0);
+    std::vector<float> block(M * vb);
+    for (int64_t r = 0; r < M; ++r)
+      for (int64_t v = 0; v < vb; ++v) block[r * vb + v] = logits[r * V + v0 + v];
+    CeStatsImpl(nullptr, block.data(), M, vb, v0, targets.data(), v0 == 0, mx.data(), sum.data(),
+                tl.data());
+  }
+  for (int64_t v0 = 0; v0 < V; v0 += Vb) {
+    const int64_t vb = std::min(Vb, V - v0);
+    std::vector<float> block(M * vb), dl(M * vb);
+    for (int64_t r = 0; r < M; ++r)
+      for (int64_t v = 0; v < vb; ++v) block[r * vb + v] = logits[r * V + v0 + v];
+    CeGradImpl<float>(nullptr, block.data(), M, vb, v0, targets.data(), mx.data(), sum.data(),
+                      scale, dl.data());
+    for (int64_t r = 0; r < M; ++r)
+      for (int64_t v = 0; v < vb; ++v) grad[r * V + v0 + v] = dl[r * vb + v];
+  }
+  for (int64_t r = 0; r < M; ++r) {
+    double m = -1e300, s = 0;
+    for (int64_t v = 0; v < V; ++v) m = std::max(m, double(logits[r * V + v]));
+    for (int64_t v = 0; v < V; ++v) s += std::exp(logits[r * V + v] - m);
+    std::vector<double> want(V);
+    std::vector<float> got(grad.begin() + r * V, grad.begin() + (r + 1) * V);
+    for (int64_t v = 0; v < V; ++v) {
+      want[v] = targets[r] < 0 ? 0 : scale * (std::exp(logits[r * V + v] - m) / s -
+                                              (v == targets[r] ? 1 : 0));
+    }
+    EXPECT_LT(RelErr(got, want), 1e-5) << "row " << r;
+    if (targets[r] < 0) continue;
+    const double loss = std::log(double(sum[r])) + mx[r] - tl[r];
+    const double want_loss = std::log(s) + m - logits[r * V + targets[r]];
+    EXPECT_NEAR(loss, want_loss, 1e-5 * std::abs(want_loss)) << "row " << r;
+  }
+}
+
+}  // namespace
+}  // namespace adjsh::cuda
