@@ -1,25 +1,30 @@
 // adjsh coordinator: serves the TaskService (workers) and the JobService (adjsh submit / status /
-// watch / cancel) on one insecure gRPC address until SIGTERM or SIGINT (coordinator/job_service.h).
+// watch / cancel) on one gRPC address, with mutual TLS and a job token (cli/security_flags.h) or
+// plaintext on loopback, until SIGTERM or SIGINT (coordinator/job_service.h).
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <string>
 #include <thread>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/security_flags.h"
 #include "cli/stop_signal.h"
 #include "coordinator/job_service.h"
 #include "coordinator/task_service.h"
 #include "grpcpp/grpcpp.h"
+#include "proto/transport.h"
 
 namespace adjsh::cli {
 
 int CoordinatorCommand(const std::vector<std::string>& args) {
   ArgParser a(
       "coordinator",
-      "Serves adjsh's distributed training on one insecure gRPC address: the TaskService that\n"
+      "Serves adjsh's distributed training on one gRPC address: the TaskService that\n"
       "`adjsh worker --coordinator ADDR` processes pull exact-backward (layer, chunk) tasks from,\n"
       "and the JobService that `adjsh submit / status / watch / cancel` talk to. Jobs run one at\n"
       "a time in submission order; each trains as `adjsh train` does (forward pass, LM head and\n"
@@ -27,7 +32,14 @@ int CoordinatorCommand(const std::vector<std::string>& args) {
       "'listening on HOST:PORT' on stdout once serving (--listen with port 0 picks a free port).\n"
       "Jobs are kept in memory only: after a restart, submit a job's spec again with the same\n"
       "checkpoint dir to resume it from its latest checkpoint. SIGTERM or SIGINT cancels the\n"
-      "running job and exits 0.");
+      "running job and exits 0.\n"
+      "Security (docs/SECURITY.md): TLS with --tls-cert/--tls-key; workers must present a\n"
+      "client certificate signed by --tls-ca; the job API requires the bearer token of\n"
+      "--auth-token-file (or ADJSH_AUTH_TOKEN). --insecure-local instead serves plaintext\n"
+      "without authentication, on a loopback address only.\n"
+      "Limits: a job over --max-context, --max-layers, --max-hidden or --max-tensor-bytes is\n"
+      "refused at submit (INVALID_ARGUMENT naming the limit); messages over\n"
+      "--max-message-bytes are refused (RESOURCE_EXHAUSTED).");
   a.Add("listen", "HOST:PORT", "address to serve on (port 0: a free port)", "127.0.0.1:50051");
   a.Add("state-dir", "DIR",
         "checkpoints of jobs submitted without a checkpoint dir go to DIR/JOB_ID",
@@ -36,6 +48,17 @@ int CoordinatorCommand(const std::vector<std::string>& args) {
         "5000");
   a.Add("threads", "N", "threads for the forward pass and LM head here (0: one per core)", "0");
   a.AddBool("quiet", "do not log job state changes on stderr");
+  AddServerSecurityFlags(a);
+  const coordinator::JobLimits defaults;
+  a.Add("max-context", "T", "largest context_length (tokens per step) of a job",
+        std::to_string(defaults.max_context));
+  a.Add("max-layers", "K", "most layers of a job's model", std::to_string(defaults.max_layers));
+  a.Add("max-hidden", "D", "largest hidden size of a job's model",
+        std::to_string(defaults.max_hidden));
+  a.Add("max-tensor-bytes", "BYTES", "largest parameter tensor of a job's model, in f32 bytes",
+        std::to_string(defaults.max_tensor_bytes));
+  a.Add("max-message-bytes", "BYTES", "largest gRPC message received or sent (at least 2 MiB: "
+        "tensors travel in 1 MiB pieces)", std::to_string(kDefaultMaxMessageBytes));
   if (auto code = ParseOrExit(a, args)) return *code;
 
   const std::string listen = a.Get("listen");
@@ -48,6 +71,26 @@ int CoordinatorCommand(const std::vector<std::string>& args) {
   if (!lease_ms.ok()) return BadUsage("coordinator", lease_ms.status());
   absl::StatusOr<int64_t> threads = a.GetInt("threads", 0, 4096);
   if (!threads.ok()) return BadUsage("coordinator", threads.status());
+  coordinator::JobLimits limits;
+  for (auto [flag, field, max] :
+       {std::tuple{"max-context", &limits.max_context, int64_t{1} << 40},
+        std::tuple{"max-layers", &limits.max_layers, int64_t{1} << 31},
+        std::tuple{"max-hidden", &limits.max_hidden, int64_t{1} << 31}}) {
+    absl::StatusOr<int64_t> v = a.GetInt(flag, 1, max);
+    if (!v.ok()) return BadUsage("coordinator", v.status());
+    *field = *v;
+  }
+  absl::StatusOr<int64_t> tensor_bytes = a.GetInt("max-tensor-bytes", 1, int64_t{1} << 50);
+  if (!tensor_bytes.ok()) return BadUsage("coordinator", tensor_bytes.status());
+  limits.max_tensor_bytes = static_cast<uint64_t>(*tensor_bytes);
+  absl::StatusOr<int64_t> message_bytes =
+      a.GetInt("max-message-bytes", int64_t{2} << 20, int64_t{1} << 30);
+  if (!message_bytes.ok()) return BadUsage("coordinator", message_bytes.status());
+  SecurityError security_error;
+  absl::StatusOr<ServerSecurity> security =
+      ServerSecurityFromFlags(a, listen, &security_error);
+  if (!security.ok()) return SecurityFail("coordinator", security_error);
+
   std::error_code ec;
   const std::string state_dir = std::filesystem::absolute(a.Get("state-dir"), ec).string();
   if (std::filesystem::exists(state_dir, ec) && !std::filesystem::is_directory(state_dir, ec)) {
@@ -58,13 +101,16 @@ int CoordinatorCommand(const std::vector<std::string>& args) {
   coordinator::TaskServiceImpl tasks({.lease = absl::Milliseconds(*lease_ms)});
   coordinator::JobServiceImpl jobs(
       tasks,
-      {.state_dir = state_dir, .threads = static_cast<int>(*threads), .log = !a.GetBool("quiet")});
+      {.state_dir = state_dir,
+       .threads = static_cast<int>(*threads),
+       .log = !a.GetBool("quiet"),
+       .limits = limits});
   int port = 0;
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(listen, ServerCredentialsFor(*security), &port);
   builder.RegisterService(&tasks);
   builder.RegisterService(&jobs);
-  builder.SetMaxReceiveMessageSize(8 << 20);
+  ConfigureServer(builder, static_cast<int>(*message_bytes));
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || port == 0) {
     return Fail("coordinator", absl::UnavailableError(absl::StrCat(
@@ -76,9 +122,11 @@ int CoordinatorCommand(const std::vector<std::string>& args) {
   std::printf("listening on %s\n", address.c_str());
   std::fflush(stdout);
   std::fprintf(stderr,
-               "adjsh coordinator on %s: workers connect with `adjsh worker --coordinator %s`; "
-               "default checkpoints under %s\n",
-               address.c_str(), address.c_str(), state_dir.c_str());
+               "adjsh coordinator on %s (%s): workers connect with `adjsh worker --coordinator "
+               "%s`; default checkpoints under %s\n",
+               address.c_str(),
+               security->insecure ? "plaintext, no authentication" : "mutual TLS, job token",
+               address.c_str(), state_dir.c_str());
 
   while (!stop.load()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   std::fprintf(stderr, "adjsh coordinator: stopping\n");

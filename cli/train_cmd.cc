@@ -70,7 +70,9 @@ int TrainCommand(const std::vector<std::string>& args) {
   a.Add("spill-dir", "DIR",
         "keep the layer inputs in memory-mapped files here (the OS may write them to disk)");
   a.Add("workers", "N",
-        "worker processes on loopback for the backward tasks (0: all in-process)", "0");
+        "local worker processes for the backward tasks, on a private Unix socket (0: all "
+        "in-process)",
+        "0");
   a.Add("lease-ms", "MS",
         "with --workers: a task's lease; a lost worker's task is handed out again after it",
         "5000");

@@ -5,6 +5,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/security_flags.h"
 #include "cli/stop_signal.h"
 #include "worker/worker.h"
 
@@ -13,14 +14,19 @@ namespace adjsh::cli {
 int WorkerCommand(const std::vector<std::string>& args) {
   ArgParser a("worker",
               "Serves exact-backward (layer, chunk) tasks of an adjsh coordinator: registers with\n"
-              "its TaskService (insecure gRPC), then pulls tasks, fetches their inputs, computes\n"
-              "them on the CPU and pushes the results, until SIGTERM or SIGINT (exit 0). A lost\n"
-              "coordinator is retried forever (backoff up to 2 s).");
+              "its TaskService, then pulls tasks, fetches their inputs, computes them on the CPU\n"
+              "and pushes the results, until SIGTERM or SIGINT (exit 0). A lost coordinator is\n"
+              "retried forever (backoff up to 2 s); a coordinator that refuses the worker's\n"
+              "credentials (UNAUTHENTICATED, PERMISSION_DENIED) ends it with exit 1.\n"
+              "With --tls-ca the connection is mutual TLS: the worker checks the coordinator's\n"
+              "certificate against --tls-ca and presents --tls-cert (docs/SECURITY.md); without\n"
+              "it, plaintext to a loopback coordinator started with --insecure-local.");
   a.Add("coordinator", "HOST:PORT", "the coordinator's TaskService address", "", true);
   a.Add("name", "NAME", "worker name shown by the coordinator (default: the host name)");
   a.Add("log-every", "N", "progress line (tasks/s, RSS) every N finished tasks; 0: never", "100");
   a.AddBool("verbose", "also log every task and every retried RPC");
   a.AddBool("quiet", "log warnings and errors only");
+  AddClientSecurityFlags(a, /*worker=*/true);
   if (auto code = ParseOrExit(a, args)) return *code;
 
   worker::WorkerOptions opt;
@@ -28,6 +34,11 @@ int WorkerCommand(const std::vector<std::string>& args) {
   if (opt.coordinator.empty()) {
     return BadUsage("worker", absl::InvalidArgumentError("--coordinator is empty"));
   }
+  SecurityError security_error;
+  absl::StatusOr<ClientSecurity> security =
+      ClientSecurityFromFlags(a, opt.coordinator, /*worker=*/true, &security_error);
+  if (!security.ok()) return SecurityFail("worker", security_error);
+  opt.credentials = ChannelCredentialsFor(*security);
   if (a.Has("name")) opt.name = a.Get("name");
   absl::StatusOr<int64_t> log_every = a.GetInt("log-every", 0, int64_t{1} << 40);
   if (!log_every.ok()) return BadUsage("worker", log_every.status());

@@ -53,6 +53,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "coordinator/job_spec.h"
 #include "coordinator/task_service.h"
 #include "proto/adjsh.grpc.pb.h"
 
@@ -66,6 +67,8 @@ struct JobServiceOptions {
   int threads = 0;
   // Progress lines (job started, finished, failed) on stderr.
   bool log = false;
+  // Per-job size limits, checked at submit (job_spec.h).
+  JobLimits limits;
 };
 
 class JobServiceImpl final : public v1::JobService::Service {

@@ -57,7 +57,7 @@ class Cluster:
     def coordinator(self, state_dir, listen="127.0.0.1:0", timeout=20):
         """Starts a coordinator; returns (process, address) or (process, None)."""
         p = subprocess.Popen([self.adjsh, "coordinator", "--listen", listen, "--state-dir",
-                              state_dir, "--lease-ms", "2000"],
+                              state_dir, "--lease-ms", "2000", "--insecure-local"],
                              stdout=subprocess.PIPE, stderr=self._log("coordinator.log"))
         self.procs.append(p)
         deadline = time.time() + timeout
