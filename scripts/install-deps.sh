@@ -9,6 +9,8 @@ PACKAGES=(
   libgtest-dev libgmock-dev
   libabsl-dev libprotobuf-dev protobuf-compiler libgrpc++-dev protobuf-compiler-grpc
   prometheus-cpp-dev
+  libssl-dev openssl
+  clang libclang-rt-14-dev
   python3 python3-numpy python3-torch
 )
 
