@@ -18,7 +18,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FUZZ_CHECK(adjsh::ValidateConfig(*c).ok());
   absl::StatusOr<adjsh::MambaConfig> back = adjsh::ParseConfigJson(adjsh::ConfigToJson(*c));
   FUZZ_CHECK(back.ok());
-  FUZZ_CHECK(back->hidden_size == c->hidden_size && back->num_hidden_layers == c->num_hidden_layers &&
+  FUZZ_CHECK(back->hidden_size == c->hidden_size &&
+             back->num_hidden_layers == c->num_hidden_layers &&
              back->state_size == c->state_size && back->conv_kernel == c->conv_kernel &&
              back->expand == c->expand && back->time_step_rank == c->time_step_rank &&
              back->vocab_size == c->vocab_size &&

@@ -33,7 +33,16 @@ struct KeyFree {
 };
 using Bio = std::unique_ptr<BIO, BioFree>;
 
-Bio MemBio(const std::string& pem) { return Bio(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size()))); }
+// Never ask for a passphrase: OpenSSL's default callback would prompt on the terminal, which
+// hangs a daemon; an encrypted key is refused instead.
+int NoPassphrase(char*, int, int, void*) { return 0; }
+
+// PEM files are small; a bigger file is a wrong path, not a certificate.
+constexpr size_t kMaxPemBytes = size_t{1} << 20;
+
+Bio MemBio(const std::string& pem) {
+  return Bio(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
+}
 
 // The text of OpenSSL's most recent error, for messages; clears the error queue.
 std::string OpenSslError() {
@@ -55,6 +64,10 @@ absl::StatusOr<std::string> ReadPem(const char* flag, const std::string& path) {
     return absl::Status(text.status().code(),
                         absl::StrCat(flag, " ", path, ": ", text.status().message()));
   }
+  if (text->size() > kMaxPemBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, " ", path, " is ", text->size(),
+                                                   " bytes, too large for a PEM file"));
+  }
   if (!absl::StrContains(*text, "-----BEGIN ")) {
     return absl::InvalidArgumentError(
         absl::StrCat(flag, " ", path, " is not a PEM file (no -----BEGIN line)"));
@@ -68,7 +81,9 @@ absl::StatusOr<std::vector<std::unique_ptr<X509, X509Free>>> ParseCerts(
   std::vector<std::unique_ptr<X509, X509Free>> certs;
   Bio bio = MemBio(pem);
   ERR_clear_error();
-  while (X509* x = PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr)) certs.emplace_back(x);
+  while (X509* x = PEM_read_bio_X509(bio.get(), nullptr, NoPassphrase, nullptr)) {
+    certs.emplace_back(x);
+  }
   const unsigned long err = ERR_peek_last_error();
   // Reading stops with "no start line" at the end of the text; anything else is a bad block.
   const bool clean_end = err == 0 || ERR_GET_REASON(err) == PEM_R_NO_START_LINE;
@@ -102,10 +117,12 @@ absl::StatusOr<TlsMaterial> LoadTlsFiles(const TlsFiles& files) {
     Bio bio = MemBio(*key);
     ERR_clear_error();
     std::unique_ptr<EVP_PKEY, KeyFree> pkey(
-        PEM_read_bio_PrivateKey(bio.get(), nullptr, nullptr, nullptr));
+        PEM_read_bio_PrivateKey(bio.get(), nullptr, NoPassphrase, nullptr));
     if (!pkey) {
       return absl::InvalidArgumentError(
-          absl::StrCat("--tls-key ", files.key, " holds no readable unencrypted private key (",
+          absl::StrCat("--tls-key ", files.key,
+                       " holds no readable private key (encrypted keys are not supported: "
+                       "decrypt it with `openssl pkey`) (",
                        OpenSslError(), ")"));
     }
     if (X509_check_private_key(certs->front().get(), pkey.get()) != 1) {

@@ -85,6 +85,8 @@ TEST_F(Certs, RefusesBadFilesNamingFlagAndFile) {
               absl::StatusCode::kInvalidArgument, "holds no PEM certificate");
   ExpectError(LoadTlsFiles({F("server.pem"), F("server.pem"), ""}).status(),
               absl::StatusCode::kInvalidArgument, "--tls-key");
+  ExpectError(LoadTlsFiles({F("server.pem"), F("server-encrypted.key"), ""}).status(),
+              absl::StatusCode::kInvalidArgument, "encrypted keys are not supported");
   ExpectError(LoadTlsFiles({F("server.pem"), F("worker.key"), ""}).status(),
               absl::StatusCode::kInvalidArgument, "does not match the certificate");
   ExpectError(LoadTlsFiles({F("server.pem"), "", ""}).status(),

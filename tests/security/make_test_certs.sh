@@ -6,6 +6,7 @@
 #   other-ca.pem other-ca.key   another CA
 #   rogue.pem rogue.key         client certificate by other-ca (refused in the TLS handshake)
 #   rogue-server.pem/.key       coordinator certificate by other-ca (refused by clients)
+#   server-encrypted.key        server.key encrypted with a passphrase (refused: never prompted)
 #   token                       a 32-character job token
 #   token-wrong                 another one
 # Usage: make_test_certs.sh DIR
@@ -38,6 +39,7 @@ leaf server localhost ca "$server_ext"
 leaf worker adjsh-worker-1 ca "$client_ext"
 leaf rogue adjsh-rogue-worker other-ca "$client_ext"
 leaf rogue-server localhost other-ca "$server_ext"
+openssl pkey -in server.key -aes256 -passout pass:secret -out server-encrypted.key 2>/dev/null
 printf 'adjsh-test-token-0123456789abcdef\n' > token
 printf 'adjsh-wrong-token-fedcba987654321\n' > token-wrong
 rm -f ./*.srl

@@ -182,8 +182,10 @@ def body(adjsh, tmp, procs, record):
     base = ["coordinator", "--listen", "127.0.0.1:0", "--state-dir", os.path.join(tmp, "x")]
     for flags, code, want, what in [
             ([], 2, "--insecure-local", "neither TLS nor --insecure-local"),
-            (["--insecure-local", "--listen", "0.0.0.0:0"], 2, "loopback", "--insecure-local on 0.0.0.0"),
-            (["--insecure-local", "--tls-ca", C("ca.pem")], 2, "excludes", "--insecure-local with TLS"),
+            (["--insecure-local", "--listen", "0.0.0.0:0"], 2, "loopback",
+             "--insecure-local on 0.0.0.0"),
+            (["--insecure-local", "--tls-ca", C("ca.pem")], 2, "excludes",
+             "--insecure-local with TLS"),
             (server_tls, 2, "ADJSH_AUTH_TOKEN", "TLS without a token"),
             (server_tls[:4], 2, "--tls-ca", "TLS without --tls-ca"),
             (["--tls-cert", C("nope.pem"), *server_tls[2:], "--auth-token-file", C("token")], 1,
