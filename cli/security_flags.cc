@@ -105,7 +105,7 @@ absl::StatusOr<ClientSecurity> ClientSecurityFromFlags(const ArgParser& a,
     if (!IsLoopbackAddress(coordinator)) {
       return Usage(error, absl::InvalidArgumentError(absl::StrCat(
                               "--coordinator ", coordinator,
-                              " is not a loopback address: connect with TLS (--tls-ca", 
+                              " is not a loopback address: connect with TLS (--tls-ca",
                               worker ? ", --tls-cert, --tls-key" : "", ")")));
     }
     sec.insecure = true;

@@ -15,6 +15,11 @@
 
 namespace adjsh {
 
+// How long one connection attempt, TCP connect and TLS handshake together, may take. gRPC
+// takes it from GRPC_ARG_MIN_RECONNECT_BACKOFF_MS (the backoff between attempts is
+// GRPC_ARG_INITIAL/MAX_RECONNECT_BACKOFF_MS); a small value makes TLS handshakes on a loaded
+// machine time out ("Handshake write failed") over and over.
+inline constexpr int kConnectTimeoutMs = 20000;
 inline constexpr int kKeepaliveTimeMs = 20000;
 inline constexpr int kKeepaliveTimeoutMs = 10000;
 // Largest message a coordinator accepts by default: tensors travel in 1 MiB pieces
@@ -24,7 +29,8 @@ inline constexpr int kDefaultMaxMessageBytes = 8 << 20;
 // Message limits (both directions) and keepalive for a server.
 void ConfigureServer(grpc::ServerBuilder& builder, int max_message_bytes);
 
-// Channel arguments of a client: keepalive and the largest message it accepts.
+// Channel arguments of a client: keepalive, the connect timeout and the largest message it
+// accepts.
 grpc::ChannelArguments ClientChannelArgs(int max_message_bytes = kDefaultMaxMessageBytes);
 
 }  // namespace adjsh

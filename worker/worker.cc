@@ -43,7 +43,8 @@ Worker::Worker(WorkerOptions options)
   grpc::ChannelArguments args = ClientChannelArgs();  // keepalive, message limits
   // Reconnect fast after a coordinator restart (gRPC's default backoff grows to 120 s).
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  // (GRPC_ARG_MIN_RECONNECT_BACKOFF_MS is the connect and TLS handshake timeout, not a backoff:
+  // ClientChannelArgs sets it.)
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
   channel_ = grpc::CreateCustomChannel(
       opt_.coordinator,

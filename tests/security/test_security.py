@@ -20,6 +20,8 @@ with a client and a server certificate of its own, two tokens. Checks:
   * limits of an --insecure-local coordinator: a spec over --max-context, --max-layers,
     --max-hidden or --max-tensor-bytes -> INVALID_ARGUMENT naming the limit; a request over
     --max-message-bytes -> RESOURCE_EXHAUSTED; a spec within the limits is accepted;
+  * `adjsh train --workers 1` serves its workers on a Unix socket in a 0700 directory under
+    $TMPDIR, and removes it at the end;
   * deadlines and keepalive: against a coordinator stopped with SIGSTOP, `status --timeout 1`
     gives up within seconds, and a running `watch` stream (no deadline) ends with exit 1 once
     keepalive pings go unanswered, instead of hanging.
@@ -33,6 +35,7 @@ import re
 import select
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -222,7 +225,13 @@ def body(adjsh, tmp, procs, record):
     job = r.stdout.strip()
     record("submit over TLS with --auth-token-file", r.returncode == 0 and job, r.stderr)
     w = run("watch", *client, "--job", job, timeout=300, token_env=open(C("token")).read())
-    record("watch over TLS with ADJSH_AUTH_TOKEN -> SUCCEEDED", w.returncode == 0, w.stderr)
+
+    def tail(name):
+        with open(os.path.join(tmp, name), errors="replace") as f:
+            return f.read()[-1500:]
+    record("watch over TLS with ADJSH_AUTH_TOKEN -> SUCCEEDED", w.returncode == 0,
+           (w.stdout[-1500:], w.stderr, run("status", *with_token, timeout=20).stdout,
+            tail("tls.log"), tail("worker-w1.log")))
     ref = os.path.join(tmp, "ref")
     t = run("train", *TRAIN_FLAGS, "--steps", "2", "--checkpoint-dir", ref, timeout=300)
     got, want = final_model(ckpt), final_model(ref)
@@ -301,6 +310,30 @@ def body(adjsh, tmp, procs, record):
     r = run("submit", "--coordinator", addr, "--spec", spec_file("long", long_spec), timeout=30)
     long_job = r.stdout.strip()
     record("spec within the limits is accepted", r.returncode == 0 and long_job, r.stderr)
+
+    # --- local clusters: a Unix socket in a private directory, removed at the end -------------
+    sock_tmp = os.path.join(tmp, "sock_tmp")
+    os.makedirs(sock_tmp)
+    e = dict(env, TMPDIR=sock_tmp)
+    train = subprocess.Popen([adjsh, "train", *TRAIN_FLAGS, "--steps", "3", "--workers", "1",
+                              "--checkpoint-dir", os.path.join(tmp, "local_ckpt")],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=e)
+    procs.procs.append(train)
+    seen = None
+    deadline = time.time() + 60
+    while seen is None and time.time() < deadline and train.poll() is None:
+        for name in os.listdir(sock_tmp):
+            d = os.path.join(sock_tmp, name)
+            if name.startswith("adjsh-cluster-") and os.path.exists(os.path.join(d, "coordinator")):
+                seen = (os.stat(d).st_mode & 0o777, stat.S_ISSOCK(
+                    os.stat(os.path.join(d, "coordinator")).st_mode))
+        time.sleep(0.05)
+    err = train.communicate(timeout=300)[1]
+    record("local cluster: a socket in a 0700 directory, no TCP",
+           seen == (0o700, True) and "unix:" in err, (seen, err[-2000:]))
+    record("local cluster: trains, and removes its socket directory",
+           train.returncode == 0 and os.listdir(sock_tmp) == [], (train.returncode,
+                                                                  os.listdir(sock_tmp)))
 
     # --- deadlines and keepalive against a stopped coordinator ---------------------------------
     procs.worker(addr, "w2", [])
