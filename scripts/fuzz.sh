@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets of fuzz/ with clang under ASan and UBSan (into build-fuzz/, apart
 # from the g++ build/) and runs each for a while, starting from its seed corpus
-# fuzz/corpus/<target>/. New interesting inputs go to BUILD_DIR/corpus/<target>/; a crash is
-# written to BUILD_DIR/artifacts/<target>/ and makes the script exit 1 (add the input under
+# fuzz/corpus/<target>/, with the dictionary fuzz/dict/<target>.dict where there is one. New
+# interesting inputs go to BUILD_DIR/corpus/<target>/; a crash is written to
+# BUILD_DIR/artifacts/<target>/ and makes the script exit 1 (add the input under
 # tests/fuzz/<target>/, where the replay tests of the normal build pick it up, and fix it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -52,9 +53,11 @@ for t in "${targets[@]}"; do
   mkdir -p "$build_dir/corpus/$t" "$build_dir/artifacts/$t"
   log="$build_dir/fuzz-$t.log"
   echo "fuzz.sh: $t for ${seconds} s" >&2
+  dict=()
+  [ -f "fuzz/dict/$t.dict" ] && dict=(-dict="fuzz/dict/$t.dict")
   if "$build_dir/fuzz/fuzz_$t" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
       -max_len=65536 -print_final_stats=1 -artifact_prefix="$build_dir/artifacts/$t/" \
-      "$build_dir/corpus/$t" "fuzz/corpus/$t" >"$log" 2>&1; then
+      "${dict[@]}" "$build_dir/corpus/$t" "fuzz/corpus/$t" >"$log" 2>&1; then
     runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
     echo "fuzz.sh: $t: ${runs:-?} runs in ${seconds} s, no crash" >&2
   else
