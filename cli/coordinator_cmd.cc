@@ -5,9 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <string>
 #include <thread>
-#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "cli/args.h"
@@ -49,16 +47,7 @@ int CoordinatorCommand(const std::vector<std::string>& args) {
   a.Add("threads", "N", "threads for the forward pass and LM head here (0: one per core)", "0");
   a.AddBool("quiet", "do not log job state changes on stderr");
   AddServerSecurityFlags(a);
-  const coordinator::JobLimits defaults;
-  a.Add("max-context", "T", "largest context_length (tokens per step) of a job",
-        std::to_string(defaults.max_context));
-  a.Add("max-layers", "K", "most layers of a job's model", std::to_string(defaults.max_layers));
-  a.Add("max-hidden", "D", "largest hidden size of a job's model",
-        std::to_string(defaults.max_hidden));
-  a.Add("max-tensor-bytes", "BYTES", "largest parameter tensor of a job's model, in f32 bytes",
-        std::to_string(defaults.max_tensor_bytes));
-  a.Add("max-message-bytes", "BYTES", "largest gRPC message received or sent (at least 2 MiB: "
-        "tensors travel in 1 MiB pieces)", std::to_string(kDefaultMaxMessageBytes));
+  AddLimitFlags(a);
   if (auto code = ParseOrExit(a, args)) return *code;
 
   const std::string listen = a.Get("listen");
@@ -71,21 +60,8 @@ int CoordinatorCommand(const std::vector<std::string>& args) {
   if (!lease_ms.ok()) return BadUsage("coordinator", lease_ms.status());
   absl::StatusOr<int64_t> threads = a.GetInt("threads", 0, 4096);
   if (!threads.ok()) return BadUsage("coordinator", threads.status());
-  coordinator::JobLimits limits;
-  for (auto [flag, field, max] :
-       {std::tuple{"max-context", &limits.max_context, int64_t{1} << 40},
-        std::tuple{"max-layers", &limits.max_layers, int64_t{1} << 31},
-        std::tuple{"max-hidden", &limits.max_hidden, int64_t{1} << 31}}) {
-    absl::StatusOr<int64_t> v = a.GetInt(flag, 1, max);
-    if (!v.ok()) return BadUsage("coordinator", v.status());
-    *field = *v;
-  }
-  absl::StatusOr<int64_t> tensor_bytes = a.GetInt("max-tensor-bytes", 1, int64_t{1} << 50);
-  if (!tensor_bytes.ok()) return BadUsage("coordinator", tensor_bytes.status());
-  limits.max_tensor_bytes = static_cast<uint64_t>(*tensor_bytes);
-  absl::StatusOr<int64_t> message_bytes =
-      a.GetInt("max-message-bytes", int64_t{2} << 20, int64_t{1} << 30);
-  if (!message_bytes.ok()) return BadUsage("coordinator", message_bytes.status());
+  absl::StatusOr<CoordinatorLimits> limits = LimitsFromFlags(a);
+  if (!limits.ok()) return BadUsage("coordinator", limits.status());
   SecurityError security_error;
   absl::StatusOr<ServerSecurity> security =
       ServerSecurityFromFlags(a, listen, &security_error);
@@ -104,13 +80,13 @@ int CoordinatorCommand(const std::vector<std::string>& args) {
       {.state_dir = state_dir,
        .threads = static_cast<int>(*threads),
        .log = !a.GetBool("quiet"),
-       .limits = limits});
+       .limits = limits->job});
   int port = 0;
   grpc::ServerBuilder builder;
   builder.AddListeningPort(listen, ServerCredentialsFor(*security), &port);
   builder.RegisterService(&tasks);
   builder.RegisterService(&jobs);
-  ConfigureServer(builder, static_cast<int>(*message_bytes));
+  ConfigureServer(builder, limits->max_message_bytes);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || port == 0) {
     return Fail("coordinator", absl::UnavailableError(absl::StrCat(

@@ -1,6 +1,10 @@
 #include "cli/security_flags.h"
 
+#include <string>
+#include <tuple>
+
 #include "absl/strings/str_cat.h"
+#include "proto/transport.h"
 
 namespace adjsh::cli {
 namespace {
@@ -132,6 +136,40 @@ absl::StatusOr<ClientSecurity> ClientSecurityFromFlags(const ArgParser& a,
     // No token at all: calls go without one, and the coordinator answers UNAUTHENTICATED.
   }
   return sec;
+}
+
+void AddLimitFlags(ArgParser& a) {
+  const coordinator::JobLimits defaults;
+  a.Add("max-context", "T", "largest context_length (tokens per step) of a job",
+        std::to_string(defaults.max_context));
+  a.Add("max-layers", "K", "most layers of a job's model", std::to_string(defaults.max_layers));
+  a.Add("max-hidden", "D", "largest hidden size of a job's model",
+        std::to_string(defaults.max_hidden));
+  a.Add("max-tensor-bytes", "BYTES", "largest parameter tensor of a job's model, in f32 bytes",
+        std::to_string(defaults.max_tensor_bytes));
+  a.Add("max-message-bytes", "BYTES",
+        "largest gRPC message received or sent (at least 2 MiB: tensors travel in 1 MiB pieces)",
+        std::to_string(kDefaultMaxMessageBytes));
+}
+
+absl::StatusOr<CoordinatorLimits> LimitsFromFlags(const ArgParser& a) {
+  CoordinatorLimits l;
+  for (auto [flag, field, max] :
+       {std::tuple{"max-context", &l.job.max_context, int64_t{1} << 40},
+        std::tuple{"max-layers", &l.job.max_layers, int64_t{1} << 31},
+        std::tuple{"max-hidden", &l.job.max_hidden, int64_t{1} << 31}}) {
+    absl::StatusOr<int64_t> v = a.GetInt(flag, 1, max);
+    if (!v.ok()) return v.status();
+    *field = *v;
+  }
+  absl::StatusOr<int64_t> tensor_bytes = a.GetInt("max-tensor-bytes", 1, int64_t{1} << 50);
+  if (!tensor_bytes.ok()) return tensor_bytes.status();
+  l.job.max_tensor_bytes = static_cast<uint64_t>(*tensor_bytes);
+  absl::StatusOr<int64_t> message_bytes =
+      a.GetInt("max-message-bytes", int64_t{2} << 20, int64_t{1} << 30);
+  if (!message_bytes.ok()) return message_bytes.status();
+  l.max_message_bytes = static_cast<int>(*message_bytes);
+  return l;
 }
 
 int SecurityFail(const std::string& command, const SecurityError& error) {
