@@ -62,6 +62,8 @@ def main():
     args = ap.parse_args()
     adjsh = os.path.abspath(args.adjsh)
     tmp = tempfile.mkdtemp(prefix="adjsh_cluster_")
+    # The clusters' socket directories go here too: a SIGKILLed coordinator cannot remove its own.
+    os.environ["TMPDIR"] = tmp
     results = []
 
     def record(name, ok, detail=""):
