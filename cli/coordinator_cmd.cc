@@ -1,5 +1,6 @@
 // adjsh coordinator: serves the TaskService (workers) and the JobService (adjsh submit / status /
-// watch / cancel) on one insecure gRPC address until SIGTERM or SIGINT (coordinator/job_service.h).
+// watch / cancel) on one gRPC address, with mutual TLS and a job token (cli/security_flags.h) or
+// plaintext on loopback, until SIGTERM or SIGINT (coordinator/job_service.h).
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -10,19 +11,21 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/device_flags.h"
+#include "cli/security_flags.h"
 #include "cli/stop_signal.h"
 #include "common/metrics_server.h"
 #include "coordinator/job_service.h"
 #include "coordinator/metrics.h"
 #include "coordinator/task_service.h"
 #include "grpcpp/grpcpp.h"
+#include "proto/transport.h"
 
 namespace adjsh::cli {
 
 int CoordinatorCommand(const std::vector<std::string>& args) {
   ArgParser a(
       "coordinator",
-      "Serves adjsh's distributed training on one insecure gRPC address: the TaskService that\n"
+      "Serves adjsh's distributed training on one gRPC address: the TaskService that\n"
       "`adjsh worker --coordinator ADDR` processes pull exact-backward (layer, chunk) tasks from,\n"
       "and the JobService that `adjsh submit / status / watch / cancel` talk to. Jobs run one at\n"
       "a time in submission order; each trains as `adjsh train` does (forward pass, LM head and\n"
@@ -30,7 +33,14 @@ int CoordinatorCommand(const std::vector<std::string>& args) {
       "'listening on HOST:PORT' on stdout once serving (--listen with port 0 picks a free port).\n"
       "Jobs are kept in memory only: after a restart, submit a job's spec again with the same\n"
       "checkpoint dir to resume it from its latest checkpoint. SIGTERM or SIGINT cancels the\n"
-      "running job and exits 0.");
+      "running job and exits 0.\n"
+      "Security (docs/SECURITY.md): TLS with --tls-cert/--tls-key; workers must present a\n"
+      "client certificate signed by --tls-ca; the job API requires the bearer token of\n"
+      "--auth-token-file (or ADJSH_AUTH_TOKEN). --insecure-local instead serves plaintext\n"
+      "without authentication, on a loopback address only.\n"
+      "Limits: a job over --max-context, --max-layers, --max-hidden or --max-tensor-bytes is\n"
+      "refused at submit (INVALID_ARGUMENT naming the limit); messages over\n"
+      "--max-message-bytes are refused (RESOURCE_EXHAUSTED).");
   a.Add("listen", "HOST:PORT", "address to serve on (port 0: a free port)", "127.0.0.1:50051");
   a.Add("state-dir", "DIR",
         "checkpoints of jobs submitted without a checkpoint dir go to DIR/JOB_ID",
@@ -42,6 +52,8 @@ int CoordinatorCommand(const std::vector<std::string>& args) {
         "serve Prometheus metrics on http://HOST:PORT/metrics (port 0: a free one, logged)");
   a.AddBool("quiet", "do not log job state changes on stderr");
   AddDeviceFlags(a, "the forward pass and LM head here");
+  AddServerSecurityFlags(a);
+  AddLimitFlags(a);
   if (auto code = ParseOrExit(a, args)) return *code;
 
   const std::string listen = a.Get("listen");
@@ -62,6 +74,13 @@ int CoordinatorCommand(const std::vector<std::string>& args) {
   absl::StatusOr<Device> device = DeviceFromFlags(a);
   if (!device.ok()) return BadUsage("coordinator", device.status());
   if (absl::Status s = CheckDeviceUsable(*device); !s.ok()) return Fail("coordinator", s);
+  absl::StatusOr<CoordinatorLimits> limits = LimitsFromFlags(a);
+  if (!limits.ok()) return BadUsage("coordinator", limits.status());
+  SecurityError security_error;
+  absl::StatusOr<ServerSecurity> security =
+      ServerSecurityFromFlags(a, listen, &security_error);
+  if (!security.ok()) return SecurityFail("coordinator", security_error);
+
   std::error_code ec;
   const std::string state_dir = std::filesystem::absolute(a.Get("state-dir"), ec).string();
   if (std::filesystem::exists(state_dir, ec) && !std::filesystem::is_directory(state_dir, ec)) {
@@ -75,7 +94,8 @@ int CoordinatorCommand(const std::vector<std::string>& args) {
                                            .threads = static_cast<int>(*threads),
                                            .log = !a.GetBool("quiet"),
                                            .observer = job_metrics.get(),
-                                           .device = *device});
+                                           .device = *device,
+                                           .limits = limits->job});
   job_metrics->set_jobs(&jobs);
   std::unique_ptr<metrics::MetricsServer> metrics_server;
   if (a.Has("metrics-listen")) {
@@ -88,10 +108,10 @@ int CoordinatorCommand(const std::vector<std::string>& args) {
   }
   int port = 0;
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(listen, ServerCredentialsFor(*security), &port);
   builder.RegisterService(&tasks);
   builder.RegisterService(&jobs);
-  builder.SetMaxReceiveMessageSize(8 << 20);
+  ConfigureServer(builder, limits->max_message_bytes);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || port == 0) {
     return Fail("coordinator", absl::UnavailableError(absl::StrCat(
@@ -103,9 +123,11 @@ int CoordinatorCommand(const std::vector<std::string>& args) {
   std::printf("listening on %s\n", address.c_str());
   std::fflush(stdout);
   std::fprintf(stderr,
-               "adjsh coordinator on %s: workers connect with `adjsh worker --coordinator %s`; "
-               "default checkpoints under %s\n",
-               address.c_str(), address.c_str(), state_dir.c_str());
+               "adjsh coordinator on %s (%s): workers connect with `adjsh worker --coordinator "
+               "%s`; default checkpoints under %s\n",
+               address.c_str(),
+               security->insecure ? "plaintext, no authentication" : "mutual TLS, job token",
+               address.c_str(), state_dir.c_str());
 
   while (!stop.load()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   std::fprintf(stderr, "adjsh coordinator: stopping\n");

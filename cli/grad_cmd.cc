@@ -70,7 +70,8 @@ int GradCommand(const std::vector<std::string>& args) {
   a.Add("chunk", "C", "tokens per (layer, chunk) task", "256");
   a.Add("threads", "N", "threads for in-process work (0: one per core)", "0");
   a.Add("workers", "N",
-        "worker processes on loopback for the backward tasks (0: all in-process; f32, exact)",
+        "local worker processes for the backward tasks, on a private Unix socket (0: all "
+        "in-process; f32, exact)",
         "0");
   a.Add("schedule", "wavefront|two-pass",
         "task order: wavefront over (layer, chunk), or two passes per layer with all chunks in "

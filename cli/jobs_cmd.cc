@@ -1,5 +1,6 @@
 // adjsh submit / status / watch / cancel: clients of a coordinator's JobService
-// (proto/adjsh.proto, coordinator/job_service.h) over insecure gRPC.
+// (proto/adjsh.proto, coordinator/job_service.h) over gRPC: TLS with a bearer token, or
+// plaintext to a loopback coordinator (cli/security_flags.h).
 //
 // Exit codes: 0 success; 1 a failure (coordinator unreachable or answering with an error, a
 // watched job that FAILED or was CANCELLED, an unreadable spec file); 2 bad usage.
@@ -16,12 +17,14 @@
 #include "absl/strings/str_split.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/security_flags.h"
 #include "common/file_io.h"
 #include "engine/adjoint_engine.h"
 #include "google/protobuf/util/json_util.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/adjsh.grpc.pb.h"
 #include "proto/status_util.h"
+#include "proto/transport.h"
 
 namespace adjsh::cli {
 namespace {
@@ -31,20 +34,26 @@ constexpr const char* kDefaultCoordinator = "127.0.0.1:50051";
 void AddClientFlags(ArgParser& a) {
   a.Add("coordinator", "HOST:PORT", "the coordinator's address", kDefaultCoordinator);
   a.Add("timeout", "S", "seconds to wait for the coordinator's answer to a request", "5");
+  AddClientSecurityFlags(a, /*worker=*/false);
 }
 
 // A JobService stub with the per-request deadline of --timeout.
 class Client {
  public:
-  static absl::StatusOr<Client> Make(const ArgParser& a) {
+  // error->usage tells a bad flag (exit 2) from a bad certificate or token file (exit 1).
+  static absl::StatusOr<Client> Make(const ArgParser& a, SecurityError* error) {
     Client c;
+    error->usage = true;
     c.address_ = a.Get("coordinator");
     if (c.address_.empty()) return absl::InvalidArgumentError("--coordinator is empty");
     absl::StatusOr<int64_t> t = a.GetInt("timeout", 1, 3600);
     if (!t.ok()) return t.status();
     c.timeout_s_ = *t;
-    c.stub_ = v1::JobService::NewStub(
-        grpc::CreateChannel(c.address_, grpc::InsecureChannelCredentials()));
+    absl::StatusOr<ClientSecurity> security =
+        ClientSecurityFromFlags(a, c.address_, /*worker=*/false, error);
+    if (!security.ok()) return security.status();
+    c.stub_ = v1::JobService::NewStub(grpc::CreateCustomChannel(
+        c.address_, ChannelCredentialsFor(*security), ClientChannelArgs()));
     return c;
   }
 
@@ -62,6 +71,13 @@ class Client {
     if (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
       return absl::DeadlineExceededError(absl::StrCat("no answer from the coordinator at ",
                                                       address_, " within ", timeout_s_, " s"));
+    }
+    if (s.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
+        s.error_code() == grpc::StatusCode::PERMISSION_DENIED) {
+      const absl::Status a = FromGrpcStatus(s);
+      return absl::Status(a.code(), absl::StrCat("the coordinator at ", address_, " refused the "
+                                                 "call (", absl::StatusCodeToString(a.code()),
+                                                 "): ", a.message()));
     }
     return FromGrpcStatus(s);
   }
@@ -302,13 +318,17 @@ int SubmitCommand(const std::vector<std::string>& args) {
     spec = SpecFromFlags(a);
     if (!spec.ok()) return BadUsage("submit", spec.status());
   }
-  absl::StatusOr<Client> c = Client::Make(a);
-  if (!c.ok()) return BadUsage("submit", c.status());
+  SecurityError client_error;
+  absl::StatusOr<Client> c = Client::Make(a, &client_error);
+  if (!c.ok()) return SecurityFail("submit", {c.status(), client_error.usage});
   grpc::ClientContext ctx;
   c->Prepare(ctx);
   v1::Job job;
   if (absl::Status s = c->Check(c->stub().SubmitJob(&ctx, *spec, &job)); !s.ok()) {
-    if (absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s)) return Fail("submit", s);
+    if (absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s) || absl::IsUnauthenticated(s) ||
+        absl::IsPermissionDenied(s)) {
+      return Fail("submit", s);
+    }
     return Fail("submit", absl::Status(s.code(), absl::StrCat("the coordinator refused the job (",
                                                               absl::StatusCodeToString(s.code()),
                                                               "): ", s.message())));
@@ -328,8 +348,9 @@ int StatusCommand(const std::vector<std::string>& args) {
   a.Add("job", "ID", "the job to show (default: all jobs)");
   a.AddBool("json", "print JSON (proto field names) instead of a table");
   if (auto code = ParseOrExit(a, args)) return *code;
-  absl::StatusOr<Client> c = Client::Make(a);
-  if (!c.ok()) return BadUsage("status", c.status());
+  SecurityError client_error;
+  absl::StatusOr<Client> c = Client::Make(a, &client_error);
+  if (!c.ok()) return SecurityFail("status", {c.status(), client_error.usage});
 
   v1::ListJobsResponse list;
   if (a.Has("job")) {
@@ -385,8 +406,9 @@ int WatchCommand(const std::vector<std::string>& args) {
   AddClientFlags(a);
   a.Add("job", "ID", "the job to follow", "", true);
   if (auto code = ParseOrExit(a, args)) return *code;
-  absl::StatusOr<Client> c = Client::Make(a);
-  if (!c.ok()) return BadUsage("watch", c.status());
+  SecurityError client_error;
+  absl::StatusOr<Client> c = Client::Make(a, &client_error);
+  if (!c.ok()) return SecurityFail("watch", {c.status(), client_error.usage});
   const std::string id = a.Get("job");
 
   absl::StatusOr<v1::Job> job = GetJob(*c, id);  // fails fast when unreachable; gives the steps
@@ -455,8 +477,9 @@ int CancelCommand(const std::vector<std::string>& args) {
   AddClientFlags(a);
   a.Add("job", "ID", "the job to cancel", "", true);
   if (auto code = ParseOrExit(a, args)) return *code;
-  absl::StatusOr<Client> c = Client::Make(a);
-  if (!c.ok()) return BadUsage("cancel", c.status());
+  SecurityError client_error;
+  absl::StatusOr<Client> c = Client::Make(a, &client_error);
+  if (!c.ok()) return SecurityFail("cancel", {c.status(), client_error.usage});
   grpc::ClientContext ctx;
   c->Prepare(ctx);
   v1::CancelJobRequest req;

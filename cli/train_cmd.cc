@@ -77,7 +77,9 @@ int TrainCommand(const std::vector<std::string>& args) {
         "(half the bytes)",
         "full");
   a.Add("workers", "N",
-        "worker processes on loopback for the backward tasks (0: all in-process)", "0");
+        "local worker processes for the backward tasks, on a private Unix socket (0: all "
+        "in-process)",
+        "0");
   a.Add("lease-ms", "MS",
         "with --workers: a task's lease; a lost worker's task is handed out again after it",
         "5000");

@@ -7,6 +7,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/device_flags.h"
+#include "cli/security_flags.h"
 #include "cli/stop_signal.h"
 #include "common/metrics_server.h"
 #include "worker/metrics.h"
@@ -17,10 +18,14 @@ namespace adjsh::cli {
 int WorkerCommand(const std::vector<std::string>& args) {
   ArgParser a("worker",
               "Serves exact-backward (layer, chunk) tasks of an adjsh coordinator: registers with\n"
-              "its TaskService (insecure gRPC), then pulls tasks, fetches their inputs, computes\n"
-              "them (on the CPU, or on a GPU with --device cuda:N) and pushes the results, until\n"
-              "SIGTERM or SIGINT (exit 0). A lost coordinator is retried forever (backoff up to\n"
-              "2 s).");
+              "its TaskService, then pulls tasks, fetches their inputs, computes them (on the\n"
+              "CPU, or on a GPU with --device cuda:N) and pushes the results, until SIGTERM or\n"
+              "SIGINT (exit 0). A lost coordinator is retried forever (backoff up to 2 s); a\n"
+              "coordinator that refuses the worker's\n"
+              "credentials (UNAUTHENTICATED, PERMISSION_DENIED) ends it with exit 1.\n"
+              "With --tls-ca the connection is mutual TLS: the worker checks the coordinator's\n"
+              "certificate against --tls-ca and presents --tls-cert (docs/SECURITY.md); without\n"
+              "it, plaintext to a loopback coordinator started with --insecure-local.");
   a.Add("coordinator", "HOST:PORT", "the coordinator's TaskService address", "", true);
   a.Add("name", "NAME", "worker name shown by the coordinator (default: the host name)");
   a.Add("metrics-listen", "HOST:PORT",
@@ -33,6 +38,7 @@ int WorkerCommand(const std::vector<std::string>& args) {
         "with --device cuda:N: activations and weights held in bf16 on the GPU, sums in f32 "
         "(CUDA only; a job's bf16-stored inputs arrive as bf16 either way)",
         "full");
+  AddClientSecurityFlags(a, /*worker=*/true);
   if (auto code = ParseOrExit(a, args)) return *code;
 
   worker::WorkerOptions opt;
@@ -40,6 +46,11 @@ int WorkerCommand(const std::vector<std::string>& args) {
   if (opt.coordinator.empty()) {
     return BadUsage("worker", absl::InvalidArgumentError("--coordinator is empty"));
   }
+  SecurityError security_error;
+  absl::StatusOr<ClientSecurity> security =
+      ClientSecurityFromFlags(a, opt.coordinator, /*worker=*/true, &security_error);
+  if (!security.ok()) return SecurityFail("worker", security_error);
+  opt.credentials = ChannelCredentialsFor(*security);
   if (a.Has("name")) opt.name = a.Get("name");
   absl::StatusOr<int64_t> log_every = a.GetInt("log-every", 0, int64_t{1} << 40);
   if (!log_every.ok()) return BadUsage("worker", log_every.status());

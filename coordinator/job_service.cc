@@ -168,7 +168,7 @@ v1::JobEvent JobServiceImpl::Summary(const JobRecord& rec) const {
 }
 
 absl::StatusOr<v1::Job> JobServiceImpl::Submit(const v1::JobSpec& spec) {
-  if (absl::Status s = ValidateJobSpec(spec); !s.ok()) return s;
+  if (absl::Status s = ValidateJobSpec(spec, opt_.limits); !s.ok()) return s;
   std::lock_guard<std::mutex> lock(mu_);
   if (stopping_) return absl::UnavailableError("the coordinator is shutting down");
   auto rec = std::make_shared<JobRecord>();

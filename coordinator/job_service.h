@@ -54,6 +54,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "coordinator/job_observer.h"
+#include "coordinator/job_spec.h"
 #include "coordinator/task_service.h"
 #include "proto/adjsh.grpc.pb.h"
 
@@ -71,6 +72,8 @@ struct JobServiceOptions {
   JobObserver* observer = nullptr;
   // Where the forward pass and LM head run (the backward runs on the workers).
   Device device;
+  // Per-job size limits, checked at submit (job_spec.h).
+  JobLimits limits;
 };
 
 class JobServiceImpl final : public v1::JobService::Service {

@@ -1,5 +1,6 @@
 #include "coordinator/job_spec.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <utility>
@@ -98,9 +99,57 @@ train::AdamWOptions AdamWFromSpec(const v1::AdamW& o) {
   return a;
 }
 
+// a * b, or UINT64_MAX when it does not fit.
+uint64_t SatMul(uint64_t a, uint64_t b) {
+  uint64_t r = 0;
+  return __builtin_mul_overflow(a, b, &r) ? UINT64_MAX : r;
+}
+
+absl::Status OverLimit(const std::string& what, const std::string& flag, uint64_t value,
+                       uint64_t limit) {
+  return absl::InvalidArgumentError(absl::StrCat(what, " ", value,
+                                                 " exceeds the coordinator's limit ", flag, " ",
+                                                 limit));
+}
+
+absl::Status CheckModelLimits(const MambaConfig& c, const std::string& field,
+                              const JobLimits& limits) {
+  if (c.num_hidden_layers > limits.max_layers) {
+    return OverLimit(absl::StrCat(field, ": layers (K)"), "--max-layers",
+                     static_cast<uint64_t>(c.num_hidden_layers),
+                     static_cast<uint64_t>(limits.max_layers));
+  }
+  if (c.hidden_size > limits.max_hidden) {
+    return OverLimit(absl::StrCat(field, ": hidden size (D)"), "--max-hidden",
+                     static_cast<uint64_t>(c.hidden_size),
+                     static_cast<uint64_t>(limits.max_hidden));
+  }
+  const uint64_t bytes = LargestParamBytes(c);
+  if (bytes > limits.max_tensor_bytes) {
+    return OverLimit(absl::StrCat(field, ": largest parameter tensor in bytes"),
+                     "--max-tensor-bytes", bytes, limits.max_tensor_bytes);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
-absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
+uint64_t LargestParamBytes(const MambaConfig& c) {
+  const auto u = [](int64_t v) { return static_cast<uint64_t>(std::max<int64_t>(v, 0)); };
+  const uint64_t d = u(c.hidden_size), di = SatMul(u(c.expand), d);
+  uint64_t largest = 0;
+  for (uint64_t n : {SatMul(u(c.vocab_size), d),                   // embeddings (V, D)
+                     SatMul(SatMul(2, di), d),                     // in_proj (2 Di, D)
+                     SatMul(u(c.time_step_rank) + SatMul(2, u(c.state_size)), di),  // x_proj
+                     SatMul(di, u(c.time_step_rank)),              // dt_proj (Di, R)
+                     SatMul(di, u(c.state_size)),                  // A_log (Di, N)
+                     SatMul(di, u(c.conv_kernel))}) {              // conv1d (Di, 1, W)
+    largest = std::max(largest, n);
+  }
+  return SatMul(largest, sizeof(float));
+}
+
+absl::Status ValidateJobSpec(const v1::JobSpec& spec, const JobLimits& limits) {
   // The model.
   int64_t vocab = 0;
   switch (spec.model_case()) {
@@ -121,12 +170,14 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
       absl::StatusOr<MambaConfig> c = LoadConfigFile((fs::path(dir) / "config.json").string());
       if (!c.ok())
         return absl::Status(c.status().code(), absl::StrCat("model_dir: ", c.status().message()));
+      if (absl::Status s = CheckModelLimits(*c, "model_dir", limits); !s.ok()) return s;
       vocab = c->vocab_size;
       break;
     }
     case v1::JobSpec::kInit: {
       absl::StatusOr<MambaConfig> c = ConfigFromInit(spec.init());
       if (!c.ok()) return c.status();
+      if (absl::Status s = CheckModelLimits(*c, "init", limits); !s.ok()) return s;
       vocab = c->vocab_size;
       break;
     }
@@ -138,6 +189,11 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
   if (spec.context_length() < 2) {
     return Invalid("context_length",
                    absl::StrCat("must be >= 2 tokens, got ", spec.context_length()));
+  }
+  if (spec.context_length() > limits.max_context) {
+    return OverLimit("context_length (T)", "--max-context",
+                     static_cast<uint64_t>(spec.context_length()),
+                     static_cast<uint64_t>(limits.max_context));
   }
   if (spec.steps() < 1) return Invalid("steps", absl::StrCat("must be >= 1, got ", spec.steps()));
   if (spec.chunk() < 0) {

@@ -15,6 +15,9 @@
 //     does not exist on the coordinator's filesystem;
 //   FAILED_PRECONDITION: no data given and the built-in corpus (/usr/share/common-licenses) is
 //     empty, or checkpoint_dir exists and is not a directory.
+//   INVALID_ARGUMENT naming the limit: a spec over one of the coordinator's JobLimits
+//     (context_length over max_context, the model's layers K over max_layers, hidden size D
+//     over max_hidden, or one parameter tensor in f32 over max_tensor_bytes).
 // What only loading the model and data can tell is left to the job (job_service.h).
 //
 // Defaults of an unset field are those of `adjsh train`: chunk 256, AdamW of train/optimizer.h
@@ -38,8 +41,21 @@
 
 namespace adjsh::coordinator {
 
+// Per-job size limits of a coordinator (`adjsh coordinator --max-context ...`): what a job may
+// ask of its memory and of the workers' (a task's tensors grow with D and the parameters).
+struct JobLimits {
+  int64_t max_context = int64_t{1} << 24;  // T, tokens per step
+  int64_t max_layers = 1024;               // K
+  int64_t max_hidden = 65536;              // D
+  // The largest parameter tensor in f32: max(V x D embeddings, (2 Di, D) in_proj, ...).
+  uint64_t max_tensor_bytes = uint64_t{4} << 30;
+};
+
+// Bytes of the model's largest parameter tensor in f32 (saturates at UINT64_MAX).
+uint64_t LargestParamBytes(const MambaConfig& config);
+
 // The checks above, without loading the model or the data (the model_dir's config.json is read).
-absl::Status ValidateJobSpec(const v1::JobSpec& spec);
+absl::Status ValidateJobSpec(const v1::JobSpec& spec, const JobLimits& limits = {});
 
 // The spec's model: loaded from model_dir, or initialised from init (its seed).
 absl::StatusOr<ModelParams<float>> JobModelParams(const v1::JobSpec& spec);

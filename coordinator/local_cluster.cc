@@ -5,11 +5,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "proto/transport.h"
 
 namespace adjsh::coordinator {
 
@@ -31,16 +36,29 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(int workers,
     c->metrics_host_ = worker_metrics.substr(0, colon);
   }
   c->service_ = std::make_unique<TaskServiceImpl>(options);
+  // mkdtemp creates the directory with mode 0700: the socket in it is reachable by this user
+  // only. Socket paths are limited to 107 bytes, hence a short fallback for a long $TMPDIR.
+  const char* tmp = std::getenv("TMPDIR");
+  std::string base = tmp != nullptr && *tmp != '\0' ? tmp : "/tmp";
+  if (base.size() > 64) base = "/tmp";
+  std::string dir = base + "/adjsh-cluster-XXXXXX";
+  if (mkdtemp(dir.data()) == nullptr) {
+    return absl::UnavailableError(absl::StrCat("cannot create a private directory for the "
+                                               "cluster's socket under ", base, ": ",
+                                               std::strerror(errno)));
+  }
+  c->socket_dir_ = dir;
+  c->address_ = absl::StrCat("unix:", dir, "/coordinator");
   int port = 0;
   grpc::ServerBuilder builder;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(c->address_, grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(c->service_.get());
-  builder.SetMaxReceiveMessageSize(8 << 20);
+  ConfigureServer(builder, kDefaultMaxMessageBytes);  // keepalive, message limits
   c->server_ = builder.BuildAndStart();
   if (!c->server_ || port == 0) {
-    return absl::UnavailableError("cannot start the coordinator's server on 127.0.0.1");
+    return absl::UnavailableError(
+        absl::StrCat("cannot start the coordinator's server on ", c->address_));
   }
-  c->address_ = absl::StrCat("127.0.0.1:", port);
   for (int w = 0; w < workers; ++w) {
     const pid_t pid = c->Spawn(w);
     if (pid < 0) return absl::InternalError("cannot start a worker process");
@@ -111,6 +129,11 @@ LocalCluster::~LocalCluster() {
     }
   }
   if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  server_.reset();
+  if (!socket_dir_.empty()) {
+    std::error_code ec;
+    std::filesystem::remove_all(socket_dir_, ec);
+  }
 }
 
 }  // namespace adjsh::coordinator

@@ -2,6 +2,10 @@
 // and `adjsh grad --workers N` run. Workers are `adjsh worker` processes started from this
 // binary; one that dies while the cluster runs is started again (its leased task expires and is
 // handed out anew), so the job goes on.
+//
+// The cluster talks plaintext gRPC over a Unix socket in a private directory (mode 0700, under
+// $TMPDIR or /tmp), never over TCP: only processes of the same user can connect, without the
+// cost of TLS, and nothing is exposed to the network or to other local users.
 #ifndef ADJSH_COORDINATOR_LOCAL_CLUSTER_H_
 #define ADJSH_COORDINATOR_LOCAL_CLUSTER_H_
 
@@ -22,16 +26,17 @@ namespace adjsh::coordinator {
 
 class LocalCluster {
  public:
-  // Serves on 127.0.0.1 at a free port and starts `workers` worker processes of `exe`.
-  // worker_metrics "HOST:PORT": worker i serves its metrics on HOST:(PORT + i), or on a free
-  // port of HOST each when PORT is 0 (each worker logs 'metrics on HOST:PORT'); "": none.
+  // Serves on a Unix socket in a fresh private directory and starts `workers` worker processes
+  // of `exe` connected to it. worker_metrics "HOST:PORT": worker i serves its metrics on
+  // HOST:(PORT + i), or on a free port of HOST each when PORT is 0 (each worker logs
+  // 'metrics on HOST:PORT'); "": none.
   static absl::StatusOr<std::unique_ptr<LocalCluster>> Start(int workers, const std::string& exe,
                                                              TaskServiceOptions options = {},
                                                              std::string worker_metrics = "");
   ~LocalCluster();  // stops the workers (SIGTERM, then SIGKILL after 5 s) and the server
 
   TaskServiceImpl& service() { return *service_; }
-  const std::string& address() const { return address_; }
+  const std::string& address() const { return address_; }  // "unix:/tmp/adjsh-.../coordinator"
   std::vector<pid_t> worker_pids() const;
   int restarts() const { return restarts_.load(); }
 
@@ -43,6 +48,7 @@ class LocalCluster {
   std::string exe_, address_;
   std::string metrics_host_;  // empty: workers serve no metrics
   int metrics_port_ = 0;
+  std::string socket_dir_;  // the private directory of the socket; removed with the cluster
   std::unique_ptr<TaskServiceImpl> service_;
   std::unique_ptr<grpc::Server> server_;
   mutable std::mutex mu_;

@@ -13,11 +13,12 @@ PACKAGES=(
   libopenblas-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev
   libabsl-dev libprotobuf-dev protobuf-compiler libgrpc++-dev protobuf-compiler-grpc
-  prometheus-cpp-dev prometheus
+  prometheus-cpp-dev libssl-dev
 )
 case "${ADJSH_DEPS:-all}" in
   build) ;;
-  all) PACKAGES+=(python3 python3-numpy python3-torch python3-yaml docker-compose) ;;
+  all) PACKAGES+=(python3 python3-numpy python3-torch python3-yaml docker-compose prometheus
+                  openssl clang libclang-rt-14-dev) ;;
   *) echo "install-deps: ADJSH_DEPS must be 'all' or 'build', got '${ADJSH_DEPS}'" >&2; exit 2 ;;
 esac
 

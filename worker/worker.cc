@@ -12,6 +12,7 @@
 #include "common/proc_stats.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/status_util.h"
+#include "proto/transport.h"
 #include "worker/retry.h"
 #include "worker/shared_state.h"
 #include "worker/task_runner.h"
@@ -39,12 +40,15 @@ uint64_t NonNegative(int64_t v) { return v > 0 ? static_cast<uint64_t>(v) : 0; }
 Worker::Worker(WorkerOptions options)
     : opt_(std::move(options)),
       state_(std::make_unique<SharedState>(opt_.log_level, opt_.stop_grace)) {
-  grpc::ChannelArguments args;
+  grpc::ChannelArguments args = ClientChannelArgs();  // keepalive, message limits
   // Reconnect fast after a coordinator restart (gRPC's default backoff grows to 120 s).
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  // (GRPC_ARG_MIN_RECONNECT_BACKOFF_MS is the connect and TLS handshake timeout, not a backoff:
+  // ClientChannelArgs sets it.)
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
-  channel_ = grpc::CreateCustomChannel(opt_.coordinator, grpc::InsecureChannelCredentials(), args);
+  channel_ = grpc::CreateCustomChannel(
+      opt_.coordinator,
+      opt_.credentials ? opt_.credentials : grpc::InsecureChannelCredentials(), args);
   stub_ = v1::TaskService::NewStub(channel_);
 }
 

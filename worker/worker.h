@@ -51,6 +51,7 @@
 
 #include "absl/status/status.h"
 #include "kernels/backend.h"
+#include "grpcpp/security/credentials.h"
 #include "proto/adjsh.grpc.pb.h"
 
 namespace adjsh::worker {
@@ -59,7 +60,9 @@ class SharedState;
 class WorkerMetrics;
 
 struct WorkerOptions {
-  std::string coordinator;  // HOST:PORT of the coordinator's TaskService (insecure channel)
+  std::string coordinator;  // HOST:PORT of the coordinator's TaskService
+  // TLS with the worker's client certificate (proto/credentials.h); null: plaintext.
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
   std::string name;         // RegisterWorker.worker_name; empty = the host name
   uint64_t memory_bytes = 0;  // RegisterWorker.memory_bytes; 0 = physical memory
   int64_t log_every = 100;    // progress line every this many finished tasks; 0 = never

@@ -70,7 +70,7 @@ def main():
                       "--checkpoint-dir", out("ckpt")],
             "worker": ["worker", "--coordinator", "127.0.0.1:1", "--quiet"],
             "coordinator": ["coordinator", "--listen", "127.0.0.1:0", "--state-dir", out("state"),
-                            "--quiet"],
+                            "--insecure-local", "--quiet"],
         }
 
         for cmd, args in commands.items():

@@ -99,7 +99,8 @@ class Cluster:
     def coordinator(self, state_dir, listen="127.0.0.1:0", lease_ms=2000, timeout=30):
         """Starts a coordinator; returns (process, address) or (process, None)."""
         p = subprocess.Popen([self.adjsh, "coordinator", "--listen", listen, "--state-dir",
-                              state_dir, "--lease-ms", str(lease_ms), "--threads", "1"],
+                              state_dir, "--lease-ms", str(lease_ms), "--threads", "1",
+                              "--insecure-local"],
                              stdout=subprocess.PIPE, stderr=self._log("coordinator"))
         self.procs.append(p)
         deadline = time.time() + timeout

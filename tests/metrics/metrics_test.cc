@@ -127,7 +127,8 @@ TEST(CoordinatorMetricsTest, ExportsItsTableAndTheRunningJob) {
   coordinator::TaskServiceImpl tasks;
   coordinator::CoordinatorMetrics m(tasks);
   coordinator::JobServiceImpl jobs(
-      tasks, {.state_dir = "", .threads = 1, .log = false, .observer = &m, .device = {}});
+      tasks, {.state_dir = "", .threads = 1, .log = false, .observer = &m, .device = {},
+               .limits = {}});
   m.set_jobs(&jobs);
   const std::set<std::string> per_job = {
       "adjsh_coordinator_job_step", "adjsh_coordinator_job_steps", "adjsh_coordinator_loss",

@@ -145,7 +145,7 @@ def main():
             return subprocess.run([adjsh, *args], capture_output=True, text=True, timeout=60)
 
         for args, code, text in [
-            (["coordinator", "--metrics-listen", "nowhere"], 2, "--metrics-listen must be HOST:PORT"),
+            (["coordinator", "--insecure-local", "--metrics-listen", "nowhere"], 2, "--metrics-listen must be HOST:PORT"),
             (["worker", "--coordinator", "127.0.0.1:1", "--metrics-listen", "127.0.0.1:99999"], 2,
              "--metrics-listen must be HOST:PORT"),
             (["train", "--metrics-listen", "127.0.0.1:0"], 2, "--metrics-listen needs --workers"),
@@ -160,7 +160,7 @@ def main():
             taken.listen()
             port = taken.getsockname()[1]
             for args in (["worker", "--coordinator", "127.0.0.1:1"],
-                         ["coordinator", "--listen", "127.0.0.1:0",
+                         ["coordinator", "--listen", "127.0.0.1:0", "--insecure-local",
                           "--state-dir", os.path.join(tmp, "state")]):
                 r = run(*args, "--metrics-listen", f"127.0.0.1:{port}")
                 check(r.returncode == 1 and "cannot serve metrics on" in r.stderr,

@@ -1,0 +1,362 @@
+#!/usr/bin/env python3
+"""Security and limits end to end: `adjsh coordinator`, `adjsh worker` and the job clients with
+mutual TLS, bearer tokens and per-job limits (docs/SECURITY.md).
+
+  test_security.py --adjsh build/cli/adjsh
+
+Certificates are made fresh in a temporary directory by make_test_certs.sh (openssl): a CA, a
+coordinator certificate for 127.0.0.1 / localhost, a worker client certificate, another CA
+with a client and a server certificate of its own, two tokens. Checks:
+  * coordinator flags: neither TLS nor --insecure-local, --insecure-local on a non-loopback
+    address or with TLS flags, TLS without a token -> exit 2; an unreadable certificate, a file
+    that is not PEM, a key of another certificate, a too short token -> exit 1 naming the file;
+  * a TLS coordinator with one mTLS worker runs a job submitted with the token (file, then
+    environment) to success, and its final weights are bitwise those of in-process training;
+  * the job API without a token or with the wrong one -> UNAUTHENTICATED; with a worker's
+    certificate and no token -> PERMISSION_DENIED; a client trusting another CA, or plaintext
+    to the TLS port -> cannot connect (exit 1); a worker with another CA's certificate never
+    registers; a worker with --tls-ca but no certificate, plaintext to a non-loopback address,
+    a token without --tls-ca -> exit 2;
+  * limits of an --insecure-local coordinator: a spec over --max-context, --max-layers,
+    --max-hidden or --max-tensor-bytes -> INVALID_ARGUMENT naming the limit; a request over
+    --max-message-bytes -> RESOURCE_EXHAUSTED; a spec within the limits is accepted;
+  * `adjsh train --workers 1` serves its workers on a Unix socket in a 0700 directory under
+    $TMPDIR, and removes it at the end;
+  * deadlines and keepalive: against a coordinator stopped with SIGSTOP, `status --timeout 1`
+    gives up within seconds, and a running `watch` stream (no deadline) ends with exit 1 once
+    keepalive pings go unanswered, instead of hanging.
+Every process listens on or connects to 127.0.0.1 and is stopped at the end, also on failure.
+Prints `N passed, N failed`; exit status 1 if any check failed.
+"""
+import argparse
+import json
+import os
+import re
+import select
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SHAPE = {"hidden_size": 16, "layers": 2, "state_size": 4, "vocab_size": 256}
+TRAIN_FLAGS = ["--hidden-size", "16", "--layers", "2", "--state-size", "4", "--context", "512",
+               "--chunk", "64"]
+
+
+class Procs:
+    """The processes this test started; stop() ends every one of them."""
+
+    def __init__(self, adjsh, tmp):
+        self.adjsh, self.tmp, self.procs, self.logs = adjsh, tmp, [], []
+
+    def log(self, name):
+        f = open(os.path.join(self.tmp, name), "ab")
+        self.logs.append(f)
+        return f
+
+    def coordinator(self, name, flags, env=None):
+        """Starts a coordinator on 127.0.0.1:0; returns (process, address or None)."""
+        p = subprocess.Popen([self.adjsh, "coordinator", "--listen", "127.0.0.1:0", "--state-dir",
+                              os.path.join(self.tmp, name), "--lease-ms", "2000", *flags],
+                             stdout=subprocess.PIPE, stderr=self.log(name + ".log"), env=env)
+        self.procs.append(p)
+        deadline, line = time.time() + 20, b""
+        while time.time() < deadline and p.poll() is None:
+            r, _, _ = select.select([p.stdout], [], [], 0.2)
+            if r:
+                line = p.stdout.readline()
+                break
+        m = re.match(rb"listening on (127\.0\.0\.1:\d+)$", line.strip())
+        return p, (m.group(1).decode() if m else None)
+
+    def worker(self, address, name, flags):
+        p = subprocess.Popen([self.adjsh, "worker", "--coordinator", address, "--name", name,
+                              *flags], stdout=subprocess.DEVNULL,
+                             stderr=self.log(f"worker-{name}.log"))
+        self.procs.append(p)
+        return p
+
+    def popen(self, args, env=None):
+        p = subprocess.Popen([self.adjsh, *args], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True, env=env)
+        self.procs.append(p)
+        return p
+
+    def stop(self):
+        for p in self.procs:
+            if p.poll() is None:
+                try:
+                    p.send_signal(signal.SIGCONT)
+                    p.send_signal(signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        deadline = time.time() + 10
+        for p in self.procs:
+            try:
+                p.wait(timeout=max(0.1, deadline - time.time()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        for f in self.logs:
+            f.close()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--adjsh", required=True)
+    ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    args = ap.parse_args()
+    adjsh = os.path.abspath(args.adjsh)
+    tmp = tempfile.mkdtemp(prefix="adjsh_security_")
+    procs = Procs(adjsh, tmp)
+    results = []
+
+    def record(name, ok, detail=""):
+        results.append(bool(ok))
+        why = ": " + str(detail)[-3000:] if detail and not ok else ""
+        print(f"{'PASS' if ok else 'FAIL'} {name}{why}", flush=True)
+
+    try:
+        body(adjsh, tmp, procs, record)
+    except Exception as e:  # a bug in the test itself: count it, still clean up
+        import traceback
+        traceback.print_exc()
+        record("test harness", False, repr(e))
+    finally:
+        procs.stop()
+        leftover = [p.pid for p in procs.procs if p.poll() is None]
+        record("every started process stopped", not leftover, leftover)
+        if not args.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            print("kept", tmp)
+    npass = sum(results)
+    print(f"{npass} passed, {len(results) - npass} failed", flush=True)
+    sys.exit(0 if npass == len(results) else 1)
+
+
+def body(adjsh, tmp, procs, record):
+    certs = os.path.join(tmp, "certs")
+    subprocess.run([os.path.join(HERE, "make_test_certs.sh"), certs], check=True)
+    C = lambda name: os.path.join(certs, name)
+    env = {k: v for k, v in os.environ.items() if k != "ADJSH_AUTH_TOKEN"}
+
+    def run(*a, timeout=120, token_env=None):
+        e = dict(env)
+        if token_env is not None:
+            e["ADJSH_AUTH_TOKEN"] = token_env
+        t0 = time.time()
+        try:
+            r = subprocess.run([adjsh, *a], capture_output=True, text=True, timeout=timeout, env=e)
+        except subprocess.TimeoutExpired as ex:
+            r = subprocess.CompletedProcess(ex.cmd, 124, "", f"timed out after {timeout} s")
+        r.seconds = time.time() - t0
+        return r
+
+    def spec_file(name, spec):
+        path = os.path.join(tmp, name + ".json")
+        with open(path, "w") as f:
+            json.dump(spec, f)
+        return path
+
+    def final_model(ckpt):
+        try:
+            with open(os.path.join(ckpt, "latest")) as f:
+                d = os.path.join(ckpt, f.read().strip())
+            with open(os.path.join(d, "model.safetensors"), "rb") as f:
+                return f.read()
+        except OSError:
+            return None
+
+    server_tls = ["--tls-cert", C("server.pem"), "--tls-key", C("server.key"), "--tls-ca",
+                  C("ca.pem")]
+    worker_tls = ["--tls-ca", C("ca.pem"), "--tls-cert", C("worker.pem"), "--tls-key",
+                  C("worker.key")]
+    with open(C("short-token"), "w") as f:
+        f.write("short\n")
+    with open(C("not-pem.pem"), "w") as f:
+        f.write("this is not a certificate\n")
+
+    # --- coordinator flags ---------------------------------------------------------------------
+    base = ["coordinator", "--listen", "127.0.0.1:0", "--state-dir", os.path.join(tmp, "x")]
+    for flags, code, want, what in [
+            ([], 2, "--insecure-local", "neither TLS nor --insecure-local"),
+            (["--insecure-local", "--listen", "0.0.0.0:0"], 2, "loopback",
+             "--insecure-local on 0.0.0.0"),
+            (["--insecure-local", "--tls-ca", C("ca.pem")], 2, "excludes",
+             "--insecure-local with TLS"),
+            (server_tls, 2, "ADJSH_AUTH_TOKEN", "TLS without a token"),
+            (server_tls[:4], 2, "--tls-ca", "TLS without --tls-ca"),
+            (["--tls-cert", C("nope.pem"), *server_tls[2:], "--auth-token-file", C("token")], 1,
+             "nope.pem", "unreadable certificate"),
+            (["--tls-cert", C("not-pem.pem"), *server_tls[2:], "--auth-token-file", C("token")],
+             1, "not a PEM file", "certificate not PEM"),
+            (["--tls-cert", C("server.pem"), "--tls-key", C("worker.key"), "--tls-ca",
+              C("ca.pem"), "--auth-token-file", C("token")], 1, "does not match",
+             "key of another certificate"),
+            (["--tls-cert", C("server.pem"), "--tls-key", C("server.key"), "--tls-ca",
+              C("server.key"), "--auth-token-file", C("token")], 1, "no PEM certificate",
+             "CA file without a certificate"),
+            ([*server_tls, "--auth-token-file", C("short-token")], 1, "16 to 4096",
+             "token too short"),
+            (["--insecure-local", "--max-message-bytes", "1000"], 2, "--max-message-bytes",
+             "--max-message-bytes below 2 MiB")]:
+        r = run(*base, *flags, timeout=20)
+        record(f"coordinator: {what} -> exit {code}",
+               r.returncode == code and want in r.stderr, (r.returncode, r.stderr))
+
+    # --- a TLS coordinator with an mTLS worker --------------------------------------------------
+    coord, addr = procs.coordinator("tls", [*server_tls, "--auth-token-file", C("token")])
+    record("TLS coordinator starts", addr is not None)
+    if addr is None:
+        return
+    procs.worker(addr, "w1", worker_tls)
+    client = ["--coordinator", addr, "--tls-ca", C("ca.pem")]
+    with_token = [*client, "--auth-token-file", C("token")]
+
+    ckpt = os.path.join(tmp, "job_tls")
+    spec = spec_file("small", {"init": SHAPE, "context_length": 512, "chunk": 64, "steps": 2,
+                               "checkpoint_dir": ckpt})
+    r = run("submit", *with_token, "--spec", spec, timeout=30)
+    job = r.stdout.strip()
+    record("submit over TLS with --auth-token-file", r.returncode == 0 and job, r.stderr)
+    w = run("watch", *client, "--job", job, timeout=300, token_env=open(C("token")).read())
+
+    def tail(name):
+        with open(os.path.join(tmp, name), errors="replace") as f:
+            return f.read()[-1500:]
+    record("watch over TLS with ADJSH_AUTH_TOKEN -> SUCCEEDED", w.returncode == 0,
+           (w.stdout[-1500:], w.stderr, run("status", *with_token, timeout=20).stdout,
+            tail("tls.log"), tail("worker-w1.log")))
+    ref = os.path.join(tmp, "ref")
+    t = run("train", *TRAIN_FLAGS, "--steps", "2", "--checkpoint-dir", ref, timeout=300)
+    got, want = final_model(ckpt), final_model(ref)
+    record("TLS job weights bitwise those of in-process training",
+           t.returncode == 0 and got is not None and got == want, t.stderr)
+
+    # --- refused callers -----------------------------------------------------------------------
+    r = run("status", *client, timeout=20)
+    record("job API without a token -> UNAUTHENTICATED, exit 1",
+           r.returncode == 1 and "UNAUTHENTICATED" in r.stderr, r.stderr)
+    r = run("status", *client, "--auth-token-file", C("token-wrong"), timeout=20)
+    record("job API with a wrong token -> UNAUTHENTICATED, exit 1",
+           r.returncode == 1 and "UNAUTHENTICATED" in r.stderr and "refused the bearer token"
+           in r.stderr, r.stderr)
+    r = run("status", *worker_tls, "--coordinator", addr, timeout=20)
+    record("job API with a worker certificate, no token -> PERMISSION_DENIED, exit 1",
+           r.returncode == 1 and "PERMISSION_DENIED" in r.stderr, r.stderr)
+    r = run("status", *with_token, "--tls-cert", C("worker.pem"), "--tls-key", C("worker.key"),
+            timeout=20)
+    record("job API with the token (and a worker certificate) -> exit 0",
+           r.returncode == 0 and job in r.stdout, r.stderr)
+    r = run("status", "--coordinator", addr, "--tls-ca", C("other-ca.pem"), "--auth-token-file",
+            C("token"), timeout=20)
+    record("client trusting another CA -> cannot connect, exit 1",
+           r.returncode == 1 and "cannot reach" in r.stderr, r.stderr)
+    r = run("status", "--coordinator", addr, timeout=20)
+    record("plaintext client to the TLS port -> exit 1", r.returncode == 1, r.stderr)
+
+    rogue = procs.worker(addr, "rogue", ["--tls-ca", C("ca.pem"), "--tls-cert", C("rogue.pem"),
+                                         "--tls-key", C("rogue.key")])
+    time.sleep(3)
+    with open(os.path.join(tmp, "worker-rogue.log"), errors="replace") as f:
+        log = f.read()
+    record("worker with another CA's certificate never registers",
+           rogue.poll() is None and "RegisterWorker failed" in log and "registered" not in log, log)
+    rogue.send_signal(signal.SIGTERM)
+    rogue.wait(timeout=10)
+
+    for a, want, what in [
+            (["worker", "--coordinator", addr, "--tls-ca", C("ca.pem")], "--tls-cert",
+             "worker with --tls-ca but no certificate"),
+            (["worker", "--coordinator", "10.0.0.1:50051"], "not a loopback",
+             "plaintext worker to a non-loopback address"),
+            (["status", "--coordinator", addr, "--auth-token-file", C("token")], "need --tls-ca",
+             "token without --tls-ca"),
+            (["status", "--coordinator", "192.0.2.1:1"], "not a loopback",
+             "plaintext client to a non-loopback address")]:
+        r = run(*a, timeout=20)
+        record(f"{what} -> exit 2", r.returncode == 2 and want in r.stderr, r.stderr)
+    coord.send_signal(signal.SIGTERM)
+    coord.wait(timeout=20)
+
+    # --- limits ----------------------------------------------------------------------------------
+    coord, addr = procs.coordinator("limits", [
+        "--insecure-local", "--max-context", "1024", "--max-layers", "2", "--max-hidden", "32",
+        "--max-tensor-bytes", "40000", "--max-message-bytes", str(2 << 20)])
+    record("--insecure-local coordinator with limits starts", addr is not None)
+    if addr is None:
+        return
+    for shape, ctx, limit in [(SHAPE, 2048, "--max-context"),
+                              (dict(SHAPE, layers=3), 512, "--max-layers"),
+                              (dict(SHAPE, hidden_size=64), 512, "--max-hidden"),
+                              (dict(SHAPE, vocab_size=1000), 512, "--max-tensor-bytes")]:
+        r = run("submit", "--coordinator", addr, "--spec",
+                spec_file("over", {"init": shape, "context_length": ctx, "steps": 1}), timeout=30)
+        record(f"spec over {limit} -> INVALID_ARGUMENT naming it, exit 1",
+               r.returncode == 1 and "INVALID_ARGUMENT" in r.stderr and limit in r.stderr,
+               r.stderr)
+    big = {"init": SHAPE, "context_length": 512, "steps": 1,
+           "text_files": {"paths": ["/usr/share/common-licenses/GPL-3"] * 100000}}
+    r = run("submit", "--coordinator", addr, "--spec", spec_file("big", big), timeout=60)
+    record("request over --max-message-bytes -> RESOURCE_EXHAUSTED, exit 1",
+           r.returncode == 1 and "RESOURCE_EXHAUSTED" in r.stderr, r.stderr)
+    long_spec = {"init": SHAPE, "context_length": 1024, "chunk": 64, "steps": 100000,
+                 "checkpoint_dir": os.path.join(tmp, "job_long")}
+    r = run("submit", "--coordinator", addr, "--spec", spec_file("long", long_spec), timeout=30)
+    long_job = r.stdout.strip()
+    record("spec within the limits is accepted", r.returncode == 0 and long_job, r.stderr)
+
+    # --- local clusters: a Unix socket in a private directory, removed at the end -------------
+    sock_tmp = os.path.join(tmp, "sock_tmp")
+    os.makedirs(sock_tmp)
+    e = dict(env, TMPDIR=sock_tmp)
+    train = subprocess.Popen([adjsh, "train", *TRAIN_FLAGS, "--steps", "3", "--workers", "1",
+                              "--checkpoint-dir", os.path.join(tmp, "local_ckpt")],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=e)
+    procs.procs.append(train)
+    seen = None
+    deadline = time.time() + 60
+    while seen is None and time.time() < deadline and train.poll() is None:
+        for name in os.listdir(sock_tmp):
+            d = os.path.join(sock_tmp, name)
+            if name.startswith("adjsh-cluster-") and os.path.exists(os.path.join(d, "coordinator")):
+                seen = (os.stat(d).st_mode & 0o777, stat.S_ISSOCK(
+                    os.stat(os.path.join(d, "coordinator")).st_mode))
+        time.sleep(0.05)
+    err = train.communicate(timeout=300)[1]
+    record("local cluster: a socket in a 0700 directory, no TCP",
+           seen == (0o700, True) and "unix:" in err, (seen, err[-2000:]))
+    record("local cluster: trains, and removes its socket directory",
+           train.returncode == 0 and os.listdir(sock_tmp) == [], (train.returncode,
+                                                                  os.listdir(sock_tmp)))
+
+    # --- deadlines and keepalive against a stopped coordinator ---------------------------------
+    procs.worker(addr, "w2", [])
+    watch = procs.popen(["watch", "--coordinator", addr, "--job", long_job], env=env)
+    deadline = time.time() + 60
+    while time.time() < deadline and "RUNNING" not in run("status", "--coordinator", addr,
+                                                          "--job", long_job, timeout=20).stdout:
+        time.sleep(0.2)
+    time.sleep(1)
+    coord.send_signal(signal.SIGSTOP)
+    r = run("status", "--coordinator", addr, "--timeout", "1", timeout=30)
+    record("status --timeout 1 against a stopped coordinator -> exit 1 within seconds",
+           r.returncode == 1 and "no answer" in r.stderr and r.seconds < 10, (r.seconds, r.stderr))
+    try:
+        watch.wait(timeout=90)
+    except subprocess.TimeoutExpired:
+        pass
+    t_end = watch.returncode
+    err = watch.stderr.read() if t_end is not None else ""
+    record("watch stream to a stopped coordinator ends (keepalive), exit 1",
+           t_end == 1 and "ended before the job did" in err, (t_end, err))
+    coord.send_signal(signal.SIGCONT)
+
+
+if __name__ == "__main__":
+    main()
