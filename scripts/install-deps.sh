@@ -9,7 +9,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev
   libabsl-dev libprotobuf-dev protobuf-compiler libgrpc++-dev protobuf-compiler-grpc
   prometheus-cpp-dev
-  python3 python3-numpy python3-torch
+  python3 python3-numpy python3-torch python3-matplotlib
 )
 
 missing=()
