@@ -119,6 +119,28 @@ def fits(rows, gib=16):
     return pts, i, s, (gib * 2**30 - i) / s if s > 0 else float("inf")
 
 
+def compare(rows):
+    """Sentences: longest T in 16 GiB and speed of adjsh against each peer, same T."""
+    by = {}
+    for r in rows:
+        if "peak_bytes" in r:
+            by.setdefault(r["impl"], {})[r["tokens"]] = r
+    if "adjsh" not in by:
+        return []
+    out = []
+    ours = fits(list(by["adjsh"].values()))[3]
+    for impl in ("torch", "torch-ckpt", "oracle"):
+        if impl not in by:
+            continue
+        theirs = fits(list(by[impl].values()))[3]
+        common = sorted(set(by[impl]) & set(by["adjsh"]))
+        speed = "; ".join(f"{by['adjsh'][t]['tokens_per_s'] / by[impl][t]['tokens_per_s']:.1f}x "
+                          f"at T={t // 1024}K" for t in common)
+        out.append(f"- adjsh in-process against {IMPLS[impl][0]}: {ours / theirs:,.0f}x the "
+                   f"longest context in 16 GiB; tokens/s ratio {speed}.")
+    return out + [""]
+
+
 def report(a):
     import matplotlib
     matplotlib.use("Agg")
@@ -134,23 +156,31 @@ def report(a):
         if not rs:
             continue
         pts, i, s, longest = fits(rs)
+        if impl == "adjsh-2w-worker":  # bounded by the chunk, not by T: no line to extrapolate
+            s, longest = 0.0, float("inf")
         xs = [t for t, _ in pts]
         p = ax1.loglog(xs, [b / 2**30 for _, b in pts], "o-", label=label)
         if s > 1:
             ext = [xs[-1], min(max(longest, xs[-1]), 2**24)]
             ax1.loglog(ext, [(i + s * t) / 2**30 for t in ext], "--", color=p[0].get_color())
         speed = sorted((r["tokens"], r["tokens_per_s"]) for r in rs)
-        ax2.loglog([t for t, _ in speed], [v for _, v in speed], "o-", label=label)
+        if impl != "adjsh-2w-worker":  # the same runs as the coordinator's
+            ax2.loglog([t for t, _ in speed], [v for _, v in speed], "o-", label=label,
+                       color=p[0].get_color())
         by_t = dict(speed)
         longest_s = "no limit below 16M" if longest > 2**24 else f"{longest / 1024:,.0f}K"
-        if longest > xs[-1]:
+        if impl == "adjsh-2w-worker":
+            longest_s = "none: bounded by the chunk (flat in T)"
+        elif longest > xs[-1]:
             longest_s += " (extrapolated)"
         lines.append(f"| {label} | {', '.join(f'{t // 1024}K' for t in xs)} | "
-                     f"{pts[-1][1] / 2**20:,.0f} MiB | {s:,.0f} | {longest_s} | "
-                     f"{by_t.get(1024, 0):,.0f} / {by_t.get(16384, 0):,.0f} / {speed[-1][1]:,.0f} |")
+                     f"{pts[-1][1] / 2**20:,.0f} MiB | {s:,.0f} | {longest_s} | " +
+                     " / ".join(f"{by_t[t]:,.0f}" if t in by_t else "-" for t in (1024, 16384))
+                     + f" / {speed[-1][1]:,.0f} |")
         for r in sorted(rs, key=lambda r: r["tokens"]):
             detail.append(f"| {label} | {r['tokens']:,} | {r['peak_bytes'] / 2**20:,.0f} MiB | "
                           f"{r['seconds']:.1f} | {r['tokens_per_s']:,.0f} |")
+    summary = compare(rows)
     skipped = [f"{r['impl']} at T={r['tokens']:,} ({r.get('skipped') or 'failed'})"
                for r in rows if "peak_bytes" not in r]
     ax1.axhline(16, color="grey", lw=0.8)
@@ -176,7 +206,8 @@ def report(a):
             "Points were measured only while the fit predicted they fit in "
             f"{a.max_gib} GiB and {a.max_seconds:.0f} s; the 16 GiB limits beyond the largest measured T are the linear "
             "fit through the last (up to 3) measured points, extrapolated.", "",
-            "![peak memory and tokens/s against T](claims/memory_speed.png)", "", *lines, ""]
+            "![peak memory and tokens/s against T](claims/memory_speed.png)", "", *lines, "",
+            *summary]
     if skipped:
         body += ["Not measured (memory guard or failure): " + "; ".join(skipped) + ".", ""]
     body += ["<details><summary>every point</summary>", "", *detail, "", "</details>"]
