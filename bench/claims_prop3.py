@@ -9,7 +9,7 @@ dL/du^{K+1}, its input held fixed; DESIGN.md §3) against the exact gradient:
   /usr/bin/python3 bench/claims_prop3.py report    # figure + docs/BENCHMARKS.md
 
 Gradient errors: D=128, N=16, V=256, seed 0, T = 8,192 tokens of the built-in corpus, f32.
-Training: D=128, K=4, context 4,096, 30 steps, default optimizer settings (as in
+Training: D=128, K=4, context 2,048, 30 steps, default optimizer settings (as in
 bench/claims_truncation.py, whose exact run it reuses when present).
 """
 import argparse
@@ -98,7 +98,7 @@ def report(a):
                         + " | ".join(cells) + " |")
         body.append("")
     if trains:
-        body += ["Training D=128, K=4, context 4,096, 30 steps, from the same initial model on "
+        body += ["Training D=128, K=4, context 2,048, 30 steps, from the same initial model on "
                  "the same data:", "",
                  "| cotangent | loss at step 1 | step 10 | step 20 | step 30 | "
                  "mean of steps 21-30 |", "|---|---|---|---|---|---|"]
@@ -108,7 +108,7 @@ def report(a):
             body.append(f"| {name} | " + " | ".join(f"{s[i - 1]['loss']:.4f}" for i in (1, 10, 20, 30))
                         + f" | {sum(last) / len(last):.4f} |")
     ax2.set_xlabel("step"), ax2.set_ylabel("training loss (nats/token)")
-    ax2.set_title("Training, D=128 K=4, context 4K")
+    ax2.set_title("Training, D=128 K=4, context 2K")
     for ax in (ax1, ax2):
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8)

@@ -34,10 +34,10 @@ MODEL = ["--hidden-size", "64", "--layers", "2", "--vocab-size", "256", "--state
          "--seed", "0", "--threads", "2", "--lr", "1e-2", "--warmup", "10"]
 # name: (distance, episodes per step, steps, extra train flags)
 RUNS = {
-    "distance 256 (control), exact": (256, 32, 120, []),
-    "distance 8192, exact": (8192, 1, 120, []),
-    "distance 8192, window 1024": (8192, 1, 120, ["--window", "1024"]),
-    "distance 256 (control), window 1024": (256, 32, 120, ["--window", "1024"]),
+    "distance 256 (control), exact": (256, 32, 80, []),
+    "distance 8192, exact": (8192, 1, 80, []),
+    "distance 8192, window 1024": (8192, 1, 80, ["--window", "1024", "--chunk", "1024"]),
+    "distance 256 (control), window 1024": (256, 32, 80, ["--window", "1024", "--chunk", "1024"]),
 }
 
 

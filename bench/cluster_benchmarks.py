@@ -55,7 +55,7 @@ def plot(rows, context):
     os.makedirs(data, exist_ok=True)
     with open(os.path.join(data, "cluster_scaling.json"), "w") as f:
         json.dump([{"chunk": c, "workers": w, **r} for c, w, r, _ in rows], f, indent=1)
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    fig, (ax1, ax3, ax2) = plt.subplots(1, 3, figsize=(16, 4.5))
     for chunk in sorted({c for c, *_ in rows}):
         rs = [(w, r) for c, w, r, _ in rows if c == chunk]
         base = [r["step_s"] for w, r in rs if w == 0][0]
@@ -63,14 +63,20 @@ def plot(rows, context):
         ax1.plot(ws, [r["step_s"] for w, r in rs if w], "o-", label=f"chunk {chunk}")
         ax1.axhline(base, ls="--", lw=0.8, color=ax1.lines[-1].get_color())
         ax2.plot(ws, [r["out"] + r["back"] for w, r in rs if w], "o-", label=f"chunk {chunk}")
+        ax3.plot(ws, [r["cpu_s_per_step"] for w, r in rs if w], "o-", label=f"chunk {chunk}")
+        ax3.axhline([r["cpu_s_per_step"] for w, r in rs if w == 0][0], ls="--", lw=0.8,
+                    color=ax3.lines[-1].get_color())
     ax1.set_xlabel("worker processes (dashed: in-process)"), ax1.set_ylabel("step time (s)")
     ax1.set_title(f"Step time, D=128 K=4, context {context:,}, 2 cores")
     ax2.set_xlabel("worker processes"), ax2.set_ylabel("bytes per token per step (out + back)")
     ax2.set_title("Wire traffic per token")
-    for ax in (ax1, ax2):
+    ax3.set_xlabel("worker processes (dashed: in-process)")
+    ax3.set_ylabel("CPU s per step, all processes"), ax3.set_title("CPU time per step")
+    for ax in (ax1, ax2, ax3):
         ax.set_xticks(list(WORKERS))
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8)
+    ax1.set_title(ax1.get_title() + " (shared)")
     fig.tight_layout()
     fig.savefig(os.path.join(data, "cluster_scaling.png"), dpi=110)
 
@@ -80,7 +86,13 @@ def main():
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--context", type=int, default=16384, help="tokens per step")
     ap.add_argument("--steps", type=int, default=6, help="steps per run (the first is not timed)")
+    ap.add_argument("--replot", action="store_true",
+                    help="only redraw the figure from docs/claims/cluster_scaling.json")
     a = ap.parse_args()
+    if a.replot:
+        saved = json.load(open(os.path.join(ROOT, "docs", "claims", "cluster_scaling.json")))
+        plot([(r["chunk"], r["workers"], r, 0) for r in saved], saved[0]["context"])
+        return
     build = os.path.abspath(a.build)
     rows = []
     with tempfile.TemporaryDirectory() as work:
