@@ -12,9 +12,9 @@ step reports is measured before its update: it is held-out accuracy.
   /usr/bin/python3 bench/claims_recall.py measure   # appends to docs/claims/recall.json
   /usr/bin/python3 bench/claims_recall.py report    # figure + docs/BENCHMARKS.md
 
-Runs (model D=64, K=2, N=16, f32, lr 1e-2, warmup 10, the same initial model and data):
-distance 8,192 with the exact gradient and with --window 1024; and distance 256 (both fit in
-the window) as a control that the model and budget can learn the task at all.
+Runs (model D=64, K=2, N=16, f32, warmup 10, the same initial model, the same data for the
+same distance; see RUNS): distance 8,192 with the exact gradient and with --window 1024; and
+distance 256 (inside the window) as a control that the model and budget can learn the task.
 """
 import argparse
 import os
