@@ -29,23 +29,31 @@ JSON = os.path.join(DATA, "recall.json")
 PNG = os.path.join(DATA, "recall.png")
 BOS, QUERY = 1, 2
 VALUES = np.arange(16, 32)
-FILLER = np.arange(64, 96)
+FILLER = np.arange(64, 96)   # 32 random filler tokens
+ONE_FILLER = np.array([64])  # an easier variant: the filler is one repeated token
 MODEL = ["--hidden-size", "64", "--layers", "2", "--vocab-size", "256", "--state-size", "16",
          "--seed", "0", "--threads", "2", "--warmup", "10"]
 FAST = ["--lr", "1e-2"]
 SLOW = ["--lr", "3e-3"]
 TRUNC = ["--window", "1024", "--chunk", "1024"]
-# name: (distance, episodes per step, steps, extra train flags), in the order they are run
+# name: (distance, episodes per step, steps, extra train flags, filler tokens), in run order
 RUNS = {
-    "distance 256 (control), exact": (256, 32, 80, FAST),
-    "distance 8192, exact": (8192, 1, 80, FAST),
-    "distance 8192, window 1024": (8192, 1, 80, FAST + TRUNC),
-    "distance 256 (control), window 1024": (256, 32, 80, FAST + TRUNC),
-    "distance 256 (control), exact, lr 3e-3": (256, 32, 250, SLOW),
+    "distance 256 (control), exact": (256, 32, 80, FAST, FILLER),
+    "distance 8192, exact": (8192, 1, 80, FAST, FILLER),
+    "distance 8192, window 1024": (8192, 1, 80, FAST + TRUNC, FILLER),
+    "distance 256 (control), window 1024": (256, 32, 80, FAST + TRUNC, FILLER),
+    "distance 256 (control), exact, lr 3e-3": (256, 32, 250, SLOW, FILLER),
+    "one-token filler: distance 256 (control), exact, lr 3e-3": (256, 32, 200, SLOW, ONE_FILLER),
+    # BOS v QUERY v: no filler, the answer is within the conv kernel's reach (W = 4).
+    "distance 2 (pipeline check), exact, lr 3e-3": (2, 512, 100, SLOW, FILLER),
+    "distance 32, exact, lr 3e-3": (32, 64, 150, SLOW, FILLER),
+    "one-token filler: distance 8192, exact, lr 3e-3": (8192, 4, 100, SLOW, ONE_FILLER),
+    "one-token filler: distance 8192, window 1024, lr 3e-3": (8192, 4, 100, SLOW + TRUNC,
+                                                              ONE_FILLER),
 }
 
 
-def make_data(path_tokens, path_mask, distance, episodes, seed=0):
+def make_data(path_tokens, path_mask, distance, episodes, filler, seed=0):
     """Writes the episodes as .u16 tokens and the byte mask (1 on each answer)."""
     rng = np.random.default_rng(seed)
     L = distance + 2
@@ -53,7 +61,7 @@ def make_data(path_tokens, path_mask, distance, episodes, seed=0):
     tok[:, 0] = BOS
     v = rng.choice(VALUES, episodes)
     tok[:, 1] = v
-    tok[:, 2:L - 2] = rng.choice(FILLER, (episodes, L - 4))
+    tok[:, 2:L - 2] = rng.choice(filler, (episodes, L - 4))
     tok[:, L - 2] = QUERY
     tok[:, L - 1] = v
     mask = np.zeros((episodes, L), np.uint8)
@@ -66,11 +74,12 @@ def measure(a):
     res = Results(JSON)
     build = os.path.abspath(a.build)
     with tempfile.TemporaryDirectory(dir=a.work) as work:
-        for name, (distance, per_step, steps, extra) in RUNS.items():
+        for name, (distance, per_step, steps, extra, filler) in RUNS.items():
             if res.has(run=name) or (a.only and a.only not in name):
                 continue
-            tok, mask = os.path.join(work, "t.u16"), os.path.join(work, "m.u8")
-            make_data(tok, mask, distance, per_step * steps)
+            tok = tempfile.mktemp(suffix=".u16", dir=work)
+            mask = tok.replace(".u16", ".u8")
+            make_data(tok, mask, distance, per_step * steps, filler)
             context = per_step * (distance + 2)
             curve, _ = train_curve(build, MODEL + ["--tokens", tok, "--loss-mask", mask,
                                                    "--context", str(context), "--steps",
@@ -114,8 +123,10 @@ def report(a):
     fig.savefig(PNG, dpi=110)
     when = sorted(r["measured_utc"] for r in rows)
     head = [f"Measured {when[0]} to {when[-1]} UTC. Task: episodes `BOS v f...f QUERY v`, v one of "
-            "16 values, f random filler from 32 tokens; only the final v counts (`adjsh train "
-            "--loss-mask`), so the answer sits `distance` tokens after the value. Each step is "
+            "16 values, f random filler from 32 tokens (or, in the runs named one-token filler, "
+            "one repeated token); only the final v counts (`adjsh train --loss-mask`), so the "
+            "answer sits `distance` tokens after the value; context = episodes per step x "
+            "(distance + 2). Each step is "
             "fresh episodes; its accuracy is measured before its update (held-out). Model D=64, "
             "K=2, N=16 (`--seed 0`), f32, warmup 10 steps then cosine decay, lr 1e-2 unless "
             "named, the same initial model and data in runs of the same distance. Chance: "
