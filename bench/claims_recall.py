@@ -46,6 +46,7 @@ RUNS = {
     "one-token filler: distance 256 (control), exact, lr 3e-3": (256, 32, 200, SLOW, ONE_FILLER),
     # BOS v QUERY v: no filler, the answer is within the conv kernel's reach (W = 4).
     "distance 2 (pipeline check), exact, lr 3e-3": (2, 512, 100, SLOW, FILLER),
+    "distance 8, exact, lr 3e-3": (8, 256, 150, SLOW, FILLER),
     "distance 32, exact, lr 3e-3": (32, 64, 150, SLOW, FILLER),
     "one-token filler: distance 8192, exact, lr 3e-3": (8192, 4, 100, SLOW, ONE_FILLER),
     "one-token filler: distance 8192, window 1024, lr 3e-3": (8192, 4, 100, SLOW + TRUNC,
@@ -116,6 +117,7 @@ def report(a):
     ax1.set_title("Recall of a value seen `distance` tokens back (held-out)")
     ax2.axhline(np.log(16), color="grey", lw=0.8)
     ax2.set_xlabel("step"), ax2.set_ylabel("loss on the answer tokens (nats)")
+    ax2.set_ylim(0, 6)
     for ax in (ax1, ax2):
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8)
