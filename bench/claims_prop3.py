@@ -116,7 +116,7 @@ def report(a):
         body += [f"Training D=128, K=4, context 2,048, {n} steps (lr 3e-3, warmup 10, cosine), "
                  "from the same initial model on the same data (the built-in corpus):", "",
                  "| cotangent | " + " | ".join(f"loss at step {i}" for i in marks) +
-                 f" | mean of the last 10 steps |", "|---|" + "---|" * (len(marks) + 1)]
+                 " | mean of the last 10 steps |", "|---|" + "---|" * (len(marks) + 1)]
         for name, s in sorted(trains.items()):
             ax2.plot([x["step"] for x in s], [x["loss"] for x in s], label=name, lw=0.9)
             last = [x["loss"] for x in s[n - 10:n]]

@@ -113,7 +113,7 @@ def report(a):
                     f"{sum(x['loss'] for x in last) / len(last):.3f} |")
     ax1.axhline(1 / 16, color="grey", lw=0.8)
     ax1.text(1, 1 / 16 + 0.01, "chance", color="grey")
-    ax1.set_xlabel("step"), ax1.set_ylabel(f"answer accuracy (moving mean of 10 steps)")
+    ax1.set_xlabel("step"), ax1.set_ylabel("answer accuracy (moving mean of 10 steps)")
     ax1.set_title("Recall of a value seen `distance` tokens back (held-out)")
     ax2.axhline(np.log(16), color="grey", lw=0.8)
     ax2.set_xlabel("step"), ax2.set_ylabel("loss on the answer tokens (nats)")
