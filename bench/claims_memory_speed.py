@@ -203,8 +203,9 @@ def report(a):
             "chunk 256, tokens/s from its own timing, which includes writing the gradient); the "
             "oracle is `bench/grad_bench --impl oracle`; PyTorch is `bench/torch_baseline.py` "
             "(tests/torch/mamba_ref.py, `--checkpoint-layers` for the checkpointed variant). "
-            "Points were measured only while the fit predicted they fit in "
-            f"{a.max_gib} GiB and {a.max_seconds:.0f} s; the 16 GiB limits beyond the largest measured T are the linear "
+            "Points were measured only while the linear fit of the points below predicted that "
+            "they fit in 12 GiB (the machine is shared) and in the time available (`--max-gib`, "
+            "`--max-seconds`; the points left out are listed below); the 16 GiB limits beyond the largest measured T are the linear "
             "fit through the last (up to 3) measured points, extrapolated.", "",
             "![peak memory and tokens/s against T](claims/memory_speed.png)", "", *lines, "",
             *summary]
