@@ -49,6 +49,8 @@ RUNS = {
     "distance 8, exact, lr 3e-3": (8, 256, 150, SLOW, FILLER),
     "distance 32, exact, lr 3e-3": (32, 64, 150, SLOW, FILLER),
     "distance 32, exact, lr 3e-3, 1000 steps": (32, 64, 1000, SLOW, FILLER),
+    "distance 32, window 16, lr 3e-3, 1000 steps": (32, 64, 1000, SLOW + ["--window", "16"],
+                                                    FILLER),
     "distance 256, exact, lr 3e-3, 600 steps": (256, 32, 600, SLOW, FILLER),
     "one-token filler: distance 8192, exact, lr 3e-3": (8192, 4, 100, SLOW, ONE_FILLER),
     "one-token filler: distance 8192, window 1024, lr 3e-3": (8192, 4, 100, SLOW + TRUNC,
