@@ -67,6 +67,10 @@ int GradCommand(const std::vector<std::string>& args) {
   a.Add("tokens", "FILE", "token ids, raw little-endian .u32 or .u16", "", true);
   a.Add("out", "FILE", "output .safetensors file", "", true);
   a.Add("window", "Wt", "truncated adjoint window in tokens (default: exact gradient)");
+  a.Add("cotangent", "exact|top-of-stack",
+        "each layer's output cotangent: exact, or dL/du^{K+1} for every layer (the paper's "
+        "Proposition 3, an approximation for K > 1; in-process only)",
+        "exact");
   a.Add("chunk", "C", "tokens per (layer, chunk) task", "256");
   a.Add("threads", "N", "threads for in-process work (0: one per core)", "0");
   a.Add("workers", "N",
@@ -100,6 +104,9 @@ int GradCommand(const std::vector<std::string>& args) {
     if (!window.ok()) return BadUsage("grad", window.status());
     opt.window = *window;
   }
+  absl::StatusOr<Cotangent> cotangent = CotangentFromName(a.Get("cotangent"));
+  if (!cotangent.ok()) return BadUsage("grad", cotangent.status());
+  opt.cotangent = *cotangent;
   absl::StatusOr<int64_t> threads = a.GetInt("threads", 0, 4096);
   if (!threads.ok()) return BadUsage("grad", threads.status());
   opt.threads = static_cast<int>(*threads);
@@ -129,10 +136,11 @@ int GradCommand(const std::vector<std::string>& args) {
                                                        dtype + "'"));
   }
   if (absl::Status s = CheckOutputFile("out", a.Get("out")); !s.ok()) return BadUsage("grad", s);
-  if (*workers > 0 && (dtype != "f32" || opt.window != 0 || opt.schedule != Schedule::kWavefront)) {
+  if (*workers > 0 && (dtype != "f32" || opt.window != 0 || opt.schedule != Schedule::kWavefront ||
+                       opt.cotangent != Cotangent::kExact)) {
     return BadUsage("grad", absl::InvalidArgumentError(
                                 "--workers computes the exact f32 gradient with the wavefront "
-                                "schedule only"));
+                                "schedule only (no --window, two-pass or top-of-stack)"));
   }
   if (absl::Status s = CheckDeviceUsable(opt.device); !s.ok()) return Fail("grad", s);
   const int w = static_cast<int>(*workers);

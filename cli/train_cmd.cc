@@ -31,9 +31,27 @@ void PrintProgress(const train::StepReport& r) {
   const int filled = static_cast<int>(kWidth * r.step / r.steps);
   std::string bar(filled, '#');
   bar.append(kWidth - filled, '.');
-  std::fprintf(stderr, "step %lld/%lld [%s] loss %.4f | %.1fK tok/s | |g| %.3f | lr %.2e | ETA %s\n",
+  const std::string acc =
+      r.correct < 0 ? "" : absl::StrFormat(" | acc %d/%d", r.correct, r.targets);
+  std::fprintf(stderr,
+               "step %lld/%lld [%s] loss %.4f | %.1fK tok/s | |g| %.3f | lr %.2e | ETA %s%s\n",
                static_cast<long long>(r.step), static_cast<long long>(r.steps), bar.c_str(),
-               r.loss, r.tokens_per_s / 1000, r.grad_norm, r.lr, Duration(r.eta_seconds).c_str());
+               r.loss, r.tokens_per_s / 1000, r.grad_norm, r.lr, Duration(r.eta_seconds).c_str(),
+               acc.c_str());
+}
+
+// A loss mask file: raw bytes, one per corpus token; non-zero = the target there counts.
+absl::StatusOr<std::vector<uint8_t>> LoadLossMask(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) return absl::NotFoundError(absl::StrFormat("cannot open loss mask %s", path));
+  std::vector<uint8_t> mask;
+  uint8_t buf[65536];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;)
+    mask.insert(mask.end(), buf, buf + n);
+  const bool failed = std::ferror(f);
+  std::fclose(f);
+  if (failed) return absl::DataLossError(absl::StrFormat("cannot read loss mask %s", path));
+  return mask;
 }
 
 absl::StatusOr<std::vector<uint32_t>> LoadCorpus(const ArgParser& a) {
@@ -69,6 +87,13 @@ int TrainCommand(const std::vector<std::string>& args) {
   a.Add("steps", "S", "optimizer steps", "60");
   a.Add("chunk", "C", "tokens per (layer, chunk) task", "256");
   a.Add("window", "Wt", "truncated adjoint window (default: exact gradient)");
+  a.Add("cotangent", "exact|top-of-stack",
+        "each layer's output cotangent: exact, or dL/du^{K+1} for every layer (the paper's "
+        "Proposition 3, an approximation for K > 1; in-process only)",
+        "exact");
+  a.Add("loss-mask", "FILE",
+        "with --tokens: one byte per corpus token, non-zero where the next-token target counts "
+        "in the loss; steps then report the accuracy on the counted targets (in-process only)");
   a.Add("threads", "N", "threads for in-process work (0: one per core)", "0");
   a.Add("spill-dir", "DIR",
         "keep the layer inputs in memory-mapped files here (the OS may write them to disk)");
@@ -133,6 +158,17 @@ int TrainCommand(const std::vector<std::string>& args) {
     if (!w.ok()) return BadUsage("train", w.status());
     opt.grad.window = *w;
   }
+  absl::StatusOr<Cotangent> cotangent = CotangentFromName(a.Get("cotangent"));
+  if (!cotangent.ok()) return BadUsage("train", cotangent.status());
+  opt.grad.cotangent = *cotangent;
+  if (a.Has("loss-mask")) {
+    if (!a.Has("tokens")) {
+      return BadUsage("train", absl::InvalidArgumentError("--loss-mask needs --tokens"));
+    }
+    absl::StatusOr<std::vector<uint8_t>> mask = LoadLossMask(a.Get("loss-mask"));
+    if (!mask.ok()) return Fail("train", mask.status());
+    opt.loss_mask = std::move(*mask);
+  }
   struct RealFlag {
     const char* name;
     double* field;
@@ -181,9 +217,11 @@ int TrainCommand(const std::vector<std::string>& args) {
   std::unique_ptr<metrics::MetricsServer> metrics_server;
   int64_t first_step = 0;
   if (workers > 0) {
-    if (opt.grad.window != 0) {
+    if (opt.grad.window != 0 || opt.grad.cotangent != Cotangent::kExact ||
+        !opt.loss_mask.empty()) {
       return BadUsage("train", absl::InvalidArgumentError(
-                                   "--workers runs the exact gradient only (no --window)"));
+                                   "--workers runs the exact gradient of the whole-sequence loss "
+                                   "only (no --window, --cotangent top-of-stack or --loss-mask)"));
     }
     absl::StatusOr<std::unique_ptr<coordinator::LocalCluster>> started =
         coordinator::LocalCluster::Start(static_cast<int>(workers), SelfExe(),
@@ -214,8 +252,11 @@ int TrainCommand(const std::vector<std::string>& args) {
                static_cast<long long>(c.hidden_size), static_cast<long long>(c.num_hidden_layers),
                static_cast<long long>(c.state_size), static_cast<long long>(c.vocab_size),
                static_cast<long long>(opt.context),
-               opt.grad.window > 0 ? absl::StrFormat("window-%d", opt.grad.window).c_str()
-                                   : "exact",
+               (std::string(opt.grad.window > 0
+                                    ? absl::StrFormat("window-%d", opt.grad.window)
+                                    : "exact") +
+                (opt.grad.cotangent == Cotangent::kTopOfStack ? " top-of-stack" : ""))
+                   .c_str(),
                static_cast<long long>(opt.grad.chunk), static_cast<long long>(opt.steps),
                trainer.resumed()
                    ? absl::StrFormat(" | resumed at step %d", trainer.state().step).c_str()

@@ -110,6 +110,11 @@ absl::StatusOr<GradResult<float>> TaskServiceImpl::ComputeGradient(
     return absl::UnimplementedError(
         "remote workers run the exact wavefront backward only (no --window, no two-pass)");
   }
+  if (options.cotangent != Cotangent::kExact || !options.loss_mask.empty()) {
+    return absl::UnimplementedError(
+        "remote workers run the exact gradient of the whole-sequence loss only (no top-of-stack "
+        "cotangent, no loss mask)");
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     running_ = true;  // from here on a CancelCurrent applies to this gradient

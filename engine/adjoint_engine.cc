@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <memory>
 #include <vector>
 
@@ -23,6 +24,13 @@ std::string_view StorageName(Storage storage) {
   return storage == Storage::kBF16 ? "bf16" : "full";
 }
 
+absl::StatusOr<Cotangent> CotangentFromName(std::string_view name) {
+  if (name == "exact") return Cotangent::kExact;
+  if (name == "top-of-stack") return Cotangent::kTopOfStack;
+  return absl::InvalidArgumentError(
+      absl::StrFormat("--cotangent must be exact or top-of-stack, got '%s'", name));
+}
+
 absl::Status ValidateGradientInputs(const MambaConfig& config, std::span<const uint32_t> tokens,
                                     const GradOptions& options) {
   if (tokens.size() < 2) {
@@ -35,6 +43,16 @@ absl::Status ValidateGradientInputs(const MambaConfig& config, std::span<const u
   if (options.window < 0) {
     return absl::InvalidArgumentError(
         absl::StrFormat("window must be >= 1 (or 0 for exact), got %d", options.window));
+  }
+  if (!options.loss_mask.empty()) {
+    if (options.loss_mask.size() != tokens.size()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "the loss mask has %d entries for %d tokens", options.loss_mask.size(), tokens.size()));
+    }
+    if (std::all_of(options.loss_mask.begin() + 1, options.loss_mask.end(),
+                    [](uint8_t m) { return m == 0; })) {
+      return absl::InvalidArgumentError("the loss mask counts no target (all zero after token 0)");
+    }
   }
   if (!options.spill_dir.empty() && access(options.spill_dir.c_str(), W_OK | X_OK) != 0) {
     return absl::InvalidArgumentError(absl::StrFormat(

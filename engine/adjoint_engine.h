@@ -43,12 +43,26 @@ enum class Schedule { kWavefront, kTwoPass };
 // Adjoints, gradients and dL/du stay in the compute type either way.
 enum class Storage { kCompute, kBF16 };
 
+// The cotangent each layer's backward receives at its output.
+enum class Cotangent {
+  kExact,       // dL/du^{k+1}: the exact gradient, through the norms and SSMs of later layers
+  kTopOfStack,  // dL/du^{K+1} for every layer, its input held fixed: the paper's Proposition 3
+                // read literally (DESIGN.md §3). Exact for K = 1, an approximation for K > 1;
+                // all layers become independent. The embedding's cotangent dL/du^1 is layer
+                // 1's input cotangent under the same rule. In-process only, layer by layer.
+};
+
 struct GradOptions {
   int64_t chunk = 256;  // C: tokens per (layer, chunk) task
   Schedule schedule = Schedule::kWavefront;
   int64_t window = 0;   // Wt: 0 = exact adjoint; else truncated to Wt tokens (Wt >= T is exact)
   int threads = 0;      // 0: one per hardware thread
   Storage storage = Storage::kCompute;
+  Cotangent cotangent = Cotangent::kExact;
+  // Empty: every next-token target counts. Else one entry per token: the target at position t
+  // (token t, predicted from the tokens before it) counts iff loss_mask[t] != 0 (loss_mask[0]
+  // has no target); the loss is the mean over the counted targets. Must outlive the call.
+  std::span<const uint8_t> loss_mask;
   // Non-empty: the layer inputs live in memory-mapped files in this directory (unlinked at
   // once), which the kernel can write out to disk under memory pressure. Same results.
   std::string spill_dir;
@@ -69,11 +83,19 @@ struct GradResult {
   double loss = 0;
   ModelParams<T> grad;
   int64_t stored_bytes = 0;  // layer inputs, adjoint buffers and chunk states held at the peak
+  int64_t targets = 0;       // next-token targets counted in the loss
+  // With a loss mask: how many counted targets have the largest logit (greedy decoding is
+  // right); -1 without one.
+  int64_t correct = -1;
 };
 
-// INVALID_ARGUMENT for fewer than 2 tokens, token ids >= V, chunk < 1, window < 0 or a spill
-// directory that cannot be written; the device's errors (CheckDevice<float>). Every entry point
-// that computes a gradient checks this.
+// "exact" | "top-of-stack" (the command-line names); INVALID_ARGUMENT for anything else.
+absl::StatusOr<Cotangent> CotangentFromName(std::string_view name);
+
+// INVALID_ARGUMENT for fewer than 2 tokens, token ids >= V, chunk < 1, window < 0, a spill
+// directory that cannot be written, or a loss mask of the wrong length or counting no target;
+// the device's errors (CheckDevice<float>). Every entry point that computes a gradient checks
+// this.
 absl::Status ValidateGradientInputs(const MambaConfig& config, std::span<const uint32_t> tokens,
                                     const GradOptions& options);
 

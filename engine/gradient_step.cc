@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <utility>
 
 #include "common/check.h"
@@ -52,7 +53,7 @@ GradResult<T> GradientStep<T>::Run() {
     ForwardTwoPass();
   }
   result_.loss = Head();
-  if (wavefront && opt_.window == 0) {
+  if (wavefront && opt_.window == 0 && opt_.cotangent == Cotangent::kExact) {
     BackwardWavefront();
   } else {
     BackwardLayered();
@@ -70,9 +71,10 @@ double GradientStep<T>::ForwardAndHead() {
 
 template <typename T>
 GradResult<T> GradientStep<T>::Finish() {
-  const bool layered = opt_.schedule != Schedule::kWavefront || opt_.window != 0;
+  const bool top = opt_.cotangent == Cotangent::kTopOfStack;
+  const bool layered = opt_.schedule != Schedule::kWavefront || opt_.window != 0 || top;
   const int64_t stored = static_cast<int64_t>(StoredRows<T>::ValueBytes(opt_.storage));
-  const int64_t compute_rows = T_ * D_ + (layered ? T_ * D_ : 0);
+  const int64_t compute_rows = T_ * D_ + (layered ? T_ * D_ : 0) + (top ? T_ * D_ : 0);
   const int64_t extra = opt_.schedule == Schedule::kTwoPass ? 3 * nC_ * DiN_ : 0;
   result_.stored_bytes = stored * K_ * (T_ * D_ + nC_ * DiN_) +
                          static_cast<int64_t>(sizeof(T)) * (compute_rows + extra);
@@ -205,17 +207,24 @@ double GradientStep<T>::Head() {
   struct Out {
     std::vector<T> du, dlogits, nf, dw_f;
     double loss = 0;
+    int64_t correct = 0;
   };
   const int64_t V = cfg_.vocab_size, nb = (T_ + kHeadRows - 1) / kHeadRows;
-  const T scale = T(1) / T(T_ - 1);
+  const std::span<const uint8_t> mask = opt_.loss_mask;
+  const auto counted = [&](int64_t t) { return t < T_ && (mask.empty() || mask[t] != 0); };
+  int64_t n_targets = T_ - 1;
+  if (!mask.empty())
+    n_targets = std::count_if(mask.begin() + 1, mask.end(), [](uint8_t m) { return m != 0; });
+  const T scale = T(1) / T(n_targets);
   double loss = 0;
+  int64_t correct = 0;
   OrderedParallelFor<Out>(
       *pool_, nb, max_ahead_,
       [&](int64_t b) {
         const int64_t r0 = b * kHeadRows, M = std::min(kHeadRows, T_ - r0);
         std::vector<int64_t> targets(M);
         for (int64_t t = 0; t < M; ++t)
-          targets[t] = r0 + t + 1 < T_ ? int64_t{tokens_[r0 + t + 1]} : -1;
+          targets[t] = counted(r0 + t + 1) ? int64_t{tokens_[r0 + t + 1]} : -1;
         Out o;
         o.du.resize(M * D_), o.dlogits.resize(M * V), o.nf.resize(M * D_);
         o.dw_f.assign(D_, T(0));
@@ -223,6 +232,18 @@ double GradientStep<T>::Head() {
                                 p_.norm_f.data(), top_.data() + r0 * D_, targets.data(), scale};
         o.loss = cpu::LmHeadForwardBackward<T>(args, o.du.data(), o.dlogits.data(), o.nf.data(),
                                                o.dw_f.data());
+        // With a mask (few counted rows): is the target's logit nf_t . E_target the largest?
+        for (int64_t t = 0; t < M && !mask.empty(); ++t) {
+          if (targets[t] < 0) continue;
+          int64_t best = 0;
+          T best_logit = -std::numeric_limits<T>::infinity();
+          for (int64_t v = 0; v < V; ++v) {
+            T logit = 0;
+            for (int64_t d = 0; d < D_; ++d) logit += o.nf[t * D_ + d] * p_.embed[v * D_ + d];
+            if (logit > best_logit) best_logit = logit, best = v;
+          }
+          o.correct += best == targets[t];
+        }
         return o;
       },
       [&](int64_t b, Out&& o) {
@@ -232,9 +253,12 @@ double GradientStep<T>::Head() {
         for (int64_t d = 0; d < D_; ++d) grad.norm_f[d] += o.dw_f[d];
         std::copy(o.du.begin(), o.du.end(), top_.data() + r0 * D_);
         loss += o.loss;
+        correct += o.correct;
       });
   Progress("head", 1, 1);
-  return loss / static_cast<double>(T_ - 1);
+  result_.targets = n_targets;
+  result_.correct = mask.empty() ? -1 : correct;
+  return loss / static_cast<double>(n_targets);
 }
 
 // The head on the device backend, all rows in one call (it blocks rows and vocabulary itself).
@@ -262,6 +286,10 @@ void GradientStep<T>::BackwardLayered() {
   std::vector<T> du(T_ * D_);          // dL/du^k
   std::vector<T> m(nC_ * DiN_), S(nC_ * Di), mu(nC_ * DiN_);
   const bool exact = opt_.window == 0;
+  // Proposition 3: every layer's cotangent is dL/du^{K+1}; dL/du^k of layers above the first
+  // is dropped.
+  const bool top = opt_.cotangent == Cotangent::kTopOfStack;
+  const std::vector<T> top_g = top ? g : std::vector<T>();
   for (int64_t k = K_ - 1; k >= 0; --k) {
     const cpu::MambaBlockCpu<T>& block = blocks_[k];
     if (exact) {
@@ -308,6 +336,7 @@ void GradientStep<T>::BackwardLayered() {
           for (int64_t q = 0; q < s.halo * D_; ++q) rows[q] += o.du_halo[q];
         });
     std::swap(g, du);
+    if (top && k > 0) std::copy(top_g.begin(), top_g.end(), g.begin());
     layer_in_[k] = StoredRows<T>();  // no longer needed
     states_[k] = StoredRows<T>();
     Progress("backward", K_ - k, K_);

@@ -17,7 +17,8 @@ PACKAGES=(
 )
 case "${ADJSH_DEPS:-all}" in
   build) ;;
-  all) PACKAGES+=(python3 python3-numpy python3-torch python3-yaml docker-compose prometheus
+  all) PACKAGES+=(python3 python3-numpy python3-torch python3-matplotlib python3-yaml
+                  docker-compose prometheus
                   openssl clang libclang-rt-14-dev) ;;
   *) echo "install-deps: ADJSH_DEPS must be 'all' or 'build', got '${ADJSH_DEPS}'" >&2; exit 2 ;;
 esac

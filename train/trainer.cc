@@ -35,6 +35,11 @@ absl::Status Trainer::Init() {
         "grad clip >= 0, warmup >= 0, 0 <= min lr ratio <= 1)");
   }
   if (absl::Status s = CheckTokensInVocab(corpus_, params_.config.vocab_size); !s.ok()) return s;
+  if (!opt_.loss_mask.empty() && opt_.loss_mask.size() != corpus_.size()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the loss mask has %d entries for a corpus of %d tokens", opt_.loss_mask.size(),
+        corpus_.size()));
+  }
   if (opt_.checkpoint_dir.empty()) return absl::OkStatus();
   absl::StatusOr<Checkpoint> ck = LoadLatestCheckpoint(opt_.checkpoint_dir);
   if (absl::IsNotFound(ck.status())) return absl::OkStatus();
@@ -58,6 +63,10 @@ absl::Status Trainer::Run(const std::function<void(const StepReport&)>& on_step)
     const auto start = std::chrono::steady_clock::now();
     if (state_.data_position + T > n) state_.data_position = 0;  // wrap to the corpus start
     const std::span<const uint32_t> tokens(corpus_.data() + state_.data_position, T);
+    if (!opt_.loss_mask.empty()) {  // read by the default gradient source through opt_.grad
+      opt_.grad.loss_mask =
+          std::span<const uint8_t>(opt_.loss_mask).subspan(state_.data_position, T);
+    }
     absl::StatusOr<GradResult<float>> g = source_(params_, tokens);
     if (!g.ok()) return g.status();
     const double norm = GradNorm(g->grad);
@@ -82,6 +91,7 @@ absl::Status Trainer::Run(const std::function<void(const StepReport&)>& on_step)
     const auto now = std::chrono::steady_clock::now();
     StepReport r;
     r.step = state_.step, r.steps = opt_.steps, r.loss = g->loss, r.grad_norm = norm, r.lr = lr;
+    r.targets = g->targets, r.correct = g->correct;
     r.seconds = std::chrono::duration<double>(now - start).count();
     r.tokens_per_s = T / r.seconds;
     const double per_step = std::chrono::duration<double>(now - run_start).count() /

@@ -28,11 +28,15 @@ struct TrainOptions {
   AdamWOptions adamw;
   std::string checkpoint_dir;    // empty: no checkpoints
   int64_t checkpoint_every = 0;  // 0: only at the end (when checkpoint_dir is set)
+  // Empty: every next-token target counts. Else one entry per corpus token, sliced with the
+  // corpus into each step's GradOptions::loss_mask (which targets count in the loss).
+  std::vector<uint8_t> loss_mask;
 };
 
 struct StepReport {
   int64_t step = 0, steps = 0;  // step: 1-based index of the step just done
   double loss = 0, grad_norm = 0, lr = 0, seconds = 0, tokens_per_s = 0, eta_seconds = 0;
+  int64_t targets = 0, correct = -1;  // GradResult's, before the update
 };
 
 using GradientSource = std::function<absl::StatusOr<GradResult<float>>(

@@ -293,7 +293,7 @@ def run_cases(r, work):
 
     help_flags = {
         "grad": ["--model", "--tokens", "--out", "--window", "--chunk", "--threads", "--dtype",
-                 "--quiet", "--help"],
+                 "--cotangent", "--quiet", "--help"],
         "init": ["--out", "--hidden-size", "--layers", "--vocab-size", "--state-size",
                  "--conv-kernel", "--expand", "--dt-rank", "--layer-norm-epsilon", "--seed",
                  "--dtype", "--help"],
@@ -375,12 +375,40 @@ def run_cases(r, work):
         ("--dtype f16", ["--dtype", "f16"], "--dtype"),
         ("--storage f16", ["--storage", "f16"], "--storage"),
         ("--quiet=maybe", ["--quiet=maybe"], "--quiet"),
+        ("--cotangent top", ["--cotangent", "top"], "--cotangent"),
+        ("--cotangent top-of-stack --workers 1", ["--cotangent", "top-of-stack", "--workers", "1"],
+         "top-of-stack"),
     ]
     for label, extra, flag in bad_values:
         def bad_value(extra=extra, flag=flag):
             o = fresh_out()
             r.expect(grad_base + ["--out", o] + extra, BAD_VALUE_RC, err_has=[flag], out_path=o)
         r.case("usage/grad %s" % label, bad_value)
+
+    # adjsh train's loss mask and cotangent: bad usage (2) or bad input (1), a clear message.
+    mask_ok, mask_short = P("mask_ok.u8"), P("mask_short.u8")
+    with open(mask_ok, "wb") as f:
+        f.write(bytes([0, 1] * (T_TOKENS // 2) + [1] * (T_TOKENS % 2)))
+    with open(mask_short, "wb") as f:
+        f.write(bytes([1] * (T_TOKENS - 1)))
+    train_base = ["train", "--model", model, "--tokens", tok32, "--context", "8", "--steps", "1",
+                  "--checkpoint-dir", P("train_ck")]
+    r.case("usage/train --loss-mask without --tokens",
+           lambda: r.expect(["train", "--loss-mask", mask_ok, "--steps", "1"], BAD_VALUE_RC,
+                            err_has=["--loss-mask needs --tokens"]))
+    r.case("usage/train --cotangent bad",
+           lambda: r.expect(train_base + ["--cotangent", "x"], BAD_VALUE_RC, err_has=["--cotangent"]))
+    r.case("usage/train --loss-mask with --workers",
+           lambda: r.expect(train_base + ["--loss-mask", mask_ok, "--workers", "1"], BAD_VALUE_RC,
+                            err_has=["--loss-mask"]))
+    r.case("input/train --loss-mask missing file",
+           lambda: r.expect(train_base + ["--loss-mask", P("no_such.u8")], 1,
+                            err_has=["no_such.u8"]))
+    r.case("input/train --loss-mask of the wrong length",
+           lambda: r.expect(train_base + ["--loss-mask", mask_short], 1, err_has=["loss mask"]))
+    r.case("train/--loss-mask reports the accuracy",
+           lambda: r.expect(train_base + ["--loss-mask", mask_ok, "--cotangent", "top-of-stack"],
+                            0, err_has=["acc ", "top-of-stack"]))
 
     shapes = expected_shapes()
     model_header, _, _ = st_read(P("model", "model.safetensors"))

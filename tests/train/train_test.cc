@@ -101,6 +101,37 @@ TEST(TrainerTest, LossGoesDownOnTheBuiltinCorpus) {
   EXPECT_LT(last5, losses.front() - 1.5) << "first " << losses.front() << " last5 " << last5;
 }
 
+// The loss mask is sliced with the corpus: each step's loss is exactly the masked loss of its
+// own tokens, and the accuracy on the counted targets is reported.
+TEST(TrainerTest, LossMaskFollowsTheCorpus) {
+  const std::vector<uint32_t> corpus = Corpus();
+  TrainOptions o = SmallRun(3);
+  o.loss_mask.assign(corpus.size(), 0);
+  for (size_t t = 0; t < corpus.size(); t += 7) o.loss_mask[t] = 1;  // 73 targets in a step
+  const ModelParams<float> init = InitParams<float>(TinyConfig(), 6);
+  Trainer t(init, corpus, o);
+  ASSERT_TRUE(t.Init().ok());
+  std::vector<StepReport> reports;
+  ASSERT_TRUE(t.Run([&](const StepReport& r) { reports.push_back(r); }).ok());
+  ASSERT_EQ(reports.size(), 3u);
+  GradOptions first = o.grad;
+  first.loss_mask = std::span<const uint8_t>(o.loss_mask).subspan(0, o.context);
+  const GradResult<float> want =
+      ComputeGradient<float>(init, std::span(corpus).subspan(0, o.context), first).value();
+  EXPECT_EQ(reports[0].loss, want.loss);
+  EXPECT_EQ(reports[0].targets, want.targets);
+  EXPECT_EQ(reports[0].correct, want.correct);
+  for (const StepReport& r : reports) {
+    EXPECT_EQ(r.targets, 73);
+    EXPECT_GE(r.correct, 0);
+    EXPECT_LE(r.correct, r.targets);
+  }
+
+  o.loss_mask.pop_back();
+  Trainer bad(init, corpus, o);
+  EXPECT_EQ(bad.Init().code(), absl::StatusCode::kInvalidArgument);
+}
+
 
 TEST(TrainerTest, ResumedRunEndsWithBitwiseIdenticalWeights) {
   const ModelParams<float> init = InitParams<float>(TinyConfig(), 5);
