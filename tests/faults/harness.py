@@ -4,6 +4,8 @@
              one of them at the end, also on failure; submits, watches and polls jobs.
   CutProxy   a TCP proxy on 127.0.0.1 that forwards to an address and cuts each connection
              (both directions, with a reset) after a random number of bytes.
+  StallProxy the same, but the first M connections stall after a random number of bytes (a
+             black hole: nothing is forwarded, both sockets stay open); later ones forward.
   Results    PASS/FAIL lines and the `N passed, N failed` summary.
   final_files, rss_bytes, train_reference: what the checks compare.
 """
@@ -215,10 +217,14 @@ class CutProxy:
                 continue
             with self._lock:
                 self.connections += 1
-                budget = self.rng.randint(self.min_bytes, self.max_bytes)
-            t = threading.Thread(target=self._pump, args=(client, upstream, budget), daemon=True)
+                pump, budget = self._plan(self.connections)
+            t = threading.Thread(target=pump, args=(client, upstream, budget), daemon=True)
             t.start()
             self._threads.append(t)
+
+    def _plan(self, n):
+        """(pump, byte budget) of the n-th connection (from 1); called under the lock."""
+        return self._pump, self.rng.randint(self.min_bytes, self.max_bytes)
 
     @staticmethod
     def _reset(sock):
@@ -266,3 +272,81 @@ class CutProxy:
         self._listener.close()
         for t in self._threads:
             t.join(timeout=2)
+
+
+class StallProxy(CutProxy):
+    """Forwards 127.0.0.1:<port> to `target`; each of the first `stall_first` connections stalls
+    after a byte budget drawn uniformly from [min_bytes, max_bytes] (both directions together):
+    from then on the proxy forwards nothing in either direction but keeps both sockets open, as a
+    link that drops every packet would. Bytes that arrive after the stall are read and dropped
+    (so that the proxy sees a side close its socket); a connection ends only when the client
+    gives it up (or the proxy stops): then both sockets are closed. Later connections forward
+    everything.
+
+    stalls: connections stalled; abandoned: stalled connections the client closed;
+    abandon_after_s: seconds from each stall to the client's close; reconnects: connections
+    opened after a client abandoned a stalled one."""
+
+    def __init__(self, target, min_bytes, max_bytes, stall_first, seed=1):
+        self.stall_first = stall_first
+        self.stalls = 0
+        self.abandoned = 0
+        self.abandon_after_s = []
+        self.reconnects = 0
+        super().__init__(target, min_bytes, max_bytes, seed)
+
+    def _plan(self, n):
+        if self.abandoned:
+            self.reconnects += 1
+        if n <= self.stall_first:
+            return self._stall, self.rng.randint(self.min_bytes, self.max_bytes)
+        return self._pump, float("inf")
+
+    def _stall(self, a, b, budget):
+        passed = 0
+        stalled_at = None
+        try:
+            for s in (a, b):
+                s.setblocking(False)
+            while not self._stop.is_set() and stalled_at is None:
+                ready, _, _ = select.select([a, b], [], [], 0.2)
+                for src in ready:
+                    dst = b if src is a else a
+                    data = src.recv(65536)
+                    if not data:
+                        return  # closed before its budget ran out: not a stall
+                    data = data[:budget - passed]
+                    dst.setblocking(True)
+                    dst.sendall(data)
+                    dst.setblocking(False)
+                    passed += len(data)
+                    if passed >= budget:
+                        stalled_at = time.time()
+                        with self._lock:
+                            self.stalls += 1
+                        break
+            # The black hole: read and drop. The coordinator's side may give up first; the
+            # client's socket stays open until the client closes it.
+            watched = [a, b]
+            while not self._stop.is_set():
+                ready, _, _ = select.select(watched, [], [], 0.2)
+                for src in ready:
+                    try:
+                        data = src.recv(65536)
+                    except OSError:
+                        data = b""
+                    if data:
+                        continue
+                    if src is a:
+                        with self._lock:
+                            self.abandoned += 1
+                            self.abandon_after_s.append(time.time() - stalled_at)
+                        return
+                    watched = [a]
+        except (OSError, ConnectionError):
+            pass
+        finally:
+            with self._lock:
+                self.bytes += passed
+            self._reset(a)
+            self._reset(b)

@@ -19,6 +19,12 @@ tasks per step, 6 steps, a checkpoint every 2 steps):
   proxy_cuts        workers reach the coordinator through a proxy that cuts every connection
                     after a random 8..512 KiB, inside fetch and result streams (>= 10 cuts, >= 5
                     of them breaking a fetch or result stream, per the workers' logs);
+  proxy_stall       workers reach the coordinator through a proxy whose first 2 connections stall
+                    (a black hole: nothing forwarded, both sockets kept open) after a random
+                    16..128 KiB; gRPC keepalive (proto/transport.h: a ping after 20 s, dropped
+                    after 10 s unanswered) must make each worker abandon its stalled connection
+                    and open a new one (>= 1 stall, every stalled connection closed by its
+                    worker, >= 1 connection opened after that);
   disk_full         (root only; skipped otherwise) `adjsh train` checkpointing to a tmpfs that
                     fills up at the third checkpoint: exit 1 naming ENOSPC, the previous
                     checkpoint intact and still `latest`, no partial folder left; with space
@@ -40,8 +46,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import (SKIP, Cluster, CutProxy, Results, final_files, latest_step,  # noqa: E402
-                     train_reference, wait_for)
+from harness import (SKIP, Cluster, CutProxy, Results, StallProxy, final_files,  # noqa: E402
+                     latest_step, train_reference, wait_for)
 
 STEPS = 6
 
@@ -241,6 +247,46 @@ def case_proxy_cuts(adjsh, tmp, cluster, res, ref):
                ref is not None and final_files(ckpt) == ref)
 
 
+def case_proxy_stall(adjsh, tmp, cluster, res, ref):
+    coord, addr = cluster.coordinator(os.path.join(tmp, "state"), lease_ms=1000)
+    if not res.record("coordinator started", addr):
+        return
+    proxy = StallProxy(addr, 16 << 10, 128 << 10, stall_first=2, seed=7)
+    try:
+        for k in range(2):
+            cluster.worker(proxy.address, f"w{k}", log="--verbose")
+        ckpt = os.path.join(tmp, "job")
+        start = time.time()
+        job, r = cluster.submit(addr, spec(ckpt))
+        if not res.record("job submitted", job, r.stderr):
+            return
+        # Undisturbed, the job takes seconds; each stall costs about 30 s. Without keepalive
+        # it would never end: give up well before CTest's timeout.
+        r = cluster.watch(addr, job, timeout=180)
+        took = time.time() - start
+        # A stalled connection whose worker had nothing more to do may still be waiting for its
+        # keepalive ping to go unanswered (at most 20 s + 10 s after the stall).
+        wait_for(lambda: proxy.abandoned >= proxy.stalls, 45, 0.2)
+    finally:
+        proxy.stop()
+    after = ", ".join(f"{s:.1f}" for s in proxy.abandon_after_s)
+    # gRPC's own words for a ping that went unanswered (informational: the proxy's count is
+    # the check).
+    watchdog = count_in_logs(cluster, "keepalive watchdog timeout")
+    res.record(f"{proxy.stalls} connections stalled (>= 1) of {proxy.connections}, "
+               f"{proxy.bytes / 1048576:.1f} MiB through the proxy", proxy.stalls >= 1)
+    res.record(f"{proxy.abandoned} of them closed by their worker, {after} s after the stall "
+               "(all of them, each within 20 s ping + 10 s timeout and some slack; "
+               f"{watchdog} calls failed with `keepalive watchdog timeout`)",
+               proxy.stalls >= 1 and proxy.abandoned == proxy.stalls and
+               all(s < 45 for s in proxy.abandon_after_s), proxy.abandon_after_s)
+    res.record(f"{proxy.reconnects} connections opened after a stalled one was abandoned (>= 1)",
+               proxy.reconnects >= 1)
+    res.record(f"job SUCCEEDED ({took:.1f} s)", r.returncode == 0, r.stdout[-1500:] + r.stderr)
+    res.record("final weights and optimizer state bitwise equal to the undisturbed run",
+               ref is not None and final_files(ckpt) == ref)
+
+
 def dir_bytes(path):
     """Bytes a folder's files take on tmpfs (whole pages)."""
     total = 0
@@ -320,7 +366,7 @@ def case_disk_full(adjsh, tmp, cluster, res, ref, ref_dir):
 
 CASES = {"worker_kills": case_worker_kills, "worker_stop": case_worker_stop,
          "coordinator_kill": case_coordinator_kill, "proxy_cuts": case_proxy_cuts,
-         "disk_full": case_disk_full}
+         "proxy_stall": case_proxy_stall, "disk_full": case_disk_full}
 
 
 def main():
