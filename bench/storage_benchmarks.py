@@ -13,9 +13,6 @@ Writes the table into docs/BENCHMARKS.md between the `storage` markers, and prin
 """
 import argparse
 import os
-import re
-import struct
-import json
 import subprocess
 import sys
 import tempfile
@@ -23,7 +20,7 @@ import time
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from claims_common import ROOT, linear_fit, read_safetensors, replace_section
 
 
 def run(cmd):
@@ -38,34 +35,11 @@ def run(cmd):
     return ru.ru_maxrss * 1024, time.time() - start
 
 
-def read_safetensors(path):
-    """{name: float64 array} of a safetensors file (F32/F64 tensors)."""
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(n))
-        data = f.read()
-    out = {}
-    for name, e in header.items():
-        if name == "__metadata__":
-            continue
-        b, end = e["data_offsets"]
-        dt = {"F32": np.float32, "F64": np.float64}[e["dtype"]]
-        out[name] = np.frombuffer(data[b:end], dtype=dt).astype(np.float64)
-    return out
-
-
 def worst_rel_err(a, b):
     errs = {k: np.linalg.norm(a[k] - b[k]) / max(np.linalg.norm(b[k]), 1e-300)
             for k in b if k != "loss"}
     name = max(errs, key=errs.get)
     return errs[name], name
-
-
-def slope(points):
-    n = len(points)
-    mx = sum(t for t, _ in points) / n
-    my = sum(b for _, b in points) / n
-    return sum((t - mx) * (b - my) for t, b in points) / sum((t - mx) ** 2 for t, _ in points)
 
 
 def main():
@@ -105,7 +79,7 @@ def main():
              "D=256, K=4, N=16, V=256, f32 compute, 2 threads, chunk 256, one process per "
              "measurement.", "",
              "| storage | T | peak RSS | bytes/token (slope in T) |", "|---|---|---|---|"]
-    slopes = {s: slope([(T, rows[(s, T)][0]) for T in mem_T]) for s in ("full", "bf16")}
+    slopes = {s: linear_fit([(T, rows[(s, T)][0]) for T in mem_T])[1] for s in ("full", "bf16")}
     for s in ("full", "bf16"):
         for T in mem_T:
             lines.append(f"| {s} | {T} | {rows[(s, T)][0] / 2**20:.0f} MiB | "
@@ -124,19 +98,8 @@ def main():
     print(section)
     if a.quick:
         return
-    path = os.path.join(ROOT, "docs", "BENCHMARKS.md")
-    text = open(path).read()
-    block = (f"<!-- storage:begin -->\n## Storage: layer inputs in f32 or bf16\n\n"
-             f"Command: `/usr/bin/python3 bench/storage_benchmarks.py`\n\n{section}\n"
-             "<!-- storage:end -->")
-    if "<!-- storage:begin -->" in text:
-        text = re.sub(r"<!-- storage:begin -->.*<!-- storage:end -->", lambda _: block, text,
-                      flags=re.S)
-    else:
-        text = text.rstrip() + "\n\n" + block + "\n"
-    with open(path, "w") as f:
-        f.write(text)
-
+    replace_section("storage", "Storage: layer inputs in f32 or bf16",
+                    "/usr/bin/python3 bench/storage_benchmarks.py", section)
 
 if __name__ == "__main__":
     main()
