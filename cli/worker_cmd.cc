@@ -79,7 +79,10 @@ int WorkerCommand(const std::vector<std::string>& args) {
     if (!started.ok()) return Fail("worker", started.status());
     metrics_server = std::move(*started);
     auto m = std::make_shared<worker::WorkerMetrics>(
-        worker::WorkerMetricsOptions{.device = "cpu", .name = opt.name, .device_memory = {}});
+        worker::WorkerMetricsOptions{
+            .device = opt.device.is_cpu() ? "cpu" : "cuda:" + std::to_string(opt.device.index),
+            .name = opt.name,
+            .device_memory = {}});
     opt.metrics = m.get();  // kept alive by the server, which outlives the worker below
     metrics_server->Add(std::move(m));
     std::fprintf(stderr, "metrics on %s\n", metrics_server->address().c_str());
