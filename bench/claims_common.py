@@ -192,3 +192,18 @@ def grad_file(build, model, tokens, out, *extra):
     run_tracked(["nice", f"{build}/cli/adjsh", "grad", "--model", model, "--tokens", tokens,
                  "--out", out, "--quiet", *extra])
     return read_safetensors(out)
+
+
+def measure_report_cli(doc, measure, report, extra=None):
+    """The command line every claims script shares: `measure` (append results) or `report`
+    (redraw the figure, rewrite the section), --build and --work; extra(parser) adds more."""
+    import argparse
+    ap = argparse.ArgumentParser(description=doc,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("what", choices=["measure", "report"])
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--work", default=None, help="scratch directory (default: $TMPDIR)")
+    if extra:
+        extra(ap)
+    a = ap.parse_args()
+    measure(a) if a.what == "measure" else report(a)

@@ -13,7 +13,6 @@ in --max-gib (the machine is shared); the longest T in 16 GiB is the linear fit'
 where it was not measured. Results: docs/claims/memory_speed.json; figure:
 docs/claims/memory_speed.png.
 """
-import argparse
 import glob
 import json
 import os
@@ -21,7 +20,8 @@ import re
 import sys
 import tempfile
 
-from claims_common import DATA, ROOT, TORCH_PY, Results, linear_fit, replace_section, run_tracked
+from claims_common import (DATA, ROOT, TORCH_PY, Results, linear_fit, measure_report_cli,
+                           replace_section, run_tracked)
 
 JSON = os.path.join(DATA, "memory_speed.json")
 PNG = os.path.join(DATA, "memory_speed.png")
@@ -218,11 +218,7 @@ def report(a):
     print("\n".join(lines))
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["measure", "report"])
-    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
-    ap.add_argument("--work", default=None, help="scratch directory (default: $TMPDIR)")
+def extra_flags(ap):
     ap.add_argument("--json", default=JSON, help="results file to append to (report reads "
                     "every docs/claims/memory_speed*.json)")
     ap.add_argument("--impls", default="", help="comma-separated subset of: " + ", ".join(IMPLS))
@@ -230,9 +226,6 @@ def main():
                     help="measure a point only if it is predicted to fit in this many GiB")
     ap.add_argument("--max-seconds", type=float, default=1200,
                     help="... and to take at most this many seconds")
-    a = ap.parse_args()
-    measure(a) if a.what == "measure" else report(a)
-
 
 if __name__ == "__main__":
-    main()
+    measure_report_cli(__doc__, measure, report, extra_flags)

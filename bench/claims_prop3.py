@@ -12,13 +12,12 @@ Gradient errors: D=128, N=16, V=256, seed 0, T = 8,192 tokens of the built-in co
 Training: D=128, K=4, context 2,048, 120 steps, default optimizer settings; the gradient error
 is also measured on the model the exact run ends with.
 """
-import argparse
 import os
 import sys
 import tempfile
 
-from claims_common import (DATA, ROOT, Results, grad_error, grad_file, replace_section,
-                           run_tracked, train_curve)
+from claims_common import (DATA, ROOT, Results, grad_error, grad_file, measure_report_cli,
+                           replace_section, run_tracked, train_curve)
 from claims_truncation import MODEL, TRAIN, corpus_files
 
 JSON = os.path.join(DATA, "prop3.json")
@@ -143,14 +142,5 @@ def report(a):
     print("\n".join(body))
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["measure", "report"])
-    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
-    ap.add_argument("--work", default=None, help="scratch directory (default: $TMPDIR)")
-    a = ap.parse_args()
-    measure(a) if a.what == "measure" else report(a)
-
-
 if __name__ == "__main__":
-    main()
+    measure_report_cli(__doc__, measure, report)

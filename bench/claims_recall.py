@@ -17,14 +17,13 @@ same distance; see RUNS): distance 8,192 with the exact gradient and with --wind
 shorter distances (2, 8, 32, 256) as controls of what the model learns in the budget; and at
 distance 32, 1,000 steps with the exact gradient and with a 16-token window.
 """
-import argparse
 import os
 import sys
 import tempfile
 
 import numpy as np
 
-from claims_common import DATA, ROOT, Results, replace_section, train_curve
+from claims_common import DATA, ROOT, Results, measure_report_cli, replace_section, train_curve
 
 JSON = os.path.join(DATA, "recall.json")
 PNG = os.path.join(DATA, "recall.png")
@@ -147,15 +146,8 @@ def report(a):
     print("\n".join(body))
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["measure", "report"])
-    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
-    ap.add_argument("--work", default=None, help="scratch directory (default: $TMPDIR)")
+def extra_flags(ap):
     ap.add_argument("--only", default="", help="run only the runs whose name contains this")
-    a = ap.parse_args()
-    measure(a) if a.what == "measure" else report(a)
-
 
 if __name__ == "__main__":
-    main()
+    measure_report_cli(__doc__, measure, report, extra_flags)

@@ -13,13 +13,12 @@ Model D=128, K=4, N=16, V=256 (seed 0), f32, chunk 256. Training (shortened to f
 2-core machine): context 2,048, 30 steps, lr 3e-3 (the defaults of `adjsh train`), windows
 {64, 256, 1K}: a 2K window is exact at this context.
 """
-import argparse
 import os
 import sys
 import tempfile
 
-from claims_common import (DATA, ROOT, Results, grad_error, grad_file, replace_section,
-                           run_tracked, train_curve)
+from claims_common import (DATA, ROOT, Results, grad_error, grad_file, measure_report_cli,
+                           replace_section, run_tracked, train_curve)
 
 JSON = os.path.join(DATA, "truncation.json")
 PNG = os.path.join(DATA, "truncation.png")
@@ -150,14 +149,5 @@ def report(a):
     print("\n".join(body))
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["measure", "report"])
-    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
-    ap.add_argument("--work", default=None, help="scratch directory (default: $TMPDIR)")
-    a = ap.parse_args()
-    measure(a) if a.what == "measure" else report(a)
-
-
 if __name__ == "__main__":
-    main()
+    measure_report_cli(__doc__, measure, report)
