@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <ostream>
 #include <random>
 #include <vector>
 
@@ -41,6 +42,12 @@ struct Shape {
   int64_t len, halo, Di, N, R;
   bool with_state;
 };
+
+// Names the case in test output (the default prints raw bytes, padding included).
+void PrintTo(const Shape& s, std::ostream* os) {
+  *os << "len" << s.len << "_halo" << s.halo << "_Di" << s.Di << "_N" << s.N << "_R" << s.R
+      << (s.with_state ? "_state" : "_zero");
+}
 
 class ScanEmulationTest : public ::testing::TestWithParam<Shape> {};
 
