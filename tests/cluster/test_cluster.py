@@ -25,6 +25,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/
+from harness import final_files  # noqa: E402
+
 MODEL = ["--hidden-size", "32", "--layers", "3", "--state-size", "8", "--context", "2048",
          "--chunk", "64", "--warmup", "2", "--lr", "1e-2", "--threads", "1"]
 
@@ -33,16 +36,6 @@ def train(adjsh, ckpt, workers, steps, extra=(), timeout=600):
     cmd = [adjsh, "train", *MODEL, "--steps", str(steps), "--checkpoint-dir", ckpt,
            "--checkpoint-every", "2", "--workers", str(workers), "--lease-ms", "400", *extra]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-
-
-def final_files(ckpt):
-    with open(os.path.join(ckpt, "latest")) as f:
-        d = os.path.join(ckpt, f.read().strip())
-    out = {}
-    for name in ("model.safetensors", "optimizer.safetensors"):
-        with open(os.path.join(d, name), "rb") as f:
-            out[name] = f.read()
-    return out
 
 
 def children(pid):

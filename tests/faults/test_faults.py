@@ -45,7 +45,7 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/
 from harness import (SKIP, Cluster, CutProxy, Results, StallProxy, final_files,  # noqa: E402
                      latest_step, train_reference, wait_for)
 

@@ -28,7 +28,7 @@ import tempfile
 import threading
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/
 from harness import Cluster, Results, final_files, rss_bytes, wait_for  # noqa: E402
 
 TASKS_PER_STEP = 4 * (8192 // 32)

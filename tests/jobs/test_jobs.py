@@ -27,7 +27,6 @@ import argparse
 import json
 import os
 import re
-import select
 import shutil
 import signal
 import socket
@@ -36,66 +35,12 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/
+from harness import Cluster, final_files  # noqa: E402
+
 SHAPE = {"hidden_size": 16, "layers": 2, "state_size": 4, "vocab_size": 256}
 TRAIN_FLAGS = ["--hidden-size", "16", "--layers", "2", "--state-size", "4", "--context", "512",
                "--chunk", "64"]
-
-
-class Cluster:
-    """The processes this test started; stop() ends every one of them."""
-
-    def __init__(self, adjsh, tmp):
-        self.adjsh, self.tmp = adjsh, tmp
-        self.procs = []
-        self.logs = []
-
-    def _log(self, name):
-        f = open(os.path.join(self.tmp, name), "ab")
-        self.logs.append(f)
-        return f
-
-    def coordinator(self, state_dir, listen="127.0.0.1:0", timeout=20):
-        """Starts a coordinator; returns (process, address) or (process, None)."""
-        p = subprocess.Popen([self.adjsh, "coordinator", "--listen", listen, "--state-dir",
-                              state_dir, "--lease-ms", "2000", "--insecure-local"],
-                             stdout=subprocess.PIPE, stderr=self._log("coordinator.log"))
-        self.procs.append(p)
-        deadline = time.time() + timeout
-        line = b""
-        while time.time() < deadline and p.poll() is None:
-            r, _, _ = select.select([p.stdout], [], [], 0.2)
-            if r:
-                line = p.stdout.readline()
-                break
-        m = re.match(rb"listening on (127\.0\.0\.1:\d+)$", line.strip())
-        return p, (m.group(1).decode() if m else None)
-
-    def worker(self, address, name):
-        p = subprocess.Popen([self.adjsh, "worker", "--coordinator", address, "--name", name,
-                              "--quiet"],
-                             stdout=subprocess.DEVNULL, stderr=self._log(f"worker-{name}.log"))
-        self.procs.append(p)
-        return p
-
-    def popen(self, args):
-        p = subprocess.Popen([self.adjsh, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True)
-        self.procs.append(p)
-        return p
-
-    def stop(self):
-        for p in self.procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        deadline = time.time() + 10
-        for p in self.procs:
-            try:
-                p.wait(timeout=max(0.1, deadline - time.time()))
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-        for f in self.logs:
-            f.close()
 
 
 def main():
@@ -128,18 +73,6 @@ def main():
         with open(path, "w") as f:
             json.dump(spec, f)
         return path
-
-    def final_files(ckpt):
-        try:
-            with open(os.path.join(ckpt, "latest")) as f:
-                d = os.path.join(ckpt, f.read().strip())
-            out = {}
-            for name in ("model.safetensors", "optimizer.safetensors"):
-                with open(os.path.join(d, name), "rb") as f:
-                    out[name] = f.read()
-            return out
-        except OSError:
-            return None
 
     try:
         body(adjsh, tmp, cluster, record, run, spec_file, final_files)

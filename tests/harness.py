@@ -1,4 +1,5 @@
-"""Shared pieces of the fault-injection and load tests (python3 standard library only).
+"""Shared pieces of the cluster, job, fault-injection and load tests (python3 standard library
+only).
 
   Cluster    starts `adjsh coordinator` / `adjsh worker` processes on 127.0.0.1 and stops every
              one of them at the end, also on failure; submits, watches and polls jobs.
@@ -122,6 +123,13 @@ class Cluster:
         if log:
             cmd.append(log)
         p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self._log(f"worker-{name}"))
+        self.procs.append(p)
+        return p
+
+    def popen(self, args):
+        """`adjsh ARGS` in the background (stdout and stderr as text pipes), stopped with the rest."""
+        p = subprocess.Popen([self.adjsh, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
         self.procs.append(p)
         return p
 
