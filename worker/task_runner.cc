@@ -59,6 +59,8 @@ void TaskRunner::Handle(const v1::Task& task) {
   const std::string what = absl::StrFormat("task %s (job %s step %d, layer %d chunk %d)",
                                            task.task_id(), task.job_id(), task.step(),
                                            task.layer(), task.chunk());
+  state_.Log(2, absl::StrFormat("task %s leased: layer %d chunk %d, lease %d ms", task.task_id(),
+                                task.layer(), task.chunk(), task.lease_expires_ms()));
   if (task.kind() != v1::Task::BACKWARD) {
     state_.Log(0, absl::StrCat("unsupported task kind ", v1::Task::Kind_Name(task.kind()), " (",
                                what, "): skipped"));

@@ -8,10 +8,10 @@ Cases (each a CTest test; the job: D=16, K=2, N=4, context 2048, chunk 64, so 64
 tasks per step, 6 steps, a checkpoint every 2 steps):
   worker_kills      3 workers, SIGKILLed at random moments (8 to 16 kills) and started again
                     (the job runs 12 steps);
-  worker_stop       a worker SIGSTOPped just after it pulled a task, for 2.5 leases (the task is
+  worker_stop       a worker SIGSTOPped just after it leased a task, for 2.5 leases (the task is
                     handed to the other worker), then SIGCONTed: its late work is refused (the
                     worker logs the refusal); a heavier job (D=64, N=16, context 4096, chunk
-                    512: 16 tasks of ~20 ms per step; 12 steps);
+                    512: 16 tasks of ~20 ms per step; 24 steps);
   coordinator_kill  the coordinator SIGKILLed twice in the middle of a step (5 or more of the
                     step's 64 results accepted, not all; in step 2 before the first checkpoint,
                     in step 4 after it), started again on the same address and the same spec
@@ -68,11 +68,11 @@ class Job:
                 "steps": self.steps, "checkpoint_every": 2, "checkpoint_dir": ckpt}
 
 
-# 64 tasks of ~1 ms per step; for SIGSTOP, 16 tasks of ~20 ms, so that a worker stopped in the
-# middle of a step almost surely holds a lease, and 12 steps, so that there is time for several
-# stops of 2.5 leases each.
+# 64 tasks of ~1 ms per step; for SIGSTOP, 16 tasks of ~20 ms, so that a worker stopped right
+# after it leased a task still holds that lease, and 24 steps, so that the job outlasts several
+# stops of 2.5 leases each (the other worker goes on meanwhile).
 SMALL = Job(16, 2, 4, 2048, 64)
-HEAVY = Job(64, 2, 16, 4096, 512, steps=12)
+HEAVY = Job(64, 2, 16, 4096, 512, steps=24)
 LONGER = Job(16, 2, 4, 2048, 64, steps=12)  # room for the repeated kills however fast it runs
 
 
@@ -138,30 +138,46 @@ def case_worker_stop(adjsh, tmp, cluster, res, ref):  # ref: of HEAVY
     # its lease had run out (its last renewal is older than the lease) and did not push.
     refusals = ("result not accepted", "cancelled by the coordinator", "lease lost",
                 "its lease has expired")
-    rng = random.Random(5)
-    stops = refused = 0
+
+    def text():
+        with open(log, errors="replace") as f:
+            return f.read()
+
+    def holds_lease(t):
+        """Whether the last task the worker leased has not ended yet in log text t."""
+        leases = list(re.finditer(r"task (\S+) leased: ", t))
+        if not leases:
+            return False
+        tid = re.escape(leases[-1].group(1))
+        return re.search(rf"task {tid}[ :]", t[leases[-1].end():]) is None
+
+    stops = held = refused = 0
     how = set()
-    while stops < 8 and refused < 3:
+    while stops < 8 and refused < 2:
         if terminal(cluster.status(addr, job)):
             break
-        # Right after one of its results was accepted: it has pulled its next task.
-        n = open(log, errors="replace").read().count(" done: ")
-        wait_for(lambda: open(log, errors="replace").read().count(" done: ") > n, 30, 0.002)
-        time.sleep(rng.uniform(0.002, 0.01))
-        before = open(log, errors="replace").read()
+        # Right after it leased a task (logged before the fetch; the task then takes tens of
+        # ms): stopped now, it holds that lease. Checked on the log once it is stopped.
+        n = text().count(" leased: ")
+        if not wait_for(lambda: text().count(" leased: ") > n, 30, 0.001):
+            break
         stopped.send_signal(signal.SIGSTOP)
         stops += 1
+        time.sleep(0.05)  # let a line being written land
+        before = text()
+        holding = holds_lease(before)
+        held += holding
         time.sleep(2.5 * lease_ms / 1000)  # past the lease: the task is handed out again
         stopped.send_signal(signal.SIGCONT)
         time.sleep(1.0)
-        after = open(log, errors="replace").read()[len(before):]
-        seen = [s for s in refusals if s in after]
-        if seen:
+        seen = [s for s in refusals if s in text()[len(before):]]
+        if seen and holding:
             refused += 1
             how.update(seen)
     r = cluster.watch(addr, job)
-    res.record(f"worker SIGSTOPped {stops} times for 2.5 leases, its late work refused "
-               f"{refused} times (>= 1; {', '.join(sorted(how))})", refused >= 1,
+    res.record(f"worker SIGSTOPped {stops} times for 2.5 leases, {held} of them holding a lease; "
+               f"its late work refused {refused} times (>= 1; {', '.join(sorted(how))})",
+               refused >= 1,
                open(log, errors="replace").read()[-3000:])
     res.record("job SUCCEEDED", r.returncode == 0, r.stdout[-1500:] + r.stderr)
     res.record("final weights and optimizer state bitwise equal to the undisturbed run "
