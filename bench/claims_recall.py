@@ -15,7 +15,8 @@ step reports is measured before its update: it is held-out accuracy.
 Runs (model D=64, K=2, N=16, f32, warmup 10, the same initial model, the same data for the
 same distance; see RUNS): distance 8,192 with the exact gradient and with --window 1024;
 shorter distances (2, 8, 32, 256) as controls of what the model learns in the budget; and at
-distance 32, 1,000 steps with the exact gradient and with a 16-token window.
+distance 32, 1,000 steps with the exact gradient and with a 16-token window; and the
+curriculum of recall_curriculum.py (32 -> 256 -> 1,024 -> 8,192) in three arms.
 """
 import os
 import sys
@@ -23,16 +24,19 @@ import tempfile
 
 import numpy as np
 
+import recall_curriculum
 from claims_common import DATA, ROOT, Results, measure_report_cli, replace_section, train_curve
 
 JSON = os.path.join(DATA, "recall.json")
 PNG = os.path.join(DATA, "recall.png")
+CURRICULUM_PNG = os.path.join(DATA, "recall_curriculum.png")
 BOS, QUERY = 1, 2
 VALUES = np.arange(16, 32)
 FILLER = np.arange(64, 96)   # 32 random filler tokens
 ONE_FILLER = np.array([64])  # an easier variant: the filler is one repeated token
-MODEL = ["--hidden-size", "64", "--layers", "2", "--vocab-size", "256", "--state-size", "16",
-         "--seed", "0", "--threads", "2", "--warmup", "10"]
+SHAPE = ["--hidden-size", "64", "--layers", "2", "--vocab-size", "256", "--state-size", "16",
+         "--seed", "0"]
+MODEL = SHAPE + ["--threads", "2", "--warmup", "10"]
 FAST = ["--lr", "1e-2"]
 SLOW = ["--lr", "3e-3"]
 TRUNC = ["--window", "1024", "--chunk", "1024"]
@@ -92,13 +96,14 @@ def measure(a):
             res.add({"run": name, "distance": distance, "context": context, "steps": curve})
             acc = sum(s["correct"] for s in curve[-20:]) / sum(s["counted"] for s in curve[-20:])
             print(f"{name}: accuracy over the last 20 steps {acc:.3f}", file=sys.stderr)
+        recall_curriculum.measure(build, work, res, make_data, SHAPE, FILLER, a.only)
 
 
 def report(a):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    rows = Results(JSON).rows
+    rows = [r for r in Results(JSON).rows if "curriculum" not in r]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 5))
     body = ["| run | context | steps | answers seen | accuracy, first 20 steps | accuracy, last 20 "
             "steps | answer loss, last 20 steps |", "|---|---|---|---|---|---|---|"]
@@ -130,7 +135,7 @@ def report(a):
         ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(PNG, dpi=110)
-    when = sorted(r["measured_utc"] for r in rows)
+    when = sorted(r["measured_utc"] for r in Results(JSON).rows)
     head = [f"Measured {when[0]} to {when[-1]} UTC. Task: episodes `BOS v f...f QUERY v`, v one of "
             "16 values, f random filler from 32 tokens (or, in the runs named one-token filler, "
             "one repeated token); only the final v counts (`adjsh train --loss-mask`), so the "
@@ -140,6 +145,19 @@ def report(a):
             "K=2, N=16 (`--seed 0`), f32, warmup 10 steps then cosine decay, lr 1e-2 unless "
             "named, the same initial model and data in runs of the same distance. Chance: "
             "accuracy 0.0625, loss 2.77.", "", "![recall](claims/recall.png)", ""]
+    curriculum = recall_curriculum.report(Results(JSON).rows, CURRICULUM_PNG)
+    if curriculum:
+        stages = " -> ".join(f"{d:,} ({e} episodes x {n} steps)"
+                             for d, e, n, _ in recall_curriculum.STAGES)
+        body += ["", "**By curriculum** (bench/recall_curriculum.py): the distance grows stage "
+                 f"by stage, {stages}, each stage `adjsh train --model` from the last stage's "
+                 "weights (lr 3e-3, warmup 10, cosine within the stage), the same data in every "
+                 "arm. Arms: the exact gradient throughout; the stages up to 1,024 shared with "
+                 "it and the 8,192 stage with a 1,024-token window; a window of half the "
+                 "distance at every stage (its gradient never spans value to answer). Accuracy "
+                 "over the first and the last 20 steps of each stage (held-out), the stage's "
+                 "gradient in brackets:", "",
+                 "![recall by curriculum](claims/recall_curriculum.png)", ""] + curriculum
     replace_section("recall", "Claim 5: long-range recall, exact against truncated",
                     "/usr/bin/python3 bench/claims_recall.py measure && "
                     "/usr/bin/python3 bench/claims_recall.py report", "\n".join(head + body))
