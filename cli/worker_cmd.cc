@@ -10,6 +10,7 @@
 #include "cli/security_flags.h"
 #include "cli/stop_signal.h"
 #include "common/metrics_server.h"
+#include "kernels/backend.h"
 #include "worker/metrics.h"
 #include "worker/worker.h"
 
@@ -78,11 +79,13 @@ int WorkerCommand(const std::vector<std::string>& args) {
         metrics::MetricsServer::Start(listen);
     if (!started.ok()) return Fail("worker", started.status());
     metrics_server = std::move(*started);
-    auto m = std::make_shared<worker::WorkerMetrics>(
-        worker::WorkerMetricsOptions{
-            .device = opt.device.is_cpu() ? "cpu" : "cuda:" + std::to_string(opt.device.index),
-            .name = opt.name,
-            .device_memory = {}});
+    // The GPU gauges come from this backend's memory probe. It reads the device's counts, kept
+    // for the process's life and shared by every backend of the device: it sees what the
+    // worker's own backend allocates, and stays valid after this backend and the worker end.
+    absl::StatusOr<std::unique_ptr<Backend<float>>> backend = MakeBackend<float>(opt.device);
+    if (!backend.ok()) return Fail("worker", backend.status());
+    auto m = std::make_shared<worker::WorkerMetrics>(worker::MetricsOptionsFor(opt.name,
+                                                                               **backend));
     opt.metrics = m.get();  // kept alive by the server, which outlives the worker below
     metrics_server->Add(std::move(m));
     std::fprintf(stderr, "metrics on %s\n", metrics_server->address().c_str());

@@ -1,10 +1,12 @@
 // The hook through which an accelerator backend reports its memory to the worker's metrics
 // (adjsh_worker_gpu_memory_used_bytes, adjsh_worker_gpu_memory_peak_bytes, worker/metrics.h).
 //
-// A backend provides a DeviceMemoryProbe for the device a worker computes on, e.g. for CUDA:
-// used = bytes this process holds on the device (allocator in use), peak = the most it has held
-// since the process started. The worker passes it in WorkerMetricsOptions::device_memory. The
-// CPU has no probe: the GPU gauges are then absent, never zero.
+// Backend::MemoryProbe (kernels/backend.h) gives the probe of the device a worker computes on.
+// CUDA: used = the bytes adjsh's allocations hold on the GPU now (weights, workspaces, cuBLAS's
+// workspace; not the CUDA context itself), peak = the most they have held since the process
+// started (kernels/cuda/device_block.h, DeviceMemoryProbeOf). `adjsh worker` passes it in
+// WorkerMetricsOptions::device_memory (worker::MetricsOptionsFor). The CPU has no probe: the GPU
+// gauges are then absent, never zero.
 #ifndef ADJSH_COMMON_DEVICE_MEMORY_H_
 #define ADJSH_COMMON_DEVICE_MEMORY_H_
 

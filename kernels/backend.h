@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/config.h"
+#include "common/device_memory.h"
 #include "common/model.h"
 #include "kernels/cpu/lm_head.h"
 #include "kernels/cpu/mamba_block.h"
@@ -80,6 +81,13 @@ class Backend {
   // holding M x V logits): returns the rows' loss sum (as cpu::LmHeadForwardBackward); du (M, D)
   // written; dE (V, D) and dw_f (D) accumulated.
   virtual double HeadForwardBackward(const cpu::LmHeadArgs<T>& args, T* du, T* dE, T* dw_f) = 0;
+
+  // The memory this process holds on the backend's device, for the worker's GPU gauges
+  // (common/device_memory.h): thread-safe, and valid after the backend is destroyed (it reads
+  // per-device counts kept for the process's life). Empty on the CPU, whose memory the RSS
+  // gauges already report; on CUDA used = the bytes of adjsh's allocations on the GPU now
+  // (weights, workspaces), peak = the most since the process started.
+  virtual DeviceMemoryProbe MemoryProbe() const { return {}; }
 };
 
 // The backend of `device` for compute type T (float or double). UNIMPLEMENTED for f64 on CUDA,

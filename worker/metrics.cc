@@ -4,6 +4,7 @@
 
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "common/proc_stats.h"
 
 namespace adjsh::worker {
@@ -40,9 +41,9 @@ const std::vector<MetricDef>& Table() {
       {"adjsh_worker_memory_limit_bytes", Kind::kGauge,
        "Memory the process may use: its cgroup limit, or physical memory."},
       {"adjsh_worker_gpu_memory_used_bytes", Kind::kGauge,
-       "Accelerator memory held by this process (absent on the CPU)."},
+       "Accelerator memory adjsh holds now: weights, workspaces (absent on the CPU)."},
       {"adjsh_worker_gpu_memory_peak_bytes", Kind::kGauge,
-       "Most accelerator memory held by this process so far (absent on the CPU)."},
+       "Most accelerator memory adjsh has held since the worker started (absent on the CPU)."},
   };
   return table;
 }
@@ -58,6 +59,13 @@ std::string NameOrHost(std::string name) {
 double NonNegative(int64_t v) { return v > 0 ? static_cast<double>(v) : 0.0; }
 
 }  // namespace
+
+WorkerMetricsOptions MetricsOptionsFor(std::string name, const Backend<float>& backend) {
+  const Device& device = backend.device();
+  return {.device = device.is_cpu() ? "cpu" : absl::StrCat("cuda:", device.index),
+          .name = std::move(name),
+          .device_memory = backend.MemoryProbe()};
+}
 
 const std::vector<MetricDef>& WorkerMetrics::Definitions() { return Table(); }
 

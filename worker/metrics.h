@@ -13,8 +13,9 @@
 //   adjsh_worker_resident_memory_bytes            VmRSS now (read at each scrape)
 //   adjsh_worker_peak_resident_memory_bytes       VmHWM
 //   adjsh_worker_memory_limit_bytes               cgroup limit or physical memory
-//   adjsh_worker_gpu_memory_used_bytes            from the DeviceMemoryProbe (absent on the CPU)
-//   adjsh_worker_gpu_memory_peak_bytes            likewise
+//   adjsh_worker_gpu_memory_used_bytes            from the DeviceMemoryProbe (absent on the CPU):
+//                                                 on CUDA, the bytes adjsh holds on the GPU now
+//   adjsh_worker_gpu_memory_peak_bytes            likewise: the most held since the start
 // Thread-safe: the task loop records, the metrics server's thread collects.
 #ifndef ADJSH_WORKER_METRICS_H_
 #define ADJSH_WORKER_METRICS_H_
@@ -26,6 +27,7 @@
 
 #include "common/device_memory.h"
 #include "common/metrics_server.h"
+#include "kernels/backend.h"
 #include "prometheus/collectable.h"
 #include "prometheus/histogram.h"
 
@@ -36,6 +38,11 @@ struct WorkerMetricsOptions {
   std::string name;                // the `worker` label of adjsh_worker_info
   DeviceMemoryProbe device_memory;  // empty on the CPU: no GPU gauges
 };
+
+// The options of worker `name` computing with `backend`: the label of its device ("cpu",
+// "cuda:N") and the backend's memory probe (Backend::MemoryProbe: empty on the CPU). The options
+// may outlive `backend`.
+WorkerMetricsOptions MetricsOptionsFor(std::string name, const Backend<float>& backend);
 
 class WorkerMetrics final : public prometheus::Collectable {
  public:

@@ -1,10 +1,13 @@
 #include "kernels/cuda/context.h"
 
+#include "kernels/cuda/device_block.h"
 #include "kernels/cuda/gemm_mapping.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <vector>
 
 namespace adjsh::cuda {
@@ -26,6 +29,28 @@ namespace {
 constexpr size_t kBlasWorkspace = size_t{32} << 20;  // cuBLAS's recommended size on Hopper
 }  // namespace
 
+std::shared_ptr<MemoryCounts> MemoryCountsOf(int device) {
+  static std::mutex registry_mu;
+  static std::vector<std::shared_ptr<MemoryCounts>> registry;
+  std::lock_guard<std::mutex> lock(registry_mu);
+  if (registry.size() <= static_cast<size_t>(device)) registry.resize(device + 1);
+  if (!registry[device]) registry[device] = std::make_shared<MemoryCounts>();
+  return registry[device];
+}
+
+DeviceMemoryProbe DeviceMemoryProbeOf(int device) {
+  std::shared_ptr<const MemoryCounts> counts = MemoryCountsOf(device);
+  return [counts]() -> std::optional<DeviceMemoryUsage> {
+    // Add raises the peak just after it changes held: a read in between sees held above the
+    // peak, hence the max (peak >= used in every reading).
+    const int64_t held = std::max<int64_t>(counts->held(), 0);
+    DeviceMemoryUsage usage;
+    usage.used_bytes = static_cast<uint64_t>(held);
+    usage.peak_bytes = static_cast<uint64_t>(std::max(counts->peak_since_start(), held));
+    return usage;
+  };
+}
+
 Context& Context::Get(int device) {
   static std::mutex registry_mu;
   static std::vector<std::unique_ptr<Context>> registry;
@@ -35,7 +60,7 @@ Context& Context::Get(int device) {
   return *registry[device];
 }
 
-Context::Context(int device) : device_(device) {
+Context::Context(int device) : device_(device), counts_(MemoryCountsOf(device)) {
   ADJSH_CUDA_CHECK(cudaSetDevice(device));
   ADJSH_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   ADJSH_CUBLAS_CHECK(cublasCreate(&blas_));
@@ -44,11 +69,6 @@ Context::Context(int device) : device_(device) {
   ADJSH_CUDA_CHECK(cudaMalloc(&blas_ws_, kBlasWorkspace));
   ADJSH_CUBLAS_CHECK(cublasSetWorkspace(blas_, blas_ws_, kBlasWorkspace));
   Count(static_cast<int64_t>(kBlasWorkspace));
-}
-
-void Context::Count(int64_t delta) {
-  held_ += delta;
-  if (held_ > peak_) peak_ = held_;
 }
 
 char* Context::Workspace(size_t bytes) {

@@ -3,6 +3,7 @@
 // fixed workspace), a growable scratch workspace carved per call, and byte counts for the memory
 // report. Calls on a device are serialised by its mutex: a call uploads its inputs, runs its
 // kernels on the stream and downloads its outputs, so the workspace is free again when it ends.
+// The byte counts alone are read from any thread without the mutex (MemoryCounts).
 #ifndef ADJSH_KERNELS_CUDA_CONTEXT_H_
 #define ADJSH_KERNELS_CUDA_CONTEXT_H_
 
@@ -10,8 +11,10 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 
 // Errors of the CUDA runtime or cuBLAS after the device was validated are device faults or
@@ -32,6 +35,39 @@ template <>
 constexpr cudaDataType_t DataType<float>() { return CUDA_R_32F; }
 template <>
 constexpr cudaDataType_t DataType<bf16>() { return CUDA_R_16BF; }
+
+// The bytes adjsh holds on one GPU (parameters + workspace + cuBLAS workspace). Changed by its
+// context (under the context's mutex), read from any thread at any time: the metrics server's
+// scrapes read it while a call runs (DeviceMemoryProbeOf, device_block.h). Each peak is raised
+// by a compare-and-swap loop, so it is at least every value `held` took, however the changes
+// and the reads interleave.
+class MemoryCounts {
+ public:
+  void Add(int64_t delta) {
+    const int64_t now = held_.fetch_add(delta) + delta;
+    RaiseTo(peak_, now);
+    RaiseTo(peak_since_start_, now);
+  }
+  int64_t held() const { return held_.load(); }
+  // The most held since the last ResetPeak (benchmarks measure one run with it).
+  int64_t peak() const { return peak_.load(); }
+  // The most held since the process started: ResetPeak leaves it.
+  int64_t peak_since_start() const { return peak_since_start_.load(); }
+  void ResetPeak() { peak_.store(held_.load()); }
+
+ private:
+  static void RaiseTo(std::atomic<int64_t>& peak, int64_t value) {
+    int64_t seen = peak.load();
+    while (seen < value && !peak.compare_exchange_weak(seen, value)) {
+    }
+  }
+
+  std::atomic<int64_t> held_{0}, peak_{0}, peak_since_start_{0};
+};
+
+// The counts of GPU `device`, created on first use (no CUDA call: reading them never creates the
+// device's context) and shared by its context and every reader for the process's life.
+std::shared_ptr<MemoryCounts> MemoryCountsOf(int device);
 
 class Context {
  public:
@@ -54,14 +90,15 @@ class Context {
   void Download(void* dst, const void* src, size_t bytes);
   void Sync();
 
-  // Bytes held now (parameters + workspace + cuBLAS workspace) and the most ever held.
-  int64_t held_bytes() const { return held_; }
-  int64_t peak_bytes() const { return peak_; }
-  void ResetPeak() { peak_ = held_; }
+  // Bytes held now (parameters + workspace + cuBLAS workspace) and the most held since the last
+  // ResetPeak; thread-safe (MemoryCounts).
+  int64_t held_bytes() const { return counts_->held(); }
+  int64_t peak_bytes() const { return counts_->peak(); }
+  void ResetPeak() { counts_->ResetPeak(); }
 
  private:
   explicit Context(int device);
-  void Count(int64_t delta);
+  void Count(int64_t delta) { counts_->Add(delta); }
 
   int device_;
   std::mutex mu_;
@@ -70,7 +107,7 @@ class Context {
   void* blas_ws_ = nullptr;
   char* ws_ = nullptr;
   size_t ws_bytes_ = 0;
-  int64_t held_ = 0, peak_ = 0;
+  const std::shared_ptr<MemoryCounts> counts_;  // MemoryCountsOf(device_)
 };
 
 // Lays buffers out in one workspace: run a layout once on a sizing carver (base nullptr), take

@@ -75,6 +75,7 @@ class CudaBackend final : public Backend<float> {
                       static_cast<float>(a.eps), a.E, a.w_f, a.u, a.targets, a.scale, du, dE,
                       dw_f);
   }
+  DeviceMemoryProbe MemoryProbe() const override { return DeviceMemoryProbeOf(device_.index); }
 
  private:
   Device device_;

@@ -10,6 +10,8 @@
 #include <memory>
 #include <string>
 
+#include "common/device_memory.h"
+
 namespace adjsh::cuda {
 
 struct BlockShape {
@@ -76,6 +78,13 @@ struct DeviceMemory {
 };
 DeviceMemory MemoryOf(int device);
 void ResetPeak(int device);
+
+// The worker metrics' reader of GPU `device` (common/device_memory.h): used = MemoryOf's held
+// now, peak = the most held since the process started (ResetPeak leaves it). Lock-free, callable
+// from any thread while calls run; it shares the device's counts, so it stays valid whatever is
+// destroyed first (backend, blocks, the device's context at exit). Creates no CUDA context: 0
+// bytes until the device's first call.
+DeviceMemoryProbe DeviceMemoryProbeOf(int device);
 
 }  // namespace adjsh::cuda
 

@@ -4,13 +4,15 @@
 // f32 sums over the same row-major operands. Checked against the CPU block and head in f64,
 // with f32 and bf16 storage: every output of the block interface and of the head. This covers
 // the host code's orchestration (workspace layout, GEMM operands and transposes, the order of
-// kernels) without a GPU; cuda_backend_test checks the same on a GPU.
+// kernels) without a GPU; cuda_backend_test checks the same on a GPU. And the context's byte
+// counts (MemoryCounts), under threads.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "tests/cuda/host_emulation.h"
@@ -61,7 +63,7 @@ Context& Context::Get(int device) {
   static Context ctx(device);
   return ctx;
 }
-Context::Context(int device) : device_(device) {}
+Context::Context(int device) : device_(device), counts_(std::make_shared<MemoryCounts>()) {}
 char* Context::Workspace(size_t bytes) {
   if (bytes > ws_bytes_) {
     std::free(ws_);
@@ -82,10 +84,6 @@ void Context::Free(void* p, size_t bytes) {
 void Context::Upload(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
 void Context::Download(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
 void Context::Sync() {}
-void Context::Count(int64_t delta) {
-  held_ += delta;
-  if (held_ > peak_) peak_ = held_;
-}
 
 float LoadAs(const void* p, cudaDataType_t t, int64_t k) {
   if (t == CUDA_R_32F) return static_cast<const float*>(p)[k];
@@ -246,6 +244,48 @@ TEST_P(BlockEmulationTest, HeadMatchesCpuF64) {
   EXPECT_LT(testing::RelErr(du32, du), tol) << "du";
   EXPECT_LT(testing::RelErr(dE32, dE), tol) << "dE";
   EXPECT_LT(testing::RelErr(dw32, dw), tol) << "dw_f";
+}
+
+// The context's byte counts (context.h), which the worker's GPU gauges read from another thread:
+// the peak since the last ResetPeak and the one since the start.
+TEST(MemoryCountsTest, PeaksFollowHeldAndResetPeakLeavesTheStartPeak) {
+  cuda::MemoryCounts c;
+  c.Add(100);
+  c.Add(50);
+  EXPECT_EQ(c.held(), 150);
+  EXPECT_EQ(c.peak(), 150);
+  EXPECT_EQ(c.peak_since_start(), 150);
+  c.Add(-120);
+  EXPECT_EQ(c.held(), 30);
+  EXPECT_EQ(c.peak(), 150);
+  c.ResetPeak();
+  EXPECT_EQ(c.peak(), 30);
+  EXPECT_EQ(c.peak_since_start(), 150);
+  c.Add(40);
+  EXPECT_EQ(c.held(), 70);
+  EXPECT_EQ(c.peak(), 70);
+  EXPECT_EQ(c.peak_since_start(), 150);
+}
+
+// Threads allocating and freeing at once: no change is lost (held ends at 0) and the peak is
+// at least what each thread alone held, at most what all held together.
+TEST(MemoryCountsTest, ConcurrentChangesLoseNothing) {
+  cuda::MemoryCounts c;
+  constexpr int kThreads = 4, kRounds = 50000;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&c, bytes = int64_t{1} << (4 * t)] {
+      for (int r = 0; r < kRounds; ++r) {
+        c.Add(bytes);
+        c.Add(-bytes);
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(c.held(), 0);
+  EXPECT_GE(c.peak_since_start(), int64_t{1} << (4 * (kThreads - 1)));
+  EXPECT_LE(c.peak_since_start(), 0x1111);
+  EXPECT_EQ(c.peak(), c.peak_since_start());
 }
 
 INSTANTIATE_TEST_SUITE_P(Storage, BlockEmulationTest, ::testing::Values(false, true),

@@ -1,13 +1,17 @@
 // The CUDA backend against the f64 CPU engine and the f64 oracle: gradients over a grid of
 // shapes (K, T, chunk with T not a multiple of it, the conv halo across chunk edges), one block
 // with an incoming state and adjoint, f32 and bf16 storage, bitwise run-to-run repeatability,
-// and device memory flat in T for a fixed chunk. Every test skips where there is no GPU.
+// device memory flat in T for a fixed chunk, and the memory probe of the worker's GPU gauges.
+// Every test skips where there is no GPU.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/adjoint_engine.h"
@@ -229,6 +233,78 @@ TEST_F(CudaTest, DeviceMemoryIsFlatInT) {
   }
   EXPECT_GT(peaks[0], 0);
   EXPECT_LE(peaks[1], peaks[0]) << "T=4096: " << peaks[0] << " B, T=16384: " << peaks[1] << " B";
+}
+
+// The worker's GPU gauges (Backend::MemoryProbe): read from another thread while a block runs,
+// every reading has peak >= used; after the run used is what adjsh holds on the device
+// (MemoryOf: the block's weights, the workspaces, cuBLAS's) and peak at least the most held
+// during it; freeing the block lowers used by its weights but not the peak, which a ResetPeak
+// (benchmarks) leaves too; the probe outlives its backend.
+TEST_F(CudaTest, MemoryProbeReportsTheBytesHeldDuringARun) {
+  absl::StatusOr<std::unique_ptr<Backend<float>>> backend = MakeBackend<float>(Gpu(false));
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  const DeviceMemoryProbe probe = (*backend)->MemoryProbe();
+  ASSERT_TRUE(probe);
+
+  const MambaConfig config = TestConfig(1);
+  const ModelParams<float> p32 = Params<float>(1);
+  uint64_t weight_bytes = 0;
+  for (const auto& slot : LayerParamSlots<float>()) {
+    weight_bytes += (p32.layers[0].*slot.member).size() * sizeof(float);
+  }
+  const int64_t D = config.hidden_size, DiN = config.inner() * config.state_size;
+  const cpu::ChunkRows rows{3, 200, 0};
+  const std::vector<float> u((rows.halo + rows.len) * D, 0.25f), g(rows.len * D, 0.01f),
+      h0(DiN, 0.1f), mu(DiN, 0.02f);
+  std::vector<float> y(rows.len * D), h_end(DiN), du(rows.len * D), du_halo(rows.halo * D),
+      mu_out(DiN);
+  LayerParams<float> grad = ZeroLayer<float>(config);
+
+  std::atomic<bool> running{true};
+  std::atomic<int64_t> readings{0}, bad_readings{0};
+  std::atomic<uint64_t> most_used_seen{0};
+  std::thread scraper([&] {
+    while (running.load()) {
+      const std::optional<DeviceMemoryUsage> r = probe();
+      if (!r || r->peak_bytes < r->used_bytes) bad_readings.fetch_add(1);
+      if (r && r->used_bytes > most_used_seen.load()) most_used_seen.store(r->used_bytes);
+      readings.fetch_add(1);
+    }
+  });
+  std::unique_ptr<BlockBackend<float>> block = (*backend)->MakeBlock(config, p32.layers[0]);
+  for (int rep = 0; rep < 3; ++rep) {
+    block->Forward(u.data(), rows, h0.data(), y.data(), h_end.data());
+    block->Backward(u.data(), rows, g.data(), h0.data(), mu.data(), 0, grad, du.data(),
+                    du_halo.data(), mu_out.data());
+  }
+  running.store(false);
+  scraper.join();
+  EXPECT_GT(readings.load(), 0);
+  EXPECT_EQ(bad_readings.load(), 0) << "of " << readings.load() << " readings";
+
+  const cuda::DeviceMemory held = cuda::MemoryOf(0);
+  const std::optional<DeviceMemoryUsage> after_run = probe();
+  ASSERT_TRUE(after_run.has_value());
+  EXPECT_GE(after_run->used_bytes, weight_bytes);
+  EXPECT_EQ(after_run->used_bytes, static_cast<uint64_t>(held.held));
+  EXPECT_GE(after_run->peak_bytes, after_run->used_bytes);
+  EXPECT_GE(after_run->peak_bytes, static_cast<uint64_t>(held.peak));
+  EXPECT_GE(after_run->peak_bytes, most_used_seen.load());
+
+  block.reset();
+  cuda::ResetPeak(0);
+  const std::optional<DeviceMemoryUsage> freed = probe();
+  ASSERT_TRUE(freed.has_value());
+  EXPECT_GE(after_run->used_bytes - freed->used_bytes, weight_bytes);
+  EXPECT_EQ(freed->used_bytes, static_cast<uint64_t>(cuda::MemoryOf(0).held));
+  EXPECT_EQ(cuda::MemoryOf(0).peak, cuda::MemoryOf(0).held);  // reset for the benchmarks
+  EXPECT_GE(freed->peak_bytes, after_run->peak_bytes);        // not for the gauge
+
+  backend->reset();
+  const std::optional<DeviceMemoryUsage> later = probe();
+  ASSERT_TRUE(later.has_value());
+  EXPECT_EQ(later->used_bytes, freed->used_bytes);
+  EXPECT_EQ(later->peak_bytes, freed->peak_bytes);
 }
 
 TEST_F(CudaTest, UnsupportedOpsAreRefused) {

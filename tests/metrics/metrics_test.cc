@@ -1,20 +1,24 @@
 // The metrics of the worker and the coordinator, their HTTP endpoint, and the tie between the
 // code and deploy/: every family a class exports is in its table (Definitions()) and every table
-// entry is exported (given a running job, a GPU probe); every adjsh metric the Grafana dashboards
-// and the Prometheus rules (and their tests) name is in those tables.
+// entry is exported (given a running job, a GPU probe); the worker's options taken from its
+// backend (device label, memory probe); every adjsh metric the Grafana dashboards and the
+// Prometheus rules (and their tests) name is in those tables.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <regex>
 #include <set>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -24,6 +28,7 @@
 #include "coordinator/metrics.h"
 #include "coordinator/task_service.h"
 #include "gtest/gtest.h"
+#include "kernels/backend.h"
 #include "tests/common/test_util.h"
 #include "worker/metrics.h"
 
@@ -121,6 +126,67 @@ TEST(WorkerMetricsTest, GpuGaugesComeFromTheProbeOnly) {
   f = ByName(m.Collect());
   EXPECT_FALSE(f.contains("adjsh_worker_gpu_memory_used_bytes"));
   EXPECT_FALSE(f.contains("adjsh_worker_gpu_memory_peak_bytes"));
+}
+
+// A backend standing for a GPU's: only its device and its memory probe are used, the probe
+// reading a counter the test sets (as the CUDA backend's reads the device's counts).
+class FakeGpuBackend final : public Backend<float> {
+ public:
+  explicit FakeGpuBackend(std::shared_ptr<std::atomic<uint64_t>> used) : used_(std::move(used)) {
+    device_ = *ParseDevice("cuda:2");
+    device_.bf16_storage = true;  // not part of the label
+  }
+  const Device& device() const override { return device_; }
+  bool Supports(Op) const override { return false; }
+  std::unique_ptr<BlockBackend<float>> MakeBlock(const MambaConfig&,
+                                                 const LayerParams<float>&) override {
+    return nullptr;
+  }
+  double HeadForwardBackward(const cpu::LmHeadArgs<float>&, float*, float*, float*) override {
+    return 0;
+  }
+  DeviceMemoryProbe MemoryProbe() const override {
+    return [used = used_]() -> std::optional<DeviceMemoryUsage> {
+      const uint64_t now = used->load();
+      return DeviceMemoryUsage{.used_bytes = now, .peak_bytes = 2 * now};
+    };
+  }
+
+ private:
+  Device device_;
+  std::shared_ptr<std::atomic<uint64_t>> used_;
+};
+
+// The worker command's wiring (cli/worker_cmd.cc): the options come from the backend it computes
+// with, the CPU's giving no GPU gauges, a GPU's giving its probe, read at every scrape and still
+// after the backend is destroyed.
+TEST(WorkerMetricsTest, OptionsForABackendTakeItsDeviceAndItsProbe) {
+  absl::StatusOr<std::unique_ptr<Backend<float>>> cpu = MakeBackend<float>(Device{});
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  EXPECT_FALSE((*cpu)->MemoryProbe());
+  worker::WorkerMetricsOptions cpu_opt = worker::MetricsOptionsFor("w-cpu", **cpu);
+  EXPECT_EQ(cpu_opt.device, "cpu");
+  EXPECT_EQ(cpu_opt.name, "w-cpu");
+  EXPECT_FALSE(cpu_opt.device_memory);
+  cpu->reset();
+  auto f = ByName(worker::WorkerMetrics(std::move(cpu_opt)).Collect());
+  EXPECT_FALSE(f.contains("adjsh_worker_gpu_memory_used_bytes"));
+  EXPECT_FALSE(f.contains("adjsh_worker_gpu_memory_peak_bytes"));
+  EXPECT_EQ(Label(f.at("adjsh_worker_info").metric.at(0), "device"), "cpu");
+
+  auto used = std::make_shared<std::atomic<uint64_t>>(7 << 20);
+  auto gpu = std::make_unique<FakeGpuBackend>(used);
+  worker::WorkerMetrics m(worker::MetricsOptionsFor("w-gpu", *gpu));
+  gpu.reset();
+  f = ByName(m.Collect());
+  ASSERT_EQ(Keys(f), Names(worker::WorkerMetrics::Definitions()));
+  const prometheus::ClientMetric& g = f.at("adjsh_worker_gpu_memory_used_bytes").metric.at(0);
+  EXPECT_EQ(Label(g, "device"), "cuda:2");
+  EXPECT_EQ(g.gauge.value, 7 << 20);
+  EXPECT_EQ(f.at("adjsh_worker_gpu_memory_peak_bytes").metric.at(0).gauge.value, 14 << 20);
+  used->store(9 << 20);
+  f = ByName(m.Collect());
+  EXPECT_EQ(f.at("adjsh_worker_gpu_memory_used_bytes").metric.at(0).gauge.value, 9 << 20);
 }
 
 TEST(CoordinatorMetricsTest, ExportsItsTableAndTheRunningJob) {

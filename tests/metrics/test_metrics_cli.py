@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """The metrics flags of the commands: `adjsh train --workers 2 --metrics-listen ...
 --worker-metrics-listen ...` serves the coordinator's metrics and each spawned worker's (on
-HOST:PORT+i, or a free port each) and trains bitwise as without them; bad metrics addresses
-are refused clearly.
+HOST:PORT+i, or a free port each; CPU workers without GPU gauges) and trains bitwise as without
+them; bad metrics addresses are refused clearly.
 
   test_metrics_cli.py --adjsh build/cli/adjsh
 
@@ -102,6 +102,9 @@ def train_with_metrics(adjsh, tmp, worker_listen):
         check(names == ["local-0", "local-1"] and
               all((value(t, "adjsh_worker_tasks_done_total") or 0) > 0 for t in w),
               f"each spawned worker serves its metrics ({', '.join(workers)}: {names})")
+        gpu = [l for t in w for l in t.splitlines() if l.startswith("adjsh_worker_gpu_")]
+        check(not gpu and all('device="cpu"' in t for t in w),
+              f"CPU workers export no GPU memory gauges (not even 0): {gpu}")
         return coord, workers
     finally:
         p.terminate()  # the workers die with it (parent-death signal)
