@@ -31,8 +31,9 @@ IMPLS = {  # name: (label, T points)
     "adjsh-2w-coordinator": ("adjsh, coordinator (2 workers)", [K, 4 * K, 16 * K, 64 * K, 256 * K, 1024 * K]),
     "adjsh-2w-worker": ("adjsh, one worker (2 workers)", []),  # measured with the coordinator
     "oracle": ("in-repo oracle (keeps everything)", [K, 4 * K, 16 * K]),
-    "torch": ("PyTorch autograd", [K, 4 * K, 16 * K, 32 * K]),
-    "torch-ckpt": ("PyTorch, checkpoint per layer", [K, 4 * K, 16 * K, 64 * K]),
+    # the last points: the ones just under the 16 GiB limit the smaller points predict
+    "torch": ("PyTorch autograd", [K, 4 * K, 16 * K, 24 * K, 32 * K]),
+    "torch-ckpt": ("PyTorch, checkpoint per layer", [K, 4 * K, 16 * K, 32 * K, 64 * K]),
 }
 LINE = re.compile(r"loss ([\d.]+)\s+tokens (\d+)\s+([\d.]+) s\s+(\d+) tokens/s\s+peak RSS ([\d.]+) MiB")
 
