@@ -1,5 +1,9 @@
 #include "cli/device_flags.h"
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
 namespace adjsh::cli {
 
 void AddDeviceFlags(ArgParser& a, const std::string& what) {
@@ -13,6 +17,26 @@ absl::StatusOr<Device> DeviceFromFlags(const ArgParser& a) {
     return absl::InvalidArgumentError("--" + std::string(device.status().message()));
   }
   return device;
+}
+
+void AddWorkerDeviceFlag(ArgParser& a) {
+  a.Add("worker-device", "DEV[,DEV...]",
+        "with --workers: worker i computes on the i-th device of the list, cycling (cpu or "
+        "cuda:N; e.g. cuda:0,cuda:1 for one worker per GPU) [default: every worker on the CPU]");
+}
+
+absl::StatusOr<std::vector<std::string>> WorkerDevicesFromFlags(const ArgParser& a) {
+  if (!a.Has("worker-device")) return std::vector<std::string>{};
+  std::vector<std::string> devices = absl::StrSplit(a.Get("worker-device"), ',');
+  for (const std::string& d : devices) {
+    absl::StatusOr<Device> device = ParseDevice(d);
+    if (!device.ok()) {  // "device must be ...": named by this flag
+      const absl::string_view why = device.status().message();
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--worker-", absl::StartsWith(why, "device") ? "" : "device: ", why));
+    }
+  }
+  return devices;
 }
 
 absl::StatusOr<Storage> StorageFromFlags(const ArgParser& a) {

@@ -3,6 +3,9 @@
 #ifndef ADJSH_CLI_DEVICE_FLAGS_H_
 #define ADJSH_CLI_DEVICE_FLAGS_H_
 
+#include <string>
+#include <vector>
+
 #include "absl/status/statusor.h"
 #include "cli/args.h"
 #include "engine/adjoint_engine.h"
@@ -14,6 +17,11 @@ void AddDeviceFlags(ArgParser& a, const std::string& what);
 
 // The parsed device: INVALID_ARGUMENT for a malformed value (bad usage, exit 2).
 absl::StatusOr<Device> DeviceFromFlags(const ArgParser& a);
+// `--worker-device DEV[,DEV...]` of the local clusters of grad and train (--workers N).
+void AddWorkerDeviceFlag(ArgParser& a);
+// Its devices, each checked to parse (INVALID_ARGUMENT naming the flag: bad usage, exit 2);
+// empty when the flag is not given. Whether a device is usable is each worker's to say.
+absl::StatusOr<std::vector<std::string>> WorkerDevicesFromFlags(const ArgParser& a);
 // The parsed --storage: INVALID_ARGUMENT naming the flag (bad usage, exit 2).
 absl::StatusOr<Storage> StorageFromFlags(const ArgParser& a);
 

@@ -17,7 +17,8 @@ namespace adjsh::cli {
 namespace {
 
 template <typename T>
-absl::Status RunGrad(const ArgParser& a, const GradOptions& opt, bool quiet, int workers) {
+absl::Status RunGrad(const ArgParser& a, const GradOptions& opt, bool quiet, int workers,
+                     std::vector<std::string> worker_devices) {
   absl::StatusOr<ModelParams<T>> params = LoadModelDir<T>(a.Get("model"));
   if (!params.ok()) return params.status();
   absl::StatusOr<std::vector<uint32_t>> tokens = ReadTokenFile(a.Get("tokens"));
@@ -28,8 +29,10 @@ absl::Status RunGrad(const ArgParser& a, const GradOptions& opt, bool quiet, int
   absl::StatusOr<GradResult<T>> result;
   if constexpr (std::is_same_v<T, float>) {
     if (workers > 0) {  // a local cluster: the backward tasks on worker processes
+      coordinator::LocalClusterOptions options;
+      options.worker_devices = std::move(worker_devices);
       absl::StatusOr<std::unique_ptr<coordinator::LocalCluster>> cluster =
-          coordinator::LocalCluster::Start(workers, SelfExe());
+          coordinator::LocalCluster::Start(workers, SelfExe(), std::move(options));
       if (!cluster.ok()) return cluster.status();
       result = (*cluster)->service().ComputeGradient(*params, *tokens, opt, "grad", 0);
     }
@@ -77,6 +80,7 @@ int GradCommand(const std::vector<std::string>& args) {
         "local worker processes for the backward tasks, on a private Unix socket (0: all "
         "in-process; f32, exact)",
         "0");
+  AddWorkerDeviceFlag(a);
   a.Add("schedule", "wavefront|two-pass",
         "task order: wavefront over (layer, chunk), or two passes per layer with all chunks in "
         "parallel",
@@ -142,10 +146,16 @@ int GradCommand(const std::vector<std::string>& args) {
                                 "--workers computes the exact f32 gradient with the wavefront "
                                 "schedule only (no --window, two-pass or top-of-stack)"));
   }
+  absl::StatusOr<std::vector<std::string>> worker_devices = WorkerDevicesFromFlags(a);
+  if (!worker_devices.ok()) return BadUsage("grad", worker_devices.status());
+  if (!worker_devices->empty() && *workers == 0) {
+    return BadUsage("grad", absl::InvalidArgumentError("--worker-device needs --workers N (N >= 1)"));
+  }
   if (absl::Status s = CheckDeviceUsable(opt.device); !s.ok()) return Fail("grad", s);
   const int w = static_cast<int>(*workers);
-  const absl::Status status =
-      dtype == "f32" ? RunGrad<float>(a, opt, quiet, w) : RunGrad<double>(a, opt, quiet, w);
+  const absl::Status status = dtype == "f32"
+                                  ? RunGrad<float>(a, opt, quiet, w, *std::move(worker_devices))
+                                  : RunGrad<double>(a, opt, quiet, w, {});
   return status.ok() ? 0 : Fail("grad", status);
 }
 

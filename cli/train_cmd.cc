@@ -112,6 +112,7 @@ int TrainCommand(const std::vector<std::string>& args) {
         "with --workers: the coordinator's Prometheus metrics on http://HOST:PORT/metrics");
   a.Add("worker-metrics-listen", "HOST:PORT",
         "with --workers: worker i's metrics on HOST:(PORT+i) (PORT 0: a free one each)");
+  AddWorkerDeviceFlag(a);
   a.Add("lr", "LR", "peak learning rate", "3e-3");
   a.Add("warmup", "S", "linear warmup steps", "10");
   a.Add("min-lr-ratio", "R", "final learning rate as a fraction of the peak (cosine)", "0.1");
@@ -183,16 +184,19 @@ int TrainCommand(const std::vector<std::string>& args) {
     *f.field = *v;
   }
   opt.checkpoint_dir = a.Get("checkpoint-dir");
-  for (const char* flag : {"metrics-listen", "worker-metrics-listen"}) {
+  for (const char* flag : {"metrics-listen", "worker-metrics-listen", "worker-device"}) {
     if (!a.Has(flag)) continue;
     if (workers == 0) {
       return BadUsage("train", absl::InvalidArgumentError(
                                    absl::StrCat("--", flag, " needs --workers N (N >= 1)")));
     }
+    if (absl::string_view(flag) == "worker-device") continue;
     if (absl::Status s = metrics::CheckListenAddress(flag, a.Get(flag)); !s.ok()) {
       return BadUsage("train", s);
     }
   }
+  absl::StatusOr<std::vector<std::string>> worker_devices = WorkerDevicesFromFlags(a);
+  if (!worker_devices.ok()) return BadUsage("train", worker_devices.status());
 
   ModelParams<float> params;
   if (a.Has("model")) {
@@ -224,9 +228,11 @@ int TrainCommand(const std::vector<std::string>& args) {
                                    "only (no --window, --cotangent top-of-stack or --loss-mask)"));
     }
     absl::StatusOr<std::unique_ptr<coordinator::LocalCluster>> started =
-        coordinator::LocalCluster::Start(static_cast<int>(workers), SelfExe(),
-                                         {.lease = absl::Milliseconds(lease_ms)},
-                                         a.Get("worker-metrics-listen"));
+        coordinator::LocalCluster::Start(
+            static_cast<int>(workers), SelfExe(),
+            {.service = {.lease = absl::Milliseconds(lease_ms)},
+             .worker_metrics = a.Get("worker-metrics-listen"),
+             .worker_devices = *std::move(worker_devices)});
     if (!started.ok()) return Fail("train", started.status());
     cluster = std::move(*started);
     if (a.Has("metrics-listen")) {

@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -20,10 +21,11 @@ namespace adjsh::coordinator {
 
 absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(int workers,
                                                                   const std::string& exe,
-                                                                  TaskServiceOptions options,
-                                                                  std::string worker_metrics) {
+                                                                  LocalClusterOptions options) {
   std::unique_ptr<LocalCluster> c(new LocalCluster());
   c->exe_ = exe;
+  c->devices_ = std::move(options.worker_devices);
+  const std::string& worker_metrics = options.worker_metrics;
   if (!worker_metrics.empty()) {
     const size_t colon = worker_metrics.rfind(':');
     if (colon == std::string::npos || colon == 0 ||
@@ -35,7 +37,7 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(int workers,
     }
     c->metrics_host_ = worker_metrics.substr(0, colon);
   }
-  c->service_ = std::make_unique<TaskServiceImpl>(options);
+  c->service_ = std::make_unique<TaskServiceImpl>(options.service);
   // mkdtemp creates the directory with mode 0700: the socket in it is reachable by this user
   // only. Socket paths are limited to 107 bytes, hence a short fallback for a long $TMPDIR.
   const char* tmp = std::getenv("TMPDIR");
@@ -59,18 +61,25 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(int workers,
     return absl::UnavailableError(
         absl::StrCat("cannot start the coordinator's server on ", c->address_));
   }
+  c->pids_.assign(workers, 0);
+  c->started_.resize(workers);
+  c->quick_failures_.assign(workers, 0);
   for (int w = 0; w < workers; ++w) {
     const pid_t pid = c->Spawn(w);
     if (pid < 0) return absl::InternalError("cannot start a worker process");
-    c->pids_.push_back(pid);
+    c->pids_[w] = pid;
   }
   c->supervisor_ = std::thread([raw = c.get()] { raw->Supervise(); });
   return c;
 }
 
-pid_t LocalCluster::Spawn(int slot) const {
+pid_t LocalCluster::Spawn(int slot) {
   const std::string name = absl::StrCat("local-", slot);
   std::vector<std::string> args = {exe_, "worker", "--coordinator", address_, "--name", name};
+  if (!devices_.empty()) {
+    args.push_back("--device");
+    args.push_back(devices_[slot % devices_.size()]);
+  }
   if (!metrics_host_.empty()) {
     args.push_back("--metrics-listen");
     args.push_back(absl::StrCat(metrics_host_, ":", metrics_port_ > 0 ? metrics_port_ + slot : 0));
@@ -78,6 +87,7 @@ pid_t LocalCluster::Spawn(int slot) const {
   std::vector<char*> argv;
   for (std::string& arg : args) argv.push_back(arg.data());
   argv.push_back(nullptr);
+  started_[slot] = std::chrono::steady_clock::now();
   const pid_t pid = fork();
   if (pid == 0) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);  // a worker never outlives its coordinator process
@@ -95,9 +105,33 @@ void LocalCluster::Supervise() {
       int status = 0;
       if (pids_[w] <= 0 || waitpid(pids_[w], &status, WNOHANG) != pids_[w]) continue;
       if (stopping_.load()) break;
-      std::fprintf(stderr, "worker %zu (pid %d) %s %d; starting it again\n", w, pids_[w],
-                   WIFSIGNALED(status) ? "killed by signal" : "exited with status",
-                   WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+      const std::string how =
+          WIFSIGNALED(status) ? absl::StrCat("was killed by signal ", WTERMSIG(status))
+                              : absl::StrCat("exited with status ", WEXITSTATUS(status));
+      // Failed by itself: an error exit, or a crash. A kill from outside (SIGKILL, SIGTERM) or
+      // a clean exit is not the worker's doing: it is started again, however often.
+      const int sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+      const bool failed = (WIFEXITED(status) && WEXITSTATUS(status) != 0) || sig == SIGSEGV ||
+                          sig == SIGABRT || sig == SIGBUS || sig == SIGFPE || sig == SIGILL;
+      const bool quick = std::chrono::steady_clock::now() - started_[w] < kQuickExit;
+      quick_failures_[w] = failed && quick ? quick_failures_[w] + 1 : 0;
+      if (quick_failures_[w] >= kMaxQuickFailures) {
+        const std::string why = absl::StrCat(
+            "worker ", w, " cannot start: it ", how, " within ", kQuickExit.count(),
+            " s of its start ", kMaxQuickFailures, " times in a row (its error is above)");
+        pids_[w] = 0;  // given up
+        const int64_t left = std::count_if(pids_.begin(), pids_.end(), [](pid_t p) { return p > 0; });
+        if (left > 0) {
+          std::fprintf(stderr, "%s; going on with %lld worker(s)\n", why.c_str(),
+                       static_cast<long long>(left));
+        } else {
+          std::fprintf(stderr, "%s; no worker left\n", why.c_str());
+          service_->Abort(absl::UnavailableError(why + "; no worker left"));
+        }
+        continue;
+      }
+      std::fprintf(stderr, "worker %zu (pid %d) %s; starting it again\n", w, pids_[w],
+                   how.c_str());
       pids_[w] = Spawn(static_cast<int>(w));
       restarts_.fetch_add(1);
     }

@@ -1,7 +1,11 @@
 // A coordinator TaskService and N worker processes on loopback: what `adjsh train --workers N`
 // and `adjsh grad --workers N` run. Workers are `adjsh worker` processes started from this
 // binary; one that dies while the cluster runs is started again (its leased task expires and is
-// handed out anew), so the job goes on.
+// handed out anew), so the job goes on. One that fails by itself (exits non-zero, or crashes)
+// within seconds of its start, several times in a row, cannot start at all (a device it cannot
+// use, a metrics port taken): it is given up, and the job goes on with the others; with none
+// left the cluster aborts its service with the reason, so the gradient waiting on workers
+// returns that error instead of waiting for ever.
 //
 // The cluster talks plaintext gRPC over a Unix socket in a private directory (mode 0700, under
 // $TMPDIR or /tmp), never over TCP: only processes of the same user can connect, without the
@@ -12,6 +16,7 @@
 #include <sys/types.h>
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -24,15 +29,21 @@
 
 namespace adjsh::coordinator {
 
+struct LocalClusterOptions {
+  TaskServiceOptions service;
+  // "HOST:PORT": worker i serves its metrics on HOST:(PORT + i), or on a free port of HOST each
+  // when PORT is 0 (each worker logs 'metrics on HOST:PORT'); "": none.
+  std::string worker_metrics;
+  // Worker i computes on worker_devices[i % size] ("cpu", "cuda:N"); empty: all on the CPU.
+  std::vector<std::string> worker_devices;
+};
+
 class LocalCluster {
  public:
   // Serves on a Unix socket in a fresh private directory and starts `workers` worker processes
-  // of `exe` connected to it. worker_metrics "HOST:PORT": worker i serves its metrics on
-  // HOST:(PORT + i), or on a free port of HOST each when PORT is 0 (each worker logs
-  // 'metrics on HOST:PORT'); "": none.
+  // of `exe` connected to it.
   static absl::StatusOr<std::unique_ptr<LocalCluster>> Start(int workers, const std::string& exe,
-                                                             TaskServiceOptions options = {},
-                                                             std::string worker_metrics = "");
+                                                             LocalClusterOptions options = {});
   ~LocalCluster();  // stops the workers (SIGTERM, then SIGKILL after 5 s) and the server
 
   TaskServiceImpl& service() { return *service_; }
@@ -42,17 +53,25 @@ class LocalCluster {
 
  private:
   LocalCluster() = default;
-  pid_t Spawn(int slot) const;
+  // A worker that fails by itself this many times in a row, each time within kQuickExit of its
+  // start, cannot start: it is given up.
+  static constexpr int kMaxQuickFailures = 3;
+  static constexpr std::chrono::seconds kQuickExit{10};
+
+  pid_t Spawn(int slot);  // under mu_ (or before the supervisor runs)
   void Supervise();
 
   std::string exe_, address_;
+  std::vector<std::string> devices_;
   std::string metrics_host_;  // empty: workers serve no metrics
   int metrics_port_ = 0;
   std::string socket_dir_;  // the private directory of the socket; removed with the cluster
   std::unique_ptr<TaskServiceImpl> service_;
   std::unique_ptr<grpc::Server> server_;
   mutable std::mutex mu_;
-  std::vector<pid_t> pids_;  // guarded by mu_
+  std::vector<pid_t> pids_;  // guarded by mu_; 0: a slot given up
+  std::vector<std::chrono::steady_clock::time_point> started_;  // guarded by mu_
+  std::vector<int> quick_failures_;                             // guarded by mu_
   std::atomic<bool> stopping_{false};
   std::atomic<int> restarts_{0};
   std::thread supervisor_;

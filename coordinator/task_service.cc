@@ -117,6 +117,7 @@ absl::StatusOr<GradResult<float>> TaskServiceImpl::ComputeGradient(
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (!aborted_.ok()) return aborted_;
     running_ = true;  // from here on a CancelCurrent applies to this gradient
     cancelled_ = false;
   }
@@ -138,12 +139,18 @@ absl::StatusOr<GradResult<float>> TaskServiceImpl::ComputeGradient(
   }
   std::unique_lock<std::mutex> lock(mu_);
   step->version = ++next_version_;
-  if (!cancelled_) {
+  if (!cancelled_ && aborted_.ok()) {
     current_ = std::move(step);
     for (auto& [id, worker] : workers_) worker.leases.clear();  // leases of earlier steps
-    done_cv_.wait(lock, [&] { return cancelled_ || current_->queue->Finished(); });
+    done_cv_.wait(lock,
+                  [&] { return cancelled_ || !aborted_.ok() || current_->queue->Finished(); });
   }
   running_ = false;
+  if (!aborted_.ok()) {
+    RetireStep();
+    current_.reset();  // Abort already withdrew it
+    return aborted_;
+  }
   if (cancelled_) {
     RetireStep();
     current_.reset();  // CancelCurrent already withdrew it; nothing of it is applied now
@@ -358,6 +365,15 @@ void TaskServiceImpl::CancelCurrent() {
   cancelled_ = true;
   RetireStep();
   current_.reset();  // the RPCs see no step from now on: no task handed out or accepted
+  done_cv_.notify_all();
+}
+
+void TaskServiceImpl::Abort(absl::Status why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (why.ok() || !aborted_.ok()) return;  // the first reason stays
+  aborted_ = std::move(why);
+  RetireStep();
+  current_.reset();  // the RPCs see no step from now on
   done_cv_.notify_all();
 }
 

@@ -56,6 +56,11 @@ class TaskServiceImpl final : public v1::TaskService::Service {
   // holding its tasks are told to drop them at their next heartbeat.
   void CancelCurrent();
 
+  // Fails the service for good: the gradient being computed and every later ComputeGradient
+  // return `why` (not OK). A local cluster whose workers cannot start calls it, so that a run
+  // ends with the reason instead of waiting for workers that never come.
+  void Abort(absl::Status why);
+
   int64_t results_accepted() const;
   int64_t results_rejected() const;
   // Tensor bytes streamed to workers (FetchInputs) and received from them (PushResult).
@@ -103,6 +108,7 @@ class TaskServiceImpl final : public v1::TaskService::Service {
   std::string worker_prefix_;
   int64_t next_worker_ = 0, next_version_ = 0, accepted_ = 0, rejected_ = 0;  // guarded by mu_
   bool running_ = false, cancelled_ = false;                                  // guarded by mu_
+  absl::Status aborted_;                                                      // guarded by mu_
   std::atomic<uint64_t> bytes_sent_{0}, bytes_received_{0};
   QueueStats past_;  // lease counters of the finished steps; guarded by mu_
 };

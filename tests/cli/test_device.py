@@ -7,7 +7,9 @@ Usage:
 Standard library only. On any machine: malformed values are bad usage (exit 2, the flag named);
 a device this process cannot use (cuda:1023; any CUDA device in a build without CUDA or on a
 machine without a GPU; a worker's GPU bf16 storage on the CPU; f64 on a GPU) fails with exit 1 and a message
-naming it, never a crash or a hang; `--device cpu` writes the same bytes as the default. Where
+naming it, never a crash or a hang; `--device cpu` writes the same bytes as the default;
+`--worker-device` is checked, passed to a local cluster's workers, and a worker that cannot use
+its device is given up (the run ends with the reason when no worker is left). Where
 `--device cuda:0` works (a GPU), its gradient is compared with the CPU's.
 Prints one PASS/FAIL line per case and `N passed, N failed` last; exits 1 if any case failed.
 """
@@ -109,6 +111,40 @@ def main():
         same = rc1 == 0 and rc2 == 0 and open(out("default.safetensors"), "rb").read() == \
             open(out("cpu.safetensors"), "rb").read()
         check("grad --device cpu writes the default's bytes", same, e1 + e2)
+
+        # --worker-device: the devices of a local cluster's workers (grad and train --workers).
+        train = commands["train"]
+        for cmd, args in (("grad", grad + ["--out", out("w.safetensors")]), ("train", train)):
+            rc, _, err = run(a.adjsh, args + ["--workers", "1", "--worker-device", "cpu,gpu"])
+            check(f"{cmd} --worker-device cpu,gpu: bad usage", rc == 2 and "--worker-device" in err
+                  and "'gpu'" in err and no_crash(rc, err), f"rc={rc} stderr={err!r}")
+            rc, _, err = run(a.adjsh, args + ["--worker-device", "cpu"])
+            check(f"{cmd} --worker-device without --workers: bad usage",
+                  rc == 2 and "needs --workers" in err, f"rc={rc} stderr={err!r}")
+        rc, _, err = run(a.adjsh, grad + ["--out", out("w.safetensors"), "--workers", "2",
+                                          "--worker-device", "cpu"])
+        same = rc == 0 and open(out("w.safetensors"), "rb").read() == \
+            open(out("cpu.safetensors"), "rb").read()
+        check("grad --workers 2 --worker-device cpu writes the in-process bytes", same, err)
+        # A worker that cannot use its device exits at start; given up after 3 tries, the run
+        # goes on with the others, or ends with the reason when none is left (never a hang).
+        path = out("none.safetensors")
+        rc, _, err = run(a.adjsh, grad + ["--out", path, "--workers", "1",
+                                          "--worker-device", "cuda:1023"])
+        check("grad --workers 1 --worker-device cuda:1023: exit 1, the worker's reason",
+              rc == 1 and "cuda:1023" in err and "cannot start" in err and "no worker left" in err
+              and no_crash(rc, err) and not os.path.exists(path), f"rc={rc} stderr={err!r}")
+        rc, _, err = run(a.adjsh, train + ["--workers", "1", "--worker-device", "cuda:1023",
+                                           "--checkpoint-dir", out("ck-none")])
+        check("train --workers 1 --worker-device cuda:1023: exit 1, no checkpoint",
+              rc == 1 and "no worker left" in err and not os.path.exists(out("ck-none/latest")),
+              f"rc={rc} stderr={err!r}")
+        rc, _, err = run(a.adjsh, ["train", "--hidden-size", "8", "--layers", "1", "--vocab-size",
+                                   "11", "--tokens", tokens, "--context", "8", "--steps", "1500",
+                                   "--checkpoint-every", "0", "--checkpoint-dir", out("ck-one"),
+                                   "--workers", "2", "--worker-device", "cpu,cuda:1023"])
+        check("train --workers 2 --worker-device cpu,cuda:1023: goes on with the cpu worker",
+              rc == 0 and "going on with 1 worker(s)" in err, f"rc={rc} stderr={err[-1500:]!r}")
 
         # With a GPU: the CUDA gradient's loss agrees with the CPU's.
         rc, _, err = run(a.adjsh, grad + ["--out", out("gpu.safetensors"), "--device", "cuda:0"])

@@ -959,6 +959,28 @@ TEST_F(TaskServiceWireTest, CancelCurrentEndsTheStepAndRefusesItsTasks) {
   EXPECT_EQ(service_->results_accepted(), kTasks);
 }
 
+// Abort (a local cluster whose workers cannot start): the step in flight and every later one
+// end with the first reason given.
+TEST_F(TaskServiceWireTest, AbortEndsTheStepAndEveryLaterOneWithItsReason) {
+  Start();
+  StartGradient();
+  const std::string w = Register("worker");
+  const v1::Task t = PullTaskWait(w);
+  const Named good = Work(w, t);
+  service_->Abort(absl::UnavailableError("worker 0 cannot start"));
+  ASSERT_TRUE(WaitGradient(std::chrono::seconds(10)));
+  EXPECT_TRUE(StatusIs(GradientResult(), absl::StatusCode::kUnavailable, "cannot start"));
+  const PushOutcome p = Push(Messages(Header(w, t), good));
+  ASSERT_TRUE(p.status.ok()) << p.status;
+  EXPECT_FALSE(p.response.accepted());
+
+  service_->Abort(absl::InternalError("a second reason"));
+  StartGradient();
+  ASSERT_TRUE(WaitGradient(std::chrono::seconds(10)));
+  EXPECT_TRUE(StatusIs(GradientResult(), absl::StatusCode::kUnavailable, "cannot start"));
+  EXPECT_EQ(service_->results_accepted(), 0);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Defects found in TaskServiceImpl once, and fixed; these keep them fixed.
 
