@@ -152,6 +152,12 @@ def main():
             l_cpu, l_gpu = read_loss(out("cpu.safetensors")), read_loss(out("gpu.safetensors"))
             check("grad --device cuda:0 loss matches cpu", abs(l_cpu - l_gpu) <= 1e-5 * abs(l_cpu),
                   f"{l_cpu} vs {l_gpu}")
+            # The local cluster's workers on the GPU (tasks through the worker's CUDA path).
+            rc, _, err = run(a.adjsh, grad + ["--out", out("gpu-w.safetensors"), "--workers", "2",
+                                              "--worker-device", "cuda:0"])
+            l_w = read_loss(out("gpu-w.safetensors")) if rc == 0 else float("nan")
+            check("grad --workers 2 --worker-device cuda:0 loss matches cpu",
+                  rc == 0 and abs(l_cpu - l_w) <= 1e-5 * abs(l_cpu), f"rc={rc} {err[-800:]}")
         else:
             check("grad --device cuda:0 without a usable GPU: exit 1, no crash",
                   rc == 1 and "cuda:0" in err and no_crash(rc, err), f"rc={rc} stderr={err!r}")
