@@ -42,6 +42,35 @@ def read_loss(path):
         return struct.unpack("<f", f.read(end - start))[0]
 
 
+def read_f32(path):
+    """{name: [floats]} of the F32 tensors of a safetensors file."""
+    import json
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for name, t in header.items():
+        if name != "__metadata__" and t["dtype"] == "F32":
+            start, end = t["data_offsets"]
+            out[name] = struct.unpack(f"<{(end - start) // 4}f", data[start:end])
+    return out
+
+
+def max_rel_l2(ref_path, got_path):
+    """The largest ||got - ref|| / ||ref|| over the tensors of ref (inf if one is missing)."""
+    ref, got = read_f32(ref_path), read_f32(got_path)
+    worst = 0.0
+    for name, r in ref.items():
+        g = got.get(name)
+        if g is None or len(g) != len(r):
+            return float("inf")
+        norm = sum(x * x for x in r) ** 0.5
+        diff = sum((x - y) ** 2 for x, y in zip(r, g)) ** 0.5
+        worst = max(worst, diff / norm if norm > 0 else diff)
+    return worst
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--adjsh", required=True)
@@ -155,9 +184,12 @@ def main():
             # The local cluster's workers on the GPU (tasks through the worker's CUDA path).
             rc, _, err = run(a.adjsh, grad + ["--out", out("gpu-w.safetensors"), "--workers", "2",
                                               "--worker-device", "cuda:0"])
-            l_w = read_loss(out("gpu-w.safetensors")) if rc == 0 else float("nan")
-            check("grad --workers 2 --worker-device cuda:0 loss matches cpu",
-                  rc == 0 and abs(l_cpu - l_w) <= 1e-5 * abs(l_cpu), f"rc={rc} {err[-800:]}")
+            # The loss is the coordinator's (CPU); the gradient is the workers'. f32 on both
+            # sides, different summation orders: ~1e-6 relative; a broken path is O(1).
+            err_w = max_rel_l2(out("cpu.safetensors"), out("gpu-w.safetensors")) if rc == 0 \
+                else float("inf")
+            check(f"grad --workers 2 --worker-device cuda:0 gradient matches cpu (worst "
+                  f"tensor rel L2 {err_w:.1e} <= 1e-4)", err_w <= 1e-4, f"rc={rc} {err[-800:]}")
         else:
             check("grad --device cuda:0 without a usable GPU: exit 1, no crash",
                   rc == 1 and "cuda:0" in err and no_crash(rc, err), f"rc={rc} stderr={err!r}")
