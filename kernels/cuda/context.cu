@@ -1,5 +1,6 @@
 #include "kernels/cuda/context.h"
 
+#include "kernels/cuda/cublas_api.h"
 #include "kernels/cuda/device_block.h"
 #include "kernels/cuda/gemm_mapping.h"
 
@@ -20,8 +21,9 @@ void CheckCuda(cudaError_t err, const char* expr, const char* file, int line) {
 
 void CheckCublas(cublasStatus_t st, const char* expr, const char* file, int line) {
   if (st == CUBLAS_STATUS_SUCCESS) return;
+  const CublasApi* api = LoadCublas(nullptr);
   std::fprintf(stderr, "%s:%d: cuBLAS error in %s: %s\n", file, line, expr,
-               cublasGetStatusString(st));
+               api != nullptr ? api->status_string(st) : "(cuBLAS not loaded)");
   std::abort();
 }
 
@@ -63,11 +65,12 @@ Context& Context::Get(int device) {
 Context::Context(int device) : device_(device), counts_(MemoryCountsOf(device)) {
   ADJSH_CUDA_CHECK(cudaSetDevice(device));
   ADJSH_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-  ADJSH_CUBLAS_CHECK(cublasCreate(&blas_));
-  ADJSH_CUBLAS_CHECK(cublasSetStream(blas_, stream_));
-  ADJSH_CUBLAS_CHECK(cublasSetMathMode(blas_, CUBLAS_DEFAULT_MATH));  // no TF32
+  const CublasApi& blas = Cublas();
+  ADJSH_CUBLAS_CHECK(blas.create(&blas_));
+  ADJSH_CUBLAS_CHECK(blas.set_stream(blas_, stream_));
+  ADJSH_CUBLAS_CHECK(blas.set_math_mode(blas_, CUBLAS_DEFAULT_MATH));  // no TF32
   ADJSH_CUDA_CHECK(cudaMalloc(&blas_ws_, kBlasWorkspace));
-  ADJSH_CUBLAS_CHECK(cublasSetWorkspace(blas_, blas_ws_, kBlasWorkspace));
+  ADJSH_CUBLAS_CHECK(blas.set_workspace(blas_, blas_ws_, kBlasWorkspace));
   Count(static_cast<int64_t>(kBlasWorkspace));
 }
 
@@ -113,11 +116,12 @@ void Context::Sync() { ADJSH_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 void Gemm(Context& ctx, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
           const void* a, cudaDataType_t a_type, int64_t lda, const void* b, cudaDataType_t b_type,
           int64_t ldb, float beta, void* c, cudaDataType_t c_type, int64_t ldc) {
+  const CublasApi& blas = Cublas();
   auto col = [&](cublasOperation_t op_a, cublasOperation_t op_b, int64_t cm, int64_t cn,
                  int64_t ck, const float* al, const void* ca, cudaDataType_t cat, int64_t clda,
                  const void* cb, cudaDataType_t cbt, int64_t cldb, const float* be, void* cc,
                  cudaDataType_t cct, int64_t cldc) {
-    ADJSH_CUBLAS_CHECK(cublasGemmEx_64(ctx.blas(), op_a, op_b, cm, cn, ck, al, ca, cat, clda, cb,
+    ADJSH_CUBLAS_CHECK(blas.gemm_ex_64(ctx.blas(), op_a, op_b, cm, cn, ck, al, ca, cat, clda, cb,
                                        cbt, cldb, be, cc, cct, cldc, CUBLAS_COMPUTE_32F,
                                        CUBLAS_GEMM_DEFAULT));
   };

@@ -95,6 +95,10 @@ absl::StatusOr<std::unique_ptr<Backend<float>>> MakeCudaBackend(const Device& de
     return absl::FailedPreconditionError(absl::StrCat(
         device.ToString(), " requested, but this machine has ", count, " CUDA device(s)"));
   }
+  if (!CublasUsable(&error)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(device.ToString(), " requested, but ", error));
+  }
   return std::unique_ptr<Backend<float>>(std::make_unique<CudaBackend>(device));
 }
 

@@ -69,6 +69,8 @@ double DeviceHead(int device, bool bf16, int64_t M, int64_t D, int64_t V, float 
 
 // The number of CUDA devices; 0 with *error set when the runtime reports none or fails.
 int DeviceCount(std::string* error);
+// Whether cuBLAS can be loaded (it is loaded on first use, cublas_api.h); *error says why not.
+bool CublasUsable(std::string* error);
 std::string DeviceName(int device);
 
 // Bytes adjsh holds on GPU `device` (weights, workspaces) now and at the peak since the last

@@ -19,6 +19,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import time
 
 TIMEOUT_S = 60
 CRASH_MARKERS = ("Segmentation fault", "terminate called", "Aborted", "core dumped",
@@ -140,6 +141,23 @@ def main():
         same = rc1 == 0 and rc2 == 0 and open(out("default.safetensors"), "rb").read() == \
             open(out("cpu.safetensors"), "rb").read()
         check("grad --device cpu writes the default's bytes", same, e1 + e2)
+
+        # A CPU process maps no CUDA library: cuBLAS (with libcublasLt, ~140 MiB resident at
+        # load) is loaded only when a CUDA device is used (kernels/cuda/cublas_api.h).
+        p = subprocess.Popen([a.adjsh, "worker", "--coordinator", "127.0.0.1:1", "--quiet"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            time.sleep(1.0)  # started, retrying its connection
+            with open(f"/proc/{p.pid}/maps") as f:
+                cuda_maps = sorted({line.split()[-1] for line in f
+                                    if "libcublas" in line or "libcudart" in line})
+            with open(f"/proc/{p.pid}/status") as f:
+                rss = [line.split()[1] for line in f if line.startswith("VmRSS")]
+        finally:
+            p.kill()
+            p.wait()
+        check(f"a CPU worker maps no CUDA library (VmRSS {rss[0] if rss else '?'} kB)",
+              not cuda_maps, " ".join(cuda_maps))
 
         # --worker-device: the devices of a local cluster's workers (grad and train --workers).
         train = commands["train"]
