@@ -54,6 +54,20 @@ def final_files(ckpt):
         return None
 
 
+def read_f32_tensors(path):
+    """{name: tuple of floats} of the F32 tensors of a safetensors file (standard library)."""
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for name, t in header.items():
+        if name != "__metadata__" and t["dtype"] == "F32":
+            start, end = t["data_offsets"]
+            out[name] = struct.unpack(f"<{(end - start) // 4}f", data[start:end])
+    return out
+
+
 def latest_step(ckpt):
     """The step of the checkpoint `ckpt/latest` points to, or 0."""
     try:

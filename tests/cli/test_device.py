@@ -21,6 +21,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/
+from harness import read_f32_tensors  # noqa: E402
+
 TIMEOUT_S = 60
 CRASH_MARKERS = ("Segmentation fault", "terminate called", "Aborted", "core dumped",
                  "check failed", "ADJSH_CHECK")
@@ -34,33 +37,12 @@ def run(adjsh, args):
 
 def read_loss(path):
     """The scalar 'loss' tensor of a safetensors file written by adjsh grad (f32)."""
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        import json
-        header = json.loads(f.read(n))
-        start, end = header["loss"]["data_offsets"]
-        f.seek(8 + n + start)
-        return struct.unpack("<f", f.read(end - start))[0]
-
-
-def read_f32(path):
-    """{name: [floats]} of the F32 tensors of a safetensors file."""
-    import json
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(n))
-        data = f.read()
-    out = {}
-    for name, t in header.items():
-        if name != "__metadata__" and t["dtype"] == "F32":
-            start, end = t["data_offsets"]
-            out[name] = struct.unpack(f"<{(end - start) // 4}f", data[start:end])
-    return out
+    return read_f32_tensors(path)["loss"][0]
 
 
 def max_rel_l2(ref_path, got_path):
     """The largest ||got - ref|| / ||ref|| over the tensors of ref (inf if one is missing)."""
-    ref, got = read_f32(ref_path), read_f32(got_path)
+    ref, got = read_f32_tensors(ref_path), read_f32_tensors(got_path)
     worst = 0.0
     for name, r in ref.items():
         g = got.get(name)
