@@ -179,6 +179,10 @@ def check_dockerfiles(adjsh):
         check(not missing, f"{name}: the runtime stage installs adjsh's libraries"
                            + (f" (missing: {' '.join(missing)})" if missing else ""))
         check(entry == ["/usr/local/bin/adjsh"], f"{name}: ENTRYPOINT is adjsh")
+        if name.endswith("Dockerfile.worker"):  # not in ldd: loaded with dlopen on first GPU use
+            runtime = text[text.index("\nFROM ", text.index("\nFROM ") + 1):]  # after the builder
+            check("libcublas-" in runtime, f"{name}: the runtime stage installs cuBLAS "
+                                            "(kernels/cuda/cublas_api.h loads it)")
         check_adjsh_args(adjsh, cmd, f"{name} CMD")
 
 
