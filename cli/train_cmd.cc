@@ -185,12 +185,13 @@ int TrainCommand(const std::vector<std::string>& args) {
   }
   opt.checkpoint_dir = a.Get("checkpoint-dir");
   for (const char* flag : {"metrics-listen", "worker-metrics-listen", "worker-device"}) {
-    if (!a.Has(flag)) continue;
-    if (workers == 0) {
+    if (a.Has(flag) && workers == 0) {
       return BadUsage("train", absl::InvalidArgumentError(
                                    absl::StrCat("--", flag, " needs --workers N (N >= 1)")));
     }
-    if (absl::string_view(flag) == "worker-device") continue;
+  }
+  for (const char* flag : {"metrics-listen", "worker-metrics-listen"}) {
+    if (!a.Has(flag)) continue;
     if (absl::Status s = metrics::CheckListenAddress(flag, a.Get(flag)); !s.ok()) {
       return BadUsage("train", s);
     }

@@ -120,7 +120,8 @@ void LocalCluster::Supervise() {
             "worker ", w, " cannot start: it ", how, " within ", kQuickExit.count(),
             " s of its start ", kMaxQuickFailures, " times in a row (its error is above)");
         pids_[w] = 0;  // given up
-        const int64_t left = std::count_if(pids_.begin(), pids_.end(), [](pid_t p) { return p > 0; });
+        const int64_t left =
+            std::count_if(pids_.begin(), pids_.end(), [](pid_t p) { return p > 0; });
         if (left > 0) {
           std::fprintf(stderr, "%s; going on with %lld worker(s)\n", why.c_str(),
                        static_cast<long long>(left));
