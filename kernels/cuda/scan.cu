@@ -1,14 +1,6 @@
 // The scan kernels compiled for the GPU (their code is in scan_kernels.cuh).
 #include "kernels/cuda/context.h"
-
-#ifndef ADJSH_LAUNCH  // tests/cuda/block_emulation_test.cc runs this file on the host
-#define ADJSH_LAUNCH(kernel, grid, block, stream, ...)     \
-  do {                                                     \
-    kernel<<<(grid), (block), 0, (stream)>>>(__VA_ARGS__); \
-    ADJSH_CUDA_CHECK(cudaGetLastError());                  \
-  } while (0)
-#endif
-
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/scan_kernels.cuh"
 
 namespace adjsh::cuda {

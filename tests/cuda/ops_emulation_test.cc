@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "tests/cuda/host_emulation.h"
+#include "tests/kernels/test_util.h"
 // The kernel source after the emulation macros.
 #include "kernels/cuda/ops_kernels.cuh"
 #include "kernels/cpu/rmsnorm.h"
@@ -27,15 +28,7 @@ std::vector<float> Random(int64_t n, uint64_t seed, float lo = -1, float hi = 1)
   return v;
 }
 
-template <typename A, typename B>
-double RelErr(const std::vector<A>& a, const std::vector<B>& b) {
-  double num = 0, den = 0;
-  for (size_t k = 0; k < a.size(); ++k) {
-    num += (double(a[k]) - double(b[k])) * (double(a[k]) - double(b[k]));
-    den += double(b[k]) * double(b[k]);
-  }
-  return den == 0 ? std::sqrt(num) : std::sqrt(num / den);
-}
+using ::adjsh::testing::RelErr;
 
 double Sigmoid(double x) { return 1 / (1 + std::exp(-x)); }
 

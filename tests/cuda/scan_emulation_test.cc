@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "tests/cuda/host_emulation.h"
+#include "tests/kernels/test_util.h"
 // The kernel source after the emulation macros.
 #include "kernels/cuda/scan_kernels.cuh"
 #include "kernels/cpu/scan.h"
@@ -28,15 +29,7 @@ double SiluGrad(double x) {
   return s * (1 + x * (1 - s));
 }
 
-template <typename A, typename B>
-double RelErr(const std::vector<A>& a, const std::vector<B>& b) {
-  double num = 0, den = 0;
-  for (size_t k = 0; k < a.size(); ++k) {
-    num += (double(a[k]) - double(b[k])) * (double(a[k]) - double(b[k]));
-    den += double(b[k]) * double(b[k]);
-  }
-  return den == 0 ? std::sqrt(num) : std::sqrt(num / den);
-}
+using ::adjsh::testing::RelErr;
 
 struct Shape {
   int64_t len, halo, Di, N, R;
