@@ -113,12 +113,14 @@ class Cluster:
         self.logs.append(f)
         return f
 
-    def coordinator(self, state_dir, listen="127.0.0.1:0", lease_ms=2000, timeout=30):
-        """Starts a coordinator; returns (process, address) or (process, None)."""
+    def coordinator(self, state_dir, listen="127.0.0.1:0", lease_ms=2000, timeout=30,
+                    flags=("--insecure-local",), env=None, log="coordinator"):
+        """Starts a coordinator; returns (process, address) or (process, None). flags: its
+        transport (--insecure-local, or TLS and token flags) and any others; log: the name of
+        its stderr log in tmp."""
         p = subprocess.Popen([self.adjsh, "coordinator", "--listen", listen, "--state-dir",
-                              state_dir, "--lease-ms", str(lease_ms), "--threads", "1",
-                              "--insecure-local"],
-                             stdout=subprocess.PIPE, stderr=self._log("coordinator"))
+                              state_dir, "--lease-ms", str(lease_ms), "--threads", "1", *flags],
+                             stdout=subprocess.PIPE, stderr=self._log(log), env=env)
         self.procs.append(p)
         deadline = time.time() + timeout
         line = b""
@@ -130,20 +132,21 @@ class Cluster:
         m = re.match(rb"listening on (127\.0\.0\.1:\d+)$", line.strip())
         return p, (m.group(1).decode() if m else None)
 
-    def worker(self, address, name, log="--quiet"):
+    def worker(self, address, name, log="--quiet", flags=()):
         """log: --quiet, --verbose (every task and retry), or "" (registration, progress, the
-        `stopped:` counts)."""
-        cmd = [self.adjsh, "worker", "--coordinator", address, "--name", name]
+        `stopped:` counts); flags: any others (TLS)."""
+        cmd = [self.adjsh, "worker", "--coordinator", address, "--name", name, *flags]
         if log:
             cmd.append(log)
         p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self._log(f"worker-{name}"))
         self.procs.append(p)
         return p
 
-    def popen(self, args):
-        """`adjsh ARGS` in the background (stdout and stderr as text pipes), stopped with the rest."""
-        p = subprocess.Popen([self.adjsh, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True)
+    def popen(self, args, env=None, stdout=subprocess.PIPE):
+        """`adjsh ARGS` in the background (stdout and stderr as text pipes unless stdout is
+        given), stopped with the rest."""
+        p = subprocess.Popen([self.adjsh, *args], stdout=stdout, stderr=subprocess.PIPE,
+                             text=True, env=env)
         self.procs.append(p)
         return p
 

@@ -31,8 +31,6 @@ Prints `N passed, N failed`; exit status 1 if any check failed.
 import argparse
 import json
 import os
-import re
-import select
 import shutil
 import signal
 import stat
@@ -42,67 +40,12 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))  # tests/
+from harness import Cluster  # noqa: E402
+
 SHAPE = {"hidden_size": 16, "layers": 2, "state_size": 4, "vocab_size": 256}
 TRAIN_FLAGS = ["--hidden-size", "16", "--layers", "2", "--state-size", "4", "--context", "512",
                "--chunk", "64"]
-
-
-class Procs:
-    """The processes this test started; stop() ends every one of them."""
-
-    def __init__(self, adjsh, tmp):
-        self.adjsh, self.tmp, self.procs, self.logs = adjsh, tmp, [], []
-
-    def log(self, name):
-        f = open(os.path.join(self.tmp, name), "ab")
-        self.logs.append(f)
-        return f
-
-    def coordinator(self, name, flags, env=None):
-        """Starts a coordinator on 127.0.0.1:0; returns (process, address or None)."""
-        p = subprocess.Popen([self.adjsh, "coordinator", "--listen", "127.0.0.1:0", "--state-dir",
-                              os.path.join(self.tmp, name), "--lease-ms", "2000", *flags],
-                             stdout=subprocess.PIPE, stderr=self.log(name + ".log"), env=env)
-        self.procs.append(p)
-        deadline, line = time.time() + 20, b""
-        while time.time() < deadline and p.poll() is None:
-            r, _, _ = select.select([p.stdout], [], [], 0.2)
-            if r:
-                line = p.stdout.readline()
-                break
-        m = re.match(rb"listening on (127\.0\.0\.1:\d+)$", line.strip())
-        return p, (m.group(1).decode() if m else None)
-
-    def worker(self, address, name, flags):
-        p = subprocess.Popen([self.adjsh, "worker", "--coordinator", address, "--name", name,
-                              *flags], stdout=subprocess.DEVNULL,
-                             stderr=self.log(f"worker-{name}.log"))
-        self.procs.append(p)
-        return p
-
-    def popen(self, args, env=None):
-        p = subprocess.Popen([self.adjsh, *args], stdout=subprocess.DEVNULL,
-                             stderr=subprocess.PIPE, text=True, env=env)
-        self.procs.append(p)
-        return p
-
-    def stop(self):
-        for p in self.procs:
-            if p.poll() is None:
-                try:
-                    p.send_signal(signal.SIGCONT)
-                    p.send_signal(signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
-        deadline = time.time() + 10
-        for p in self.procs:
-            try:
-                p.wait(timeout=max(0.1, deadline - time.time()))
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-        for f in self.logs:
-            f.close()
 
 
 def main():
@@ -112,7 +55,7 @@ def main():
     args = ap.parse_args()
     adjsh = os.path.abspath(args.adjsh)
     tmp = tempfile.mkdtemp(prefix="adjsh_security_")
-    procs = Procs(adjsh, tmp)
+    procs = Cluster(adjsh, tmp)
     results = []
 
     def record(name, ok, detail=""):
@@ -127,8 +70,7 @@ def main():
         traceback.print_exc()
         record("test harness", False, repr(e))
     finally:
-        procs.stop()
-        leftover = [p.pid for p in procs.procs if p.poll() is None]
+        leftover = procs.stop()
         record("every started process stopped", not leftover, leftover)
         if not args.keep:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -210,11 +152,12 @@ def body(adjsh, tmp, procs, record):
                r.returncode == code and want in r.stderr, (r.returncode, r.stderr))
 
     # --- a TLS coordinator with an mTLS worker --------------------------------------------------
-    coord, addr = procs.coordinator("tls", [*server_tls, "--auth-token-file", C("token")])
+    coord, addr = procs.coordinator(os.path.join(tmp, "tls"), flags=[*server_tls, "--auth-token-file", C("token")],
+                                   log="tls")
     record("TLS coordinator starts", addr is not None)
     if addr is None:
         return
-    procs.worker(addr, "w1", worker_tls)
+    procs.worker(addr, "w1", log="", flags=worker_tls)
     client = ["--coordinator", addr, "--tls-ca", C("ca.pem")]
     with_token = [*client, "--auth-token-file", C("token")]
 
@@ -260,8 +203,8 @@ def body(adjsh, tmp, procs, record):
     r = run("status", "--coordinator", addr, timeout=20)
     record("plaintext client to the TLS port -> exit 1", r.returncode == 1, r.stderr)
 
-    rogue = procs.worker(addr, "rogue", ["--tls-ca", C("ca.pem"), "--tls-cert", C("rogue.pem"),
-                                         "--tls-key", C("rogue.key")])
+    rogue = procs.worker(addr, "rogue", log="", flags=["--tls-ca", C("ca.pem"), "--tls-cert",
+                                                        C("rogue.pem"), "--tls-key", C("rogue.key")])
     time.sleep(3)
     with open(os.path.join(tmp, "worker-rogue.log"), errors="replace") as f:
         log = f.read()
@@ -285,7 +228,7 @@ def body(adjsh, tmp, procs, record):
     coord.wait(timeout=20)
 
     # --- limits ----------------------------------------------------------------------------------
-    coord, addr = procs.coordinator("limits", [
+    coord, addr = procs.coordinator(os.path.join(tmp, "limits"), log="limits", flags=[
         "--insecure-local", "--max-context", "1024", "--max-layers", "2", "--max-hidden", "32",
         "--max-tensor-bytes", "40000", "--max-message-bytes", str(2 << 20)])
     record("--insecure-local coordinator with limits starts", addr is not None)
@@ -336,8 +279,9 @@ def body(adjsh, tmp, procs, record):
                                                                   os.listdir(sock_tmp)))
 
     # --- deadlines and keepalive against a stopped coordinator ---------------------------------
-    procs.worker(addr, "w2", [])
-    watch = procs.popen(["watch", "--coordinator", addr, "--job", long_job], env=env)
+    procs.worker(addr, "w2", log="")
+    watch = procs.popen(["watch", "--coordinator", addr, "--job", long_job], env=env,
+                        stdout=subprocess.DEVNULL)
     deadline = time.time() + 60
     while time.time() < deadline and "RUNNING" not in run("status", "--coordinator", addr,
                                                           "--job", long_job, timeout=20).stdout:
