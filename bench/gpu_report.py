@@ -25,6 +25,12 @@ def jsonl(path):
     return rows
 
 
+def failure(row):
+    """A failed step's table cell: its reason (the last line it printed on stderr)."""
+    why = row.get("why", "").replace("|", "/")
+    return f"failed: {why}" if why else "failed"
+
+
 def mib(b):
     return f"{b / 1048576:.1f} MiB"
 
@@ -36,6 +42,7 @@ def main():
     ap.add_argument("--backend-tests-rc", type=int, required=True)
     ap.add_argument("--cli-tests-rc", type=int, default=-1)
     ap.add_argument("--seconds", type=int, default=0)
+    ap.add_argument("--binaries", default="build-gpu (built here)")
     a = ap.parse_args()
     L = lambda name: os.path.join(a.logs, name)  # noqa: E731
 
@@ -44,7 +51,8 @@ def main():
     out.append("Command: `scripts/gpu-check.sh`")
     out.append("")
     out.append(f"Measured {datetime.date.today().isoformat()} on {gpu[0] if gpu else 'unknown GPU'}"
-               f" ({os.cpu_count()} CPU cores); the whole check took {a.seconds} s.")
+               f" ({os.cpu_count()} CPU cores); the whole check took {a.seconds} s. "
+               f"Binaries: {a.binaries}.")
     out.append("")
 
     # Correctness: the test binary prints one line per gradient it compares.
@@ -82,7 +90,8 @@ def main():
     out.append("| storage | len x Di x N | copy rate (D2D) | forward | of copy | backward | of copy |")
     out.append("|---|---|---|---|---|---|---|")
     for r in jsonl(L("scan.jsonl")):
-        if "copy_gb_s" not in r:
+        if r.get("failed"):
+            out.append(f"| {r.get('storage', '?')} | 2048 x 1536 x 16 | {failure(r)} | - | - | - | - |")
             continue
         out.append(f"| {r['storage']} | {r['len']} x {r['inner']} x {r['state']} | {r['copy_gb_s']:.0f} GB/s "
                    f"| {r['forward_gb_s']:.0f} GB/s ({r['forward_ms']:.3f} ms) | {100 * r['forward_of_copy']:.0f}% "
@@ -98,7 +107,7 @@ def main():
     out.append("|---|---|---|---|")
     for r in jsonl(L("memory.jsonl")):
         if r.get("failed"):
-            out.append(f"| {r.get('tokens', '?'):,} | failed | - | - |")
+            out.append(f"| {r.get('tokens', '?'):,} | {failure(r)} | - | - |")
         else:
             out.append(f"| {r['tokens']:,} | {mib(r['device_peak_bytes'])} | {r['seconds']:.2f} | {r['tokens_per_s']:,.0f} |")
     out.append("")
@@ -113,7 +122,7 @@ def main():
     for r in jsonl(L("tokens.jsonl")):
         name = f"adjsh cuda:0 ({r.get('storage', 'f32') if r.get('failed') else ('bf16' if 'bf16' in r.get('device', '') else 'f32')} storage)"
         if r.get("failed"):
-            out.append(f"| {name} | {r.get('tokens', '?'):,} | failed | - | - |")
+            out.append(f"| {name} | {r.get('tokens', '?'):,} | {failure(r)} | - | - |")
         else:
             out.append(f"| {name} | {r['tokens']:,} | {r['tokens_per_s']:,.0f} | {r['seconds']:.3f} | {mib(r['device_peak_bytes'])} |")
     torch_rows = jsonl(L("torch.json"))
@@ -121,7 +130,7 @@ def main():
     if "unavailable" in t:
         out.append(f"| PyTorch autograd | - | unavailable: {t['unavailable']} | - | - |")
     elif t.get("failed"):
-        out.append("| PyTorch autograd (cuda) | 4,096 | failed (see gpu-check-logs/torch.err) | - | - |")
+        out.append(f"| PyTorch autograd (cuda) | 4,096 | {failure(t)} | - | - |")
     else:
         out.append(f"| PyTorch autograd (cuda, {t.get('torch', '')}) | {t['tokens']:,} | {t['tokens_per_s']:,.0f} "
                    f"| {t['seconds']:.3f} | {mib(t.get('cuda_peak_bytes', 0))} |")
