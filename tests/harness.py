@@ -8,20 +8,31 @@ only).
   StallProxy the same, but the first M connections stall after a random number of bytes (a
              black hole: nothing is forwarded, both sockets stay open); later ones forward.
   Results    PASS/FAIL lines and the `N passed, N failed` summary.
+  run_process_test  the main() of a test that starts processes (--adjsh, --keep, a temporary
+             directory), through guarded: every process stopped at the end, a check of its own.
   final_files, rss_bytes, train_reference: what the checks compare.
 """
+import argparse
 import json
 import os
 import random
 import re
 import select
+import shutil
 import socket
 import struct
 import subprocess
+import sys
+import tempfile
 import threading
 import time
+import traceback
 
 SKIP = 77  # CTest SKIP_RETURN_CODE of these tests
+# A model small enough for many jobs in one test: as an adjsh spec's "init", and as train flags.
+SMALL_SHAPE = {"hidden_size": 16, "layers": 2, "state_size": 4, "vocab_size": 256}
+SMALL_TRAIN_FLAGS = ["--hidden-size", "16", "--layers", "2", "--state-size", "4", "--context",
+                     "512", "--chunk", "64"]
 
 
 class Results:
@@ -38,6 +49,52 @@ class Results:
         n = sum(self.oks)
         print(f"{n} passed, {len(self.oks) - n} failed", flush=True)
         return 0 if n == len(self.oks) and self.oks else 1
+
+
+def run_process_test(prefix, body):
+    """main(): parses --adjsh and --keep, makes a temporary directory, and calls
+    body(adjsh, tmp, cluster, record). Whatever body does or raises, every process the Cluster
+    started is stopped afterwards (a check of its own) and the directory removed (unless --keep);
+    exits with the summary's status."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--adjsh", required=True)
+    ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    args = ap.parse_args()
+    adjsh = os.path.abspath(args.adjsh)
+    tmp = tempfile.mkdtemp(prefix=prefix)
+    cluster, res = Cluster(adjsh, tmp), Results()
+    guarded(cluster, res, lambda: body(adjsh, tmp, cluster, res.record))
+    if args.keep:
+        print("kept", tmp)
+    else:
+        shutil.rmtree(tmp, ignore_errors=True)
+    sys.exit(res.summary())
+
+
+def guarded(cluster, res, body):
+    """Runs body(). An exception from it (a bug in the test itself) is a failed check, with its
+    traceback; then, whatever happened, every process the cluster started is stopped, and that
+    they all stopped is a check of its own."""
+    try:
+        body()
+    except Exception as e:
+        traceback.print_exc()
+        res.record("test harness", False, repr(e))
+    finally:
+        leftover = cluster.stop()
+        res.record("every started process stopped", not leftover, leftover)
+
+
+def run_adjsh(adjsh, args, timeout=120, env=None):
+    """`adjsh ARGS` to its end: a CompletedProcess (text) with .seconds; exit 124 on timeout."""
+    t0 = time.time()
+    try:
+        r = subprocess.run([adjsh, *args], capture_output=True, text=True, timeout=timeout,
+                           env=env)
+    except subprocess.TimeoutExpired as e:
+        r = subprocess.CompletedProcess(e.cmd, 124, "", f"timed out after {timeout} s")
+    r.seconds = time.time() - t0
+    return r
 
 
 def final_files(ckpt):
@@ -150,17 +207,18 @@ class Cluster:
         self.procs.append(p)
         return p
 
-    def run(self, *args, timeout=120):
-        try:
-            return subprocess.run([self.adjsh, *args], capture_output=True, text=True,
-                                  timeout=timeout)
-        except subprocess.TimeoutExpired as e:
-            return subprocess.CompletedProcess(e.cmd, 124, "", f"timed out after {timeout} s")
+    def run(self, *args, timeout=120, env=None):
+        return run_adjsh(self.adjsh, args, timeout=timeout, env=env)
 
-    def submit(self, address, spec):
-        path = os.path.join(self.tmp, f"spec-{len(self.procs)}-{time.time():.6f}.json")
+    def spec_file(self, name, spec):
+        """Writes a job spec (a dict) to tmp/NAME.json; returns its path."""
+        path = os.path.join(self.tmp, name + ".json")
         with open(path, "w") as f:
             json.dump(spec, f)
+        return path
+
+    def submit(self, address, spec):
+        path = self.spec_file(f"spec-{len(self.procs)}-{time.time():.6f}", spec)
         r = self.run("submit", "--coordinator", address, "--spec", path, timeout=60)
         return r.stdout.strip() if r.returncode == 0 else None, r
 

@@ -47,7 +47,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/
 from harness import (SKIP, Cluster, CutProxy, Results, StallProxy, final_files,  # noqa: E402
-                     latest_step, train_reference, wait_for)
+                     guarded, latest_step, train_reference, wait_for)
 
 STEPS = 6
 
@@ -412,7 +412,9 @@ def main():
     res = Results()
     cluster = Cluster(adjsh, tmp)
     code = None
-    try:
+
+    def run_case():
+        nonlocal code
         ref_dir = os.path.join(tmp, "reference")
         job = {"worker_stop": HEAVY, "worker_kills": LONGER}.get(args.case, SMALL)
         r, ref = train_reference(adjsh, ref_dir, job.flags)
@@ -421,17 +423,12 @@ def main():
             code = case_disk_full(adjsh, tmp, cluster, res, ref, ref_dir)
         else:
             CASES[args.case](adjsh, tmp, cluster, res, ref)
-    except Exception as e:  # a bug in the test itself: count it, still clean up
-        import traceback
-        traceback.print_exc()
-        res.record("test harness", False, repr(e))
-    finally:
-        leftover = cluster.stop()
-        res.record("every started process stopped", not leftover, leftover)
-        if args.keep or (res.summary() != 0 and code is None):
-            print("files kept in", tmp)
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
+
+    guarded(cluster, res, run_case)
+    if args.keep or (res.summary() != 0 and code is None):
+        print("files kept in", tmp)
+    else:
+        shutil.rmtree(tmp, ignore_errors=True)
     if code == SKIP:
         return SKIP
     return 0 if all(res.oks) else 1

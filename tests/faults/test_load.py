@@ -29,7 +29,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/
-from harness import Cluster, Results, final_files, rss_bytes, wait_for  # noqa: E402
+from harness import Cluster, Results, final_files, guarded, rss_bytes, wait_for  # noqa: E402
 
 TASKS_PER_STEP = 4 * (8192 // 32)
 SHAPE = {"hidden_size": 8, "layers": 4, "state_size": 4, "vocab_size": 256}
@@ -53,20 +53,12 @@ def main():
     tmp = tempfile.mkdtemp(prefix="adjsh_load_")
     res = Results()
     cluster = Cluster(adjsh, tmp)
-    try:
-        body(adjsh, tmp, cluster, res, args)
-    except Exception as e:  # a bug in the test itself: count it, still clean up
-        import traceback
-        traceback.print_exc()
-        res.record("test harness", False, repr(e))
-    finally:
-        leftover = cluster.stop()
-        res.record("every started process stopped", not leftover, leftover)
-        code = res.summary()
-        if args.keep or code != 0:
-            print("files kept in", tmp)
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
+    guarded(cluster, res, lambda: body(adjsh, tmp, cluster, res, args))
+    code = res.summary()
+    if args.keep or code != 0:
+        print("files kept in", tmp)
+    else:
+        shutil.rmtree(tmp, ignore_errors=True)
     return code
 
 

@@ -23,91 +23,20 @@ Checks, with a coordinator on 127.0.0.1 (port 0: it prints the port it got) and 
 Every process listens on or connects to 127.0.0.1 and is stopped at the end, also on failure.
 Prints `N passed, N failed`; exit status 1 if any check failed.
 """
-import argparse
-import json
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/
-from harness import Cluster, final_files  # noqa: E402
+from harness import SMALL_SHAPE as SHAPE, SMALL_TRAIN_FLAGS as TRAIN_FLAGS  # noqa: E402
+from harness import final_files, run_process_test, wait_for  # noqa: E402
 
-SHAPE = {"hidden_size": 16, "layers": 2, "state_size": 4, "vocab_size": 256}
-TRAIN_FLAGS = ["--hidden-size", "16", "--layers", "2", "--state-size", "4", "--context", "512",
-               "--chunk", "64"]
-
-
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--adjsh", required=True)
-    ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
-    args = ap.parse_args()
-    adjsh = os.path.abspath(args.adjsh)
-    tmp = tempfile.mkdtemp(prefix="adjsh_jobs_")
-    cluster = Cluster(adjsh, tmp)
-    results = []
-
-    def record(name, ok, detail=""):
-        results.append(bool(ok))
-        why = ": " + str(detail)[-3000:] if detail and not ok else ""
-        print(f"{'PASS' if ok else 'FAIL'} {name}{why}", flush=True)
-
-    def run(*a, timeout=120):
-        t0 = time.time()
-        try:
-            r = subprocess.run([adjsh, *a], capture_output=True, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired as e:
-            r = subprocess.CompletedProcess(e.cmd, 124, e.stdout or "",
-                                            f"timed out after {timeout} s")
-        r.seconds = time.time() - t0
-        return r
-
-    def spec_file(name, spec):
-        path = os.path.join(tmp, name + ".json")
-        with open(path, "w") as f:
-            json.dump(spec, f)
-        return path
-
-    try:
-        body(adjsh, tmp, cluster, record, run, spec_file, final_files)
-    except Exception as e:  # a bug in the test itself: count it, still clean up
-        import traceback
-        traceback.print_exc()
-        record("test harness", False, repr(e))
-    finally:
-        cluster.stop()
-        leftover = [p.pid for p in cluster.procs if p.poll() is None]
-        record("every started process stopped", not leftover, leftover)
-        if not args.keep:
-            shutil.rmtree(tmp, ignore_errors=True)
-        else:
-            print("kept", tmp)
-    npass = sum(results)
-    print(f"{npass} passed, {len(results) - npass} failed", flush=True)
-    sys.exit(0 if npass == len(results) else 1)
-
-
-def body(adjsh, tmp, cluster, record, run, spec_file, final_files):
-    def status_json(addr, job):
-        r = run("status", "--coordinator", addr, "--job", job, "--json", timeout=30)
-        if r.returncode != 0:
-            return None
-        return json.loads(r.stdout)
-
-    def wait_for(pred, timeout):
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            v = pred()
-            if v:
-                return v
-            time.sleep(0.05)
-        return None
+def body(adjsh, tmp, cluster, record):
+    run, spec_file, status_json = cluster.run, cluster.spec_file, cluster.status
 
     # --- help and usage (no coordinator needed) ----------------------------------------------
     for cmd, flags in {"coordinator": ["--listen", "--state-dir", "--lease-ms"],
@@ -391,4 +320,4 @@ def body(adjsh, tmp, cluster, record, run, spec_file, final_files):
     record("SIGTERM of an idle coordinator: exit 0", rc == 0, rc)
 
 if __name__ == "__main__":
-    main()
+    run_process_test("adjsh_jobs_", body)

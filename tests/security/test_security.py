@@ -28,91 +28,33 @@ with a client and a server certificate of its own, two tokens. Checks:
 Every process listens on or connects to 127.0.0.1 and is stopped at the end, also on failure.
 Prints `N passed, N failed`; exit status 1 if any check failed.
 """
-import argparse
-import json
 import os
-import shutil
 import signal
 import stat
 import subprocess
 import sys
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))  # tests/
-from harness import Cluster  # noqa: E402
-
-SHAPE = {"hidden_size": 16, "layers": 2, "state_size": 4, "vocab_size": 256}
-TRAIN_FLAGS = ["--hidden-size", "16", "--layers", "2", "--state-size", "4", "--context", "512",
-               "--chunk", "64"]
-
-
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--adjsh", required=True)
-    ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
-    args = ap.parse_args()
-    adjsh = os.path.abspath(args.adjsh)
-    tmp = tempfile.mkdtemp(prefix="adjsh_security_")
-    procs = Cluster(adjsh, tmp)
-    results = []
-
-    def record(name, ok, detail=""):
-        results.append(bool(ok))
-        why = ": " + str(detail)[-3000:] if detail and not ok else ""
-        print(f"{'PASS' if ok else 'FAIL'} {name}{why}", flush=True)
-
-    try:
-        body(adjsh, tmp, procs, record)
-    except Exception as e:  # a bug in the test itself: count it, still clean up
-        import traceback
-        traceback.print_exc()
-        record("test harness", False, repr(e))
-    finally:
-        leftover = procs.stop()
-        record("every started process stopped", not leftover, leftover)
-        if not args.keep:
-            shutil.rmtree(tmp, ignore_errors=True)
-        else:
-            print("kept", tmp)
-    npass = sum(results)
-    print(f"{npass} passed, {len(results) - npass} failed", flush=True)
-    sys.exit(0 if npass == len(results) else 1)
-
+from harness import SMALL_SHAPE as SHAPE, SMALL_TRAIN_FLAGS as TRAIN_FLAGS  # noqa: E402
+from harness import final_files, run_process_test  # noqa: E402
 
 def body(adjsh, tmp, procs, record):
     certs = os.path.join(tmp, "certs")
     subprocess.run([os.path.join(HERE, "make_test_certs.sh"), certs], check=True)
     C = lambda name: os.path.join(certs, name)
     env = {k: v for k, v in os.environ.items() if k != "ADJSH_AUTH_TOKEN"}
+    spec_file = procs.spec_file
 
     def run(*a, timeout=120, token_env=None):
         e = dict(env)
         if token_env is not None:
             e["ADJSH_AUTH_TOKEN"] = token_env
-        t0 = time.time()
-        try:
-            r = subprocess.run([adjsh, *a], capture_output=True, text=True, timeout=timeout, env=e)
-        except subprocess.TimeoutExpired as ex:
-            r = subprocess.CompletedProcess(ex.cmd, 124, "", f"timed out after {timeout} s")
-        r.seconds = time.time() - t0
-        return r
-
-    def spec_file(name, spec):
-        path = os.path.join(tmp, name + ".json")
-        with open(path, "w") as f:
-            json.dump(spec, f)
-        return path
+        return procs.run(*a, timeout=timeout, env=e)
 
     def final_model(ckpt):
-        try:
-            with open(os.path.join(ckpt, "latest")) as f:
-                d = os.path.join(ckpt, f.read().strip())
-            with open(os.path.join(d, "model.safetensors"), "rb") as f:
-                return f.read()
-        except OSError:
-            return None
+        return (final_files(ckpt) or {}).get("model.safetensors")
 
     server_tls = ["--tls-cert", C("server.pem"), "--tls-key", C("server.key"), "--tls-ca",
                   C("ca.pem")]
@@ -303,4 +245,4 @@ def body(adjsh, tmp, procs, record):
 
 
 if __name__ == "__main__":
-    main()
+    run_process_test("adjsh_security_", body)
