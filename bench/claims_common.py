@@ -152,6 +152,21 @@ def replace_section(name, title, command, body):
         f.write(text)
 
 
+def save_figure(fig, axes, path, legend_size=8, grid="major"):
+    """A claim's figure as docs/claims/ has them: grid and legend on each axis, tight, 110 dpi."""
+    for ax in axes:
+        ax.grid(True, which=grid, alpha=0.3)
+        ax.legend(fontsize=legend_size)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def measured_span(rows):
+    """'Measured FIRST to LAST UTC' over rows' measured_utc stamps."""
+    when = sorted(r["measured_utc"] for r in rows)
+    return f"Measured {when[0]} to {when[-1]} UTC"
+
+
 def linear_fit(points):
     """(intercept, slope) of the least-squares line through (x, y) points."""
     x = np.array([p[0] for p in points], float)

@@ -21,7 +21,7 @@ import sys
 import tempfile
 
 from claims_common import (DATA, ROOT, TORCH_PY, Results, linear_fit, measure_report_cli,
-                           replace_section, run_tracked)
+                           measured_span, replace_section, run_tracked, save_figure)
 
 JSON = os.path.join(DATA, "memory_speed.json")
 PNG = os.path.join(DATA, "memory_speed.png")
@@ -191,14 +191,9 @@ def report(a):
     ax1.set_title("Peak memory of one gradient (solid: measured, dashed: linear fit)")
     ax2.set_xlabel("context T (tokens)"), ax2.set_ylabel("tokens/s")
     ax2.set_title("Tokens/s of one gradient (2 cores)")
-    for ax in (ax1, ax2):
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
     fig.suptitle("Mamba D=256, K=4, N=16, V=256, f32, CPU (2 cores)")
-    fig.tight_layout()
-    fig.savefig(PNG, dpi=110)
-    when = sorted(r["measured_utc"] for r in rows)
-    body = [f"Measured {when[0]} to {when[-1]} UTC on this machine (2 cores, shared with other "
+    save_figure(fig, (ax1, ax2), PNG, grid="both")
+    body = [f"{measured_span(rows)} on this machine (2 cores, shared with other "
             "jobs: memory is robust, speed is noisy). Model D=256, K=4, N=16, W=4, E=2, V=256, "
             "f32, 2 threads, one process per point, peak RSS per process (VmHWM; the "
             "workers' sampled every 0.2 s). adjsh points are `adjsh grad` (loss + gradient, "

@@ -16,8 +16,8 @@ import os
 import sys
 import tempfile
 
-from claims_common import (DATA, ROOT, Results, grad_error, grad_file, measure_report_cli,
-                           replace_section, run_tracked, train_curve)
+from claims_common import (DATA, Results, grad_error, grad_file, measure_report_cli,
+                           measured_span, replace_section, run_tracked, save_figure, train_curve)
 from claims_truncation import MODEL, TRAIN, corpus_files
 
 JSON = os.path.join(DATA, "prop3.json")
@@ -123,13 +123,8 @@ def report(a):
                         + f" | {sum(last) / len(last):.4f} |")
     ax2.set_xlabel("step"), ax2.set_ylabel("training loss (nats/token)")
     ax2.set_title("Training with each cotangent, D=128 K=4, context 2K")
-    for ax in (ax1, ax2):
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(PNG, dpi=110)
-    when = sorted(r["measured_utc"] for r in rows)
-    head = [f"Measured {when[0]} to {when[-1]} UTC. `--cotangent top-of-stack` gives every "
+    save_figure(fig, (ax1, ax2), PNG)
+    head = [f"{measured_span(rows)}. `--cotangent top-of-stack` gives every "
             "layer the cotangent dL/du^{K+1} at the top of the residual stack with its input "
             "held fixed (so the paths through later layers' norms and SSMs are left out), which "
             "makes all layers independent. Tests: tests/kernels/engine_options_test.cc (K = 1 "

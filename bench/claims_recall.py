@@ -25,7 +25,8 @@ import tempfile
 import numpy as np
 
 import recall_curriculum
-from claims_common import DATA, ROOT, Results, measure_report_cli, replace_section, train_curve
+from claims_common import (DATA, Results, measure_report_cli, measured_span, replace_section,
+                           save_figure, train_curve)
 
 JSON = os.path.join(DATA, "recall.json")
 PNG = os.path.join(DATA, "recall.png")
@@ -130,13 +131,8 @@ def report(a):
     ax2.axhline(np.log(16), color="grey", lw=0.8)
     ax2.set_xlabel("step"), ax2.set_ylabel("loss on the answer tokens (nats)")
     ax2.set_ylim(0, 6)
-    for ax in (ax1, ax2):
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(PNG, dpi=110)
-    when = sorted(r["measured_utc"] for r in Results(JSON).rows)
-    head = [f"Measured {when[0]} to {when[-1]} UTC. Task: episodes `BOS v f...f QUERY v`, v one of "
+    save_figure(fig, (ax1, ax2), PNG)
+    head = [f"{measured_span(Results(JSON).rows)}. Task: episodes `BOS v f...f QUERY v`, v one of "
             "16 values, f random filler from 32 tokens (or, in the runs named one-token filler, "
             "one repeated token); only the final v counts (`adjsh train --loss-mask`), so the "
             "answer sits `distance` tokens after the value; context = episodes per step x "

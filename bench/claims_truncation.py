@@ -18,8 +18,8 @@ import os
 import sys
 import tempfile
 
-from claims_common import (DATA, ROOT, Results, grad_error, grad_file, measure_report_cli,
-                           replace_section, run_tracked, train_curve)
+from claims_common import (DATA, Results, grad_error, grad_file, measure_report_cli,
+                           measured_span, replace_section, run_tracked, save_figure, train_curve)
 
 JSON = os.path.join(DATA, "truncation.json")
 PNG = os.path.join(DATA, "truncation.png")
@@ -149,13 +149,8 @@ def report(a):
         body.append("")
     ax2.set_xlabel("step"), ax2.set_ylabel("training loss (nats/token)")
     ax2.set_title("Training, D=128 K=4: context 16K (solid) and 2K (dotted)")
-    for ax in (ax1, ax2):
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(PNG, dpi=110)
-    when = sorted(r["measured_utc"] for r in rows)
-    head = [f"Measured {when[0]} to {when[-1]} UTC. Model D=128, K=4, N=16, V=256, f32, chunk "
+    save_figure(fig, (ax1, ax2), PNG, legend_size=7, grid="both")
+    head = [f"{measured_span(rows)}. Model D=128, K=4, N=16, V=256, f32, chunk "
             "256: `init` is `adjsh init --seed 0`, `trained-30-steps` the same model after the "
             "exact training run below. Tokens: the built-in corpus (`/usr/share/common-licenses`, "
             "bytes), repeated to 65,536. Training, shortened to fit the shared 2-core machine: "
