@@ -116,7 +116,6 @@ fi
 rm -rf "$logs" && mkdir -p "$logs"
 if nvidia-smi -L >"$logs/nvidia-smi.txt" 2>&1; then
   [ "$rehearse" = 1 ] && echo "gpu-check: --rehearse on a machine with a GPU: running the real check" >&2
-  rehearse=0
 elif [ "$rehearse" = 1 ]; then
   echo "rehearsal without a GPU on $(hostname)" >"$logs/nvidia-smi.txt"
 else

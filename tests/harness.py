@@ -317,9 +317,11 @@ class CutProxy:
             pass
         sock.close()
 
-    def _pump(self, a, b, budget):
+    def _forward(self, a, b, budget):
+        """Forwards both ways until `budget` bytes (both directions together) have passed, a side
+        closes or fails, or the proxy stops. Returns (bytes passed, whether the budget ran out);
+        both sockets are left non-blocking."""
         passed = 0
-        cut = False
         try:
             for s in (a, b):
                 s.setblocking(False)
@@ -329,18 +331,23 @@ class CutProxy:
                     dst = b if src is a else a
                     data = src.recv(65536)
                     if not data:
-                        raise ConnectionError("closed")
+                        return passed, False
                     if passed + len(data) >= budget:
                         data = data[:budget - passed]
-                        cut = True
                     dst.setblocking(True)
                     dst.sendall(data)
                     dst.setblocking(False)
                     passed += len(data)
-                    if cut:
-                        raise ConnectionError("cut")
-        except (OSError, ConnectionError):
+                    if passed >= budget:
+                        return passed, True
+        except OSError:
             pass
+        return passed, False
+
+    def _pump(self, a, b, budget):
+        passed, cut = 0, False
+        try:
+            passed, cut = self._forward(a, b, budget)
         finally:
             with self._lock:
                 self.bytes += passed
@@ -387,27 +394,13 @@ class StallProxy(CutProxy):
 
     def _stall(self, a, b, budget):
         passed = 0
-        stalled_at = None
         try:
-            for s in (a, b):
-                s.setblocking(False)
-            while not self._stop.is_set() and stalled_at is None:
-                ready, _, _ = select.select([a, b], [], [], 0.2)
-                for src in ready:
-                    dst = b if src is a else a
-                    data = src.recv(65536)
-                    if not data:
-                        return  # closed before its budget ran out: not a stall
-                    data = data[:budget - passed]
-                    dst.setblocking(True)
-                    dst.sendall(data)
-                    dst.setblocking(False)
-                    passed += len(data)
-                    if passed >= budget:
-                        stalled_at = time.time()
-                        with self._lock:
-                            self.stalls += 1
-                        break
+            passed, stalled = self._forward(a, b, budget)
+            if not stalled:
+                return  # closed before its budget ran out (or the proxy stopped): not a stall
+            stalled_at = time.time()
+            with self._lock:
+                self.stalls += 1
             # The black hole: read and drop. The coordinator's side may give up first; the
             # client's socket stays open until the client closes it.
             watched = [a, b]
@@ -426,7 +419,7 @@ class StallProxy(CutProxy):
                             self.abandon_after_s.append(time.time() - stalled_at)
                         return
                     watched = [a]
-        except (OSError, ConnectionError):
+        except OSError:
             pass
         finally:
             with self._lock:
