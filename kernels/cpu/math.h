@@ -12,6 +12,19 @@
 
 namespace adjsh::cpu {
 
+// a * b + c with one rounding where the target has a fused multiply-add instruction, else two.
+// The CPU kernels compile with -ffp-contract=off (kernels/CMakeLists.txt), so the compiler
+// never fuses on its own: a fusion it chose differently in a loop's vector body and its scalar
+// copies made a task's result depend on its buffers' addresses. Every fusion is written here.
+template <typename T>
+inline T MulAdd(T a, T b, T c) {
+#if defined(__FP_FAST_FMAF) && defined(__FP_FAST_FMA)
+  return std::fma(a, b, c);
+#else
+  return a * b + c;
+#endif
+}
+
 // exp(x) for float, relative error below 2e-7 (about 2 ulp) on [-87.3, 88.7]; arguments are
 // clamped to that range (below it the result is 1.2e-38 instead of a denormal or 0: an absolute
 // difference under f32's smallest normal). Cody-Waite range reduction x = k ln2 + r,
@@ -20,16 +33,16 @@ namespace adjsh::cpu {
 inline float ExpFast(float x) {
   const float xlo = x < -87.3f ? -87.3f : x;
   const float xc = xlo > 88.7f ? 88.7f : xlo;
-  const float kf = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  // round to int
-  const float r = (xc - kf * 0.693145751953125f) - kf * 1.428606765330187e-06f;
+  const float kf = MulAdd(xc, 1.44269504088896341f, 12582912.0f) - 12582912.0f;  // round
+  const float r = MulAdd(-kf, 1.428606765330187e-06f, MulAdd(-kf, 0.693145751953125f, xc));
   float p = 1.0f / 5040.0f;
-  p = p * r + 1.0f / 720.0f;
-  p = p * r + 1.0f / 120.0f;
-  p = p * r + 1.0f / 24.0f;
-  p = p * r + 1.0f / 6.0f;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
+  p = MulAdd(p, r, 1.0f / 720.0f);
+  p = MulAdd(p, r, 1.0f / 120.0f);
+  p = MulAdd(p, r, 1.0f / 24.0f);
+  p = MulAdd(p, r, 1.0f / 6.0f);
+  p = MulAdd(p, r, 0.5f);
+  p = MulAdd(p, r, 1.0f);
+  p = MulAdd(p, r, 1.0f);
   const int32_t bits = (static_cast<int32_t>(kf) + 127) << 23;
   return p * std::bit_cast<float>(bits);
 }

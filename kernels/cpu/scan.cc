@@ -1,6 +1,11 @@
 // The CPU selective scan and its adjoint, channel by channel (see scan.h for the equations).
 // Inner loops run over the N state lanes of one channel and vectorise; reductions over N are
 // kept in separate loops so that the element-wise ones stay vectorisable without fast-math.
+// Fused multiply-adds are written as MulAdd (math.h), never left to the compiler, so a loop's
+// vector body and its scalar copies round identically. The sums over N (acc, s_a, s_b) stay
+// plain adds: under the simd pragma GCC vectorises them as lane-wise partial sums, an order
+// fixed by N and the vector width (no peeling for alignment: kernels/CMakeLists.txt), not by
+// addresses.
 #include "kernels/cpu/scan.h"
 
 #include <algorithm>
@@ -30,13 +35,13 @@ void ForwardImpl(const ScanInputs<T>& in, int64_t i, int64_t rows, const T* h0, 
     const T dt = in.dt[t * Di + i], x = in.xc[t * Di + i], dtx = dt * x;
     const T* __restrict B = in.B + t * in.bc_stride;
     ADJSH_LANES
-    for (int64_t n = 0; n < N; ++n) h[n] = Exp<T>(dt * A[n]) * h[n] + dtx * B[n];
+    for (int64_t n = 0; n < N; ++n) h[n] = MulAdd(Exp<T>(dt * A[n]), h[n], dtx * B[n]);
     if (y) {
       const T* __restrict C = in.C + t * in.bc_stride;
       T acc = 0;
       ADJSH_LANES
       for (int64_t n = 0; n < N; ++n) acc += h[n] * C[n];
-      y[t * Di + i] = acc + d_skip * x;
+      y[t * Di + i] = MulAdd(d_skip, x, acc);
     }
   }
 }
@@ -52,7 +57,7 @@ void AdjointSummaryImpl(const ScanInputs<T>& in, int64_t i, int64_t len, const T
     const T dt = in.dt[t * Di + i], yb = ybar[t * Di + i];
     const T* __restrict C = in.C + t * in.bc_stride;
     ADJSH_LANES
-    for (int64_t n = 0; n < N; ++n) carry[n] = Exp<T>(dt * A[n]) * (yb * C[n] + carry[n]);
+    for (int64_t n = 0; n < N; ++n) carry[n] = Exp<T>(dt * A[n]) * MulAdd(yb, C[n], carry[n]);
   }
 }
 
@@ -147,11 +152,11 @@ void BackwardImpl(const ScanInputs<T>& in, int64_t i, const ScanBackwardOptions&
     const T* hp = H + t * N;
     T* hn = H + (t + 1) * N;
     ADJSH_LANES
-    for (int64_t n = 0; n < N; ++n) hn[n] = a[t * N + n] * hp[n] + dtx * B[n];
+    for (int64_t n = 0; n < N; ++n) hn[n] = MulAdd(a[t * N + n], hp[n], dtx * B[n]);
     T acc = 0;
     ADJSH_LANES
     for (int64_t n = 0; n < N; ++n) acc += hn[n] * C[n];
-    out.y[t * Di + i] = acc + d_skip * x;
+    out.y[t * Di + i] = MulAdd(d_skip, x, acc);
   }
 
   // 2. The adjoint lambda_t (N) for own rows.
@@ -162,12 +167,12 @@ void BackwardImpl(const ScanInputs<T>& in, int64_t i, const ScanBackwardOptions&
       T* l = lam + t * N;
       if (t == len - 1) {
         ADJSH_LANES
-        for (int64_t n = 0; n < N; ++n) l[n] = yb * C[n] + (mu ? mu[n] : T(0));
+        for (int64_t n = 0; n < N; ++n) l[n] = MulAdd(yb, C[n], mu ? mu[n] : T(0));
       } else {
         const T* an = a + (t + 1) * N;
         const T* ln = l + N;
         ADJSH_LANES
-        for (int64_t n = 0; n < N; ++n) l[n] = yb * C[n] + an[n] * ln[n];
+        for (int64_t n = 0; n < N; ++n) l[n] = MulAdd(an[n], ln[n], yb * C[n]);
       }
     }
     if (out.mu_out) {
@@ -197,10 +202,10 @@ void BackwardImpl(const ScanInputs<T>& in, int64_t i, const ScanBackwardOptions&
     T* __restrict dC = out.dC + t * N;
     ADJSH_LANES
     for (int64_t n = 0; n < N; ++n) {
-      dC[n] += yb * hn[n];
+      dC[n] = MulAdd(yb, hn[n], dC[n]);
       const T ga = l[n] * hp[n] * at[n];  // dL/d(Delta_t A[i, n])
-      dA[n] += ga * dt;
-      dB[n] += l[n] * dtx;
+      dA[n] = MulAdd(ga, dt, dA[n]);
+      dB[n] = MulAdd(l[n], dtx, dB[n]);
     }
     T s_a = 0, s_b = 0;
     ADJSH_LANES
@@ -208,9 +213,9 @@ void BackwardImpl(const ScanInputs<T>& in, int64_t i, const ScanBackwardOptions&
       s_a += l[n] * hp[n] * at[n] * A[n];
       s_b += l[n] * B[n];
     }
-    out.ddt[t * Di + i] = s_a + x * s_b;
-    out.dxc[t * Di + i] = dt * s_b + d_skip * yb;
-    dD += yb * x;
+    out.ddt[t * Di + i] = MulAdd(x, s_b, s_a);
+    out.dxc[t * Di + i] = MulAdd(dt, s_b, d_skip * yb);
+    dD = MulAdd(yb, x, dD);
   }
   out.dD[i] += dD;
 }

@@ -31,25 +31,28 @@ inline float ShflXor(unsigned, float v, int lane_mask, int) {
   return got;
 }
 
+// One host thread per thread of a block, created once per launch; they run the grid's blocks
+// one after another, with a barrier between blocks (so the __shared__ statics are one block's).
 template <typename Fn>
 void Launch(dim3 grid, dim3 block, Fn fn) {
-  for (unsigned by = 0; by < grid.y; ++by)
-    for (unsigned bx = 0; bx < grid.x; ++bx) {
-      std::barrier<> barrier(block.x);
-      block_barrier = &barrier;
-      exchange.assign(block.x, 0.0f);
-      std::vector<std::thread> threads;
-      for (unsigned t = 0; t < block.x; ++t) {
-        threads.emplace_back([&, t] {
-          thread_idx = {t, 0, 0};
+  std::barrier<> barrier(block.x);
+  block_barrier = &barrier;
+  exchange.assign(block.x, 0.0f);
+  std::vector<std::thread> threads;
+  for (unsigned t = 0; t < block.x; ++t) {
+    threads.emplace_back([&, t] {
+      thread_idx = {t, 0, 0};
+      block_dim = block;
+      grid_dim = grid;
+      for (unsigned by = 0; by < grid.y; ++by)
+        for (unsigned bx = 0; bx < grid.x; ++bx) {
           block_idx = {bx, by, 0};
-          block_dim = block;
-          grid_dim = grid;
           fn();
-        });
-      }
-      for (std::thread& th : threads) th.join();
-    }
+          barrier.arrive_and_wait();
+        }
+    });
+  }
+  for (std::thread& th : threads) th.join();
 }
 
 }  // namespace adjsh::emulation
