@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+"""Determinism stress: results through local workers are bitwise those of the in-process engine.
+
+  test_determinism.py --adjsh build/cli/adjsh [--repeats 12] [--keep]
+
+For each shape below, `adjsh grad --workers W` and `adjsh train --workers W` run --repeats times
+each, W cycling through 1, 2, 3, 4, and every gradient file, and every final model and optimizer
+state, is compared byte for byte with the in-process run (`--workers 0`). The shapes stress
+what a task's result could wrongly depend on: many chunks of a tiny width (many tasks, short
+rows: vector loops that are all remainder), an uneven last chunk (with N = 16, the fixed-width
+scan), one-token chunks (every task a halo-only neighbour of the next), and a chunk longer than
+the sequence (one task per layer). Workers run whatever tasks the queue hands them, in an order
+that changes from run to run, so a result that depends on which worker ran a task, on what it
+ran before, or on when a result arrived shows up here as a differing byte.
+"""
+import hashlib
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/
+from harness import final_files, run_adjsh, run_process_test  # noqa: E402
+
+CORPUS = "/usr/share/common-licenses/GPL-3"
+
+# name: (model shape flags, context T, chunk C, train steps)
+SHAPES = {
+    "tiny width, 256 chunks": (["--hidden-size", "8", "--layers", "4", "--state-size", "4"],
+                               8192, 32, 2),
+    "uneven last chunk, N=16": (["--hidden-size", "16", "--layers", "2", "--state-size", "16"],
+                                1000, 96, 2),
+    "one-token chunks": (["--hidden-size", "8", "--layers", "2", "--state-size", "4"], 64, 1, 2),
+    "chunk longer than T": (["--hidden-size", "12", "--layers", "3", "--state-size", "3"],
+                            300, 512, 3),
+}
+
+
+def digest(files):
+    return {name: hashlib.sha256(data).hexdigest()[:16] for name, data in files.items()}
+
+
+def body(adjsh, tmp, cluster, record, repeats):
+    del cluster  # adjsh starts and stops its own local workers
+    for s, (name, (shape_flags, T, C, steps)) in enumerate(SHAPES.items()):
+        d = os.path.join(tmp, f"shape{s}")
+        os.makedirs(d)
+        model, tokens = os.path.join(d, "model"), os.path.join(d, "tokens.u32")
+        r = run_adjsh(adjsh, ["init", "--out", model, "--vocab-size", "256", "--seed", str(s),
+                              *shape_flags])
+        r2 = run_adjsh(adjsh, ["tokenize", "--text", CORPUS, "--out", tokens, "--length", str(T)])
+        if not record(f"{name}: model and tokens", r.returncode == 0 and r2.returncode == 0,
+                      r.stderr + r2.stderr):
+            continue
+        grad = ["grad", "--model", model, "--tokens", tokens, "--chunk", str(C)]
+        train = ["train", "--model", model, "--tokens", tokens, "--context", str(T), "--chunk",
+                 str(C), "--steps", str(steps), "--warmup", "1", "--checkpoint-every", "0"]
+
+        ref_grad = os.path.join(d, "g0.safetensors")
+        r = run_adjsh(adjsh, [*grad, "--out", ref_grad])
+        ref_ckpt = os.path.join(d, "ckpt0")
+        r2 = run_adjsh(adjsh, [*train, "--checkpoint-dir", ref_ckpt], timeout=300)
+        ref_state = final_files(ref_ckpt) if r2.returncode == 0 else None
+        if not record(f"{name}: in-process grad and train", r.returncode == 0 and ref_state,
+                      r.stderr + r2.stderr):
+            continue
+        with open(ref_grad, "rb") as f:
+            want_grad = f.read()
+
+        bad_grad, bad_train, failed = [], [], []
+        for i in range(repeats):
+            workers = str(1 + i % 4)
+            out = os.path.join(d, f"g{i + 1}.safetensors")
+            r = run_adjsh(adjsh, [*grad, "--workers", workers, "--out", out], timeout=300)
+            if r.returncode != 0:
+                failed.append(f"grad --workers {workers}: {r.stderr.strip()[-300:]}")
+            else:
+                with open(out, "rb") as f:
+                    if f.read() != want_grad:
+                        bad_grad.append(f"run {i + 1} ({workers} workers)")
+                os.remove(out)
+            ckpt = os.path.join(d, f"ckpt{i + 1}")
+            r = run_adjsh(adjsh, [*train, "--workers", workers, "--checkpoint-dir", ckpt],
+                          timeout=300)
+            state = final_files(ckpt) if r.returncode == 0 else None
+            if state is None:
+                failed.append(f"train --workers {workers}: {r.stderr.strip()[-300:]}")
+            elif state != ref_state:
+                bad_train.append(f"run {i + 1} ({workers} workers): {digest(state)} vs "
+                                 f"{digest(ref_state)}")
+        record(f"{name}: {repeats} grad and {repeats} train runs through 1-4 workers ran",
+               not failed, "; ".join(failed))
+        record(f"{name}: every gradient bitwise the in-process one", not bad_grad,
+               "; ".join(bad_grad))
+        record(f"{name}: every final model and optimizer state bitwise in-process", not bad_train,
+               "; ".join(bad_train))
+
+
+def main():
+    repeats = 12
+    if "--repeats" in sys.argv:
+        k = sys.argv.index("--repeats")
+        repeats = int(sys.argv[k + 1])
+        del sys.argv[k:k + 2]
+    run_process_test("adjsh_determinism_",
+                     lambda adjsh, tmp, cluster, record: body(adjsh, tmp, cluster, record,
+                                                              repeats))
+
+
+if __name__ == "__main__":
+    main()
