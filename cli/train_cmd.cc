@@ -121,6 +121,10 @@ int TrainCommand(const std::vector<std::string>& args) {
   a.Add("grad-clip", "G", "global gradient-norm clip (0: off)", "1.0");
   a.Add("checkpoint-dir", "DIR", "checkpoints (and resume) directory", "adjsh-train");
   a.Add("checkpoint-every", "S", "steps between checkpoints (0: only at the end)", "20");
+  a.AddBool("resume-newest-complete",
+            "when --checkpoint-dir holds checkpoints but `latest` is missing, empty or names one "
+            "that does not load: resume from the newest step folder that loads (said in the "
+            "output) instead of stopping with the reason");
   AddDeviceFlags(a, "the forward, head and (without --workers) backward tasks");
   if (auto code = ParseOrExit(a, args)) return *code;
   if (a.Has("tokens") && a.Has("text")) {
@@ -145,6 +149,8 @@ int TrainCommand(const std::vector<std::string>& args) {
     *f.field = *v;
   }
   opt.grad.threads = static_cast<int>(threads);
+  if (a.GetBool("resume-newest-complete"))
+    opt.resume_fallback = train::ResumeFallback::kNewestComplete;
   absl::StatusOr<Device> device = DeviceFromFlags(a);
   if (!device.ok()) return BadUsage("train", device.status());
   opt.grad.device = *device;
@@ -268,6 +274,8 @@ int TrainCommand(const std::vector<std::string>& args) {
                trainer.resumed()
                    ? absl::StrFormat(" | resumed at step %d", trainer.state().step).c_str()
                    : "");
+  if (!trainer.resume_note().empty())
+    std::fprintf(stderr, "adjsh train: %s\n", trainer.resume_note().c_str());
   if (cluster_metrics) cluster_metrics->JobStarted("train", trainer.state().step, opt.steps);
   const absl::Status trained = trainer.Run([&](const train::StepReport& r) {
     if (cluster_metrics) cluster_metrics->StepDone("train", r, opt.context);

@@ -7,6 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/ascii.h"
 #include "common/file_io.h"
 #include "common/safetensors.h"
 #include "nlohmann/json.hpp"
@@ -64,7 +65,8 @@ int64_t StepOf(const std::string& name) {
 }  // namespace
 
 absl::Status SaveCheckpoint(const std::string& root, const ModelParams<float>& params,
-                            const AdamWState& optimizer, const TrainerState& state, int keep) {
+                            const AdamWState& optimizer, const TrainerState& state,
+                            std::vector<int64_t>& written, int keep) {
   std::error_code ec;
   fs::create_directories(root, ec);
   if (absl::Status s = FromErrorCode(ec, "cannot create checkpoint directory " + root); !s.ok())
@@ -83,32 +85,31 @@ absl::Status SaveCheckpoint(const std::string& root, const ModelParams<float>& p
                                                 " in ", root, " (the previous one is kept): ",
                                                 s.message()));
   }
-
-  // Keep the newest `keep` step folders up to this one; later ones are left over from a run
-  // that went further before it was resumed from an earlier checkpoint: stale, removed.
-  std::vector<int64_t> older, stale;
-  for (const auto& e : fs::directory_iterator(root, ec)) {
-    const int64_t step = e.is_directory() ? StepOf(e.path().filename().string()) : -1;
-    if (step > state.step) stale.push_back(step);
-    if (step >= 0 && step < state.step) older.push_back(step);
+  // Keep the newest `keep` of the folders this run wrote; any other folder is not ours to
+  // delete (an earlier run's, or the one this run resumed from).
+  std::erase(written, state.step);
+  written.push_back(state.step);
+  const size_t keep_n = static_cast<size_t>(std::max(1, keep));
+  while (written.size() > keep_n) {
+    fs::remove_all(fs::path(root) / StepName(written.front()), ec);
+    written.erase(written.begin());
   }
-  std::sort(older.begin(), older.end());
-  if (older.size() >= static_cast<size_t>(std::max(1, keep))) {
-    stale.insert(stale.end(), older.begin(), older.end() - (std::max(1, keep) - 1));
-  }
-  for (int64_t step : stale) fs::remove_all(fs::path(root) / StepName(step), ec);
   return absl::OkStatus();
 }
 
-absl::StatusOr<Checkpoint> LoadLatestCheckpoint(const std::string& root) {
-  absl::StatusOr<std::string> latest = ReadFileToString((fs::path(root) / "latest").string());
-  if (!latest.ok()) {
-    if (absl::IsNotFound(latest.status()))
-      return absl::NotFoundError(absl::StrCat("no checkpoint in ", root));
-    return latest.status();
-  }
+namespace {
+
+// One step folder: the model, the optimizer state and the trainer state, each checked.
+absl::StatusOr<Checkpoint> LoadStepDir(const std::string& path) {
   Checkpoint ck;
-  ck.path = (fs::path(root) / *latest).string();
+  ck.path = path;
+  std::error_code ec;
+  if (!fs::is_directory(path, ec)) return absl::NotFoundError(path + " is not there");
+  for (const char* file : {"config.json", "model.safetensors", "optimizer.safetensors",
+                           "trainer_state.json"}) {
+    if (!fs::is_regular_file(fs::path(path) / file, ec))
+      return absl::NotFoundError(absl::StrCat(path, " has no ", file));
+  }
   absl::StatusOr<ModelParams<float>> params = LoadModelDir<float>(ck.path);
   if (!params.ok()) return params.status();
   ck.params = std::move(*params);
@@ -145,6 +146,58 @@ absl::StatusOr<Checkpoint> LoadLatestCheckpoint(const std::string& root) {
   ck.state.last_loss = js["last_loss"].get<double>();
   ck.optimizer.step = js["adamw_step"].get<int64_t>();
   return ck;
+}
+
+}  // namespace
+
+absl::StatusOr<Checkpoint> LoadLatestCheckpoint(const std::string& root, ResumeFallback fallback,
+                                                std::string* note) {
+  std::error_code ec;
+  std::vector<int64_t> steps;  // the step folders there, newest first
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    const int64_t step = e.is_directory(ec) ? StepOf(e.path().filename().string()) : -1;
+    if (step >= 0) steps.push_back(step);
+  }
+  std::sort(steps.rbegin(), steps.rend());
+  const fs::path latest_path = fs::path(root) / "latest";
+  const bool has_latest = fs::exists(fs::symlink_status(latest_path, ec));
+  if (!has_latest && steps.empty()) {
+    return absl::NotFoundError(absl::StrCat("no checkpoint in ", root));
+  }
+  // Why `latest` gives no checkpoint, or the one it gives.
+  std::string why;
+  if (!has_latest) {
+    why = absl::StrCat(root, " holds step folders but no `latest`");
+  } else {
+    absl::StatusOr<std::string> text = ReadFileToString(latest_path.string());
+    const std::string name = text.ok() ? std::string(absl::StripAsciiWhitespace(*text)) : "";
+    if (!text.ok()) {
+      why = absl::StrCat("cannot read ", latest_path.string(), ": ", text.status().message());
+    } else if (name.empty()) {
+      why = absl::StrCat(latest_path.string(), " is empty");
+    } else if (StepOf(name) < 0) {
+      why = absl::StrCat(latest_path.string(), " names \"", name,
+                         "\", not a step folder (step-NNNNNNNN)");
+    } else {
+      absl::StatusOr<Checkpoint> ck = LoadStepDir((fs::path(root) / name).string());
+      if (ck.ok()) return ck;
+      why = absl::StrCat(latest_path.string(), " names ", name, ", which does not load: ",
+                         ck.status().message());
+    }
+  }
+  if (fallback == ResumeFallback::kRefuse) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        why, ". Nothing was started or deleted; repair `latest`, or resume from the newest "
+             "complete step folder with the fallback option"));
+  }
+  for (int64_t step : steps) {
+    absl::StatusOr<Checkpoint> ck = LoadStepDir((fs::path(root) / StepName(step)).string());
+    if (!ck.ok()) continue;
+    if (note) *note = absl::StrCat(why, "; resuming from ", StepName(step), " instead");
+    return ck;
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat(why, ", and no step folder in ", root, " loads. Nothing was started or deleted"));
 }
 
 }  // namespace adjsh::train

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -33,12 +34,27 @@ struct Checkpoint {
   TrainerState state;
 };
 
-// Writes a checkpoint for state.step; keeps the newest `keep` step folders (>= 1).
+// Writes a checkpoint for state.step and points `latest` at it. Then removes step folders of
+// `written` (the steps this run saved before, oldest first; the new one is appended) beyond the
+// newest `keep` (>= 1): a run never deletes a folder it did not write itself.
 absl::Status SaveCheckpoint(const std::string& root, const ModelParams<float>& params,
-                            const AdamWState& optimizer, const TrainerState& state, int keep = 2);
+                            const AdamWState& optimizer, const TrainerState& state,
+                            std::vector<int64_t>& written, int keep = 2);
 
-// The checkpoint `root/latest` points to. NOT_FOUND when root has none.
-absl::StatusOr<Checkpoint> LoadLatestCheckpoint(const std::string& root);
+// What to do when root holds checkpoints but `latest` is missing, empty, names a folder that is
+// not there, or names one that does not load.
+enum class ResumeFallback {
+  kRefuse,         // an error naming what is wrong (nothing is started, nothing deleted)
+  kNewestComplete  // the newest step folder that loads, with `note` saying so
+};
+
+// The checkpoint `latest` points to (surrounding whitespace in it is ignored). NOT_FOUND only
+// when root holds no checkpoint at all (no `latest` and no step folder): a fresh start.
+// FAILED_PRECONDITION (with kRefuse) when it holds one but no loadable latest one. *note, if
+// non-null, says which folder a fallback took and why.
+absl::StatusOr<Checkpoint> LoadLatestCheckpoint(const std::string& root,
+                                                ResumeFallback fallback = ResumeFallback::kRefuse,
+                                                std::string* note = nullptr);
 
 }  // namespace adjsh::train
 

@@ -41,7 +41,8 @@ absl::Status Trainer::Init() {
         corpus_.size()));
   }
   if (opt_.checkpoint_dir.empty()) return absl::OkStatus();
-  absl::StatusOr<Checkpoint> ck = LoadLatestCheckpoint(opt_.checkpoint_dir);
+  absl::StatusOr<Checkpoint> ck =
+      LoadLatestCheckpoint(opt_.checkpoint_dir, opt_.resume_fallback, &resume_note_);
   if (absl::IsNotFound(ck.status())) return absl::OkStatus();
   if (!ck.ok()) return ck.status();
   if (ConfigToJson(ck->params.config) != ConfigToJson(params_.config)) {
@@ -85,8 +86,8 @@ absl::Status Trainer::Run(const std::function<void(const StepReport&)>& on_step)
     const bool last = state_.step == opt_.steps;
     if (!opt_.checkpoint_dir.empty() &&
         (last || (opt_.checkpoint_every > 0 && state_.step % opt_.checkpoint_every == 0))) {
-      if (absl::Status s = SaveCheckpoint(opt_.checkpoint_dir, params_, adamw_, state_); !s.ok())
-        return s;
+      absl::Status s = SaveCheckpoint(opt_.checkpoint_dir, params_, adamw_, state_, written_);
+      if (!s.ok()) return s;
     }
     const auto now = std::chrono::steady_clock::now();
     StepReport r;

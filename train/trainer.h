@@ -28,6 +28,9 @@ struct TrainOptions {
   AdamWOptions adamw;
   std::string checkpoint_dir;    // empty: no checkpoints
   int64_t checkpoint_every = 0;  // 0: only at the end (when checkpoint_dir is set)
+  // A checkpoint directory with checkpoints but no loadable latest one: an error, or (by the
+  // user's explicit choice) a resume from the newest complete step folder (resume_note says so).
+  ResumeFallback resume_fallback = ResumeFallback::kRefuse;
   // Empty: every next-token target counts. Else one entry per corpus token, sliced with the
   // corpus into each step's GradOptions::loss_mask (which targets count in the loss).
   std::vector<uint8_t> loss_mask;
@@ -58,6 +61,8 @@ class Trainer {
   const ModelParams<float>& params() const { return params_; }
   const TrainerState& state() const { return state_; }
   bool resumed() const { return resumed_; }
+  // How the resume fell back to an older step folder than `latest` names; empty otherwise.
+  const std::string& resume_note() const { return resume_note_; }
 
  private:
   ModelParams<float> params_;
@@ -66,6 +71,8 @@ class Trainer {
   AdamWState adamw_;
   TrainerState state_;
   GradientSource source_;
+  std::string resume_note_;
+  std::vector<int64_t> written_;  // the step folders this run saved, oldest first
   bool resumed_ = false;
 };
 

@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <random>
 
 #include "common/tokens.h"
@@ -174,7 +176,8 @@ TEST(CheckpointTest, LatestIsCompleteAndLeftoversAreIgnored) {
   st.step = 7;
   st.m.norm_f[0] = 0.25f;
   TrainerState ts{7, 1234, 2.5};
-  ASSERT_TRUE(SaveCheckpoint(dir, p, st, ts).ok());
+  std::vector<int64_t> written;
+  ASSERT_TRUE(SaveCheckpoint(dir, p, st, ts, written).ok());
   // A crash while writing the next one leaves a .tmp folder; it is never read.
   std::filesystem::create_directories(dir + "/step-00000008.tmp");
   absl::StatusOr<Checkpoint> ck = LoadLatestCheckpoint(dir);
@@ -187,7 +190,7 @@ TEST(CheckpointTest, LatestIsCompleteAndLeftoversAreIgnored) {
   // Older checkpoints beyond the newest two are removed.
   for (int64_t s : {8, 9, 10}) {
     ts.step = s;
-    ASSERT_TRUE(SaveCheckpoint(dir, p, st, ts).ok());
+    ASSERT_TRUE(SaveCheckpoint(dir, p, st, ts, written).ok());
   }
   EXPECT_FALSE(std::filesystem::exists(dir + "/step-00000008"));
   EXPECT_TRUE(std::filesystem::exists(dir + "/step-00000009"));
@@ -201,14 +204,15 @@ TEST(CheckpointTest, FailedSaveKeepsThePreviousOneAndLeavesNothingBehind) {
   const ModelParams<float> p = InitParams<float>(c, 1);
   const AdamWState st = NewAdamWState(c);
   TrainerState ts{4, 100, 1.5};
-  ASSERT_TRUE(SaveCheckpoint(dir, p, st, ts).ok());
+  std::vector<int64_t> written;
+  ASSERT_TRUE(SaveCheckpoint(dir, p, st, ts, written).ok());
   // `latest` cannot be replaced (a folder in its way): the save of step 6 fails after its step
   // folder was complete. That folder, which `latest` does not name, is removed with the
   // temporary one, and the error names the step and says the previous checkpoint is kept.
   std::filesystem::rename(dir + "/latest", dir + "/latest.kept");
   std::filesystem::create_directories(dir + "/latest/blocker");
   ts.step = 6;
-  const absl::Status s = SaveCheckpoint(dir, p, st, ts);
+  const absl::Status s = SaveCheckpoint(dir, p, st, ts, written);
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find("cannot save the checkpoint of step 6"), std::string::npos) << s;
   EXPECT_NE(s.message().find("the previous one is kept"), std::string::npos) << s;
@@ -220,21 +224,84 @@ TEST(CheckpointTest, FailedSaveKeepsThePreviousOneAndLeavesNothingBehind) {
   EXPECT_EQ(LoadLatestCheckpoint(dir)->state.step, 4);
 }
 
-TEST(CheckpointTest, FoldersPastTheSavedStepAreStaleAndRemoved) {
-  // A run resumed from step 4 after a later checkpoint (step 9) was abandoned: saving step 5
-  // keeps step 4 and 5 (keep = 2) and removes step 9, which no `latest` can name any more.
-  const std::string dir = TempDir("ckpt_stale");
+TEST(CheckpointTest, OnlyFoldersTheRunWroteArePruned) {
+  // A run resumed from step 4 (written by an earlier run, as were steps 2 and 9): saving steps 5,
+  // 6 and 7 with keep = 2 removes its own step 5 only; the earlier run's folders stay.
+  const std::string dir = TempDir("ckpt_own");
   const MambaConfig c = TinyConfig();
   const ModelParams<float> p = InitParams<float>(c, 1);
   const AdamWState st = NewAdamWState(c);
-  for (int64_t step : {2, 4}) ASSERT_TRUE(SaveCheckpoint(dir, p, st, {step, 0, 1.0}).ok());
-  std::filesystem::create_directories(dir + "/step-00000009");
-  ASSERT_TRUE(SaveCheckpoint(dir, p, st, {5, 0, 1.0}).ok());
-  EXPECT_FALSE(std::filesystem::exists(dir + "/step-00000002"));
-  EXPECT_TRUE(std::filesystem::exists(dir + "/step-00000004"));
-  EXPECT_TRUE(std::filesystem::exists(dir + "/step-00000005"));
-  EXPECT_FALSE(std::filesystem::exists(dir + "/step-00000009"));
-  EXPECT_EQ(LoadLatestCheckpoint(dir)->state.step, 5);
+  std::vector<int64_t> earlier;
+  for (int64_t step : {2, 4, 9}) ASSERT_TRUE(SaveCheckpoint(dir, p, st, {step, 0, 1.0}, earlier, 5).ok());
+  std::vector<int64_t> written;
+  for (int64_t step : {5, 6, 7}) ASSERT_TRUE(SaveCheckpoint(dir, p, st, {step, 0, 1.0}, written).ok());
+  for (const char* kept : {"step-00000002", "step-00000004", "step-00000009", "step-00000006",
+                           "step-00000007"})
+    EXPECT_TRUE(std::filesystem::exists(dir + "/" + kept)) << kept;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/step-00000005"));
+  EXPECT_EQ(LoadLatestCheckpoint(dir)->state.step, 7);
+}
+
+// Every way `latest` can fail to give a checkpoint while the directory holds good ones: an
+// error naming the problem (nothing deleted), or, by choice, the newest complete step folder.
+TEST(CheckpointTest, BrokenLatestIsAnErrorOrAnExplicitFallback) {
+  const MambaConfig c = TinyConfig();
+  const ModelParams<float> p = InitParams<float>(c, 1);
+  const AdamWState st = NewAdamWState(c);
+  namespace fs = std::filesystem;
+  struct Case {
+    const char* name;
+    std::function<void(const std::string&)> damage;
+    const char* message;
+  };
+  auto write = [](const std::string& path, const std::string& text) {
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    std::fputs(text.c_str(), f);
+    std::fclose(f);
+  };
+  const std::vector<Case> cases = {
+      {"missing folder", [&](const std::string& d) { write(d + "/latest", "step-00000099"); },
+       "names step-00000099, which does not load"},
+      {"empty", [&](const std::string& d) { write(d + "/latest", ""); }, "is empty"},
+      {"not a step", [&](const std::string& d) { write(d + "/latest", "../elsewhere"); },
+       "not a step folder"},
+      {"no latest", [&](const std::string& d) { fs::remove(d + "/latest"); },
+       "holds step folders but no `latest`"},
+      {"no model", [&](const std::string& d) { fs::remove(d + "/step-00000006/model.safetensors"); },
+       "has no model.safetensors"},
+      {"no optimizer",
+       [&](const std::string& d) { fs::remove(d + "/step-00000006/optimizer.safetensors"); },
+       "has no optimizer.safetensors"},
+      {"no trainer state",
+       [&](const std::string& d) { fs::remove(d + "/step-00000006/trainer_state.json"); },
+       "has no trainer_state.json"},
+  };
+  for (const Case& k : cases) {
+    const std::string dir = TempDir(std::string("ckpt_broken_") + k.name);
+    std::vector<int64_t> written;
+    for (int64_t step : {4, 6}) ASSERT_TRUE(SaveCheckpoint(dir, p, st, {step, 0, 1.0}, written).ok());
+    k.damage(dir);
+    const absl::StatusOr<Checkpoint> refused = LoadLatestCheckpoint(dir);
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition) << k.name;
+    EXPECT_NE(refused.status().message().find(k.message), std::string::npos)
+        << k.name << ": " << refused.status();
+    EXPECT_TRUE(fs::exists(dir + "/step-00000004/model.safetensors")) << k.name;
+    std::string note;
+    const absl::StatusOr<Checkpoint> fell_back =
+        LoadLatestCheckpoint(dir, ResumeFallback::kNewestComplete, &note);
+    ASSERT_TRUE(fell_back.ok()) << k.name << ": " << fell_back.status();
+    const bool six_loads = fs::exists(dir + "/step-00000006/model.safetensors") &&
+                           fs::exists(dir + "/step-00000006/optimizer.safetensors") &&
+                           fs::exists(dir + "/step-00000006/trainer_state.json");
+    EXPECT_EQ(fell_back->state.step, six_loads ? 6 : 4) << k.name;
+    EXPECT_NE(note.find("resuming from step-0000000"), std::string::npos) << note;
+  }
+  // A trailing newline in `latest` (an edit by hand) is not damage.
+  const std::string dir = TempDir("ckpt_newline");
+  std::vector<int64_t> written;
+  ASSERT_TRUE(SaveCheckpoint(dir, p, st, {3, 0, 1.0}, written).ok());
+  write(dir + "/latest", "step-00000003\n");
+  EXPECT_EQ(LoadLatestCheckpoint(dir)->state.step, 3);
 }
 
 }  // namespace

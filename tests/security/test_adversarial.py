@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""Adversarial and unlucky-user cases against real `adjsh` processes on 127.0.0.1.
+
+  test_adversarial.py --adjsh build/cli/adjsh [--keep]
+
+Each case was a defect (it lost data, crashed or hung the coordinator); each check below failed
+on the build before its fix.
+  * Resume never loses checkpoints: a checkpoint directory whose `latest` names a missing
+    folder, is empty, or names a folder without its model, optimizer or trainer state, or that
+    has step folders but no `latest`: `adjsh train` stops with exit 1 naming the problem, writes
+    nothing and deletes nothing; with --resume-newest-complete it resumes from the newest
+    complete step folder and says so. The same directory given to a job: the job FAILS with
+    the reason, and every step folder is still there.
+Bounded in time (every call has a timeout) and memory (tiny models).
+"""
+import os
+import shutil
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/
+from harness import run_process_test  # noqa: E402
+
+TRAIN = ["--hidden-size", "8", "--layers", "2", "--state-size", "4", "--context", "256",
+         "--chunk", "64", "--warmup", "1"]
+
+
+def tree(d):
+    """Every path under d with its size: what a run must leave alone."""
+    out = {}
+    for root, dirs, files in os.walk(d):
+        for f in files:
+            p = os.path.join(root, f)
+            out[os.path.relpath(p, d)] = os.path.getsize(p)
+        for x in dirs:
+            out[os.path.relpath(os.path.join(root, x), d) + "/"] = 0
+    return out
+
+
+def resume_cases(adjsh, tmp, cluster, record):
+    run = cluster.run
+    good = os.path.join(tmp, "good")
+    r = run("train", *TRAIN, "--steps", "4", "--checkpoint-every", "2", "--checkpoint-dir", good,
+            timeout=120)
+    if not record("a run with checkpoints at steps 2 and 4", r.returncode == 0 and
+                  os.path.isdir(os.path.join(good, "step-00000004")), r.stderr):
+        return
+
+    def damage_latest(text):
+        return lambda d: open(os.path.join(d, "latest"), "w").write(text)
+
+    def remove(rel):
+        return lambda d: os.remove(os.path.join(d, rel))
+
+    cases = [
+        ("latest names a missing folder", damage_latest("step-00000077"), "does not load", 4),
+        ("latest is empty", damage_latest(""), "is empty", 4),
+        ("latest names a folder outside", damage_latest("../../etc"), "not a step folder", 4),
+        ("no latest", remove("latest"), "no `latest`", 4),
+        ("step folder without model", remove("step-00000004/model.safetensors"),
+         "has no model.safetensors", 2),
+        ("step folder without optimizer", remove("step-00000004/optimizer.safetensors"),
+         "has no optimizer.safetensors", 2),
+        ("step folder without trainer state", remove("step-00000004/trainer_state.json"),
+         "has no trainer_state.json", 2),
+    ]
+    for name, damage, message, fallback_step in cases:
+        d = os.path.join(tmp, "ck-" + name.replace(" ", "-"))
+        shutil.copytree(good, d)
+        damage(d)
+        before = tree(d)
+        r = run("train", *TRAIN, "--steps", "6", "--checkpoint-dir", d, timeout=120)
+        record(f"resume, {name}: exit 1 naming the problem, nothing written or deleted",
+               r.returncode == 1 and message in r.stderr and "step 1/" not in r.stderr and
+               tree(d) == before, f"exit {r.returncode}: {r.stderr[-600:]}")
+        r = run("train", *TRAIN, "--steps", "6", "--checkpoint-dir", d, "--resume-newest-complete",
+                timeout=120)
+        said = f"resuming from step-{fallback_step:08d} instead" in r.stderr
+        record(f"resume, {name}: --resume-newest-complete resumes at step {fallback_step}, "
+               "says so, keeps the older folders",
+               r.returncode == 0 and said and f"resumed at step {fallback_step}" in r.stderr and
+               os.path.isdir(os.path.join(d, "step-00000002")) and
+               os.path.isdir(os.path.join(d, "step-00000006")),
+               f"exit {r.returncode}: {r.stderr[-600:]}")
+
+    # The same through the job API: the job FAILS with the reason, nothing is deleted.
+    state = os.path.join(tmp, "state")
+    _, address = cluster.coordinator(state)
+    if not record("coordinator started", address is not None):
+        return
+    cluster.worker(address, "w0")
+    d = os.path.join(tmp, "ck-job")
+    shutil.copytree(good, d)
+    open(os.path.join(d, "latest"), "w").write("step-00000077")
+    before = tree(d)
+    spec = {"init": {"hidden_size": 8, "layers": 2, "state_size": 4, "vocab_size": 256},
+            "context_length": 256, "chunk": 64, "steps": 6, "checkpoint_dir": d}
+    job, r = cluster.submit(address, spec)
+    if record("job with a broken latest submitted", job is not None, r.stderr):
+        w = cluster.watch(address, job, timeout=120)
+        st = cluster.status(address, job) or {}
+        record("job with a broken latest FAILED naming the problem, nothing deleted",
+               w.returncode == 1 and st.get("state") == "FAILED" and
+               "does not load" in (w.stdout + w.stderr + str(st)) and tree(d) == before,
+               f"{st} {w.stderr[-400:]}")
+
+
+def body(adjsh, tmp, cluster, record):
+    resume_cases(adjsh, tmp, cluster, record)
+
+
+if __name__ == "__main__":
+    run_process_test("adjsh_adversarial_", body)
