@@ -27,6 +27,9 @@ int InitCommand(const std::vector<std::string>& args) {
     return BadUsage("init", absl::InvalidArgumentError("--dtype must be f32, f64 or bf16, got '" +
                                                        dtype + "'"));
   }
+  // The parameters, and the file's bytes while they are written.
+  if (absl::Status s = CheckModelFitsInMemory(*config, dtype == "f64" ? 4 : 2); !s.ok())
+    return Fail("init", s);
   const absl::Status status =
       dtype == "f64"
           ? SaveModelDir(a.Get("out"), InitParams<double>(*config, *seed), DType::kF64)

@@ -1,5 +1,7 @@
 // adjsh: adjoint-sharded training of Mamba language models on very long contexts.
 #include <cstdio>
+#include <new>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -57,7 +59,17 @@ int main(int argc, char** argv) {
   }
   const std::vector<std::string> args(argv + 2, argv + argc);
   for (const Command& c : kCommands) {
-    if (command == c.name) return c.run(args);
+    if (command != c.name) continue;
+    // Memory the checks before an allocation could not foresee (a model or data set bigger
+    // than the machine) ends the command with a message, not an abort.
+    try {
+      return c.run(args);
+    } catch (const std::bad_alloc&) {
+      std::fprintf(stderr, "adjsh %s: out of memory\n", c.name);
+    } catch (const std::length_error& e) {
+      std::fprintf(stderr, "adjsh %s: out of memory (%s)\n", c.name, e.what());
+    }
+    return 1;
   }
   std::fprintf(stderr, "adjsh: unknown command '%s'\n\n%s", command.c_str(), kUsage);
   return 2;

@@ -147,6 +147,11 @@ void AddLimitFlags(ArgParser& a) {
         std::to_string(defaults.max_hidden));
   a.Add("max-tensor-bytes", "BYTES", "largest parameter tensor of a job's model, in f32 bytes",
         std::to_string(defaults.max_tensor_bytes));
+  a.Add("max-model-bytes", "BYTES", "largest model of a job: all its parameters, in f32 bytes",
+        std::to_string(defaults.max_model_bytes));
+  a.Add("max-data-bytes", "BYTES",
+        "largest training data of a job: its token file, or its text files together",
+        std::to_string(defaults.max_data_bytes));
   a.Add("max-message-bytes", "BYTES",
         "largest gRPC message received or sent (at least 2 MiB: tensors travel in 1 MiB pieces)",
         std::to_string(kDefaultMaxMessageBytes));
@@ -162,9 +167,13 @@ absl::StatusOr<CoordinatorLimits> LimitsFromFlags(const ArgParser& a) {
     if (!v.ok()) return v.status();
     *field = *v;
   }
-  absl::StatusOr<int64_t> tensor_bytes = a.GetInt("max-tensor-bytes", 1, int64_t{1} << 50);
-  if (!tensor_bytes.ok()) return tensor_bytes.status();
-  l.job.max_tensor_bytes = static_cast<uint64_t>(*tensor_bytes);
+  for (auto [flag, field] : {std::pair{"max-tensor-bytes", &l.job.max_tensor_bytes},
+                             std::pair{"max-model-bytes", &l.job.max_model_bytes},
+                             std::pair{"max-data-bytes", &l.job.max_data_bytes}}) {
+    absl::StatusOr<int64_t> v = a.GetInt(flag, 1, int64_t{1} << 50);
+    if (!v.ok()) return v.status();
+    *field = static_cast<uint64_t>(*v);
+  }
   absl::StatusOr<int64_t> message_bytes =
       a.GetInt("max-message-bytes", int64_t{2} << 20, int64_t{1} << 30);
   if (!message_bytes.ok()) return message_bytes.status();

@@ -215,6 +215,8 @@ int TrainCommand(const std::vector<std::string>& args) {
     if (!config.ok()) return BadUsage("train", config.status());
     absl::StatusOr<int64_t> seed = a.GetInt("seed", 0, INT64_MAX);
     if (!seed.ok()) return BadUsage("train", seed.status());
+    // Parameters, gradient and the two AdamW moments.
+    if (absl::Status s = CheckModelFitsInMemory(*config, 4); !s.ok()) return Fail("train", s);
     params = InitParams<float>(*config, *seed);
   }
   absl::StatusOr<std::vector<uint32_t>> corpus = LoadCorpus(a);

@@ -40,14 +40,27 @@ absl::Status ErrnoStatus(int error, absl::string_view what, const std::string& p
 
 }  // namespace
 
-absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+absl::StatusOr<std::string> ReadFileToString(const std::string& path, const ReadOptions& options) {
+  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer.
+  const int flags = O_RDONLY | O_CLOEXEC | (options.regular_only ? O_NONBLOCK : 0);
+  Fd fd(::open(path.c_str(), flags));
   if (fd.get() < 0) return ErrnoStatus(errno, "cannot open", path);
   struct stat st;
   if (::fstat(fd.get(), &st) != 0) return ErrnoStatus(errno, "cannot stat", path);
   if (S_ISDIR(st.st_mode)) {
     return absl::FailedPreconditionError(absl::StrCat(path, " is a directory, not a file"));
   }
+  if (options.regular_only && !S_ISREG(st.st_mode)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, " is not a regular file (a FIFO, device or socket)"));
+  }
+  auto too_large = [&](uint64_t size) {
+    return absl::ResourceExhaustedError(absl::StrCat(path, " has ", size,
+                                                     " bytes or more, over the limit of ",
+                                                     options.max_bytes));
+  };
+  if (S_ISREG(st.st_mode) && static_cast<uint64_t>(st.st_size) > options.max_bytes)
+    return too_large(static_cast<uint64_t>(st.st_size));
   std::string bytes;
   if (S_ISREG(st.st_mode)) bytes.reserve(static_cast<size_t>(st.st_size));
   char buffer[1 << 16];
@@ -58,6 +71,8 @@ absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
       return ErrnoStatus(errno, "cannot read", path);
     }
     if (n == 0) break;
+    if (bytes.size() + static_cast<size_t>(n) > options.max_bytes)  // it grew, or a pipe
+      return too_large(bytes.size() + static_cast<size_t>(n));
     bytes.append(buffer, static_cast<size_t>(n));
   }
   return bytes;

@@ -2,6 +2,7 @@
 #ifndef ADJSH_COMMON_FILE_IO_H_
 #define ADJSH_COMMON_FILE_IO_H_
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -10,9 +11,19 @@
 
 namespace adjsh {
 
+// What a reader accepts. The defaults take whatever can be read (a pipe given on a command
+// line too); a server reading paths it was sent uses regular_only and a max_bytes, so that a
+// FIFO or device can neither block it (the open does not wait for a writer) nor feed it
+// without end.
+struct ReadOptions {
+  bool regular_only = false;             // FAILED_PRECONDITION for anything but a regular file
+  uint64_t max_bytes = ~uint64_t{0};     // RESOURCE_EXHAUSTED past it
+};
+
 // The file's bytes. NOT_FOUND if it does not exist; other errno-derived codes otherwise
 // (a directory gives FAILED_PRECONDITION). Messages name the path.
-absl::StatusOr<std::string> ReadFileToString(const std::string& path);
+absl::StatusOr<std::string> ReadFileToString(const std::string& path,
+                                             const ReadOptions& options = {});
 
 // Writes `bytes` to a temporary file in the same directory, fsyncs it, then renames it over
 // `path`, so readers see either the old file or the complete new one, never a partial file.

@@ -2,6 +2,9 @@
 // Shapes: D hidden, Di = E*D inner, N state, R dt rank, W conv, K layers, V vocab.
 #include "common/model.h"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <set>
@@ -10,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/check.h"
 #include "common/file_io.h"
 #include "common/strings.h"
@@ -129,6 +133,45 @@ LayerParams<T> ZeroLayer(const MambaConfig& config) {
     (layer.*slot.member).assign(static_cast<size_t>(ShapeNumel(slot.shape(config))), T{0});
   }
   return layer;
+}
+
+namespace {
+uint64_t SatMul(uint64_t a, uint64_t b) {
+  uint64_t r = 0;
+  return __builtin_mul_overflow(a, b, &r) ? ~uint64_t{0} : r;
+}
+uint64_t SatAdd(uint64_t a, uint64_t b) {
+  uint64_t r = 0;
+  return __builtin_add_overflow(a, b, &r) ? ~uint64_t{0} : r;
+}
+uint64_t SatNumel(const Shape& shape) {
+  uint64_t n = 1;
+  for (int64_t d : shape) n = SatMul(n, static_cast<uint64_t>(std::max<int64_t>(d, 0)));
+  return n;
+}
+}  // namespace
+
+uint64_t ParamBytesF32(const MambaConfig& c) {
+  uint64_t layer = 0;
+  for (const LayerParamSlot<float>& slot : LayerParamSlots<float>())
+    layer = SatAdd(layer, SatNumel(slot.shape(c)));
+  const uint64_t n = SatAdd(SatAdd(SatNumel(EmbedShape(c)), SatNumel(NormFShape(c))),
+                            SatMul(layer, static_cast<uint64_t>(std::max<int64_t>(
+                                              c.num_hidden_layers, 0))));
+  return SatMul(n, sizeof(float));
+}
+
+absl::Status CheckModelFitsInMemory(const MambaConfig& c, int copies) {
+  const uint64_t need = SatMul(ParamBytesF32(c), static_cast<uint64_t>(copies));
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) return absl::OkStatus();  // unknown: let the allocation tell
+  const uint64_t have = SatMul(static_cast<uint64_t>(pages), static_cast<uint64_t>(page));
+  if (need <= have) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrFormat(
+      "the model (D=%d, K=%d, V=%d) needs %.1f GiB (%d f32 copies of %.1f GiB of parameters), "
+      "more than this machine's %.1f GiB of memory",
+      c.hidden_size, c.num_hidden_layers, c.vocab_size, need / 1073741824.0, copies,
+      ParamBytesF32(c) / 1073741824.0, have / 1073741824.0));
 }
 
 template <typename T>

@@ -67,6 +67,14 @@ struct ParamRef {
 template <typename T>
 std::vector<ParamRef<T>> ListParams(ModelParams<T>& params);
 
+// Bytes of every parameter of the model in f32 (saturating at UINT64_MAX: never overflows,
+// whatever the config's sizes): what a copy of the model, a gradient or one AdamW moment holds.
+uint64_t ParamBytesF32(const MambaConfig& config);
+
+// OK when `copies` f32 copies of the model fit in this machine's physical memory; else
+// RESOURCE_EXHAUSTED naming the bytes (refused before any allocation is tried).
+absl::Status CheckModelFitsInMemory(const MambaConfig& config, int copies);
+
 // All parameters sized for `config`, filled with zeros (a gradient accumulator).
 template <typename T>
 ModelParams<T> ZeroParams(const MambaConfig& config);

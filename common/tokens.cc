@@ -23,10 +23,11 @@ absl::StatusOr<size_t> IdWidth(const std::string& path) {
 
 }  // namespace
 
-absl::StatusOr<std::vector<uint32_t>> ReadTokenFile(const std::string& path) {
+absl::StatusOr<std::vector<uint32_t>> ReadTokenFile(const std::string& path,
+                                                    const ReadOptions& options) {
   absl::StatusOr<size_t> width = IdWidth(path);
   if (!width.ok()) return width.status();
-  absl::StatusOr<std::string> bytes = ReadFileToString(path);
+  absl::StatusOr<std::string> bytes = ReadFileToString(path, options);
   if (!bytes.ok()) return bytes.status();
   if (bytes->size() % *width != 0) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": size ", bytes->size(),
@@ -77,10 +78,13 @@ absl::Status CheckTokensInVocab(std::span<const uint32_t> tokens, int64_t vocab_
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<uint32_t>> ReadTextAsBytes(std::span<const std::string> paths) {
+absl::StatusOr<std::vector<uint32_t>> ReadTextAsBytes(std::span<const std::string> paths,
+                                                      const ReadOptions& options) {
   std::vector<uint32_t> tokens;
   for (const std::string& path : paths) {
-    absl::StatusOr<std::string> text = ReadFileToString(path);
+    ReadOptions rest = options;  // max_bytes bounds all the files together
+    rest.max_bytes = options.max_bytes - std::min<uint64_t>(options.max_bytes, tokens.size());
+    absl::StatusOr<std::string> text = ReadFileToString(path, rest);
     if (!text.ok()) return text.status();
     tokens.reserve(tokens.size() + text->size());
     for (char c : *text) tokens.push_back(static_cast<unsigned char>(c));

@@ -10,12 +10,14 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/file_io.h"
 
 namespace adjsh {
 
 // INVALID_ARGUMENT for an unknown extension or a size that is not a whole number of ids;
 // NOT_FOUND for a missing file.
-absl::StatusOr<std::vector<uint32_t>> ReadTokenFile(const std::string& path);
+absl::StatusOr<std::vector<uint32_t>> ReadTokenFile(const std::string& path,
+                                                    const ReadOptions& options = {});
 absl::Status WriteTokenFile(const std::string& path, std::span<const uint32_t> tokens);
 
 // INVALID_ARGUMENT naming the first position whose id is >= vocab_size.
@@ -23,7 +25,8 @@ absl::Status CheckTokensInVocab(std::span<const uint32_t> tokens, int64_t vocab_
 
 // Byte-level tokens (id = byte value, vocabulary 256) of text files, concatenated in order.
 // NOT_FOUND naming a missing file; INVALID_ARGUMENT when the result is empty.
-absl::StatusOr<std::vector<uint32_t>> ReadTextAsBytes(std::span<const std::string> paths);
+absl::StatusOr<std::vector<uint32_t>> ReadTextAsBytes(std::span<const std::string> paths,
+                                                      const ReadOptions& options = {});
 
 // The built-in corpus: the license texts every Debian machine has, /usr/share/common-licenses
 // (regular files only, in name order).

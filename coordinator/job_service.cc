@@ -1,5 +1,8 @@
 #include "coordinator/job_service.h"
 
+#include <new>
+#include <stdexcept>
+
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -302,7 +305,7 @@ void JobServiceImpl::RunLoop() {
       SetState(*rec, v1::Job::RUNNING,
                absl::StrCat("running; ", CheckpointsNote(rec->checkpoint_dir)));
     }
-    const absl::Status status = RunJob(*rec);
+    const absl::Status status = RunJobGuarded(*rec);
     if (opt_.observer != nullptr) opt_.observer->JobEnded(job_id);
     std::lock_guard<std::mutex> cancel_lock(cancel_mu_);
     std::lock_guard<std::mutex> lock(mu_);
@@ -324,6 +327,19 @@ void JobServiceImpl::RunLoop() {
   }
 }
 
+// A job that runs out of memory (a model or data set the limits let through, but the machine
+// cannot hold) fails alone: the process and every queued job go on.
+absl::Status JobServiceImpl::RunJobGuarded(JobRecord& rec) {
+  try {
+    return RunJob(rec);
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError("the coordinator ran out of memory for this job");
+  } catch (const std::length_error& e) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the coordinator ran out of memory for this job (", e.what(), ")"));
+  }
+}
+
 absl::Status JobServiceImpl::RunJob(JobRecord& rec) {
   v1::JobSpec spec;
   std::string job_id, ckpt;
@@ -338,7 +354,7 @@ absl::Status JobServiceImpl::RunJob(JobRecord& rec) {
   absl::StatusOr<ModelParams<float>> params = JobModelParams(spec);
   if (!params.ok()) return params.status();
   if (rec.cancel.load()) return cancelled;
-  absl::StatusOr<std::vector<uint32_t>> corpus = JobCorpus(spec);
+  absl::StatusOr<std::vector<uint32_t>> corpus = JobCorpus(spec, opt_.limits);
   if (!corpus.ok()) return corpus.status();
   if (rec.cancel.load()) return cancelled;
 

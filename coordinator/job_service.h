@@ -119,6 +119,7 @@ class JobServiceImpl final : public v1::JobService::Service {
   void RunLoop();
   // Loads the model and data and trains; returns when the job ends (any way).
   absl::Status RunJob(JobRecord& rec);
+  absl::Status RunJobGuarded(JobRecord& rec);
   // Re-sends CancelCurrent while the running job is cancelled and has not stopped (a cancel
   // that arrives between two gradients, or while one is being set up, would be lost otherwise).
   void CancelPump();

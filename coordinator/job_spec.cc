@@ -61,6 +61,20 @@ absl::Status CheckFile(const std::string& field, const std::string& path) {
     return absl::NotFoundError(absl::StrCat(field, ": ", path, " does not exist"));
   }
   if (fs::is_directory(st)) return Invalid(field, absl::StrCat(path, " is a directory"));
+  if (!fs::is_regular_file(st)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        field, ": ", path, " is not a regular file (a FIFO, device or socket is never read)"));
+  }
+  return absl::OkStatus();
+}
+
+// CheckFile, and its size added to *total (saturating).
+absl::Status CheckDataFile(const std::string& field, const std::string& path, uint64_t* total) {
+  if (absl::Status s = CheckFile(field, path); !s.ok()) return s;
+  std::error_code ec;
+  const uint64_t size = fs::file_size(path, ec);
+  if (ec) return absl::NotFoundError(absl::StrCat(field, ": cannot stat ", path));
+  *total = *total + size < *total ? ~uint64_t{0} : *total + size;
   return absl::OkStatus();
 }
 
@@ -129,6 +143,11 @@ absl::Status CheckModelLimits(const MambaConfig& c, const std::string& field,
     return OverLimit(absl::StrCat(field, ": largest parameter tensor in bytes"),
                      "--max-tensor-bytes", bytes, limits.max_tensor_bytes);
   }
+  const uint64_t model = ParamBytesF32(c);
+  if (model > limits.max_model_bytes) {
+    return OverLimit(absl::StrCat(field, ": the model's parameters in f32 bytes"),
+                     "--max-model-bytes", model, limits.max_model_bytes);
+  }
   return absl::OkStatus();
 }
 
@@ -166,6 +185,8 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const JobLimits& limits) {
         if (!fs::exists(fs::path(dir) / file, ec)) {
           return absl::NotFoundError(absl::StrCat("model_dir: ", dir, " has no ", file));
         }
+        if (absl::Status s = CheckFile("model_dir", (fs::path(dir) / file).string()); !s.ok())
+          return s;
       }
       absl::StatusOr<MambaConfig> c = LoadConfigFile((fs::path(dir) / "config.json").string());
       if (!c.ok())
@@ -225,6 +246,7 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const JobLimits& limits) {
   if (absl::Status s = CheckOptimizer(spec.optimizer()); !s.ok()) return s;
 
   // The data.
+  uint64_t data_bytes = 0;
   switch (spec.data_case()) {
     case v1::JobSpec::kTokenFile: {
       const std::string& path = spec.token_file();
@@ -232,14 +254,14 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const JobLimits& limits) {
       if (!absl::EndsWith(path, ".u32") && !absl::EndsWith(path, ".u16")) {
         return Invalid("token_file", absl::StrCat(path, " is not a .u32 or .u16 token file"));
       }
-      if (absl::Status s = CheckFile("token_file", path); !s.ok()) return s;
+      if (absl::Status s = CheckDataFile("token_file", path, &data_bytes); !s.ok()) return s;
       break;
     }
     case v1::JobSpec::kTextFiles: {
       if (spec.text_files().paths().empty()) return Invalid("text_files.paths", "is empty");
       for (int i = 0; i < spec.text_files().paths_size(); ++i) {
-        if (absl::Status s =
-                CheckFile(absl::StrCat("text_files.paths[", i, "]"), spec.text_files().paths(i));
+        if (absl::Status s = CheckDataFile(absl::StrCat("text_files.paths[", i, "]"),
+                                           spec.text_files().paths(i), &data_bytes);
             !s.ok())
           return s;
       }
@@ -251,6 +273,13 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const JobLimits& limits) {
             "data: the spec has no data and the built-in corpus (/usr/share/common-licenses) is "
             "empty on the coordinator; give token_file or text_files");
       }
+      for (const std::string& path : BuiltinCorpusFiles())
+        if (absl::Status s = CheckDataFile("the built-in corpus", path, &data_bytes); !s.ok())
+          return s;
+  }
+  if (data_bytes > limits.max_data_bytes) {
+    return OverLimit("data: the training files' bytes", "--max-data-bytes", data_bytes,
+                     limits.max_data_bytes);
   }
   if (spec.data_case() != v1::JobSpec::kTokenFile && vocab < 256) {
     return Invalid(spec.model_case() == v1::JobSpec::kInit ? "init.vocab_size" : "model_dir",
@@ -276,15 +305,16 @@ absl::StatusOr<ModelParams<float>> JobModelParams(const v1::JobSpec& spec) {
   return InitParams<float>(*c, spec.init().seed());
 }
 
-absl::StatusOr<std::vector<uint32_t>> JobCorpus(const v1::JobSpec& spec) {
-  if (spec.data_case() == v1::JobSpec::kTokenFile) return ReadTokenFile(spec.token_file());
+absl::StatusOr<std::vector<uint32_t>> JobCorpus(const v1::JobSpec& spec, const JobLimits& limits) {
+  const ReadOptions read{.regular_only = true, .max_bytes = limits.max_data_bytes};
+  if (spec.data_case() == v1::JobSpec::kTokenFile) return ReadTokenFile(spec.token_file(), read);
   std::vector<std::string> files;
   if (spec.data_case() == v1::JobSpec::kTextFiles) {
     files.assign(spec.text_files().paths().begin(), spec.text_files().paths().end());
   } else {
     files = BuiltinCorpusFiles();
   }
-  return ReadTextAsBytes(files);
+  return ReadTextAsBytes(files, read);
 }
 
 train::TrainOptions JobTrainOptions(const v1::JobSpec& spec, int threads,

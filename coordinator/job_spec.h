@@ -17,7 +17,9 @@
 //     empty, or checkpoint_dir exists and is not a directory.
 //   INVALID_ARGUMENT naming the limit: a spec over one of the coordinator's JobLimits
 //     (context_length over max_context, the model's layers K over max_layers, hidden size D
-//     over max_hidden, or one parameter tensor in f32 over max_tensor_bytes).
+//     over max_hidden, one parameter tensor in f32 over max_tensor_bytes, the whole model in
+//     f32 over max_model_bytes, the data files over max_data_bytes);
+//   FAILED_PRECONDITION: a data file that is not a regular file (a FIFO, a device).
 // What only loading the model and data can tell is left to the job (job_service.h).
 //
 // Defaults of an unset field are those of `adjsh train`: chunk 256, AdamW of train/optimizer.h
@@ -49,6 +51,11 @@ struct JobLimits {
   int64_t max_hidden = 65536;              // D
   // The largest parameter tensor in f32: max(V x D embeddings, (2 Di, D) in_proj, ...).
   uint64_t max_tensor_bytes = uint64_t{4} << 30;
+  // The whole model in f32 (the coordinator holds it, its gradient and two AdamW moments).
+  uint64_t max_model_bytes = uint64_t{4} << 30;
+  // The job's training data on disk: one token file, or its text files together (text is held
+  // as 4-byte ids, so 4x this in memory). Only regular files are read.
+  uint64_t max_data_bytes = uint64_t{1} << 30;
 };
 
 // Bytes of the model's largest parameter tensor in f32 (saturates at UINT64_MAX).
@@ -60,8 +67,10 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const JobLimits& limits = 
 // The spec's model: loaded from model_dir, or initialised from init (its seed).
 absl::StatusOr<ModelParams<float>> JobModelParams(const v1::JobSpec& spec);
 
-// The spec's training tokens: the token file, or the text files / built-in corpus as bytes.
-absl::StatusOr<std::vector<uint32_t>> JobCorpus(const v1::JobSpec& spec);
+// The spec's training tokens: the token file, or the text files / built-in corpus as bytes;
+// regular files only, opened without blocking, at most limits.max_data_bytes read.
+absl::StatusOr<std::vector<uint32_t>> JobCorpus(const v1::JobSpec& spec,
+                                                const JobLimits& limits = {});
 
 // The trainer's options: the spec's, unset fields as adjsh train's defaults, the exact gradient
 // (window 0). threads: for the coordinator's own work (0: one per core); checkpoint_dir: the

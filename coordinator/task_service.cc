@@ -122,15 +122,21 @@ absl::StatusOr<GradResult<float>> TaskServiceImpl::ComputeGradient(
     cancelled_ = false;
   }
   auto step = std::make_unique<Step>();
-  step->options = options;
-  step->grad = std::make_unique<GradientStep<float>>(params, tokens, step->options);
-  step->queue = std::make_unique<TaskQueue>();
-  step->params = &params;
-  step->job_id = job_id;
-  step->config_json = ConfigToJson(params.config);
-  step->step = step_index;
-  step->tokens = static_cast<int64_t>(tokens.size());
-  step->grad->ForwardAndHead();
+  try {  // an allocation failure here ends this gradient (and its job), not the service
+    step->options = options;
+    step->grad = std::make_unique<GradientStep<float>>(params, tokens, step->options);
+    step->queue = std::make_unique<TaskQueue>();
+    step->params = &params;
+    step->job_id = job_id;
+    step->config_json = ConfigToJson(params.config);
+    step->step = step_index;
+    step->tokens = static_cast<int64_t>(tokens.size());
+    step->grad->ForwardAndHead();
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(mu_);
+    running_ = false;
+    throw;
+  }
   // Results are applied under mu_: a progress callback there could call back into the service.
   step->options.progress = nullptr;
   for (int64_t t = 0; t < step->grad->num_backward_tasks(); ++t) {

@@ -11,6 +11,12 @@ on the build before its fix.
     nothing and deletes nothing; with --resume-newest-complete it resumes from the newest
     complete step folder and says so. The same directory given to a job: the job FAILS with
     the reason, and every step folder is still there.
+  * No spec can kill or hang the coordinator: a 4 TiB model (hidden 16384, 1024 layers, each
+    tensor under --max-tensor-bytes) is refused at submit naming --max-model-bytes; text files
+    that are /dev/zero, a FIFO, or over --max-data-bytes are refused at submit; a text file
+    replaced by a FIFO after the submit fails its job when it runs (no read blocks), the next
+    job runs, and SIGTERM still stops the coordinator; the coordinator serves throughout.
+    `adjsh init` and `adjsh train` with a model bigger than the machine: a message, exit 1.
 Bounded in time (every call has a timeout) and memory (tiny models).
 """
 import os
@@ -104,8 +110,81 @@ def resume_cases(adjsh, tmp, cluster, record):
                f"{st} {w.stderr[-400:]}")
 
 
+def spec_cases(adjsh, tmp, cluster, record):
+    run = cluster.run
+    huge = ["--hidden-size", "16384", "--layers", "1024", "--state-size", "16", "--vocab-size",
+            "256"]
+    for cmd in (["init", "--out", os.path.join(tmp, "huge")], ["train", "--steps", "1",
+                                                                "--checkpoint-dir",
+                                                                os.path.join(tmp, "huge-ck")]):
+        r = run(*cmd, *huge, timeout=60)
+        record(f"adjsh {cmd[0]} of a 4 TiB model: exit 1 with a message (no abort)",
+               r.returncode == 1 and "needs" in r.stderr and "memory" in r.stderr and
+               not os.path.exists(os.path.join(tmp, "huge")), f"exit {r.returncode}: {r.stderr}")
+
+    state = os.path.join(tmp, "state-specs")
+    coord, address = cluster.coordinator(state, flags=("--insecure-local", "--max-data-bytes",
+                                                       "4000000"))
+    if not record("coordinator with --max-data-bytes 4000000 started", address is not None):
+        return
+    cluster.worker(address, "w1")
+    tiny = {"hidden_size": 8, "layers": 2, "state_size": 4, "vocab_size": 256}
+    fifo = os.path.join(tmp, "fifo")
+    os.mkfifo(fifo)
+    big = os.path.join(tmp, "big.txt")
+    with open(big, "wb") as f:
+        f.write(b"x" * 4000001)
+    refused = [
+        ("a 4 TiB model", {"init": {"hidden_size": 16384, "layers": 1024, "state_size": 16,
+                                    "vocab_size": 256}}, "--max-model-bytes"),
+        ("/dev/zero as text", {"init": tiny, "text_files": {"paths": ["/dev/zero"]}},
+         "not a regular file"),
+        ("a FIFO as text", {"init": tiny, "text_files": {"paths": [fifo]}}, "not a regular file"),
+        ("a FIFO as tokens", {"init": tiny, "token_file": fifo + ".u32"}, "does not exist"),
+        ("text over --max-data-bytes", {"init": tiny, "text_files": {"paths": [big]}},
+         "--max-data-bytes"),
+    ]
+    for name, spec, message in refused:
+        spec = {"context_length": 256, "chunk": 64, "steps": 2, **spec}
+        job, r = cluster.submit(address, spec)
+        record(f"submit of {name} refused naming the problem", job is None and
+               r.returncode == 1 and message in r.stderr, f"{job} {r.stderr[-300:]}")
+    r = run("status", "--coordinator", address, timeout=30)
+    record("the coordinator serves after the refused specs", r.returncode == 0 and
+           coord.poll() is None, r.stderr)
+
+    # A regular file at submit that is a FIFO when the job runs: the job fails, nothing blocks.
+    swapped = os.path.join(tmp, "swapped.txt")
+    with open(swapped, "wb") as f:
+        f.write(b"the quick brown fox " * 100)
+    first, _ = cluster.submit(address, {"init": tiny, "context_length": 8192, "chunk": 256,
+                                        "steps": 40})
+    job, r = cluster.submit(address, {"init": tiny, "context_length": 256, "chunk": 64,
+                                      "steps": 2, "text_files": {"paths": [swapped]}})
+    after, _ = cluster.submit(address, {"init": tiny, "context_length": 256, "chunk": 64,
+                                        "steps": 2})
+    os.remove(swapped)
+    os.mkfifo(swapped)
+    if record("jobs submitted around a file later swapped for a FIFO",
+              first and job and after, r.stderr):
+        w = cluster.watch(address, job, timeout=60)
+        st = cluster.status(address, job) or {}
+        record("the job whose text file became a FIFO FAILED naming it (no hang)",
+               w.returncode == 1 and st.get("state") == "FAILED" and
+               "not a regular file" in str(st), f"{st} {w.stderr[-300:]}")
+        w = cluster.watch(address, after, timeout=60)
+        record("the job after it SUCCEEDED", w.returncode == 0, w.stderr[-300:])
+    coord.terminate()
+    try:
+        code = coord.wait(timeout=20)
+    except Exception:
+        code = None
+    record("SIGTERM stops the coordinator (exit 0) after all of it", code == 0, f"exit {code}")
+
+
 def body(adjsh, tmp, cluster, record):
     resume_cases(adjsh, tmp, cluster, record)
+    spec_cases(adjsh, tmp, cluster, record)
 
 
 if __name__ == "__main__":
