@@ -13,7 +13,8 @@ using metrics::Kind;
 using metrics::MetricDef;
 
 enum Index {
-  kTasks, kGranted, kExpired, kReleased, kAccepted, kRejected, kSent, kReceived, kWorkers,
+  kTasks, kGranted, kExpired, kReleased, kAccepted, kRejected, kNonFinite, kSent, kReceived,
+  kWorkers,
   kJobs, kSteps, kTokens, kStepDuration, kResident, kPeak,
   kJobStep, kJobSteps, kLoss, kTokensPerSecond, kLastProgress, kCount
 };
@@ -29,7 +30,9 @@ const std::vector<MetricDef>& Table() {
        "Task leases given back before a result."},
       {"adjsh_coordinator_results_accepted_total", Kind::kCounter, "Task results applied."},
       {"adjsh_coordinator_results_rejected_total", Kind::kCounter,
-       "Task results refused: late, duplicate or of a finished step."},
+       "Task results refused: late, duplicate, of a finished step, or with non-finite values."},
+      {"adjsh_coordinator_results_nonfinite_total", Kind::kCounter,
+       "Task results refused for a NaN or Inf value (the task was handed out again)."},
       {"adjsh_coordinator_sent_bytes_total", Kind::kCounter, "Tensor bytes streamed to workers."},
       {"adjsh_coordinator_received_bytes_total", Kind::kCounter,
        "Tensor bytes received from workers."},
@@ -66,7 +69,7 @@ CoordinatorMetrics::CoordinatorMetrics(const TaskServiceImpl& tasks)
     : tasks_(tasks),
       // 50 ms .. ~27 min, doubling: a small model's step to a 1M-token step.
       step_duration_(metrics::ExponentialBuckets(0.05, 2, 16)) {
-  static_assert(kCount == 20, "one Index per table entry");
+  static_assert(kCount == 21, "one Index per table entry");
 }
 
 void CoordinatorMetrics::JobStarted(const std::string& job_id, int64_t step, int64_t steps) {
@@ -115,6 +118,7 @@ std::vector<prometheus::MetricFamily> CoordinatorMetrics::Collect() const {
   add(kReleased, static_cast<double>(q.leases_released_total));
   add(kAccepted, static_cast<double>(tasks_.results_accepted()));
   add(kRejected, static_cast<double>(tasks_.results_rejected()));
+  add(kNonFinite, static_cast<double>(tasks_.results_nonfinite()));
   add(kSent, static_cast<double>(tasks_.bytes_sent()));
   add(kReceived, static_cast<double>(tasks_.bytes_received()));
   add(kWorkers, static_cast<double>(tasks_.connected_workers()));

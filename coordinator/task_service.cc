@@ -1,6 +1,7 @@
 #include "coordinator/task_service.h"
 
 #include <algorithm>
+#include <cmath>
 #include <random>
 
 #include "absl/strings/numbers.h"
@@ -51,11 +52,50 @@ absl::StatusOr<BackwardTaskOutputs<float>> OutputsFromTensors(const MambaConfig&
   return out;
 }
 
+// The first non-finite value of a result, as "TENSOR[i] = v", or "" when all are finite.
+std::string FirstNonFinite(const BackwardTaskOutputs<float>& out, int64_t k) {
+  auto scan = [](const std::string& name, const std::vector<float>& v) -> std::string {
+    for (size_t i = 0; i < v.size(); ++i)
+      if (!std::isfinite(v[i])) return absl::StrCat(name, "[", i, "] = ", v[i]);
+    return "";
+  };
+  for (const auto& slot : LayerParamSlots<float>())
+    if (std::string bad = scan(LayerParamName(k, slot.suffix), out.grad.*slot.member); !bad.empty())
+      return bad;
+  for (auto [name, v] : {std::pair{"du", &out.du}, std::pair{"du_halo", &out.du_halo},
+                         std::pair{"mu_out", &out.mu_out}})
+    if (std::string bad = scan(name, *v); !bad.empty()) return bad;
+  return "";
+}
+
+// The caller's identity under mutual TLS (the client certificate's names, as gRPC gives them),
+// or "" on a connection without one.
+std::string PeerIdentity(const grpc::ServerContext* ctx) {
+  if (ctx == nullptr) return "";
+  const std::shared_ptr<const grpc::AuthContext> auth = ctx->auth_context();
+  if (auth == nullptr || !auth->IsPeerAuthenticated()) return "";
+  std::string id;
+  for (const grpc::string_ref& name : auth->GetPeerIdentity()) {
+    if (!id.empty()) id += ",";
+    id.append(name.data(), name.size());
+  }
+  return id;
+}
+
 }  // namespace
 
-TaskServiceImpl::TaskServiceImpl(TaskServiceOptions options) : opt_(options) {
+TaskServiceImpl::TaskServiceImpl(TaskServiceOptions options) : opt_(options) {}
+
+// 128 bits from the kernel's generator (std::random_device reads /dev/urandom here): worker ids
+// and lease secrets no caller can guess from its own.
+std::string TaskServiceImpl::Unguessable() {
   std::random_device entropy;
-  worker_prefix_ = absl::StrCat("w", absl::Hex(entropy(), absl::kZeroPad8), "-");
+  uint64_t a = 0, b = 0;
+  for (int i = 0; i < 2; ++i) {
+    a = (a << 32) | entropy();
+    b = (b << 32) | entropy();
+  }
+  return absl::StrCat(absl::Hex(a, absl::kZeroPad16), absl::Hex(b, absl::kZeroPad16));
 }
 
 std::string TaskServiceImpl::TaskName(int64_t version, int64_t task) {
@@ -80,21 +120,37 @@ absl::Status TaskServiceImpl::ParseTaskName(const std::string& name, int64_t* ve
   return absl::OkStatus();
 }
 
-absl::Status TaskServiceImpl::CheckLease(const std::string& worker_id,
+absl::Status TaskServiceImpl::CheckCaller(const Worker& w, const std::string& worker_id,
+                                          const grpc::ServerContext* ctx) const {
+  if (PeerIdentity(ctx) == w.identity) return absl::OkStatus();
+  return absl::PermissionDeniedError(absl::StrCat(
+      "worker \"", worker_id, "\" was registered with another client certificate"));
+}
+
+absl::Status TaskServiceImpl::CheckLease(const grpc::ServerContext* ctx,
+                                         const std::string& worker_id,
                                          const std::string& task_name,
                                          const std::string& lease_id, int64_t* task,
                                          int64_t* lease) const {
-  if (!workers_.contains(worker_id)) {
+  const auto w = workers_.find(worker_id);
+  if (w == workers_.end()) {
     return absl::NotFoundError(absl::StrCat("unknown worker \"", worker_id, "\": register"));
   }
+  if (absl::Status s = CheckCaller(w->second, worker_id, ctx); !s.ok()) return s;
   int64_t version = 0;
   if (absl::Status s = ParseTaskName(task_name, &version, task); !s.ok()) return s;
-  if (!absl::SimpleAtoi(lease_id, lease)) {
+  // A lease id on the wire is "<the queue's lease number>.<a secret drawn for that lease>".
+  const size_t dot = lease_id.find('.');
+  if (dot == std::string::npos || !absl::SimpleAtoi(lease_id.substr(0, dot), lease)) {
     return absl::InvalidArgumentError(absl::StrCat("malformed lease id \"", lease_id, "\""));
   }
+  const auto secret = current_->lease_secrets.find(*task);
+  const bool secret_ok = secret != current_->lease_secrets.end() &&
+                         secret->second.first == *lease &&
+                         secret->second.second == lease_id.substr(dot + 1);
   absl::StatusOr<TaskInfo> info = current_->queue->GetTask(*task);
   if (!info.ok()) return info.status();
-  if (info->state != TaskState::kLeased || info->lease_id != *lease ||
+  if (!secret_ok || info->state != TaskState::kLeased || info->lease_id != *lease ||
       info->worker_id != worker_id || info->expiry <= absl::Now()) {
     return absl::FailedPreconditionError(
         absl::StrCat("lease ", lease_id, " of task ", task_name, " is no longer valid"));
@@ -168,26 +224,33 @@ absl::StatusOr<GradResult<float>> TaskServiceImpl::ComputeGradient(
   return result;
 }
 
-grpc::Status TaskServiceImpl::RegisterWorker(grpc::ServerContext*,
+grpc::Status TaskServiceImpl::RegisterWorker(grpc::ServerContext* ctx,
                                              const v1::RegisterWorkerRequest* req,
                                              v1::RegisterWorkerResponse* resp) {
   std::lock_guard<std::mutex> lock(mu_);
-  const std::string id = absl::StrCat(worker_prefix_, ++next_worker_);
+  const std::string id = absl::StrCat("w", Unguessable());
   workers_[id].name = req->worker_name();
+  workers_[id].identity = PeerIdentity(ctx);  // every later call must come with the same
   workers_[id].last_seen = absl::Now();
   resp->set_worker_id(id);
   resp->set_heartbeat_interval_ms(opt_.heartbeat_interval_ms);
   return grpc::Status::OK;
 }
 
-grpc::Status TaskServiceImpl::PullTask(grpc::ServerContext*, const v1::PullTaskRequest* req,
+grpc::Status TaskServiceImpl::PullTask(grpc::ServerContext* ctx, const v1::PullTaskRequest* req,
                                        v1::PullTaskResponse* resp) {
   std::lock_guard<std::mutex> lock(mu_);
   auto w = workers_.find(req->worker_id());
   if (w == workers_.end()) {
     return Error(absl::NotFoundError(absl::StrCat("unknown worker \"", req->worker_id(), "\"")));
   }
+  if (absl::Status s = CheckCaller(w->second, req->worker_id(), ctx); !s.ok()) return Error(s);
   w->second.last_seen = absl::Now();
+  if (w->second.nonfinite_results >= kShunAfterNonFinite) {
+    return Error(absl::PermissionDeniedError(absl::StrCat(
+        "worker \"", req->worker_id(), "\" sent ", w->second.nonfinite_results,
+        " results with non-finite values and is given no more tasks")));
+  }
   if (current_) {
     absl::StatusOr<LeaseResult> leased = current_->queue->Lease(req->worker_id(), opt_.lease);
     if (!leased.ok()) return Error(leased.status());
@@ -196,7 +259,9 @@ grpc::Status TaskServiceImpl::PullTask(grpc::ServerContext*, const v1::PullTaskR
       const auto [k, c] = current_->grad->TaskLayerChunk(id);
       v1::Task* t = resp->mutable_task();
       t->set_task_id(TaskName(current_->version, id));
-      t->set_lease_id(absl::StrCat(leased->task->lease_id));
+      const std::string secret = Unguessable().substr(0, 16);
+      current_->lease_secrets[id] = {leased->task->lease_id, secret};
+      t->set_lease_id(absl::StrCat(leased->task->lease_id, ".", secret));
       t->set_lease_expires_ms(absl::ToInt64Milliseconds(opt_.lease));
       t->set_job_id(current_->job_id);
       t->set_step(current_->step);
@@ -221,13 +286,14 @@ grpc::Status TaskServiceImpl::PullTask(grpc::ServerContext*, const v1::PullTaskR
   return grpc::Status::OK;
 }
 
-grpc::Status TaskServiceImpl::Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* req,
+grpc::Status TaskServiceImpl::Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* req,
                                         v1::HeartbeatResponse* resp) {
   std::lock_guard<std::mutex> lock(mu_);
   auto w = workers_.find(req->worker_id());
   if (w == workers_.end()) {
     return Error(absl::NotFoundError(absl::StrCat("unknown worker \"", req->worker_id(), "\"")));
   }
+  if (absl::Status s = CheckCaller(w->second, req->worker_id(), ctx); !s.ok()) return Error(s);
   w->second.last_seen = absl::Now();
   w->second.resident_bytes = req->resident_bytes();
   w->second.peak_resident_bytes = req->peak_resident_bytes();
@@ -244,7 +310,7 @@ grpc::Status TaskServiceImpl::Heartbeat(grpc::ServerContext*, const v1::Heartbea
   return grpc::Status::OK;
 }
 
-grpc::Status TaskServiceImpl::FetchInputs(grpc::ServerContext*,
+grpc::Status TaskServiceImpl::FetchInputs(grpc::ServerContext* ctx,
                                           const v1::FetchInputsRequest* req,
                                           grpc::ServerWriter<v1::TensorChunk>* writer) {
   BackwardTaskInputs<float> in;
@@ -254,7 +320,7 @@ grpc::Status TaskServiceImpl::FetchInputs(grpc::ServerContext*,
   {
     std::lock_guard<std::mutex> lock(mu_);
     int64_t task = 0, lease = 0;
-    if (absl::Status s = CheckLease(req->worker_id(), req->task_id(), req->lease_id(), &task,
+    if (absl::Status s = CheckLease(ctx, req->worker_id(), req->task_id(), req->lease_id(), &task,
                                     &lease);
         !s.ok())
       return Error(s);
@@ -289,7 +355,7 @@ grpc::Status TaskServiceImpl::FetchInputs(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-grpc::Status TaskServiceImpl::PushResult(grpc::ServerContext*,
+grpc::Status TaskServiceImpl::PushResult(grpc::ServerContext* ctx,
                                          grpc::ServerReader<v1::ResultChunk>* reader,
                                          v1::PushResultResponse* resp) {
   v1::ResultChunk msg;
@@ -302,7 +368,7 @@ grpc::Status TaskServiceImpl::PushResult(grpc::ServerContext*,
     // Fail fast on a stale lease, and never buffer much more than this task's result can be.
     std::lock_guard<std::mutex> lock(mu_);
     int64_t task = 0, lease = 0;
-    if (absl::Status s = CheckLease(header.worker_id(), header.task_id(), header.lease_id(),
+    if (absl::Status s = CheckLease(ctx, header.worker_id(), header.task_id(), header.lease_id(),
                                     &task, &lease);
         !s.ok()) {
       if (!absl::IsFailedPrecondition(s) && !absl::IsNotFound(s)) return Error(s);
@@ -337,7 +403,7 @@ grpc::Status TaskServiceImpl::PushResult(grpc::ServerContext*,
 
   std::lock_guard<std::mutex> lock(mu_);
   int64_t task = 0, lease = 0;
-  if (absl::Status s = CheckLease(header.worker_id(), header.task_id(), header.lease_id(), &task,
+  if (absl::Status s = CheckLease(ctx, header.worker_id(), header.task_id(), header.lease_id(), &task,
                                   &lease);
       !s.ok()) {
     if (!absl::IsFailedPrecondition(s) && !absl::IsNotFound(s)) return Error(s);
@@ -351,6 +417,20 @@ grpc::Status TaskServiceImpl::PushResult(grpc::ServerContext*,
       OutputsFromTensors(current_->params->config, current_->grad->TaskLayerChunk(task).first,
                          span.len, span.halo, tensors);
   if (!out.ok()) return Error(out.status());
+  const int64_t layer = current_->grad->TaskLayerChunk(task).first;
+  if (const std::string bad = FirstNonFinite(*out, layer); !bad.empty()) {
+    // Refused before anything is applied: the task goes back to the queue for another try.
+    current_->queue->Release(task, lease).IgnoreError();
+    Worker& w = workers_[header.worker_id()];
+    w.leases.erase(task);
+    ++w.nonfinite_results;
+    ++nonfinite_;
+    ++rejected_;
+    resp->set_accepted(false);
+    resp->set_reason(absl::StrCat("refused: the result has a non-finite value (", bad,
+                                  "); task ", header.task_id(), " is handed out again"));
+    return grpc::Status::OK;
+  }
   if (absl::Status s = current_->queue->Complete(task, lease); !s.ok()) {
     ++rejected_;
     resp->set_accepted(false);
@@ -417,6 +497,11 @@ uint64_t TaskServiceImpl::bytes_received() const { return bytes_received_.load()
 int64_t TaskServiceImpl::results_accepted() const {
   std::lock_guard<std::mutex> lock(mu_);
   return accepted_;
+}
+
+int64_t TaskServiceImpl::results_nonfinite() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return nonfinite_;
 }
 
 int64_t TaskServiceImpl::results_rejected() const {

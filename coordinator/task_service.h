@@ -63,6 +63,10 @@ class TaskServiceImpl final : public v1::TaskService::Service {
 
   int64_t results_accepted() const;
   int64_t results_rejected() const;
+  // Results refused for a non-finite value (NaN or Inf) in a partial, dL/du or mu: each was
+  // handed out again; a worker that sent kShunAfterNonFinite of them gets no more tasks.
+  int64_t results_nonfinite() const;
+  static constexpr int kShunAfterNonFinite = 3;
   // Tensor bytes streamed to workers (FetchInputs) and received from them (PushResult).
   uint64_t bytes_sent() const;
   uint64_t bytes_received() const;
@@ -81,21 +85,29 @@ class TaskServiceImpl final : public v1::TaskService::Service {
     const ModelParams<float>* params = nullptr;
     std::string job_id, config_json;
     int64_t step = 0, version = 0, tokens = 0;
+    // task -> (its current queue lease, the secret the wire lease id carries with it)
+    std::map<int64_t, std::pair<int64_t, std::string>> lease_secrets;
   };
   struct Worker {
     std::string name;
     std::map<int64_t, int64_t> leases;  // task -> lease id, for heartbeats
     uint64_t resident_bytes = 0, peak_resident_bytes = 0;
     absl::Time last_seen;
+    int64_t nonfinite_results = 0;
+    std::string identity;  // the client certificate's names at registration ("" without TLS)
   };
+  // PERMISSION_DENIED unless the call comes with the identity w registered with.
+  absl::Status CheckCaller(const Worker& w, const std::string& worker_id,
+                           const grpc::ServerContext* ctx) const;
   // "version:task" <-> (version, task index).
   static std::string TaskName(int64_t version, int64_t task);
   absl::Status ParseTaskName(const std::string& name, int64_t* version, int64_t* task) const;
   // Adds the lease counters of the current step to past_ before it goes. Requires mu_.
   void RetireStep();
   // The current step's task, checking that lease_id is its live lease. Requires mu_.
-  absl::Status CheckLease(const std::string& worker_id, const std::string& task_name,
-                          const std::string& lease_id, int64_t* task, int64_t* lease) const;
+  absl::Status CheckLease(const grpc::ServerContext* ctx, const std::string& worker_id,
+                          const std::string& task_name, const std::string& lease_id,
+                          int64_t* task, int64_t* lease) const;
 
   const TaskServiceOptions opt_;
   mutable std::mutex mu_;
@@ -105,8 +117,9 @@ class TaskServiceImpl final : public v1::TaskService::Service {
   // Worker ids carry a random per-process prefix: a worker that outlives a restarted
   // coordinator is unknown to the new one (NOT_FOUND: it registers again and drops its task),
   // so a stale task can never match a lease of the new process.
-  std::string worker_prefix_;
-  int64_t next_worker_ = 0, next_version_ = 0, accepted_ = 0, rejected_ = 0;  // guarded by mu_
+  static std::string Unguessable();  // 32 hex digits of fresh randomness
+  int64_t next_version_ = 0, accepted_ = 0, rejected_ = 0;  // guarded by mu_
+  int64_t nonfinite_ = 0;                                                       // guarded by mu_
   bool running_ = false, cancelled_ = false;                                  // guarded by mu_
   absl::Status aborted_;                                                      // guarded by mu_
   std::atomic<uint64_t> bytes_sent_{0}, bytes_received_{0};

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <numbers>
 
+#include "absl/strings/str_cat.h"
+
 namespace adjsh::train {
 
 double LearningRate(const AdamWOptions& opt, int64_t step, int64_t total_steps) {
@@ -39,29 +41,42 @@ AdamWState NewAdamWState(const MambaConfig& config) {
   return AdamWState{0, ZeroParams<float>(config), ZeroParams<float>(config)};
 }
 
-void AdamWStep(const AdamWOptions& opt, double lr, float clip_scale, ModelParams<float>& params,
-               ModelParams<float>& grad, AdamWState& state) {
-  ++state.step;
-  const double bc1 = 1.0 - std::pow(opt.beta1, static_cast<double>(state.step));
-  const double bc2 = 1.0 - std::pow(opt.beta2, static_cast<double>(state.step));
+absl::Status AdamWStep(const AdamWOptions& opt, double lr, float clip_scale,
+                       ModelParams<float>& params, ModelParams<float>& grad, AdamWState& state) {
+  const int64_t t = state.step + 1;
+  const double bc1 = 1.0 - std::pow(opt.beta1, static_cast<double>(t));
+  const double bc2 = 1.0 - std::pow(opt.beta2, static_cast<double>(t));
   const float b1 = float(opt.beta1), b2 = float(opt.beta2), eps = float(opt.eps);
   const float step_size = float(lr / bc1), inv_sqrt_bc2 = float(1.0 / std::sqrt(bc2));
   auto p = ListParams(params), g = ListParams(grad), m = ListParams(state.m),
        v = ListParams(state.v);
-  for (size_t k = 0; k < p.size(); ++k) {
-    const float decay = DecaysWeight(p[k].name) ? float(1.0 - lr * opt.weight_decay) : 1.0f;
-    std::vector<float>& pv = *p[k].values;
-    const std::vector<float>& gv = *g[k].values;
-    std::vector<float>& mv = *m[k].values;
-    std::vector<float>& vv = *v[k].values;
-    for (size_t i = 0; i < pv.size(); ++i) {
-      const float gi = gv[i] * clip_scale;
-      pv[i] *= decay;
-      mv[i] = b1 * mv[i] + (1.0f - b1) * gi;
-      vv[i] = b2 * vv[i] + (1.0f - b2) * gi * gi;
-      pv[i] -= step_size * mv[i] / (std::sqrt(vv[i]) * inv_sqrt_bc2 + eps);
+  // Two passes over the same arithmetic: the first only checks that every new value is finite
+  // (a finite but huge gradient element can still overflow g^2), the second writes. A step that
+  // would leave a NaN or Inf anywhere in the parameters or moments changes nothing.
+  for (const bool write : {false, true}) {
+    for (size_t k = 0; k < p.size(); ++k) {
+      const float decay = DecaysWeight(p[k].name) ? float(1.0 - lr * opt.weight_decay) : 1.0f;
+      std::vector<float>& pv = *p[k].values;
+      const std::vector<float>& gv = *g[k].values;
+      std::vector<float>& mv = *m[k].values;
+      std::vector<float>& vv = *v[k].values;
+      for (size_t i = 0; i < pv.size(); ++i) {
+        const float gi = gv[i] * clip_scale;
+        const float mi = b1 * mv[i] + (1.0f - b1) * gi;
+        const float vi = b2 * vv[i] + (1.0f - b2) * gi * gi;
+        const float pi = pv[i] * decay - step_size * mi / (std::sqrt(vi) * inv_sqrt_bc2 + eps);
+        if (write) {
+          pv[i] = pi, mv[i] = mi, vv[i] = vi;
+        } else if (!std::isfinite(pi) || !std::isfinite(mi) || !std::isfinite(vi)) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "update ", t, " would make ", p[k].name, "[", i, "] or its AdamW moments "
+              "non-finite (gradient element ", gv[i], "): training diverged; nothing applied"));
+        }
+      }
     }
   }
+  state.step = t;
+  return absl::OkStatus();
 }
 
 }  // namespace adjsh::train

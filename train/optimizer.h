@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 
+#include "absl/status/status.h"
 #include "common/model.h"
 
 namespace adjsh::train {
@@ -39,8 +40,9 @@ AdamWState NewAdamWState(const MambaConfig& config);
 // One update with learning rate lr: grad is scaled by clip_scale first (1: no clipping).
 // Per element, in PyTorch's order: p *= 1 - lr wd; m = b1 m + (1 - b1) g;
 // v = b2 v + (1 - b2) g^2; p -= lr (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps).
-void AdamWStep(const AdamWOptions& opt, double lr, float clip_scale, ModelParams<float>& params,
-               ModelParams<float>& grad, AdamWState& state);
+// FAILED_PRECONDITION, with nothing changed, when any new value would be NaN or Inf.
+absl::Status AdamWStep(const AdamWOptions& opt, double lr, float clip_scale,
+                       ModelParams<float>& params, ModelParams<float>& grad, AdamWState& state);
 
 }  // namespace adjsh::train
 

@@ -79,7 +79,8 @@ absl::Status Trainer::Run(const std::function<void(const StepReport&)>& on_step)
                            ? static_cast<float>(opt_.adamw.grad_clip / norm)
                            : 1.0f;
     const double lr = LearningRate(opt_.adamw, state_.step, opt_.steps);
-    AdamWStep(opt_.adamw, lr, clip, params_, g->grad, adamw_);
+    if (absl::Status s = AdamWStep(opt_.adamw, lr, clip, params_, g->grad, adamw_); !s.ok())
+      return absl::Status(s.code(), absl::StrCat("step ", state_.step + 1, ": ", s.message()));
     ++state_.step;
     state_.data_position += T;
     state_.last_loss = g->loss;

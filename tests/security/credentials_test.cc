@@ -209,13 +209,23 @@ class TlsEndToEnd : public Certs {
     v1::Job job;
     return FromGrpcStatus(v1::JobService::NewStub(ch)->GetJob(&ctx, req, &job));
   }
-  absl::Status Register(const std::shared_ptr<grpc::Channel>& ch) {
+  absl::Status Register(const std::shared_ptr<grpc::Channel>& ch, std::string* id = nullptr) {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
     v1::RegisterWorkerRequest req;
     req.set_worker_name("w");
     v1::RegisterWorkerResponse resp;
-    return FromGrpcStatus(v1::TaskService::NewStub(ch)->RegisterWorker(&ctx, req, &resp));
+    absl::Status s = FromGrpcStatus(v1::TaskService::NewStub(ch)->RegisterWorker(&ctx, req, &resp));
+    if (id) *id = resp.worker_id();
+    return s;
+  }
+  absl::Status Pull(const std::shared_ptr<grpc::Channel>& ch, const std::string& id) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    v1::PullTaskRequest req;
+    req.set_worker_id(id);
+    v1::PullTaskResponse resp;
+    return FromGrpcStatus(v1::TaskService::NewStub(ch)->PullTask(&ctx, req, &resp));
   }
 
   int port_ = 0;
@@ -242,6 +252,22 @@ TEST_F(TlsEndToEnd, TaskApiNeedsAClientCertificate) {
               "client certificate");
   ExpectError(Register(Channel("ca.pem", "", "token")), absl::StatusCode::kPermissionDenied,
               "does not grant the task API");
+}
+
+// A worker id is bound to the certificate it registered with: another certificate of the same
+// CA that learns the id cannot act as that worker (pull, heartbeat, fetch, push all check it).
+// Ids are 128 random bits, so they cannot be guessed from one's own either.
+TEST_F(TlsEndToEnd, AWorkerIdIsBoundToItsCertificate) {
+  std::string id1, id2;
+  ASSERT_TRUE(Register(Channel("ca.pem", "worker", ""), &id1).ok());
+  ASSERT_TRUE(Register(Channel("ca.pem", "worker2", ""), &id2).ok());
+  EXPECT_EQ(id1.size(), 33u) << id1;
+  EXPECT_NE(id1.substr(0, 20), id2.substr(0, 20));
+  EXPECT_TRUE(Pull(Channel("ca.pem", "worker", ""), id1).ok());
+  ExpectError(Pull(Channel("ca.pem", "worker2", ""), id1), absl::StatusCode::kPermissionDenied,
+              "another client certificate");
+  ExpectError(Pull(Channel("ca.pem", "worker", ""), id2), absl::StatusCode::kPermissionDenied,
+              "another client certificate");
 }
 
 TEST_F(TlsEndToEnd, ForeignCertificatesFailTheHandshake) {

@@ -3,6 +3,7 @@
 #   ca.pem ca.key               the test CA
 #   server.pem server.key       coordinator certificate (SAN 127.0.0.1, ::1, localhost), by ca
 #   worker.pem worker.key       client certificate (CN adjsh-worker-1), by ca
+#   worker2.pem worker2.key     client certificate (CN adjsh-worker-2), by ca
 #   other-ca.pem other-ca.key   another CA
 #   rogue.pem rogue.key         client certificate by other-ca (refused in the TLS handshake)
 #   rogue-server.pem/.key       coordinator certificate by other-ca (refused by clients)
@@ -37,6 +38,7 @@ ca ca adjsh-test-ca
 ca other-ca adjsh-other-ca
 leaf server localhost ca "$server_ext"
 leaf worker adjsh-worker-1 ca "$client_ext"
+leaf worker2 adjsh-worker-2 ca "$client_ext"
 leaf rogue adjsh-rogue-worker other-ca "$client_ext"
 leaf rogue-server localhost other-ca "$server_ext"
 openssl pkey -in server.key -aes256 -passout pass:secret -out server-encrypted.key 2>/dev/null

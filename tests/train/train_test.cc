@@ -56,7 +56,7 @@ TEST(AdamWTest, DecayOnlyOnWeightsAndMatchesFormula) {
   g.layers[0].A_log[2] = -2.0f;
   AdamWState st = NewAdamWState(c);
   const double lr = 0.01;
-  for (int step = 1; step <= 2; ++step) AdamWStep(o, lr, 1.0f, p, g, st);
+  for (int step = 1; step <= 2; ++step) ASSERT_TRUE(AdamWStep(o, lr, 1.0f, p, g, st).ok());
   // Two identical gradients: m / (1 - b1^2) = g and v / (1 - b2^2) = g^2, so each step moves
   // the parameter by lr * g / (|g| + eps) (plus decay where it applies).
   auto expect = [&](float x0, float gi, bool decay) {
@@ -166,6 +166,28 @@ TEST(TrainerTest, ResumedRunEndsWithBitwiseIdenticalWeights) {
   EXPECT_EQ(c.state().step, 6);
   EXPECT_TRUE(adjsh::testing::BitwiseEqual(a.params(), c.params()));
   EXPECT_EQ(a.state().last_loss, c.state().last_loss);
+}
+
+// A finite gradient element that overflows g^2 (3e38, clipping off): the step is refused and
+// nothing changes, so no checkpoint can hold a non-finite moment.
+TEST(AdamWTest, AnUpdateThatWouldBeNonFiniteChangesNothing) {
+  const MambaConfig c = TinyConfig();
+  ModelParams<float> p = InitParams<float>(c, 3);
+  ModelParams<float> g = ZeroParams<float>(c);
+  AdamWState st = NewAdamWState(c);
+  AdamWOptions o;
+  o.grad_clip = 0;
+  g.layers[0].dt_b[1] = 3e38f;
+  const ModelParams<float> p0 = p;
+  const absl::Status s = AdamWStep(o, 1e-3, 1.0f, p, g, st);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(s.message().find("backbone.layers.0.mixer.dt_proj.bias[1]"), std::string::npos) << s;
+  EXPECT_EQ(st.step, 0);
+  EXPECT_TRUE(adjsh::testing::BitwiseEqual(p, p0));
+  EXPECT_TRUE(adjsh::testing::BitwiseEqual(st.v, ZeroParams<float>(c)));
+  g.layers[0].dt_b[1] = 1.0f;  // a sane gradient still applies
+  EXPECT_TRUE(AdamWStep(o, 1e-3, 1.0f, p, g, st).ok());
+  EXPECT_EQ(st.step, 1);
 }
 
 TEST(CheckpointTest, LatestIsCompleteAndLeftoversAreIgnored) {
