@@ -95,7 +95,9 @@ int CoordinatorCommand(const std::vector<std::string>& args) {
                                            .log = !a.GetBool("quiet"),
                                            .observer = job_metrics.get(),
                                            .device = *device,
-                                           .limits = limits->job});
+                                           .limits = limits->job,
+                                           .max_reply_bytes = static_cast<size_t>(
+                                               limits->max_message_bytes / 2)});
   job_metrics->set_jobs(&jobs);
   std::unique_ptr<metrics::MetricsServer> metrics_server;
   if (a.Has("metrics-listen")) {

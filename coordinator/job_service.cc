@@ -16,6 +16,7 @@
 #include "absl/time/clock.h"
 #include "common/file_io.h"
 #include "common/model.h"
+#include "common/strings.h"
 #include "coordinator/job_spec.h"
 #include "proto/status_util.h"
 #include "train/trainer.h"
@@ -30,7 +31,7 @@ constexpr int32_t kDefaultPageSize = 100, kMaxPageSize = 1000;
 constexpr char kShuttingDown[] = "cancelled: the coordinator is shutting down";
 
 absl::Status UnknownJob(const std::string& job_id) {
-  return absl::NotFoundError(absl::StrCat("unknown job '", job_id, "'"));
+  return absl::NotFoundError(absl::StrCat("unknown job '", Echo(job_id), "'"));
 }
 
 // The note on where a job writes its checkpoints, for its state messages.
@@ -174,6 +175,11 @@ absl::StatusOr<v1::Job> JobServiceImpl::Submit(const v1::JobSpec& spec) {
   if (absl::Status s = ValidateJobSpec(spec, opt_.limits); !s.ok()) return s;
   std::lock_guard<std::mutex> lock(mu_);
   if (stopping_) return absl::UnavailableError("the coordinator is shutting down");
+  if (queue_.size() >= static_cast<size_t>(opt_.max_queued_jobs)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        queue_.size(), " jobs are queued, the coordinator's limit: submit when some have run"));
+  }
+  ForgetOldJobs();
   auto rec = std::make_shared<JobRecord>();
   const std::string id = absl::StrCat("job-", next_id_++);
   rec->job.set_job_id(id);
@@ -196,6 +202,22 @@ absl::StatusOr<v1::Job> JobServiceImpl::Submit(const v1::JobSpec& spec) {
   return rec->job;
 }
 
+// Keeps at most max_finished_jobs ended jobs (the oldest go first), so a long-lived coordinator's
+// job table stays bounded. Requires mu_.
+void JobServiceImpl::ForgetOldJobs() {
+  int64_t ended = 0;
+  for (const auto& rec : order_) ended += Terminal(rec->job.state()) ? 1 : 0;
+  for (auto it = order_.begin(); it != order_.end() && ended >= opt_.max_finished_jobs;) {
+    if (!Terminal((*it)->job.state())) {
+      ++it;
+      continue;
+    }
+    jobs_.erase((*it)->job.job_id());
+    it = order_.erase(it);
+    --ended;
+  }
+}
+
 absl::StatusOr<v1::Job> JobServiceImpl::Get(const std::string& job_id) const {
   std::lock_guard<std::mutex> lock(mu_);
   std::shared_ptr<JobRecord> rec = Find(job_id);
@@ -210,7 +232,7 @@ absl::StatusOr<v1::ListJobsResponse> JobServiceImpl::List(const v1::ListJobsRequ
   int64_t offset = 0;
   if (!req.page_token().empty() && (!absl::SimpleAtoi(req.page_token(), &offset) || offset < 0)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("page_token: malformed page token '", req.page_token(), "'"));
+        absl::StrCat("page_token: malformed page token '", Echo(req.page_token()), "'"));
   }
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<const v1::Job*> matching;
@@ -220,13 +242,17 @@ absl::StatusOr<v1::ListJobsResponse> JobServiceImpl::List(const v1::ListJobsRequ
     for (int s : req.states()) ok = ok || s == job.state();
     if (ok) matching.push_back(&job);
   }
+  // A page ends at page_size jobs or when the next job would take the reply past
+  // max_reply_bytes (a page holds at least one job: a job is bounded by the spec's limits).
   v1::ListJobsResponse resp;
-  for (int64_t k = offset; k < static_cast<int64_t>(matching.size()) && k < offset + size; ++k) {
+  const int64_t n = static_cast<int64_t>(matching.size());
+  int64_t k = std::min(offset, n);
+  for (; k < n && k - std::min(offset, n) < size; ++k) {
+    const size_t bytes = resp.ByteSizeLong() + matching[k]->ByteSizeLong() + 16;
+    if (resp.jobs_size() > 0 && bytes > opt_.max_reply_bytes) break;
     *resp.add_jobs() = *matching[k];
   }
-  if (offset + size < static_cast<int64_t>(matching.size())) {
-    resp.set_next_page_token(absl::StrCat(offset + size));
-  }
+  if (k < n) resp.set_next_page_token(absl::StrCat(k));
   return resp;
 }
 

@@ -74,6 +74,12 @@ struct JobServiceOptions {
   Device device;
   // Per-job size limits, checked at submit (job_spec.h).
   JobLimits limits;
+  // Bounds on what callers can make the service hold or send: queued jobs (SubmitJob is then
+  // RESOURCE_EXHAUSTED), ended jobs kept for status (the oldest are forgotten), and the bytes
+  // of one ListJobs reply (kept under the gRPC message limit; the rest on later pages).
+  int64_t max_queued_jobs = 1000;
+  int64_t max_finished_jobs = 1000;
+  size_t max_reply_bytes = size_t{1} << 20;
 };
 
 class JobServiceImpl final : public v1::JobService::Service {
@@ -120,6 +126,7 @@ class JobServiceImpl final : public v1::JobService::Service {
   // Loads the model and data and trains; returns when the job ends (any way).
   absl::Status RunJob(JobRecord& rec);
   absl::Status RunJobGuarded(JobRecord& rec);
+  void ForgetOldJobs();  // requires mu_
   // Re-sends CancelCurrent while the running job is cancelled and has not stopped (a cancel
   // that arrives between two gradients, or while one is being set up, would be lost otherwise).
   void CancelPump();

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/config.h"
+#include "common/strings.h"
 #include "common/tokens.h"
 #include "engine/adjoint_engine.h"
 
@@ -169,6 +170,28 @@ uint64_t LargestParamBytes(const MambaConfig& c) {
 }
 
 absl::Status ValidateJobSpec(const v1::JobSpec& spec, const JobLimits& limits) {
+  // Sizes of the request itself: a spec is kept for the job's lifetime and sent back in every
+  // status reply, and its strings may be echoed in errors.
+  if (spec.ByteSizeLong() > kMaxSpecBytes) {
+    return Invalid("spec", absl::StrCat(spec.ByteSizeLong(), " bytes, over the limit of ",
+                                        kMaxSpecBytes));
+  }
+  if (spec.text_files().paths_size() > kMaxTextFiles) {
+    return Invalid("text_files.paths", absl::StrCat(spec.text_files().paths_size(),
+                                                    " files, over the limit of ", kMaxTextFiles));
+  }
+  std::vector<std::pair<std::string, const std::string*>> paths = {
+      {"model_dir", &spec.model_dir()}, {"token_file", &spec.token_file()},
+      {"checkpoint_dir", &spec.checkpoint_dir()}};
+  for (int i = 0; i < spec.text_files().paths_size(); ++i)
+    paths.emplace_back(absl::StrCat("text_files.paths[", i, "]"), &spec.text_files().paths(i));
+  for (const auto& [field, path] : paths) {
+    if (path->size() > kMaxPathBytes) {
+      return Invalid(field, absl::StrCat("a path of ", path->size(),
+                                         " bytes, over the limit of ", kMaxPathBytes));
+    }
+  }
+
   // The model.
   int64_t vocab = 0;
   switch (spec.model_case()) {
@@ -234,11 +257,12 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const JobLimits& limits) {
         "dtype: f64 is not supported on remote workers (f32 only); use \"f32\" or leave it empty");
   }
   if (!spec.dtype().empty() && spec.dtype() != "f32") {
-    return Invalid("dtype", absl::StrCat("must be \"f32\" (or empty), got \"", spec.dtype(), "\""));
+    return Invalid("dtype",
+                   absl::StrCat("must be \"f32\" (or empty), got \"", Echo(spec.dtype()), "\""));
   }
   if (!spec.storage().empty() && !ParseStorage(spec.storage()).ok()) {
     return Invalid("storage", absl::StrCat("must be \"full\" or \"bf16\" (or empty), got \"",
-                                           spec.storage(), "\""));
+                                           Echo(spec.storage()), "\""));
   }
   if (spec.checkpoint_every() < 0) {
     return Invalid("checkpoint_every", absl::StrCat("must be >= 0, got ", spec.checkpoint_every()));

@@ -43,6 +43,11 @@
 
 namespace adjsh::coordinator {
 
+// Bounds on a spec as a request (INVALID_ARGUMENT past them, the value not echoed).
+inline constexpr size_t kMaxSpecBytes = 64 << 10;   // the serialized spec
+inline constexpr size_t kMaxPathBytes = 4096;       // each path (PATH_MAX)
+inline constexpr int kMaxTextFiles = 1024;          // text_files.paths
+
 // Per-job size limits of a coordinator (`adjsh coordinator --max-context ...`): what a job may
 // ask of its memory and of the workers' (a task's tensors grow with D and the parameters).
 struct JobLimits {

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/config.h"
+#include "common/strings.h"
 #include "proto/status_util.h"
 #include "proto/tensor_codec.h"
 
@@ -107,15 +108,15 @@ absl::Status TaskServiceImpl::ParseTaskName(const std::string& name, int64_t* ve
   const std::vector<std::string> parts = absl::StrSplit(name, ':');
   if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], version) ||
       !absl::SimpleAtoi(parts[1], task)) {
-    return absl::InvalidArgumentError(absl::StrCat("malformed task id \"", name, "\""));
+    return absl::InvalidArgumentError(absl::StrCat("malformed task id \"", Echo(name), "\""));
   }
   const bool current = current_ && current_->version == *version;
   if (!current && *version > 0 && *version <= next_version_) {
     return absl::FailedPreconditionError(
-        absl::StrCat("task ", name, " belongs to a finished or cancelled step"));
+        absl::StrCat("task ", Echo(name), " belongs to a finished or cancelled step"));
   }
   if (!current || *task < 0 || *task >= current_->grad->num_backward_tasks()) {
-    return absl::NotFoundError(absl::StrCat("task ", name, " is not part of the current step"));
+    return absl::NotFoundError(absl::StrCat("task ", Echo(name), " is not part of the current step"));
   }
   return absl::OkStatus();
 }
@@ -134,7 +135,7 @@ absl::Status TaskServiceImpl::CheckLease(const grpc::ServerContext* ctx,
                                          int64_t* lease) const {
   const auto w = workers_.find(worker_id);
   if (w == workers_.end()) {
-    return absl::NotFoundError(absl::StrCat("unknown worker \"", worker_id, "\": register"));
+    return absl::NotFoundError(absl::StrCat("unknown worker \"", Echo(worker_id), "\": register"));
   }
   if (absl::Status s = CheckCaller(w->second, worker_id, ctx); !s.ok()) return s;
   int64_t version = 0;
@@ -142,7 +143,7 @@ absl::Status TaskServiceImpl::CheckLease(const grpc::ServerContext* ctx,
   // A lease id on the wire is "<the queue's lease number>.<a secret drawn for that lease>".
   const size_t dot = lease_id.find('.');
   if (dot == std::string::npos || !absl::SimpleAtoi(lease_id.substr(0, dot), lease)) {
-    return absl::InvalidArgumentError(absl::StrCat("malformed lease id \"", lease_id, "\""));
+    return absl::InvalidArgumentError(absl::StrCat("malformed lease id \"", Echo(lease_id), "\""));
   }
   const auto secret = current_->lease_secrets.find(*task);
   const bool secret_ok = secret != current_->lease_secrets.end() &&
@@ -153,7 +154,7 @@ absl::Status TaskServiceImpl::CheckLease(const grpc::ServerContext* ctx,
   if (!secret_ok || info->state != TaskState::kLeased || info->lease_id != *lease ||
       info->worker_id != worker_id || info->expiry <= absl::Now()) {
     return absl::FailedPreconditionError(
-        absl::StrCat("lease ", lease_id, " of task ", task_name, " is no longer valid"));
+        absl::StrCat("lease ", Echo(lease_id), " of task ", Echo(task_name), " is no longer valid"));
   }
   return absl::OkStatus();
 }
@@ -227,7 +228,17 @@ absl::StatusOr<GradResult<float>> TaskServiceImpl::ComputeGradient(
 grpc::Status TaskServiceImpl::RegisterWorker(grpc::ServerContext* ctx,
                                              const v1::RegisterWorkerRequest* req,
                                              v1::RegisterWorkerResponse* resp) {
+  if (req->worker_name().size() > kMaxWorkerNameBytes) {
+    return Error(absl::InvalidArgumentError(
+        absl::StrCat("worker_name: ", req->worker_name().size(), " bytes, over the limit of ",
+                     kMaxWorkerNameBytes)));
+  }
   std::lock_guard<std::mutex> lock(mu_);
+  ReapWorkers();
+  if (workers_.size() >= static_cast<size_t>(opt_.max_workers)) {
+    return Error(absl::ResourceExhaustedError(absl::StrCat(
+        "the coordinator has ", workers_.size(), " workers registered, its limit")));
+  }
   const std::string id = absl::StrCat("w", Unguessable());
   workers_[id].name = req->worker_name();
   workers_[id].identity = PeerIdentity(ctx);  // every later call must come with the same
@@ -242,7 +253,7 @@ grpc::Status TaskServiceImpl::PullTask(grpc::ServerContext* ctx, const v1::PullT
   std::lock_guard<std::mutex> lock(mu_);
   auto w = workers_.find(req->worker_id());
   if (w == workers_.end()) {
-    return Error(absl::NotFoundError(absl::StrCat("unknown worker \"", req->worker_id(), "\"")));
+    return Error(absl::NotFoundError(absl::StrCat("unknown worker \"", Echo(req->worker_id()), "\"")));
   }
   if (absl::Status s = CheckCaller(w->second, req->worker_id(), ctx); !s.ok()) return Error(s);
   w->second.last_seen = absl::Now();
@@ -291,7 +302,7 @@ grpc::Status TaskServiceImpl::Heartbeat(grpc::ServerContext* ctx, const v1::Hear
   std::lock_guard<std::mutex> lock(mu_);
   auto w = workers_.find(req->worker_id());
   if (w == workers_.end()) {
-    return Error(absl::NotFoundError(absl::StrCat("unknown worker \"", req->worker_id(), "\"")));
+    return Error(absl::NotFoundError(absl::StrCat("unknown worker \"", Echo(req->worker_id()), "\"")));
   }
   if (absl::Status s = CheckCaller(w->second, req->worker_id(), ctx); !s.ok()) return Error(s);
   w->second.last_seen = absl::Now();
@@ -387,6 +398,8 @@ grpc::Status TaskServiceImpl::PushResult(grpc::ServerContext* ctx,
     limits.max_total_bytes = std::min<uint64_t>(
         opt_.max_result_bytes, std::max<uint64_t>(2 * numel * sizeof(float), uint64_t{1} << 16));
     limits.max_tensor_bytes = limits.max_total_bytes;
+    // The result's tensors, and one more so that an extra one is named in the error.
+    limits.max_tensors = LayerParamSlots<float>().size() + 4;
   }
   TensorAssembler assembler(limits);
   TensorMap tensors;
@@ -497,6 +510,20 @@ uint64_t TaskServiceImpl::bytes_received() const { return bytes_received_.load()
 int64_t TaskServiceImpl::results_accepted() const {
   std::lock_guard<std::mutex> lock(mu_);
   return accepted_;
+}
+
+// A worker unheard of for reap_after holds no lease that could still be valid (leases are far
+// shorter), so it is forgotten: workers that never come back cost nothing.
+void TaskServiceImpl::ReapWorkers() {
+  const absl::Time cutoff = absl::Now() - std::max(opt_.reap_after, 4 * opt_.lease);
+  for (auto it = workers_.begin(); it != workers_.end();) {
+    it = it->second.last_seen < cutoff ? workers_.erase(it) : std::next(it);
+  }
+}
+
+int64_t TaskServiceImpl::registered_workers() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int64_t>(workers_.size());
 }
 
 int64_t TaskServiceImpl::results_nonfinite() const {

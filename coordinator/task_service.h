@@ -28,6 +28,9 @@ struct TaskServiceOptions {
   int64_t heartbeat_interval_ms = 500;
   int64_t retry_after_ms = 20;              // NoTask: ask again after this long
   uint64_t max_result_bytes = uint64_t{1} << 32;
+  int64_t max_workers = 10000;  // registered at once; RegisterWorker is refused past it
+  // A worker unheard of this long (at least 4 leases) is forgotten; it re-registers if it lives.
+  absl::Duration reap_after = absl::Minutes(2);
 };
 
 class TaskServiceImpl final : public v1::TaskService::Service {
@@ -66,6 +69,8 @@ class TaskServiceImpl final : public v1::TaskService::Service {
   // Results refused for a non-finite value (NaN or Inf) in a partial, dL/du or mu: each was
   // handed out again; a worker that sent kShunAfterNonFinite of them gets no more tasks.
   int64_t results_nonfinite() const;
+  int64_t registered_workers() const;  // dead ones are reaped (TaskServiceOptions::reap_after)
+  static constexpr size_t kMaxWorkerNameBytes = 256;
   static constexpr int kShunAfterNonFinite = 3;
   // Tensor bytes streamed to workers (FetchInputs) and received from them (PushResult).
   uint64_t bytes_sent() const;
@@ -96,6 +101,7 @@ class TaskServiceImpl final : public v1::TaskService::Service {
     int64_t nonfinite_results = 0;
     std::string identity;  // the client certificate's names at registration ("" without TLS)
   };
+  void ReapWorkers();  // forgets workers unheard of for reap_after. Requires mu_.
   // PERMISSION_DENIED unless the call comes with the identity w registered with.
   absl::Status CheckCaller(const Worker& w, const std::string& worker_id,
                            const grpc::ServerContext* ctx) const;

@@ -118,6 +118,11 @@ absl::Status TensorAssembler::StartTensor(const v1::TensorHeader& header) {
     return Fail(absl::InvalidArgumentError(
         absl::StrCat("tensor ", Quoted(name), " appears twice in the stream")));
   }
+  if (names_.size() >= limits_.max_tensors) {
+    return Fail(absl::ResourceExhaustedError(absl::StrCat(
+        "tensor ", Quoted(name), " would be tensor ", names_.size() + 1,
+        " of the stream, over the limit of ", limits_.max_tensors)));
+  }
   absl::StatusOr<DType> dtype = FromProtoDType(header.dtype());
   if (!dtype.ok()) {
     return Fail(absl::InvalidArgumentError(

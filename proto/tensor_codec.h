@@ -60,6 +60,7 @@ struct NamedTensor {
 struct AssemblerLimits {
   uint64_t max_tensor_bytes = uint64_t{4} << 30;  // per tensor (its declared total_bytes)
   uint64_t max_total_bytes = uint64_t{16} << 30;  // all tensors of the stream together
+  uint64_t max_tensors = 4096;                     // tensors in the stream (empty ones too)
 };
 
 // Rebuilds the tensors of one stream from its chunks, in order. Checks, per tensor: a header
@@ -67,7 +68,8 @@ struct AssemblerLimits {
 // known dtype, dims >= 0,
 // numel * dtype size == total_bytes without overflow, offsets contiguous from 0, no byte past
 // total_bytes, `last` exactly when all bytes arrived (INVALID_ARGUMENT otherwise); declared
-// sizes within the limits (RESOURCE_EXHAUSTED), checked at the header, before any allocation.
+// sizes and the count of tensors within the limits (RESOURCE_EXHAUSTED), checked at the
+// header, before any allocation.
 // Memory held: the tensor being assembled, its buffer reserved at the header (address space
 // only until bytes arrive); completed tensors are handed to the caller.
 // The first error is sticky: every later Add or Finish returns it again.

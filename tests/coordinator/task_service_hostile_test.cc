@@ -49,5 +49,56 @@ TEST_F(Hostile, NonFiniteResultsAreRefusedRetriedAndTheSenderShunned) {
   EXPECT_EQ(service_->results_accepted(), kTasks);
 }
 
+// A result stream of many empty tensors with long unique names: refused at the first tensor past
+// the expected count (RESOURCE_EXHAUSTED), so the coordinator holds no more than a real result.
+TEST_F(Hostile, AResultOfManyTensorsIsRefusedAtTheFirstExtraOne) {
+  Start();
+  StartGradient();
+  const std::string w = Register("w");
+  const v1::Task t = PullTaskWait(w);
+  Named junk;
+  for (int i = 0; i < 2000; ++i) {
+    junk.emplace_back(absl::StrCat(std::string(1000, 'n'), i),
+                      HostTensor::From<float>(std::vector<float>(), {0}, DType::kF32));
+  }
+  const PushOutcome p = Push(Messages(Header(w, t), junk));
+  EXPECT_TRUE(StatusIs(p.status, absl::StatusCode::kResourceExhausted, "over the limit of"));
+  // The worker still holds its lease and sends the real result; nothing of the junk was kept.
+  const PushOutcome real = Push(Messages(Header(w, t), Work(w, t)));
+  ASSERT_TRUE(real.status.ok()) << real.status;
+  EXPECT_TRUE(real.response.accepted());
+  FinishAndCheck(w);
+}
+
+// Worker names are bounded; workers unheard of for reap_after are forgotten, and registrations
+// past max_workers are refused, so RegisterWorker calls cannot grow the coordinator without end.
+TEST_F(Hostile, WorkerRegistrationsAreBoundedAndDeadWorkersReaped) {
+  TaskServiceOptions o = DefaultOptions();
+  o.lease = absl::Milliseconds(10);
+  o.reap_after = absl::Milliseconds(50);
+  o.max_workers = 3;
+  Start(o);
+  grpc::ClientContext ctx;
+  Deadline(ctx);
+  v1::RegisterWorkerRequest req;
+  req.set_worker_name(std::string(1 << 20, 'x'));  // under gRPC's own 4 MiB default
+  v1::RegisterWorkerResponse resp;
+  EXPECT_TRUE(StatusIs(FromGrpcStatus(stub_->RegisterWorker(&ctx, req, &resp)),
+                       absl::StatusCode::kInvalidArgument, "worker_name"));
+  for (int i = 0; i < 3; ++i) Register(absl::StrCat("w", i));
+  {
+    grpc::ClientContext c2;
+    Deadline(c2);
+    req.set_worker_name("one too many");
+    EXPECT_TRUE(StatusIs(FromGrpcStatus(stub_->RegisterWorker(&c2, req, &resp)),
+                         absl::StatusCode::kResourceExhausted, "its limit"));
+  }
+  EXPECT_EQ(service_->registered_workers(), 3);
+  std::this_thread::sleep_for(milliseconds(120));  // all three go silent
+  const std::string alive = Register("alive");
+  EXPECT_EQ(service_->registered_workers(), 1);
+  EXPECT_TRUE(Pull(alive).ok());
+}
+
 }  // namespace
 }  // namespace adjsh::coordinator
