@@ -1,6 +1,7 @@
 #include "common/file_io.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -9,6 +10,7 @@
 #include <filesystem>
 
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
 namespace adjsh {
@@ -76,6 +78,24 @@ absl::StatusOr<std::string> ReadFileToString(const std::string& path, const Read
     bytes.append(buffer, static_cast<size_t>(n));
   }
   return bytes;
+}
+
+bool ProcessIsGone(int64_t pid) {
+  if (pid <= 0) return false;
+  return ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
+}
+
+void RemoveStaleAtomicTemps(const std::string& dir, const std::string& base) {
+  std::error_code ec;
+  const std::string prefix = base + ".tmp.";
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(prefix, 0) != 0 || !e.is_regular_file(ec)) continue;
+    const std::string rest = name.substr(prefix.size());  // "<pid>.<n>"
+    int64_t pid = 0;
+    if (!absl::SimpleAtoi(rest.substr(0, rest.find('.')), &pid)) continue;
+    if (ProcessIsGone(pid)) std::filesystem::remove(e.path(), ec);
+  }
 }
 
 absl::Status WriteFileAtomic(const std::string& path, std::string_view bytes) {

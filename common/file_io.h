@@ -30,6 +30,14 @@ absl::StatusOr<std::string> ReadFileToString(const std::string& path,
 // The temporary file is removed on failure.
 absl::Status WriteFileAtomic(const std::string& path, std::string_view bytes);
 
+// True when no process with this id exists (so what it left behind is no one's): the owner of a
+// temporary file or directory that was killed before it could remove it.
+bool ProcessIsGone(int64_t pid);
+
+// Removes the files `dir/<base>.tmp.<pid>.<n>` that WriteFileAtomic left behind in processes
+// that are gone (killed mid-write). Files of live processes are left alone.
+void RemoveStaleAtomicTemps(const std::string& dir, const std::string& base);
+
 }  // namespace adjsh
 
 #endif  // ADJSH_COMMON_FILE_IO_H_

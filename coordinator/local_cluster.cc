@@ -2,6 +2,7 @@
 
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,9 +16,30 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/file_io.h"
 #include "proto/transport.h"
 
 namespace adjsh::coordinator {
+namespace {
+
+// Removes base/adjsh-cluster-* directories of this user whose owner process is gone.
+void RemoveDeadClusterDirs(const std::string& base) {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(base, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("adjsh-cluster-", 0) != 0 || !e.is_directory(ec)) continue;
+    struct stat st;
+    if (::lstat(e.path().c_str(), &st) != 0 || st.st_uid != ::getuid()) continue;
+    absl::StatusOr<std::string> owner = ReadFileToString((e.path() / "owner").string(),
+                                                         {.regular_only = true, .max_bytes = 32});
+    int64_t pid = 0;
+    if (owner.ok() && absl::SimpleAtoi(*owner, &pid) && ProcessIsGone(pid))
+      std::filesystem::remove_all(e.path(), ec);
+  }
+}
+
+}  // namespace
+
 
 absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(int workers,
                                                                   const std::string& exe,
@@ -43,12 +65,17 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(int workers,
   const char* tmp = std::getenv("TMPDIR");
   std::string base = tmp != nullptr && *tmp != '\0' ? tmp : "/tmp";
   if (base.size() > 64) base = "/tmp";
+  RemoveDeadClusterDirs(base);
   std::string dir = base + "/adjsh-cluster-XXXXXX";
   if (mkdtemp(dir.data()) == nullptr) {
     return absl::UnavailableError(absl::StrCat("cannot create a private directory for the "
                                                "cluster's socket under ", base, ": ",
                                                std::strerror(errno)));
   }
+  // Its owner, so that a later cluster can remove it if this process is killed (SIGKILL runs
+  // no destructor).
+  if (absl::Status s = WriteFileAtomic(dir + "/owner", std::to_string(::getpid())); !s.ok())
+    return s;
   c->socket_dir_ = dir;
   c->address_ = absl::StrCat("unix:", dir, "/coordinator");
   int port = 0;

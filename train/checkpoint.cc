@@ -75,6 +75,7 @@ absl::Status SaveCheckpoint(const std::string& root, const ModelParams<float>& p
   const fs::path final_dir = fs::path(root) / name;
   const fs::path tmp_dir = fs::path(root) / (name + ".tmp");
   absl::Status s = WriteStepDir(tmp_dir, final_dir, params, optimizer, state);
+  RemoveStaleAtomicTemps(root, "latest");  // of earlier runs killed while replacing `latest`
   if (s.ok()) s = WriteFileAtomic((fs::path(root) / "latest").string(), name);
   if (!s.ok()) {
     // A failed save (disk full, quota) frees what it wrote: `latest` still names the previous

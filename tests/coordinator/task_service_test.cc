@@ -471,12 +471,12 @@ TEST_F(TaskServiceWireTest, OversizedResultIsResourceExhausted) {
                          "over the limit"));
   }
   {
-    // The correct result plus padding tensors of 4 KiB each: the stream total goes over.
+    // The correct result plus one padding tensor of 13.6 KB, itself under the per-tensor
+    // limit: the stream total goes over. (Many small padding tensors are refused earlier, by
+    // their count: task_service_hostile_test.cc.)
     Named n = good;
-    for (int i = 0; i < 4; ++i) {
-      n.emplace_back(absl::StrCat("pad", i),
-                     HostTensor::From<float>(std::vector<float>(1024, 0.0f), {1024}, DType::kF32));
-    }
+    n.emplace_back("pad0",
+                   HostTensor::From<float>(std::vector<float>(3400, 0.0f), {3400}, DType::kF32));
     EXPECT_TRUE(StatusIs(Push(Messages(hdr, n)).status, absl::StatusCode::kResourceExhausted,
                          "brings the stream to", "over the limit of 16384 bytes"));
   }

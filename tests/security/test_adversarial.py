@@ -17,11 +17,19 @@ on the build before its fix.
     replaced by a FIFO after the submit fails its job when it runs (no read blocks), the next
     job runs, and SIGTERM still stops the coordinator; the coordinator serves throughout.
     `adjsh init` and `adjsh train` with a model bigger than the machine: a message, exit 1.
+  * Nothing is left behind by a killed run: a local cluster's private socket directory of an
+    `adjsh train --workers` that was SIGKILLed is removed by the next local cluster, and a
+    `latest.tmp.<pid>.<n>` of a process that is gone by the next checkpoint (a live process's
+    is kept).
 Bounded in time (every call has a timeout) and memory (tiny models).
 """
+import glob
 import os
 import shutil
+import signal
+import subprocess
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/
 from harness import run_process_test  # noqa: E402
@@ -182,9 +190,56 @@ def spec_cases(adjsh, tmp, cluster, record):
     record("SIGTERM stops the coordinator (exit 0) after all of it", code == 0, f"exit {code}")
 
 
+def leftover_cases(adjsh, tmp, cluster, record):
+    run = cluster.run
+    base = os.path.join(tmp, "clu")
+    os.makedirs(base)
+    env = dict(os.environ, TMPDIR=base)
+    ck = os.path.join(tmp, "ck-killed")
+    p = subprocess.Popen([adjsh, "train", *TRAIN, "--steps", "100000", "--workers", "2",
+                          "--checkpoint-dir", ck], env=env, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+    cluster.procs.append(p)
+    seen = False
+    for _ in range(200):
+        if glob.glob(os.path.join(base, "adjsh-cluster-*")):
+            seen = True
+            break
+        time.sleep(0.05)
+    time.sleep(0.3)
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    time.sleep(0.5)  # its workers notice their parent is gone
+    left = glob.glob(os.path.join(base, "adjsh-cluster-*"))
+    if not record("a SIGKILLed local cluster leaves its socket directory (nothing can run)",
+                  seen and len(left) == 1, f"seen {seen}, left {left}"):
+        return
+    r = subprocess.run([adjsh, "train", *TRAIN, "--steps", "2", "--workers", "1",
+                        "--checkpoint-dir", os.path.join(tmp, "ck-next")], env=env,
+                       capture_output=True, text=True, timeout=120)
+    record("the next local cluster removes the dead one's directory, and its own at exit",
+           r.returncode == 0 and not glob.glob(os.path.join(base, "adjsh-cluster-*")),
+           f"{r.stderr[-300:]} {glob.glob(os.path.join(base, '*'))}")
+
+    # latest.tmp files of a process killed while replacing `latest`.
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    d = os.path.join(tmp, "ck-temps")
+    r = run("train", *TRAIN, "--steps", "2", "--checkpoint-dir", d, timeout=120)
+    dead = os.path.join(d, f"latest.tmp.{gone.pid}.0")
+    live = os.path.join(d, f"latest.tmp.{os.getpid()}.3")
+    for f in (dead, live):
+        open(f, "w").write("step-00000001")
+    r = run("train", *TRAIN, "--steps", "4", "--checkpoint-dir", d, timeout=120)
+    record("a checkpoint removes latest.tmp files of processes that are gone, keeps a live one's",
+           r.returncode == 0 and not os.path.exists(dead) and os.path.exists(live),
+           f"{r.stderr[-300:]} {os.listdir(d)}")
+
+
 def body(adjsh, tmp, cluster, record):
     resume_cases(adjsh, tmp, cluster, record)
     spec_cases(adjsh, tmp, cluster, record)
+    leftover_cases(adjsh, tmp, cluster, record)
 
 
 if __name__ == "__main__":
