@@ -1,7 +1,8 @@
 // What callers can make the JobService hold or send is bounded (coordinator/job_service.h):
 // oversized specs and paths are refused without echoing them, the queue and the table of ended
 // jobs have caps, every ListJobs reply fits its byte budget with paging that reaches every job,
-// and page tokens cannot overflow. Each test failed on the service before these bounds.
+// and page tokens cannot overflow; job ids continue across a restart, so an old id never names
+// a new job. Each test failed on the service before these fixes.
 #include <unistd.h>
 
 #include <chrono>
@@ -157,6 +158,20 @@ TEST_F(JobServiceBounds, ListRepliesFitTheirBudgetAndPagingReachesEveryJob) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->jobs_size(), 0);
   EXPECT_TRUE(r->next_page_token().empty()) << r->next_page_token();
+}
+
+TEST_F(JobServiceBounds, JobIdsContinueAfterARestart) {
+  Start(1000, 1000);
+  v1::JobSpec own = FailingSpec();
+  own.set_checkpoint_dir((dir_ / "own").string());  // leaves no job-N folder in the state dir
+  ASSERT_EQ(jobs_->Submit(own)->job_id(), "job-1");
+  ASSERT_EQ(jobs_->Submit(own)->job_id(), "job-2");
+  WaitAllEnded();
+  jobs_->Shutdown();
+  jobs_.reset();
+  Start(1000, 1000);  // the same state dir
+  EXPECT_EQ(jobs_->Submit(own)->job_id(), "job-3");
+  EXPECT_EQ(jobs_->Get("job-1").status().code(), absl::StatusCode::kNotFound);
 }
 
 }  // namespace

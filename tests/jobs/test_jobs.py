@@ -17,9 +17,9 @@ Checks, with a coordinator on 127.0.0.1 (port 0: it prints the port it got) and 
   * an unknown job id -> exit 1 with a message; an unreachable coordinator -> exit 1 quickly;
   * SIGTERM stops the coordinator with exit 0, cancelling the running job (its watch exits 1);
   * a coordinator SIGKILLed during its first job and started again on the same address: the
-    same spec submitted again (job-1 again) resumes from its checkpoint dir and ends bitwise as
-    an uninterrupted run (the workers, which outlive it, re-register by themselves, and nothing
-    they cached for the old job-1 is used for the new one).
+    same spec submitted again (as job-2: ids continue) resumes from its checkpoint dir and ends
+    bitwise as an uninterrupted run (the workers, which outlive it, re-register by themselves,
+    and nothing they cached for the old job-1 is used for the new one).
 Every process listens on or connects to 127.0.0.1 and is stopped at the end, also on failure.
 Prints `N passed, N failed`; exit status 1 if any check failed.
 """
@@ -269,9 +269,9 @@ def body(adjsh, tmp, cluster, record):
 
     # A fresh coordinator whose first job (job-1) is SIGKILLed after its first checkpoints and
     # started again on the same address; its workers live on and re-register. The same spec
-    # submitted again is job-1 again (ids, like parameter versions, start over), resumes from the
-    # checkpoint dir and ends bitwise as an uninterrupted run: nothing the workers cached for
-    # the old job-1 may be taken for the new one's.
+    # submitted again gets a new id (job-2: ids continue after a restart, recorded in the state
+    # dir), resumes from the checkpoint dir and ends bitwise as an uninterrupted run: nothing the
+    # workers cached for the old job-1 may be taken for the new one.
     state2 = os.path.join(tmp, "state2")
     coord, addr = cluster.coordinator(state2)
     record("a second coordinator", addr is not None)
@@ -304,6 +304,7 @@ def body(adjsh, tmp, cluster, record):
     addr = addr2
     r = run("submit", "--coordinator", addr, "--spec", resume_file)
     job5 = r.stdout.strip()
+    record("the resubmitted job's id continues the numbering (job-2)", job5 == "job-2", job5)
     r = run("watch", "--coordinator", addr, "--job", job5, timeout=300)
     got = final_files(resume["checkpoint_dir"])
     resumed = at != "step-00000012"
