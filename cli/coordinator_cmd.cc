@@ -1,6 +1,8 @@
 // adjsh coordinator: serves the TaskService (workers) and the JobService (adjsh submit / status /
 // watch / cancel) on one gRPC address, with mutual TLS and a job token (cli/security_flags.h) or
 // plaintext on loopback, until SIGTERM or SIGINT (coordinator/job_service.h).
+#include <sys/stat.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -8,6 +10,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/device_flags.h"
@@ -31,6 +34,8 @@ int CoordinatorCommand(const std::vector<std::string>& args) {
       "a time in submission order; each trains as `adjsh train` does (forward pass, LM head and\n"
       "AdamW here, the backward on the connected workers), with bitwise the same weights. Prints\n"
       "'listening on HOST:PORT' on stdout once serving (--listen with port 0 picks a free port).\n"
+      "A job's paths must lie under --state-dir or a --data-root (relative ones are taken in\n"
+      "--state-dir); files are written readable by this user only.\n"
       "Jobs are kept in memory only: after a restart, submit a job's spec again with the same\n"
       "checkpoint dir to resume it from its latest checkpoint. SIGTERM or SIGINT cancels the\n"
       "running job and exits 0.\n"
@@ -45,6 +50,9 @@ int CoordinatorCommand(const std::vector<std::string>& args) {
   a.Add("state-dir", "DIR",
         "checkpoints of jobs submitted without a checkpoint dir go to DIR/JOB_ID",
         "adjsh-coordinator");
+  a.Add("data-root", "DIR[,DIR...]",
+        "directories whose files jobs may read (models, tokens, text) and where they may write "
+        "checkpoints, besides --state-dir; any other path in a spec is PERMISSION_DENIED");
   a.Add("lease-ms", "MS", "a task's lease; a lost worker's task is handed out again after it",
         "5000");
   a.Add("threads", "N", "threads for the forward pass and LM head here (0: one per core)", "0");
@@ -88,6 +96,21 @@ int CoordinatorCommand(const std::vector<std::string>& args) {
                                    "--state-dir ", state_dir, " exists and is not a directory")));
   }
 
+  std::vector<std::string> data_roots;
+  if (a.Has("data-root")) {
+    const std::vector<std::string> dirs = absl::StrSplit(a.Get("data-root"), ',', absl::SkipEmpty());
+    for (const std::string& dir : dirs) {
+      const std::string abs = std::filesystem::absolute(dir, ec).string();
+      if (!std::filesystem::is_directory(abs, ec)) {
+        return Fail("coordinator", absl::NotFoundError(absl::StrCat(
+                                       "--data-root ", abs, " is not a directory")));
+      }
+      data_roots.push_back(abs);
+    }
+  }
+  // Checkpoints and everything else the coordinator writes: readable by its own user only.
+  ::umask(077);
+
   coordinator::TaskServiceImpl tasks({.lease = absl::Milliseconds(*lease_ms)});
   auto job_metrics = std::make_shared<coordinator::CoordinatorMetrics>(tasks);
   coordinator::JobServiceImpl jobs(tasks, {.state_dir = state_dir,
@@ -96,6 +119,7 @@ int CoordinatorCommand(const std::vector<std::string>& args) {
                                            .observer = job_metrics.get(),
                                            .device = *device,
                                            .limits = limits->job,
+                                           .data_roots = data_roots,
                                            .max_reply_bytes = static_cast<size_t>(
                                                limits->max_message_bytes / 2)});
   job_metrics->set_jobs(&jobs);

@@ -18,6 +18,7 @@
 #include "common/file_io.h"
 #include "common/model.h"
 #include "common/strings.h"
+#include "coordinator/job_paths.h"
 #include "coordinator/job_spec.h"
 #include "proto/status_util.h"
 #include "train/trainer.h"
@@ -185,7 +186,12 @@ v1::JobEvent JobServiceImpl::Summary(const JobRecord& rec) const {
   return e;
 }
 
-absl::StatusOr<v1::Job> JobServiceImpl::Submit(const v1::JobSpec& spec) {
+absl::StatusOr<v1::Job> JobServiceImpl::Submit(const v1::JobSpec& submitted) {
+  // Paths first, so that no answer tells whether a file outside the roots exists.
+  if (absl::Status s = CheckSpecRequestSize(submitted); !s.ok()) return s;
+  v1::JobSpec spec = submitted;
+  if (absl::Status s = ConfineJobPaths(spec, {opt_.data_roots, opt_.state_dir}); !s.ok())
+    return s;
   if (absl::Status s = ValidateJobSpec(spec, opt_.limits); !s.ok()) return s;
   std::lock_guard<std::mutex> lock(mu_);
   if (stopping_) return absl::UnavailableError("the coordinator is shutting down");

@@ -74,6 +74,8 @@ struct JobServiceOptions {
   Device device;
   // Per-job size limits, checked at submit (job_spec.h).
   JobLimits limits;
+  // Where a job may read data and write checkpoints besides state_dir (job_paths.h).
+  std::vector<std::string> data_roots;
   // Bounds on what callers can make the service hold or send: queued jobs (SubmitJob is then
   // RESOURCE_EXHAUSTED), ended jobs kept for status (the oldest are forgotten), and the bytes
   // of one ListJobs reply (kept under the gRPC message limit; the rest on later pages).

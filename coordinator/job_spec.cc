@@ -169,7 +169,7 @@ uint64_t LargestParamBytes(const MambaConfig& c) {
   return SatMul(largest, sizeof(float));
 }
 
-absl::Status ValidateJobSpec(const v1::JobSpec& spec, const JobLimits& limits) {
+absl::Status CheckSpecRequestSize(const v1::JobSpec& spec) {
   // Sizes of the request itself: a spec is kept for the job's lifetime and sent back in every
   // status reply, and its strings may be echoed in errors.
   if (spec.ByteSizeLong() > kMaxSpecBytes) {
@@ -191,6 +191,12 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const JobLimits& limits) {
                                          " bytes, over the limit of ", kMaxPathBytes));
     }
   }
+
+  return absl::OkStatus();
+}
+
+absl::Status ValidateJobSpec(const v1::JobSpec& spec, const JobLimits& limits) {
+  if (absl::Status s = CheckSpecRequestSize(spec); !s.ok()) return s;
 
   // The model.
   int64_t vocab = 0;

@@ -66,6 +66,10 @@ struct JobLimits {
 // Bytes of the model's largest parameter tensor in f32 (saturates at UINT64_MAX).
 uint64_t LargestParamBytes(const MambaConfig& config);
 
+// The spec's sizes as a request (kMaxSpecBytes, kMaxPathBytes, kMaxTextFiles): INVALID_ARGUMENT
+// naming the field, the value not echoed. The first of ValidateJobSpec's checks.
+absl::Status CheckSpecRequestSize(const v1::JobSpec& spec);
+
 // The checks above, without loading the model or the data (the model_dir's config.json is read).
 absl::Status ValidateJobSpec(const v1::JobSpec& spec, const JobLimits& limits = {});
 

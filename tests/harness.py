@@ -171,12 +171,14 @@ class Cluster:
         return f
 
     def coordinator(self, state_dir, listen="127.0.0.1:0", lease_ms=2000, timeout=30,
-                    flags=("--insecure-local",), env=None, log="coordinator"):
+                    flags=("--insecure-local",), env=None, log="coordinator", data_root=None):
         """Starts a coordinator; returns (process, address) or (process, None). flags: its
         transport (--insecure-local, or TLS and token flags) and any others; log: the name of
-        its stderr log in tmp."""
+        its stderr log in tmp; data_root: where jobs may read and write (default: tmp)."""
+        # The test's directory is the jobs' data root: their models, data and checkpoints.
         p = subprocess.Popen([self.adjsh, "coordinator", "--listen", listen, "--state-dir",
-                              state_dir, "--lease-ms", str(lease_ms), "--threads", "1", *flags],
+                              state_dir, "--lease-ms", str(lease_ms), "--threads", "1",
+                              "--data-root", data_root or self.tmp, *flags],
                              stdout=subprocess.PIPE, stderr=self._log(log), env=env)
         self.procs.append(p)
         deadline = time.time() + timeout

@@ -40,6 +40,7 @@ class JobServiceBounds : public ::testing::Test {
     o.max_finished_jobs = max_finished;
     o.max_reply_bytes = max_reply_bytes;
     o.state_dir = (dir_ / "state").string();
+    o.data_roots = {dir_.string()};
     jobs_ = std::make_unique<JobServiceImpl>(tasks_, o);
   }
 
@@ -132,7 +133,9 @@ TEST_F(JobServiceBounds, ListRepliesFitTheirBudgetAndPagingReachesEveryJob) {
   std::set<std::string> submitted;
   for (int i = 0; i < 30; ++i) {
     v1::JobSpec s = FailingSpec();
-    s.set_checkpoint_dir((dir_ / std::string(600, 'c')).string() + std::to_string(i));
+    std::filesystem::path long_dir = dir_;
+    for (int part = 0; part < 6; ++part) long_dir /= std::string(100, 'c');
+    s.set_checkpoint_dir((long_dir / std::to_string(i)).string());
     absl::StatusOr<v1::Job> j = jobs_->Submit(s);
     ASSERT_TRUE(j.ok()) << j.status();
     submitted.insert(j->job_id());

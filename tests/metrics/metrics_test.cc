@@ -192,9 +192,10 @@ TEST(WorkerMetricsTest, OptionsForABackendTakeItsDeviceAndItsProbe) {
 TEST(CoordinatorMetricsTest, ExportsItsTableAndTheRunningJob) {
   coordinator::TaskServiceImpl tasks;
   coordinator::CoordinatorMetrics m(tasks);
-  coordinator::JobServiceImpl jobs(
-      tasks, {.state_dir = "", .threads = 1, .log = false, .observer = &m, .device = {},
-               .limits = {}});
+  coordinator::JobServiceOptions options;
+  options.threads = 1;
+  options.observer = &m;
+  coordinator::JobServiceImpl jobs(tasks, options);
   m.set_jobs(&jobs);
   const std::set<std::string> per_job = {
       "adjsh_coordinator_job_step", "adjsh_coordinator_job_steps", "adjsh_coordinator_loss",

@@ -17,6 +17,10 @@ on the build before its fix.
     replaced by a FIFO after the submit fails its job when it runs (no read blocks), the next
     job runs, and SIGTERM still stops the coordinator; the coordinator serves throughout.
     `adjsh init` and `adjsh train` with a model bigger than the machine: a message, exit 1.
+  * Paths are confined: with --data-root DATA, a spec naming /etc/shadow (or a file that does
+    not exist outside DATA: the same answer), a link out of DATA, or a checkpoint dir outside
+    DATA and the state dir is PERMISSION_DENIED at submit; a job inside DATA runs and its
+    checkpoint files are 0600, its folders 0700.
   * Nothing is left behind by a killed run: a local cluster's private socket directory of an
     `adjsh train --workers` that was SIGKILLed is removed by the next local cluster, and a
     `latest.tmp.<pid>.<n>` of a process that is gone by the next checkpoint (a live process's
@@ -27,6 +31,7 @@ import glob
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -139,14 +144,21 @@ def spec_cases(adjsh, tmp, cluster, record):
     tiny = {"hidden_size": 8, "layers": 2, "state_size": 4, "vocab_size": 256}
     fifo = os.path.join(tmp, "fifo")
     os.mkfifo(fifo)
+    # /dev/zero itself is outside the data root (refused for that); a node of the same device
+    # inside it reaches the regular-file check (root only; otherwise the path answer counts).
+    zero, zero_message = "/dev/zero", "outside the coordinator's data roots"
+    try:
+        os.mknod(os.path.join(tmp, "zero"), 0o600 | stat.S_IFCHR, os.makedev(1, 5))
+        zero, zero_message = os.path.join(tmp, "zero"), "not a regular file"
+    except OSError:
+        pass
     big = os.path.join(tmp, "big.txt")
     with open(big, "wb") as f:
         f.write(b"x" * 4000001)
     refused = [
         ("a 4 TiB model", {"init": {"hidden_size": 16384, "layers": 1024, "state_size": 16,
                                     "vocab_size": 256}}, "--max-model-bytes"),
-        ("/dev/zero as text", {"init": tiny, "text_files": {"paths": ["/dev/zero"]}},
-         "not a regular file"),
+        ("/dev/zero as text", {"init": tiny, "text_files": {"paths": [zero]}}, zero_message),
         ("a FIFO as text", {"init": tiny, "text_files": {"paths": [fifo]}}, "not a regular file"),
         ("a FIFO as tokens", {"init": tiny, "token_file": fifo + ".u32"}, "does not exist"),
         ("text over --max-data-bytes", {"init": tiny, "text_files": {"paths": [big]}},
@@ -188,6 +200,48 @@ def spec_cases(adjsh, tmp, cluster, record):
     except Exception:
         code = None
     record("SIGTERM stops the coordinator (exit 0) after all of it", code == 0, f"exit {code}")
+
+
+def path_cases(adjsh, tmp, cluster, record):
+    data = os.path.join(tmp, "data")
+    os.makedirs(data)
+    with open(os.path.join(data, "corpus.txt"), "w") as f:
+        f.write("a small corpus of text for one job. " * 40)
+    os.symlink("/etc/passwd", os.path.join(data, "passwd-link.txt"))
+    state = os.path.join(tmp, "state-paths")
+    _, address = cluster.coordinator(state, data_root=data, log="coordinator-paths")
+    if not record("coordinator with --data-root started", address is not None):
+        return
+    cluster.worker(address, "w-paths")
+    tiny = {"hidden_size": 8, "layers": 2, "state_size": 4, "vocab_size": 256}
+    base = {"init": tiny, "context_length": 256, "chunk": 64, "steps": 2}
+    answers = []
+    for name, extra in [
+            ("/etc/shadow as text", {"text_files": {"paths": ["/etc/shadow"]}}),
+            ("a missing file outside the roots", {"text_files": {"paths": ["/etc/adjsh-none"]}}),
+            ("a link out of the data root", {"text_files": {"paths": [
+                os.path.join(data, "passwd-link.txt")]}}),
+            ("a checkpoint dir outside the roots", {"checkpoint_dir": os.path.join(tmp, "x")}),
+            ("a checkpoint dir with ..", {"checkpoint_dir": os.path.join(data, "..", "x")})]:
+        job, r = cluster.submit(address, {**base, **extra})
+        answers.append(r.stderr.replace("/etc/shadow", "P").replace("/etc/adjsh-none", "P"))
+        record(f"submit of {name}: PERMISSION_DENIED, exit 1", job is None and
+               r.returncode == 1 and "PERMISSION_DENIED" in r.stderr, r.stderr[-300:])
+    record("an existing and a missing file outside the roots get the same answer",
+           answers[0] == answers[1], answers[:2])
+    ck = os.path.join(data, "ckpt")
+    job, r = cluster.submit(address, {**base, "text_files": {"paths": [
+        os.path.join(data, "corpus.txt")]}, "checkpoint_dir": ck})
+    w = cluster.watch(address, job, timeout=120) if job else r
+    modes = []
+    for root, dirs, files in os.walk(ck):
+        modes += [(os.path.join(root, d), os.stat(os.path.join(root, d)).st_mode & 0o777, 0o700)
+                  for d in dirs]
+        modes += [(os.path.join(root, f), os.stat(os.path.join(root, f)).st_mode & 0o777, 0o600)
+                  for f in files]
+    record("a job inside the data root SUCCEEDED; its checkpoint files are 0600, folders 0700",
+           w.returncode == 0 and modes and all(m == want for _, m, want in modes),
+           f"{w.stderr[-300:]} {[(p, oct(m)) for p, m, want in modes if m != want][:5]}")
 
 
 def leftover_cases(adjsh, tmp, cluster, record):
@@ -239,6 +293,7 @@ def leftover_cases(adjsh, tmp, cluster, record):
 def body(adjsh, tmp, cluster, record):
     resume_cases(adjsh, tmp, cluster, record)
     spec_cases(adjsh, tmp, cluster, record)
+    path_cases(adjsh, tmp, cluster, record)
     leftover_cases(adjsh, tmp, cluster, record)
 
 
