@@ -36,9 +36,11 @@ int CoordinatorCommand(const std::vector<std::string>& args) {
       "'listening on HOST:PORT' on stdout once serving (--listen with port 0 picks a free port).\n"
       "A job's paths must lie under --state-dir or a --data-root (relative ones are taken in\n"
       "--state-dir); files are written readable by this user only.\n"
-      "Jobs are kept in memory only: after a restart, submit a job's spec again with the same\n"
-      "checkpoint dir to resume it from its latest checkpoint. SIGTERM or SIGINT cancels the\n"
-      "running job and exits 0.\n"
+      "Jobs are recorded in --state-dir (jobs/JOB_ID.json): started again with the same state\n"
+      "dir, the coordinator runs its queued and interrupted jobs on by itself, each from its\n"
+      "latest checkpoint, with the weights of an undisturbed run; old job ids stay valid.\n"
+      "SIGTERM or SIGINT stops the running job after its last completed step, checkpoints it,\n"
+      "and exits 0.\n"
       "Security (docs/SECURITY.md): TLS with --tls-cert/--tls-key; workers must present a\n"
       "client certificate signed by --tls-ca; the job API requires the bearer token of\n"
       "--auth-token-file (or ADJSH_AUTH_TOKEN). --insecure-local instead serves plaintext\n"
@@ -157,7 +159,7 @@ int CoordinatorCommand(const std::vector<std::string>& args) {
 
   while (!stop.load()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   std::fprintf(stderr, "adjsh coordinator: stopping\n");
-  jobs.Shutdown();  // cancels the running job; watch streams get its terminal event
+  jobs.Shutdown();  // checkpoints the running job at its last completed step; it stays recorded
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   return 0;
 }

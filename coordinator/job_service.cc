@@ -20,6 +20,7 @@
 #include "common/strings.h"
 #include "coordinator/job_paths.h"
 #include "coordinator/job_spec.h"
+#include "coordinator/job_store.h"
 #include "proto/status_util.h"
 #include "train/trainer.h"
 
@@ -85,7 +86,7 @@ std::string InstanceId() {
 }  // namespace
 
 JobServiceImpl::JobServiceImpl(TaskServiceImpl& tasks, JobServiceOptions options)
-    : tasks_(tasks), opt_(std::move(options)), instance_(InstanceId()) {
+    : tasks_(tasks), opt_(std::move(options)), instance_(InstanceId()), store_(opt_.state_dir) {
   if (!opt_.state_dir.empty()) {
     // Continue the numbering after the job folders a previous coordinator left.
     std::error_code ec;
@@ -107,6 +108,10 @@ JobServiceImpl::JobServiceImpl(TaskServiceImpl& tasks, JobServiceOptions options
       next_id_ = next;
     }
   }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    LoadStoredJobs();
+  }
   runner_ = std::thread([this] { RunLoop(); });
   pump_ = std::thread([this] { CancelPump(); });
 }
@@ -120,15 +125,18 @@ void JobServiceImpl::Shutdown() {
       std::lock_guard<std::mutex> lock(mu_);
       if (!stopping_) {
         stopping_ = true;
+        // With a state dir, queued jobs stay queued on disk and the running one is stopped
+        // after its last completed step, checkpointed, and recorded as running: a coordinator
+        // started again with the state dir runs them all. Without one they cannot come back.
         for (auto& rec : queue_) {
-          if (rec->job.state() == v1::Job::QUEUED) {
+          if (rec->job.state() == v1::Job::QUEUED && !store_.enabled()) {
             SetState(*rec, v1::Job::CANCELLED, kShuttingDown);
           }
         }
         queue_.clear();
         if (running_ && running_->job.state() == v1::Job::RUNNING) {
           running_->cancel.store(true);
-          SetState(*running_, v1::Job::CANCELLED, kShuttingDown);
+          if (!store_.enabled()) SetState(*running_, v1::Job::CANCELLED, kShuttingDown);
         }
       }
       cv_.notify_all();
@@ -142,6 +150,42 @@ void JobServiceImpl::Shutdown() {
     cv_.notify_all();
   }
   if (pump_.joinable()) pump_.join();
+}
+
+void JobServiceImpl::Persist(const JobRecord& rec) {
+  const absl::Status s = store_.Save({rec.job, rec.checkpoint_dir, rec.state_message});
+  if (!s.ok()) {
+    std::fprintf(stderr, "warning: job %s: cannot record its state (%s); it would not survive a "
+                 "restart\n", rec.job.job_id().c_str(), std::string(s.message()).c_str());
+  }
+}
+
+// The jobs a previous coordinator with this state dir recorded: ended ones kept for status and
+// watch, queued and running ones queued again (in their order) to run from their checkpoints.
+void JobServiceImpl::LoadStoredJobs() {
+  std::vector<std::string> problems;
+  for (StoredJob& j : store_.Load(&problems)) {
+    auto rec = std::make_shared<JobRecord>();
+    rec->job = std::move(j.job);
+    rec->checkpoint_dir = std::move(j.checkpoint_dir);
+    rec->state_message = std::move(j.state_message);
+    const std::string& id = rec->job.job_id();
+    int64_t n = 0;
+    if (absl::SimpleAtoi(id.substr(4), &n) && n >= next_id_) next_id_ = n + 1;
+    if (!Terminal(rec->job.state())) {
+      const bool was_running = rec->job.state() == v1::Job::RUNNING;
+      SetState(*rec, v1::Job::QUEUED,
+               absl::StrCat("queued again: the coordinator restarted",
+                            was_running ? absl::StrCat(" while it ran (after step ",
+                                                       rec->job.step(), ")")
+                                        : "",
+                            "; ", CheckpointsNote(rec->checkpoint_dir)));
+      queue_.push_back(rec);
+    }
+    jobs_[id] = rec;
+    order_.push_back(rec);
+  }
+  for (const std::string& p : problems) std::fprintf(stderr, "warning: job record %s\n", p.c_str());
 }
 
 std::shared_ptr<JobServiceImpl::JobRecord> JobServiceImpl::Find(const std::string& job_id) const {
@@ -166,6 +210,7 @@ void JobServiceImpl::SetState(JobRecord& rec, v1::Job::State state, const std::s
   if (Terminal(state)) rec.eta_seconds = 0;
   rec.state_message = message;
   SetNow(rec.job.mutable_updated());
+  Persist(rec);
   if (opt_.log) {
     std::fprintf(stderr, "%s: %s%s%s\n", rec.job.job_id().c_str(), StateName(state).c_str(),
                  message.empty() ? "" : ": ", message.c_str());
@@ -242,6 +287,7 @@ void JobServiceImpl::ForgetOldJobs() {
       ++it;
       continue;
     }
+    store_.Remove((*it)->job.job_id());
     jobs_.erase((*it)->job.job_id());
     it = order_.erase(it);
     --ended;
@@ -366,7 +412,13 @@ void JobServiceImpl::RunLoop() {
     std::lock_guard<std::mutex> cancel_lock(cancel_mu_);
     std::lock_guard<std::mutex> lock(mu_);
     running_.reset();
-    if (rec->job.state() == v1::Job::RUNNING) {
+    if (rec->job.state() == v1::Job::RUNNING && stopping_ && rec->cancel.load()) {
+      // Stopped by the shutdown, not by a user: it stays RUNNING on disk, to run again.
+      SetState(*rec, v1::Job::RUNNING,
+               absl::StrCat("interrupted by the coordinator's shutdown after step ",
+                            rec->job.step(), "; it resumes when the coordinator starts again with "
+                            "this state dir (", status.message(), ")"));
+    } else if (rec->job.state() == v1::Job::RUNNING) {
       if (status.ok()) {
         SetState(*rec, v1::Job::SUCCEEDED,
                  absl::StrFormat("done: step %d, loss %.4f%s", rec->job.step(), rec->job.loss(),
@@ -448,7 +500,7 @@ absl::Status JobServiceImpl::RunJob(JobRecord& rec) {
         return g;
       });
 
-  return trainer.Run([&](const train::StepReport& r) {
+  absl::Status trained = trainer.Run([&](const train::StepReport& r) {
     const bool wrote =
         !ckpt.empty() &&
         (r.step == r.steps || (opt.checkpoint_every > 0 && r.step % opt.checkpoint_every == 0));
@@ -476,7 +528,23 @@ absl::Status JobServiceImpl::RunJob(JobRecord& rec) {
     e.set_state(v1::Job::RUNNING);
     if (!written.empty()) e.set_message(absl::StrCat("checkpoint ", written));
     PushEvent(rec, std::move(e));
+    if (!written.empty()) Persist(rec);  // the record's progress follows its checkpoints
   });
+  if (trained.ok() || !rec.cancel.load()) return trained;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!stopping_ || rec.job.state() != v1::Job::RUNNING) return trained;  // a user's cancel
+  }
+  // The shutdown's safe point: the trainer holds the state after its last completed step (an
+  // abandoned step changed nothing), which is what an undisturbed run had there.
+  const absl::Status saved = trainer.SaveCheckpointNow();
+  std::lock_guard<std::mutex> lock(mu_);
+  rec.job.set_step(trainer.state().step);
+  if (!saved.ok()) return saved;
+  if (!ckpt.empty()) rec.job.set_last_checkpoint(LatestCheckpoint(ckpt));
+  return absl::CancelledError(
+      ckpt.empty() ? "no checkpoint dir: it starts over"
+                   : absl::StrCat("checkpointed at step ", trainer.state().step));
 }
 
 grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext*, const v1::JobSpec* spec,

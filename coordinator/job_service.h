@@ -55,6 +55,7 @@
 #include "absl/status/statusor.h"
 #include "coordinator/job_observer.h"
 #include "coordinator/job_spec.h"
+#include "coordinator/job_store.h"
 #include "coordinator/task_service.h"
 #include "proto/adjsh.grpc.pb.h"
 
@@ -129,6 +130,8 @@ class JobServiceImpl final : public v1::JobService::Service {
   absl::Status RunJob(JobRecord& rec);
   absl::Status RunJobGuarded(JobRecord& rec);
   void ForgetOldJobs();  // requires mu_
+  void Persist(const JobRecord& rec);  // to store_ (a warning when it fails). Requires mu_.
+  void LoadStoredJobs();               // at construction. Requires mu_.
   // Re-sends CancelCurrent while the running job is cancelled and has not stopped (a cancel
   // that arrives between two gradients, or while one is being set up, would be lost otherwise).
   void CancelPump();
@@ -146,6 +149,7 @@ class JobServiceImpl final : public v1::JobService::Service {
   // and parameter versions start again after a restart, and workers that outlive a coordinator
   // cache parameters by (task job id, params_version), so the task job id must not repeat.
   const std::string instance_;
+  const JobStore store_;  // the job table on disk (state_dir/jobs); disabled without a state dir
   // Held around every CancelCurrent and while the runner retires a job, so that a cancel meant
   // for one job never reaches the gradient of the next. Taken before mu_.
   std::mutex cancel_mu_;

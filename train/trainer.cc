@@ -19,6 +19,15 @@ Trainer::Trainer(ModelParams<float> params, std::vector<uint32_t> corpus, TrainO
   };
 }
 
+absl::Status Trainer::SaveCheckpointNow() {
+  if (opt_.checkpoint_dir.empty() || state_.step == saved_step_) return absl::OkStatus();
+  if (absl::Status s = SaveCheckpoint(opt_.checkpoint_dir, params_, adamw_, state_, written_);
+      !s.ok())
+    return s;
+  saved_step_ = state_.step;
+  return absl::OkStatus();
+}
+
 absl::Status Trainer::Init() {
   if (opt_.steps < 1) return absl::InvalidArgumentError("steps must be >= 1");
   if (opt_.context < 2) return absl::InvalidArgumentError("context must be >= 2 tokens");
@@ -52,6 +61,7 @@ absl::Status Trainer::Init() {
   params_ = std::move(ck->params);
   adamw_ = std::move(ck->optimizer);
   state_ = ck->state;
+  saved_step_ = state_.step;
   resumed_ = true;
   return absl::OkStatus();
 }
@@ -87,8 +97,7 @@ absl::Status Trainer::Run(const std::function<void(const StepReport&)>& on_step)
     const bool last = state_.step == opt_.steps;
     if (!opt_.checkpoint_dir.empty() &&
         (last || (opt_.checkpoint_every > 0 && state_.step % opt_.checkpoint_every == 0))) {
-      absl::Status s = SaveCheckpoint(opt_.checkpoint_dir, params_, adamw_, state_, written_);
-      if (!s.ok()) return s;
+      if (absl::Status s = SaveCheckpointNow(); !s.ok()) return s;
     }
     const auto now = std::chrono::steady_clock::now();
     StepReport r;

@@ -58,6 +58,11 @@ class Trainer {
   // Runs the remaining steps; on_step is called after every step.
   absl::Status Run(const std::function<void(const StepReport&)>& on_step);
 
+  // Saves a checkpoint of the state after the last completed step, unless there is nothing new
+  // to save (no checkpoint dir, no step since the last save or the resume). For a run stopped
+  // between steps (a shutdown): resuming from it continues exactly where it stopped.
+  absl::Status SaveCheckpointNow();
+
   const ModelParams<float>& params() const { return params_; }
   const TrainerState& state() const { return state_; }
   bool resumed() const { return resumed_; }
@@ -73,6 +78,7 @@ class Trainer {
   GradientSource source_;
   std::string resume_note_;
   std::vector<int64_t> written_;  // the step folders this run saved, oldest first
+  int64_t saved_step_ = 0;        // the step of the newest checkpoint this run saved or resumed
   bool resumed_ = false;
 };
 

@@ -163,6 +163,8 @@ TEST_F(JobServiceBounds, ListRepliesFitTheirBudgetAndPagingReachesEveryJob) {
   EXPECT_TRUE(r->next_page_token().empty()) << r->next_page_token();
 }
 
+std::string fs_canonical(const std::string& p) { return std::filesystem::weakly_canonical(p).string(); }
+
 TEST_F(JobServiceBounds, JobIdsContinueAfterARestart) {
   Start(1000, 1000);
   v1::JobSpec own = FailingSpec();
@@ -172,9 +174,12 @@ TEST_F(JobServiceBounds, JobIdsContinueAfterARestart) {
   WaitAllEnded();
   jobs_->Shutdown();
   jobs_.reset();
-  Start(1000, 1000);  // the same state dir
+  Start(1000, 1000);  // the same state dir: the old jobs are still known, by their ids
   EXPECT_EQ(jobs_->Submit(own)->job_id(), "job-3");
-  EXPECT_EQ(jobs_->Get("job-1").status().code(), absl::StatusCode::kNotFound);
+  absl::StatusOr<v1::Job> old = jobs_->Get("job-1");
+  ASSERT_TRUE(old.ok()) << old.status();
+  EXPECT_EQ(old->state(), v1::Job::FAILED);
+  EXPECT_EQ(old->spec().checkpoint_dir(), fs_canonical((dir_ / "own").string()));
 }
 
 }  // namespace

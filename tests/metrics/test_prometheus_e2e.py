@@ -132,7 +132,8 @@ def main():
         coord = Proc("coordinator", [adjsh, "coordinator", "--listen", "127.0.0.1:0",
                                      "--state-dir", os.path.join(tmp, "state"),
                                      "--lease-ms", str(LEASE_MS), "--threads", "1",
-                                     "--insecure-local", "--metrics-listen", "127.0.0.1:0"])
+                                     "--data-root", tmp, "--insecure-local",
+                                     "--metrics-listen", "127.0.0.1:0"])
         procs.append(coord)
         coordinator_addr = coord.wait_line("listening on ")
         coord_metrics = coord.wait_line("metrics on ")
