@@ -17,6 +17,8 @@ on the build before its fix.
     replaced by a FIFO after the submit fails its job when it runs (no read blocks), the next
     job runs, and SIGTERM still stops the coordinator; the coordinator serves throughout.
     `adjsh init` and `adjsh train` with a model bigger than the machine: a message, exit 1.
+    A coordinator under an address-space limit that a job's model (within every limit) does
+    not fit: that job FAILS with "ran out of memory", the coordinator lives, the next job runs.
   * Paths are confined: with --data-root DATA, a spec naming /etc/shadow (or a file that does
     not exist outside DATA: the same answer), a link out of DATA, or a checkpoint dir outside
     DATA and the state dir is PERMISSION_DENIED at submit; a job inside DATA runs and its
@@ -29,6 +31,7 @@ Bounded in time (every call has a timeout) and memory (tiny models).
 """
 import glob
 import os
+import resource
 import shutil
 import signal
 import stat
@@ -244,6 +247,41 @@ def path_cases(adjsh, tmp, cluster, record):
            f"{w.stderr[-300:]} {[(p, oct(m)) for p, m, want in modes if m != want][:5]}")
 
 
+def out_of_memory_case(adjsh, tmp, cluster, record):
+    state = os.path.join(tmp, "state-oom")
+    limit = 3 << 30  # address space: an idle coordinator maps about 1.2 GiB (thread stacks)
+
+    def cap():
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    p = subprocess.Popen([adjsh, "coordinator", "--listen", "127.0.0.1:0", "--state-dir", state,
+                          "--data-root", tmp, "--insecure-local", "--threads", "1"],
+                         stdout=subprocess.PIPE, stderr=open(cluster.log_path("coordinator-oom"),
+                                                              "wb"), preexec_fn=cap)
+    cluster.procs.append(p)
+    line = p.stdout.readline().decode().strip()
+    address = line.split()[-1] if line.startswith("listening on ") else None
+    if not record("coordinator under a 3 GiB address-space limit started", address, line):
+        return
+    cluster.worker(address, "w-oom")
+    # 4096 wide, 4 layers: 1.7 GB of f32 parameters, under every limit of the spec; with its
+    # gradient and moments far more than the 3 GiB the process may map.
+    big = {"init": {"hidden_size": 4096, "layers": 4, "state_size": 16, "vocab_size": 256},
+           "context_length": 256, "chunk": 64, "steps": 1}
+    job, r = cluster.submit(address, big)
+    w = cluster.watch(address, job, timeout=120) if job else r
+    st = cluster.status(address, job) if job else None
+    record("a job that does not fit in memory FAILS with the reason, the coordinator lives",
+           job and w.returncode == 1 and st and st.get("state") == "FAILED" and
+           "out of memory" in st.get("error", "") and p.poll() is None,
+           (st, w.stderr[-300:], p.poll()))
+    small = {"init": {"hidden_size": 8, "layers": 2, "state_size": 4, "vocab_size": 256},
+             "context_length": 256, "chunk": 64, "steps": 2}
+    job, r = cluster.submit(address, small)
+    w = cluster.watch(address, job, timeout=120) if job else r
+    record("the next job SUCCEEDS on the same coordinator", w.returncode == 0, w.stderr[-300:])
+
+
 def leftover_cases(adjsh, tmp, cluster, record):
     run = cluster.run
     base = os.path.join(tmp, "clu")
@@ -294,6 +332,7 @@ def body(adjsh, tmp, cluster, record):
     resume_cases(adjsh, tmp, cluster, record)
     spec_cases(adjsh, tmp, cluster, record)
     path_cases(adjsh, tmp, cluster, record)
+    out_of_memory_case(adjsh, tmp, cluster, record)
     leftover_cases(adjsh, tmp, cluster, record)
 
 
