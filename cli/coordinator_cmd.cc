@@ -45,9 +45,9 @@ int CoordinatorCommand(const std::vector<std::string>& args) {
       "client certificate signed by --tls-ca; the job API requires the bearer token of\n"
       "--auth-token-file (or ADJSH_AUTH_TOKEN). --insecure-local instead serves plaintext\n"
       "without authentication, on a loopback address only.\n"
-      "Limits: a job over --max-context, --max-layers, --max-hidden or --max-tensor-bytes is\n"
-      "refused at submit (INVALID_ARGUMENT naming the limit); messages over\n"
-      "--max-message-bytes are refused (RESOURCE_EXHAUSTED).");
+      "Limits: a job over --max-context, --max-layers, --max-hidden, --max-tensor-bytes,\n"
+      "--max-model-bytes or --max-data-bytes is refused at submit (INVALID_ARGUMENT naming the\n"
+      "limit); messages over --max-message-bytes are refused (RESOURCE_EXHAUSTED).");
   a.Add("listen", "HOST:PORT", "address to serve on (port 0: a free port)", "127.0.0.1:50051");
   a.Add("state-dir", "DIR",
         "checkpoints of jobs submitted without a checkpoint dir go to DIR/JOB_ID",
