@@ -16,6 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "common/check.h"
 #include "common/file_io.h"
+#include "common/saturating.h"
 #include "common/strings.h"
 
 namespace adjsh {
@@ -136,14 +137,6 @@ LayerParams<T> ZeroLayer(const MambaConfig& config) {
 }
 
 namespace {
-uint64_t SatMul(uint64_t a, uint64_t b) {
-  uint64_t r = 0;
-  return __builtin_mul_overflow(a, b, &r) ? ~uint64_t{0} : r;
-}
-uint64_t SatAdd(uint64_t a, uint64_t b) {
-  uint64_t r = 0;
-  return __builtin_add_overflow(a, b, &r) ? ~uint64_t{0} : r;
-}
 uint64_t SatNumel(const Shape& shape) {
   uint64_t n = 1;
   for (int64_t d : shape) n = SatMul(n, static_cast<uint64_t>(std::max<int64_t>(d, 0)));

@@ -10,7 +10,6 @@
 #include <random>
 #include <utility>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -32,9 +31,6 @@ constexpr size_t kMaxEvents = 4096;     // kept per job for watchers that lag be
 constexpr size_t kThroughputSteps = 8;  // tokens_per_s: mean over this many recent steps
 constexpr int32_t kDefaultPageSize = 100, kMaxPageSize = 1000;
 constexpr char kShuttingDown[] = "cancelled: the coordinator is shutting down";
-
-// In the state dir: the next job number, so that ids continue across restarts.
-constexpr const char* kJobCounterFile = "job-counter";
 
 absl::Status UnknownJob(const std::string& job_id) {
   return absl::NotFoundError(absl::StrCat("unknown job '", Echo(job_id), "'"));
@@ -97,18 +93,10 @@ JobServiceImpl::JobServiceImpl(TaskServiceImpl& tasks, JobServiceOptions options
         next_id_ = k + 1;
       }
     }
-    // And after every id it handed out, also of jobs with their own checkpoint dir (which
-    // leave no folder here): an old id never names a new job.
-    absl::StatusOr<std::string> counter = ReadFileToString(
-        (fs::path(opt_.state_dir) / kJobCounterFile).string(), {.regular_only = true,
-                                                                 .max_bytes = 32});
-    int64_t next = 0;
-    if (counter.ok() && absl::SimpleAtoi(absl::StripAsciiWhitespace(*counter), &next) &&
-        next > next_id_) {
-      next_id_ = next;
-    }
   }
   {
+    // And after every job recorded there (those with their own checkpoint dir leave no folder
+    // here; the newest record is never forgotten): an old id never names a new job.
     std::lock_guard<std::mutex> lock(mu_);
     LoadStoredJobs();
   }
@@ -247,16 +235,6 @@ absl::StatusOr<v1::Job> JobServiceImpl::Submit(const v1::JobSpec& submitted) {
   ForgetOldJobs();
   auto rec = std::make_shared<JobRecord>();
   const std::string id = absl::StrCat("job-", next_id_++);
-  if (!opt_.state_dir.empty()) {  // best effort: without it only the folder scan above is left
-    std::error_code ec;
-    fs::create_directories(opt_.state_dir, ec);
-    const absl::Status saved = WriteFileAtomic(
-        (fs::path(opt_.state_dir) / kJobCounterFile).string(), absl::StrCat(next_id_));
-    if (!saved.ok() && opt_.log) {
-      std::fprintf(stderr, "warning: cannot record the job counter: %s\n",
-                   std::string(saved.message()).c_str());
-    }
-  }
   rec->job.set_job_id(id);
   *rec->job.mutable_spec() = spec;
   rec->job.set_state(v1::Job::QUEUED);

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/config.h"
+#include "common/saturating.h"
 #include "common/strings.h"
 #include "common/tokens.h"
 #include "engine/adjoint_engine.h"
@@ -75,7 +76,7 @@ absl::Status CheckDataFile(const std::string& field, const std::string& path, ui
   std::error_code ec;
   const uint64_t size = fs::file_size(path, ec);
   if (ec) return absl::NotFoundError(absl::StrCat(field, ": cannot stat ", path));
-  *total = *total + size < *total ? ~uint64_t{0} : *total + size;
+  *total = SatAdd(*total, size);
   return absl::OkStatus();
 }
 
@@ -112,12 +113,6 @@ train::AdamWOptions AdamWFromSpec(const v1::AdamW& o) {
   if (o.has_min_lr_ratio()) a.min_lr_ratio = o.min_lr_ratio();
   if (o.has_grad_clip()) a.grad_clip = o.grad_clip();
   return a;
-}
-
-// a * b, or UINT64_MAX when it does not fit.
-uint64_t SatMul(uint64_t a, uint64_t b) {
-  uint64_t r = 0;
-  return __builtin_mul_overflow(a, b, &r) ? UINT64_MAX : r;
 }
 
 absl::Status OverLimit(const std::string& what, const std::string& flag, uint64_t value,
