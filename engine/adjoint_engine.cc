@@ -9,6 +9,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/gradient_step.h"
+#include "engine/span_plan.h"
+#include "engine/span_step.h"
 #include "common/tokens.h"
 
 namespace adjsh {
@@ -59,6 +61,17 @@ absl::Status ValidateGradientInputs(const MambaConfig& config, std::span<const u
         "spill directory %s does not exist or is not writable", options.spill_dir));
   }
   if (absl::Status s = CheckTokensInVocab(tokens, config.vocab_size); !s.ok()) return s;
+  if (options.spans < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("spans must be >= 1 (or 0 for the default), got %d", options.spans));
+  }
+  if (options.schedule == Schedule::kSpans && options.window == 0 &&
+      options.cotangent == Cotangent::kExact) {
+    absl::StatusOr<SpanPlan> plan =
+        SpanPlan::Make(static_cast<int64_t>(tokens.size()), options.chunk, options.spans,
+                       config.num_hidden_layers, config.conv_kernel);
+    if (!plan.ok()) return plan.status();
+  }
   return CheckDevice<float>(config, options);
 }
 
@@ -69,22 +82,28 @@ absl::Status CheckDevice(const MambaConfig& config, const GradOptions& options) 
   if (!backend.ok()) return backend.status();
   if (absl::Status s = (*backend)->CheckConfig(config); !s.ok()) return s;
   std::vector<Op> ops = {Op::kHead};
+  if (!options.loss_mask.empty()) ops.push_back(Op::kHeadAccuracy);
+  const bool spans = options.schedule == Schedule::kSpans && options.window == 0 &&
+                     options.cotangent == Cotangent::kExact;
   if (options.window > 0) {
     ops.insert(ops.end(), {Op::kForward, Op::kBackwardTruncated});
-  } else if (options.schedule == Schedule::kTwoPass) {
+  } else if (spans) {
+    ops.insert(ops.end(), {Op::kForward, Op::kBackwardExact});
+    if (options.spans != 1) ops.insert(ops.end(), {Op::kLocalSummary, Op::kAdjointSummary});
+  } else if (options.schedule != Schedule::kWavefront) {
     ops.insert(ops.end(), {Op::kLocalSummary, Op::kForward, Op::kAdjointSummary,
                            Op::kBackwardExact});
   } else {
     ops.insert(ops.end(), {Op::kForward, Op::kBackwardExact});
   }
   for (Op op : ops) {
-    if (absl::Status s = (*backend)->Require(op); !s.ok()) return s;
-  }
-  // The engine on a device other than the CPU runs the wavefront schedule's exact backward.
-  if (!options.device.is_cpu() &&
-      (options.window > 0 || options.schedule != Schedule::kWavefront)) {
-    return absl::UnimplementedError(absl::StrCat(
-        "only the exact wavefront gradient runs on ", options.device.ToString()));
+    if (absl::Status s = (*backend)->Require(op); !s.ok()) {
+      if (spans && (op == Op::kLocalSummary || op == Op::kAdjointSummary)) {
+        return absl::UnimplementedError(absl::StrCat(
+            s.message(), ": more than one span needs it (--spans 1 runs the step as one span)"));
+      }
+      return s;
+    }
   }
   return absl::OkStatus();
 }
@@ -99,6 +118,10 @@ absl::StatusOr<GradResult<T>> ComputeGradient(const ModelParams<T>& params,
   // The device for T first: f64 on a GPU is refused as that, whatever else is wrong.
   if (absl::Status s = CheckDevice<T>(params.config, options); !s.ok()) return s;
   if (absl::Status s = ValidateGradientInputs(params.config, tokens, options); !s.ok()) return s;
+  if (options.schedule == Schedule::kSpans && options.window == 0 &&
+      options.cotangent == Cotangent::kExact) {
+    return RunSpanStep<T>(params, tokens, options);
+  }
   return GradientStep<T>(params, tokens, options).Run();
 }
 

@@ -1,8 +1,13 @@
 // The adjoint engine: loss and exact gradient of the mean next-token loss of one sequence,
 // computed by adjoint sharding in-process (DESIGN.md §3).
 //
-// Two schedules of the same (layer, chunk) tasks:
-//   wavefront (default)  forward task (k, c) runs once (k-1, c) and (k, c-1) are done, taking
+// Three schedules (every one adds its partials in a fixed order, so none depends on the thread
+// count; they round differently from one another):
+//   spans (default)  the step cut into S spans of whole chunks, four (layer, span) tasks per
+//             layer: summaries, combines across spans, spans from their true state
+//             (engine/span_plan.h). Workers run exactly this schedule, so in-process and any
+//             number of workers give the same bits. Up to S tasks run at once.
+//   wavefront forward task (k, c) runs once (k-1, c) and (k, c-1) are done, taking
 //             its initial state from (k, c-1); backward task (k, c) once (k+1, c) and (k, c+1)
 //             are done, taking the adjoint mu from (k, c+1). Nothing is recomputed beyond each
 //             task's own chunk; up to min(K, chunks) tasks run at once. dL/du^k replaces
@@ -11,9 +16,8 @@
 //   two-pass  for each layer: pass one (chunks in parallel: local state summaries, or adjoint
 //             summaries m_c and S_c), an exact O(chunks Di N) combine
 //             (h0(c+1) = exp(A S_c) . h0(c) + h_local(c); mu_{c-1} = m_c + exp(A S_c) . mu_c),
-//             pass two (chunks in parallel: outputs, or VJPs). All chunks of a layer run at once:
-//             the form for many workers.
-//   head      blocks of rows in parallel: final norm, tied LM head, cross-entropy and dL/du^{K+1}.
+//             pass two (chunks in parallel: outputs, or VJPs).
+//   head      blocks of rows: final norm, tied LM head, cross-entropy and dL/du^{K+1}.
 // With a truncated window the backward is always layer by layer with no pass one (each chunk
 // reads its lookahead rows). Partials are added in a fixed order, so the result does not depend
 // on the thread count (the two schedules round differently).
@@ -35,7 +39,7 @@
 
 namespace adjsh {
 
-enum class Schedule { kWavefront, kTwoPass };
+enum class Schedule { kSpans, kWavefront, kTwoPass };
 
 // How the values kept from the forward for the backward (layer inputs, chunk-boundary states)
 // are stored: in the compute type, or rounded to bf16 (half the bytes of f32; the gradient is
@@ -53,8 +57,12 @@ enum class Cotangent {
 };
 
 struct GradOptions {
-  int64_t chunk = 256;  // C: tokens per (layer, chunk) task
-  Schedule schedule = Schedule::kWavefront;
+  int64_t chunk = 256;  // C: tokens per chunk (the unit of one kernel call)
+  // kSpans: the span schedule (engine/span_plan.h), the one workers run too; the exact gradient
+  // of every option but a truncated window or the top-of-stack cotangent, which run layer by
+  // layer (BackwardLayered). kWavefront, kTwoPass: the in-process chunk schedules below.
+  Schedule schedule = Schedule::kSpans;
+  int64_t spans = 0;    // S for kSpans; 0 = SpanPlan::DefaultSpans(T, chunk, W)
   int64_t window = 0;   // Wt: 0 = exact adjoint; else truncated to Wt tokens (Wt >= T is exact)
   int threads = 0;      // 0: one per hardware thread
   Storage storage = Storage::kCompute;

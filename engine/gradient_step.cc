@@ -8,14 +8,9 @@
 #include <utility>
 
 #include "common/check.h"
-#include "kernels/cpu/blas.h"
 #include "kernels/cpu/lm_head.h"
 
 namespace adjsh {
-namespace {
-constexpr int64_t kHeadRows = 64;  // rows per LM-head block: bounds the (rows, V) logits
-}  // namespace
-
 template <typename T>
 GradientStep<T>::GradientStep(const ModelParams<T>& params, std::span<const uint32_t> tokens,
                               const GradOptions& opt)
@@ -31,14 +26,13 @@ GradientStep<T>::GradientStep(const ModelParams<T>& params, std::span<const uint
       K_(cfg_.num_hidden_layers),
       DiN_(cfg_.inner() * cfg_.state_size),
       max_ahead_(2 * pool_->size()) {
-  blocks_.reserve(K_);
-  for (int64_t k = 0; k < K_; ++k) blocks_.emplace_back(cfg_, p_.layers[k]);
-  if (!opt.device.is_cpu()) {
-    absl::StatusOr<std::unique_ptr<Backend<T>>> backend = MakeBackend<T>(opt.device);
-    ADJSH_CHECK(backend.ok(), "the device was not checked (CheckDevice) before the step");
-    backend_ = *std::move(backend);
-    for (int64_t k = 0; k < K_; ++k)
-      device_blocks_.push_back(backend_->MakeBlock(cfg_, p_.layers[k]));
+  absl::StatusOr<std::unique_ptr<Backend<T>>> backend = MakeBackend<T>(opt.device);
+  ADJSH_CHECK(backend.ok(), "the device was not checked (CheckDevice) before the step");
+  backend_ = *std::move(backend);
+  for (int64_t k = 0; k < K_; ++k) {
+    blocks_.push_back(backend_->MakeBlock(cfg_, p_.layers[k]));
+    A_.emplace_back(DiN_);
+    for (int64_t q = 0; q < DiN_; ++q) A_[k][q] = -std::exp(p_.layers[k].A_log[q]);
   }
   result_.grad = ZeroParams<T>(cfg_);
 }
@@ -149,11 +143,7 @@ void GradientStep<T>::ForwardWavefront() {
                      : layer_in_[k + 1].WriteBuffer(s.t0 * D_, s.len * D_, u_out);
         if (last) h_out.resize(DiN_);  // the final state has no reader
         T* h_end = last ? h_out.data() : states_[k].WriteBuffer((c + 1) * DiN_, DiN_, h_out);
-        if (backend_) {
-          device_blocks_[k]->Forward(u, {s.halo, s.len, 0}, h0, out, h_end);
-        } else {
-          blocks_[k].Forward(u, {s.halo, s.len, 0}, h0, out, h_end);
-        }
+        blocks_[k]->Forward(u, {s.halo, s.len, 0}, h0, out, h_end);
         if (!top) layer_in_[k + 1].Commit(s.t0 * D_, s.len * D_, out);
         if (!last) states_[k].Commit((c + 1) * DiN_, DiN_, h_end);
         // Layer k's last chunk: layers finish in order (each waits on the one below).
@@ -166,7 +156,7 @@ void GradientStep<T>::ForwardTwoPass() {
   const int64_t Di = cfg_.inner();
   std::vector<T> h_local(nC_ * DiN_), S(nC_ * Di), h_chain;
   for (int64_t k = 0; k < K_; ++k) {
-    const cpu::MambaBlockCpu<T>& block = blocks_[k];
+    BlockBackend<T>& block = *blocks_[k];
     // F1: local summaries of every chunk but the last (nothing follows it).
     pool_->ParallelFor(nC_ - 1, [&](int64_t c) {
       const ChunkSpan s = Span(c);
@@ -179,7 +169,7 @@ void GradientStep<T>::ForwardTwoPass() {
     std::fill(h0, h0 + DiN_, T(0));
     for (int64_t c = 0; c + 1 < nC_; ++c) {
       T* next = h0 + (c + 1) * DiN_;
-      ApplyDecay(block.A(), S.data() + c * Di, h0 + c * DiN_, next);
+      ApplyDecay(A_[k], S.data() + c * Di, h0 + c * DiN_, next);
       for (int64_t q = 0; q < DiN_; ++q) next[q] += h_local[c * DiN_ + q];
     }
     states_[k].Commit(0, nC_ * DiN_, h0);
@@ -199,82 +189,29 @@ void GradientStep<T>::ForwardTwoPass() {
   }
 }
 
-// Loss and dL/du^{K+1} (into top_, replacing u^{K+1}); dE and dw_f from the head.
+// Loss and dL/du^{K+1} (into top_, replacing u^{K+1}); dE and dw_f from the backend's head,
+// which blocks rows and vocabulary itself. Targets the loss mask leaves out are -1.
 template <typename T>
 double GradientStep<T>::Head() {
-  if (backend_) return DeviceHead();
-  ModelParams<T>& grad = result_.grad;
-  struct Out {
-    std::vector<T> du, dlogits, nf, dw_f;
-    double loss = 0;
-    int64_t correct = 0;
-  };
-  const int64_t V = cfg_.vocab_size, nb = (T_ + kHeadRows - 1) / kHeadRows;
   const std::span<const uint8_t> mask = opt_.loss_mask;
-  const auto counted = [&](int64_t t) { return t < T_ && (mask.empty() || mask[t] != 0); };
+  std::vector<int64_t> targets(T_, -1);
+  for (int64_t t = 0; t + 1 < T_; ++t)
+    if (mask.empty() || mask[t + 1] != 0) targets[t] = int64_t{tokens_[t + 1]};
   int64_t n_targets = T_ - 1;
   if (!mask.empty())
     n_targets = std::count_if(mask.begin() + 1, mask.end(), [](uint8_t m) { return m != 0; });
-  const T scale = T(1) / T(n_targets);
-  double loss = 0;
-  int64_t correct = 0;
-  OrderedParallelFor<Out>(
-      *pool_, nb, max_ahead_,
-      [&](int64_t b) {
-        const int64_t r0 = b * kHeadRows, M = std::min(kHeadRows, T_ - r0);
-        std::vector<int64_t> targets(M);
-        for (int64_t t = 0; t < M; ++t)
-          targets[t] = counted(r0 + t + 1) ? int64_t{tokens_[r0 + t + 1]} : -1;
-        Out o;
-        o.du.resize(M * D_), o.dlogits.resize(M * V), o.nf.resize(M * D_);
-        o.dw_f.assign(D_, T(0));
-        cpu::LmHeadArgs<T> args{M, D_, V, cfg_.layer_norm_epsilon, p_.embed.data(),
-                                p_.norm_f.data(), top_.data() + r0 * D_, targets.data(), scale};
-        o.loss = cpu::LmHeadForwardBackward<T>(args, o.du.data(), o.dlogits.data(), o.nf.data(),
-                                               o.dw_f.data());
-        // With a mask (few counted rows): is the target's logit nf_t . E_target the largest?
-        for (int64_t t = 0; t < M && !mask.empty(); ++t) {
-          if (targets[t] < 0) continue;
-          int64_t best = 0;
-          T best_logit = -std::numeric_limits<T>::infinity();
-          for (int64_t v = 0; v < V; ++v) {
-            T logit = 0;
-            for (int64_t d = 0; d < D_; ++d) logit += o.nf[t * D_ + d] * p_.embed[v * D_ + d];
-            if (logit > best_logit) best_logit = logit, best = v;
-          }
-          o.correct += best == targets[t];
-        }
-        return o;
-      },
-      [&](int64_t b, Out&& o) {
-        const int64_t r0 = b * kHeadRows, M = std::min(kHeadRows, T_ - r0);
-        cpu::Gemm<T>(cpu::Trans::kYes, cpu::Trans::kNo, V, D_, M, 1, o.dlogits.data(), V,
-                     o.nf.data(), D_, 1, grad.embed.data(), D_);
-        for (int64_t d = 0; d < D_; ++d) grad.norm_f[d] += o.dw_f[d];
-        std::copy(o.du.begin(), o.du.end(), top_.data() + r0 * D_);
-        loss += o.loss;
-        correct += o.correct;
-      });
-  Progress("head", 1, 1);
-  result_.targets = n_targets;
-  result_.correct = mask.empty() ? -1 : correct;
-  return loss / static_cast<double>(n_targets);
-}
-
-// The head on the device backend, all rows in one call (it blocks rows and vocabulary itself).
-template <typename T>
-double GradientStep<T>::DeviceHead() {
-  std::vector<int64_t> targets(T_);
-  for (int64_t t = 0; t < T_; ++t) targets[t] = t + 1 < T_ ? int64_t{tokens_[t + 1]} : -1;
   std::vector<T> du(T_ * D_);
-  const cpu::LmHeadArgs<T> args{T_, D_, cfg_.vocab_size, cfg_.layer_norm_epsilon,
-                                p_.embed.data(), p_.norm_f.data(), top_.data(), targets.data(),
-                                T(1) / T(T_ - 1)};
+  int64_t correct = 0;
+  cpu::LmHeadArgs<T> args{T_, D_, cfg_.vocab_size, cfg_.layer_norm_epsilon, p_.embed.data(),
+                          p_.norm_f.data(), top_.data(), targets.data(), T(1) / T(n_targets)};
+  if (!mask.empty()) args.correct = &correct;
   const double loss = backend_->HeadForwardBackward(args, du.data(), result_.grad.embed.data(),
                                                     result_.grad.norm_f.data());
   top_ = std::move(du);
   Progress("head", 1, 1);
-  return loss / static_cast<double>(T_ - 1);
+  result_.targets = n_targets;
+  result_.correct = mask.empty() ? -1 : correct;
+  return loss / static_cast<double>(n_targets);
 }
 
 // Layer by layer, all chunks of a layer in parallel (two-pass exact, or truncated).
@@ -291,7 +228,7 @@ void GradientStep<T>::BackwardLayered() {
   const bool top = opt_.cotangent == Cotangent::kTopOfStack;
   const std::vector<T> top_g = top ? g : std::vector<T>();
   for (int64_t k = K_ - 1; k >= 0; --k) {
-    const cpu::MambaBlockCpu<T>& block = blocks_[k];
+    BlockBackend<T>& block = *blocks_[k];
     if (exact) {
       // A: summaries of every chunk but the first (nothing precedes it).
       pool_->ParallelFor(nC_ - 1, [&](int64_t c1) {
@@ -306,7 +243,7 @@ void GradientStep<T>::BackwardLayered() {
       std::fill(mu.end() - DiN_, mu.end(), T(0));
       for (int64_t c = nC_ - 1; c > 0; --c) {
         T* prev = mu.data() + (c - 1) * DiN_;
-        ApplyDecay(block.A(), S.data() + c * Di, mu.data() + c * DiN_, prev);
+        ApplyDecay(A_[k], S.data() + c * Di, mu.data() + c * DiN_, prev);
         for (int64_t q = 0; q < DiN_; ++q) prev[q] += m[c * DiN_ + q];
       }
     }
@@ -326,7 +263,7 @@ void GradientStep<T>::BackwardLayered() {
                          {s.halo, s.len, ahead}, g.data() + s.t0 * D_,
                          states_[k].Read(c * DiN_, DiN_, h_in),
                          exact ? mu.data() + c * DiN_ : nullptr, opt_.window, o.grad,
-                         du.data() + s.t0 * D_, o.du_halo.data());
+                         du.data() + s.t0 * D_, o.du_halo.data(), nullptr);
           return o;
         },
         [&](int64_t c, Out&& o) {
@@ -428,11 +365,7 @@ void GradientStep<T>::BackwardWavefront() {
         thread_local BackwardTaskInputs<T> in;  // reused: fresh large buffers cost page faults
         thread_local BackwardTaskOutputs<T> out;
         GatherInputs(task, in);
-        if (backend_) {
-          RunBackwardTask(*device_blocks_[in.layer], cfg_, in, out);
-        } else {
-          RunBackwardTask(blocks_[in.layer], cfg_, in, out);
-        }
+        RunBackwardTask(*blocks_[in.layer], cfg_, in, out);
         ApplyResult(task, out);
       });
 }

@@ -7,8 +7,7 @@
 //     ApplyResult(task, out)  // tasks of one layer in the order the dependencies force
 //   Finish();                              // embedding gradient; the result
 // Run() goes through exactly these calls, so both reduce bitwise the same numbers.
-// With options.device other than the CPU (checked by CheckDevice<T> first), the chunk forward,
-// the head and the backward tasks of Run() run on that device's backend.
+// Every kernel call goes through options.device's backend (checked by CheckDevice<T> first).
 #ifndef ADJSH_ENGINE_GRADIENT_STEP_H_
 #define ADJSH_ENGINE_GRADIENT_STEP_H_
 
@@ -23,7 +22,6 @@
 #include "engine/stored_rows.h"
 #include "engine/thread_pool.h"
 #include "kernels/backend.h"
-#include "kernels/cpu/mamba_block.h"
 
 namespace adjsh {
 
@@ -66,7 +64,6 @@ class GradientStep {
   void ForwardWavefront();
   void ForwardTwoPass();
   double Head();
-  double DeviceHead();
   void BackwardWavefront();
   void BackwardLayered();
   void EmbeddingGrad(const T* du1);
@@ -77,10 +74,11 @@ class GradientStep {
   const GradOptions& opt_;
   std::unique_ptr<ThreadPool> pool_;
   const int64_t T_, C_, nC_, D_, K_, DiN_, max_ahead_;
-  std::vector<cpu::MambaBlockCpu<T>> blocks_;
-  // On a device other than the CPU (options.device): its backend and the layers' blocks there.
+  // The device's backend (options.device; the CPU is one too) and the layers' blocks there:
+  // every kernel call goes through them. A: per layer (Di, N) = -exp(A_log), for the combines.
   std::unique_ptr<Backend<T>> backend_;
-  std::vector<std::unique_ptr<BlockBackend<T>>> device_blocks_;
+  std::vector<std::unique_ptr<BlockBackend<T>>> blocks_;
+  std::vector<std::vector<T>> A_;
   std::vector<StoredRows<T>> layer_in_;   // K x (T, D): u^k
   std::vector<StoredRows<T>> states_;     // K x (chunks, Di, N): h before each chunk
   // (T, D): u^{K+1}, then dL/du^{K+1}; the wavefront backward replaces chunk c's dL/du^{k+1}

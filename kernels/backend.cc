@@ -48,6 +48,7 @@ std::string_view OpName(Op op) {
     case Op::kBackwardExact: return "the exact chunk backward";
     case Op::kBackwardTruncated: return "the truncated-window backward";
     case Op::kHead: return "the LM head";
+    case Op::kHeadAccuracy: return "the LM head's greedy accuracy (--loss-mask)";
   }
   return "an unknown operation";
 }

@@ -43,6 +43,7 @@ enum class Op {
   kBackwardExact,       // chunk VJPs with the exact adjoint mu
   kBackwardTruncated,   // chunk VJPs with a truncated window (lookahead rows)
   kHead,                // final norm, tied LM head, cross-entropy and their backward
+  kHeadAccuracy,        // the head's count of rows decoded right (LmHeadArgs::correct)
 };
 std::string_view OpName(Op op);
 

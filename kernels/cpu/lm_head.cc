@@ -25,6 +25,7 @@ double LmHeadForwardBackward(const LmHeadArgs<T>& g, T* du, T* dlogits, T* nf, T
       continue;
     }
     const T mx = *std::max_element(row, row + V);
+    if (g.correct != nullptr && row[target] >= mx) ++*g.correct;
     const T shifted_target = row[target] - mx;
     T sum = 0;
     for (int64_t v = 0; v < V; ++v) {

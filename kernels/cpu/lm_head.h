@@ -19,6 +19,9 @@ struct LmHeadArgs {
   const T* u = nullptr;            // (M, D) last layer output u^{K+1}
   const int64_t* targets = nullptr;  // (M) next token ids, or -1
   T scale = 1;                     // dL/dloss_t: 1 / (number of loss terms)
+  // Non-null: incremented for each row with a target whose logit is the largest (greedy
+  // decoding is right; a tie counts as right).
+  int64_t* correct = nullptr;
 };
 
 // Returns the sum of the rows' losses (unscaled, accumulated in double). Writes du (M, D) =

@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "engine/adjoint_engine.h"
+#include "engine/span_plan.h"
 #include "kernels/reference/mamba_reference.h"
 #include "tests/kernels/test_util.h"
 
@@ -25,14 +26,19 @@ TEST_P(EngineOracleTest, MatchesOracleInF64) {
   for (int64_t window : {0, 1, 8, T}) {
     const auto ref = reference::ReferenceGradient<double>(params, tokens, window);
     for (int64_t chunk : {1, 7, 64, T})
-    for (Schedule schedule : {Schedule::kWavefront, Schedule::kTwoPass}) {
+    for (Schedule schedule : {Schedule::kSpans, Schedule::kWavefront, Schedule::kTwoPass})
+    for (int64_t spans : {0, 1, 2, 3, 1000}) {
+      const int64_t chunks = (T + chunk - 1) / chunk;
+      if (schedule != Schedule::kSpans && spans != 0) continue;
+      if (spans == 1000) spans = chunks;  // one span per chunk
+      if (!SpanPlan::Make(T, chunk, spans, K, config.conv_kernel).ok()) continue;
       SCOPED_TRACE(::testing::Message() << "K=" << K << " T=" << T << " window=" << window
                                         << " chunk=" << chunk << " schedule="
-                                        << (schedule == Schedule::kWavefront ? "wavefront"
-                                                                             : "two-pass"));
+                                        << static_cast<int>(schedule) << " spans=" << spans);
       GradOptions opt;
       opt.chunk = chunk;
       opt.schedule = schedule;
+      opt.spans = spans;
       opt.window = window;
       opt.threads = 2;
       absl::StatusOr<GradResult<double>> got = ComputeGradient<double>(params, tokens, opt);

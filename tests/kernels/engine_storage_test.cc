@@ -30,7 +30,7 @@ TEST(EngineStorageTest, Bf16StorageIsWithinBf16RoundingOfTheExactGradient) {
   const ModelParams<float> p32 = InitParams<float>(config, 4);
   const ModelParams<double> p64 = InitParams<double>(config, 4);
   const std::vector<uint32_t> tokens = testing::RandomTokens(700, config.vocab_size, 6);
-  for (const Case& k : {Case{Schedule::kWavefront, 0}, Case{Schedule::kTwoPass, 0},
+  for (const Case& k : {Case{Schedule::kSpans, 0}, Case{Schedule::kWavefront, 0}, Case{Schedule::kTwoPass, 0},
                         Case{Schedule::kWavefront, 100}}) {
     GradOptions opt;
     opt.chunk = 64;
@@ -68,7 +68,7 @@ TEST(EngineStorageTest, Bf16StorageIsDeterministic) {
   const MambaConfig config = testing::SmallConfig(3, 16, 8, 4, 3, 31);
   const ModelParams<float> params = InitParams<float>(config, 7);
   const std::vector<uint32_t> tokens = testing::RandomTokens(500, config.vocab_size, 8);
-  for (Schedule schedule : {Schedule::kWavefront, Schedule::kTwoPass}) {
+  for (Schedule schedule : {Schedule::kSpans, Schedule::kWavefront, Schedule::kTwoPass}) {
     GradOptions opt;
     opt.chunk = 48;
     opt.schedule = schedule;
@@ -94,6 +94,7 @@ TEST(EngineStorageTest, Bf16StorageHalvesTheStoredRows) {
   const std::vector<uint32_t> tokens = testing::RandomTokens(T, config.vocab_size, 2);
   GradOptions opt;
   opt.chunk = C;
+  opt.schedule = Schedule::kWavefront;  // its stored bytes are the formula below
   const int64_t full = ComputeGradient<float>(params, tokens, opt).value().stored_bytes;
   opt.storage = Storage::kBF16;
   const int64_t half = ComputeGradient<float>(params, tokens, opt).value().stored_bytes;

@@ -1,0 +1,289 @@
+#include "engine/span_ledger.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "common/check.h"
+
+namespace adjsh {
+
+// ---------------------------------------------------------------------------------------------
+// FixedTreeSum
+
+template <typename V>
+FixedTreeSum<V>::FixedTreeSum(int64_t n, AddFn add) : leaf_(n, -1), add_(std::move(add)) {
+  ADJSH_CHECK(n >= 1, "a tree sum needs a leaf");
+  Build(0, n, -1);
+}
+
+template <typename V>
+int64_t FixedTreeSum<V>::Build(int64_t lo, int64_t hi, int64_t parent) {
+  const int64_t id = static_cast<int64_t>(nodes_.size());
+  nodes_.push_back({lo, hi, parent, std::nullopt});
+  if (hi - lo == 1) {
+    leaf_[lo] = id;
+  } else {
+    const int64_t mid = lo + (hi - lo) / 2;
+    Build(lo, mid, id);
+    Build(mid, hi, id);
+  }
+  return id;
+}
+
+template <typename V>
+void FixedTreeSum<V>::Add(int64_t leaf, V value) {
+  int64_t id = leaf_[leaf];
+  ADJSH_CHECK(!nodes_[id].value.has_value() && !root_, "a tree leaf added twice");
+  nodes_[id].value = std::move(value);
+  for (;;) {
+    const int64_t parent = nodes_[id].parent;
+    if (parent < 0) {
+      root_ = std::move(nodes_[id].value);
+      nodes_[id].value.reset();
+      return;
+    }
+    // The parent's children are parent + 1 (left, [lo, mid)) and the node after the left
+    // subtree (right): find the sibling among the nodes whose parent is `parent`.
+    const int64_t left = parent + 1;
+    int64_t right = left + 1;
+    while (nodes_[right].parent != parent) ++right;
+    if (!nodes_[left].value || !nodes_[right].value) return;
+    V sum = std::move(*nodes_[left].value);
+    add_(sum, *nodes_[right].value);  // left + right, in that order
+    nodes_[left].value.reset();
+    nodes_[right].value.reset();
+    nodes_[parent].value = std::move(sum);
+    id = parent;
+  }
+}
+
+template <typename V>
+int64_t FixedTreeSum<V>::held() const {
+  int64_t n = 0;
+  for (const Node& node : nodes_) n += node.value.has_value() ? 1 : 0;
+  return n;
+}
+
+namespace {
+
+template <typename T>
+void AddVector(std::vector<T>& a, const std::vector<T>& b) {
+  for (size_t i = 0; i < a.size(); ++i) a[i] += b[i];
+}
+
+template <typename T>
+int64_t Bytes(const std::vector<std::vector<T>>& vs) {
+  int64_t n = 0;
+  for (const auto& v : vs) n += static_cast<int64_t>(v.size() * sizeof(T));
+  return n;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// SpanLedger
+
+template <typename T>
+SpanLedger<T>::SpanLedger(const ModelParams<T>& params, const SpanPlan& plan,
+                          std::span<const uint32_t> tokens, std::span<const uint8_t> mask)
+    : p_(params),
+      plan_(plan),
+      tokens_(tokens),
+      mask_(mask),
+      S_(plan.spans()),
+      K_(plan.layers()),
+      D_(params.config.hidden_size),
+      DiN_(params.config.inner() * params.config.state_size),
+      loss_(S_, 0.0),
+      correct_(S_, 0),
+      head_embed_sum_(S_, AddVector<T>),
+      lookup_embed_sum_(S_, AddVector<T>),
+      norm_f_sum_(S_, AddVector<T>) {
+  const int64_t T_ = static_cast<int64_t>(tokens.size());
+  n_targets_ = T_ - 1;
+  if (!mask.empty()) n_targets_ = std::count_if(mask.begin() + 1, mask.end(), [](uint8_t m) {
+                       return m != 0;
+                     });
+  A_.resize(K_ * DiN_);
+  for (int64_t k = 0; k < K_; ++k)
+    for (int64_t q = 0; q < DiN_; ++q) A_[k * DiN_ + q] = -std::exp(p_.layers[k].A_log[q]);
+  for (auto* v : {&sigma_, &h_end_, &h0_, &halo_next_, &m_, &mu_, &du_halo_prev_})
+    v->assign(K_ * S_, {});
+  h0_ready_.assign(K_, 1);  // h0(k, 0) = 0
+  mu_ready_.assign(K_, S_ - 1);  // mu(k, S - 1) = 0
+  for (int64_t k = 0; k < K_; ++k) {
+    h0_[k * S_].assign(DiN_, T(0));
+    mu_[k * S_ + S_ - 1].clear();  // empty = zero
+    layer_sums_.emplace_back(S_, [](LayerParams<T>& a, const LayerParams<T>& b) { AddInto(a, b); });
+  }
+}
+
+template <typename T>
+std::vector<uint32_t> SpanLedger<T>::SpanTokens(int64_t s) const {
+  const SpanRange& r = plan_.range(s);
+  const int64_t end = std::min<int64_t>(plan_.T(), r.t0 + r.len + 1);
+  return std::vector<uint32_t>(tokens_.begin() + (r.t0 - r.halo), tokens_.begin() + end);
+}
+
+template <typename T>
+std::vector<uint8_t> SpanLedger<T>::SpanMask(int64_t s) const {
+  if (mask_.empty()) return {};
+  const SpanRange& r = plan_.range(s);
+  const int64_t end = std::min<int64_t>(plan_.T(), r.t0 + r.len + 1);
+  return std::vector<uint8_t>(mask_.begin() + (r.t0 - r.halo), mask_.begin() + end);
+}
+
+template <typename T>
+SpanInputs<T> SpanLedger<T>::Inputs(int64_t id) const {
+  const auto [phase, k, s] = plan_.task(id);
+  SpanInputs<T> in;
+  const bool forward = phase == SpanPhase::kForwardSummary || phase == SpanPhase::kForward;
+  if (forward) {
+    if (k > 0 && s > 0) in.halo_u = halo_next_[(k - 1) * S_ + s - 1];
+    if (phase == SpanPhase::kForward && s > 0) in.h0 = h0_[k * S_ + s];
+  } else {
+    if (k + 1 < K_ && s + 1 < S_) in.du_halo = du_halo_prev_[(k + 1) * S_ + s + 1];
+    if (phase == SpanPhase::kBackward) in.mu = mu_[k * S_ + s];
+  }
+  return in;
+}
+
+template <typename T>
+std::vector<std::pair<SpanTask, SpanInputs<T>>> SpanLedger<T>::Replay(int64_t id) const {
+  const auto [phase, k, s] = plan_.task(id);
+  const bool forward = phase == SpanPhase::kForwardSummary || phase == SpanPhase::kForward;
+  std::vector<std::pair<SpanTask, SpanInputs<T>>> steps;
+  const int64_t top = forward ? k : K_;
+  for (int64_t j = 0; j < top; ++j) {
+    const int64_t f = plan_.Id(SpanPhase::kForward, j, s);
+    steps.push_back({plan_.task(f), Inputs(f)});
+  }
+  if (!forward) {
+    for (int64_t j = K_ - 1; j > k; --j) {
+      const int64_t b = plan_.Id(SpanPhase::kBackward, j, s);
+      steps.push_back({plan_.task(b), Inputs(b)});
+    }
+  }
+  return steps;
+}
+
+template <typename T>
+void SpanLedger<T>::ExtendH0(int64_t k) {
+  const int64_t N = p_.config.state_size;
+  int64_t& s = h0_ready_[k];  // h0(k, s) = P_{s-1} . h0(k, s-1) + h~_{s-1}
+  while (s < S_ && !h_end_[k * S_ + s - 1].empty()) {
+    const std::vector<T>& prev = h0_[k * S_ + s - 1];
+    const std::vector<T>& sig = sigma_[k * S_ + s - 1];
+    const std::vector<T>& add = h_end_[k * S_ + s - 1];
+    std::vector<T>& out = h0_[k * S_ + s];
+    out.resize(DiN_);
+    for (int64_t q = 0; q < DiN_; ++q)
+      out[q] = std::exp(A_[k * DiN_ + q] * sig[q / N]) * prev[q] + add[q];
+    ++s;
+  }
+}
+
+template <typename T>
+void SpanLedger<T>::ExtendMu(int64_t k) {
+  const int64_t N = p_.config.state_size;
+  int64_t& s = mu_ready_[k];  // mu(k, s-1) = m_s + P_s . mu(k, s), known for s' >= s
+  while (s > 0 && !m_[k * S_ + s].empty()) {
+    std::vector<T>& out = mu_[k * S_ + s - 1];
+    const std::vector<T>& m = m_[k * S_ + s];
+    if (s == S_ - 1) {
+      out = m;  // nothing flows into the last span
+    } else {
+      const std::vector<T>& in = mu_[k * S_ + s];
+      const std::vector<T>& sig = sigma_[k * S_ + s];
+      out.resize(DiN_);
+      for (int64_t q = 0; q < DiN_; ++q)
+        out[q] = m[q] + std::exp(A_[k * DiN_ + q] * sig[q / N]) * in[q];
+    }
+    --s;
+  }
+}
+
+template <typename T>
+void SpanLedger<T>::Apply(int64_t id, SpanOutputs<T>&& out) {
+  const auto [phase, k, s] = plan_.task(id);
+  const int64_t i = k * S_ + s;
+  switch (phase) {
+    case SpanPhase::kForwardSummary:
+      sigma_[i] = std::move(out.sigma);
+      h_end_[i] = std::move(out.h_end);
+      ExtendH0(k);
+      break;
+    case SpanPhase::kForward:
+      if (k + 1 < K_) {
+        halo_next_[i] = std::move(out.halo_next);
+      } else {
+        loss_[s] = out.loss_sum;
+        correct_[s] = out.correct;
+        head_embed_sum_.Add(s, std::move(out.embed));
+        norm_f_sum_.Add(s, std::move(out.norm_f));
+      }
+      break;
+    case SpanPhase::kBackwardSummary:
+      m_[i] = std::move(out.m);
+      ExtendMu(k);
+      break;
+    case SpanPhase::kBackward:
+      du_halo_prev_[i] = std::move(out.du_halo_prev);
+      layer_sums_[k].Add(s, std::move(out.grad));
+      if (k == 0) lookup_embed_sum_.Add(s, std::move(out.embed));
+      break;
+  }
+}
+
+template <typename T>
+GradResult<T> SpanLedger<T>::Finish() {
+  GradResult<T> r;
+  r.grad.config = p_.config;
+  for (int64_t k = 0; k < K_; ++k) {
+    ADJSH_CHECK(layer_sums_[k].Complete(), "Finish before every partial arrived");
+    r.grad.layers.push_back(layer_sums_[k].TakeRoot());
+  }
+  r.grad.embed = head_embed_sum_.TakeRoot();  // the head's part, then the lookups'
+  AddVector(r.grad.embed, lookup_embed_sum_.TakeRoot());
+  r.grad.norm_f = norm_f_sum_.TakeRoot();
+  // The halo parts of dL/du^0 that span s sent for span s - 1's last rows: their lookups.
+  for (int64_t s = 1; s < S_; ++s) {
+    const SpanRange& rg = plan_.range(s);
+    const std::vector<T>& rows = du_halo_prev_[s];
+    for (int64_t t = rg.t0 - rg.halo; t < rg.t0; ++t) {
+      T* e = r.grad.embed.data() + int64_t{tokens_[t]} * D_;
+      const T* row = rows.data() + (t - (rg.t0 - rg.halo)) * D_;
+      for (int64_t d = 0; d < D_; ++d) e[d] += row[d];
+    }
+  }
+  double loss = 0;
+  int64_t correct = 0;
+  for (int64_t s = 0; s < S_; ++s) loss += loss_[s], correct += correct_[s];
+  r.loss = loss / static_cast<double>(n_targets_);
+  r.targets = n_targets_;
+  r.correct = mask_.empty() ? -1 : correct;
+  return r;
+}
+
+template <typename T>
+int64_t SpanLedger<T>::held_bytes() const {
+  int64_t b = Bytes(sigma_) + Bytes(h_end_) + Bytes(h0_) + Bytes(halo_next_) + Bytes(m_) +
+              Bytes(mu_) + Bytes(du_halo_prev_);
+  const int64_t layer = static_cast<int64_t>(ParamBytesF32(p_.config) / 4 -
+                                             (p_.embed.size() + p_.norm_f.size())) /
+                        std::max<int64_t>(K_, 1) * static_cast<int64_t>(sizeof(T));
+  for (const auto& t : layer_sums_) b += t.held() * layer;
+  b += (head_embed_sum_.held() + lookup_embed_sum_.held()) *
+       static_cast<int64_t>(p_.embed.size() * sizeof(T));
+  return b;
+}
+
+template class FixedTreeSum<float>;  // scalars: tests/kernels/span_schedule_test.cc
+template class FixedTreeSum<LayerParams<float>>;
+template class FixedTreeSum<LayerParams<double>>;
+template class FixedTreeSum<std::vector<float>>;
+template class FixedTreeSum<std::vector<double>>;
+template class SpanLedger<float>;
+template class SpanLedger<double>;
+
+}  // namespace adjsh

@@ -1,0 +1,102 @@
+// The coordinator's side of a span-scheduled step (docs/ARCHITECTURE.md "Spans"): what crosses
+// spans, and the reduction. It holds, per (layer, span), only (Di, N)-sized summaries and W - 1
+// halo rows, never anything per token:
+//   forward   h0(k, 0) = 0, h0(k, s+1) = exp(A Sigma_s) . h0(k, s) + h~_s, in span order;
+//             the last W - 1 rows of u^{k+1} of span s, for span s + 1 at layer k + 1;
+//   backward  mu(k, S-1) = 0, mu(k, S-2) = m_{S-1}, mu(k, s-1) = m_s + exp(A Sigma_s) . mu(k, s);
+//             span s's part of dL/du^k of span s - 1's last rows;
+//   partials  summed in a fixed binary tree over span indices (left + right), node by node as
+//             both children arrive, so the sum is the same whoever sent which span and when.
+// The in-process engine and the coordinator's TaskService both drive a step through it, so both
+// add the same numbers in the same order. Not thread-safe: callers serialise.
+#ifndef ADJSH_ENGINE_SPAN_LEDGER_H_
+#define ADJSH_ENGINE_SPAN_LEDGER_H_
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "common/model.h"
+#include "engine/adjoint_engine.h"
+#include "engine/span_plan.h"
+#include "engine/span_work.h"
+
+namespace adjsh {
+
+// Sums leaves 0..n-1 in the tree split at (lo + hi) / 2; a node is added (left += right) as
+// soon as both children are in, and its children freed.
+template <typename V>
+class FixedTreeSum {
+ public:
+  using AddFn = std::function<void(V& left, const V& right)>;
+  FixedTreeSum(int64_t n, AddFn add);
+  void Add(int64_t leaf, V value);  // each leaf once
+  bool Complete() const { return root_.has_value(); }
+  V TakeRoot() { return std::move(*root_); }
+  int64_t held() const;  // nodes waiting for a sibling
+
+ private:
+  struct Node {
+    int64_t lo, hi, parent;
+    std::optional<V> value;
+  };
+  int64_t Build(int64_t lo, int64_t hi, int64_t parent);
+  std::vector<Node> nodes_;
+  std::vector<int64_t> leaf_;  // leaf index -> node
+  AddFn add_;
+  std::optional<V> root_;
+};
+
+template <typename T>
+class SpanLedger {
+ public:
+  // tokens and mask (empty or one per token) must outlive the ledger.
+  SpanLedger(const ModelParams<T>& params, const SpanPlan& plan, std::span<const uint32_t> tokens,
+             std::span<const uint8_t> mask);
+
+  int64_t n_targets() const { return n_targets_; }
+  // The ids [t0 - H, min(T, t0 + len + 1)) of span s (and the mask there, empty without one):
+  // what its owner starts from (SpanWork).
+  std::vector<uint32_t> SpanTokens(int64_t s) const;
+  std::vector<uint8_t> SpanMask(int64_t s) const;
+
+  // The inputs of a task whose dependencies have all been applied.
+  SpanInputs<T> Inputs(int64_t id) const;
+  // What rebuilds span s from nothing, up to (not including) task `id`: the forward of every
+  // layer below it (forward tasks), or the whole forward and the backward of the layers above it
+  // (backward tasks), with the inputs those tasks had. Their outputs were applied already.
+  std::vector<std::pair<SpanTask, SpanInputs<T>>> Replay(int64_t id) const;
+  // Applies an accepted result, once per task.
+  void Apply(int64_t id, SpanOutputs<T>&& out);
+  // After every task: the loss, the gradient, the counts.
+  GradResult<T> Finish();
+  // Bytes held now (summaries, halos, partials waiting in the trees).
+  int64_t held_bytes() const;
+
+ private:
+  void ExtendH0(int64_t k);
+  void ExtendMu(int64_t k);
+
+  const ModelParams<T>& p_;
+  const SpanPlan& plan_;
+  std::span<const uint32_t> tokens_;
+  std::span<const uint8_t> mask_;
+  const int64_t S_, K_, D_, DiN_;
+  int64_t n_targets_ = 0;
+  std::vector<T> A_;  // K x (Di, N)
+  // Per (k, s), index k * S + s.
+  std::vector<std::vector<T>> sigma_, h_end_, h0_, halo_next_, m_, mu_, du_halo_prev_;
+  std::vector<int64_t> h0_ready_, mu_ready_;  // per layer: h0 known for s < h0_ready_[k]; mu
+                                              // for s >= mu_ready_[k]
+  std::vector<double> loss_;
+  std::vector<int64_t> correct_;
+  std::vector<FixedTreeSum<LayerParams<T>>> layer_sums_;
+  FixedTreeSum<std::vector<T>> head_embed_sum_, lookup_embed_sum_, norm_f_sum_;
+};
+
+}  // namespace adjsh
+
+#endif  // ADJSH_ENGINE_SPAN_LEDGER_H_

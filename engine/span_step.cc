@@ -1,0 +1,87 @@
+#include "engine/span_step.h"
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <mutex>
+#include <vector>
+
+#include "common/check.h"
+#include "engine/span_ledger.h"
+#include "engine/span_plan.h"
+#include "engine/span_work.h"
+#include "engine/thread_pool.h"
+
+namespace adjsh {
+
+template <typename T>
+absl::StatusOr<GradResult<T>> RunSpanStep(const ModelParams<T>& params,
+                                          std::span<const uint32_t> tokens,
+                                          const GradOptions& opt) {
+  const MambaConfig& c = params.config;
+  const int64_t K = c.num_hidden_layers;
+  absl::StatusOr<SpanPlan> plan = SpanPlan::Make(static_cast<int64_t>(tokens.size()), opt.chunk,
+                                                 opt.spans, K, c.conv_kernel);
+  if (!plan.ok()) return plan.status();
+  absl::StatusOr<std::unique_ptr<Backend<T>>> backend = MakeBackend<T>(opt.device);
+  if (!backend.ok()) return backend.status();
+  const BackendModel<T> model = BackendModel<T>::Make(params, **backend);
+  SpanLedger<T> ledger(params, *plan, tokens, opt.loss_mask);
+  const int64_t S = plan->spans();
+  std::vector<std::unique_ptr<SpanWork<T>>> work(S);
+  std::mutex mu;  // the ledger, the progress counts and peak_bytes
+  int64_t done_fwd = 0, done_bwd = 0, kept = 0, peak = 0;
+  std::vector<int64_t> span_bytes(S, 0);
+  ThreadPool pool(opt.threads);
+  RunDag(
+      pool, plan->num_tasks(), [&](int64_t id) { return plan->Successors(id); },
+      [&](int64_t id) {
+        const SpanTask& task = plan->task(id);
+        SpanInputs<T> in;
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          in = ledger.Inputs(id);
+        }
+        // A span's tasks form a chain (span_plan.h), so only this thread touches work[s] now.
+        std::unique_ptr<SpanWork<T>>& w = work[task.span];
+        if (!w) {
+          std::vector<uint32_t> toks;
+          std::vector<uint8_t> mask;
+          {
+            std::lock_guard<std::mutex> lock(mu);
+            toks = ledger.SpanTokens(task.span), mask = ledger.SpanMask(task.span);
+          }
+          w = std::make_unique<SpanWork<T>>(model, *plan, task.span, std::move(toks),
+                                            std::move(mask), ledger.n_targets(), opt.storage,
+                                            opt.spill_dir);
+        }
+        SpanOutputs<T> out;
+        const absl::Status s = w->Run(task, in, out);
+        ADJSH_CHECK(s.ok(), std::string(s.message()).c_str());
+        const int64_t bytes = w->kept_bytes();
+        if (task.phase == SpanPhase::kBackward && task.layer == 0) w.reset();
+        std::lock_guard<std::mutex> lock(mu);
+        ledger.Apply(id, std::move(out));
+        kept += bytes - span_bytes[task.span];
+        span_bytes[task.span] = bytes;
+        peak = std::max(peak, kept + ledger.held_bytes());
+        if (task.phase == SpanPhase::kForward && ++done_fwd % S == 0) {
+          if (opt.progress) opt.progress("forward", done_fwd / S, K);
+          if (done_fwd == K * S && opt.progress) opt.progress("head", 1, 1);
+        }
+        if (task.phase == SpanPhase::kBackward && ++done_bwd % S == 0 && opt.progress)
+          opt.progress("backward", done_bwd / S, K);
+      });
+  GradResult<T> result = ledger.Finish();
+  result.stored_bytes = peak;
+  return result;
+}
+
+template absl::StatusOr<GradResult<float>> RunSpanStep<float>(const ModelParams<float>&,
+                                                              std::span<const uint32_t>,
+                                                              const GradOptions&);
+template absl::StatusOr<GradResult<double>> RunSpanStep<double>(const ModelParams<double>&,
+                                                                std::span<const uint32_t>,
+                                                                const GradOptions&);
+
+}  // namespace adjsh

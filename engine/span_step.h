@@ -1,0 +1,26 @@
+// The span schedule in-process (engine/span_plan.h): one SpanWork per span, the span tasks run
+// on the step's threads in dependency order, each result applied to one SpanLedger under a
+// lock. The same tasks on the same inputs, applied by the same ledger, as a coordinator and its
+// workers run them: the result is bitwise the same for any thread or worker count.
+#ifndef ADJSH_ENGINE_SPAN_STEP_H_
+#define ADJSH_ENGINE_SPAN_STEP_H_
+
+#include <cstdint>
+#include <span>
+
+#include "absl/status/statusor.h"
+#include "common/model.h"
+#include "engine/adjoint_engine.h"
+
+namespace adjsh {
+
+// options.schedule must be kSpans, window 0 and the cotangent exact; inputs validated by the
+// caller (ComputeGradient).
+template <typename T>
+absl::StatusOr<GradResult<T>> RunSpanStep(const ModelParams<T>& params,
+                                          std::span<const uint32_t> tokens,
+                                          const GradOptions& options);
+
+}  // namespace adjsh
+
+#endif  // ADJSH_ENGINE_SPAN_STEP_H_

@@ -1,0 +1,111 @@
+// What the owner of one span keeps and computes (docs/ARCHITECTURE.md "Spans"): a worker, or a
+// thread of the in-process engine, runs the span's tasks of engine/span_plan.h on its own rows.
+// Per span s with rows [t0, t0 + len) and conv halo H = min(W - 1, t0):
+//   kept   u^k (H + len, D) for k = 0..K-1 in the storage format (halo rows first, from the
+//          coordinator), the state before each of its chunks per layer ((chunks, Di, N), same
+//          format), g (len, D) in the compute type: u^K, then dL/du^K from the head, then
+//          dL/du^k as the backward goes down.
+//   sent   only (Di, N)-sized summaries, halo rows and parameter partials (SpanOutputs).
+// Every kernel call goes through the backend (kernels/backend.h). A task is a pure function of
+// the span's kept values and its SpanInputs, so whoever runs it, it returns the same bits.
+#ifndef ADJSH_ENGINE_SPAN_WORK_H_
+#define ADJSH_ENGINE_SPAN_WORK_H_
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "common/model.h"
+#include "engine/adjoint_engine.h"
+#include "engine/span_plan.h"
+#include "engine/stored_rows.h"
+#include "kernels/backend.h"
+
+namespace adjsh {
+
+// A model's layers on a backend, shared by the spans of one step (read-only while they run).
+template <typename T>
+struct BackendModel {
+  const ModelParams<T>* params = nullptr;
+  Backend<T>* backend = nullptr;
+  std::vector<std::unique_ptr<BlockBackend<T>>> blocks;  // one per layer
+  std::vector<T> A;  // per layer (Di, N) = -exp(A_log), for the combines: K x Di x N
+  // Builds the blocks of every layer of params on backend (both must outlive it).
+  static BackendModel Make(const ModelParams<T>& params, Backend<T>& backend);
+};
+
+// What a task receives (every field small: O(W D + Di N)).
+template <typename T>
+struct SpanInputs {
+  std::vector<T> halo_u;   // forward, k > 0: (H, D) the last rows of u^k of span s - 1
+  std::vector<T> h0;       // kForward: (Di, N) the state before t0; empty = zero (span 0)
+  std::vector<T> du_halo;  // backward, k < K-1: (H(s+1), D) span s + 1's part of dL/du^{k+1}
+                           // of this span's last rows; empty for the last span
+  std::vector<T> mu;       // kBackward: (Di, N) the adjoint into the span's last token; empty = 0
+};
+
+// What a task returns.
+template <typename T>
+struct SpanOutputs {
+  std::vector<T> sigma, h_end;  // kForwardSummary: (Di) delta sums, (Di, N) end state from zero
+  std::vector<T> halo_next;     // kForward, k < K-1: (min(W-1, len), D) the last rows of u^{k+1}
+  double loss_sum = 0;          // kForward at k = K-1: the head's loss over the span's targets,
+  int64_t correct = 0;          // how many have the largest logit (with a loss mask), and
+  std::vector<T> embed, norm_f;  // its (V, D) and (D) partials; kBackward at k = 0: embed is
+                                 // the (V, D) partial of the embedding lookup
+  std::vector<T> m;             // kBackwardSummary: (Di, N)
+  LayerParams<T> grad;          // kBackward: layer k's partial over the span
+  std::vector<T> du_halo_prev;  // kBackward, s > 0: (H, D) for span s - 1's last rows of dL/du^k
+};
+
+template <typename T>
+class SpanWork {
+ public:
+  // tokens: ids [t0 - H, min(T, t0 + len + 1)) (the rows, their halo, and the next span's first
+  // token: the last row's target); mask: empty, or the loss mask over the same positions.
+  // n_targets: the targets counted over the whole sequence (the loss is their mean).
+  SpanWork(const BackendModel<T>& model, const SpanPlan& plan, int64_t span,
+           std::vector<uint32_t> tokens, std::vector<uint8_t> mask, int64_t n_targets,
+           Storage storage, std::string spill_dir);
+
+  // Whether the kept values are those `task` reads: its layer's forward has not run yet
+  // (forward), or the backward has come down to its layer (backward). Otherwise the span must
+  // be rebuilt (a fresh SpanWork replayed up to the task).
+  bool Ready(const SpanTask& task) const;
+  // Runs the task (Ready must hold: FAILED_PRECONDITION otherwise). out's buffers are resized.
+  absl::Status Run(const SpanTask& task, const SpanInputs<T>& in, SpanOutputs<T>& out);
+
+  int64_t span() const { return s_; }
+  int64_t kept_bytes() const;  // what the span holds now
+
+ private:
+  void Forward(int64_t k, const SpanInputs<T>& in, SpanOutputs<T>& out, bool summary);
+  void Head(SpanOutputs<T>& out);
+  void Backward(int64_t k, const SpanInputs<T>& in, SpanOutputs<T>& out, bool summary);
+  void SetHalo(int64_t k, const SpanInputs<T>& in);
+  void AddNextHalo(const SpanInputs<T>& in);
+
+  const BackendModel<T>& model_;
+  const MambaConfig& cfg_;
+  const SpanPlan& plan_;
+  const int64_t s_;
+  const SpanRange r_;
+  const std::vector<uint32_t> tokens_;
+  const std::vector<uint8_t> mask_;
+  const int64_t n_targets_, D_, DiN_;
+  const Storage storage_;
+  const std::string spill_dir_;
+  std::vector<StoredRows<T>> u_;       // K x (H + len, D)
+  std::vector<StoredRows<T>> states_;  // K x (chunks, Di, N)
+  std::vector<T> g_;                   // (len, D)
+  int64_t forward_done_ = 0;           // layers whose kForward ran (u^0..u^{forward_done_} kept)
+  int64_t g_layer_ = -1;               // g holds dL/du^{g_layer_} (K after the head), or -1
+  bool next_halo_added_ = false;       // span s + 1's part of g is in
+};
+
+}  // namespace adjsh
+
+#endif  // ADJSH_ENGINE_SPAN_WORK_H_

@@ -1,0 +1,169 @@
+// The span schedule (engine/span_plan.h, span_work.h, span_ledger.h): its plan and checks, the
+// fixed reduction tree, bitwise independence of threads, and the rebuild of a lost span from
+// the ledger's summaries alone, bitwise.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <memory>
+#include <random>
+
+#include "engine/adjoint_engine.h"
+#include "engine/span_ledger.h"
+#include "engine/span_plan.h"
+#include "engine/span_work.h"
+#include "tests/kernels/test_util.h"
+
+namespace adjsh {
+namespace {
+
+TEST(SpanPlanTest, SpansAreRunsOfWholeChunksCoveringTheSequence) {
+  const SpanPlan p = SpanPlan::Make(1000, 64, 5, 2, 4).value();  // 16 chunks, the last 40 long
+  ASSERT_EQ(p.spans(), 5);
+  int64_t t = 0;
+  for (int64_t s = 0; s < 5; ++s) {
+    EXPECT_EQ(p.range(s).t0, t);
+    EXPECT_EQ(p.range(s).t0, p.range(s).c0 * 64);
+    EXPECT_EQ(p.range(s).halo, s == 0 ? 0 : 3);
+    t += p.range(s).len;
+  }
+  EXPECT_EQ(t, 1000);
+  // Four task kinds per layer: S - 1 summaries and S spans each way.
+  EXPECT_EQ(p.num_tasks(), 2 * 2 * (4 + 5));
+  for (int64_t id = 0; id < p.num_tasks(); ++id)
+    for (int64_t d : p.Dependencies(id)) EXPECT_LT(d, id);
+}
+
+TEST(SpanPlanTest, RefusesSpansTheChunksCannotMake) {
+  EXPECT_FALSE(SpanPlan::Make(100, 10, 11, 1, 4).ok());  // 10 chunks
+  // Chunks of 1 token: a middle span of 2 tokens cannot give the next one its 3 halo rows.
+  const absl::StatusOr<SpanPlan> p = SpanPlan::Make(8, 1, 4, 1, 4);
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("W - 1"), std::string::npos) << p.status();
+  EXPECT_TRUE(SpanPlan::Make(8, 1, 2, 1, 4).ok());
+}
+
+TEST(SpanPlanTest, DefaultSpansGrowWithTAndStayValid) {
+  EXPECT_EQ(SpanPlan::DefaultSpans(65536, 1024, 4), 8);
+  EXPECT_EQ(SpanPlan::DefaultSpans(1 << 20, 4096, 4), 64);
+  EXPECT_EQ(SpanPlan::DefaultSpans(100, 256, 4), 1);  // one chunk
+  for (int64_t T : {2, 5, 9, 100, 1000})
+    for (int64_t C : {1, 2, 3, 7})
+      EXPECT_TRUE(SpanPlan::Make(T, C, 0, 2, 4).ok()) << T << " " << C;
+}
+
+// Leaves in any arrival order give the bits of the one tree: left + right at every node.
+TEST(FixedTreeSumTest, ArrivalOrderDoesNotChangeTheSum) {
+  const std::vector<float> leaves = {1.0f, 1e8f, -1e8f, 0.5f, 3.25f, 1e-3f, -7.0f};
+  auto run = [&](std::vector<int64_t> order) {
+    FixedTreeSum<float> t(7, [](float& a, const float& b) { a += b; });
+    for (int64_t i : order) t.Add(i, leaves[i]);
+    EXPECT_TRUE(t.Complete());
+    return t.TakeRoot();
+  };
+  const float in_order = run({0, 1, 2, 3, 4, 5, 6});
+  std::mt19937 rng(3);
+  std::vector<int64_t> order = {0, 1, 2, 3, 4, 5, 6};
+  for (int rep = 0; rep < 20; ++rep) {
+    std::shuffle(order.begin(), order.end(), rng);
+    const float got = run(order);
+    EXPECT_EQ(std::memcmp(&got, &in_order, sizeof(float)), 0);
+  }
+  // 1 + (1e8 - 1e8) at the first node, not (1 + 1e8) - 1e8: the tree is really used.
+  float left = 0;
+  for (float v : leaves) left += v;
+  EXPECT_NE(left, in_order);
+}
+
+template <typename T>
+void ExpectSameRun(const GradResult<T>& a, const GradResult<T>& b) {
+  EXPECT_EQ(std::memcmp(&a.loss, &b.loss, sizeof(double)), 0);
+  EXPECT_TRUE(testing::BitwiseEqual(a.grad, b.grad));
+}
+
+TEST(SpanScheduleTest, ThreadsDoNotChangeTheBits) {
+  const MambaConfig config = testing::SmallConfig(3, 16, 8, 4, 3, 31);
+  const ModelParams<float> params = InitParams<float>(config, 11);
+  const std::vector<uint32_t> tokens = testing::RandomTokens(700, config.vocab_size, 12);
+  for (Storage storage : {Storage::kCompute, Storage::kBF16})
+    for (int64_t spans : {1, 3, 7}) {
+      GradOptions opt;
+      opt.chunk = 50;
+      opt.spans = spans;
+      opt.storage = storage;
+      opt.threads = 1;
+      const GradResult<float> one = ComputeGradient<float>(params, tokens, opt).value();
+      for (int threads : {2, 3, 5}) {
+        opt.threads = threads;
+        ExpectSameRun(one, ComputeGradient<float>(params, tokens, opt).value());
+      }
+    }
+}
+
+// A span lost at any task is rebuilt by a fresh SpanWork replaying the ledger's inputs, and the
+// step ends bitwise as the undisturbed one.
+TEST(SpanScheduleTest, ARebuiltSpanGivesTheSameBits) {
+  const MambaConfig config = testing::SmallConfig(3, 16, 8, 4, 3, 31);
+  const ModelParams<float> params = InitParams<float>(config, 5);
+  const std::vector<uint32_t> tokens = testing::RandomTokens(333, config.vocab_size, 6);
+  const SpanPlan plan = SpanPlan::Make(333, 20, 4, 3, config.conv_kernel).value();
+  std::unique_ptr<Backend<float>> backend = MakeBackend<float>(Device{}).value();
+  const BackendModel<float> model = BackendModel<float>::Make(params, *backend);
+  auto run = [&](int64_t lose_at) {  // -1: nothing lost
+    SpanLedger<float> ledger(params, plan, tokens, {});
+    std::vector<std::unique_ptr<SpanWork<float>>> work(plan.spans());
+    auto fresh = [&](int64_t s) {
+      return std::make_unique<SpanWork<float>>(model, plan, s, ledger.SpanTokens(s),
+                                               ledger.SpanMask(s), ledger.n_targets(),
+                                               Storage::kCompute, "");
+    };
+    int64_t rebuilt = 0;
+    for (int64_t id = 0; id < plan.num_tasks(); ++id) {  // ids are a topological order
+      const SpanTask& task = plan.task(id);
+      if (id == lose_at) work[task.span].reset();
+      if (!work[task.span] || !work[task.span]->Ready(task)) {
+        work[task.span] = fresh(task.span);
+        for (const auto& [step, in] : ledger.Replay(id)) {
+          SpanOutputs<float> discard;
+          EXPECT_TRUE(work[task.span]->Run(step, in, discard).ok());
+        }
+        rebuilt += id == lose_at;
+      }
+      SpanOutputs<float> out;
+      EXPECT_TRUE(work[task.span]->Run(task, ledger.Inputs(id), out).ok());
+      ledger.Apply(id, std::move(out));
+    }
+    if (lose_at >= 0) {
+      EXPECT_EQ(rebuilt, 1);
+    }
+    return ledger.Finish();
+  };
+  const GradResult<float> undisturbed = run(-1);
+  GradOptions opt;
+  opt.chunk = 20;
+  opt.spans = 4;
+  ExpectSameRun(undisturbed, ComputeGradient<float>(params, tokens, opt).value());
+  for (int64_t lose_at = 0; lose_at < plan.num_tasks(); lose_at += 3) {
+    SCOPED_TRACE(lose_at);
+    ExpectSameRun(undisturbed, run(lose_at));
+  }
+}
+
+// A task the kept values do not serve is refused, not computed from the wrong rows.
+TEST(SpanScheduleTest, ATaskOutOfOrderIsRefused) {
+  const MambaConfig config = testing::SmallConfig(2);
+  const ModelParams<float> params = InitParams<float>(config, 5);
+  const std::vector<uint32_t> tokens = testing::RandomTokens(40, config.vocab_size, 6);
+  const SpanPlan plan = SpanPlan::Make(40, 10, 2, 2, config.conv_kernel).value();
+  std::unique_ptr<Backend<float>> backend = MakeBackend<float>(Device{}).value();
+  const BackendModel<float> model = BackendModel<float>::Make(params, *backend);
+  SpanLedger<float> ledger(params, plan, tokens, {});
+  SpanWork<float> w(model, plan, 0, ledger.SpanTokens(0), {}, ledger.n_targets(),
+                    Storage::kCompute, "");
+  SpanOutputs<float> out;
+  const absl::Status s = w.Run({SpanPhase::kBackward, 1, 0}, {}, out);
+  EXPECT_TRUE(absl::IsFailedPrecondition(s)) << s;
+  EXPECT_FALSE(w.Run({SpanPhase::kForward, 0, 1}, {}, out).ok());  // another span's task
+}
+
+}  // namespace
+}  // namespace adjsh
