@@ -82,19 +82,23 @@ absl::Status CheckDevice(const MambaConfig& config, const GradOptions& options) 
   if (!backend.ok()) return backend.status();
   if (absl::Status s = (*backend)->CheckConfig(config); !s.ok()) return s;
   std::vector<Op> ops = {Op::kHead};
+  // (push_back, not insert of a list: GCC 12 misreads the latter as an overflow.)
+  const auto add = [&ops](std::initializer_list<Op> more) {
+    for (Op op : more) ops.push_back(op);
+  };
   if (!options.loss_mask.empty()) ops.push_back(Op::kHeadAccuracy);
   const bool spans = options.schedule == Schedule::kSpans && options.window == 0 &&
                      options.cotangent == Cotangent::kExact;
   if (options.window > 0) {
-    ops.insert(ops.end(), {Op::kForward, Op::kBackwardTruncated});
+    add({Op::kForward, Op::kBackwardTruncated});
   } else if (spans) {
-    ops.insert(ops.end(), {Op::kForward, Op::kBackwardExact});
-    if (options.spans != 1) ops.insert(ops.end(), {Op::kLocalSummary, Op::kAdjointSummary});
+    add({Op::kForward, Op::kBackwardExact});
+    if (options.spans != 1) add({Op::kLocalSummary, Op::kAdjointSummary});
   } else if (options.schedule != Schedule::kWavefront) {
-    ops.insert(ops.end(), {Op::kLocalSummary, Op::kForward, Op::kAdjointSummary,
+    add({Op::kLocalSummary, Op::kForward, Op::kAdjointSummary,
                            Op::kBackwardExact});
   } else {
-    ops.insert(ops.end(), {Op::kForward, Op::kBackwardExact});
+    add({Op::kForward, Op::kBackwardExact});
   }
   for (Op op : ops) {
     if (absl::Status s = (*backend)->Require(op); !s.ok()) {

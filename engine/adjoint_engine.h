@@ -35,6 +35,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/model.h"
+#include "engine/step_profile.h"
 #include "kernels/backend.h"
 
 namespace adjsh {
@@ -95,6 +96,9 @@ struct GradResult {
   // With a loss mask: how many counted targets have the largest logit (greedy decoding is
   // right); -1 without one.
   int64_t correct = -1;
+  // The span schedule's cost, task by task (tasks = 0 for the other schedules).
+  StepProfile profile;
+  std::vector<TaskRecord> records;  // per task id, when the runner keeps them
 };
 
 // "exact" | "top-of-stack" (the command-line names); INVALID_ARGUMENT for anything else.

@@ -1,6 +1,7 @@
 #include "engine/span_step.h"
 
 #include <algorithm>
+#include <chrono>
 #include <memory>
 #include <string>
 #include <mutex>
@@ -33,6 +34,8 @@ absl::StatusOr<GradResult<T>> RunSpanStep(const ModelParams<T>& params,
   int64_t done_fwd = 0, done_bwd = 0, kept = 0, peak = 0;
   std::vector<int64_t> span_bytes(S, 0);
   ThreadPool pool(opt.threads);
+  std::vector<TaskRecord> records(plan->num_tasks());
+  const auto start = std::chrono::steady_clock::now();
   RunDag(
       pool, plan->num_tasks(), [&](int64_t id) { return plan->Successors(id); },
       [&](int64_t id) {
@@ -56,11 +59,19 @@ absl::StatusOr<GradResult<T>> RunSpanStep(const ModelParams<T>& params,
                                             opt.spill_dir);
         }
         SpanOutputs<T> out;
+        const auto t0 = std::chrono::steady_clock::now();
         const absl::Status s = w->Run(task, in, out);
+        const double seconds =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         ADJSH_CHECK(s.ok(), std::string(s.message()).c_str());
         const int64_t bytes = w->kept_bytes();
         if (task.phase == SpanPhase::kBackward && task.layer == 0) w.reset();
         std::lock_guard<std::mutex> lock(mu);
+        TaskRecord& rec = records[id];
+        rec.compute_s = seconds;
+        rec.end_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        rec.start_s = rec.end_s - seconds;
+        rec.worker = "in-process";
         ledger.Apply(id, std::move(out));
         kept += bytes - span_bytes[task.span];
         span_bytes[task.span] = bytes;
@@ -74,6 +85,10 @@ absl::StatusOr<GradResult<T>> RunSpanStep(const ModelParams<T>& params,
       });
   GradResult<T> result = ledger.Finish();
   result.stored_bytes = peak;
+  result.profile = ProfileStep(
+      *plan, records, 0,
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  result.records = std::move(records);
   return result;
 }
 
