@@ -55,6 +55,8 @@ int CoordinatorCommand(const std::vector<std::string>& args) {
   a.Add("data-root", "DIR[,DIR...]",
         "directories whose files jobs may read (models, tokens, text) and where they may write "
         "checkpoints, besides --state-dir; any other path in a spec is PERMISSION_DENIED");
+  a.Add("trace", "FILE",
+        "append one JSON line per span task of every step (bench/fleet_sim.py replays them)");
   a.Add("lease-ms", "MS", "a task's lease; a lost worker's task is handed out again after it",
         "5000");
   a.Add("threads", "N", "threads for the forward pass and LM head here (0: one per core)", "0");
@@ -113,7 +115,10 @@ int CoordinatorCommand(const std::vector<std::string>& args) {
   // Checkpoints and everything else the coordinator writes: readable by its own user only.
   ::umask(077);
 
-  coordinator::TaskServiceImpl tasks({.lease = absl::Milliseconds(*lease_ms)});
+  coordinator::TaskServiceOptions task_options;
+  task_options.lease = absl::Milliseconds(*lease_ms);
+  task_options.trace_path = a.Get("trace");
+  coordinator::TaskServiceImpl tasks(task_options);
   auto job_metrics = std::make_shared<coordinator::CoordinatorMetrics>(tasks);
   coordinator::JobServiceImpl jobs(tasks, {.state_dir = state_dir,
                                            .threads = static_cast<int>(*threads),

@@ -1,6 +1,7 @@
 // adjsh grad: loss and gradient of the mean next-token loss of one sequence (DESIGN.md §6).
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 
 #include "absl/strings/str_format.h"
 #include "cli/args.h"
@@ -12,6 +13,8 @@
 #include "common/safetensors.h"
 #include "common/tokens.h"
 #include "engine/adjoint_engine.h"
+#include "engine/span_plan.h"
+#include "engine/step_profile.h"
 
 namespace adjsh::cli {
 namespace {
@@ -31,6 +34,7 @@ absl::Status RunGrad(const ArgParser& a, const GradOptions& opt, bool quiet, int
     if (workers > 0) {  // a local cluster: the backward tasks on worker processes
       coordinator::LocalClusterOptions options;
       options.worker_devices = std::move(worker_devices);
+      options.service.trace_path = a.Get("trace");
       absl::StatusOr<std::unique_ptr<coordinator::LocalCluster>> cluster =
           coordinator::LocalCluster::Start(workers, SelfExe(), std::move(options));
       if (!cluster.ok()) return cluster.status();
@@ -39,6 +43,15 @@ absl::Status RunGrad(const ArgParser& a, const GradOptions& opt, bool quiet, int
   }
   if (workers == 0) result = ComputeGradient<T>(*params, *tokens, opt);
   if (!result.ok()) return result.status();
+  if (workers == 0 && a.Has("trace") && result->profile.tasks > 0) {
+    absl::StatusOr<SpanPlan> plan =
+        SpanPlan::Make(static_cast<int64_t>(tokens->size()), opt.chunk, opt.spans,
+                       params->config.num_hidden_layers, params->config.conv_kernel);
+    std::ofstream f(a.Get("trace"), std::ios::app);
+    for (int64_t id = 0; plan.ok() && id < plan->num_tasks(); ++id)
+      f << TraceLine(*plan, 0, id, result->records[id]) << "\n";
+    if (!f) return absl::InternalError("cannot write the trace to " + a.Get("trace"));
+  }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
@@ -54,6 +67,8 @@ absl::Status RunGrad(const ArgParser& a, const GradOptions& opt, bool quiet, int
                  "  -> %s\n",
                  result->loss, tokens->size(), seconds, n / seconds,
                  PeakResidentBytes() / 1048576.0, PeakResidentBytes() / n, a.Get("out").c_str());
+    if (result->profile.tasks > 0)
+      std::fprintf(stderr, "%s\n", ProfileSummary(result->profile).c_str());
   }
   return absl::OkStatus();
 }
@@ -63,9 +78,10 @@ absl::Status RunGrad(const ArgParser& a, const GradOptions& opt, bool quiet, int
 int GradCommand(const std::vector<std::string>& args) {
   ArgParser a("grad",
               "Computes the loss and the exact gradient (or, with --window, the truncated-adjoint\n"
-              "gradient) of the mean next-token loss of one token sequence, by adjoint sharding\n"
-              "over (layer, chunk) tasks on local threads. The output holds one tensor per\n"
-              "parameter (HF names and shapes) and the scalar 'loss'.");
+              "gradient) of the mean next-token loss of one token sequence, by adjoint sharding:\n"
+              "the sequence is cut into spans of whole chunks, whose (layer, span) tasks run on\n"
+              "local threads, or on local worker processes with --workers. The output holds one\n"
+              "tensor per parameter (HF names and shapes) and the scalar 'loss'.");
   a.Add("model", "DIR", "model directory: config.json + model.safetensors", "", true);
   a.Add("tokens", "FILE", "token ids, raw little-endian .u32 or .u16", "", true);
   a.Add("out", "FILE", "output .safetensors file", "", true);
@@ -74,17 +90,22 @@ int GradCommand(const std::vector<std::string>& args) {
         "each layer's output cotangent: exact, or dL/du^{K+1} for every layer (the paper's "
         "Proposition 3, an approximation for K > 1; in-process only)",
         "exact");
-  a.Add("chunk", "C", "tokens per (layer, chunk) task", "256");
+  a.Add("chunk", "C", "tokens per chunk (one kernel call)", "256");
+  a.Add("spans", "S",
+        "spans of the sequence (the span schedule; default: about T/16384, at least 8, at most "
+        "one per chunk). The result depends on S, never on threads or workers",
+        "0");
+  a.Add("trace", "FILE", "append one JSON line per span task (bench/fleet_sim.py reads them)");
   a.Add("threads", "N", "threads for in-process work (0: one per core)", "0");
   a.Add("workers", "N",
-        "local worker processes for the backward tasks, on a private Unix socket (0: all "
-        "in-process; f32, exact)",
+        "local worker processes owning the spans, on a private Unix socket (0: all "
+        "in-process; f32, exact, span schedule)",
         "0");
   AddWorkerDeviceFlag(a);
-  a.Add("schedule", "wavefront|two-pass",
-        "task order: wavefront over (layer, chunk), or two passes per layer with all chunks in "
-        "parallel",
-        "wavefront");
+  a.Add("schedule", "spans|wavefront|two-pass",
+        "spans (what workers run), or the in-process chunk schedules: a wavefront over (layer, "
+        "chunk), or two passes per layer with all chunks in parallel",
+        "spans");
   a.Add("dtype", "f32|f64", "compute and output precision (f64: the check mode)", "f32");
   a.Add("storage", "full|bf16",
         "the layer inputs and chunk states kept for the backward: in the compute precision, "
@@ -122,11 +143,20 @@ int GradCommand(const std::vector<std::string>& args) {
   absl::StatusOr<int64_t> workers = a.GetInt("workers", 0, 1024);
   if (!workers.ok()) return BadUsage("grad", workers.status());
   const std::string schedule = a.Get("schedule");
-  if (schedule != "wavefront" && schedule != "two-pass") {
+  if (schedule != "spans" && schedule != "wavefront" && schedule != "two-pass") {
     return BadUsage("grad", absl::InvalidArgumentError(
-                                "--schedule must be wavefront or two-pass, got '" + schedule + "'"));
+                                "--schedule must be spans, wavefront or two-pass, got '" +
+                                schedule + "'"));
   }
-  opt.schedule = schedule == "two-pass" ? Schedule::kTwoPass : Schedule::kWavefront;
+  opt.schedule = schedule == "two-pass"    ? Schedule::kTwoPass
+                 : schedule == "wavefront" ? Schedule::kWavefront
+                                           : Schedule::kSpans;
+  absl::StatusOr<int64_t> spans = a.GetInt("spans", 0, int64_t{1} << 30);
+  if (!spans.ok()) return BadUsage("grad", spans.status());
+  opt.spans = *spans;
+  if (a.Has("trace") && opt.schedule != Schedule::kSpans) {
+    return BadUsage("grad", absl::InvalidArgumentError("--trace records the span schedule only"));
+  }
   const bool quiet = a.GetBool("quiet");
   if (!quiet) {
     opt.progress = [](std::string_view phase, int64_t done, int64_t total) {
@@ -140,11 +170,17 @@ int GradCommand(const std::vector<std::string>& args) {
                                                        dtype + "'"));
   }
   if (absl::Status s = CheckOutputFile("out", a.Get("out")); !s.ok()) return BadUsage("grad", s);
-  if (*workers > 0 && (dtype != "f32" || opt.window != 0 || opt.schedule != Schedule::kWavefront ||
+  if (*workers > 0 && (dtype != "f32" || opt.window != 0 || opt.schedule != Schedule::kSpans ||
                        opt.cotangent != Cotangent::kExact)) {
     return BadUsage("grad", absl::InvalidArgumentError(
-                                "--workers computes the exact f32 gradient with the wavefront "
-                                "schedule only (no --window, two-pass or top-of-stack)"));
+                                "--workers computes the exact f32 gradient with the span "
+                                "schedule only (no --dtype f64, --window, --schedule wavefront or "
+                                "two-pass, or top-of-stack: those run in-process)"));
+  }
+  if (*workers > 0 && !opt.device.is_cpu()) {
+    return BadUsage("grad", absl::InvalidArgumentError(
+                                "with --workers the coordinator computes nothing: give the device "
+                                "to the workers with --worker-device"));
   }
   absl::StatusOr<std::vector<std::string>> worker_devices = WorkerDevicesFromFlags(a);
   if (!worker_devices.ok()) return BadUsage("grad", worker_devices.status());

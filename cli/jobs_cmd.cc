@@ -158,7 +158,10 @@ constexpr JobFlag kJobFlags[] = {
      "corpus as text files, bytes as tokens (default: the built-in corpus)"},
     {"context", "T", "tokens per step (default 16384)"},
     {"steps", "S", "optimizer steps (default 60)"},
-    {"chunk", "C", "tokens per (layer, chunk) task (default 256)"},
+    {"chunk", "C", "tokens per chunk, one kernel call (default 256)"},
+    {"spans", "S",
+     "spans per step, each owned by one worker (default: about T/16384, at least 8, at most "
+     "one per chunk)"},
     {"storage", "full|bf16",
      "layer inputs and chunk states kept for the backward in f32 or bf16 (default full)"},
     {"lr", "LR", "peak learning rate (default 3e-3)"},
@@ -235,6 +238,7 @@ absl::StatusOr<v1::JobSpec> SpecFromFlags(const ArgParser& a) {
   for (const Int& f :
        {Int{"context", 16384, 2, &v1::JobSpec::set_context_length},
         Int{"steps", 60, 1, &v1::JobSpec::set_steps}, Int{"chunk", 256, 1, &v1::JobSpec::set_chunk},
+        Int{"spans", 0, 0, &v1::JobSpec::set_spans},
         Int{"checkpoint-every", 20, 0, &v1::JobSpec::set_checkpoint_every}}) {
     absl::StatusOr<int64_t> v = integer(f.name, f.def, f.min);
     if (!v.ok()) return v.status();

@@ -31,8 +31,16 @@ void PrintProgress(const train::StepReport& r) {
   const int filled = static_cast<int>(kWidth * r.step / r.steps);
   std::string bar(filled, '#');
   bar.append(kWidth - filled, '.');
-  const std::string acc =
+  std::string acc =
       r.correct < 0 ? "" : absl::StrFormat(" | acc %d/%d", r.correct, r.targets);
+  if (r.profile.tasks > 0) {  // the span schedule's parallelism and wire bytes per token
+    acc += absl::StrFormat(" | par %.1f", r.profile.parallelism);
+    if (r.profile.wire_bytes > 0) {
+      acc += absl::StrFormat(" | wire %.0f B/tok",
+                             static_cast<double>(r.profile.wire_bytes) /
+                                 static_cast<double>(std::max<int64_t>(1, r.profile.tokens)));
+    }
+  }
   std::fprintf(stderr,
                "step %lld/%lld [%s] loss %.4f | %.1fK tok/s | |g| %.3f | lr %.2e | ETA %s%s\n",
                static_cast<long long>(r.step), static_cast<long long>(r.steps), bar.c_str(),
@@ -85,7 +93,13 @@ int TrainCommand(const std::vector<std::string>& args) {
   a.Add("text", "FILE[,FILE...]", "corpus as text files, bytes as tokens");
   a.Add("context", "T", "tokens per step (the sequence length)", "16384");
   a.Add("steps", "S", "optimizer steps", "60");
-  a.Add("chunk", "C", "tokens per (layer, chunk) task", "256");
+  a.Add("chunk", "C", "tokens per chunk (one kernel call)", "256");
+  a.Add("spans", "S",
+        "spans per step, each owned by one worker or thread (default: about T/16384, at least "
+        "8, at most one per chunk); the result depends on S, never on threads or workers",
+        "0");
+  a.Add("trace", "FILE",
+        "with --workers: append one JSON line per span task and step (bench/fleet_sim.py)");
   a.Add("window", "Wt", "truncated adjoint window (default: exact gradient)");
   a.Add("cotangent", "exact|top-of-stack",
         "each layer's output cotangent: exact, or dL/du^{K+1} for every layer (the paper's "
@@ -93,7 +107,7 @@ int TrainCommand(const std::vector<std::string>& args) {
         "exact");
   a.Add("loss-mask", "FILE",
         "with --tokens: one byte per corpus token, non-zero where the next-token target counts "
-        "in the loss; steps then report the accuracy on the counted targets (in-process only)");
+        "in the loss; steps then report the accuracy on the counted targets");
   a.Add("threads", "N", "threads for in-process work (0: one per core)", "0");
   a.Add("spill-dir", "DIR",
         "keep the layer inputs in memory-mapped files here (the OS may write them to disk)");
@@ -102,7 +116,7 @@ int TrainCommand(const std::vector<std::string>& args) {
         "(half the bytes)",
         "full");
   a.Add("workers", "N",
-        "local worker processes for the backward tasks, on a private Unix socket (0: all "
+        "local worker processes owning the spans, on a private Unix socket (0: all "
         "in-process)",
         "0");
   a.Add("lease-ms", "MS",
@@ -141,6 +155,7 @@ int TrainCommand(const std::vector<std::string>& args) {
   for (const IntFlag& f : {IntFlag{"context", 2, &opt.context}, IntFlag{"steps", 1, &opt.steps},
                            IntFlag{"workers", 0, &workers}, IntFlag{"lease-ms", 100, &lease_ms},
                            IntFlag{"chunk", 1, &opt.grad.chunk},
+                           IntFlag{"spans", 0, &opt.grad.spans},
                            IntFlag{"threads", 0, &threads},
                            IntFlag{"warmup", 0, &opt.adamw.warmup_steps},
                            IntFlag{"checkpoint-every", 0, &opt.checkpoint_every}}) {
@@ -190,7 +205,7 @@ int TrainCommand(const std::vector<std::string>& args) {
     *f.field = *v;
   }
   opt.checkpoint_dir = a.Get("checkpoint-dir");
-  for (const char* flag : {"metrics-listen", "worker-metrics-listen", "worker-device"}) {
+  for (const char* flag : {"metrics-listen", "worker-metrics-listen", "worker-device", "trace"}) {
     if (a.Has(flag) && workers == 0) {
       return BadUsage("train", absl::InvalidArgumentError(
                                    absl::StrCat("--", flag, " needs --workers N (N >= 1)")));
@@ -230,18 +245,25 @@ int TrainCommand(const std::vector<std::string>& args) {
   std::unique_ptr<metrics::MetricsServer> metrics_server;
   int64_t first_step = 0;
   if (workers > 0) {
-    if (opt.grad.window != 0 || opt.grad.cotangent != Cotangent::kExact ||
-        !opt.loss_mask.empty()) {
+    if (opt.grad.window != 0 || opt.grad.cotangent != Cotangent::kExact) {
       return BadUsage("train", absl::InvalidArgumentError(
-                                   "--workers runs the exact gradient of the whole-sequence loss "
-                                   "only (no --window, --cotangent top-of-stack or --loss-mask)"));
+                                   "--workers runs the exact gradient by the span schedule only "
+                                   "(no --window or --cotangent top-of-stack: those run "
+                                   "in-process)"));
     }
+    if (!opt.grad.device.is_cpu()) {
+      return BadUsage("train", absl::InvalidArgumentError(
+                                   "with --workers the coordinator computes nothing: give the "
+                                   "device to the workers with --worker-device"));
+    }
+    coordinator::LocalClusterOptions cluster_options;
+    cluster_options.service.lease = absl::Milliseconds(lease_ms);
+    cluster_options.service.trace_path = a.Get("trace");
+    cluster_options.worker_metrics = a.Get("worker-metrics-listen");
+    cluster_options.worker_devices = *std::move(worker_devices);
     absl::StatusOr<std::unique_ptr<coordinator::LocalCluster>> started =
-        coordinator::LocalCluster::Start(
-            static_cast<int>(workers), SelfExe(),
-            {.service = {.lease = absl::Milliseconds(lease_ms)},
-             .worker_metrics = a.Get("worker-metrics-listen"),
-             .worker_devices = *std::move(worker_devices)});
+        coordinator::LocalCluster::Start(static_cast<int>(workers), SelfExe(),
+                                         std::move(cluster_options));
     if (!started.ok()) return Fail("train", started.status());
     cluster = std::move(*started);
     if (a.Has("metrics-listen")) {

@@ -245,6 +245,10 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const JobLimits& limits) {
     return Invalid("chunk",
                    absl::StrCat("must be >= 1 (or 0 for the default 256), got ", spec.chunk()));
   }
+  if (spec.spans() < 0) {
+    return Invalid("spans", absl::StrCat("must be >= 1 (or 0 for the default), got ",
+                                         spec.spans()));
+  }
   if (spec.window() < 0)
     return Invalid("window", absl::StrCat("must be >= 0, got ", spec.window()));
   if (spec.window() > 0) {
@@ -348,6 +352,7 @@ train::TrainOptions JobTrainOptions(const v1::JobSpec& spec, int threads,
   opt.steps = spec.steps();
   opt.context = spec.context_length();
   opt.grad.chunk = spec.chunk() > 0 ? spec.chunk() : kDefaultChunk;
+  opt.grad.spans = spec.spans();
   opt.grad.window = 0;
   opt.grad.storage = spec.storage().empty() ? Storage::kCompute : *ParseStorage(spec.storage());
   opt.grad.threads = threads;

@@ -52,7 +52,8 @@ absl::Status TaskQueue::AddTask(int64_t task_id, std::string payload,
 }
 
 absl::StatusOr<LeaseResult> TaskQueue::Lease(std::string_view worker_id,
-                                             absl::Duration lease_duration) {
+                                             absl::Duration lease_duration,
+                                             const std::function<bool(int64_t)>& eligible) {
   if (worker_id.empty()) return absl::InvalidArgumentError("Lease: empty worker id");
   if (lease_duration <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -63,10 +64,14 @@ absl::StatusOr<LeaseResult> TaskQueue::Lease(std::string_view worker_id,
   ExpireLocked(now);
   LeaseResult result;
   result.finished = done_ == static_cast<int64_t>(tasks_.size());
-  if (ready_.empty()) return result;
+  auto pick = ready_.begin();
+  if (eligible) {
+    while (pick != ready_.end() && !eligible(*pick)) ++pick;
+  }
+  if (pick == ready_.end()) return result;
 
-  const int64_t task_id = *ready_.begin();
-  ready_.erase(ready_.begin());
+  const int64_t task_id = *pick;
+  ready_.erase(pick);
   leased_.insert(task_id);
   Task& task = tasks_.at(task_id);
   task.state = TaskState::kLeased;

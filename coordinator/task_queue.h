@@ -98,7 +98,10 @@ class TaskQueue {
   // Hands the lowest-id READY task to `worker_id` for `lease_duration`. No task is not an error:
   // the result says whether everything is finished. INVALID_ARGUMENT: empty worker id or a
   // duration <= 0.
-  absl::StatusOr<LeaseResult> Lease(std::string_view worker_id, absl::Duration lease_duration);
+  // With `eligible`: the lowest-id READY task it accepts (it runs under the queue's lock: it
+  // must not call the queue).
+  absl::StatusOr<LeaseResult> Lease(std::string_view worker_id, absl::Duration lease_duration,
+                                    const std::function<bool(int64_t)>& eligible = nullptr);
 
   // Heartbeat: extends a live lease to now + its original duration and returns the new expiry.
   // NOT_FOUND: unknown task. FAILED_PRECONDITION: the lease is not the task's current live lease

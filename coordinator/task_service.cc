@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <fstream>
 #include <random>
 
 #include "absl/strings/numbers.h"
@@ -17,56 +19,14 @@ namespace {
 
 grpc::Status Error(const absl::Status& s) { return ToGrpcStatus(s); }
 
-// The expected outputs of a BACKWARD task of layer k: HF-named partials, du, du_halo, mu_out.
-absl::StatusOr<BackwardTaskOutputs<float>> OutputsFromTensors(const MambaConfig& c, int64_t k,
-                                                              int64_t len, int64_t halo,
-                                                              TensorMap& t) {
-  BackwardTaskOutputs<float> out;
-  auto take = [&](const std::string& name, const std::vector<int64_t>& shape,
-                  std::vector<float>& dst) -> absl::Status {
-    auto it = t.find(name);
-    if (it == t.end()) return absl::InvalidArgumentError(absl::StrCat("result lacks \"", name, "\""));
-    if (it->second.dtype != DType::kF32 || it->second.shape != shape) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "result tensor \"", name, "\" is ", std::string(DTypeName(it->second.dtype)),
-          ShapeString(it->second.shape), ", expected F32", ShapeString(shape)));
-    }
-    absl::StatusOr<std::vector<float>> v = it->second.To<float>();
-    if (!v.ok()) return v.status();
-    dst = std::move(*v);
-    t.erase(it);
-    return absl::OkStatus();
-  };
-  for (const auto& slot : LayerParamSlots<float>()) {
-    if (absl::Status s = take(LayerParamName(k, slot.suffix), slot.shape(c), out.grad.*slot.member);
-        !s.ok())
-      return s;
+v1::Task::Kind KindOf(SpanPhase phase) {
+  switch (phase) {
+    case SpanPhase::kForwardSummary: return v1::Task::SPAN_FORWARD_SUMMARY;
+    case SpanPhase::kForward: return v1::Task::SPAN_FORWARD;
+    case SpanPhase::kBackwardSummary: return v1::Task::SPAN_BACKWARD_SUMMARY;
+    case SpanPhase::kBackward: return v1::Task::SPAN_BACKWARD;
   }
-  const int64_t D = c.hidden_size, Di = c.inner(), N = c.state_size;
-  if (absl::Status s = take("du", {len, D}, out.du); !s.ok()) return s;
-  if (absl::Status s = take("du_halo", {halo, D}, out.du_halo); !s.ok()) return s;
-  if (absl::Status s = take("mu_out", {Di, N}, out.mu_out); !s.ok()) return s;
-  if (!t.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("result has an unexpected tensor \"", t.begin()->first, "\""));
-  }
-  return out;
-}
-
-// The first non-finite value of a result, as "TENSOR[i] = v", or "" when all are finite.
-std::string FirstNonFinite(const BackwardTaskOutputs<float>& out, int64_t k) {
-  auto scan = [](const std::string& name, const std::vector<float>& v) -> std::string {
-    for (size_t i = 0; i < v.size(); ++i)
-      if (!std::isfinite(v[i])) return absl::StrCat(name, "[", i, "] = ", v[i]);
-    return "";
-  };
-  for (const auto& slot : LayerParamSlots<float>())
-    if (std::string bad = scan(LayerParamName(k, slot.suffix), out.grad.*slot.member); !bad.empty())
-      return bad;
-  for (auto [name, v] : {std::pair{"du", &out.du}, std::pair{"du_halo", &out.du_halo},
-                         std::pair{"mu_out", &out.mu_out}})
-    if (std::string bad = scan(name, *v); !bad.empty()) return bad;
-  return "";
+  return v1::Task::KIND_UNSPECIFIED;
 }
 
 // The caller's identity under mutual TLS (the client certificate's names, as gRPC gives them),
@@ -115,7 +75,7 @@ absl::Status TaskServiceImpl::ParseTaskName(const std::string& name, int64_t* ve
     return absl::FailedPreconditionError(
         absl::StrCat("task ", Echo(name), " belongs to a finished or cancelled step"));
   }
-  if (!current || *task < 0 || *task >= current_->grad->num_backward_tasks()) {
+  if (!current || *task < 0 || *task >= current_->sched->plan().num_tasks()) {
     return absl::NotFoundError(absl::StrCat("task ", Echo(name), " is not part of the current step"));
   }
   return absl::OkStatus();
@@ -149,7 +109,7 @@ absl::Status TaskServiceImpl::CheckLease(const grpc::ServerContext* ctx,
   const bool secret_ok = secret != current_->lease_secrets.end() &&
                          secret->second.first == *lease &&
                          secret->second.second == lease_id.substr(dot + 1);
-  absl::StatusOr<TaskInfo> info = current_->queue->GetTask(*task);
+  absl::StatusOr<TaskInfo> info = current_->sched->queue().GetTask(*task);
   if (!info.ok()) return info.status();
   if (!secret_ok || info->state != TaskState::kLeased || info->lease_id != *lease ||
       info->worker_id != worker_id || info->expiry <= absl::Now()) {
@@ -163,14 +123,20 @@ absl::StatusOr<GradResult<float>> TaskServiceImpl::ComputeGradient(
     const ModelParams<float>& params, std::span<const uint32_t> tokens, const GradOptions& options,
     const std::string& job_id, int64_t step_index) {
   if (absl::Status s = ValidateGradientInputs(params.config, tokens, options); !s.ok()) return s;
-  if (options.window != 0 || options.schedule != Schedule::kWavefront) {
+  if (options.window != 0) {
     return absl::UnimplementedError(
-        "remote workers run the exact wavefront backward only (no --window, no two-pass)");
+        "workers compute the exact gradient only: a truncated window's chunks read rows of "
+        "later spans (--window runs in-process)");
   }
-  if (options.cotangent != Cotangent::kExact || !options.loss_mask.empty()) {
+  if (options.cotangent != Cotangent::kExact || options.schedule != Schedule::kSpans) {
     return absl::UnimplementedError(
-        "remote workers run the exact gradient of the whole-sequence loss only (no top-of-stack "
-        "cotangent, no loss mask)");
+        "workers run the span schedule of the exact gradient only (no top-of-stack cotangent, "
+        "no in-process chunk schedule)");
+  }
+  if (!options.device.is_cpu()) {
+    return absl::InvalidArgumentError(
+        "the coordinator computes nothing itself: give the device to the workers (adjsh worker "
+        "--device)");
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -181,32 +147,34 @@ absl::StatusOr<GradResult<float>> TaskServiceImpl::ComputeGradient(
   auto step = std::make_unique<Step>();
   try {  // an allocation failure here ends this gradient (and its job), not the service
     step->options = options;
-    step->grad = std::make_unique<GradientStep<float>>(params, tokens, step->options);
-    step->queue = std::make_unique<TaskQueue>();
+    absl::StatusOr<std::unique_ptr<SpanScheduler>> sched =
+        SpanScheduler::Make(params, tokens, step->options);
+    if (!sched.ok()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      running_ = false;
+      return sched.status();
+    }
+    step->sched = *std::move(sched);
     step->params = &params;
     step->job_id = job_id;
     step->config_json = ConfigToJson(params.config);
     step->step = step_index;
     step->tokens = static_cast<int64_t>(tokens.size());
-    step->grad->ForwardAndHead();
   } catch (...) {
     std::lock_guard<std::mutex> lock(mu_);
     running_ = false;
     throw;
   }
-  // Results are applied under mu_: a progress callback there could call back into the service.
-  step->options.progress = nullptr;
-  for (int64_t t = 0; t < step->grad->num_backward_tasks(); ++t) {
-    if (absl::Status s = step->queue->AddTask(t, "", step->grad->BackwardDependencies(t)); !s.ok())
-      return s;
-  }
   std::unique_lock<std::mutex> lock(mu_);
   step->version = ++next_version_;
+  step->wire_at_start = bytes_sent_.load() + bytes_received_.load();
   if (!cancelled_ && aborted_.ok()) {
     current_ = std::move(step);
     for (auto& [id, worker] : workers_) worker.leases.clear();  // leases of earlier steps
-    done_cv_.wait(lock,
-                  [&] { return cancelled_ || !aborted_.ok() || current_->queue->Finished(); });
+    current_->sched->Begin(owners_, job_id, LiveWorkers());
+    done_cv_.wait(lock, [&] {
+      return cancelled_ || !aborted_.ok() || current_->sched->queue().Finished();
+    });
   }
   running_ = false;
   if (!aborted_.ok()) {
@@ -219,10 +187,33 @@ absl::StatusOr<GradResult<float>> TaskServiceImpl::ComputeGradient(
     current_.reset();  // CancelCurrent already withdrew it; nothing of it is applied now
     return absl::CancelledError("the gradient was cancelled");
   }
-  GradResult<float> result = current_->grad->Finish();
+  GradResult<float> result = current_->sched->Finish(bytes_sent_.load() + bytes_received_.load() -
+                                                     current_->wire_at_start);
+  last_profile_ = result.profile;
+  ++profiled_steps_;
+  if (!opt_.trace_path.empty()) WriteTrace(*current_);
   RetireStep();
   current_.reset();
   return result;
+}
+
+void TaskServiceImpl::WriteTrace(const Step& step) {
+  std::ofstream f(opt_.trace_path, std::ios::app);
+  const std::vector<TaskRecord>& records = step.sched->records();
+  for (int64_t id = 0; id < static_cast<int64_t>(records.size()); ++id)
+    f << TraceLine(step.sched->plan(), step.step, id, records[id]) << "\n";
+  if (!f) {
+    std::fprintf(stderr, "adjsh coordinator: cannot append the trace to %s\n",
+                 opt_.trace_path.c_str());
+  }
+}
+
+std::vector<std::string> TaskServiceImpl::LiveWorkers() const {
+  const absl::Time since = absl::Now() - opt_.lease;
+  std::vector<std::string> live;
+  for (const auto& [id, w] : workers_)
+    if (w.last_seen >= since && w.nonfinite_results < kShunAfterNonFinite) live.push_back(id);
+  return live;
 }
 
 grpc::Status TaskServiceImpl::RegisterWorker(grpc::ServerContext* ctx,
@@ -263,33 +254,42 @@ grpc::Status TaskServiceImpl::PullTask(grpc::ServerContext* ctx, const v1::PullT
         " results with non-finite values and is given no more tasks")));
   }
   if (current_) {
-    absl::StatusOr<LeaseResult> leased = current_->queue->Lease(req->worker_id(), opt_.lease);
-    if (!leased.ok()) return Error(leased.status());
-    if (leased->task) {
-      const int64_t id = leased->task->task_id;
-      const auto [k, c] = current_->grad->TaskLayerChunk(id);
+    const absl::Time since = absl::Now() - opt_.lease;
+    const auto live = [&](const std::string& id) {
+      auto it = workers_.find(id);
+      return it != workers_.end() && it->second.last_seen >= since &&
+             it->second.nonfinite_results < kShunAfterNonFinite;
+    };
+    const int64_t live_count = static_cast<int64_t>(LiveWorkers().size());
+    std::optional<LeasedTask> leased =
+        current_->sched->Next(req->worker_id(), live, live_count, opt_.lease);
+    if (leased) {
+      const int64_t id = leased->task_id;
+      const SpanTask& task = current_->sched->task(id);
+      const SpanPlan& plan = current_->sched->plan();
       v1::Task* t = resp->mutable_task();
       t->set_task_id(TaskName(current_->version, id));
       const std::string secret = Unguessable().substr(0, 16);
-      current_->lease_secrets[id] = {leased->task->lease_id, secret};
-      t->set_lease_id(absl::StrCat(leased->task->lease_id, ".", secret));
+      current_->lease_secrets[id] = {leased->lease_id, secret};
+      current_->leased_at[id] = absl::Now();
+      current_->fetched[id] = 0;
+      t->set_lease_id(absl::StrCat(leased->lease_id, ".", secret));
       t->set_lease_expires_ms(absl::ToInt64Milliseconds(opt_.lease));
       t->set_job_id(current_->job_id);
       t->set_step(current_->step);
-      t->set_kind(v1::Task::BACKWARD);
-      t->set_layer(static_cast<int32_t>(k));
-      t->set_chunk(c);
-      t->set_window(0);
+      t->set_kind(KindOf(task.phase));
+      t->set_layer(static_cast<int32_t>(task.layer));
+      t->set_span(task.span);
+      t->set_spans(plan.spans());
+      t->set_chunk(plan.chunk());
+      t->set_targets(current_->sched->n_targets());
+      t->set_masked(!current_->options.loss_mask.empty());
+      t->set_storage(std::string(StorageName(current_->options.storage)));
       t->set_dtype(v1::F32);
       t->set_params_version(static_cast<uint64_t>(current_->version));
       t->set_context_length(current_->tokens);
       t->set_config_json(current_->config_json);
-      const GradientStep<float>::ChunkSpan span = current_->grad->TaskSpan(id);
-      t->set_t0(span.t0);
-      t->set_len(span.len);
-      t->set_halo(span.halo);
-      t->set_ahead(0);
-      w->second.leases[id] = leased->task->lease_id;
+      w->second.leases[id] = leased->lease_id;
       return grpc::Status::OK;
     }
   }
@@ -314,7 +314,7 @@ grpc::Status TaskServiceImpl::Heartbeat(grpc::ServerContext* ctx, const v1::Hear
     if (ParseTaskName(name, &version, &task).ok()) {
       auto l = w->second.leases.find(task);
       renewed = l != w->second.leases.end() &&
-                current_->queue->Renew(task, l->second, req->worker_id()).ok();
+                current_->sched->queue().Renew(task, l->second, req->worker_id()).ok();
     }
     if (!renewed) resp->add_cancelled_task_ids(name);
   }
@@ -324,45 +324,31 @@ grpc::Status TaskServiceImpl::Heartbeat(grpc::ServerContext* ctx, const v1::Hear
 grpc::Status TaskServiceImpl::FetchInputs(grpc::ServerContext* ctx,
                                           const v1::FetchInputsRequest* req,
                                           grpc::ServerWriter<v1::TensorChunk>* writer) {
-  BackwardTaskInputs<float> in;
-  TensorMap params;
-  int64_t D = 0, Di = 0, N = 0;
-  DType stored = DType::kF32;
+  TensorMap inputs;
+  int64_t task = 0, version = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    int64_t task = 0, lease = 0;
+    int64_t lease = 0;
     if (absl::Status s = CheckLease(ctx, req->worker_id(), req->task_id(), req->lease_id(), &task,
                                     &lease);
         !s.ok())
       return Error(s);
-    current_->grad->GatherInputs(task, in);
-    if (current_->options.storage == Storage::kBF16) stored = DType::kBF16;
-    const MambaConfig& c = current_->params->config;
-    D = c.hidden_size, Di = c.inner(), N = c.state_size;
-    if (req->include_params()) {
-      const LayerParams<float>& layer = current_->params->layers[in.layer];
-      for (const auto& slot : LayerParamSlots<float>()) {
-        params.emplace(LayerParamName(in.layer, slot.suffix),
-                       HostTensor::From<float>(layer.*slot.member, slot.shape(c), DType::kF32));
-      }
-    }
+    inputs = current_->sched->Inputs(task, req->include_params(), req->include_span());
+    version = current_->version;
   }
-  // Streamed outside the lock: the copies are this task's own. Values stored as bf16 go as bf16
-  // (exactly: they are bf16 numbers); the worker widens them back to the same floats.
-  TensorMap inputs;
-  inputs.emplace("u", HostTensor::From<float>(in.u, {in.rows.halo + in.rows.len, D}, stored));
-  inputs.emplace("g", HostTensor::From<float>(in.g, {in.rows.len, D}, DType::kF32));
-  inputs.emplace("h0", HostTensor::From<float>(in.h0, {Di, N}, stored));
-  if (!in.mu.empty()) inputs.emplace("mu", HostTensor::From<float>(in.mu, {Di, N}, DType::kF32));
-  inputs.merge(params);
+  // Streamed outside the lock: the tensors are this call's own copies.
+  uint64_t sent = 0;
   for (const auto& [name, tensor] : inputs) {
     absl::Status s = StreamTensor(name, tensor, kDefaultPieceBytes, [&](const v1::TensorChunk& c) {
       bytes_sent_.fetch_add(c.data().size());
+      sent += c.data().size();
       return writer->Write(c) ? absl::OkStatus()
                               : absl::UnavailableError("the worker closed the stream");
     });
     if (!s.ok()) return Error(s);
   }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (current_ && current_->version == version) current_->fetched[task] += sent;
   return grpc::Status::OK;
 }
 
@@ -388,24 +374,19 @@ grpc::Status TaskServiceImpl::PushResult(grpc::ServerContext* ctx,
       resp->set_reason(std::string(s.message()));
       return grpc::Status::OK;
     }
-    const MambaConfig& c = current_->params->config;
-    const GradientStep<float>::ChunkSpan span = current_->grad->TaskSpan(task);
-    uint64_t numel = static_cast<uint64_t>((span.len + span.halo) * c.hidden_size +
-                                           c.inner() * c.state_size);
-    for (const auto& slot : LayerParamSlots<float>()) numel += ShapeNumel(slot.shape(c));
     // Twice the right size (and at least 64 KiB): a slightly wrong result still reaches the
     // shape checks and their clearer message; a hostile size is refused at its header.
-    limits.max_total_bytes = std::min<uint64_t>(
-        opt_.max_result_bytes, std::max<uint64_t>(2 * numel * sizeof(float), uint64_t{1} << 16));
+    limits.max_total_bytes =
+        std::min<uint64_t>(opt_.max_result_bytes, current_->sched->MaxResultBytes(task));
     limits.max_tensor_bytes = limits.max_total_bytes;
     // The result's tensors, and one more so that an extra one is named in the error.
-    limits.max_tensors = LayerParamSlots<float>().size() + 4;
+    limits.max_tensors = LayerParamSlots<float>().size() + 8;
   }
   TensorAssembler assembler(limits);
   TensorMap tensors;
   while (reader->Read(&msg)) {
     if (!msg.has_tensor()) {
-      return Error(absl::InvalidArgumentError("a backward result carries tensors only"));
+      return Error(absl::InvalidArgumentError("a result carries tensors only after its header"));
     }
     absl::StatusOr<std::optional<NamedTensor>> done = assembler.Add(msg.tensor());
     if (!done.ok()) return Error(done.status());
@@ -425,15 +406,13 @@ grpc::Status TaskServiceImpl::PushResult(grpc::ServerContext* ctx,
     resp->set_reason(std::string(s.message()));
     return grpc::Status::OK;
   }
-  const GradientStep<float>::ChunkSpan span = current_->grad->TaskSpan(task);
-  absl::StatusOr<BackwardTaskOutputs<float>> out =
-      OutputsFromTensors(current_->params->config, current_->grad->TaskLayerChunk(task).first,
-                         span.len, span.halo, tensors);
-  if (!out.ok()) return Error(out.status());
-  const int64_t layer = current_->grad->TaskLayerChunk(task).first;
-  if (const std::string bad = FirstNonFinite(*out, layer); !bad.empty()) {
+  SpanResult<float> result;
+  std::string bad;
+  if (absl::Status s = current_->sched->CheckResult(task, tensors, result, &bad); !s.ok())
+    return Error(s);
+  if (!bad.empty()) {
     // Refused before anything is applied: the task goes back to the queue for another try.
-    current_->queue->Release(task, lease).IgnoreError();
+    current_->sched->queue().Release(task, lease).IgnoreError();
     Worker& w = workers_[header.worker_id()];
     w.leases.erase(task);
     ++w.nonfinite_results;
@@ -444,17 +423,21 @@ grpc::Status TaskServiceImpl::PushResult(grpc::ServerContext* ctx,
                                   "); task ", header.task_id(), " is handed out again"));
     return grpc::Status::OK;
   }
-  if (absl::Status s = current_->queue->Complete(task, lease); !s.ok()) {
+  if (absl::Status s = current_->sched->queue().Complete(task, lease); !s.ok()) {
     ++rejected_;
     resp->set_accepted(false);
     resp->set_reason(std::string(s.message()));
     return grpc::Status::OK;
   }
-  current_->grad->ApplyResult(task, *out);
-  workers_[header.worker_id()].leases.erase(task);
+  Worker& w = workers_[header.worker_id()];
+  rebuilds_ += result.rebuild_seconds > 0 ? 1 : 0;
+  current_->sched->Apply(task, std::move(result), w.name.empty() ? header.worker_id() : w.name,
+                         current_->fetched[task], assembler.total_bytes(),
+                         current_->leased_at[task]);
+  w.leases.erase(task);
   ++accepted_;
   resp->set_accepted(true);
-  if (current_->queue->Finished()) done_cv_.notify_all();
+  if (current_->sched->queue().Finished()) done_cv_.notify_all();
   return grpc::Status::OK;
 }
 
@@ -478,7 +461,7 @@ void TaskServiceImpl::Abort(absl::Status why) {
 
 void TaskServiceImpl::RetireStep() {
   if (!current_) return;
-  const QueueStats s = current_->queue->Stats();
+  const QueueStats s = current_->sched->queue().Stats();
   past_.leases_granted_total += s.leases_granted_total;
   past_.leases_expired_total += s.leases_expired_total;
   past_.leases_released_total += s.leases_released_total;
@@ -488,7 +471,7 @@ void TaskServiceImpl::RetireStep() {
 QueueStats TaskServiceImpl::queue_stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   QueueStats s;
-  if (current_) s = current_->queue->Stats();
+  if (current_) s = current_->sched->queue().Stats();
   s.leases_granted_total += past_.leases_granted_total;
   s.leases_expired_total += past_.leases_expired_total;
   s.leases_released_total += past_.leases_released_total;
@@ -529,6 +512,16 @@ int64_t TaskServiceImpl::registered_workers() const {
 int64_t TaskServiceImpl::results_nonfinite() const {
   std::lock_guard<std::mutex> lock(mu_);
   return nonfinite_;
+}
+
+int64_t TaskServiceImpl::span_rebuilds() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return rebuilds_;
+}
+
+std::pair<int64_t, StepProfile> TaskServiceImpl::last_profile() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return {profiled_steps_, last_profile_};
 }
 
 int64_t TaskServiceImpl::results_rejected() const {

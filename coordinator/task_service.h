@@ -1,8 +1,9 @@
-// The coordinator's TaskService: hands the exact backward's (layer, chunk) tasks of the
-// gradient being computed to remote workers under leases, streams each task its inputs, and
-// applies each accepted result exactly once (DESIGN.md §4). The forward pass and the LM head run
-// here, on the coordinator; the workers run RunBackwardTask on what they fetch, so the gradient
-// is bitwise the in-process one for any number of workers, retries and lost workers.
+// The coordinator's TaskService: hands the (layer, span) tasks of the gradient being computed
+// to the workers that own the spans, under leases (coordinator/span_scheduler.h), streams each
+// task its small inputs, and applies each accepted result exactly once to the step's ledger
+// (engine/span_ledger.h). The coordinator computes nothing per token: the workers keep their
+// spans' rows, so the gradient is bitwise the in-process one (engine/span_step.h) for any
+// number of workers, retries, lost workers and rebuilt spans.
 #ifndef ADJSH_COORDINATOR_TASK_SERVICE_H_
 #define ADJSH_COORDINATOR_TASK_SERVICE_H_
 
@@ -14,11 +15,15 @@
 #include <mutex>
 #include <span>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "coordinator/task_queue.h"
-#include "engine/gradient_step.h"
+#include "coordinator/span_scheduler.h"
+#include "engine/adjoint_engine.h"
+#include "engine/step_profile.h"
 #include "proto/adjsh.grpc.pb.h"
 
 namespace adjsh::coordinator {
@@ -31,14 +36,18 @@ struct TaskServiceOptions {
   int64_t max_workers = 10000;  // registered at once; RegisterWorker is refused past it
   // A worker unheard of this long (at least 4 leases) is forgotten; it re-registers if it lives.
   absl::Duration reap_after = absl::Minutes(2);
+  // Non-empty: every finished step appends one line per task here (engine/step_profile.h
+  // TraceLine), for bench/fleet_sim.py.
+  std::string trace_path;
 };
 
 class TaskServiceImpl final : public v1::TaskService::Service {
  public:
   explicit TaskServiceImpl(TaskServiceOptions options = {});
 
-  // One gradient with the backward on the workers; blocks until every task's result is in.
-  // Exact gradient, f32, wavefront schedule (options.window must be 0).
+  // One gradient on the workers; blocks until every task's result is in. The exact gradient in
+  // f32 by the span schedule (options.schedule kSpans, window 0, CPU options: the workers
+  // choose their own device).
   absl::StatusOr<GradResult<float>> ComputeGradient(const ModelParams<float>& params,
                                                     std::span<const uint32_t> tokens,
                                                     const GradOptions& options,
@@ -65,6 +74,10 @@ class TaskServiceImpl final : public v1::TaskService::Service {
   void Abort(absl::Status why);
 
   int64_t results_accepted() const;
+  // Results that came from a span its worker had to rebuild first (a new or returning owner).
+  int64_t span_rebuilds() const;
+  // The profile of the newest finished step, and how many steps finished (0: none yet).
+  std::pair<int64_t, StepProfile> last_profile() const;
   int64_t results_rejected() const;
   // Results refused for a non-finite value (NaN or Inf) in a partial, dL/du or mu: each was
   // handed out again; a worker that sent kShunAfterNonFinite of them gets no more tasks.
@@ -84,14 +97,16 @@ class TaskServiceImpl final : public v1::TaskService::Service {
  private:
   // The gradient being computed: published while its backward tasks are out.
   struct Step {
-    GradOptions options;  // the step's own copy: GradientStep keeps a reference
-    std::unique_ptr<GradientStep<float>> grad;
-    std::unique_ptr<TaskQueue> queue;
+    GradOptions options;  // the step's own copy
+    std::unique_ptr<SpanScheduler> sched;
     const ModelParams<float>* params = nullptr;
     std::string job_id, config_json;
     int64_t step = 0, version = 0, tokens = 0;
+    uint64_t wire_at_start = 0;  // bytes_sent + bytes_received when the step began
     // task -> (its current queue lease, the secret the wire lease id carries with it)
     std::map<int64_t, std::pair<int64_t, std::string>> lease_secrets;
+    std::map<int64_t, absl::Time> leased_at;  // task -> when its current lease was granted
+    std::map<int64_t, uint64_t> fetched;      // task -> bytes fetched under its current lease
   };
   struct Worker {
     std::string name;
@@ -102,6 +117,9 @@ class TaskServiceImpl final : public v1::TaskService::Service {
     std::string identity;  // the client certificate's names at registration ("" without TLS)
   };
   void ReapWorkers();  // forgets workers unheard of for reap_after. Requires mu_.
+  // Workers heard from within a lease and not shunned. Requires mu_.
+  std::vector<std::string> LiveWorkers() const;
+  void WriteTrace(const Step& step);  // appends the step's tasks to opt_.trace_path
   // PERMISSION_DENIED unless the call comes with the identity w registered with.
   absl::Status CheckCaller(const Worker& w, const std::string& worker_id,
                            const grpc::ServerContext* ctx) const;
@@ -130,6 +148,9 @@ class TaskServiceImpl final : public v1::TaskService::Service {
   absl::Status aborted_;                                                      // guarded by mu_
   std::atomic<uint64_t> bytes_sent_{0}, bytes_received_{0};
   QueueStats past_;  // lease counters of the finished steps; guarded by mu_
+  SpanOwners owners_;  // who owns which span, across steps; guarded by mu_
+  StepProfile last_profile_;  // guarded by mu_
+  int64_t profiled_steps_ = 0, rebuilds_ = 0;  // guarded by mu_
 };
 
 }  // namespace adjsh::coordinator

@@ -150,20 +150,8 @@ SpanInputs<T> SpanLedger<T>::Inputs(int64_t id) const {
 
 template <typename T>
 std::vector<std::pair<SpanTask, SpanInputs<T>>> SpanLedger<T>::Replay(int64_t id) const {
-  const auto [phase, k, s] = plan_.task(id);
-  const bool forward = phase == SpanPhase::kForwardSummary || phase == SpanPhase::kForward;
   std::vector<std::pair<SpanTask, SpanInputs<T>>> steps;
-  const int64_t top = forward ? k : K_;
-  for (int64_t j = 0; j < top; ++j) {
-    const int64_t f = plan_.Id(SpanPhase::kForward, j, s);
-    steps.push_back({plan_.task(f), Inputs(f)});
-  }
-  if (!forward) {
-    for (int64_t j = K_ - 1; j > k; --j) {
-      const int64_t b = plan_.Id(SpanPhase::kBackward, j, s);
-      steps.push_back({plan_.task(b), Inputs(b)});
-    }
-  }
+  for (int64_t r : plan_.ReplayIds(id)) steps.push_back({plan_.task(r), Inputs(r)});
   return steps;
 }
 

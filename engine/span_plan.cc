@@ -93,6 +93,16 @@ int64_t SpanPlan::Id(SpanPhase phase, int64_t layer, int64_t span) const {
   return index_[(static_cast<int64_t>(phase) * K_ + layer) * S + span];
 }
 
+std::vector<int64_t> SpanPlan::ReplayIds(int64_t id) const {
+  const auto [phase, k, s] = tasks_[id];
+  const bool forward = phase == SpanPhase::kForwardSummary || phase == SpanPhase::kForward;
+  std::vector<int64_t> ids;
+  for (int64_t j = 0; j < (forward ? k : K_); ++j) ids.push_back(Id(SpanPhase::kForward, j, s));
+  if (!forward)
+    for (int64_t j = K_ - 1; j > k; --j) ids.push_back(Id(SpanPhase::kBackward, j, s));
+  return ids;
+}
+
 void SpanPlan::Build() {
   const int64_t S = spans(), K = K_;
   index_.assign(kPhases * K * S, -1);

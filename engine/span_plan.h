@@ -72,6 +72,10 @@ class SpanPlan {
   // The tasks whose results this one reads (each listed once, all with lower ids).
   const std::vector<int64_t>& Dependencies(int64_t id) const { return deps_[id]; }
   const std::vector<int64_t>& Successors(int64_t id) const { return succ_[id]; }
+  // The tasks that rebuild task id's span from nothing, in order, before it runs: the forward
+  // of the layers below it (forward tasks), or the whole forward and the backward of the layers
+  // above it (backward tasks).
+  std::vector<int64_t> ReplayIds(int64_t id) const;
 
  private:
   void Build();

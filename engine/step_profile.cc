@@ -14,6 +14,7 @@ StepProfile ProfileStep(const SpanPlan& plan, const std::vector<TaskRecord>& rec
   StepProfile p;
   p.tasks = plan.num_tasks();
   p.spans = plan.spans();
+  p.tokens = plan.T();
   p.wire_bytes = wire_bytes;
   p.wall_seconds = wall_seconds;
   // Ids are a topological order (every dependency has a lower id).

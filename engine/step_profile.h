@@ -24,7 +24,7 @@ struct TaskRecord {
 };
 
 struct StepProfile {
-  int64_t tasks = 0, spans = 0, rebuilt_spans = 0;
+  int64_t tasks = 0, spans = 0, rebuilt_spans = 0, tokens = 0;  // tokens: T
   double task_seconds = 0, critical_path_seconds = 0, parallelism = 0, wall_seconds = 0;
   uint64_t wire_bytes = 0;  // every tensor byte in and out of the coordinator during the step
 };

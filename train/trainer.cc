@@ -103,6 +103,7 @@ absl::Status Trainer::Run(const std::function<void(const StepReport&)>& on_step)
     StepReport r;
     r.step = state_.step, r.steps = opt_.steps, r.loss = g->loss, r.grad_norm = norm, r.lr = lr;
     r.targets = g->targets, r.correct = g->correct;
+    r.profile = g->profile;
     r.seconds = std::chrono::duration<double>(now - start).count();
     r.tokens_per_s = T / r.seconds;
     const double per_step = std::chrono::duration<double>(now - run_start).count() /

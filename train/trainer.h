@@ -40,6 +40,7 @@ struct StepReport {
   int64_t step = 0, steps = 0;  // step: 1-based index of the step just done
   double loss = 0, grad_norm = 0, lr = 0, seconds = 0, tokens_per_s = 0, eta_seconds = 0;
   int64_t targets = 0, correct = -1;  // GradResult's, before the update
+  StepProfile profile;                // the span schedule's cost (GradResult::profile)
 };
 
 using GradientSource = std::function<absl::StatusOr<GradResult<float>>(

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <memory>
 #include <span>
-#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "common/model.h"
@@ -15,106 +14,10 @@
 namespace adjsh::worker {
 namespace {
 
-template <typename T>
-constexpr DType ComputeDType() {
-  return std::is_same_v<T, double> ? DType::kF64 : DType::kF32;
-}
-
-// The dtypes a tensor of a T task may arrive in: T itself or a narrower float (converted
-// exactly), never a wider one (that would round).
-template <typename T>
-bool AcceptableDType(DType d) {
-  if (d == DType::kF32 || d == DType::kBF16 || d == DType::kF16) return true;
-  return d == DType::kF64 && std::is_same_v<T, double>;
-}
-
 NoResult Skipped(std::string why) { return NoResult{.skipped = true, .why = std::move(why)}; }
 NoResult Dropped(std::string why) { return NoResult{.skipped = false, .why = std::move(why)}; }
 
 }  // namespace
-
-// ---------------------------------------------------------------------------------------------
-// The tensors
-
-std::vector<Expected> InputTensors(const MambaConfig& cfg, int64_t halo, int64_t len) {
-  const int64_t D = cfg.hidden_size, Di = cfg.inner(), N = cfg.state_size;
-  return {{"u", {halo + len, D}}, {"g", {len, D}}, {"h0", {Di, N}}, {"mu", {Di, N}}};
-}
-
-AssemblerLimits LimitsFor(std::initializer_list<const std::vector<Expected>*> lists) {
-  AssemblerLimits limits{.max_tensor_bytes = 0, .max_total_bytes = 0};
-  for (const std::vector<Expected>* list : lists) {
-    for (const Expected& e : *list) {
-      const uint64_t bytes = static_cast<uint64_t>(ShapeNumel(e.shape)) * 8;  // f64 at most
-      limits.max_tensor_bytes = std::max(limits.max_tensor_bytes, bytes);
-      limits.max_total_bytes += bytes;
-    }
-  }
-  return limits;
-}
-
-template <typename T>
-absl::Status TakeTensor(TensorMap& got, const Expected& e, std::vector<T>& out) {
-  auto it = got.find(e.name);
-  if (it == got.end()) {
-    return absl::InvalidArgumentError(absl::StrCat("missing \"", e.name, "\""));
-  }
-  const HostTensor& t = it->second;
-  if (t.shape != e.shape) {
-    return absl::InvalidArgumentError(absl::StrCat("\"", e.name, "\" has shape ",
-                                                   ShapeString(t.shape), ", expected ",
-                                                   ShapeString(e.shape)));
-  }
-  if (!AcceptableDType<T>(t.dtype)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "\"", e.name, "\" has dtype ", ToAbsl(DTypeName(t.dtype)), " for a ",
-        ToAbsl(DTypeName(ComputeDType<T>())), " task"));
-  }
-  absl::StatusOr<std::vector<T>> v = t.To<T>();
-  if (!v.ok()) return v.status();
-  out = std::move(*v);
-  got.erase(it);
-  return absl::OkStatus();
-}
-
-template <typename T>
-absl::Status TakeInputs(TensorMap& got, const std::vector<Expected>& inputs,
-                        BackwardTaskInputs<T>& in) {
-  for (auto [e, out] : {std::pair{&inputs[0], &in.u}, {&inputs[1], &in.g}, {&inputs[2], &in.h0}}) {
-    if (absl::Status st = TakeTensor(got, *e, *out); !st.ok()) return st;
-  }
-  if (got.count("mu") > 0) return TakeTensor(got, inputs[3], in.mu);
-  return absl::OkStatus();
-}
-
-template <typename T>
-ResultTensors ToResultTensors(const MambaConfig& cfg, int64_t k, int64_t halo, int64_t len,
-                              const BackwardTaskOutputs<T>& out) {
-  const int64_t D = cfg.hidden_size, Di = cfg.inner(), N = cfg.state_size;
-  const DType dtype = ComputeDType<T>();
-  ResultTensors results;
-  for (const LayerParamSlot<T>& slot : LayerParamSlots<T>()) {
-    const std::vector<T>& g = out.grad.*slot.member;
-    results.emplace_back(LayerParamName(k, slot.suffix),
-                         HostTensor::From<T>(std::span<const T>(g), slot.shape(cfg), dtype));
-  }
-  results.emplace_back("du", HostTensor::From<T>(std::span<const T>(out.du), {len, D}, dtype));
-  results.emplace_back("du_halo",
-                       HostTensor::From<T>(std::span<const T>(out.du_halo), {halo, D}, dtype));
-  results.emplace_back("mu_out",
-                       HostTensor::From<T>(std::span<const T>(out.mu_out), {Di, N}, dtype));
-  return results;
-}
-
-#define ADJSH_INSTANTIATE(T)                                                                   \
-  template absl::Status TakeTensor<T>(TensorMap&, const Expected&, std::vector<T>&);           \
-  template absl::Status TakeInputs<T>(TensorMap&, const std::vector<Expected>&,                \
-                                      BackwardTaskInputs<T>&);                                 \
-  template ResultTensors ToResultTensors<T>(const MambaConfig&, int64_t, int64_t, int64_t,     \
-                                            const BackwardTaskOutputs<T>&);
-ADJSH_INSTANTIATE(float)
-ADJSH_INSTANTIATE(double)
-#undef ADJSH_INSTANTIATE
 
 // ---------------------------------------------------------------------------------------------
 // The streams
@@ -123,7 +26,8 @@ TaskIo::TaskIo(const WorkerOptions& opt, v1::TaskService::Stub& stub, SharedStat
     : opt_(opt), stub_(stub), state_(state) {}
 
 std::optional<NoResult> TaskIo::Fetch(const TaskState& task, bool include_params,
-                                      const AssemblerLimits& limits, TensorMap& got) {
+                                      bool include_span, const AssemblerLimits& limits,
+                                      TensorMap& got) {
   const std::string& tid = task.task_id;
   std::string why;
   Backoff backoff(opt_.backoff_min, opt_.backoff_max);
@@ -135,6 +39,7 @@ std::optional<NoResult> TaskIo::Fetch(const TaskState& task, bool include_params
     request.set_task_id(tid);
     request.set_lease_id(task.lease_id);
     request.set_include_params(include_params);
+    request.set_include_span(include_span);
     if (include_params) state_.UpdateStats([](WorkerStats& s) { ++s.params_fetched; });
     got.clear();
     absl::Status stream_error, s;
@@ -180,7 +85,7 @@ std::optional<NoResult> TaskIo::Fetch(const TaskState& task, bool include_params
   }
 }
 
-std::optional<NoResult> TaskIo::Push(const TaskState& task, const ResultTensors& results,
+std::optional<NoResult> TaskIo::Push(const TaskState& task, const TensorMap& results,
                                      v1::PushResultResponse& response) {
   const std::string& tid = task.task_id;
   std::string why;

@@ -13,7 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
 #include "common/proc_stats.h"
-#include "kernels/cpu/mamba_block.h"
+#include "engine/span_tensors.h"
 #include "worker/metrics.h"
 
 namespace adjsh::worker {
@@ -30,16 +30,13 @@ TaskRunner::TaskRunner(const WorkerOptions& opt, v1::TaskService::Stub& stub, Sh
     : opt_(opt),
       state_(state),
       io_(opt, stub, state),
-      cache_(max_cached_jobs),
+      store_(max_cached_jobs),
       progress_start_(Clock::now()) {
-  if (!opt.device.is_cpu()) {
-    absl::StatusOr<std::unique_ptr<Backend<float>>> backend = MakeBackend<float>(opt.device);
-    if (backend.ok()) {
-      backend_ = *std::move(backend);
-    } else {  // the worker command checks the device first; f32 tasks are then skipped
-      state_.Log(0, absl::StrCat("device ", opt.device.ToString(), ": ",
-                                 backend.status().message()));
-    }
+  absl::StatusOr<std::unique_ptr<Backend<float>>> backend = MakeBackend<float>(opt.device);
+  if (backend.ok()) {
+    backend_ = *std::move(backend);
+  } else {  // the worker command checks the device first; tasks are then skipped
+    state_.Log(0, absl::StrCat("device ", opt.device.ToString(), ": ", backend.status().message()));
   }
 }
 
@@ -55,35 +52,16 @@ void TaskRunner::Handle(const v1::Task& task) {
   const Clock::time_point pulled = Clock::now();
   bytes_received_ = bytes_sent_ = 0;
   accepted_ = false;
-  Outcome outcome = Outcome::kDropped;
-  const std::string what = absl::StrFormat("task %s (job %s step %d, layer %d chunk %d)",
-                                           task.task_id(), task.job_id(), task.step(),
-                                           task.layer(), task.chunk());
-  state_.Log(2, absl::StrFormat("task %s leased: layer %d chunk %d, lease %d ms", task.task_id(),
-                                task.layer(), task.chunk(), task.lease_expires_ms()));
-  if (task.kind() != v1::Task::BACKWARD) {
-    state_.Log(0, absl::StrCat("unsupported task kind ", v1::Task::Kind_Name(task.kind()), " (",
-                               what, "): skipped"));
-  } else if (task.ahead() != 0 || task.window() != 0) {
-    state_.Log(0, absl::StrFormat(
-                      "unsupported truncated BACKWARD (ahead %d, window %d) in %s: skipped",
-                      task.ahead(), task.window(), what));
-  } else if (task.dtype() == v1::F32) {
-    outcome = Run<float>(task, *held);
-  } else if (task.dtype() == v1::F64 && !opt_.device.is_cpu()) {
-    state_.Log(0, absl::StrCat("f64 is not supported on ", opt_.device.ToString(), " (", what,
-                               "): skipped"));
-  } else if (task.dtype() == v1::F64) {
-    outcome = Run<double>(task, *held);
-  } else {
-    state_.Log(0, absl::StrCat("unsupported compute dtype ", v1::DType_Name(task.dtype()), " in ",
-                               what, ": skipped"));
-  }
+  rows_ = 0;
+  state_.Log(2, absl::StrFormat("task %s leased: %s layer %d span %d/%d, lease %d ms",
+                                task.task_id(), v1::Task::Kind_Name(task.kind()), task.layer(),
+                                task.span(), task.spans(), task.lease_expires_ms()));
+  const Outcome outcome = Run(task, *held);
   state_.Release(outcome == Outcome::kDropped);
   if (opt_.metrics != nullptr) {
     if (outcome == Outcome::kDone) {
-      opt_.metrics->TaskDone(std::chrono::duration<double>(Clock::now() - pulled).count(),
-                             task.len(), bytes_received_, bytes_sent_, accepted_);
+      opt_.metrics->TaskDone(std::chrono::duration<double>(Clock::now() - pulled).count(), rows_,
+                             bytes_received_, bytes_sent_, accepted_);
     } else {
       opt_.metrics->TaskFailed(bytes_received_);
     }
@@ -100,7 +78,34 @@ TaskRunner::Outcome TaskRunner::End(const std::string& task_id, const NoResult& 
   return Outcome::kDropped;
 }
 
-template <typename T>
+namespace {
+
+std::optional<SpanPhase> PhaseOf(v1::Task::Kind kind) {
+  switch (kind) {
+    case v1::Task::SPAN_FORWARD_SUMMARY: return SpanPhase::kForwardSummary;
+    case v1::Task::SPAN_FORWARD: return SpanPhase::kForward;
+    case v1::Task::SPAN_BACKWARD_SUMMARY: return SpanPhase::kBackwardSummary;
+    case v1::Task::SPAN_BACKWARD: return SpanPhase::kBackward;
+    default: return std::nullopt;
+  }
+}
+
+// The most a task's inputs can be: the model, the span's tokens and mask, and the summaries
+// of a replay of every layer (f64 at most, with room for the stream's own framing).
+AssemblerLimits InputLimits(const MambaConfig& c, const SpanPlan& plan, int64_t s) {
+  const uint64_t K = static_cast<uint64_t>(c.num_hidden_layers);
+  const uint64_t per_task = 8 * static_cast<uint64_t>(2 * c.inner() * c.state_size +
+                                                       2 * c.conv_kernel * c.hidden_size);
+  const uint64_t span = 9 * static_cast<uint64_t>(plan.range(s).len + c.conv_kernel + 1);
+  AssemblerLimits limits;
+  limits.max_total_bytes = 2 * ParamBytesF32(c) + span + (2 * K + 2) * per_task + (1 << 20);
+  limits.max_tensor_bytes = limits.max_total_bytes;
+  limits.max_tensors = 16 * K + 64;
+  return limits;
+}
+
+}  // namespace
+
 TaskRunner::Outcome TaskRunner::Run(const v1::Task& task, const TaskState& held) {
   const std::string& tid = task.task_id();
   auto skip = [&](absl::string_view why) {
@@ -109,81 +114,104 @@ TaskRunner::Outcome TaskRunner::Run(const v1::Task& task, const TaskState& held)
   auto drop = [&](std::string why) {
     return End(tid, NoResult{.skipped = false, .why = std::move(why)});
   };
+  const std::optional<SpanPhase> phase = PhaseOf(task.kind());
+  if (!phase) return skip(absl::StrCat("unsupported task kind ", v1::Task::Kind_Name(task.kind())));
+  if (!backend_) return skip(absl::StrCat(opt_.device.ToString(), " is not usable"));
+  absl::StatusOr<SpanStore::Job*> found = store_.JobFor(task);
+  if (!found.ok()) return skip(absl::StrCat("job ", task.job_id(), ": ", found.status().message()));
+  SpanStore::Job& job = **found;
+  const MambaConfig& cfg = *job.config;
+  if (absl::Status st = backend_->CheckConfig(cfg); !st.ok()) return skip(st.message());
+  const SpanPlan& plan = *job.plan;
+  const SpanTask span_task{*phase, task.layer(), task.span()};
+  const int64_t id = plan.Id(span_task.phase, span_task.layer, span_task.span);
+  if (id < 0) return skip(absl::StrCat("the plan has no such task"));
+  auto owned = job.spans.find(task.span());
+  const bool include_params = job.model == nullptr;
+  const bool include_span = owned == job.spans.end() || !owned->second->Ready(span_task);
 
-  absl::StatusOr<ParamCache::Job*> job = cache_.JobFor(task);
-  if (!job.ok()) {
-    state_.Log(0, absl::StrCat("task ", tid, " of job ", task.job_id(), ": bad config_json: ",
-                               job.status().ToString(), ": skipped"));
-    return Outcome::kDropped;
-  }
-  const std::shared_ptr<const MambaConfig> config = (*job)->config();
-  const MambaConfig& cfg = *config;
-  if (absl::Status st = CheckTask(task, cfg); !st.ok()) return skip(st.message());
-  const int64_t k = task.layer(), halo = task.halo(), len = task.len();
-
-  // Parameters: from the cache when it has them for this version, else fetched with the inputs.
-  const uint64_t version = task.params_version();
-  std::shared_ptr<const LayerParams<T>> params = (*job)->Find<T>(version, k);
-  const bool include_params = params == nullptr;
-
-  // What must (and may) arrive.
-  const std::vector<Expected> inputs = InputTensors(cfg, halo, len);
-  const std::vector<Expected> param_names = LayerParamTensors<T>(cfg, k);
   TensorMap got;
-  if (std::optional<NoResult> no = io_.Fetch(held, include_params,
-                                             LimitsFor({&inputs, &param_names}), got)) {
+  if (std::optional<NoResult> no = io_.Fetch(held, include_params, include_span,
+                                             InputLimits(cfg, plan, task.span()), got)) {
     return End(tid, *no);
   }
   for (const auto& [name, tensor] : got) bytes_received_ += tensor.data.size();
 
-  // Check every tensor, then convert.
-  BackwardTaskInputs<T> in;
-  in.layer = k, in.chunk = task.chunk();
-  in.rows = {halo, len, 0};
-  if (absl::Status st = TakeInputs(got, inputs, in); !st.ok()) return skip(st.message());
-  // Parameters: required when asked for; sent anyway, all of them are taken.
-  if (include_params || got.count(param_names[0].name) > 0) {
-    absl::StatusOr<std::shared_ptr<const LayerParams<T>>> fetched =
-        TakeLayerParams<T>(got, param_names);
-    if (!fetched.ok()) return skip(fetched.status().message());
-    params = *std::move(fetched);
-    (*job)->Keep<T>(version, k, params);
+  if (include_params) {  // every "backbone.*" tensor is a parameter (inputs have other names)
+    TensorMap named;
+    for (auto it = got.begin(); it != got.end();) {
+      if (it->first.rfind("backbone.", 0) == 0) {
+        named.insert(got.extract(it++));
+      } else {
+        ++it;
+      }
+    }
+    absl::StatusOr<ModelParams<float>> params = ParamsFromTensors<float>(cfg, named);
+    if (!params.ok()) return skip(absl::StrCat("parameters: ", params.status().message()));
+    job.spans.clear();  // they point into the model being replaced
+    owned = job.spans.end();
+    job.params = std::make_unique<ModelParams<float>>(*std::move(params));
+    job.model = std::make_unique<BackendModel<float>>(
+        BackendModel<float>::Make(*job.params, *backend_));
   }
+  if (job.model == nullptr) return skip("the parameters were not sent");
+
+  const Clock::time_point started = Clock::now();
+  double rebuild_s = 0;
+  if (include_span) {  // a fresh span, replayed up to this task
+    std::vector<uint32_t> tokens;
+    std::vector<uint8_t> mask;
+    if (absl::Status st = TakeSpanStart(cfg, plan, task.span(), task.masked(), got, tokens, mask);
+        !st.ok())
+      return skip(st.message());
+    auto work = std::make_unique<SpanWork<float>>(
+        *job.model, plan, task.span(), std::move(tokens), std::move(mask), task.targets(),
+        task.storage() == "bf16" ? Storage::kBF16 : Storage::kCompute, "");
+    for (int64_t r : plan.ReplayIds(id)) {
+      absl::StatusOr<SpanInputs<float>> in =
+          TakeSpanInputs<float>(cfg, plan, plan.task(r), ReplayPrefix(plan.task(r)), got);
+      if (!in.ok()) return skip(absl::StrCat("replay: ", in.status().message()));
+      SpanOutputs<float> discard;
+      if (absl::Status st = work->Run(plan.task(r), *in, discard); !st.ok())
+        return skip(st.message());
+    }
+    job.spans[task.span()] = std::move(work);
+    // A span's first task makes it from its tokens: that is the task's own work, not a rebuild.
+    if (!plan.ReplayIds(id).empty()) {
+      rebuild_s = std::chrono::duration<double>(Clock::now() - started).count();
+      state_.Log(1, absl::StrFormat("span %d of job %s rebuilt up to %s of layer %d (%.3f s)",
+                                    task.span(), task.job_id(),
+                                    std::string(SpanPhaseName(span_task.phase)), task.layer(),
+                                    rebuild_s));
+    }
+  }
+  absl::StatusOr<SpanInputs<float>> in = TakeSpanInputs<float>(cfg, plan, span_task, "", got);
+  if (!in.ok()) return skip(in.status().message());
   if (!got.empty()) return skip(absl::StrCat("unexpected tensor \"", got.begin()->first, "\""));
 
   std::string why;
   if (!state_.TaskAlive(held, &why)) return drop(why);
   if (state_.Stopping()) return drop("stopping");
 
-  // Compute (the block holds references to cfg and *params, both alive until the end here).
-  const Clock::time_point started = Clock::now();
-  BackwardTaskOutputs<T>& out = std::get<BackwardTaskOutputs<T>>(out_);
-  if constexpr (std::is_same_v<T, float>) {
-    if (!opt_.device.is_cpu()) {
-      if (!backend_) return skip(absl::StrCat(opt_.device.ToString(), " is not usable"));
-      if (absl::Status st = backend_->CheckConfig(cfg); !st.ok()) return skip(st.message());
-      if (device_params_ != params || device_block_ == nullptr) {
-        device_block_ = backend_->MakeBlock(cfg, *params);
-        device_params_ = params;
-        device_config_ = config;
-      }
-      RunBackwardTask(*device_block_, cfg, in, out);
-    }
-  }
-  if (opt_.device.is_cpu()) {
-    const cpu::MambaBlockCpu<T> block(cfg, *params);
-    RunBackwardTask(block, cfg, in, out);
-  }
-  const double compute_s = std::chrono::duration<double>(Clock::now() - started).count();
+  SpanWork<float>& work = *job.spans.at(task.span());
+  const Clock::time_point computing = rebuild_s > 0 ? Clock::now() : started;
+  SpanResult<float> result;
+  if (absl::Status st = work.Run(span_task, *in, result.out); !st.ok()) return skip(st.message());
+  result.compute_seconds = std::chrono::duration<double>(Clock::now() - computing).count();
+  result.rebuild_seconds = rebuild_s;
+  rows_ = plan.range(task.span()).len;
+  // The span's last task: its rows are of no more use.
+  if (span_task.phase == SpanPhase::kBackward && span_task.layer == 0) job.spans.erase(task.span());
 
   v1::PushResultResponse response;
-  const ResultTensors results = ToResultTensors(cfg, k, halo, len, out);
+  const TensorMap results = PutSpanResult<float>(cfg, plan, span_task, result);
   if (std::optional<NoResult> no = io_.Push(held, results, response)) return End(tid, *no);
   for (const auto& [name, tensor] : results) bytes_sent_ += tensor.data.size();
   accepted_ = response.accepted();
   if (response.accepted()) {
-    state_.Log(2, absl::StrFormat("task %s done: layer %d chunk %d, %.3f s compute", tid, k,
-                                  task.chunk(), compute_s));
+    state_.Log(2, absl::StrFormat("task %s done: %s layer %d span %d, %.3f s compute", tid,
+                                  std::string(SpanPhaseName(span_task.phase)), task.layer(),
+                                  task.span(), result.compute_seconds));
   } else {
     // Normal: a late or duplicate result, or a stale lease.
     state_.Log(2, absl::StrCat("task ", tid, ": result not accepted (", response.reason(), ")"));
@@ -197,10 +225,12 @@ void TaskRunner::LogProgress() {
   if (opt_.log_every <= 0 || done % opt_.log_every != 0) return;
   const Clock::time_point now = Clock::now();
   const double seconds = std::chrono::duration<double>(now - progress_start_).count();
-  state_.Log(1, absl::StrFormat("%d tasks done, %.2f tasks/s, RSS %.1f MiB (peak %.1f MiB)",
+  state_.Log(1, absl::StrFormat("%d tasks done, %.2f tasks/s, spans hold %.1f MiB, RSS %.1f MiB "
+                                "(peak %.1f MiB)",
                                 done,
                                 seconds > 0 ? static_cast<double>(progress_done_) / seconds : 0.0,
-                                MiB(ResidentBytes()), MiB(PeakResidentBytes())));
+                                MiB(store_.kept_bytes()), MiB(ResidentBytes()),
+                                MiB(PeakResidentBytes())));
   progress_start_ = now;
   progress_done_ = 0;
 }

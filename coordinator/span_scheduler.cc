@@ -1,0 +1,131 @@
+#include "coordinator/span_scheduler.h"
+
+#include <algorithm>
+#include <map>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "engine/span_tensors.h"
+
+namespace adjsh::coordinator {
+
+absl::StatusOr<std::unique_ptr<SpanScheduler>> SpanScheduler::Make(
+    const ModelParams<float>& params, std::span<const uint32_t> tokens,
+    const GradOptions& options) {
+  const MambaConfig& c = params.config;
+  absl::StatusOr<SpanPlan> plan =
+      SpanPlan::Make(static_cast<int64_t>(tokens.size()), options.chunk, options.spans,
+                     c.num_hidden_layers, c.conv_kernel);
+  if (!plan.ok()) return plan.status();
+  std::unique_ptr<SpanScheduler> s(new SpanScheduler());
+  s->params_ = &params;
+  s->tokens_ = tokens;
+  s->options_ = options;
+  s->options_.progress = nullptr;
+  s->plan_ = std::make_unique<SpanPlan>(*std::move(plan));
+  s->ledger_ = std::make_unique<SpanLedger<float>>(params, *s->plan_, tokens, options.loss_mask);
+  s->queue_ = std::make_unique<TaskQueue>();
+  for (int64_t id = 0; id < s->plan_->num_tasks(); ++id) {
+    if (absl::Status st = s->queue_->AddTask(id, "", s->plan_->Dependencies(id)); !st.ok())
+      return st;
+  }
+  s->records_.resize(s->plan_->num_tasks());
+  return s;
+}
+
+void SpanScheduler::Begin(SpanOwners& owners, const std::string& job_id,
+                          const std::vector<std::string>& live_workers) {
+  owners_ = &owners;
+  start_ = absl::Now();
+  const int64_t S = plan_->spans();
+  if (owners.job_id != job_id || owners.spans != S ||
+      static_cast<int64_t>(owners.owner.size()) != S) {
+    owners.job_id = job_id;
+    owners.spans = S;
+    owners.owner.assign(S, "");
+  }
+  // Keep live owners, at most the quota each (their lowest spans), so a late worker gets its
+  // share at the next step.
+  const int64_t live = std::max<int64_t>(1, static_cast<int64_t>(live_workers.size()));
+  const int64_t quota = (S + live - 1) / live;
+  std::map<std::string, int64_t> held;
+  for (int64_t s = 0; s < S; ++s) {
+    std::string& o = owners.owner[s];
+    if (o.empty()) continue;
+    const bool alive = std::find(live_workers.begin(), live_workers.end(), o) != live_workers.end();
+    if (!alive || ++held[o] > quota) o.clear();
+  }
+}
+
+std::optional<LeasedTask> SpanScheduler::Next(const std::string& worker, const Live& live,
+                                              int64_t live_count, absl::Duration lease) {
+  std::vector<std::string>& owner = owners_->owner;
+  const int64_t S = plan_->spans();
+  int64_t mine = 0;
+  for (std::string& o : owner) {
+    if (!o.empty() && o != worker && !live(o)) o.clear();  // lost: its spans are free
+    mine += o == worker ? 1 : 0;
+  }
+  auto own = [&](int64_t id) { return owner[plan_->task(id).span] == worker; };
+  absl::StatusOr<LeaseResult> got = queue_->Lease(worker, lease, own);
+  if (got.ok() && got->task) return got->task;
+  const int64_t quota = (S + std::max<int64_t>(1, live_count) - 1) / std::max<int64_t>(1, live_count);
+  if (mine >= quota) return std::nullopt;
+  auto unowned = [&](int64_t id) { return owner[plan_->task(id).span].empty(); };
+  got = queue_->Lease(worker, lease, unowned);
+  if (!got.ok() || !got->task) return std::nullopt;
+  owner[plan_->task(got->task->task_id).span] = worker;
+  return got->task;
+}
+
+TensorMap SpanScheduler::Inputs(int64_t id, bool include_params, bool include_span) const {
+  const MambaConfig& c = params_->config;
+  const SpanTask& task = plan_->task(id);
+  TensorMap out;
+  PutSpanInputs<float>(c, *plan_, task, ledger_->Inputs(id), "", out);
+  if (include_params) out.merge(ParamsToTensors<float>(*params_, DType::kF32));
+  if (include_span) {
+    PutSpanStart(ledger_->SpanTokens(task.span), ledger_->SpanMask(task.span), out);
+    for (const auto& [step, in] : ledger_->Replay(id))
+      PutSpanInputs<float>(c, *plan_, step, in, ReplayPrefix(step), out);
+  }
+  return out;
+}
+
+absl::Status SpanScheduler::CheckResult(int64_t id, TensorMap& tensors, SpanResult<float>& out,
+                                        std::string* nonfinite) const {
+  absl::StatusOr<SpanResult<float>> r =
+      TakeSpanResult<float>(params_->config, *plan_, plan_->task(id), tensors);
+  if (!r.ok()) return r.status();
+  *nonfinite = FirstNonFinite(r->out);
+  out = *std::move(r);
+  return absl::OkStatus();
+}
+
+void SpanScheduler::Apply(int64_t id, SpanResult<float>&& result, const std::string& worker,
+                          uint64_t bytes_in, uint64_t bytes_out, absl::Time leased) {
+  TaskRecord& rec = records_[id];
+  rec.start_s = absl::ToDoubleSeconds(leased - start_);
+  rec.end_s = absl::ToDoubleSeconds(absl::Now() - start_);
+  rec.compute_s = result.compute_seconds;
+  rec.rebuild_s = result.rebuild_seconds;
+  rec.worker = worker;
+  rec.bytes_in = bytes_in;
+  rec.bytes_out = bytes_out;
+  ledger_->Apply(id, std::move(result.out));
+}
+
+uint64_t SpanScheduler::MaxResultBytes(int64_t id) const {
+  return std::max<uint64_t>(2 * SpanResultBytes(params_->config, *plan_, plan_->task(id), 4),
+                            uint64_t{1} << 16);
+}
+
+GradResult<float> SpanScheduler::Finish(uint64_t wire_bytes) {
+  GradResult<float> r = ledger_->Finish();
+  r.profile = ProfileStep(*plan_, records_, wire_bytes, absl::ToDoubleSeconds(absl::Now() - start_));
+  r.stored_bytes = ledger_->held_bytes();
+  r.records = records_;
+  return r;
+}
+
+}  // namespace adjsh::coordinator

@@ -1,0 +1,96 @@
+// One span-scheduled gradient step on the coordinator (docs/ARCHITECTURE.md "A step through
+// workers"): its plan, its ledger (engine/span_ledger.h), its task queue, who owns which span,
+// and what each task cost. The TaskService calls it under its own lock; nothing here locks.
+//
+// Ownership: a span's tasks go to its owner only. A worker with no ready task of its own spans
+// claims an unowned span's ready task if it owns fewer than ceil(S / live workers) spans. An
+// owner not heard from for a lease loses its spans (their leased tasks expire with the lease),
+// and whoever claims them next rebuilds them from the tokens and the ledger's summaries
+// (SpanLedger::Replay). Owners carry over from step to step while they live, trimmed to the
+// quota at each step's start so that a late worker gets its share.
+#ifndef ADJSH_COORDINATOR_SPAN_SCHEDULER_H_
+#define ADJSH_COORDINATOR_SPAN_SCHEDULER_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/model.h"
+#include "common/safetensors.h"
+#include "coordinator/task_queue.h"
+#include "engine/span_ledger.h"
+#include "engine/span_plan.h"
+#include "engine/span_tensors.h"
+#include "engine/step_profile.h"
+
+namespace adjsh::coordinator {
+
+// Who owns span s (worker id, "" for none), kept by the service across steps of one shape.
+struct SpanOwners {
+  std::string job_id;
+  int64_t spans = 0;
+  std::vector<std::string> owner;
+};
+
+class SpanScheduler {
+ public:
+  using Live = std::function<bool(const std::string& worker_id)>;
+
+  // Validated inputs (ValidateGradientInputs); params, tokens and options.loss_mask outlive it.
+  static absl::StatusOr<std::unique_ptr<SpanScheduler>> Make(const ModelParams<float>& params,
+                                                             std::span<const uint32_t> tokens,
+                                                             const GradOptions& options);
+
+  // Starts the step with `owners` (reset when they were for another job or span count) and
+  // the live workers.
+  void Begin(SpanOwners& owners, const std::string& job_id,
+             const std::vector<std::string>& live_workers);
+
+  // The next task for `worker` (its own spans' first, else a claim within its quota), leased
+  // for `lease`; nullopt when none is ready for it.
+  std::optional<LeasedTask> Next(const std::string& worker, const Live& live,
+                                 int64_t live_count, absl::Duration lease);
+
+  // The tensors FetchInputs streams for task `id` (engine/span_tensors.h).
+  TensorMap Inputs(int64_t id, bool include_params, bool include_span) const;
+
+  // Checks and applies an accepted result (the queue's Complete already succeeded): OK, or
+  // INVALID_ARGUMENT for a malformed one (nothing applied).
+  absl::Status CheckResult(int64_t id, TensorMap& tensors, SpanResult<float>& out,
+                           std::string* nonfinite) const;
+  void Apply(int64_t id, SpanResult<float>&& result, const std::string& worker,
+             uint64_t bytes_in, uint64_t bytes_out, absl::Time leased);
+
+  // Limits for receiving a result of task `id`: twice its largest size, at least 64 KiB.
+  uint64_t MaxResultBytes(int64_t id) const;
+
+  TaskQueue& queue() { return *queue_; }
+  int64_t n_targets() const { return ledger_->n_targets(); }
+  const SpanPlan& plan() const { return *plan_; }
+  const SpanTask& task(int64_t id) const { return plan_->task(id); }
+  // After every task: the result, its profile filled (wire bytes given by the caller).
+  GradResult<float> Finish(uint64_t wire_bytes);
+  const std::vector<TaskRecord>& records() const { return records_; }
+
+ private:
+  SpanScheduler() = default;
+  const ModelParams<float>* params_ = nullptr;
+  std::span<const uint32_t> tokens_;
+  GradOptions options_;
+  std::unique_ptr<SpanPlan> plan_;
+  std::unique_ptr<SpanLedger<float>> ledger_;
+  std::unique_ptr<TaskQueue> queue_;
+  SpanOwners* owners_ = nullptr;
+  std::vector<TaskRecord> records_;
+  absl::Time start_;
+};
+
+}  // namespace adjsh::coordinator
+
+#endif  // ADJSH_COORDINATOR_SPAN_SCHEDULER_H_

@@ -1,0 +1,89 @@
+#include "worker/span_store.h"
+
+#include <utility>
+
+#include "absl/strings/str_format.h"
+#include "common/strings.h"
+
+namespace adjsh::worker {
+
+absl::Status CheckTask(const v1::Task& task, const MambaConfig& cfg) {
+  const int64_t K = cfg.num_hidden_layers;
+  if (task.layer() < 0 || task.layer() >= K) {
+    return absl::InvalidArgumentError(absl::StrFormat("layer %d outside 0..%d", task.layer(), K - 1));
+  }
+  if (task.context_length() < 2 || task.chunk() < 1 || task.spans() < 1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "bad step shape: context %d, chunk %d, spans %d", task.context_length(), task.chunk(),
+        task.spans()));
+  }
+  if (task.span() < 0 || task.span() >= task.spans()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("span %d outside 0..%d", task.span(), task.spans() - 1));
+  }
+  if (task.targets() < 1 || task.targets() >= task.context_length()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%d targets for a context of %d tokens", task.targets(), task.context_length()));
+  }
+  if (task.storage() != "full" && task.storage() != "bf16") {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("storage '%s' is neither full nor bf16", Echo(task.storage())));
+  }
+  if (task.dtype() != v1::F32) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "compute dtype %s: workers compute in F32", v1::DType_Name(task.dtype())));
+  }
+  return SpanPlan::Make(task.context_length(), task.chunk(), task.spans(), K, cfg.conv_kernel)
+      .status();
+}
+
+absl::StatusOr<SpanStore::Job*> SpanStore::JobFor(const v1::Task& task) {
+  auto it = jobs_.find(task.job_id());
+  if (it != jobs_.end() && task.params_version() < it->second.version) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "a task of parameter version %d after version %d", task.params_version(),
+        it->second.version));
+  }
+  if (it == jobs_.end() || it->second.config_json != task.config_json()) {
+    absl::StatusOr<MambaConfig> config = ParseConfigJson(ToStd(task.config_json()));
+    if (!config.ok()) return config.status();
+    Job fresh;
+    fresh.config_json = task.config_json();
+    fresh.config = std::make_shared<const MambaConfig>(*config);
+    fresh.version = task.params_version();
+    it = jobs_.insert_or_assign(task.job_id(), std::move(fresh)).first;
+  }
+  Job& job = it->second;
+  if (absl::Status s = CheckTask(task, *job.config); !s.ok()) return s;
+  const bool same_plan = job.plan != nullptr && job.plan->T() == task.context_length() &&
+                         job.plan->chunk() == std::min(task.chunk(), task.context_length()) &&
+                         job.plan->spans() == task.spans();
+  if (task.params_version() > job.version || !same_plan) {
+    job.spans.clear();  // before the model they point into
+    if (task.params_version() > job.version) {
+      job.model.reset();
+      job.params.reset();
+    }
+    job.version = task.params_version();
+    job.plan = std::make_unique<SpanPlan>(*SpanPlan::Make(task.context_length(), task.chunk(),
+                                                          task.spans(), job.config->num_hidden_layers,
+                                                          job.config->conv_kernel));
+  }
+  job.last_used = ++clock_;
+  while (jobs_.size() > static_cast<size_t>(max_jobs_)) {
+    auto oldest = jobs_.begin();
+    for (auto j = jobs_.begin(); j != jobs_.end(); ++j)
+      if (j->second.last_used < oldest->second.last_used) oldest = j;
+    jobs_.erase(oldest);  // never `it`: it was just used
+  }
+  return &job;
+}
+
+int64_t SpanStore::kept_bytes() const {
+  int64_t b = 0;
+  for (const auto& [id, job] : jobs_)
+    for (const auto& [s, w] : job.spans) b += w->kept_bytes();
+  return b;
+}
+
+}  // namespace adjsh::worker

@@ -1,0 +1,59 @@
+// What a worker keeps between the tasks it pulls, per job: the newest parameter version's model
+// on the worker's backend, the plan of that version's step, and the spans it owns there
+// (engine/span_work.h). A task of a newer version drops all of it first (a new step: new
+// parameters, and every span starts again from its tokens). At most max_jobs jobs are kept, the
+// least recently used dropped. Main thread only.
+#ifndef ADJSH_WORKER_SPAN_STORE_H_
+#define ADJSH_WORKER_SPAN_STORE_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/config.h"
+#include "common/model.h"
+#include "engine/span_plan.h"
+#include "engine/span_work.h"
+#include "proto/adjsh.pb.h"
+
+namespace adjsh::worker {
+
+// OK when the task fits its config and its plan can be made: layer in 0..K-1, span in
+// 0..spans-1, T >= 2, chunk >= 1, targets >= 1, storage "full" or "bf16", dtype F32.
+// INVALID_ARGUMENT saying what does not fit otherwise.
+absl::Status CheckTask(const v1::Task& task, const MambaConfig& cfg);
+
+class SpanStore {
+ public:
+  struct Job {
+    std::string config_json;
+    std::shared_ptr<const MambaConfig> config;
+    uint64_t version = 0;
+    std::unique_ptr<ModelParams<float>> params;   // null until fetched for `version`
+    std::unique_ptr<BackendModel<float>> model;   // params on the backend
+    std::unique_ptr<SpanPlan> plan;               // of `version`'s step
+    std::map<int64_t, std::unique_ptr<SpanWork<float>>> spans;  // the spans owned, by index
+    uint64_t last_used = 0;
+  };
+
+  explicit SpanStore(int max_jobs) : max_jobs_(max_jobs) {}
+
+  // The task's job, at the task's version: made (again) from its config_json and plan when
+  // those or the version changed. FAILED_PRECONDITION for a task older than the version held
+  // (a stale task); the config parser's or the plan's error for a bad task.
+  absl::StatusOr<Job*> JobFor(const v1::Task& task);
+
+  int64_t kept_bytes() const;  // every span's rows, for logs
+
+ private:
+  const int max_jobs_;
+  std::map<std::string, Job> jobs_;  // by job id
+  uint64_t clock_ = 0;
+};
+
+}  // namespace adjsh::worker
+
+#endif  // ADJSH_WORKER_SPAN_STORE_H_
