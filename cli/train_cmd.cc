@@ -279,8 +279,9 @@ int TrainCommand(const std::vector<std::string>& args) {
                  cluster->address().c_str(), static_cast<long long>(workers));
     int64_t step = trainer.state().step;
     first_step = step;
-    trainer.set_gradient_source([&](const ModelParams<float>& p, std::span<const uint32_t> t) {
-      return cluster->service().ComputeGradient(p, t, opt.grad, "train", step++);
+    trainer.set_gradient_source([&](const ModelParams<float>& p, std::span<const uint32_t> t,
+                                    const GradOptions& options) {
+      return cluster->service().ComputeGradient(p, t, options, "train", step++);
     });
   }
   std::fprintf(stderr,

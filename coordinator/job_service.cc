@@ -469,11 +469,11 @@ absl::Status JobServiceImpl::RunJob(JobRecord& rec) {
   const std::string task_job_id = absl::StrCat(job_id, "@", instance_);
   int64_t step = trainer.state().step;
   trainer.set_gradient_source(
-      [&](const ModelParams<float>& p,
-          std::span<const uint32_t> tokens) -> absl::StatusOr<GradResult<float>> {
+      [&](const ModelParams<float>& p, std::span<const uint32_t> tokens,
+          const GradOptions& options) -> absl::StatusOr<GradResult<float>> {
         if (rec.cancel.load()) return cancelled;
         absl::StatusOr<GradResult<float>> g =
-            tasks_.ComputeGradient(p, tokens, opt.grad, task_job_id, step++);
+            tasks_.ComputeGradient(p, tokens, options, task_job_id, step++);
         if (rec.cancel.load()) return cancelled;
         return g;
       });

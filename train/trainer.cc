@@ -14,9 +14,8 @@ Trainer::Trainer(ModelParams<float> params, std::vector<uint32_t> corpus, TrainO
       corpus_(std::move(corpus)),
       opt_(std::move(options)),
       adamw_(NewAdamWState(params_.config)) {
-  source_ = [this](const ModelParams<float>& p, std::span<const uint32_t> tokens) {
-    return ComputeGradient<float>(p, tokens, opt_.grad);
-  };
+  source_ = [](const ModelParams<float>& p, std::span<const uint32_t> tokens,
+                const GradOptions& options) { return ComputeGradient<float>(p, tokens, options); };
 }
 
 absl::Status Trainer::SaveCheckpointNow() {
@@ -74,11 +73,11 @@ absl::Status Trainer::Run(const std::function<void(const StepReport&)>& on_step)
     const auto start = std::chrono::steady_clock::now();
     if (state_.data_position + T > n) state_.data_position = 0;  // wrap to the corpus start
     const std::span<const uint32_t> tokens(corpus_.data() + state_.data_position, T);
-    if (!opt_.loss_mask.empty()) {  // read by the default gradient source through opt_.grad
+    if (!opt_.loss_mask.empty()) {  // the step's slice, for whichever gradient source
       opt_.grad.loss_mask =
           std::span<const uint8_t>(opt_.loss_mask).subspan(state_.data_position, T);
     }
-    absl::StatusOr<GradResult<float>> g = source_(params_, tokens);
+    absl::StatusOr<GradResult<float>> g = source_(params_, tokens, opt_.grad);
     if (!g.ok()) return g.status();
     const double norm = GradNorm(g->grad);
     if (!std::isfinite(norm) || !std::isfinite(g->loss)) {

@@ -43,8 +43,10 @@ struct StepReport {
   StepProfile profile;                // the span schedule's cost (GradResult::profile)
 };
 
+// The step's tokens and options (TrainOptions::grad with the step's slice of the loss mask).
 using GradientSource = std::function<absl::StatusOr<GradResult<float>>(
-    const ModelParams<float>& params, std::span<const uint32_t> tokens)>;
+    const ModelParams<float>& params, std::span<const uint32_t> tokens,
+    const GradOptions& options)>;
 
 class Trainer {
  public:

@@ -398,9 +398,9 @@ def run_cases(r, work):
                             err_has=["--loss-mask needs --tokens"]))
     r.case("usage/train --cotangent bad",
            lambda: r.expect(train_base + ["--cotangent", "x"], BAD_VALUE_RC, err_has=["--cotangent"]))
-    r.case("usage/train --loss-mask with --workers",
-           lambda: r.expect(train_base + ["--loss-mask", mask_ok, "--workers", "1"], BAD_VALUE_RC,
-                            err_has=["--loss-mask"]))
+    r.case("usage/train --cotangent top-of-stack with --workers",
+           lambda: r.expect(train_base + ["--cotangent", "top-of-stack", "--workers", "1"],
+                            BAD_VALUE_RC, err_has=["--cotangent top-of-stack"]))
     r.case("input/train --loss-mask missing file",
            lambda: r.expect(train_base + ["--loss-mask", P("no_such.u8")], 1,
                             err_has=["no_such.u8"]))

@@ -150,10 +150,10 @@ TEST(TrainerTest, ResumedRunEndsWithBitwiseIdenticalWeights) {
   Trainer b(init, Corpus(), broken);
   ASSERT_TRUE(b.Init().ok());
   int calls = 0;
-  b.set_gradient_source([&](const ModelParams<float>& p, std::span<const uint32_t> tokens)
-                            -> absl::StatusOr<GradResult<float>> {
+  b.set_gradient_source([&](const ModelParams<float>& p, std::span<const uint32_t> tokens,
+                            const GradOptions& options) -> absl::StatusOr<GradResult<float>> {
     if (++calls == 5) return absl::UnavailableError("worker lost");
-    return ComputeGradient<float>(p, tokens, broken.grad);
+    return ComputeGradient<float>(p, tokens, options);
   });
   EXPECT_EQ(b.Run(nullptr).code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(b.state().step, 4);

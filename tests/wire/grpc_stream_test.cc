@@ -57,10 +57,6 @@ class FakeTaskService final : public v1::TaskService::Service {
     TensorAssembler assembler(AssemblerLimits{.max_tensor_bytes = 8 << 20,
                                               .max_total_bytes = 8 << 20});
     while (reader->Read(&msg)) {
-      if (msg.has_loss_sum()) {
-        loss_sum_ = msg.loss_sum();
-        continue;
-      }
       absl::StatusOr<std::optional<NamedTensor>> done = assembler.Add(msg.tensor());
       if (!done.ok()) return ToGrpcStatus(done.status());
       if (done->has_value()) received_[(*done)->name] = std::move((*done)->tensor);
@@ -72,7 +68,6 @@ class FakeTaskService final : public v1::TaskService::Service {
 
   HostTensor big_ = BigTensor();
   TensorMap received_;
-  double loss_sum_ = 0;
 };
 
 class GrpcStreamTest : public ::testing::Test {
@@ -136,14 +131,11 @@ TEST_F(GrpcStreamTest, PushResultStreamsTensorsAndLoss) {
     *msg.mutable_tensor() = c;
     ASSERT_TRUE(writer->Write(msg));
   }
-  msg.set_loss_sum(12.25);
-  ASSERT_TRUE(writer->Write(msg));
   ASSERT_TRUE(writer->WritesDone());
   ASSERT_TRUE(FromGrpcStatus(writer->Finish()).ok());
   EXPECT_TRUE(response.accepted());
   ASSERT_EQ(service_.received_.count("du"), 1u);
   EXPECT_TRUE(service_.received_["du"].data == service_.big_.data);
-  EXPECT_EQ(service_.loss_sum_, 12.25);
 }
 
 TEST_F(GrpcStreamTest, AMalformedResultStreamIsInvalidArgumentAtTheClient) {
