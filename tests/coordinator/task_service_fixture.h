@@ -1,17 +1,22 @@
 // The TaskService over real gRPC (127.0.0.1, a selected port) with a gradient in flight, for
 // tests that act as workers through a stub: TaskServiceWireTest starts the service, runs
 // TaskServiceImpl::ComputeGradient for a tiny model on a background thread, and gives the
-// calls a worker makes (register, pull, heartbeat, fetch, compute, push) and a well-behaved
-// worker that completes every task. Included by task_service_test.cc and
-// task_service_hostile_test.cc (one test binary each).
+// calls a worker makes (register, pull, heartbeat, fetch, push) and a fake well-behaved worker
+// that runs the span tasks the way worker/task_runner.cc does: it keeps a SpanWork per span it
+// has been handed (engine/span_work.h), fetches the model once per params_version and a span's
+// start (tokens and replay) only when it lacks the span or the span is not Ready for the task,
+// and returns PutSpanResult's tensors (engine/span_tensors.h). Included by
+// task_service_test.cc and task_service_hostile_test.cc (one test binary each).
 #ifndef ADJSH_TESTS_COORDINATOR_TASK_SERVICE_FIXTURE_H_
 #define ADJSH_TESTS_COORDINATOR_TASK_SERVICE_FIXTURE_H_
 
 #include <algorithm>
-#include <chrono>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -27,10 +32,12 @@
 #include "common/model.h"
 #include "coordinator/task_service.h"
 #include "engine/adjoint_engine.h"
-#include "engine/backward_task.h"
+#include "engine/span_plan.h"
+#include "engine/span_tensors.h"
+#include "engine/span_work.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
-#include "kernels/cpu/mamba_block.h"
+#include "kernels/backend.h"
 #include "proto/adjsh.grpc.pb.h"
 #include "proto/status_util.h"
 #include "proto/tensor_codec.h"
@@ -43,9 +50,14 @@ using ::adjsh::testing::StatusIs;
 using std::chrono::milliseconds;
 using SteadyClock = std::chrono::steady_clock;
 
-// D=8, K=2, N=4, V=11, T=40, C=16: 3 chunks x 2 layers = 6 backward tasks.
-inline constexpr int64_t kT = 40, kChunk = 16, kTasks = 6;
-inline constexpr uint64_t kMaxResultBytes = 16 << 10;  // a tiny model's result is about 4 KiB
+// D=8, K=2, N=4, W=4, R=2, V=11; T=40 in chunks of C=8 (5 chunks) cut into S=3 spans:
+// span 0 = chunk 0 (tokens [0, 8), no halo), span 1 = chunks 1-2 ([8, 24), halo 3), span 2 =
+// chunks 3-4 ([24, 40), halo 3). Per layer 2 forward summaries (spans 0, 1), 3 forwards, 2
+// backward summaries (spans 2, 1) and 3 backwards: 4 kinds x 2 layers = 20 tasks
+// (engine/span_plan.h), ids 0..9 the forward (layer 0 then 1), 10..19 the backward (layer 1
+// then 0).
+inline constexpr int64_t kT = 40, kChunk = 8, kSpans = 3, kTasks = 20;
+inline constexpr uint64_t kMaxResultBytes = 16 << 10;  // the largest tiny result is about 3 KiB
 
 inline MambaConfig TinyConfig() { return adjsh::testing::SmallConfig(2, 8, 4, 4, 2, 11); }
 
@@ -65,11 +77,11 @@ inline ::testing::AssertionResult SameBits(const GradResult<float>& a, const Gra
   return adjsh::testing::BitwiseEqual(a.grad, b.grad);
 }
 
-// A result as pushed: tensors in the documented order.
+// A result as pushed: tensors in stream order (PutSpanResult's map order, by name).
 using Named = std::vector<std::pair<std::string, HostTensor>>;
 
 inline v1::ResultChunk HeaderMsg(const std::string& worker, const std::string& task,
-                          const std::string& lease) {
+                                 const std::string& lease) {
   v1::ResultChunk m;
   m.mutable_header()->set_worker_id(worker);
   m.mutable_header()->set_task_id(task);
@@ -78,7 +90,7 @@ inline v1::ResultChunk HeaderMsg(const std::string& worker, const std::string& t
 }
 
 inline void AppendTensor(std::vector<v1::ResultChunk>& msgs, const std::string& name,
-                  const HostTensor& t, size_t piece = kDefaultPieceBytes) {
+                         const HostTensor& t, size_t piece = kDefaultPieceBytes) {
   for (const v1::TensorChunk& c : SplitTensor(name, t, piece)) {
     v1::ResultChunk m;
     *m.mutable_tensor() = c;
@@ -87,7 +99,7 @@ inline void AppendTensor(std::vector<v1::ResultChunk>& msgs, const std::string& 
 }
 
 inline std::vector<v1::ResultChunk> Messages(const std::optional<v1::ResultChunk>& header,
-                                      const Named& tensors) {
+                                             const Named& tensors) {
   std::vector<v1::ResultChunk> msgs;
   if (header) msgs.push_back(*header);
   for (const auto& [name, t] : tensors) AppendTensor(msgs, name, t);
@@ -108,9 +120,46 @@ inline void Erase(Named& named, const std::string& name) {
               named.end());
 }
 
+inline std::optional<SpanPhase> PhaseOf(v1::Task::Kind kind) {
+  switch (kind) {
+    case v1::Task::SPAN_FORWARD_SUMMARY: return SpanPhase::kForwardSummary;
+    case v1::Task::SPAN_FORWARD: return SpanPhase::kForward;
+    case v1::Task::SPAN_BACKWARD_SUMMARY: return SpanPhase::kBackwardSummary;
+    case v1::Task::SPAN_BACKWARD: return SpanPhase::kBackward;
+    default: return std::nullopt;
+  }
+}
+
+inline bool IsBackward(const v1::Task& t) {
+  return t.kind() == v1::Task::SPAN_BACKWARD_SUMMARY || t.kind() == v1::Task::SPAN_BACKWARD;
+}
+
 struct PushOutcome {
   absl::Status status;
   v1::PushResultResponse response;
+};
+
+// One FetchInputs a fake worker made, and the names it got.
+struct FetchRecord {
+  std::string task_id;
+  bool include_params = false, include_span = false;
+  std::vector<std::string> names;
+};
+
+// What a fake well-behaved worker keeps between tasks (as worker/span_store.h does): the model
+// of one params_version on its own CPU backend, that version's plan, and the spans it was
+// handed. Members in dependency order: spans point into the model and the plan, the model into
+// the parameters and the backend.
+struct FakeWorker {
+  std::unique_ptr<Backend<float>> backend;
+  uint64_t version = 0;
+  std::unique_ptr<MambaConfig> config;
+  std::unique_ptr<ModelParams<float>> params;
+  std::unique_ptr<BackendModel<float>> model;
+  std::unique_ptr<SpanPlan> plan;
+  std::map<int64_t, std::unique_ptr<SpanWork<float>>> spans;
+  std::vector<FetchRecord> fetches;
+  std::vector<int64_t> rebuilt_spans;  // spans rebuilt with a non-empty replay, in order
 };
 
 class TaskServiceWireTest : public ::testing::Test {
@@ -120,10 +169,18 @@ class TaskServiceWireTest : public ::testing::Test {
     tokens_.resize(kT);
     for (int64_t t = 0; t < kT; ++t) tokens_[t] = static_cast<uint32_t>((t * 7 + 3) % 11);
     grad_opt_.chunk = kChunk;
-    // The reference first (this also makes BLAS single-threaded for the whole process).
+    grad_opt_.spans = kSpans;
+    // The reference first (this also makes BLAS single-threaded for the whole process): the
+    // in-process span schedule (engine/span_step.cc) with the same chunk and spans.
     absl::StatusOr<GradResult<float>> ref = ComputeGradient<float>(params_, tokens_, grad_opt_);
     ASSERT_TRUE(ref.ok()) << ref.status();
     reference_ = std::move(*ref);
+    const MambaConfig c = TinyConfig();
+    absl::StatusOr<SpanPlan> plan =
+        SpanPlan::Make(kT, kChunk, kSpans, c.num_hidden_layers, c.conv_kernel);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    plan_ = std::make_unique<SpanPlan>(*std::move(plan));
+    ASSERT_EQ(plan_->num_tasks(), kTasks);
   }
 
   void TearDown() override {
@@ -146,7 +203,7 @@ class TaskServiceWireTest : public ::testing::Test {
                                                          grpc::InsecureChannelCredentials()));
   }
 
-  // ComputeGradient(params, tokens, {chunk 16}, "job", 0) on a background thread.
+  // ComputeGradient(params, tokens, {chunk 8, spans 3}, "job", 0) on a background thread.
   void StartGradient(GradOptions opt) {
     if (grad_thread_.joinable()) grad_thread_.join();
     {
@@ -170,6 +227,10 @@ class TaskServiceWireTest : public ::testing::Test {
     lock.unlock();
     if (grad_thread_.joinable()) grad_thread_.join();
     return true;
+  }
+  bool GradientDone() {
+    std::lock_guard<std::mutex> lock(grad_mu_);
+    return grad_result_.has_value();
   }
   absl::StatusOr<GradResult<float>> GradientResult() {
     std::lock_guard<std::mutex> lock(grad_mu_);
@@ -203,7 +264,7 @@ class TaskServiceWireTest : public ::testing::Test {
     return resp;
   }
 
-  // Pulls until a task comes (the step is published once its forward is done).
+  // Pulls until a task comes (the step is published once ComputeGradient has made its plan).
   v1::Task PullTaskWait(const std::string& worker) {
     const auto until = SteadyClock::now() + std::chrono::seconds(20);
     while (SteadyClock::now() < until) {
@@ -236,7 +297,8 @@ class TaskServiceWireTest : public ::testing::Test {
   }
 
   absl::StatusOr<TensorMap> Fetch(const std::string& worker, const std::string& task,
-                                  const std::string& lease, bool include_params = true) {
+                                  const std::string& lease, bool include_params = false,
+                                  bool include_span = false) {
     grpc::ClientContext ctx;
     Deadline(ctx);
     v1::FetchInputsRequest req;
@@ -244,6 +306,7 @@ class TaskServiceWireTest : public ::testing::Test {
     req.set_task_id(task);
     req.set_lease_id(lease);
     req.set_include_params(include_params);
+    req.set_include_span(include_span);
     std::unique_ptr<grpc::ClientReader<v1::TensorChunk>> reader = stub_->FetchInputs(&ctx, req);
     TensorAssembler assembler;
     TensorMap got;
@@ -279,101 +342,208 @@ class TaskServiceWireTest : public ::testing::Test {
     return out;
   }
 
-  // The worker's computation on fetched tensors: a block built from the received parameters,
-  // RunBackwardTask, the outputs under the contract's names, in its order.
-  Named Compute(const v1::Task& task, const TensorMap& got) {
-    absl::StatusOr<MambaConfig> config = ParseConfigJson(task.config_json());
-    EXPECT_TRUE(config.ok()) << config.status();
-    if (!config.ok()) return {};
-    const MambaConfig& c = *config;
-    const int64_t k = task.layer(), D = c.hidden_size, Di = c.inner(), N = c.state_size;
-    auto floats = [&](const std::string& name) {
-      auto it = got.find(name);
-      EXPECT_NE(it, got.end()) << "inputs lack " << name;
-      if (it == got.end()) return std::vector<float>();
-      absl::StatusOr<std::vector<float>> v = it->second.To<float>();
-      EXPECT_TRUE(v.ok()) << v.status();
-      return v.ok() ? *v : std::vector<float>();
-    };
-    LayerParams<float> layer;
-    for (const LayerParamSlot<float>& slot : LayerParamSlots<float>()) {
-      layer.*slot.member = floats(LayerParamName(k, slot.suffix));
-    }
-    const cpu::MambaBlockCpu<float> block(c, layer);
-    BackwardTaskInputs<float> in;
-    in.layer = k;
-    in.chunk = task.chunk();
-    in.rows = {task.halo(), task.len(), 0};
-    in.u = floats("u");
-    in.g = floats("g");
-    in.h0 = floats("h0");
-    if (got.contains("mu")) in.mu = floats("mu");
-    BackwardTaskOutputs<float> out;
-    RunBackwardTask(block, c, in, out);
-    Named r;
-    for (const LayerParamSlot<float>& slot : LayerParamSlots<float>()) {
-      r.emplace_back(LayerParamName(k, slot.suffix),
-                     HostTensor::From<float>(out.grad.*slot.member, slot.shape(c), DType::kF32));
-    }
-    r.emplace_back("du", HostTensor::From<float>(out.du, {task.len(), D}, DType::kF32));
-    r.emplace_back("du_halo", HostTensor::From<float>(out.du_halo, {task.halo(), D}, DType::kF32));
-    r.emplace_back("mu_out", HostTensor::From<float>(out.mu_out, {Di, N}, DType::kF32));
-    return r;
+  // The fake worker state of `worker` (made on first use; safe from several threads, each
+  // using its own worker).
+  FakeWorker& Fake(const std::string& worker) {
+    std::lock_guard<std::mutex> lock(fakes_mu_);
+    std::unique_ptr<FakeWorker>& fw = fakes_[worker];
+    if (fw == nullptr) fw = std::make_unique<FakeWorker>();
+    return *fw;
   }
 
-  // Fetch (with parameters) and compute, as a well-behaved worker does.
+  // The well-behaved worker's side of one task, as worker/task_runner.cc does it: fetch the
+  // inputs (with the model when it holds no model of the task's params_version; with the span's
+  // tokens and replay when it holds no span, or one not Ready for the task), rebuild the span
+  // by replaying ReplayIds if so, run the task and return PutSpanResult's tensors. An error
+  // from FetchInputs (a lost lease) is returned as is; anything else wrong fails the test.
+  absl::StatusOr<Named> TryWork(const std::string& worker, const v1::Task& task) {
+    FakeWorker& fw = Fake(worker);
+    const std::optional<SpanPhase> phase = PhaseOf(task.kind());
+    EXPECT_TRUE(phase.has_value()) << v1::Task::Kind_Name(task.kind());
+    if (!phase) return absl::InvalidArgumentError("not a span task");
+    if (fw.backend == nullptr) {
+      absl::StatusOr<std::unique_ptr<Backend<float>>> backend = MakeBackend<float>(Device{});
+      EXPECT_TRUE(backend.ok()) << backend.status();
+      if (!backend.ok()) return backend.status();
+      fw.backend = *std::move(backend);
+    }
+    if (fw.config == nullptr || fw.version != task.params_version()) {  // a new step
+      absl::StatusOr<MambaConfig> config = ParseConfigJson(task.config_json());
+      EXPECT_TRUE(config.ok()) << config.status();
+      if (!config.ok()) return config.status();
+      absl::StatusOr<SpanPlan> plan =
+          SpanPlan::Make(task.context_length(), task.chunk(), task.spans(),
+                         config->num_hidden_layers, config->conv_kernel);
+      EXPECT_TRUE(plan.ok()) << plan.status();
+      if (!plan.ok()) return plan.status();
+      fw.spans.clear();  // before the model and plan they point into
+      fw.model.reset();
+      fw.params.reset();
+      fw.plan = std::make_unique<SpanPlan>(*std::move(plan));
+      fw.config = std::make_unique<MambaConfig>(*config);
+      fw.version = task.params_version();
+    }
+    const MambaConfig& c = *fw.config;
+    const SpanPlan& plan = *fw.plan;
+    const SpanTask span_task{*phase, task.layer(), task.span()};
+    const int64_t id = plan.Id(span_task.phase, span_task.layer, span_task.span);
+    EXPECT_GE(id, 0);
+    if (id < 0) return absl::InvalidArgumentError("no such task in the plan");
+    const auto held = fw.spans.find(task.span());
+    const bool include_params = fw.model == nullptr;
+    const bool include_span = held == fw.spans.end() || !held->second->Ready(span_task);
+
+    absl::StatusOr<TensorMap> fetched =
+        Fetch(worker, task.task_id(), task.lease_id(), include_params, include_span);
+    if (!fetched.ok()) return fetched.status();
+    TensorMap& got = *fetched;
+    FetchRecord record{task.task_id(), include_params, include_span, {}};
+    for (const auto& [name, t] : got) record.names.push_back(name);
+    fw.fetches.push_back(std::move(record));
+
+    if (include_params) {  // every "backbone.*" tensor is a parameter; inputs have other names
+      TensorMap named;
+      for (auto it = got.begin(); it != got.end();) {
+        if (it->first.starts_with("backbone.")) {
+          named.insert(got.extract(it++));
+        } else {
+          ++it;
+        }
+      }
+      absl::StatusOr<ModelParams<float>> p = ParamsFromTensors<float>(c, named);
+      EXPECT_TRUE(p.ok()) << p.status();
+      if (!p.ok()) return p.status();
+      fw.params = std::make_unique<ModelParams<float>>(*std::move(p));
+      fw.model = std::make_unique<BackendModel<float>>(
+          BackendModel<float>::Make(*fw.params, *fw.backend));
+    }
+    double rebuild_s = 0;
+    if (include_span) {  // a fresh span, replayed up to this task
+      const auto started = SteadyClock::now();
+      std::vector<uint32_t> toks;
+      std::vector<uint8_t> mask;
+      const absl::Status st = TakeSpanStart(c, plan, task.span(), task.masked(), got, toks, mask);
+      EXPECT_TRUE(st.ok()) << st;
+      if (!st.ok()) return st;
+      auto work = std::make_unique<SpanWork<float>>(
+          *fw.model, plan, task.span(), std::move(toks), std::move(mask), task.targets(),
+          task.storage() == "bf16" ? Storage::kBF16 : Storage::kCompute, "");
+      const std::vector<int64_t> replay = plan.ReplayIds(id);
+      for (int64_t r : replay) {
+        absl::StatusOr<SpanInputs<float>> in =
+            TakeSpanInputs<float>(c, plan, plan.task(r), ReplayPrefix(plan.task(r)), got);
+        EXPECT_TRUE(in.ok()) << in.status();
+        if (!in.ok()) return in.status();
+        SpanOutputs<float> discard;
+        const absl::Status run = work->Run(plan.task(r), *in, discard);
+        EXPECT_TRUE(run.ok()) << run;
+        if (!run.ok()) return run;
+      }
+      fw.spans[task.span()] = std::move(work);
+      // A span's first task makes it from its tokens: that is no rebuild (task_runner.cc).
+      if (!replay.empty()) {
+        rebuild_s = std::max(
+            std::chrono::duration<double>(SteadyClock::now() - started).count(), 1e-9);
+        fw.rebuilt_spans.push_back(task.span());
+      }
+    }
+    absl::StatusOr<SpanInputs<float>> in = TakeSpanInputs<float>(c, plan, span_task, "", got);
+    EXPECT_TRUE(in.ok()) << in.status();
+    if (!in.ok()) return in.status();
+    EXPECT_TRUE(got.empty()) << "unexpected input \"" << got.begin()->first << "\"";
+    SpanResult<float> result;
+    const auto computing = SteadyClock::now();
+    const absl::Status run = fw.spans.at(task.span())->Run(span_task, *in, result.out);
+    EXPECT_TRUE(run.ok()) << run;
+    if (!run.ok()) return run;
+    result.compute_seconds =
+        std::chrono::duration<double>(SteadyClock::now() - computing).count();
+    result.rebuild_seconds = rebuild_s;
+    // The span's last task: its rows are of no more use.
+    if (span_task.phase == SpanPhase::kBackward && span_task.layer == 0)
+      fw.spans.erase(task.span());
+    const TensorMap out = PutSpanResult<float>(c, plan, span_task, result);
+    return Named(out.begin(), out.end());
+  }
+
+  // TryWork, which must succeed.
   Named Work(const std::string& worker, const v1::Task& task) {
-    absl::StatusOr<TensorMap> got = Fetch(worker, task.task_id(), task.lease_id());
-    EXPECT_TRUE(got.ok()) << got.status();
-    if (!got.ok()) return {};
-    return Compute(task, *got);
+    absl::StatusOr<Named> r = TryWork(worker, task);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? *std::move(r) : Named();
   }
 
   v1::ResultChunk Header(const std::string& worker, const v1::Task& task) {
     return HeaderMsg(worker, task.task_id(), task.lease_id());
   }
 
-  // The well-behaved worker: pulls, fetches, computes and pushes until ComputeGradient returns
-  // (tolerating lost leases: a task whose lease is lost is pulled again later).
-  void CompleteAll(const std::string& worker) {
+  // Pulls and works tasks with `worker`, pushing each (which must be accepted), until it is
+  // handed one that `stop` accepts: that one is returned leased and not worked.
+  v1::Task RunUntil(const std::string& worker, const std::function<bool(const v1::Task&)>& stop) {
+    for (int i = 0; i <= kTasks; ++i) {
+      const v1::Task t = PullTaskWait(worker);
+      if (t.task_id().empty() || stop(t)) return t;
+      const PushOutcome p = Push(Messages(Header(worker, t), Work(worker, t)));
+      EXPECT_TRUE(p.status.ok()) << p.status;
+      EXPECT_TRUE(p.response.accepted()) << p.response.reason();
+    }
+    ADD_FAILURE() << "no task for which the predicate holds";
+    return v1::Task();
+  }
+
+  // Well-behaved workers, taking turns: each pulls, works and pushes until ComputeGradient
+  // returns (tolerating lost leases: a task whose lease is lost is pulled again later). Every
+  // registered worker that is heard from must be among them: the service hands a live worker's
+  // spans to nobody else (coordinator/span_scheduler.h).
+  void CompleteAll(const std::vector<std::string>& workers) {
     const auto until = SteadyClock::now() + std::chrono::seconds(60);
     while (!WaitGradient(milliseconds(0))) {
       ASSERT_LT(SteadyClock::now(), until) << "the gradient did not finish";
-      absl::StatusOr<v1::PullTaskResponse> r = Pull(worker);
-      ASSERT_TRUE(r.ok()) << r.status();
-      if (!r->has_task()) {
-        std::this_thread::sleep_for(milliseconds(2));
-        continue;
+      bool any = false;
+      for (const std::string& worker : workers) {
+        absl::StatusOr<v1::PullTaskResponse> r = Pull(worker);
+        ASSERT_TRUE(r.ok()) << r.status();
+        if (!r->has_task()) continue;
+        any = true;
+        const v1::Task& task = r->task();
+        absl::StatusOr<Named> result = TryWork(worker, task);
+        if (!result.ok()) {
+          ASSERT_TRUE(absl::IsFailedPrecondition(result.status())) << result.status();
+          continue;
+        }
+        const PushOutcome p = Push(Messages(Header(worker, task), *result));
+        ASSERT_TRUE(p.status.ok()) << p.status;
       }
-      const v1::Task& task = r->task();
-      absl::StatusOr<TensorMap> got = Fetch(worker, task.task_id(), task.lease_id());
-      if (!got.ok()) {
-        ASSERT_TRUE(absl::IsFailedPrecondition(got.status())) << got.status();
-        continue;
-      }
-      const PushOutcome p = Push(Messages(Header(worker, task), Compute(task, *got)));
-      ASSERT_TRUE(p.status.ok()) << p.status;
+      if (!any) std::this_thread::sleep_for(milliseconds(2));
     }
   }
+  void CompleteAll(const std::string& worker) { CompleteAll(std::vector<std::string>{worker}); }
 
-  // Completes every task with `worker` and checks the gradient against the in-process one.
-  void FinishAndCheck(const std::string& worker) {
-    CompleteAll(worker);
+  // Completes every task with `workers` and checks the gradient against the in-process one.
+  void FinishAndCheckWith(const std::vector<std::string>& workers) {
+    CompleteAll(workers);
     ASSERT_TRUE(WaitGradient(std::chrono::seconds(10)));
     absl::StatusOr<GradResult<float>> got = GradientResult();
     ASSERT_TRUE(got.ok()) << got.status();
     EXPECT_TRUE(SameBits(*got, reference_));
+  }
+  void FinishAndCheck(const std::string& worker) {
+    FinishAndCheckWith(std::vector<std::string>{worker});
   }
 
   ModelParams<float> params_;
   std::vector<uint32_t> tokens_;
   GradOptions grad_opt_;
   GradResult<float> reference_;
+  std::unique_ptr<SpanPlan> plan_;  // the step's plan, as the service makes it
 
   std::unique_ptr<TaskServiceImpl> service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   std::unique_ptr<v1::TaskService::Stub> stub_;
+
+  std::mutex fakes_mu_;
+  std::map<std::string, std::unique_ptr<FakeWorker>> fakes_;
 
   std::thread grad_thread_;
   std::mutex grad_mu_;

@@ -3,12 +3,13 @@
 
   test_load.py --adjsh build/cli/adjsh [--workers 32] [--steps 4] [--json FILE]
 
-The job: D=8, K=4, N=4, context 8192, chunk 32 (1024 backward tasks per step), 4 steps,
+The job: D=8, K=4, N=4, context 8192, chunk 32, 64 spans (per layer 63 + 64 forward and
+63 + 64 backward span tasks: 1016 tasks per step), 4 steps,
 through `adjsh coordinator` and the job API. Checks:
   * the final weights and optimizer state are bitwise those of `adjsh train --workers 1` with
     the same settings (no task lost or counted twice);
   * the results the workers had accepted (their `stopped:` lines: tasks done minus not
-    accepted) add up to exactly 1024 x 4;
+    accepted) add up to exactly 1016 x 4;
   * resident memory is steady: each process's RSS, sampled every 0.25 s, grows by at most
     max(4 MiB, 10 %) from the end of the first step to its peak over the later steps (the first
     step warms every cache and allocator arena; growth after it would be a leak per step:
@@ -31,10 +32,11 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/
 from harness import Cluster, Results, final_files, guarded, rss_bytes, wait_for  # noqa: E402
 
-TASKS_PER_STEP = 4 * (8192 // 32)
+SPANS = 64
+TASKS_PER_STEP = 4 * (4 * SPANS - 2)  # K x (S - 1 + S + S - 1 + S)
 SHAPE = {"hidden_size": 8, "layers": 4, "state_size": 4, "vocab_size": 256}
 TRAIN_FLAGS = ["--hidden-size", "8", "--layers", "4", "--state-size", "4", "--context", "8192",
-               "--chunk", "32", "--checkpoint-every", "0"]
+               "--chunk", "32", "--spans", str(SPANS), "--checkpoint-every", "0"]
 STEPS = 4  # --steps
 MIB = 1048576.0
 
@@ -94,6 +96,7 @@ def body(adjsh, tmp, cluster, res, args):
     ckpt = os.path.join(tmp, "job")
     start = time.time()
     job, r = cluster.submit(addr, {"init": SHAPE, "context_length": 8192, "chunk": 32,
+                                   "spans": SPANS,
                                    "steps": STEPS, "checkpoint_every": 0,
                                    "checkpoint_dir": ckpt})
     if not res.record("job submitted", job, r.stderr):
