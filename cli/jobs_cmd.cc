@@ -432,9 +432,21 @@ int WatchCommand(const std::vector<std::string>& args) {
     const int filled = static_cast<int>(kWidth * std::clamp<int64_t>(ev.step(), 0, steps) / steps);
     std::string bar(filled, '#');
     bar.append(kWidth - filled, '.');
-    std::printf("%s step %lld/%lld [%s] loss %.4f | %s tok/s | ETA %s%s%s\n", id.c_str(),
+    // The step's span tasks: parallelism (task time over critical path) and wire bytes.
+    const std::string par =
+        ev.profile().tasks() == 0
+            ? ""
+            : absl::StrFormat(" | par %.1f (%.2f s / %.2f s) | wire %.1f MB%s",
+                              ev.profile().parallelism(), ev.profile().task_seconds(),
+                              ev.profile().critical_path_seconds(),
+                              static_cast<double>(ev.profile().wire_bytes()) / 1e6,
+                              ev.profile().rebuilt_spans() > 0
+                                  ? absl::StrFormat(" | %d rebuilt", ev.profile().rebuilt_spans())
+                                  : "");
+    std::printf("%s step %lld/%lld [%s] loss %.4f | %s tok/s | ETA %s%s%s%s\n", id.c_str(),
                 static_cast<long long>(ev.step()), static_cast<long long>(steps), bar.c_str(),
                 ev.loss(), Rate(ev.tokens_per_s()).c_str(), Duration(ev.eta_seconds()).c_str(),
+                par.c_str(),
                 ev.message().empty() || ev.state() != last_state ? "" : " | ",
                 ev.state() != last_state ? "" : ev.message().c_str());
   };

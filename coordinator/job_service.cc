@@ -504,6 +504,14 @@ absl::Status JobServiceImpl::RunJob(JobRecord& rec) {
     e.set_tokens_per_s(tps);
     e.set_eta_seconds(r.eta_seconds);
     e.set_state(v1::Job::RUNNING);
+    v1::StepProfile* p = e.mutable_profile();
+    p->set_tasks(r.profile.tasks);
+    p->set_spans(r.profile.spans);
+    p->set_task_seconds(r.profile.task_seconds);
+    p->set_critical_path_seconds(r.profile.critical_path_seconds);
+    p->set_parallelism(r.profile.parallelism);
+    p->set_wire_bytes(r.profile.wire_bytes);
+    p->set_rebuilt_spans(r.profile.rebuilt_spans);
     if (!written.empty()) e.set_message(absl::StrCat("checkpoint ", written));
     PushEvent(rec, std::move(e));
     if (!written.empty()) Persist(rec);  // the record's progress follows its checkpoints

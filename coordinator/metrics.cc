@@ -16,7 +16,8 @@ enum Index {
   kTasks, kGranted, kExpired, kReleased, kAccepted, kRejected, kNonFinite, kSent, kReceived,
   kWorkers,
   kJobs, kSteps, kTokens, kStepDuration, kResident, kPeak,
-  kJobStep, kJobSteps, kLoss, kTokensPerSecond, kLastProgress, kCount
+  kJobStep, kJobSteps, kLoss, kTokensPerSecond, kLastProgress,
+  kRebuilds, kStepTaskSeconds, kStepCriticalPath, kStepParallelism, kStepWireBytes, kCount
 };
 
 const std::vector<MetricDef>& Table() {
@@ -53,6 +54,16 @@ const std::vector<MetricDef>& Table() {
        "Throughput of the running job's last step."},
       {"adjsh_coordinator_last_progress_timestamp_seconds", Kind::kGauge,
        "Unix time of the running job's start or last step."},
+      {"adjsh_coordinator_span_rebuilds_total", Kind::kCounter,
+       "Span tasks whose worker rebuilt the span first (a new owner after a loss)."},
+      {"adjsh_coordinator_step_task_seconds", Kind::kGauge,
+       "Last step: the workers' compute time summed over its span tasks."},
+      {"adjsh_coordinator_step_critical_path_seconds", Kind::kGauge,
+       "Last step: the longest chain of dependent span tasks, by their compute times."},
+      {"adjsh_coordinator_step_parallelism", Kind::kGauge,
+       "Last step: task seconds over critical path seconds (the workers it could keep busy)."},
+      {"adjsh_coordinator_step_wire_bytes", Kind::kGauge,
+       "Last step: tensor bytes in and out of the coordinator."},
   };
   return table;
 }
@@ -69,7 +80,7 @@ CoordinatorMetrics::CoordinatorMetrics(const TaskServiceImpl& tasks)
     : tasks_(tasks),
       // 50 ms .. ~27 min, doubling: a small model's step to a 1M-token step.
       step_duration_(metrics::ExponentialBuckets(0.05, 2, 16)) {
-  static_assert(kCount == 21, "one Index per table entry");
+  static_assert(kCount == 26, "one Index per table entry");
 }
 
 void CoordinatorMetrics::JobStarted(const std::string& job_id, int64_t step, int64_t steps) {
@@ -122,6 +133,13 @@ std::vector<prometheus::MetricFamily> CoordinatorMetrics::Collect() const {
   add(kSent, static_cast<double>(tasks_.bytes_sent()));
   add(kReceived, static_cast<double>(tasks_.bytes_received()));
   add(kWorkers, static_cast<double>(tasks_.connected_workers()));
+  add(kRebuilds, static_cast<double>(tasks_.span_rebuilds()));
+  if (const auto [steps, p] = tasks_.last_profile(); steps > 0) {
+    add(kStepTaskSeconds, p.task_seconds);
+    add(kStepCriticalPath, p.critical_path_seconds);
+    add(kStepParallelism, p.parallelism);
+    add(kStepWireBytes, static_cast<double>(p.wire_bytes));
+  }
   if (jobs_ != nullptr) {
     out.push_back(metrics::Family(Table()[kJobs]));
     for (const auto& [state, n] : jobs_->CountJobs()) {

@@ -1,7 +1,7 @@
 // The coordinator's Prometheus metrics (served by `adjsh coordinator --metrics-listen HOST:PORT`
 // and `adjsh train --workers N --metrics-listen HOST:PORT`).
 //
-//   adjsh_coordinator_tasks{state}                      backward tasks of the gradient being
+//   adjsh_coordinator_tasks{state}                      span tasks of the gradient being
 //                                                       computed: waiting, ready, leased, done
 //   adjsh_coordinator_leases_granted_total              task leases handed out
 //   adjsh_coordinator_leases_expired_total              leases that ran out (a lost or slow
@@ -12,6 +12,12 @@
 //   adjsh_coordinator_sent_bytes_total                  tensor bytes streamed to workers
 //   adjsh_coordinator_received_bytes_total              tensor bytes received from workers
 //   adjsh_coordinator_workers_connected                 workers heard from within a lease
+//   adjsh_coordinator_span_rebuilds_total               span tasks whose worker rebuilt the
+//                                                       span first (a new owner after a loss)
+//   adjsh_coordinator_step_task_seconds                 last step: compute time of its tasks
+//   adjsh_coordinator_step_critical_path_seconds        last step: longest dependent chain
+//   adjsh_coordinator_step_parallelism                  last step: the two above's ratio
+//   adjsh_coordinator_step_wire_bytes                   last step: tensor bytes in and out
 //   adjsh_coordinator_jobs{state}                       jobs by state (adjsh coordinator only):
 //                                                       queued, running, succeeded, failed,
 //                                                       cancelled

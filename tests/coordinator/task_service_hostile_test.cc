@@ -15,38 +15,70 @@ using Hostile = TaskServiceWireTest;
 // Puts `value` into element 0 of tensor `name` of a computed result.
 void Poison(Named& result, const std::string& name, float value) {
   HostTensor& t = Find(result, name);
+  ASSERT_GE(t.data.size(), sizeof(float)) << name;
   std::memcpy(t.data.data(), &value, sizeof(float));
 }
 
 // A NaN or Inf anywhere in a result is refused on arrival with the reason, nothing of it is
-// applied, and the task is handed out again (the gradient ends bitwise the in-process one).
-// A worker that sends 3 such results gets no more tasks; the count is the service's metric.
+// applied, and the task is handed out again (first: it is the lowest ready task of the
+// sender's span). A worker that sends 3 such results gets no more tasks, and its spans go to
+// the others, who rebuild them; the gradient ends bitwise the in-process one. The count is the
+// service's metric.
 TEST_F(Hostile, NonFiniteResultsAreRefusedRetriedAndTheSenderShunned) {
   Start();
   StartGradient();
-  const std::string bad = Register("bad"), good = Register("good");
-  const std::vector<std::pair<std::string, float>> poisons = {
-      {"du", std::numeric_limits<float>::quiet_NaN()},
-      {"mu_out", std::numeric_limits<float>::infinity()},
-      {"backbone.layers.1.mixer.in_proj.weight", -std::numeric_limits<float>::infinity()}};
-  for (size_t q = 0; q < poisons.size(); ++q) {
-    const v1::Task t = PullTaskWait(bad);
-    ASSERT_EQ(t.task_id(), "1:0") << "the refused task must come back first";
+  const std::string bad = Register("bad");  // alone at first: it owns every span it claims
+  struct Poisoned {
+    std::string tensor;  // the tensor poisoned
+    float value;
+    std::string label;  // how the refusal names it (engine/span_tensors.h FirstNonFinite)
+  };
+  auto refuse = [&](const v1::Task& t, const Poisoned& q, int64_t count) {
+    SCOPED_TRACE(q.tensor);
     Named result = Work(bad, t);
-    Poison(result, poisons[q].first, poisons[q].second);
+    Poison(result, q.tensor, q.value);
     const PushOutcome p = Push(Messages(Header(bad, t), result));
     ASSERT_TRUE(p.status.ok()) << p.status;
     EXPECT_FALSE(p.response.accepted());
-    EXPECT_NE(p.response.reason().find("non-finite value (" + poisons[q].first + "[0]"),
+    EXPECT_NE(p.response.reason().find("non-finite value (" + q.label + "[0]"),
               std::string::npos)
         << p.response.reason();
     EXPECT_NE(p.response.reason().find("handed out again"), std::string::npos);
-    EXPECT_EQ(service_->results_nonfinite(), static_cast<int64_t>(q + 1));
-  }
+    EXPECT_EQ(service_->results_nonfinite(), count);
+  };
+
+  // A forward summary: the span's end state.
+  const v1::Task t0 = PullTaskWait(bad);
+  ASSERT_EQ(t0.task_id(), "1:0");
+  refuse(t0, {"h_end", std::numeric_limits<float>::quiet_NaN(), "h_end"}, 1);
+  const v1::Task again = PullTaskWait(bad);
+  ASSERT_EQ(again.task_id(), "1:0") << "the refused task must come back first";
+  ASSERT_NE(again.lease_id(), t0.lease_id());
+  PushOutcome p = Push(Messages(Header(bad, again), Work(bad, again)));
+  ASSERT_TRUE(p.status.ok()) << p.status;
+  EXPECT_TRUE(p.response.accepted()) << p.response.reason();
+
+  // A backward (layer 1, span 2): its halo gradient, then a layer partial.
+  const v1::Task back =
+      RunUntil(bad, [](const v1::Task& t) { return t.kind() == v1::Task::SPAN_BACKWARD; });
+  refuse(back, {"du_halo_prev", std::numeric_limits<float>::infinity(), "du_halo_prev"}, 2);
+  const v1::Task back2 = PullTaskWait(bad);
+  ASSERT_EQ(back2.task_id(), back.task_id()) << "the refused task must come back first";
+  refuse(back2,
+         {"backbone.layers.1.mixer.in_proj.weight", -std::numeric_limits<float>::infinity(),
+          "mixer.in_proj.weight"},
+         3);
+
   absl::StatusOr<v1::PullTaskResponse> shunned = Pull(bad);
   EXPECT_TRUE(StatusIs(shunned, absl::StatusCode::kPermissionDenied, "non-finite"));
+  // Another worker takes over bad's spans (rebuilding them: bad is no longer live) and the
+  // gradient is the in-process one.
+  const std::string good = Register("good");
   FinishAndCheck(good);
   EXPECT_EQ(service_->results_accepted(), kTasks);
+  EXPECT_EQ(service_->results_nonfinite(), 3);
+  EXPECT_GT(service_->span_rebuilds(), 0);
+  EXPECT_FALSE(Fake(good).rebuilt_spans.empty());
 }
 
 // A result stream of many empty tensors with long unique names: refused at the first tensor past

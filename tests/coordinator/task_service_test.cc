@@ -117,18 +117,20 @@ TEST_F(TaskServiceWireTest, WellBehavedWorkerGetsTheInProcessGradientBitwise) {
   EXPECT_EQ(p.response.reason(), "");
   EXPECT_EQ(service_->results_accepted(), 1);
 
-  // Every other task, in id order (one worker owns every span: its lowest ready task is the
-  // next id). Each one's inputs are checked against the contract, bare and with the span's
+  // Every other task (its own spans' lowest ready task first: coordinator/span_scheduler.h),
+  // each once. Each one's inputs are checked against the contract, bare and with the span's
   // start ("tokens" and the inputs of the tasks that rebuild it, under "replay.<phase>.<k>.").
   std::set<v1::Task::Kind> kinds = {t.kind()};
-  for (int64_t id = 1; id < kTasks; ++id) {
-    SCOPED_TRACE(absl::StrCat("task ", id));
+  std::set<int64_t> seen = {0};
+  for (int64_t n = 1; n < kTasks; ++n) {
     const v1::Task task = PullTaskWait(w);
-    const SpanTask& st = plan_->task(id);
+    SCOPED_TRACE(task.task_id());
+    ASSERT_TRUE(PhaseOf(task.kind()).has_value());
+    const int64_t id = plan_->Id(*PhaseOf(task.kind()), task.layer(), task.span());
+    ASSERT_GE(id, 0);
     ASSERT_EQ(task.task_id(), absl::StrCat("1:", id));
-    ASSERT_EQ(PhaseOf(task.kind()), st.phase);
-    ASSERT_EQ(task.layer(), st.layer);
-    ASSERT_EQ(task.span(), st.span);
+    ASSERT_TRUE(seen.insert(id).second) << "handed out twice";
+    const SpanTask& st = plan_->task(id);
     kinds.insert(task.kind());
     absl::StatusOr<TensorMap> in = Fetch(w, task.task_id(), task.lease_id());
     ASSERT_TRUE(in.ok()) << in.status();
@@ -161,7 +163,10 @@ TEST_F(TaskServiceWireTest, WellBehavedWorkerGetsTheInProcessGradientBitwise) {
   // start once, and no span rebuilt.
   EXPECT_EQ(service_->span_rebuilds(), 0);
   int params = 0, starts = 0;
-  for (const FetchRecord& f : Fake(w).fetches) params += f.include_params, starts += f.include_span;
+  for (const FetchRecord& f : Fake(w).fetches) {
+    params += f.include_params ? 1 : 0;
+    starts += f.include_span ? 1 : 0;
+  }
   EXPECT_EQ(params, 1);
   EXPECT_EQ(starts, kSpans);
 }
@@ -802,7 +807,7 @@ TEST_F(TaskServiceWireTest, CancelCurrentEndsTheStepAndRefusesItsTasks) {
   EXPECT_EQ(service_->results_accepted(), kTasks);
   // The new version's model was fetched anew (the worker dropped version 1 with its spans).
   int params = 0;
-  for (const FetchRecord& f : Fake(w).fetches) params += f.include_params;
+  for (const FetchRecord& f : Fake(w).fetches) params += f.include_params ? 1 : 0;
   EXPECT_EQ(params, 2);
 }
 
@@ -840,14 +845,16 @@ TEST_F(TaskServiceWireTest, TwoWorkersShareTheSpansAndOneTakesOverWhenTheOtherGo
   TaskServiceOptions o = DefaultOptions();
   o.lease = absl::Milliseconds(300);
   Start(o);
-  const std::string a = Register("a"), b = Register("b");
+  const std::vector<std::string> ids = {Register("a"), Register("b")};
   std::mutex mu;
-  std::set<int64_t> a_spans, b_spans;  // spans of each one's accepted results; guarded by mu
-  std::atomic<int64_t> b_accepted{0};
-  std::atomic<bool> a_went_silent{false};
-  // A worker's loop until the gradient is done; `a` goes silent on its first task past layer
-  // 0's forward once b has had a result accepted (so both have worked by then).
-  auto serve = [&](const std::string& w) {
+  std::vector<std::set<int64_t>> spans(2);  // spans of each one's accepted results; under mu
+  std::atomic<int64_t> accepted[2] = {0, 0};
+  std::atomic<int> silent{-1};  // the one that went silent
+  // Worker i's loop until the gradient is done. The first of the two to be handed a task past
+  // layer 0's forward on a span after the first, once the other has had a result accepted,
+  // goes silent there: a span whose rebuild replays inputs ("replay.fwd.0.h0" at least).
+  auto serve = [&](int i) {
+    const std::string& w = ids[i];
     const auto until = SteadyClock::now() + std::chrono::seconds(60);
     while (!GradientDone() && SteadyClock::now() < until) {
       absl::StatusOr<v1::PullTaskResponse> r = Pull(w);
@@ -860,9 +867,10 @@ TEST_F(TaskServiceWireTest, TwoWorkersShareTheSpansAndOneTakesOverWhenTheOtherGo
         continue;
       }
       const v1::Task& t = r->task();
-      if (w == a && b_accepted.load() > 0 && (t.layer() > 0 || IsBackward(t))) {
-        a_went_silent = true;  // holds the lease and is never heard of again
-        return;
+      int none = -1;
+      if (accepted[1 - i].load() > 0 && t.span() > 0 && (t.layer() > 0 || IsBackward(t)) &&
+          silent.compare_exchange_strong(none, i)) {
+        return;  // holds the lease and is never heard of again
       }
       absl::StatusOr<Named> result = TryWork(w, t);
       if (!result.ok()) {
@@ -873,17 +881,17 @@ TEST_F(TaskServiceWireTest, TwoWorkersShareTheSpansAndOneTakesOverWhenTheOtherGo
       EXPECT_TRUE(p.status.ok()) << p.status;
       if (!p.response.accepted()) continue;
       std::lock_guard<std::mutex> lock(mu);
-      (w == a ? a_spans : b_spans).insert(t.span());
-      if (w == b) ++b_accepted;
+      spans[i].insert(t.span());
+      ++accepted[i];
     }
   };
   // Both pull (NoTask) before the step begins: both are live when its spans are handed out.
-  std::thread ta(serve, a), tb(serve, b);
+  std::thread t0(serve, 0), t1(serve, 1);
   std::this_thread::sleep_for(milliseconds(50));
   StartGradient();
-  ta.join();
-  tb.join();
-  ASSERT_TRUE(a_went_silent.load());
+  t0.join();
+  t1.join();
+  ASSERT_NE(silent.load(), -1) << "neither went silent";
   ASSERT_TRUE(WaitGradient(std::chrono::seconds(10)));
   absl::StatusOr<GradResult<float>> got = GradientResult();
   ASSERT_TRUE(got.ok()) << got.status();
@@ -892,15 +900,17 @@ TEST_F(TaskServiceWireTest, TwoWorkersShareTheSpansAndOneTakesOverWhenTheOtherGo
   EXPECT_GT(service_->span_rebuilds(), 0);
 
   // Each owned spans while both were live.
-  EXPECT_FALSE(a_spans.empty());
-  EXPECT_FALSE(b_spans.empty());
-  // b rebuilt a span that a had worked on, from a fetch carrying its tokens and replay inputs.
-  const FakeWorker& fb = Fake(b);
+  EXPECT_FALSE(spans[0].empty());
+  EXPECT_FALSE(spans[1].empty());
+  // The survivor rebuilt a span the silent one had worked on, from a fetch carrying its tokens
+  // and replay inputs.
+  const int gone = silent.load(), survivor = 1 - gone;
+  const FakeWorker& fs = Fake(ids[survivor]);
   bool took_over = false;
-  for (int64_t s : fb.rebuilt_spans) took_over |= a_spans.contains(s);
-  EXPECT_TRUE(took_over) << "b rebuilt none of a's spans";
+  for (int64_t s : fs.rebuilt_spans) took_over |= spans[gone].contains(s);
+  EXPECT_TRUE(took_over) << "the survivor rebuilt none of the silent worker's spans";
   bool replay_fetched = false;
-  for (const FetchRecord& f : fb.fetches) {
+  for (const FetchRecord& f : fs.fetches) {
     if (!f.include_span) continue;
     const bool tokens = std::find(f.names.begin(), f.names.end(), "tokens") != f.names.end();
     const bool replay = std::any_of(f.names.begin(), f.names.end(), [](const std::string& n) {

@@ -3,15 +3,16 @@
 
   test_determinism.py --adjsh build/cli/adjsh [--repeats 12] [--keep]
 
-For each shape below, `adjsh grad --workers W` and `adjsh train --workers W` run --repeats times
-each, W cycling through 1, 2, 3, 4, and every gradient file, and every final model and optimizer
-state, is compared byte for byte with the in-process run (`--workers 0`). The shapes stress
-what a task's result could wrongly depend on: many chunks of a tiny width (many tasks, short
+For each shape below, `adjsh grad --workers W` and `adjsh train --workers W` (5 steps) run
+--repeats times each, W cycling through 1, 2, 4, 8, and every gradient file, and every final
+model and optimizer state, is compared byte for byte with the in-process run (`--workers 0`,
+the same span schedule on threads). The shapes stress what a task's result could wrongly depend
+on: 64 spans of many chunks of a tiny width (more spans than workers: owners hold several; short
 rows: vector loops that are all remainder), an uneven last chunk (with N = 16, the fixed-width
-scan), one-token chunks (every task a halo-only neighbour of the next), and a chunk longer than
-the sequence (one task per layer). Workers run whatever tasks the queue hands them, in an order
-that changes from run to run, so a result that depends on which worker ran a task, on what it
-ran before, or on when a result arrived shows up here as a differing byte.
+scan), one-token chunks (a span's conv halo spans several chunks), and a chunk longer than the
+sequence (one span). Spans go to whichever workers claim them, in an order that changes from run
+to run, so a result that depends on which worker ran a task, on what it ran before, or on when
+a result arrived shows up here as a differing byte.
 """
 import hashlib
 import os
@@ -22,16 +23,18 @@ from harness import final_files, run_adjsh, run_process_test  # noqa: E402
 
 CORPUS = "/usr/share/common-licenses/GPL-3"
 
-# name: (model shape flags, context T, chunk C, train steps)
+# name: (model shape flags, context T, chunk C, spans S (0: the default), train steps)
 SHAPES = {
-    "tiny width, 256 chunks": (["--hidden-size", "8", "--layers", "4", "--state-size", "4"],
-                               8192, 32, 2),
+    "tiny width, 256 chunks, 64 spans": (["--hidden-size", "8", "--layers", "4",
+                                          "--state-size", "4"], 8192, 32, 64, 5),
     "uneven last chunk, N=16": (["--hidden-size", "16", "--layers", "2", "--state-size", "16"],
-                                1000, 96, 2),
-    "one-token chunks": (["--hidden-size", "8", "--layers", "2", "--state-size", "4"], 64, 1, 2),
+                                1000, 96, 0, 5),
+    "one-token chunks": (["--hidden-size", "8", "--layers", "2", "--state-size", "4"], 64, 1,
+                         0, 5),
     "chunk longer than T": (["--hidden-size", "12", "--layers", "3", "--state-size", "3"],
-                            300, 512, 3),
+                            300, 512, 0, 5),
 }
+WORKERS = [1, 2, 4, 8]
 
 
 def digest(files):
@@ -40,7 +43,7 @@ def digest(files):
 
 def body(adjsh, tmp, cluster, record, repeats):
     del cluster  # adjsh starts and stops its own local workers
-    for s, (name, (shape_flags, T, C, steps)) in enumerate(SHAPES.items()):
+    for s, (name, (shape_flags, T, C, S, steps)) in enumerate(SHAPES.items()):
         d = os.path.join(tmp, f"shape{s}")
         os.makedirs(d)
         model, tokens = os.path.join(d, "model"), os.path.join(d, "tokens.u32")
@@ -50,9 +53,10 @@ def body(adjsh, tmp, cluster, record, repeats):
         if not record(f"{name}: model and tokens", r.returncode == 0 and r2.returncode == 0,
                       r.stderr + r2.stderr):
             continue
-        grad = ["grad", "--model", model, "--tokens", tokens, "--chunk", str(C)]
+        grad = ["grad", "--model", model, "--tokens", tokens, "--chunk", str(C), "--spans", str(S)]
         train = ["train", "--model", model, "--tokens", tokens, "--context", str(T), "--chunk",
-                 str(C), "--steps", str(steps), "--warmup", "1", "--checkpoint-every", "0"]
+                 str(C), "--spans", str(S), "--steps", str(steps), "--warmup", "1",
+                 "--checkpoint-every", "0"]
 
         ref_grad = os.path.join(d, "g0.safetensors")
         r = run_adjsh(adjsh, [*grad, "--out", ref_grad])
@@ -67,7 +71,7 @@ def body(adjsh, tmp, cluster, record, repeats):
 
         bad_grad, bad_train, failed = [], [], []
         for i in range(repeats):
-            workers = str(1 + i % 4)
+            workers = str(WORKERS[i % len(WORKERS)])
             out = os.path.join(d, f"g{i + 1}.safetensors")
             r = run_adjsh(adjsh, [*grad, "--workers", workers, "--out", out], timeout=300)
             if r.returncode != 0:
@@ -86,7 +90,7 @@ def body(adjsh, tmp, cluster, record, repeats):
             elif state != ref_state:
                 bad_train.append(f"run {i + 1} ({workers} workers): {digest(state)} vs "
                                  f"{digest(ref_state)}")
-        record(f"{name}: {repeats} grad and {repeats} train runs through 1-4 workers ran",
+        record(f"{name}: {repeats} grad and {repeats} train runs through 1, 2, 4, 8 workers ran",
                not failed, "; ".join(failed))
         record(f"{name}: every gradient bitwise the in-process one", not bad_grad,
                "; ".join(bad_grad))

@@ -4,16 +4,18 @@ optimizer state of an undisturbed run (`adjsh train` in-process with the same se
 
   test_faults.py --adjsh build/cli/adjsh --case CASE
 
-Cases (each a CTest test; the job: D=16, K=2, N=4, context 2048, chunk 64, so 64 backward
-tasks per step, 6 steps, a checkpoint every 2 steps):
+Cases (each a CTest test; the job: D=16, K=2, N=4, context 2048, chunk 64, the default 8
+spans, so 60 span tasks per step, 6 steps, a checkpoint every 2 steps):
   worker_kills      3 workers, SIGKILLed at random moments (8 to 16 kills) and started again
-                    (the job runs 12 steps);
+                    (the job runs 30 steps); the spans a killed worker owned are claimed by
+                    others, which rebuild them (their logs say so, in the forward and in the
+                    backward);
   worker_stop       a worker SIGSTOPped just after it leased a task, for 2.5 leases (the task is
                     handed to the other worker), then SIGCONTed: its late work is refused (the
                     worker logs the refusal); a heavier job (D=64, N=16, context 4096, chunk
                     512: 16 tasks of ~20 ms per step; 24 steps);
   coordinator_kill  the coordinator SIGKILLed twice in the middle of a step (5 or more of the
-                    step's 64 results accepted, not all; in step 2 before the first checkpoint,
+                    step's 60 results accepted, not all; in step 2 before the first checkpoint,
                     in step 4 after it), started again on the same address with the same
                     state dir, no resubmission (the job table is on disk);
   proxy_cuts        workers reach the coordinator through a proxy that cuts every connection
@@ -73,7 +75,7 @@ class Job:
 # stops of 2.5 leases each (the other worker goes on meanwhile).
 SMALL = Job(16, 2, 4, 2048, 64)
 HEAVY = Job(64, 2, 16, 4096, 512, steps=24)
-LONGER = Job(16, 2, 4, 2048, 64, steps=12)  # room for the repeated kills however fast it runs
+LONGER = Job(16, 2, 4, 2048, 64, steps=30)  # room for the repeated kills however fast it runs
 
 
 def spec(ckpt):
@@ -96,7 +98,8 @@ def case_worker_kills(adjsh, tmp, cluster, res, ref):  # ref: of LONGER
     coord, addr = cluster.coordinator(os.path.join(tmp, "state"), lease_ms=500)
     if not res.record("coordinator started", addr):
         return
-    workers = {f"w{k}": cluster.worker(addr, f"w{k}") for k in range(3)}
+    # Logs at the default level: a worker says when it rebuilds a span.
+    workers = {f"w{k}": cluster.worker(addr, f"w{k}", log="") for k in range(3)}
     ckpt = os.path.join(tmp, "job")
     job, r = cluster.submit(addr, LONGER.spec(ckpt))
     if not res.record("job submitted", job, r.stderr):
@@ -104,7 +107,13 @@ def case_worker_kills(adjsh, tmp, cluster, res, ref):  # ref: of LONGER
     rng = random.Random(11)
     kills = 0
     last = os.path.join(ckpt, "step-%08d" % LONGER.steps)  # the job's final checkpoint
-    while kills < 16:
+
+    def rebuilt():  # spans rebuilt by new owners so far, in the forward and in the backward
+        return (count_in_logs(cluster, " rebuilt up to fwd"),
+                count_in_logs(cluster, " rebuilt up to bwd"))
+
+    # At least 8 kills, and on until the new owners have rebuilt spans in both directions.
+    while kills < 8 or (kills < 60 and min(rebuilt()) == 0):
         time.sleep(rng.uniform(0.02, 0.2))
         if os.path.exists(last):  # a file check, not an `adjsh status` process per kill
             break
@@ -112,9 +121,12 @@ def case_worker_kills(adjsh, tmp, cluster, res, ref):  # ref: of LONGER
         os.kill(workers[name].pid, signal.SIGKILL)
         workers[name].wait()
         kills += 1
-        workers[name] = cluster.worker(addr, f"{name}-{kills}")
+        workers[name] = cluster.worker(addr, f"{name}-{kills}", log="")
     r = cluster.watch(addr, job)
     res.record(f"workers SIGKILLed {kills} times during the job (>= 8)", kills >= 8)
+    fwd, bwd = rebuilt()
+    res.record(f"lost spans rebuilt by their new owners: {fwd} in the forward, {bwd} in the "
+               f"backward (>= 1 each)", fwd >= 1 and bwd >= 1)
     res.record("job SUCCEEDED", r.returncode == 0, r.stdout[-1500:] + r.stderr)
     res.record("final weights and optimizer state bitwise equal to the undisturbed run",
                ref is not None and final_files(ckpt) == ref)
@@ -216,9 +228,9 @@ def case_coordinator_kill(adjsh, tmp, cluster, res, ref):
         coord.kill()
         coord.wait()
         n, at = accepted(step), latest_step(ckpt)
-        res.record(f"coordinator SIGKILLed in step {step} with {n} of its 64 results accepted, "
+        res.record(f"coordinator SIGKILLed in step {step} with {n} of its 60 results accepted, "
                    f"checkpoint at step {at}",
-                   got and 5 <= n < 64 and at == step - 2, (n, at))
+                   got and 5 <= n < 60 and at == step - 2, (n, at))
         since = {p: os.path.getsize(p) for p in glob.glob(os.path.join(tmp, "worker-*.log"))}
         coord, addr2 = cluster.coordinator(state, listen=addr)
         if not res.record("coordinator started again on the same address", addr2 == addr):

@@ -1,12 +1,17 @@
 // The worker against a fake coordinator: a TaskService on 127.0.0.1 (real TCP gRPC) that serves
-// exact-backward tasks built from a tiny model with GradientStep, and records what the worker
-// sends. A worker's result must be bitwise RunBackwardTask run locally on the same inputs, in
-// the contract's tensor order, names, shapes and dtype; and the worker must survive NoTask,
-// lost leases, cancellation, unknown-worker answers, an unavailable coordinator, and stop
+// the (layer, span) tasks of one step of a tiny model (engine/span_plan.h), with the inputs a
+// coordinator's SpanLedger gives them (engine/span_ledger.h) and the outputs SpanWork gives
+// when run locally (engine/span_work.h), and records what the worker sends. A worker's result
+// must be bitwise the local run, under the contract's names, shapes and dtypes
+// (engine/span_tensors.h); it must fetch the model once per params_version and a span's start
+// only when it does not hold the span ready for the task; and it must survive NoTask, lost
+// leases, cancellation, unknown-worker answers, an unavailable coordinator, bad tasks, and stop
 // promptly.
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <map>
 #include <memory>
@@ -15,14 +20,19 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/config.h"
 #include "common/model.h"
-#include "engine/backward_task.h"
-#include "engine/gradient_step.h"
+#include "engine/span_ledger.h"
+#include "engine/span_plan.h"
+#include "engine/span_tensors.h"
+#include "engine/span_work.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "kernels/backend.h"
 #include "proto/adjsh.grpc.pb.h"
 #include "proto/status_util.h"
 #include "proto/tensor_codec.h"
@@ -35,80 +45,102 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
-constexpr int64_t kT = 40, kChunk = 16;
+// T=40 in chunks of 8 cut into 3 spans: span 0 = tokens [0, 8), span 1 = [8, 24), span 2 =
+// [24, 40). 20 tasks (ids in engine/span_plan.h's order): 0, 1 the forward summaries of layer
+// 0 (spans 0, 1), 2-4 its forwards (spans 0-2), 5-9 the same for layer 1 (7-9 with the head),
+// 10, 11 the backward summaries of layer 1 (spans 2, 1), 12-14 its backwards (spans 2-0),
+// 15-19 the same for layer 0.
+constexpr int64_t kT = 40, kChunk = 8, kSpans = 3, kTasks = 20;
 
 // D=8, K=2, N=4, W=4, R=2, V=11.
 MambaConfig TinyConfig() { return adjsh::testing::SmallConfig(2, 8, 4, 4, 2, 11); }
 
-// One task as the coordinator would serve it, with the outputs a local run gives.
+// One task as the coordinator would serve it, with the result a local run gives.
 struct TaskCase {
   v1::Task task;
-  TensorMap inputs;                                  // "u", "g", "h0", maybe "mu"
-  TensorMap params;                                  // layer k's parameters, HF names
-  std::vector<std::pair<std::string, HostTensor>> expected;  // the result, in push order
+  TensorMap inputs;      // the task's own inputs (PutSpanInputs)
+  TensorMap span_start;  // "tokens" and the replay's inputs ("replay.<phase>.<k>.<name>")
+  TensorMap expected;    // PutSpanResult of the local run, timings 0
 };
 
-// The tiny model's exact backward tasks, in task-id order, each gathered after the previous
-// ones were applied (as a coordinator would), with the local RunBackwardTask outputs.
-template <typename T>
-std::vector<TaskCase> BuildCases(int64_t count) {
-  const DType dtype = std::is_same_v<T, double> ? DType::kF64 : DType::kF32;
+struct StepCases {
+  TensorMap params;             // every parameter under its HF name, F32
+  std::vector<TaskCase> tasks;  // by task id
+};
+
+// The step's tasks in id order (a topological order: every dependency has a lower id), each
+// one's inputs taken from a SpanLedger after the earlier results were applied, as a coordinator
+// does, and run on the span's SpanWork as its owner would.
+StepCases BuildCases() {
   const MambaConfig config = TinyConfig();
-  const ModelParams<T> params = InitParams<T>(config, 1234);
+  const ModelParams<float> params = InitParams<float>(config, 1234);
   std::vector<uint32_t> tokens(kT);
   for (int64_t t = 0; t < kT; ++t) tokens[t] = static_cast<uint32_t>((t * 7 + 3) % 11);
-  GradOptions opt;
-  opt.chunk = kChunk;
-  opt.threads = 1;
-  GradientStep<T> step(params, tokens, opt);
-  step.ForwardAndHead();
-  const TensorMap all_params = ParamsToTensors(params, dtype);
-  const int64_t D = config.hidden_size, Di = config.inner(), N = config.state_size;
-  std::vector<TaskCase> cases;
-  for (int64_t id = 0; id < count; ++id) {
-    BackwardTaskInputs<T> in;
-    step.GatherInputs(id, in);
-    const int64_t k = in.layer, c = in.chunk, halo = in.rows.halo, len = in.rows.len;
+  const SpanPlan plan =
+      SpanPlan::Make(kT, kChunk, kSpans, config.num_hidden_layers, config.conv_kernel).value();
+  const std::unique_ptr<Backend<float>> backend = MakeBackend<float>(Device{}).value();
+  const BackendModel<float> model = BackendModel<float>::Make(params, *backend);
+  SpanLedger<float> ledger(params, plan, tokens, {});
+  std::vector<std::unique_ptr<SpanWork<float>>> work(kSpans);
+  StepCases cases;
+  cases.params = ParamsToTensors<float>(params, DType::kF32);
+  const v1::Task::Kind kinds[] = {v1::Task::SPAN_FORWARD_SUMMARY, v1::Task::SPAN_FORWARD,
+                                  v1::Task::SPAN_BACKWARD_SUMMARY, v1::Task::SPAN_BACKWARD};
+  for (int64_t id = 0; id < plan.num_tasks(); ++id) {
+    const SpanTask& st = plan.task(id);
+    const int64_t s = st.span;
     TaskCase tc;
     v1::Task& task = tc.task;
     task.set_task_id(absl::StrCat("t", id));
     task.set_lease_id(absl::StrCat("lease-", id));
     task.set_lease_expires_ms(60000);
     task.set_job_id("job");
-    task.set_kind(v1::Task::BACKWARD);
-    task.set_layer(static_cast<int32_t>(k));
-    task.set_chunk(c);
-    task.set_t0(c * kChunk);
-    task.set_len(len);
-    task.set_halo(halo);
-    task.set_dtype(ToProtoDType(dtype));
+    task.set_step(0);
+    task.set_kind(kinds[static_cast<int>(st.phase)]);
+    task.set_layer(static_cast<int32_t>(st.layer));
+    task.set_span(s);
+    task.set_spans(kSpans);
+    task.set_chunk(kChunk);
+    task.set_targets(ledger.n_targets());
+    task.set_masked(false);
+    task.set_storage("full");
+    task.set_dtype(v1::F32);
     task.set_params_version(7);
     task.set_context_length(kT);
     task.set_config_json(ConfigToJson(config));
-    tc.inputs["u"] = HostTensor::From<T>(in.u, {halo + len, D}, dtype);
-    tc.inputs["g"] = HostTensor::From<T>(in.g, {len, D}, dtype);
-    tc.inputs["h0"] = HostTensor::From<T>(in.h0, {Di, N}, dtype);
-    if (!in.mu.empty()) tc.inputs["mu"] = HostTensor::From<T>(in.mu, {Di, N}, dtype);
-    for (const LayerParamSlot<T>& slot : LayerParamSlots<T>()) {
-      const std::string name = LayerParamName(k, slot.suffix);
-      tc.params[name] = all_params.at(name);
+    const SpanInputs<float> in = ledger.Inputs(id);
+    PutSpanInputs<float>(config, plan, st, in, "", tc.inputs);
+    PutSpanStart(ledger.SpanTokens(s), ledger.SpanMask(s), tc.span_start);
+    for (const auto& [step, step_in] : ledger.Replay(id))
+      PutSpanInputs<float>(config, plan, step, step_in, ReplayPrefix(step), tc.span_start);
+    if (!work[s]) {
+      work[s] = std::make_unique<SpanWork<float>>(model, plan, s, ledger.SpanTokens(s),
+                                                  ledger.SpanMask(s), ledger.n_targets(),
+                                                  Storage::kCompute, "");
     }
-    // The local run, with a block of its own (as the worker builds one).
-    const cpu::MambaBlockCpu<T> block(config, params.layers[k]);
-    BackwardTaskOutputs<T> out;
-    RunBackwardTask(block, config, in, out);
-    for (const LayerParamSlot<T>& slot : LayerParamSlots<T>()) {
-      tc.expected.emplace_back(LayerParamName(k, slot.suffix),
-                               HostTensor::From<T>(out.grad.*slot.member, slot.shape(config),
-                                                   dtype));
-    }
-    tc.expected.emplace_back("du", HostTensor::From<T>(out.du, {len, D}, dtype));
-    tc.expected.emplace_back("du_halo", HostTensor::From<T>(out.du_halo, {halo, D}, dtype));
-    tc.expected.emplace_back("mu_out", HostTensor::From<T>(out.mu_out, {Di, N}, dtype));
-    step.ApplyResult(id, out);
-    cases.push_back(std::move(tc));
+    SpanResult<float> r;
+    const absl::Status run = work[s]->Run(st, in, r.out);
+    EXPECT_TRUE(run.ok()) << run;
+    tc.expected = PutSpanResult<float>(config, plan, st, r);
+    ledger.Apply(id, std::move(r.out));
+    cases.tasks.push_back(std::move(tc));
   }
   return cases;
+}
+
+// Built once: every test serves the same step.
+const StepCases& Cases() {
+  static const StepCases* cases = new StepCases(BuildCases());
+  return *cases;
+}
+
+// Task `id` under another task id (and lease id) and parameter version.
+TaskCase Renamed(int64_t id, const std::string& task_id, uint64_t version) {
+  TaskCase tc = Cases().tasks[id];
+  tc.task.set_task_id(task_id);
+  tc.task.set_lease_id("lease-" + task_id);
+  tc.task.set_params_version(version);
+  return tc;
 }
 
 struct Received {
@@ -129,7 +161,6 @@ class FakeTaskService final : public v1::TaskService::Service {
     // Once its result stream has begun, heartbeats answer it cancelled (as the coordinator does
     // once it has accepted the result), and the stream is read on only after one did.
     bool cancel_during_push = false;
-    std::optional<uint64_t> params_version;  // overrides the task's
   };
 
   void Add(Entry e) {
@@ -184,7 +215,6 @@ class FakeTaskService final : public v1::TaskService::Service {
       case Entry::kTask:
         break;
     }
-    if (e.params_version) e.tc.task.set_params_version(*e.params_version);
     *resp->mutable_task() = e.tc.task;
     leased_[e.tc.task.task_id()] = std::move(e);
     return grpc::Status::OK;
@@ -235,7 +265,10 @@ class FakeTaskService final : public v1::TaskService::Service {
       }
       for (const auto& [name, t] : e.tc.inputs) send.emplace_back(name, t);
       if (req->include_params()) {
-        for (const auto& [name, t] : e.tc.params) send.emplace_back(name, t);
+        for (const auto& [name, t] : Cases().params) send.emplace_back(name, t);
+      }
+      if (req->include_span()) {
+        for (const auto& [name, t] : e.tc.span_start) send.emplace_back(name, t);
       }
     }
     for (const auto& [name, t] : send) {
@@ -317,7 +350,10 @@ class FakeTaskService final : public v1::TaskService::Service {
 
 class WorkerTest : public ::testing::Test {
  protected:
-  void SetUp() override { StartServer("127.0.0.1:0"); }
+  void SetUp() override {
+    Cases();  // the local run first (this also makes BLAS single-threaded for the process)
+    StartServer("127.0.0.1:0");
+  }
 
   void StartServer(const std::string& address) {
     grpc::ServerBuilder builder;
@@ -362,32 +398,63 @@ class WorkerTest : public ::testing::Test {
     return service_.WaitUntil([&] { return service_.results_.count(task_id) > 0; });
   }
 
+  // The worker's result for tc's task: the tensors of the local run, bitwise, in the stream
+  // order (by name); the two timings F64 scalars, finite and >= 0.
   void ExpectBitwise(const TaskCase& tc) {
     std::lock_guard<std::mutex> lock(service_.mu_);
-    auto it = service_.results_.find(tc.task.task_id());
-    ASSERT_NE(it, service_.results_.end()) << tc.task.task_id();
+    const std::string& id = tc.task.task_id();
+    auto it = service_.results_.find(id);
+    ASSERT_NE(it, service_.results_.end()) << id;
     const Received& r = it->second;
-    EXPECT_EQ(r.header.task_id(), tc.task.task_id());
+    EXPECT_EQ(r.header.task_id(), id);
     EXPECT_EQ(r.header.lease_id(), tc.task.lease_id());
     EXPECT_FALSE(r.header.worker_id().empty());
     std::vector<std::string> want_order;
     for (const auto& [name, t] : tc.expected) want_order.push_back(name);
-    EXPECT_EQ(r.order, want_order);
+    EXPECT_EQ(r.order, want_order) << id;
     for (const auto& [name, want] : tc.expected) {
       auto got = r.tensors.find(name);
-      ASSERT_NE(got, r.tensors.end()) << name;
-      EXPECT_EQ(got->second.dtype, want.dtype) << name;
-      EXPECT_EQ(got->second.shape, want.shape) << name;
-      EXPECT_TRUE(got->second.data == want.data) << name << " differs";
+      ASSERT_NE(got, r.tensors.end()) << id << " " << name;
+      EXPECT_EQ(got->second.dtype, want.dtype) << id << " " << name;
+      EXPECT_EQ(got->second.shape, want.shape) << id << " " << name;
+      if (name == "compute_seconds" || name == "rebuild_seconds") {
+        const double v = ScalarLocked(r, name);
+        EXPECT_TRUE(std::isfinite(v) && v >= 0) << id << " " << name << " = " << v;
+        continue;
+      }
+      EXPECT_TRUE(got->second.data == want.data) << id << " " << name << " differs";
     }
   }
 
-  int ParamFetches() {
+  // An F64 scalar of a received result (mu_ held).
+  static double ScalarLocked(const Received& r, const std::string& name) {
+    auto it = r.tensors.find(name);
+    if (it == r.tensors.end() || it->second.data.size() != sizeof(double)) return -1;
+    double v = 0;
+    std::memcpy(&v, it->second.data.data(), sizeof(double));
+    return v;
+  }
+  double RebuildSeconds(const std::string& task_id) {
     std::lock_guard<std::mutex> lock(service_.mu_);
+    auto it = service_.results_.find(task_id);
+    return it == service_.results_.end() ? -1 : ScalarLocked(it->second, "rebuild_seconds");
+  }
+
+  // (include_params, include_span) of every FetchInputs so far, in order.
+  std::vector<std::pair<bool, bool>> Includes() {
+    std::lock_guard<std::mutex> lock(service_.mu_);
+    std::vector<std::pair<bool, bool>> v;
+    for (const auto& f : service_.fetch_requests_) v.emplace_back(f.include_params(), f.include_span());
+    return v;
+  }
+
+  int ParamFetches() {
     int n = 0;
-    for (const auto& f : service_.fetch_requests_) n += f.include_params() ? 1 : 0;
+    for (const auto& [params, span] : Includes()) n += params ? 1 : 0;
     return n;
   }
+
+  const TaskCase& Task(int64_t id) const { return Cases().tasks[id]; }
 
   FakeTaskService service_;
   std::unique_ptr<grpc::Server> server_;
@@ -398,16 +465,21 @@ class WorkerTest : public ::testing::Test {
   absl::Status run_status_ = absl::UnknownError("not run");
 };
 
-TEST_F(WorkerTest, F32ResultIsBitwiseTheLocalRun) {
-  const std::vector<TaskCase> cases = BuildCases<float>(1);
-  const TaskCase& tc = cases[0];
-  ASSERT_EQ(tc.task.layer(), 1);  // task 0: the last layer's last chunk, no incoming adjoint
-  ASSERT_EQ(tc.task.chunk(), 2);
-  ASSERT_EQ(tc.inputs.count("mu"), 0u);
-  service_.AddTask(tc);
+// Every task of a step, in id order, to one worker: each result bitwise the local run.
+TEST_F(WorkerTest, AStepsTasksAreBitwiseTheLocalRun) {
+  ASSERT_EQ(static_cast<int64_t>(Cases().tasks.size()), kTasks);
+  std::set<v1::Task::Kind> kinds;
+  for (const TaskCase& tc : Cases().tasks) {
+    service_.AddTask(tc);
+    kinds.insert(tc.task.kind());
+  }
+  EXPECT_EQ(kinds.size(), 4u);  // every kind of task
   StartWorker();
-  ASSERT_TRUE(WaitForResult("t0"));
-  ExpectBitwise(tc);
+  for (const TaskCase& tc : Cases().tasks) {
+    ASSERT_TRUE(WaitForResult(tc.task.task_id())) << tc.task.task_id();
+    ExpectBitwise(tc);
+    EXPECT_EQ(RebuildSeconds(tc.task.task_id()), 0.0) << "the worker kept every span";
+  }
   // A few heartbeats with memory figures.
   ASSERT_TRUE(service_.WaitUntil([&] { return service_.heartbeats_.size() >= 2; }));
   EXPECT_LT(StopWorker(), milliseconds(1000));
@@ -417,69 +489,59 @@ TEST_F(WorkerTest, F32ResultIsBitwiseTheLocalRun) {
   EXPECT_EQ(service_.register_requests_[0].worker_name(), "test-worker");
   EXPECT_EQ(service_.register_requests_[0].device(), "cpu");
   EXPECT_GT(service_.register_requests_[0].memory_bytes(), 0u);
-  ASSERT_EQ(service_.fetch_requests_.size(), 1u);
+  ASSERT_EQ(service_.fetch_requests_.size(), static_cast<size_t>(kTasks));
   const v1::FetchInputsRequest& f = service_.fetch_requests_[0];
   EXPECT_EQ(f.worker_id(), "w1");
   EXPECT_EQ(f.task_id(), "t0");
   EXPECT_EQ(f.lease_id(), "lease-0");
   EXPECT_TRUE(f.include_params());
+  EXPECT_TRUE(f.include_span());
   for (const v1::HeartbeatRequest& h : service_.heartbeats_) {
     EXPECT_EQ(h.worker_id(), "w1");
     EXPECT_GT(h.resident_bytes(), 0u);
     EXPECT_GE(h.peak_resident_bytes(), h.resident_bytes());
   }
   const worker::WorkerStats st = worker_->stats();
-  EXPECT_EQ(st.tasks_done, 1);
+  EXPECT_EQ(st.tasks_pulled, kTasks);
+  EXPECT_EQ(st.tasks_done, kTasks);
+  EXPECT_EQ(st.results_rejected, 0);
   EXPECT_EQ(st.tasks_dropped, 0);
-}
-
-TEST_F(WorkerTest, F64TasksWithIncomingAdjointAreBitwiseTheLocalRun) {
-  const std::vector<TaskCase> cases = BuildCases<double>(3);  // (1, 2), (1, 1), (1, 0)
-  for (const TaskCase& tc : cases) service_.AddTask(tc);
-  ASSERT_EQ(cases[1].inputs.count("mu"), 1u);
-  ASSERT_EQ(cases[2].task.halo(), 0);
-  StartWorker();
-  for (const TaskCase& tc : cases) {
-    ASSERT_TRUE(WaitForResult(tc.task.task_id())) << tc.task.task_id();
-    ExpectBitwise(tc);
-  }
+  EXPECT_EQ(st.params_fetched, 1);
 }
 
 TEST_F(WorkerTest, WaitsOnNoTaskThenServesTheTask) {
-  const std::vector<TaskCase> cases = BuildCases<float>(1);
   for (int i = 0; i < 3; ++i) {
     FakeTaskService::Entry e;
     e.kind = FakeTaskService::Entry::kNoTask;
     e.retry_after_ms = 30;
     service_.Add(e);
   }
-  service_.AddTask(cases[0]);
+  service_.AddTask(Task(0));
   const Clock::time_point start = Clock::now();
   StartWorker();
   ASSERT_TRUE(WaitForResult("t0"));
   EXPECT_GE(Clock::now() - start, milliseconds(85));  // three waits of 30 ms (less jitter)
-  ExpectBitwise(cases[0]);
+  ExpectBitwise(Task(0));
   std::lock_guard<std::mutex> lock(service_.mu_);
   EXPECT_GE(service_.pulls_, 4);
 }
 
 TEST_F(WorkerTest, LostLeaseDropsTheTaskAndTheWorkerGoesOn) {
-  const std::vector<TaskCase> cases = BuildCases<float>(2);
   FakeTaskService::Entry lost;
   lost.kind = FakeTaskService::Entry::kTask;
-  lost.tc = cases[0];
+  lost.tc = Task(0);
   lost.lease_lost = true;
   service_.Add(lost);
-  service_.AddTask(cases[1]);
+  service_.AddTask(Task(1));
   StartWorker();
   ASSERT_TRUE(WaitForResult("t1"));
-  ExpectBitwise(cases[1]);
+  ExpectBitwise(Task(1));
   StopWorker();
   EXPECT_TRUE(run_status_.ok()) << run_status_;
   const worker::WorkerStats st = worker_->stats();
   EXPECT_EQ(st.tasks_dropped, 1);
   EXPECT_EQ(st.tasks_done, 1);
-  // The lost fetch asked for the parameters; nothing was cached from it, so t1 asks again.
+  // The lost fetch asked for the model; nothing was kept from it, so t1 asks again.
   EXPECT_EQ(ParamFetches(), 2);
   std::lock_guard<std::mutex> lock(service_.mu_);
   EXPECT_EQ(service_.results_.count("t0"), 0u);
@@ -505,47 +567,80 @@ TEST_F(WorkerTest, StopWhileTheCoordinatorIsUnreachableIsPrompt) {
   EXPECT_EQ(worker_->stats().registrations, 0);
 }
 
-TEST_F(WorkerTest, ParametersAreFetchedOncePerLayerAndVersion) {
-  const std::vector<TaskCase> cases = BuildCases<float>(4);  // (1,2) (1,1) (1,0) (0,2)
-  service_.AddTask(cases[0]);  // version 7, layer 1: fetch
-  service_.AddTask(cases[1]);  // version 7, layer 1: cached
-  FakeTaskService::Entry newer;
-  newer.kind = FakeTaskService::Entry::kTask;
-  newer.tc = cases[2];
-  newer.params_version = 8;  // a newer version: fetch (and 7 is evicted)
-  service_.Add(newer);
-  FakeTaskService::Entry other_layer;
-  other_layer.kind = FakeTaskService::Entry::kTask;
-  other_layer.tc = cases[3];
-  other_layer.params_version = 8;  // layer 0 not cached yet: fetch
-  service_.Add(other_layer);
-  FakeTaskService::Entry older;
-  older.kind = FakeTaskService::Entry::kTask;
-  older.tc = cases[1];
-  older.tc.task.set_task_id("t1-again");
-  older.params_version = 7;  // evicted: fetch again
-  service_.Add(older);
+// include_params only on the first task of a params_version, include_span only on a span's
+// first task of that version (the worker keeps the model and its spans between tasks); a task
+// of an older version than the one held is stale: skipped without a fetch.
+TEST_F(WorkerTest, TheModelIsFetchedOncePerVersionAndASpansTokensOncePerSpan) {
+  for (const TaskCase& tc : Cases().tasks) service_.AddTask(tc);  // version 7
+  const TaskCase v8_0 = Renamed(0, "v8-t0", 8), v8_1 = Renamed(1, "v8-t1", 8),
+                 v8_2 = Renamed(2, "v8-t2", 8), stale = Renamed(2, "stale-t2", 7);
+  service_.AddTask(v8_0);   // a new version: the model and span 0 again
+  service_.AddTask(v8_1);   // span 1 again
+  service_.AddTask(stale);  // version 7 after 8: skipped
+  service_.AddTask(v8_2);   // span 0, held and ready
   StartWorker();
-  for (const char* id : {"t0", "t1", "t2", "t3", "t1-again"}) ASSERT_TRUE(WaitForResult(id)) << id;
-  for (const TaskCase& tc : cases) ExpectBitwise(tc);
+  for (const TaskCase& tc : Cases().tasks) {
+    ASSERT_TRUE(WaitForResult(tc.task.task_id())) << tc.task.task_id();
+    ExpectBitwise(tc);
+  }
+  // The same model under version 8: the same results.
+  for (const TaskCase* tc : {&v8_0, &v8_1, &v8_2}) {
+    ASSERT_TRUE(WaitForResult(tc->task.task_id())) << tc->task.task_id();
+    ExpectBitwise(*tc);
+  }
+  StopWorker();
+  // Version 7: the model with t0; each span's start with its first task (span 0: t0, span 1:
+  // t1, span 2: t4, its forward of layer 0: the last span has no forward summary).
+  std::vector<std::pair<bool, bool>> want(kTasks, {false, false});
+  want[0] = {true, true};
+  want[1] = {false, true};
+  want[4] = {false, true};
+  // Version 8.
+  want.push_back({true, true});
+  want.push_back({false, true});
+  want.push_back({false, false});
+  EXPECT_EQ(Includes(), want);
+  const worker::WorkerStats st = worker_->stats();
+  EXPECT_EQ(st.params_fetched, 2);
+  EXPECT_EQ(st.tasks_dropped, 1);
   std::lock_guard<std::mutex> lock(service_.mu_);
-  ASSERT_EQ(service_.fetch_requests_.size(), 5u);
-  std::vector<bool> include;
-  for (const auto& f : service_.fetch_requests_) include.push_back(f.include_params());
-  EXPECT_EQ(include, (std::vector<bool>{true, false, true, true, true}));
+  EXPECT_EQ(service_.results_.count("stale-t2"), 0u);
+}
+
+// A span the worker holds but not ready for its task (here: span 2 after layer 0's forward,
+// handed its backward of layer 1) is fetched with its start and rebuilt by replaying the
+// forward of both layers; its result is still bitwise the local run, with rebuild_seconds > 0,
+// and the span goes on from there without another fetch of its start.
+TEST_F(WorkerTest, ASpanNotReadyForItsTaskIsRebuilt) {
+  service_.AddTask(Task(4));   // F(0, 2): span 2's first task
+  service_.AddTask(Task(12));  // B(1, 2): needs layer 1's forward and the head first
+  service_.AddTask(Task(17));  // B(0, 2): right after B(1, 2) on the same span
+  ASSERT_EQ(Task(12).task.kind(), v1::Task::SPAN_BACKWARD);
+  ASSERT_EQ(Task(12).task.span(), 2);
+  ASSERT_TRUE(Task(12).span_start.contains("replay.fwd.0.h0"));
+  ASSERT_TRUE(Task(12).span_start.contains("replay.fwd.1.halo_u"));
+  StartWorker();
+  for (int64_t id : {4, 12, 17}) {
+    ASSERT_TRUE(WaitForResult(Task(id).task.task_id())) << id;
+    ExpectBitwise(Task(id));
+  }
+  EXPECT_EQ(RebuildSeconds("t4"), 0.0);  // a span's first task makes it: no rebuild
+  EXPECT_GT(RebuildSeconds("t12"), 0.0);
+  EXPECT_EQ(RebuildSeconds("t17"), 0.0);
+  EXPECT_EQ(Includes(), (std::vector<std::pair<bool, bool>>{{true, true}, {false, true},
+                                                            {false, false}}));
 }
 
 TEST_F(WorkerTest, TaskCancelledByHeartbeatIsDropped) {
-  const std::vector<TaskCase> cases = BuildCases<float>(2);
   FakeTaskService::Entry cancelled;
   cancelled.kind = FakeTaskService::Entry::kTask;
-  cancelled.tc = cases[0];
+  cancelled.tc = Task(0);
   cancelled.cancel_by_heartbeat = true;
   service_.Add(cancelled);
-  service_.AddTask(cases[1]);
+  service_.AddTask(Task(1));
   StartWorker();
   ASSERT_TRUE(WaitForResult("t1"));
-  ExpectBitwise(cases[1]);
+  ExpectBitwise(Task(1));
   StopWorker();
   std::lock_guard<std::mutex> lock(service_.mu_);
   EXPECT_EQ(service_.results_.count("t0"), 0u);
@@ -568,15 +663,14 @@ TEST_F(WorkerTest, CancelCrossingAnAcceptedResultDoesNotAbortItsPush) {
   // The coordinator accepts a result and the heartbeat answered meanwhile calls the task
   // cancelled (it is no longer leased: it is done). The push in flight is not cancelled: its
   // answer (accepted) counts, and the task is done, not dropped.
-  const std::vector<TaskCase> cases = BuildCases<float>(1);
   FakeTaskService::Entry e;
   e.kind = FakeTaskService::Entry::kTask;
-  e.tc = cases[0];
+  e.tc = Task(0);
   e.cancel_during_push = true;
   service_.Add(e);
   StartWorker();
   ASSERT_TRUE(WaitForResult("t0"));
-  ExpectBitwise(cases[0]);
+  ExpectBitwise(Task(0));
   StopWorker();
   EXPECT_EQ(worker_->stats().tasks_done, 1);
   EXPECT_EQ(worker_->stats().tasks_dropped, 0);
@@ -586,67 +680,77 @@ TEST_F(WorkerTest, CancelCrossingAnAcceptedResultDoesNotAbortItsPush) {
 }
 
 TEST_F(WorkerTest, UnknownWorkerRegistersAgain) {
-  const std::vector<TaskCase> cases = BuildCases<float>(1);
   FakeTaskService::Entry restart;
   restart.kind = FakeTaskService::Entry::kNotFound;
   service_.Add(restart);
-  service_.AddTask(cases[0]);
+  service_.AddTask(Task(0));
   StartWorker();
   ASSERT_TRUE(WaitForResult("t0"));
-  ExpectBitwise(cases[0]);
+  ExpectBitwise(Task(0));
   std::lock_guard<std::mutex> lock(service_.mu_);
   EXPECT_EQ(service_.register_requests_.size(), 2u);
   EXPECT_EQ(service_.results_.at("t0").header.worker_id(), "w2");
 }
 
 TEST_F(WorkerTest, UnavailableRegistrationIsRetried) {
-  const std::vector<TaskCase> cases = BuildCases<float>(1);
   service_.register_failures_ = 3;
-  service_.AddTask(cases[0]);
+  service_.AddTask(Task(0));
   StartWorker();
   ASSERT_TRUE(WaitForResult("t0"));
-  ExpectBitwise(cases[0]);
+  ExpectBitwise(Task(0));
   std::lock_guard<std::mutex> lock(service_.mu_);
   EXPECT_EQ(service_.register_calls_, 4);
 }
 
 TEST_F(WorkerTest, ACoordinatorThatComesBackLaterIsFound) {
-  const std::vector<TaskCase> cases = BuildCases<float>(1);
   const int port = port_;
   server_->Shutdown(std::chrono::system_clock::now());
   server_.reset();
   StartWorker();
   std::this_thread::sleep_for(milliseconds(500));  // connection refused, backing off
   StartServer(absl::StrCat("127.0.0.1:", port));
-  service_.AddTask(cases[0]);
+  service_.AddTask(Task(0));
   ASSERT_TRUE(WaitForResult("t0"));
-  ExpectBitwise(cases[0]);
+  ExpectBitwise(Task(0));
 }
 
+// Tasks this worker cannot run are logged and skipped without a result: those it can tell
+// from the task alone before any fetch, one whose inputs do not fit the contract after it.
 TEST_F(WorkerTest, UnsupportedAndMalformedTasksAreSkipped) {
-  const std::vector<TaskCase> cases = BuildCases<float>(3);
-  FakeTaskService::Entry forward;  // another kind: skipped without a fetch
-  forward.kind = FakeTaskService::Entry::kTask;
-  forward.tc = cases[0];
-  forward.tc.task.set_kind(v1::Task::FORWARD);
-  service_.Add(forward);
-  FakeTaskService::Entry bad_shape;  // "g" one row short: skipped after the fetch
+  auto bad = [&](const std::string& id, auto edit) {
+    FakeTaskService::Entry e;
+    e.kind = FakeTaskService::Entry::kTask;
+    e.tc = Renamed(0, id, 7);
+    edit(e.tc);
+    service_.Add(e);
+  };
+  bad("no-kind", [](TaskCase& tc) { tc.task.set_kind(v1::Task::KIND_UNSPECIFIED); });
+  bad("span-5-of-3", [](TaskCase& tc) { tc.task.set_span(5); });
+  bad("layer-7", [](TaskCase& tc) { tc.task.set_layer(7); });
+  bad("f64", [](TaskCase& tc) { tc.task.set_dtype(v1::F64); });  // workers compute in f32
+  bad("bad-config", [](TaskCase& tc) { tc.task.set_config_json("{\"hidden_size\": "); });
+  FakeTaskService::Entry bad_shape;  // "h0" one row short: skipped after the fetch
   bad_shape.kind = FakeTaskService::Entry::kTask;
-  bad_shape.tc = cases[1];
-  HostTensor& g = bad_shape.tc.inputs["g"];
-  g.shape[0] -= 1;
-  g.data.resize(g.data.size() - 8 * 4);
+  bad_shape.tc = Task(3);  // F(0, 1): reads h0 (16, 4)
+  HostTensor& h0 = bad_shape.tc.inputs.at("h0");
+  h0.shape[0] -= 1;
+  h0.data.resize(h0.data.size() - 4 * 4);
   service_.Add(bad_shape);
-  service_.AddTask(cases[2]);
+  service_.AddTask(Task(0));
   StartWorker();
-  ASSERT_TRUE(WaitForResult("t2"));
-  ExpectBitwise(cases[2]);
+  ASSERT_TRUE(WaitForResult("t0"));
+  ExpectBitwise(Task(0));
   StopWorker();
   std::lock_guard<std::mutex> lock(service_.mu_);
   EXPECT_EQ(service_.results_.size(), 1u);
   ASSERT_EQ(service_.fetch_requests_.size(), 2u);
-  EXPECT_EQ(service_.fetch_requests_[0].task_id(), "t1");
-  EXPECT_EQ(worker_->stats().tasks_dropped, 2);
+  EXPECT_EQ(service_.fetch_requests_[0].task_id(), "t3");
+  EXPECT_EQ(service_.fetch_requests_[1].task_id(), "t0");
+  // The model came with t3 and was kept; span 1 is not span 0.
+  EXPECT_TRUE(service_.fetch_requests_[0].include_params());
+  EXPECT_FALSE(service_.fetch_requests_[1].include_params());
+  EXPECT_TRUE(service_.fetch_requests_[1].include_span());
+  EXPECT_EQ(worker_->stats().tasks_dropped, 6);
 }
 
 }  // namespace
