@@ -95,7 +95,7 @@ class TaskServiceImpl final : public v1::TaskService::Service {
   int64_t connected_workers() const;
 
  private:
-  // The gradient being computed: published while its backward tasks are out.
+  // The gradient being computed: published while its span tasks are out.
   struct Step {
     GradOptions options;  // the step's own copy
     std::unique_ptr<SpanScheduler> sched;

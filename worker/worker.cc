@@ -221,8 +221,10 @@ absl::Status Worker::Run(std::atomic<bool>& stop) {
   watcher.join();
   if (absl::IsCancelled(status) && state_->Stopping()) status = absl::OkStatus();
   const WorkerStats st = stats();
-  state_->Log(1, absl::StrFormat("stopped: %d tasks done (%d not accepted), %d dropped",
-                                 st.tasks_done, st.results_rejected, st.tasks_dropped));
+  state_->Log(1, absl::StrFormat(
+                     "stopped: %d tasks done (%d not accepted), %d dropped; peak RSS %.1f MiB",
+                     st.tasks_done, st.results_rejected, st.tasks_dropped,
+                     static_cast<double>(PeakResidentBytes()) / 1048576.0));
   return status;
 }
 

@@ -1,6 +1,7 @@
-// adjsh worker: pulls exact-backward (layer k, chunk c) tasks from a coordinator's TaskService
-// (proto/adjsh.proto), fetches their inputs as streamed tensors, runs RunBackwardTask
-// (engine/backward_task.h) in the task's dtype and pushes the outputs back as streamed tensors.
+// adjsh worker: owns spans of a step (engine/span_plan.h), pulls their (layer, span) tasks from
+// a coordinator's TaskService (proto/adjsh.proto), fetches their small inputs as streamed
+// tensors, runs them on the rows it keeps (engine/span_work.h) and pushes the outputs back as
+// streamed tensors.
 //
 //   Worker w(WorkerOptions{.coordinator = "127.0.0.1:50051"});
 //   std::atomic<bool> stop{false};      // set it (e.g. from a signal handler) to end Run
@@ -12,21 +13,18 @@
 //   A heartbeat thread sends Heartbeat{worker_id, [held task], RSS, peak RSS} every interval;
 //     a held task named in cancelled_task_ids is dropped (its in-flight fetch is cancelled; a
 //     result already being pushed gets its own answer, accepted or not).
-//   PullTask -> NoTask: wait retry_after_ms; Task: only kind BACKWARD with ahead = 0 and
-//     window = 0 (the exact wavefront schedule), dtype F32 or F64. Any other task is logged and
-//     skipped without a result (its lease expires).
-//   FetchInputs{include_params = the layer's parameters are not cached}: "u" (halo + len, D),
-//     "g" (len, D), "h0" (Di, N), optional "mu" (Di, N) (absent = zero / last chunk), and the
-//     layer's parameters under their HF names and shapes when asked for. Every tensor's name,
-//     shape and dtype is checked (the task's dtype or a narrower float: bf16, f16, f32 for f64
-//     tasks); a mismatch is logged and the task skipped. FAILED_PRECONDITION / NOT_FOUND: drop.
-//   PushResult: ResultHeader, then the layer's gradient partials (LayerParamSlots order, HF names
-//     and shapes), "du" (len, D), "du_halo" (halo, D), "mu_out" (Di, N), all in the task's
-//     dtype, in 1 MiB pieces. accepted = false is normal (late or duplicate result).
-// Parameters are cached per job for the newest params_version only (older ones are evicted
-// when a newer version arrives; a task of an older version fetches without caching); at most
-// kMaxCachedJobs jobs are kept (least recently used evicted). The parsed config is cached with
-// them.
+//   PullTask -> NoTask: wait retry_after_ms; Task: a SPAN_* kind in dtype F32 whose plan
+//     (context, chunk, spans) fits its config (span_store.h CheckTask). Any other task is
+//     logged and skipped without a result (its lease expires).
+//   FetchInputs{include_params = this worker holds no model of the task's params_version,
+//     include_span = it holds the span not at all, or not ready for the task}: the task's
+//     inputs, the model, the span's tokens and replay, named and shaped as engine/span_tensors.h
+//     says; every tensor is checked and a mismatch logged and the task skipped.
+//     FAILED_PRECONDITION / NOT_FOUND: drop.
+//   PushResult: ResultHeader, then the task's outputs (engine/span_tensors.h) in f32, in 1 MiB
+//     pieces. accepted = false is normal (late or duplicate result).
+// The model and the spans are kept per job for the newest params_version only (a newer version
+// drops them); at most kMaxCachedJobs jobs are kept (least recently used dropped).
 // Errors: UNAVAILABLE and DEADLINE_EXCEEDED are retried with exponential backoff (100 ms doubling
 // to 2 s) forever for RegisterWorker and PullTask, and for FetchInputs / PushResult as long as
 // the task's lease can still be alive (lease_expires_ms after the last heartbeat that renewed
@@ -37,8 +35,8 @@
 //
 // Inside: worker.cc registers, runs the heartbeat thread and the main loop; shared_state.h is
 // what the threads share (the task held, the calls in flight, stop and shutdown); task_runner.h
-// serves one task, with param_cache.h (the per-job cache, the checks against the config) and
-// task_io.h (the fetch and push streams, the tensors' checks); retry.h is the retry policy.
+// serves one task, with span_store.h (the per-job model and spans, the checks against the
+// config) and task_io.h (the fetch and push streams); retry.h is the retry policy.
 #ifndef ADJSH_WORKER_WORKER_H_
 #define ADJSH_WORKER_WORKER_H_
 
@@ -72,7 +70,7 @@ struct WorkerOptions {
   std::chrono::milliseconds backoff_min{100}, backoff_max{2000};
   std::chrono::milliseconds stop_grace{5000};  // for pushing a finished result after stop
   WorkerMetrics* metrics = nullptr;  // optional (worker/metrics.h); must outlive the Worker
-  Device device;  // where tasks are computed (kernels/backend.h); f64 tasks only on the CPU
+  Device device;  // where tasks are computed (kernels/backend.h)
 };
 
 // Counters, readable at any time (for tests and logs).
