@@ -85,14 +85,14 @@ S* Put(Context& ctx, const std::vector<S>& host) {
 template <typename S>
 int Run(const Flags& f) {
   Context& ctx = Context::Get(0);
-  const int64_t L = f.len, Di = f.Di, N = f.N, R = 48, E = R + 2 * N;
+  const int64_t L = f.len, Di = f.Di, N = f.N, R = 48, Q = R + 2 * N;
   const double s = sizeof(S);
   ScanArgs<S> a;
   a.len = L, a.halo = 0, a.Di = Di, a.N = N, a.R = R;
   a.dtpre = Put(ctx, Random<S>(L * Di, -4.0f, -1.0f, 1));
   a.dt_b = Put(ctx, Random<float>(Di, -1.0f, 0.0f, 2));
   a.xc = Put(ctx, Random<S>(L * Di, -1.0f, 1.0f, 3));
-  a.dbc = Put(ctx, Random<S>(L * E, -1.0f, 1.0f, 4));
+  a.dbc = Put(ctx, Random<S>(L * Q, -1.0f, 1.0f, 4));
   a.xz = Put(ctx, Random<S>(L * 2 * Di, -1.0f, 1.0f, 5));
   a.A = Put(ctx, Random<float>(Di * N, -16.0f, -1.0f, 6));
   a.Dskip = Put(ctx, Random<float>(Di, 0.5f, 1.5f, 7));
@@ -108,7 +108,7 @@ int Run(const Flags& f) {
   b.dxz = Put(ctx, std::vector<S>(L * 2 * Di));
   b.ddt = Put(ctx, std::vector<S>(L * Di));
   b.dxc = Put(ctx, std::vector<float>(L * Di));
-  b.ddbc = Put(ctx, std::vector<S>(L * E));
+  b.ddbc = Put(ctx, std::vector<S>(L * Q));
   b.dA_log = Put(ctx, std::vector<float>(Di * N));
   b.dD = Put(ctx, std::vector<float>(Di));
   b.ddt_b = Put(ctx, std::vector<float>(Di));

@@ -16,8 +16,8 @@ struct FlopsPerToken {
 
 inline FlopsPerToken GradientFlopsPerToken(const MambaConfig& c, bool exact, bool two_pass) {
   const double D = c.hidden_size, Di = c.inner(), R = c.time_step_rank, V = c.vocab_size;
-  const double E = R + 2 * c.state_size, K = c.num_hidden_layers;
-  const double recompute = 2 * D * 2 * Di + 2 * Di * E + 2 * R * Di;  // in_proj, x_proj, dt_proj
+  const double Q = R + 2 * c.state_size, K = c.num_hidden_layers;  // Q: x_proj rows
+  const double recompute = 2 * D * 2 * Di + 2 * Di * Q + 2 * R * Di;  // in_proj, x_proj, dt_proj
   const double out = 2 * Di * D;
   const double forward = recompute + out;
   const double backward = 2 * forward;  // dW and dinput for every projection

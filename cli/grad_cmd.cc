@@ -2,6 +2,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <thread>
 
 #include "absl/strings/str_format.h"
 #include "cli/args.h"
@@ -28,7 +29,7 @@ absl::Status RunGrad(const ArgParser& a, const GradOptions& opt, bool quiet, int
   if (!tokens.ok()) return tokens.status();
   if (absl::Status s = CheckTokensInVocab(*tokens, params->config.vocab_size); !s.ok()) return s;
 
-  const auto start = std::chrono::steady_clock::now();
+  auto start = std::chrono::steady_clock::now();
   absl::StatusOr<GradResult<T>> result;
   if constexpr (std::is_same_v<T, float>) {
     if (workers > 0) {  // a local cluster: the backward tasks on worker processes
@@ -38,6 +39,10 @@ absl::Status RunGrad(const ArgParser& a, const GradOptions& opt, bool quiet, int
       absl::StatusOr<std::unique_ptr<coordinator::LocalCluster>> cluster =
           coordinator::LocalCluster::Start(workers, SelfExe(), std::move(options));
       if (!cluster.ok()) return cluster.status();
+      // The gradient's time, not the workers' start: wait (up to 30 s) for them to register.
+      for (int i = 0; i < 3000 && (*cluster)->service().registered_workers() < workers; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      start = std::chrono::steady_clock::now();
       result = (*cluster)->service().ComputeGradient(*params, *tokens, opt, "grad", 0);
     }
   }

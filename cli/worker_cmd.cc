@@ -4,6 +4,9 @@
 #include <cstdio>
 #include <memory>
 
+#include <unistd.h>
+
+#include "absl/strings/str_cat.h"
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/device_flags.h"
@@ -37,8 +40,11 @@ int WorkerCommand(const std::vector<std::string>& args) {
   AddDeviceFlags(a, "compute the tasks");
   a.Add("storage", "full|bf16",
         "with --device cuda:N: activations and weights held in bf16 on the GPU, sums in f32 "
-        "(CUDA only; a job's bf16-stored inputs arrive as bf16 either way)",
+        "(CUDA only; how a span's rows are kept is the job's --storage)",
         "full");
+  a.Add("spill-dir", "DIR",
+        "keep the owned spans' layer inputs in memory-mapped files here (the OS may write them "
+        "to disk: spans larger than RAM); the same results");
   AddClientSecurityFlags(a, /*worker=*/true);
   if (auto code = ParseOrExit(a, args)) return *code;
 
@@ -53,6 +59,14 @@ int WorkerCommand(const std::vector<std::string>& args) {
   if (!security.ok()) return SecurityFail("worker", security_error);
   opt.credentials = ChannelCredentialsFor(*security);
   if (a.Has("name")) opt.name = a.Get("name");
+  if (a.Has("spill-dir")) {
+    opt.spill_dir = a.Get("spill-dir");
+    if (access(opt.spill_dir.c_str(), W_OK | X_OK) != 0) {
+      return BadUsage("worker", absl::InvalidArgumentError(absl::StrCat(
+                                    "--spill-dir ", opt.spill_dir,
+                                    " does not exist or is not writable")));
+    }
+  }
   absl::StatusOr<int64_t> log_every = a.GetInt("log-every", 0, int64_t{1} << 40);
   if (!log_every.ok()) return BadUsage("worker", log_every.status());
   opt.log_every = *log_every;

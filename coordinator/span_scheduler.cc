@@ -55,6 +55,23 @@ void SpanScheduler::Begin(SpanOwners& owners, const std::string& job_id,
     const bool alive = std::find(live_workers.begin(), live_workers.end(), o) != live_workers.end();
     if (!alive || ++held[o] > quota) o.clear();
   }
+  // The spans nobody holds go round-robin to the live workers under their quota: span s to
+  // the next one after span s - 1's. Interleaved, not in blocks: a span's forward waits for the
+  // summaries of every span before it, and its backward for those after it, so neighbours on
+  // different workers keep both busy instead of one waiting for the other's last summary.
+  size_t next = 0;
+  for (int64_t s = 0; s < S && !live_workers.empty(); ++s) {
+    std::string& o = owners.owner[s];
+    if (!o.empty()) continue;
+    for (size_t tries = 0; tries < live_workers.size(); ++tries) {
+      const std::string& w = live_workers[next++ % live_workers.size()];
+      if (held[w] < quota) {
+        o = w;
+        ++held[w];
+        break;
+      }
+    }
+  }
 }
 
 std::optional<LeasedTask> SpanScheduler::Next(const std::string& worker, const Live& live,

@@ -2,12 +2,13 @@
 // workers"): its plan, its ledger (engine/span_ledger.h), its task queue, who owns which span,
 // and what each task cost. The TaskService calls it under its own lock; nothing here locks.
 //
-// Ownership: a span's tasks go to its owner only. A worker with no ready task of its own spans
-// claims an unowned span's ready task if it owns fewer than ceil(S / live workers) spans. An
-// owner not heard from for a lease loses its spans (their leased tasks expire with the lease),
-// and whoever claims them next rebuilds them from the tokens and the ledger's summaries
-// (SpanLedger::Replay). Owners carry over from step to step while they live, trimmed to the
-// quota at each step's start so that a late worker gets its share.
+// Ownership: a span's tasks go to its owner only. At a step's start the owners that live keep
+// their spans (trimmed to the quota ceil(S / live workers), so that a late worker gets its
+// share) and the others are dealt round-robin to the live workers. During the step a worker
+// with no ready task of its own spans claims an unowned span's ready task if it owns fewer than
+// the quota. An owner not heard from for a lease loses its spans (their leased tasks expire
+// with the lease), and whoever claims them next rebuilds them from the tokens and the ledger's
+// summaries (SpanLedger::Replay).
 #ifndef ADJSH_COORDINATOR_SPAN_SCHEDULER_H_
 #define ADJSH_COORDINATOR_SPAN_SCHEDULER_H_
 

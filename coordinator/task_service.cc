@@ -172,6 +172,7 @@ absl::StatusOr<GradResult<float>> TaskServiceImpl::ComputeGradient(
     current_ = std::move(step);
     for (auto& [id, worker] : workers_) worker.leases.clear();  // leases of earlier steps
     current_->sched->Begin(owners_, job_id, LiveWorkers());
+    work_cv_.notify_all();
     done_cv_.wait(lock, [&] {
       return cancelled_ || !aborted_.ok() || current_->sched->queue().Finished();
     });
@@ -241,18 +242,35 @@ grpc::Status TaskServiceImpl::RegisterWorker(grpc::ServerContext* ctx,
 
 grpc::Status TaskServiceImpl::PullTask(grpc::ServerContext* ctx, const v1::PullTaskRequest* req,
                                        v1::PullTaskResponse* resp) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto w = workers_.find(req->worker_id());
-  if (w == workers_.end()) {
-    return Error(absl::NotFoundError(absl::StrCat("unknown worker \"", Echo(req->worker_id()), "\"")));
+  std::unique_lock<std::mutex> lock(mu_);
+  // A long poll: with nothing ready for this worker, wait (up to long_poll) for a result that
+  // makes a task ready, so that a span's next task starts without a polling delay.
+  const absl::Time until = absl::Now() + opt_.long_poll;
+  for (;;) {
+    auto w = workers_.find(req->worker_id());
+    if (w == workers_.end()) {
+      return Error(
+          absl::NotFoundError(absl::StrCat("unknown worker \"", Echo(req->worker_id()), "\"")));
+    }
+    if (absl::Status s = CheckCaller(w->second, req->worker_id(), ctx); !s.ok()) return Error(s);
+    w->second.last_seen = absl::Now();
+    if (w->second.nonfinite_results >= kShunAfterNonFinite) {
+      return Error(absl::PermissionDeniedError(absl::StrCat(
+          "worker \"", req->worker_id(), "\" sent ", w->second.nonfinite_results,
+          " results with non-finite values and is given no more tasks")));
+    }
+    if (TryLease(req->worker_id(), w->second, resp)) return grpc::Status::OK;
+    const absl::Time now = absl::Now();
+    if (now >= until || ctx->IsCancelled()) break;
+    work_cv_.wait_for(lock, absl::ToChronoMilliseconds(until - now) +
+                                std::chrono::milliseconds(1));
   }
-  if (absl::Status s = CheckCaller(w->second, req->worker_id(), ctx); !s.ok()) return Error(s);
-  w->second.last_seen = absl::Now();
-  if (w->second.nonfinite_results >= kShunAfterNonFinite) {
-    return Error(absl::PermissionDeniedError(absl::StrCat(
-        "worker \"", req->worker_id(), "\" sent ", w->second.nonfinite_results,
-        " results with non-finite values and is given no more tasks")));
-  }
+  resp->mutable_no_task()->set_retry_after_ms(opt_.retry_after_ms);
+  return grpc::Status::OK;
+}
+
+bool TaskServiceImpl::TryLease(const std::string& worker_id, Worker& worker,
+                               v1::PullTaskResponse* resp) {
   if (current_) {
     const absl::Time since = absl::Now() - opt_.lease;
     const auto live = [&](const std::string& id) {
@@ -262,7 +280,7 @@ grpc::Status TaskServiceImpl::PullTask(grpc::ServerContext* ctx, const v1::PullT
     };
     const int64_t live_count = static_cast<int64_t>(LiveWorkers().size());
     std::optional<LeasedTask> leased =
-        current_->sched->Next(req->worker_id(), live, live_count, opt_.lease);
+        current_->sched->Next(worker_id, live, live_count, opt_.lease);
     if (leased) {
       const int64_t id = leased->task_id;
       const SpanTask& task = current_->sched->task(id);
@@ -289,12 +307,11 @@ grpc::Status TaskServiceImpl::PullTask(grpc::ServerContext* ctx, const v1::PullT
       t->set_params_version(static_cast<uint64_t>(current_->version));
       t->set_context_length(current_->tokens);
       t->set_config_json(current_->config_json);
-      w->second.leases[id] = leased->lease_id;
-      return grpc::Status::OK;
+      worker.leases[id] = leased->lease_id;
+      return true;
     }
   }
-  resp->mutable_no_task()->set_retry_after_ms(opt_.retry_after_ms);
-  return grpc::Status::OK;
+  return false;
 }
 
 grpc::Status TaskServiceImpl::Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* req,
@@ -413,6 +430,7 @@ grpc::Status TaskServiceImpl::PushResult(grpc::ServerContext* ctx,
   if (!bad.empty()) {
     // Refused before anything is applied: the task goes back to the queue for another try.
     current_->sched->queue().Release(task, lease).IgnoreError();
+    work_cv_.notify_all();
     Worker& w = workers_[header.worker_id()];
     w.leases.erase(task);
     ++w.nonfinite_results;
@@ -438,6 +456,7 @@ grpc::Status TaskServiceImpl::PushResult(grpc::ServerContext* ctx,
   ++accepted_;
   resp->set_accepted(true);
   if (current_->sched->queue().Finished()) done_cv_.notify_all();
+  work_cv_.notify_all();  // its successors may be ready
   return grpc::Status::OK;
 }
 
@@ -448,6 +467,7 @@ void TaskServiceImpl::CancelCurrent() {
   RetireStep();
   current_.reset();  // the RPCs see no step from now on: no task handed out or accepted
   done_cv_.notify_all();
+  work_cv_.notify_all();
 }
 
 void TaskServiceImpl::Abort(absl::Status why) {
@@ -457,6 +477,7 @@ void TaskServiceImpl::Abort(absl::Status why) {
   RetireStep();
   current_.reset();  // the RPCs see no step from now on
   done_cv_.notify_all();
+  work_cv_.notify_all();
 }
 
 void TaskServiceImpl::RetireStep() {

@@ -32,6 +32,8 @@ struct TaskServiceOptions {
   absl::Duration lease = absl::Seconds(5);  // renewed by heartbeats; unrenewed, re-handed out
   int64_t heartbeat_interval_ms = 500;
   int64_t retry_after_ms = 20;              // NoTask: ask again after this long
+  // PullTask waits this long for a task to become ready for the caller before NoTask.
+  absl::Duration long_poll = absl::Milliseconds(100);
   uint64_t max_result_bytes = uint64_t{1} << 32;
   int64_t max_workers = 10000;  // registered at once; RegisterWorker is refused past it
   // A worker unheard of this long (at least 4 leases) is forgotten; it re-registers if it lives.
@@ -120,6 +122,8 @@ class TaskServiceImpl final : public v1::TaskService::Service {
   // Workers heard from within a lease and not shunned. Requires mu_.
   std::vector<std::string> LiveWorkers() const;
   void WriteTrace(const Step& step);  // appends the step's tasks to opt_.trace_path
+  // Leases the next task for worker into resp; false when none is ready for it. Requires mu_.
+  bool TryLease(const std::string& worker_id, Worker& worker, v1::PullTaskResponse* resp);
   // PERMISSION_DENIED unless the call comes with the identity w registered with.
   absl::Status CheckCaller(const Worker& w, const std::string& worker_id,
                            const grpc::ServerContext* ctx) const;
@@ -136,6 +140,7 @@ class TaskServiceImpl final : public v1::TaskService::Service {
   const TaskServiceOptions opt_;
   mutable std::mutex mu_;
   std::condition_variable done_cv_;
+  std::condition_variable work_cv_;  // a task may have become ready (PullTask's long poll)
   std::unique_ptr<Step> current_;        // guarded by mu_
   std::map<std::string, Worker> workers_;  // guarded by mu_
   // Worker ids carry a random per-process prefix: a worker that outlives a restarted

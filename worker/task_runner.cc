@@ -166,7 +166,7 @@ TaskRunner::Outcome TaskRunner::Run(const v1::Task& task, const TaskState& held)
       return skip(st.message());
     auto work = std::make_unique<SpanWork<float>>(
         *job.model, plan, task.span(), std::move(tokens), std::move(mask), task.targets(),
-        task.storage() == "bf16" ? Storage::kBF16 : Storage::kCompute, "");
+        task.storage() == "bf16" ? Storage::kBF16 : Storage::kCompute, opt_.spill_dir);
     for (int64_t r : plan.ReplayIds(id)) {
       absl::StatusOr<SpanInputs<float>> in =
           TakeSpanInputs<float>(cfg, plan, plan.task(r), ReplayPrefix(plan.task(r)), got);

@@ -71,6 +71,7 @@ struct WorkerOptions {
   std::chrono::milliseconds stop_grace{5000};  // for pushing a finished result after stop
   WorkerMetrics* metrics = nullptr;  // optional (worker/metrics.h); must outlive the Worker
   Device device;  // where tasks are computed (kernels/backend.h)
+  std::string spill_dir;  // non-empty: spans' layer inputs in memory-mapped files here
 };
 
 // Counters, readable at any time (for tests and logs).

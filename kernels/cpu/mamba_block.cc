@@ -54,10 +54,10 @@ MambaBlockCpu<T>::MambaBlockCpu(const MambaConfig& config, const LayerParams<T>&
 
 template <typename T>
 void MambaBlockCpu<T>::Recompute(const T* u, int64_t halo, int64_t M, Acts& a) const {
-  const int64_t P = halo + M, Di2 = 2 * Di_, E = R_ + 2 * N_;
+  const int64_t P = halo + M, Di2 = 2 * Di_, Q = R_ + 2 * N_;
   a.halo = halo, a.M = M;
   a.r.resize(P), a.n.resize(P * D_), a.xz.resize(P * Di2);
-  a.cpre.assign(M * Di_, T(0)), a.xc.resize(M * Di_), a.dbc.resize(M * E);
+  a.cpre.assign(M * Di_, T(0)), a.xc.resize(M * Di_), a.dbc.resize(M * Q);
   a.dtpre.resize(M * Di_), a.dt.resize(M * Di_);
 
   RmsNormForward(u, P, D_, p_.norm.data(), cfg_.layer_norm_epsilon, a.n.data(), a.r.data());
@@ -76,9 +76,9 @@ void MambaBlockCpu<T>::Recompute(const T* u, int64_t halo, int64_t M, Acts& a) c
     }
   }
   for (int64_t k = 0; k < M * Di_; ++k) a.xc[k] = Silu(a.cpre[k]);
-  Gemm<T>(Trans::kNo, Trans::kYes, M, E, Di_, 1, a.xc.data(), Di_, p_.x_proj.data(), Di_, 0,
-          a.dbc.data(), E);
-  Gemm<T>(Trans::kNo, Trans::kYes, M, Di_, R_, 1, a.dbc.data(), E, p_.dt_w.data(), R_, 0,
+  Gemm<T>(Trans::kNo, Trans::kYes, M, Q, Di_, 1, a.xc.data(), Di_, p_.x_proj.data(), Di_, 0,
+          a.dbc.data(), Q);
+  Gemm<T>(Trans::kNo, Trans::kYes, M, Di_, R_, 1, a.dbc.data(), Q, p_.dt_w.data(), R_, 0,
           a.dtpre.data(), Di_);
   for (int64_t t = 0; t < M; ++t)
     for (int64_t i = 0; i < Di_; ++i) {
@@ -170,7 +170,7 @@ void MambaBlockCpu<T>::Backward(const T* u, ChunkRows rows, const T* g, const T*
                                 int64_t window, LayerParams<T>& grad, T* du, T* du_halo,
                                 T* mu_out) const {
   const int64_t halo = rows.halo, len = rows.len, M = len + rows.ahead;
-  const int64_t Di2 = 2 * Di_, E = R_ + 2 * N_, P = halo + len;
+  const int64_t Di2 = 2 * Di_, Q = R_ + 2 * N_, P = halo + len;
   thread_local Acts a;
   Recompute(u, halo, M, a);
 
@@ -222,20 +222,20 @@ void MambaBlockCpu<T>::Backward(const T* u, ChunkRows rows, const T* g, const T*
       v *= Sigmoid(a.dtpre[t * Di_ + i]);
       grad.dt_b[i] += v;
     }
-  std::vector<T>& ddbc = Scratch<T>(kDdbc, len * E);  // dL/d[d | B | C]
-  Gemm<T>(Trans::kYes, Trans::kNo, Di_, R_, len, 1, ddt.data(), Di_, a.dbc.data(), E, 1,
+  std::vector<T>& ddbc = Scratch<T>(kDdbc, len * Q);  // dL/d[d | B | C]
+  Gemm<T>(Trans::kYes, Trans::kNo, Di_, R_, len, 1, ddt.data(), Di_, a.dbc.data(), Q, 1,
           grad.dt_w.data(), R_);
   Gemm<T>(Trans::kNo, Trans::kNo, len, R_, Di_, 1, ddt.data(), Di_, p_.dt_w.data(), R_, 0,
-          ddbc.data(), E);
+          ddbc.data(), Q);
   for (int64_t t = 0; t < len; ++t)
     for (int64_t n = 0; n < N_; ++n) {
-      ddbc[t * E + R_ + n] = dB[t * N_ + n];
-      ddbc[t * E + R_ + N_ + n] = dC[t * N_ + n];
+      ddbc[t * Q + R_ + n] = dB[t * N_ + n];
+      ddbc[t * Q + R_ + N_ + n] = dC[t * N_ + n];
     }
   // x_proj: dW_x += ddbc^T x'; dx' += ddbc W_x.
-  Gemm<T>(Trans::kYes, Trans::kNo, E, Di_, len, 1, ddbc.data(), E, a.xc.data(), Di_, 1,
+  Gemm<T>(Trans::kYes, Trans::kNo, Q, Di_, len, 1, ddbc.data(), Q, a.xc.data(), Di_, 1,
           grad.x_proj.data(), Di_);
-  Gemm<T>(Trans::kNo, Trans::kNo, len, Di_, E, 1, ddbc.data(), E, p_.x_proj.data(), Di_, 1,
+  Gemm<T>(Trans::kNo, Trans::kNo, len, Di_, Q, 1, ddbc.data(), Q, p_.x_proj.data(), Di_, 1,
           dxc.data(), Di_);
 
   // silu and the causal conv: dc = dx' . silu'(c); db += dc; dw[:, j] += dc . x_{t-W+1+j};

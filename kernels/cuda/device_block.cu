@@ -22,8 +22,8 @@ std::vector<P*> Members(const LayerTensors<P>& t) {
           t.dt_w, t.dt_b,    t.A_log,  t.Dskip,  t.out_proj};
 }
 std::vector<int64_t> Sizes(const BlockShape& s) {
-  const int64_t E = s.R + 2 * s.N;
-  return {s.D, 2 * s.Di * s.D, s.Di * s.W, s.Di, E * s.Di, s.Di * s.R, s.Di, s.Di * s.N,
+  const int64_t Q = s.R + 2 * s.N;
+  return {s.D, 2 * s.Di * s.D, s.Di * s.W, s.Di, Q * s.Di, s.Di * s.R, s.Di, s.Di * s.N,
           s.Di, s.D * s.Di};
 }
 
@@ -62,7 +62,7 @@ DeviceBlock::DeviceBlock(int device, bool bf16_storage, const BlockShape& shape,
                          const LayerTensors<const float>& src)
     : impl_(std::make_unique<Impl>(device, bf16_storage, shape)) {
   Impl& m = *impl_;
-  const int64_t D = shape.D, Di = shape.Di, N = shape.N, E = shape.R + 2 * shape.N;
+  const int64_t D = shape.D, Di = shape.Di, N = shape.N, Q = shape.R + 2 * shape.N;
   std::vector<float> A(Di * N);
   for (int64_t k = 0; k < Di * N; ++k) A[k] = -std::exp(src.A_log[k]);
   // norm, conv_w, conv_b, dt_b, A, Dskip in f32; in_proj, x_proj, dt_w, out_proj in S.
@@ -74,7 +74,7 @@ DeviceBlock::DeviceBlock(int device, bool bf16_storage, const BlockShape& shape,
   const Piece pieces[10] = {{src.norm, D, false},          {src.conv_w, Di * shape.W, false},
                             {src.conv_b, Di, false},       {src.dt_b, Di, false},
                             {A.data(), Di * N, false},     {src.Dskip, Di, false},
-                            {src.in_proj, 2 * Di * D, true}, {src.x_proj, E * Di, true},
+                            {src.in_proj, 2 * Di * D, true}, {src.x_proj, Q * Di, true},
                             {src.dt_w, Di * shape.R, true}, {src.out_proj, D * Di, true}};
   const size_t gemm_size = bf16_storage ? sizeof(bf16) : sizeof(float);
   size_t offsets[10], total = 0;
@@ -150,13 +150,13 @@ struct Acts {
 template <typename S>
 static void Recompute(Context& ctx, const BlockShape& s, const Weights& w, int64_t halo,
                       int64_t M, Acts<S>& a) {
-  const int64_t P = halo + M, D = s.D, Di = s.Di, E = s.R + 2 * s.N;
+  const int64_t P = halo + M, D = s.D, Di = s.Di, Q = s.R + 2 * s.N;
   const cudaDataType_t st = DataType<S>();
   RmsNormForward<S>(ctx.stream(), a.u, P, D, w.norm, s.eps, a.n, a.r);
   Gemm(ctx, false, true, P, 2 * Di, D, 1, a.n, st, D, w.in_proj, st, D, 0, a.xz, st, 2 * Di);
   ConvSiluForward<S>(ctx.stream(), a.xz, halo, M, Di, s.W, w.conv_w, w.conv_b, a.cpre, a.xc);
-  Gemm(ctx, false, true, M, E, Di, 1, a.xc, st, Di, w.x_proj, st, Di, 0, a.dbc, st, E);
-  Gemm(ctx, false, true, M, Di, s.R, 1, a.dbc, st, E, w.dt_w, st, s.R, 0, a.dtpre, st, Di);
+  Gemm(ctx, false, true, M, Q, Di, 1, a.xc, st, Di, w.x_proj, st, Di, 0, a.dbc, st, Q);
+  Gemm(ctx, false, true, M, Di, s.R, 1, a.dbc, st, Q, w.dt_w, st, s.R, 0, a.dtpre, st, Di);
 }
 
 template <typename S>
@@ -208,7 +208,7 @@ void DeviceBlock::Impl::Backward(const float* u, int64_t halo, int64_t len, cons
                                  float* mu_out) {
   std::lock_guard<std::mutex> lock(ctx.mutex());
   ADJSH_CUDA_CHECK(cudaSetDevice(ctx.device()));
-  const int64_t P = halo + len, D = s.D, Di = s.Di, N = s.N, R = s.R, E = R + 2 * N;
+  const int64_t P = halo + len, D = s.D, Di = s.Di, N = s.N, R = s.R, Q = R + 2 * N;
   const int64_t DiN = Di * N;
   const cudaDataType_t st = DataType<S>(), f32 = CUDA_R_32F;
   const std::vector<int64_t> sizes = Sizes(s);
@@ -227,7 +227,7 @@ void DeviceBlock::Impl::Backward(const float* u, int64_t halo, int64_t len, cons
     dxz = c.Take<S>(P * 2 * Di);
     ddt = c.Take<S>(len * Di);
     dxc = c.Take<float>(len * Di);
-    ddbc = c.Take<S>(len * E);
+    ddbc = c.Take<S>(len * Q);
     dn = c.Take<float>(P * D);
     h0_d = c.Take<float>(DiN);
     mu_d = c.Take<float>(DiN);
@@ -264,11 +264,11 @@ void DeviceBlock::Impl::Backward(const float* u, int64_t halo, int64_t len, cons
   // out_proj: dW_out = g^T o.
   Gemm(ctx, true, false, D, Di, len, 1, g_s, st, D, o, st, Di, 0, gd.out_proj, f32, Di);
   // dt_proj: d columns of ddbc = ddt W_dt; dW_dt = ddt^T d.
-  Gemm(ctx, false, false, len, R, Di, 1, ddt, st, Di, w.dt_w, st, R, 0, ddbc, st, E);
-  Gemm(ctx, true, false, Di, R, len, 1, ddt, st, Di, a.dbc, st, E, 0, gd.dt_w, f32, R);
+  Gemm(ctx, false, false, len, R, Di, 1, ddt, st, Di, w.dt_w, st, R, 0, ddbc, st, Q);
+  Gemm(ctx, true, false, Di, R, len, 1, ddt, st, Di, a.dbc, st, Q, 0, gd.dt_w, f32, R);
   // x_proj: dW_x = ddbc^T x'; dx' += ddbc W_x.
-  Gemm(ctx, true, false, E, Di, len, 1, ddbc, st, E, a.xc, st, Di, 0, gd.x_proj, f32, Di);
-  Gemm(ctx, false, false, len, Di, E, 1, ddbc, st, E, w.x_proj, st, Di, 1, dxc, f32, Di);
+  Gemm(ctx, true, false, Q, Di, len, 1, ddbc, st, Q, a.xc, st, Di, 0, gd.x_proj, f32, Di);
+  Gemm(ctx, false, false, len, Di, Q, 1, ddbc, st, Q, w.x_proj, st, Di, 1, dxc, f32, Di);
   // silu and the causal conv: dL/dx into the x columns of dxz, halo rows included.
   ConvSiluBackward<S>(stream, a.xz, a.cpre, halo, len, Di, s.W, w.conv_w, dxc, dxz, gd.conv_w,
                       gd.conv_b);

@@ -188,7 +188,7 @@ class Reference {
       }
     const std::vector<T> lam = Lambda(s, dy);
     std::vector<T> ddbc(T_ * (R_ + 2 * N_), 0);  // [dd | dB | dC]
-    const int64_t E = R_ + 2 * N_;
+    const int64_t Q = R_ + 2 * N_;
     for (int64_t t = 0; t < T_; ++t)
       for (int64_t i = 0; i < Di_; ++i) {
         const int64_t ti = t * Di_ + i;
@@ -196,12 +196,12 @@ class Reference {
           const int64_t q = ti * N_ + n;
           const T A = -std::exp(L.A_log[i * N_ + n]);
           const T prev = t > 0 ? s.h[q - Di_ * N_] : T(0);
-          ddbc[t * E + R_ + N_ + n] += dy[ti] * s.h[q];                 // dC
+          ddbc[t * Q + R_ + N_ + n] += dy[ti] * s.h[q];                 // dC
           const T da = lam[q] * prev;                                   // dL/da
           ddt[ti] += da * s.a[q] * A;
           G.A_log[i * N_ + n] += da * s.a[q] * s.dt[ti] * A;           // through A = -exp(A_log)
           ddt[ti] += lam[q] * s.B[t * N_ + n] * s.xc[ti];
-          ddbc[t * E + R_ + n] += lam[q] * s.dt[ti] * s.xc[ti];         // dB
+          ddbc[t * Q + R_ + n] += lam[q] * s.dt[ti] * s.xc[ti];         // dB
           dxc[ti] += lam[q] * s.dt[ti] * s.B[t * N_ + n];
         }
         dxc[ti] += dy[ti] * L.Dskip[i];
@@ -214,13 +214,13 @@ class Reference {
         G.dt_b[i] += dpre;
         for (int64_t q = 0; q < R_; ++q) {
           G.dt_w[i * R_ + q] += dpre * s.d[t * R_ + q];
-          ddbc[t * E + q] += dpre * L.dt_w[i * R_ + q];
+          ddbc[t * Q + q] += dpre * L.dt_w[i * R_ + q];
         }
       }
-      for (int64_t e = 0; e < E; ++e)
+      for (int64_t e = 0; e < Q; ++e)
         for (int64_t i = 0; i < Di_; ++i) {
-          G.x_proj[e * Di_ + i] += ddbc[t * E + e] * s.xc[t * Di_ + i];
-          dxc[t * Di_ + i] += ddbc[t * E + e] * L.x_proj[e * Di_ + i];
+          G.x_proj[e * Di_ + i] += ddbc[t * Q + e] * s.xc[t * Di_ + i];
+          dxc[t * Di_ + i] += ddbc[t * Q + e] * L.x_proj[e * Di_ + i];
         }
     }
     std::vector<T> dx(T_ * Di_, 0);

@@ -46,7 +46,7 @@ class ScanEmulationTest : public ::testing::TestWithParam<Shape> {};
 
 TEST_P(ScanEmulationTest, MatchesCpuScanInF64) {
   const Shape sh = GetParam();
-  const int64_t len = sh.len, halo = sh.halo, Di = sh.Di, N = sh.N, R = sh.R, E = R + 2 * N;
+  const int64_t len = sh.len, halo = sh.halo, Di = sh.Di, N = sh.N, R = sh.R, Q = R + 2 * N;
   const int64_t P = halo + len;
   std::mt19937_64 rng(len * 131 + Di * 7 + N);
   std::uniform_real_distribution<float> u(-1, 1);
@@ -56,7 +56,7 @@ TEST_P(ScanEmulationTest, MatchesCpuScanInF64) {
     return v;
   };
   const std::vector<float> dtpre = fill(len * Di, -1.5f, 0.5f), dt_b = fill(Di, -3, -1);
-  const std::vector<float> xc = fill(len * Di, -1, 1), dbc = fill(len * E, -1, 1);
+  const std::vector<float> xc = fill(len * Di, -1, 1), dbc = fill(len * Q, -1, 1);
   const std::vector<float> xz = fill(P * 2 * Di, -2, 2), Dskip = fill(Di, 0.5f, 1.5f);
   std::vector<float> A(Di * N);
   for (int64_t k = 0; k < Di * N; ++k) A[k] = -static_cast<float>(1 + k % N);
@@ -79,7 +79,7 @@ TEST_P(ScanEmulationTest, MatchesCpuScanInF64) {
   const std::vector<double> mu64(mu.begin(), mu.end());
   cpu::ScanInputs<double> in;
   in.M = len, in.Di = Di, in.N = N, in.dt = dt.data(), in.xc = xc64.data();
-  in.B = dbc64.data() + R, in.C = dbc64.data() + R + N, in.bc_stride = E, in.A = A64.data();
+  in.B = dbc64.data() + R, in.C = dbc64.data() + R + N, in.bc_stride = Q, in.A = A64.data();
   std::vector<double> y(len * Di), yf(len * Di), ddt(len * Di), dxc(len * Di), dB(len * N),
       dC(len * N), dA(Di * N), dD(Di), mu_out(Di * N), h_end(Di * N);
   cpu::ScanGrads<double> g{y.data(), ddt.data(), dxc.data(), dB.data(), dC.data(), dA.data(),
@@ -117,7 +117,7 @@ TEST_P(ScanEmulationTest, MatchesCpuScanInF64) {
 
   ScanBackwardArgs<float> b;
   std::vector<float> bo(len * Di), dxz(P * 2 * Di, 0.0f), bddt(len * Di), bdxc(len * Di),
-      ddbc(len * E, 0.0f), dA_log(Di * N), bdD(Di), ddt_b(Di), bmu_out(Di * N),
+      ddbc(len * Q, 0.0f), dA_log(Di * N), bdD(Di), ddt_b(Di), bmu_out(Di * N),
       bscratch(scan_internal::ScanBackwardScratchImpl(len, Di, N));
   b.d_o = d_o.data(), b.h0 = h0.data(), b.mu = mu.empty() ? nullptr : mu.data();
   b.o = bo.data(), b.dxz = dxz.data(), b.ddt = bddt.data(), b.dxc = bdxc.data();
@@ -129,8 +129,8 @@ TEST_P(ScanEmulationTest, MatchesCpuScanInF64) {
   for (int64_t t = 0; t < len; ++t) {
     for (int64_t i = 0; i < Di; ++i) dz[t * Di + i] = dxz[(halo + t) * 2 * Di + Di + i];
     for (int64_t n = 0; n < N; ++n) {
-      gB[t * N + n] = ddbc[t * E + R + n];
-      gC[t * N + n] = ddbc[t * E + R + N + n];
+      gB[t * N + n] = ddbc[t * Q + R + n];
+      gC[t * N + n] = ddbc[t * Q + R + N + n];
     }
   }
   const double tol = 1e-5;

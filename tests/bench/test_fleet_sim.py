@@ -1,0 +1,455 @@
+#!/usr/bin/python3
+"""Tests of bench/fleet_sim.py (standard library unittest; exit 1 on a failure).
+
+  /usr/bin/python3 tests/bench/test_fleet_sim.py [--adjsh PATH] [unittest flags]
+
+What is checked:
+  plan       the Python mirror of SpanPlan gives a real trace's task ids, phases and "deps"
+             (a recorded fixture, and a fresh trace when an adjsh binary is found), and the
+             default span counts the real runs used;
+  bytes      every task's recorded bytes_in / bytes_out equal the tensor shapes' sums
+             (engine/span_tensors.h: inputs, span tokens with a span's first task, parameters
+             with a worker's first), and the model shape inferred from those bytes;
+  simulator  a chain-only DAG gives efficiency 1/W; W = 1 predicts the sum of task times plus
+             transfers and per-RPC costs exactly; a wide DAG on W workers takes total / W; an
+             idle worker leases at its next poll; the star reduction is slower than the tree
+             for large partials and the tree's links carry O(parameters) and O(parameters log W);
+             the wavefront never runs more than K tasks at once;
+  calibrate  the fit recovers the overhead and bandwidth a simulated run was made with;
+  CLI        --help of every command, replay / synth / calibrate on the fixture, and clear
+             errors (exit 2, no traceback) for bad input.
+The live checks use --adjsh PATH, $ADJSH, or build/cli/adjsh; they are skipped without one.
+"""
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import unittest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SIM = os.path.join(ROOT, "bench", "fleet_sim.py")
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+import fleet_sim as fs  # noqa: E402
+
+ADJSH = os.environ.get("ADJSH", os.path.join(ROOT, "build", "cli", "adjsh"))
+CORPUS = "/usr/share/common-licenses/GPL-3"
+
+# A real trace: `adjsh grad --workers 2 --chunk 64 --spans 4 --trace` of a model D=16, K=3, N=4,
+# V=256, E=2 on T=512 tokens. (id, phase, layer, span, deps, worker, bytes_in, bytes_out,
+# start_s, end_s, compute_s).
+FIXTURE_SHAPE = (16, 3, 4, 256, 2)
+FIXTURE_T, FIXTURE_CHUNK, FIXTURE_SPANS = 512, 64, 4
+FIXTURE = [
+    (0, "fwd_summary", 0, 0, [], "local-1", 44168, 656, 0.012462, 0.014118, 0.000185),
+    (1, "fwd_summary", 0, 1, [], "local-1", 1056, 656, 0.026091, 0.026584, 0.000101),
+    (2, "fwd_summary", 0, 2, [], "local-0", 44192, 656, 0.031552, 0.033047, 0.000161),
+    (3, "fwd", 0, 0, [0], "local-1", 0, 208, 0.014308, 0.014844, 0.000194),
+    (4, "fwd", 0, 1, [0, 1], "local-1", 512, 208, 0.026737, 0.027145, 0.000097),
+    (5, "fwd", 0, 2, [0, 1, 2], "local-0", 512, 208, 0.033222, 0.033805, 0.000125),
+    (6, "fwd", 0, 3, [0, 1, 2], "local-0", 1560, 208, 0.037334, 0.037872, 0.000102),
+    (7, "fwd_summary", 1, 0, [3], "local-1", 0, 656, 0.015002, 0.015407, 0.000085),
+    (8, "fwd_summary", 1, 1, [3, 4], "local-1", 192, 656, 0.027283, 0.027783, 0.000083),
+    (9, "fwd_summary", 1, 2, [4, 5], "local-0", 192, 656, 0.033975, 0.034394, 0.000081),
+    (10, "fwd", 1, 0, [3, 7], "local-1", 0, 208, 0.015554, 0.016074, 0.000095),
+    (11, "fwd", 1, 1, [3, 4, 7, 8], "local-1", 704, 208, 0.027938, 0.028357, 0.000095),
+    (12, "fwd", 1, 2, [4, 5, 7, 8, 9], "local-0", 704, 208, 0.034541, 0.035028, 0.000094),
+    (13, "fwd", 1, 3, [5, 6, 7, 8, 9], "local-0", 704, 208, 0.038013, 0.038505, 0.000094),
+    (14, "fwd_summary", 2, 0, [10], "local-1", 0, 656, 0.016217, 0.016594, 0.000081),
+    (15, "fwd_summary", 2, 1, [10, 11], "local-1", 192, 656, 0.028495, 0.028925, 0.000086),
+    (16, "fwd_summary", 2, 2, [11, 12], "local-0", 192, 656, 0.035171, 0.035566, 0.000079),
+    (17, "fwd", 2, 0, [10, 14], "local-1", 0, 16480, 0.016733, 0.025723, 0.000252),
+    (18, "fwd", 2, 1, [10, 11, 14, 15], "local-1", 704, 16480, 0.029075, 0.029673, 0.000202),
+    (19, "fwd", 2, 2, [11, 12, 14, 15, 16], "local-0", 704, 16480, 0.035710, 0.036437, 0.000243),
+    (20, "fwd", 2, 3, [12, 13, 14, 15, 16], "local-0", 704, 16480, 0.038681, 0.039311, 0.000239),
+    (21, "bwd_summary", 2, 3, [20], "local-0", 0, 528, 0.039503, 0.039934, 0.000116),
+    (22, "bwd_summary", 2, 2, [19], "local-0", 0, 528, 0.036597, 0.037145, 0.000088),
+    (23, "bwd_summary", 2, 1, [18], "local-1", 0, 528, 0.029833, 0.030518, 0.000126),
+    (24, "bwd", 2, 3, [20, 21], "local-0", 0, 9104, 0.040089, 0.040781, 0.000263),
+    (25, "bwd", 2, 2, [19, 21, 22], "local-0", 512, 9104, 0.040959, 0.041654, 0.000236),
+    (26, "bwd", 2, 1, [18, 21, 22, 23], "local-1", 512, 9104, 0.051443, 0.053891, 0.000350),
+    (27, "bwd", 2, 0, [17, 21, 22, 23], "local-1", 512, 8912, 0.054085, 0.056368, 0.000251),
+    (28, "bwd_summary", 1, 3, [24], "local-0", 0, 528, 0.041807, 0.042184, 0.000084),
+    (29, "bwd_summary", 1, 2, [24, 25], "local-0", 192, 528, 0.042346, 0.042740, 0.000084),
+    (30, "bwd_summary", 1, 1, [25, 26], "local-1", 192, 528, 0.056546, 0.056955, 0.000090),
+    (31, "bwd", 1, 3, [24, 28], "local-0", 0, 9104, 0.042884, 0.043609, 0.000255),
+    (32, "bwd", 1, 2, [24, 25, 28, 29], "local-0", 704, 9104, 0.043798, 0.044460, 0.000236),
+    (33, "bwd", 1, 1, [25, 26, 28, 29, 30], "local-1", 704, 9104, 0.059954, 0.060757, 0.000255),
+    (34, "bwd", 1, 0, [26, 27, 28, 29, 30], "local-1", 704, 8912, 0.060993, 0.061773, 0.000298),
+    (35, "bwd_summary", 0, 3, [31], "local-0", 0, 528, 0.044699, 0.045094, 0.000084),
+    (36, "bwd_summary", 0, 2, [31, 32], "local-0", 192, 528, 0.045268, 0.045674, 0.000088),
+    (37, "bwd_summary", 0, 1, [32, 33], "local-1", 192, 528, 0.061932, 0.062359, 0.000086),
+    (38, "bwd", 0, 3, [31, 35], "local-0", 0, 25488, 0.045855, 0.046562, 0.000235),
+    (39, "bwd", 0, 2, [31, 32, 35, 36], "local-0", 704, 25488, 0.046715, 0.047459, 0.000244),
+    (40, "bwd", 0, 1, [32, 33, 35, 36, 37], "local-1", 704, 25488, 0.062509, 0.068014, 0.000235),
+    (41, "bwd", 0, 0, [33, 34, 35, 36, 37], "local-1", 704, 25296, 0.068323, 0.069046, 0.000245),
+]
+
+
+def fixture_records():
+    return [{"step": 0, "id": i, "phase": ph, "layer": k, "span": s, "deps": d,
+             "start_s": t0, "end_s": t1, "compute_s": c, "rebuild_s": 0.0, "worker": w,
+             "bytes_in": bi, "bytes_out": bo, "T": FIXTURE_T, "spans": FIXTURE_SPANS}
+            for i, ph, k, s, d, w, bi, bo, t0, t1, c in FIXTURE]
+
+
+def write_trace(dirname, records, name="trace.jsonl"):
+    path = os.path.join(dirname, name)
+    with open(path, "w") as f:
+        for r in records:
+            f.write(json.dumps(r) + "\n")
+    return path
+
+
+def cli(*args):
+    return subprocess.run([sys.executable, SIM, *args], capture_output=True, text=True)
+
+
+def read_json(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def assert_user_error(test, p, text):
+    """A clear one-line error: exit 2, no traceback, the message names the problem."""
+    test.assertEqual(p.returncode, 2, p.stderr)
+    test.assertNotIn("Traceback", p.stderr)
+    test.assertIn(text, p.stderr)
+
+
+def zero_net():
+    return fs.Net(0, 1e9, 0, 0)  # no latency, no overhead, no polling, ~free bytes
+
+
+def task(i, span, deps, time, layer=0, b_in=0, b_out=0, partials=None, P=0):
+    return fs.SimTask(i, span, layer, deps, time, b_in, b_out, partials or {}, "all", P)
+
+
+def check_records_against_plan(test, records, shape, chunk):
+    """Ids, phases and deps are SpanPlan's; bytes are the shapes' (params: a worker's first)."""
+    T, S = records[0]["T"], records[0]["spans"]
+    plan = fs.SpanPlan(T, chunk, S, shape.K, shape.W)
+    test.assertEqual(len(plan.tasks), len(records))
+    P = shape.param_bytes()
+    first_of_worker = {}
+    for r in sorted(records, key=lambda r: (r["start_s"], r["id"])):
+        first_of_worker.setdefault(r["worker"], r["id"])
+    firsts = {plan.first_task_of_span(s) for s in range(S)}
+    for r in records:
+        t = plan.tasks[r["id"]]
+        test.assertEqual(t, (r["phase"], r["layer"], r["span"]), r["id"])
+        test.assertEqual(plan.deps[r["id"]], r["deps"], f"deps of task {r['id']}")
+        if not fs.has_bytes(records):
+            continue
+        want_in = (fs.input_bytes(shape, plan, t)
+                   + (fs.span_start_bytes(plan, t[2]) if r["id"] in firsts else 0)
+                   + (P if r["id"] in first_of_worker.values() else 0))
+        test.assertEqual(want_in, r["bytes_in"], f"bytes_in of task {r['id']} {t}")
+        test.assertEqual(fs.output_bytes(shape, plan, t), r["bytes_out"],
+                         f"bytes_out of task {r['id']} {t}")
+
+
+class PlanTest(unittest.TestCase):
+    def test_fixture_matches_plan_and_bytes(self):
+        check_records_against_plan(self, fixture_records(), fs.Shape(*FIXTURE_SHAPE),
+                                   FIXTURE_CHUNK)
+
+    def test_check_deps_notices_a_difference(self):
+        recs = fixture_records()
+        self.assertIsNone(fs.check_deps(recs))
+        recs[30]["deps"] = recs[30]["deps"][:-1]
+        self.assertIn("task 30", fs.check_deps(recs))
+
+    def test_task_counts_and_order(self):
+        for T, C, S, K in ((512, 64, 4, 3), (65536, 1024, 8, 4), (1 << 20, 4096, 64, 24)):
+            p = fs.SpanPlan(T, C, S, K)
+            self.assertEqual(len(p.tasks), K * (4 * S - 2))
+            self.assertTrue(all(d < i for i, ds in enumerate(p.deps) for d in ds))
+            self.assertEqual(sum(n for _, n, _ in p.ranges), T)
+
+    def test_default_spans(self):
+        self.assertEqual(fs.default_spans(65536, 1024), 8)      # the calibration runs' S
+        self.assertEqual(fs.default_spans(1 << 20, 4096), 64)   # T / 16384
+        self.assertEqual(fs.default_spans(2048, 1024), 2)       # at most one per chunk
+        self.assertEqual(fs.default_spans(10, 1), 3)            # spans of >= W - 1 tokens
+        with self.assertRaises(fs.FleetError):
+            fs.SpanPlan(1024, 256, 5, 2)                        # more spans than chunks
+
+    def test_param_count_of_the_130m_shape(self):
+        self.assertEqual(fs.Shape(768, 24, 16, 50280, 2).params(), 129135360)
+
+    def test_shape_inferred_from_bytes(self):
+        self.assertEqual(repr(fs.infer_shape(fixture_records())), "D=16,K=3,N=4,V=256,E=2")
+        recs = fixture_records()
+        for r in recs:
+            r["bytes_out"] += 4 if r["phase"] == "bwd" else 0
+        with self.assertRaises(fs.FleetError):
+            fs.infer_shape(recs)
+
+
+class SimulationTest(unittest.TestCase):
+    def sweep(self, tasks, S, workers, net, mode="star"):
+        return {W: fs.simulate(tasks, S, W, net, mode, fs.Shape(*FIXTURE_SHAPE)).step_s
+                for W in workers}
+
+    def test_chain_gives_efficiency_one_over_W(self):
+        S = 16
+        tasks = [task(i, i % S, [i - 1] if i else [], 0.01 + 0.001 * (i % 3)) for i in range(64)]
+        steps = self.sweep(tasks, S, (1, 2, 4, 8, 16), zero_net())
+        total = sum(t.time for t in tasks)
+        for W, step in steps.items():
+            self.assertAlmostEqual(step, total, places=9)
+            self.assertAlmostEqual(steps[1] / step / W, 1 / W, places=6)
+        # with link costs the chain still gains nothing from more workers
+        net = fs.Net(10, 10, 50, 20)
+        steps = self.sweep(tasks, S, (1, 4, 16), net)
+        for W in (4, 16):
+            self.assertLess(steps[1] / steps[W] / W, 1.25 / W)
+
+    def test_one_worker_is_the_sum_of_tasks_and_transfers(self):
+        rng = random.Random(7)
+        n, S, P = 80, 8, 3_000_000
+        tasks = []
+        for i in range(n):
+            deps = sorted(rng.sample(range(i), min(i, rng.randint(0, 3))))
+            tasks.append(task(i, rng.randrange(S), deps, rng.uniform(0.001, 0.02), 0,
+                              rng.randint(0, 50000), rng.randint(0, 50000),
+                              {0: rng.randint(0, 100000)} if i % 5 == 0 else {}, P))
+        lat, ovh, gbps = 20e-6, 100e-6, 8.0
+        net = fs.Net(lat * 1e6, gbps, ovh * 1e6, 0)
+        bw = gbps * 1e9 / 8
+        moved = P + sum(t.bytes_in + t.bytes_out + sum(t.partials.values()) for t in tasks)
+        want = ((2 * lat + ovh) / 2 + sum(t.time for t in tasks) + moved / bw
+                + n * (4 * lat + 2 * ovh) + (n - 1) * (2 * lat + ovh))
+        got = fs.Simulation(tasks, [0] * S, 1, net, "star").run().step_s
+        self.assertAlmostEqual(got, want, places=9)
+
+    def test_wide_dag_takes_total_over_W(self):
+        S = 64
+        tasks = [task(i, i // 8, [], 0.01) for i in range(8 * S)]
+        total = sum(t.time for t in tasks)
+        steps = self.sweep(tasks, S, (1, 2, 4, 8, 16, 32, 64), zero_net())
+        for W, step in steps.items():
+            self.assertAlmostEqual(step, total / W, places=9)
+        net = fs.Net(10, 100, 50, 20)
+        for W, step in self.sweep(tasks, S, (1, 8, 64), net).items():
+            self.assertGreater(total / W / step, 0.6, W)  # 8 tasks per worker, 1 poll
+
+    def test_idle_worker_leases_at_its_next_poll(self):
+        # A on worker 0 ends at 0.06; B (worker 1) was ready then, and worker 1 polls every
+        # 20 ms from 0.01 (mid-phase at the start): it leases B at 0.07.
+        net = fs.Net(0, 1e9, 0, 20)
+        tasks = [task(0, 0, [], 0.05), task(1, 1, [0], 0.01)]
+        r = fs.Simulation(tasks, [0, 1], 2, net, "star").run()
+        self.assertAlmostEqual(r.start[0], 0.01)
+        self.assertAlmostEqual(r.end[0], 0.06)
+        self.assertAlmostEqual(r.start[1], 0.07)
+        self.assertAlmostEqual(r.step_s, 0.08)
+
+    def test_a_worker_runs_its_lowest_ready_id_first(self):
+        tasks = [task(i, 0, [], 0.01 * (3 - i)) for i in range(3)] + [task(3, 1, [2], 0.01)]
+        r = fs.Simulation(tasks, [0, 0], 1, zero_net(), "star").run()
+        self.assertEqual(sorted(range(4), key=lambda i: r.start[i]), [0, 1, 2, 3])
+
+    def test_tree_root_waits_for_its_right_partner(self):
+        # Worker 1's partial is done at 0.1; its sum reaches worker 0 at 0.15 (B / bw = 0.05),
+        # and worker 0's sum of both reaches the coordinator at 0.2.
+        net = fs.Net(0, 8.0, 0, 0)
+        B = 0.05 * net.bw
+        tasks = [task(0, 0, [], 0.01, partials={0: B}), task(1, 1, [], 0.1, partials={0: B})]
+        r = fs.Simulation(tasks, [0, 1], 2, net, "tree", pieces=[0, 0], groups={0: B}).run()
+        self.assertAlmostEqual(r.step_s, 0.2, places=9)
+        r = fs.Simulation(tasks, [0, 1], 2, net, "star").run()
+        self.assertAlmostEqual(r.step_s, 0.15, places=9)  # both partials into one link
+
+    def big_partials(self):
+        shape = fs.Shape(256, 4, 16, 32000, 2)
+        plan = fs.SpanPlan(65536, 1024, 16, shape.K)
+        tasks = fs.plan_tasks(plan, shape, lambda *_: 0.01, shape.param_bytes())
+        return shape, plan, tasks, fs.Net(10, 10, 50, 0)
+
+    def test_star_is_slower_than_tree_for_large_partials(self):
+        shape, plan, tasks, net = self.big_partials()
+        for W in (4, 8, 16):
+            star = fs.simulate(tasks, plan.S, W, net, "star", shape)
+            tree = fs.simulate(tasks, plan.S, W, net, "tree", shape)
+            self.assertGreater(star.step_s, 1.2 * tree.step_s, W)
+            self.assertGreater(star.coord_busy, 2 * tree.coord_busy, W)
+
+    def test_tree_traffic(self):
+        shape, plan, tasks, net = self.big_partials()
+        P = shape.param_bytes()
+        small = sum(t.bytes_in + t.bytes_out for t in tasks)  # summaries, halos, tokens
+        for W in (2, 8, 16):
+            tree = fs.simulate(tasks, plan.S, W, net, "tree", shape)
+            star = fs.simulate(tasks, plan.S, W, net, "star", shape)
+            # coordinator: the parameters down once, one sum of every partial up once
+            self.assertAlmostEqual(tree.coord_bytes, small + 2 * P, delta=P * 1e-6)
+            # star: every worker's parameters and every span's partials
+            parts = sum(sum(t.partials.values()) for t in tasks)
+            self.assertAlmostEqual(star.coord_bytes, small + W * P + parts, delta=P * 1e-6)
+            # worker 0 (the root): a sum in and a piece out per level, plus the coordinator's
+            L = (W - 1).bit_length()
+            self.assertGreaterEqual(tree.worker_max_bytes, 2 * L * P * 0.99)
+            self.assertLessEqual(tree.worker_max_bytes, (2 * L + 2) * P + small)
+
+    def test_wavefront_runs_at_most_K_at_once(self):
+        shape = fs.Shape(64, 3, 8, 256, 2)
+        plan = fs.SpanPlan(8192, 512, 0, shape.K)
+        cost = fs.CostModel({p: 1e-9 for p in fs.PHASES + ("head",)}, "test")
+        tasks, forward = fs.wavefront_tasks(shape, plan, cost, 1.0, "none")
+        net = zero_net()
+        t = tasks[0].time
+        steps = {W: fs.Simulation(tasks, [], W, net, "star").run().step_s for W in (1, 3, 6)}
+        self.assertAlmostEqual(steps[1], forward + len(tasks) * t, places=9)
+        self.assertAlmostEqual(steps[3], forward + (plan.nC + shape.K - 1) * t, places=9)
+        self.assertAlmostEqual(steps[6], steps[3], places=9)
+        self.assertGreater(forward, 0)
+
+
+class CalibrateTest(unittest.TestCase):
+    def test_lad_fit_ignores_an_outlier(self):
+        rows = [(2.0, mb, 2 * 3e-4 + 1e-3 * mb) for mb in (0.0, 0.1, 0.5, 1.0, 2.0, 4.0)]
+        rows += [(1.0, 0.0, 3e-4)] * 3 + [(2.0, 1.0, 0.5)]  # a descheduled process
+        x, inv = fs.lad_fit(rows)
+        self.assertAlmostEqual(x, 3e-4, delta=3e-6)
+        self.assertAlmostEqual(inv, 1e-3, delta=1e-5)
+
+    def test_fit_recovers_a_simulated_run(self):
+        shape = fs.Shape(*FIXTURE_SHAPE)
+        plan = fs.SpanPlan(16384, 256, 8, shape.K)
+        rng = random.Random(3)
+        P = shape.param_bytes()
+        tasks = fs.plan_tasks(plan, shape, lambda *_: rng.uniform(0.002, 0.01), P)
+        for t in tasks:
+            t.bytes_out += rng.randint(0, 2_000_000)  # spread the sizes for the bandwidth
+        net = fs.Net(5, 2.0, 300, 20)
+        owner = fs.block_owners(plan.S, 2)
+        r = fs.Simulation(tasks, owner, 2, net, "star").run()
+        firsts = {}
+        for t in sorted(tasks, key=lambda t: r.start[t.id]):
+            firsts.setdefault(owner[t.span], t.id)
+        recs = [{"id": t.id, "deps": t.deps, "start_s": r.start[t.id], "end_s": r.end[t.id],
+                 "compute_s": t.time, "rebuild_s": 0.0, "worker": f"w{owner[t.span]}",
+                 "bytes_in": t.bytes_in + (P if t.id in firsts.values() else 0),
+                 "bytes_out": t.bytes_out + sum(t.partials.values())} for t in tasks]
+        x, inv = fs.lad_fit(fs.fit_rows(recs))
+        self.assertAlmostEqual(x, 2 * 5e-6 + 300e-6, delta=5e-6)
+        self.assertAlmostEqual(8e6 / inv / 1e9, 2.0, delta=0.05)
+
+
+class CliTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.dir = self.tmp.name
+        self.trace = write_trace(self.dir, fixture_records())
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def assertUserError(self, p, text):
+        assert_user_error(self, p, text)
+
+    def test_help(self):
+        for args in ((), ("replay",), ("calibrate",), ("synth",)):
+            p = cli(*args, "--help")
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertIn("usage:", p.stdout)
+
+    def test_replay_table_and_json(self):
+        out = os.path.join(self.dir, "r.json")
+        p = cli("replay", "--trace", self.trace, "--workers", "1,2,4", "--json", out)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("| W | star step s", p.stdout)
+        self.assertIn("D=16,K=3,N=4,V=256,E=2", p.stdout)  # inferred
+        rows = read_json(out)["rows"]
+        self.assertEqual([r["W"] for r in rows], [1, 2, 4])
+        self.assertAlmostEqual(rows[0]["star"]["speedup"], 1.0)
+        self.assertAlmostEqual(rows[0]["tree"]["efficiency"], 1.0)
+
+    def test_calibrate_and_synth_run(self):
+        p = cli("calibrate", "--trace", f"{self.trace}:2", "--trace", f"{self.trace}:2:0.07")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("--rpc-overhead-us", p.stdout)
+        self.assertEqual(p.stdout.count("| trace.jsonl | 2 |"), 2)
+        out = os.path.join(self.dir, "s.json")
+        p = cli("synth", "--model", "64,2,8,512,2", "--T", "16384", "--chunk", "512",
+                "--cost-trace", self.trace, "--speed", "2", "--workers", "1,4", "--json", out)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        got = read_json(out)
+        self.assertEqual(got["spans"], 8)
+        self.assertIn("wavefront", got["rows"][1])
+        self.assertGreater(got["parallelism"], 1.0)
+
+    def test_bad_input(self):
+        self.assertUserError(cli("replay", "--trace", os.path.join(self.dir, "none")),
+                             "No such file")
+        self.assertUserError(cli("replay", "--trace", self.trace, "--workers", "1,x"),
+                             "--workers")
+        self.assertUserError(cli("replay", "--trace", self.trace, "--model", "1,2"),
+                             "D,K,N,V,E")
+        self.assertUserError(cli("replay", "--trace", self.trace, "--model", "16,2,4,256,2"),
+                             "K=2")
+        bad = os.path.join(self.dir, "bad.jsonl")
+        with open(bad, "w") as f:
+            f.write('{"step": 0}\nnot json\n')
+        self.assertUserError(cli("replay", "--trace", bad), "not a task trace line")
+        twice = write_trace(self.dir, fixture_records() * 2, "twice.jsonl")
+        self.assertUserError(cli("replay", "--trace", twice), "appears twice")
+        self.assertUserError(cli("calibrate", "--trace", f"{self.trace}:3"), "2 workers")
+        self.assertUserError(cli("calibrate", "--trace", self.trace), "FILE:W")
+        self.assertUserError(cli("synth", "--model", "64,2,8,512,2", "--T", "1000", "--chunk",
+                                 "512", "--spans", "4", "--cost-trace", self.trace,
+                                 "--speed", "1"), "--spans 4")
+
+
+class LiveTraceTest(unittest.TestCase):
+    """A fresh trace of the binary: the plan, the bytes and the in-process trace's handling."""
+
+    @classmethod
+    def setUpClass(cls):
+        if not os.access(ADJSH, os.X_OK):
+            raise unittest.SkipTest(f"no adjsh binary at {ADJSH}")
+        cls.tmp = tempfile.TemporaryDirectory()
+        d = cls.tmp.name
+        def run(*args):
+            p = subprocess.run([ADJSH, *args], capture_output=True, text=True, cwd=d)
+            if p.returncode != 0:
+                raise AssertionError(f"adjsh {' '.join(args)}: {p.stderr[-1500:]}")
+        run("init", "--out", "m", "--hidden-size", "16", "--layers", "2", "--vocab-size", "256",
+            "--state-size", "4")
+        run("tokenize", "--text", CORPUS, "--out", "t.u32", "--length", "1200")
+        common = ["grad", "--model", "m", "--tokens", "t.u32", "--out", "g.st", "--chunk", "64",
+                  "--spans", "5", "--quiet"]
+        run(*common, "--workers", "3", "--trace", "w3.jsonl")
+        run(*common, "--trace", "in.jsonl")
+        cls.w3 = os.path.join(d, "w3.jsonl")
+        cls.inproc = os.path.join(d, "in.jsonl")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def test_worker_trace_matches_plan_and_bytes(self):
+        recs, _ = fs.load_trace(self.w3)
+        shape = fs.infer_shape(recs)
+        self.assertEqual(repr(shape), "D=16,K=2,N=4,V=256,E=2")
+        check_records_against_plan(self, recs, shape, 64)
+
+    def test_in_process_trace(self):
+        recs, _ = fs.load_trace(self.inproc)
+        self.assertFalse(fs.has_bytes(recs))
+        check_records_against_plan(self, recs, fs.Shape(16, 2, 4, 256, 2), 64)
+        assert_user_error(self, cli("replay", "--trace", self.inproc), "--model")
+        p = cli("replay", "--trace", self.inproc, "--model", "16,2,4,256,2", "--chunk", "64",
+                "--workers", "1,5")
+        self.assertEqual(p.returncode, 0, p.stderr)
+
+
+if __name__ == "__main__":
+    if "--adjsh" in sys.argv:
+        i = sys.argv.index("--adjsh")
+        ADJSH = os.path.abspath(sys.argv[i + 1])
+        del sys.argv[i:i + 2]
+    unittest.main(verbosity=2)
