@@ -87,7 +87,8 @@ COMMANDS
 
 OUTPUT
   A markdown table, one row per W, for each of star, tree (and wavefront for synth):
-    step s      predicted seconds of the step (first lease to last result or reduction)
+    step s      predicted seconds from the step's start to its last result (star) or to the
+                last sum reaching the coordinator (tree)
     speed-up    that mode's W = 1 step over this one
     eff         parallel efficiency = speed-up / W
     util        the workers' compute seconds / (W x step): how busy the fleet is
@@ -537,11 +538,10 @@ class Simulation:
 
     def on_poll(self, now, w):
         """PullTask handled at the coordinator: the lowest ready id of w's own, else any."""
-        own, anyq = self.ready_own[w], self.ready_any
-        if own and (not anyq or own[0] < anyq[0]):
-            tid = heapq.heappop(own)
-        elif anyq:
-            tid = heapq.heappop(anyq)
+        if self.ready_own[w]:
+            tid = heapq.heappop(self.ready_own[w])
+        elif self.ready_any:
+            tid = heapq.heappop(self.ready_any)
         else:
             self.state[w], self.idle_since[w] = "idle", now
             return

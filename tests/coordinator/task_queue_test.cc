@@ -157,6 +157,28 @@ TEST(TaskQueueTest, DependentWaitsForDoneNotMerelyLeased) {
   EXPECT_EQ(q.GetTask(2)->state, TaskState::kReady);
 }
 
+// A filtered lease (a span's tasks for its owner only) takes the lowest-id ready task the filter
+// accepts and leaves the others ready for whoever may take them.
+TEST(TaskQueueTest, EligibleFilterPicksTheLowestAcceptedReadyTask) {
+  FakeClock clock;
+  TaskQueue q(clock.AsClock());
+  for (int64_t id : {1, 2, 3, 4}) ASSERT_TRUE(q.AddTask(id, "", {}).ok());
+  auto even = [](int64_t id) { return id % 2 == 0; };
+  auto a = q.Lease("w1", kLease, even);
+  ASSERT_TRUE(a.ok() && a->task);
+  EXPECT_EQ(a->task->task_id, 2);
+  auto b = q.Lease("w1", kLease, even);
+  ASSERT_TRUE(b.ok() && b->task);
+  EXPECT_EQ(b->task->task_id, 4);
+  auto none = q.Lease("w1", kLease, even);
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->task.has_value());
+  EXPECT_EQ(q.GetTask(1)->state, TaskState::kReady);
+  auto any = q.Lease("w2", kLease);
+  ASSERT_TRUE(any.ok() && any->task);
+  EXPECT_EQ(any->task->task_id, 1);
+}
+
 TEST(TaskQueueTest, ExpiredLeaseIsHandedOutAgainWithAFreshLeaseId) {
   FakeClock clock;
   TaskQueue q(clock.AsClock());
