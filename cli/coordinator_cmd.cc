@@ -13,7 +13,6 @@
 #include "absl/strings/str_split.h"
 #include "cli/args.h"
 #include "cli/commands.h"
-#include "cli/device_flags.h"
 #include "cli/security_flags.h"
 #include "cli/stop_signal.h"
 #include "common/metrics_server.h"
@@ -63,7 +62,6 @@ int CoordinatorCommand(const std::vector<std::string>& args) {
   a.Add("metrics-listen", "HOST:PORT",
         "serve Prometheus metrics on http://HOST:PORT/metrics (port 0: a free one, logged)");
   a.AddBool("quiet", "do not log job state changes on stderr");
-  AddDeviceFlags(a, "the forward pass and LM head here");
   AddServerSecurityFlags(a);
   AddLimitFlags(a);
   if (auto code = ParseOrExit(a, args)) return *code;
@@ -83,9 +81,6 @@ int CoordinatorCommand(const std::vector<std::string>& args) {
         !s.ok())
       return BadUsage("coordinator", s);
   }
-  absl::StatusOr<Device> device = DeviceFromFlags(a);
-  if (!device.ok()) return BadUsage("coordinator", device.status());
-  if (absl::Status s = CheckDeviceUsable(*device); !s.ok()) return Fail("coordinator", s);
   absl::StatusOr<CoordinatorLimits> limits = LimitsFromFlags(a);
   if (!limits.ok()) return BadUsage("coordinator", limits.status());
   SecurityError security_error;
@@ -124,7 +119,6 @@ int CoordinatorCommand(const std::vector<std::string>& args) {
                                            .threads = static_cast<int>(*threads),
                                            .log = !a.GetBool("quiet"),
                                            .observer = job_metrics.get(),
-                                           .device = *device,
                                            .limits = limits->job,
                                            .data_roots = data_roots,
                                            .max_reply_bytes = static_cast<size_t>(

@@ -445,8 +445,6 @@ absl::Status JobServiceImpl::RunJob(JobRecord& rec) {
   if (rec.cancel.load()) return cancelled;
 
   train::TrainOptions opt = JobTrainOptions(spec, opt_.threads, ckpt);
-  opt.grad.device = opt_.device;
-  opt.grad.device.bf16_storage = opt.grad.storage == Storage::kBF16 && !opt_.device.is_cpu();
   train::Trainer trainer(std::move(*params), std::move(*corpus), opt);
   if (absl::Status s = trainer.Init(); !s.ok()) return s;
   if (trainer.resumed()) {

@@ -71,8 +71,6 @@ struct JobServiceOptions {
   bool log = false;
   // Told of the running job's start, steps and end (e.g. the metrics); must outlive the service.
   JobObserver* observer = nullptr;
-  // Where the forward pass and LM head run (the backward runs on the workers).
-  Device device;
   // Per-job size limits, checked at submit (job_spec.h).
   JobLimits limits;
   // Where a job may read data and write checkpoints besides state_dir (job_paths.h).

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""End-to-end checks of `--device` / `--storage` on adjsh grad, train, worker and coordinator.
+"""End-to-end checks of `--device` / `--storage` on adjsh grad, train and worker (the
+coordinator computes nothing and takes no --device).
 
 Usage:
   test_device.py --adjsh build/cli/adjsh
@@ -83,14 +84,15 @@ def main():
                       "--tokens", tokens, "--context", "8", "--steps", "1",
                       "--checkpoint-dir", out("ckpt")],
             "worker": ["worker", "--coordinator", "127.0.0.1:1", "--quiet"],
-            "coordinator": ["coordinator", "--listen", "127.0.0.1:0", "--state-dir", out("state"),
-                            "--insecure-local", "--quiet"],
         }
+        rc, _, err = run(a.adjsh, ["coordinator", "--listen", "127.0.0.1:0", "--state-dir",
+                                   out("state"), "--insecure-local", "--quiet", "--device", "cpu"])
+        check("coordinator --device: bad usage (it computes nothing)",
+              rc == 2 and "--device" in err and no_crash(rc, err), f"rc={rc} stderr={err!r}")
 
         for cmd, args in commands.items():
             bad = [(["--device", "gpu"], "'gpu'"), (["--device", "cuda:x"], "'cuda:x'")]
-            if cmd != "coordinator":  # a job spec carries the coordinator's storage
-                bad.append((["--storage", "fp16"], "'fp16'"))
+            bad.append((["--storage", "fp16"], "'fp16'"))
             for flags, what in bad:
                 rc, _, err = run(a.adjsh, args + flags)
                 check(f"{cmd} {' '.join(flags)}: bad usage", rc == 2 and what in err and
@@ -100,7 +102,7 @@ def main():
                   no_crash(rc, err), f"rc={rc} stderr={err!r}")
             rc, out_text, err = run(a.adjsh, [cmd, "--help"])
             check(f"{cmd} --help documents --device", rc == 0 and "--device cpu|cuda:N" in out_text
-                  and ("--storage full|bf16" in out_text) == (cmd != "coordinator"), out_text)
+                  and "--storage full|bf16" in out_text, out_text)
         # A worker's --storage bf16 is the GPU's activation storage: refused on the CPU.
         rc, _, err = run(a.adjsh, commands["worker"] + ["--storage", "bf16"])
         check("worker --storage bf16 on cpu: refused", rc == 1 and "bf16" in err and
