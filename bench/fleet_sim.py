@@ -12,15 +12,20 @@ WHAT IT MODELS
   Plan       engine/span_plan.cc mirrored exactly (task ids, dependencies; the tests compare it
              with real traces): per layer fwd_summary(k, s) for s < S-1 and fwd(k, s), then
              per layer from the top bwd_summary(k, s) for s > 0 and bwd(k, s).
-  Owners     span s runs on worker s W // S (contiguous blocks; calibrate uses the recorded
-             owners); a worker runs its own ready tasks one at a time, lowest id first.
+  Owners     span s runs on worker s W // S (--owners block, contiguous) or s mod W
+             (--owners round-robin, how the coordinator now deals spans nobody holds);
+             calibrate uses the recorded owners. A worker runs its own ready tasks one at a
+             time, lowest id first.
   A task     as a worker serves it (worker/worker.cc, coordinator/task_service.cc): PullTask
              (lease), FetchInputs (its inputs down), compute, PushResult (its results up).
              Each RPC costs --latency-us each way plus --rpc-overhead-us (coordinator and gRPC
              handling, a fixed delay per RPC, not a shared resource); a result counts when it
              has reached the coordinator, and a task is ready when every dependency's has.
-             A worker with nothing ready asks again every --poll-ms (the coordinator's
-             retry_after_ms, 20 by default): it leases at the first poll after the task is ready.
+             A PullTask with nothing ready for its worker waits up to --long-poll-ms (the
+             coordinator's long_poll, 100) and leases the moment a task becomes ready; after
+             that NoTask, the worker sleeps --poll-ms (retry_after_ms, 20) and asks again, so a
+             task that becomes ready in that gap waits for the next PullTask. The step starts in
+             the middle of every worker's long poll (without one: of its poll interval).
   Links      every transfer costs latency + bytes / bandwidth; each worker has one full-duplex
              link, the coordinator one, each direction a FIFO server at --bandwidth-gbps; a
              coordinator <-> worker transfer holds both links' directions for the same interval.
@@ -53,14 +58,16 @@ WHAT IT IGNORES
 
 COMMANDS
   fleet_sim.py replay --trace FILE [--step N] --workers 1,2,4,...,64 [--latency-us L]
-      [--bandwidth-gbps B] [--rpc-overhead-us O] [--poll-ms P] [--speed F]
-      [--reduce star|tree|both] [--param-bytes P | --model D,K,N,V,E] [--chunk C] [--json FILE]
+      [--bandwidth-gbps B] [--rpc-overhead-us O] [--poll-ms P] [--long-poll-ms L] [--speed F]
+      [--reduce star|tree|both] [--owners block|round-robin] [--param-bytes P | --model
+      D,K,N,V,E] [--chunk C] [--json FILE]
     Replays the recorded tasks (compute_s + rebuild_s, divided by --speed) with the recorded
     "deps", on W simulated workers. The model shape (for the parameter bytes and which result
     bytes are partials) is --model, or inferred from the trace's byte counts (conv W = 4,
     R = ceil(D/16)); an in-process trace has no byte counts: give --model and --chunk, and the
     bytes come from the tensor shapes (engine/span_tensors.h).
   fleet_sim.py calibrate --trace FILE:W[:SECONDS] [...] [--latency-us L] [--poll-ms P]
+      [--long-poll-ms L] (0 for traces of a coordinator without the long poll)
     Fits --rpc-overhead-us and --bandwidth-gbps of the local link (Unix sockets on one host;
     the latency is held at --latency-us, 5 by default, since on one host only latency plus
     overhead is seen) to the recorded tasks: each task's leased-to-accepted time less its
@@ -71,8 +78,8 @@ COMMANDS
     SECONDS is the measured step; without it, the trace's own (its last acceptance).
   fleet_sim.py synth --model D,K,N,V,E --T T --chunk C [--spans S] --cost-trace FILE
       [--cost-model D,K,N,V,E] --speed F [--bandwidth-gbps B] [--latency-us L]
-      [--rpc-overhead-us O] [--poll-ms P] --workers 1,2,...,64 [--reduce both]
-      [--wavefront-partials task|none] [--json FILE]
+      [--rpc-overhead-us O] [--poll-ms P] [--long-poll-ms L] --workers 1,2,...,64
+      [--reduce both] [--owners block|round-robin] [--wavefront-partials task|none] [--json FILE]
     Builds the plan for the shape, gives each task a time from a cost model fitted on
     --cost-trace (a real trace of a smaller model on this machine: per phase, seconds per token
     per FLOP of the phase, FLOPs from the shape as below; the LM head separately, from what the
@@ -397,20 +404,22 @@ class CostModel:
 # -------------------------------------------------------------------------- the link model
 
 class Net:
-    """Latency (s) each way, bandwidth (bytes/s) per link direction, overhead (s) per RPC, the
-    poll interval (s) of an idle worker."""
+    """Latency (s) each way, bandwidth (bytes/s) per link direction, overhead (s) per RPC; an
+    idle worker's PullTask waits long_poll (s) for a task, then it sleeps poll (s)."""
 
-    def __init__(self, latency_us, bandwidth_gbps, overhead_us, poll_ms):
+    def __init__(self, latency_us, bandwidth_gbps, overhead_us, poll_ms, long_poll_ms=100.0):
         if bandwidth_gbps <= 0:
             raise FleetError(f"--bandwidth-gbps {bandwidth_gbps}: must be positive")
-        if min(latency_us, overhead_us, poll_ms) < 0:
-            raise FleetError("--latency-us, --rpc-overhead-us and --poll-ms must be >= 0")
+        if min(latency_us, overhead_us, poll_ms, long_poll_ms) < 0:
+            raise FleetError("--latency-us, --rpc-overhead-us, --poll-ms and --long-poll-ms "
+                             "must be >= 0")
         self.lat, self.bw = latency_us * 1e-6, bandwidth_gbps * 1e9 / 8
-        self.ovh, self.poll = overhead_us * 1e-6, poll_ms * 1e-3
+        self.ovh, self.poll, self.long_poll = overhead_us * 1e-6, poll_ms * 1e-3, long_poll_ms * 1e-3
 
     def describe(self):
         return (f"latency {self.lat * 1e6:g} us, {self.bw * 8 / 1e9:g} Gb/s per link direction, "
-                f"{self.ovh * 1e6:g} us per RPC, poll {self.poll * 1e3:g} ms")
+                f"{self.ovh * 1e6:g} us per RPC, long poll {self.long_poll * 1e3:g} ms, poll "
+                f"{self.poll * 1e3:g} ms")
 
 
 class Link:
@@ -483,9 +492,11 @@ class Simulation:
     def run(self):
         net, W = self.net, self.W
         n = len(self.tasks)
-        self.cycle = net.poll + 2 * net.lat + net.ovh   # one empty PullTask round
+        # An unanswered PullTask round: its long poll, NoTask, the sleep, the next request.
+        self.cycle = net.long_poll + net.poll + 2 * net.lat + net.ovh
         self.state = ["idle"] * W
-        self.idle_since = [-self.cycle / 2] * W          # polls in mid-phase at the start
+        # The step starts halfway through each worker's long poll (or poll interval).
+        self.idle_since = [-(net.long_poll or self.cycle) / 2] * W
         self.ready_own = [[] for _ in range(W)]
         self.ready_any = []
         self.waiting = [None] * W                        # fetched, waiting for a piece
@@ -529,12 +540,19 @@ class Simulation:
                 self.wake(v, now)
 
     def wake(self, w, now):
-        """An idle worker learns of a ready task at its next poll."""
+        """A task became ready for idle worker w: its PullTasks listen during
+        [idle_since + j cycle, + long_poll]; inside such a window it leases now, else at the
+        start of the next one."""
         if self.state[w] != "idle":
             return
-        j = max(1, math.ceil((now - self.idle_since[w]) / self.cycle - 1e-9)) if self.cycle else 0
+        t = now
+        if self.cycle > 0:
+            since = now - self.idle_since[w]
+            j = math.floor(since / self.cycle + 1e-12)
+            if since - j * self.cycle > self.net.long_poll + 1e-12:
+                t = self.idle_since[w] + (j + 1) * self.cycle
         self.state[w] = "polling"
-        self.push(max(now, self.idle_since[w] + j * self.cycle), "poll", w)
+        self.push(t, "poll", w)
 
     def on_poll(self, now, w):
         """PullTask handled at the coordinator: the lowest ready id of w's own, else any."""
@@ -656,9 +674,9 @@ class Simulation:
         self.last = max(self.last, now)
 
 
-def block_owners(S, W):
-    """Span s -> worker s W // S: contiguous blocks."""
-    return [s * W // S for s in range(S)]
+def block_owners(S, W, how="block"):
+    """Span s -> worker: s W // S (contiguous blocks) or s mod W (round-robin)."""
+    return [s * W // S if how == "block" else s % W for s in range(S)]
 
 
 def critical_path(tasks):
@@ -885,8 +903,8 @@ def _deps_plan(S, K):
 
 # ------------------------------------------------------------------------------- sweeping
 
-def simulate(tasks, S, W, net, mode, shape=None, param_bytes=None, owner=None):
-    owner = owner or (block_owners(S, W) if S else [])
+def simulate(tasks, S, W, net, mode, shape=None, param_bytes=None, owner=None, how="block"):
+    owner = owner or (block_owners(S, W, how) if S else [])
     if mode == "tree":
         return Simulation(tasks, owner, W, net, "tree", tree_pieces(shape, param_bytes),
                           tree_groups(shape)).run()
@@ -946,25 +964,26 @@ def cmd_replay(a):
     shape = trace_shape(records, a.model)
     if a.speed <= 0:
         raise FleetError(f"--speed {a.speed}: must be positive")
-    net = Net(a.latency_us, a.bandwidth_gbps, a.rpc_overhead_us, a.poll_ms)
+    net = Net(a.latency_us, a.bandwidth_gbps, a.rpc_overhead_us, a.poll_ms, a.long_poll_ms)
     tasks = trace_tasks(records, shape, a.speed, a.param_bytes, a.chunk)
     S = records[0]["spans"]
     modes = modes_of(a.reduce)
     rows = sweep(a.workers, modes, lambda m, W: simulate(tasks, S, W, net, m, shape,
-                                                          a.param_bytes))
+                                                          a.param_bytes, how=a.owners))
     total, cp = critical_path(tasks)
     diff = check_deps(records)
     print(f"replay {a.trace} step {records[0]['step']} ({len(steps)} steps in the file): "
           f"{len(tasks)} tasks, T={records[0]['T']}, S={S}, model {shape}, parameters "
           f"{(a.param_bytes or shape.param_bytes()) / 1e6:.1f} MB")
     print(f"task seconds {total:.4g} (speed {a.speed:g}), critical path {cp:.4g}, "
-          f"parallelism {total / cp if cp else 0:.1f}; {net.describe()}")
+          f"parallelism {total / cp if cp else 0:.1f}; owners {a.owners}; {net.describe()}")
     if diff:
         print(f"note: the trace's dependencies are not SpanPlan's ({diff}); replayed as recorded")
     print()
     print(table(rows, modes))
     write_json(a.json, {"mode": "replay", "trace": a.trace, "step": records[0]["step"],
-                        "model": repr(shape), "speed": a.speed, "net": net.describe(),
+                        "model": repr(shape), "speed": a.speed, "owners": a.owners,
+                        "net": net.describe(),
                         "task_seconds": total, "critical_path_s": cp, "rows": rows})
 
 
@@ -1063,10 +1082,10 @@ def cmd_calibrate(a):
         print(f"note: latency {a.latency_us} us already exceeds what the traces show; "
               "overhead set to 0")
         overhead_us = 0.0
-    net = Net(a.latency_us, bw_gbps, overhead_us, a.poll_ms)
+    net = Net(a.latency_us, bw_gbps, overhead_us, a.poll_ms, a.long_poll_ms)
     print(f"fitted on {len(rows)} observations of {len(runs)} runs: --latency-us "
           f"{a.latency_us:g} (held) --rpc-overhead-us {overhead_us:.1f} --bandwidth-gbps "
-          f"{bw_gbps:.3g} --poll-ms {a.poll_ms:g}")
+          f"{bw_gbps:.3g} --poll-ms {a.poll_ms:g} --long-poll-ms {a.long_poll_ms:g}")
     print()
     print("| trace | W | tasks | task s | trace step s | measured s | predicted s | error |")
     print("|---|---|---|---|---|---|---|---|")
@@ -1085,7 +1104,7 @@ def cmd_calibrate(a):
                     "predicted_s": r.step_s, "relative_error": err})
     write_json(a.json, {"mode": "calibrate", "latency_us": a.latency_us,
                         "rpc_overhead_us": overhead_us, "bandwidth_gbps": bw_gbps,
-                        "poll_ms": a.poll_ms, "runs": out})
+                        "poll_ms": a.poll_ms, "long_poll_ms": a.long_poll_ms, "runs": out})
 
 
 def cmd_synth(a):
@@ -1096,12 +1115,13 @@ def cmd_synth(a):
     records, _ = load_trace(a.cost_trace, None)
     cost_shape = trace_shape(records, a.cost_model)
     cost = CostModel.fit(records, cost_shape, a.cost_trace)
-    net = Net(a.latency_us, a.bandwidth_gbps, a.rpc_overhead_us, a.poll_ms)
+    net = Net(a.latency_us, a.bandwidth_gbps, a.rpc_overhead_us, a.poll_ms, a.long_poll_ms)
     P = shape.param_bytes()
     tasks = plan_tasks(plan, shape, lambda i, ph, k, s: cost.seconds(
         shape, ph, k, plan.ranges[s][1]) / a.speed, P)
     modes = modes_of(a.reduce)
-    rows = sweep(a.workers, modes, lambda m, W: simulate(tasks, plan.S, W, net, m, shape))
+    rows = sweep(a.workers, modes, lambda m, W: simulate(tasks, plan.S, W, net, m, shape,
+                                                          how=a.owners))
     wave, forward = wavefront_tasks(shape, plan, cost, a.speed, a.wavefront_partials)
     wrows = sweep(a.workers, ["wavefront"], lambda m, W: Simulation(
         wave, [], W, net, "star").run())
@@ -1116,11 +1136,12 @@ def cmd_synth(a):
           f"{total / cp:.1f}; wavefront: forward on the coordinator {forward:.4g} s, then "
           f"{len(wave)} tasks ({wtotal:.4g} s, critical path {wcp:.4g} s), partials "
           f"{a.wavefront_partials}")
-    print(net.describe())
+    print(f"owners {a.owners}; {net.describe()}")
     print()
     print(table(rows, modes + ["wavefront"]))
     write_json(a.json, {"mode": "synth", "model": repr(shape), "T": a.T, "chunk": plan.C,
-                        "spans": plan.S, "speed": a.speed, "net": net.describe(),
+                        "spans": plan.S, "speed": a.speed, "owners": a.owners,
+                        "net": net.describe(),
                         "cost_coef": cost.coef, "task_seconds": total, "critical_path_s": cp,
                         "parallelism": total / cp, "wavefront_forward_s": forward,
                         "rows": rows})
@@ -1148,8 +1169,16 @@ def add_net(p, latency, bandwidth, overhead):
                        help=f"fixed handling time per RPC (default {overhead:g}; calibrate "
                        "fits it)")
     p.add_argument("--poll-ms", type=float, default=20.0,
-                   help="an idle worker's PullTask interval (the coordinator's retry_after_ms, "
-                   "default 20; 0: told at once)")
+                   help="an idle worker's sleep after NoTask (the coordinator's retry_after_ms, "
+                   "default 20)")
+    p.add_argument("--long-poll-ms", type=float, default=100.0,
+                   help="how long a PullTask waits for a task to become ready (the "
+                   "coordinator's long_poll, default 100; 0: a coordinator without it)")
+
+
+def add_owners(p):
+    p.add_argument("--owners", choices=("block", "round-robin"), default="block",
+                   help="span s on worker s W // S (block, default) or s mod W (round-robin)")
 
 
 def parser():
@@ -1170,6 +1199,7 @@ def parser():
     add_net(r, 10.0, 100.0, 50.0)
     r.add_argument("--speed", type=float, default=1.0, help="divide recorded task times by this")
     r.add_argument("--reduce", choices=("star", "tree", "both"), default="both")
+    add_owners(r)
     g = r.add_mutually_exclusive_group()
     g.add_argument("--param-bytes", type=int, help="parameter bytes (default: from the shape)")
     g.add_argument("--model", help="D,K,N,V,E of the traced model (default: inferred from "
@@ -1202,6 +1232,7 @@ def parser():
     s.add_argument("--workers", type=worker_list, default=[1, 2, 4, 8, 16, 32, 64])
     add_net(s, 10.0, 100.0, 50.0)
     s.add_argument("--reduce", choices=("star", "tree", "both"), default="both")
+    add_owners(s)
     s.add_argument("--wavefront-partials", choices=("task", "none"), default="task",
                    help="the wavefront's tasks return their layer's partial (task, as it "
                    "shipped) or not (none)")

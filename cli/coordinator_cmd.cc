@@ -109,6 +109,7 @@ int CoordinatorCommand(const std::vector<std::string>& args) {
   }
   // Checkpoints and everything else the coordinator writes: readable by its own user only.
   ::umask(077);
+  coordinator::LimitMallocArenasForServing();
 
   coordinator::TaskServiceOptions task_options;
   task_options.lease = absl::Milliseconds(*lease_ms);

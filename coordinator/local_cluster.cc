@@ -44,6 +44,7 @@ void RemoveDeadClusterDirs(const std::string& base) {
 absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(int workers,
                                                                   const std::string& exe,
                                                                   LocalClusterOptions options) {
+  LimitMallocArenasForServing();  // the process serves the workers from here on
   std::unique_ptr<LocalCluster> c(new LocalCluster());
   c->exe_ = exe;
   c->devices_ = std::move(options.worker_devices);

@@ -1,5 +1,7 @@
 #include "coordinator/task_service.h"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -44,6 +46,8 @@ std::string PeerIdentity(const grpc::ServerContext* ctx) {
 }
 
 }  // namespace
+
+void LimitMallocArenasForServing() { mallopt(M_ARENA_MAX, 2); }
 
 TaskServiceImpl::TaskServiceImpl(TaskServiceOptions options) : opt_(options) {}
 

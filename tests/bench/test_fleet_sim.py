@@ -12,7 +12,7 @@ What is checked:
              with a worker's first), and the model shape inferred from those bytes;
   simulator  a chain-only DAG gives efficiency 1/W; W = 1 predicts the sum of task times plus
              transfers and per-RPC costs exactly; a wide DAG on W workers takes total / W; an
-             idle worker leases at its next poll; the star reduction is slower than the tree
+             idle worker leases at its next poll, or at once inside a long poll; the star reduction is slower than the tree
              for large partials and the tree's links carry O(parameters) and O(parameters log W);
              the wavefront never runs more than K tasks at once;
   calibrate  the fit recovers the overhead and bandwidth a simulated run was made with;
@@ -217,13 +217,17 @@ class SimulationTest(unittest.TestCase):
                               rng.randint(0, 50000), rng.randint(0, 50000),
                               {0: rng.randint(0, 100000)} if i % 5 == 0 else {}, P))
         lat, ovh, gbps = 20e-6, 100e-6, 8.0
-        net = fs.Net(lat * 1e6, gbps, ovh * 1e6, 0)
         bw = gbps * 1e9 / 8
         moved = P + sum(t.bytes_in + t.bytes_out + sum(t.partials.values()) for t in tasks)
-        want = ((2 * lat + ovh) / 2 + sum(t.time for t in tasks) + moved / bw
-                + n * (4 * lat + 2 * ovh) + (n - 1) * (2 * lat + ovh))
-        got = fs.Simulation(tasks, [0] * S, 1, net, "star").run().step_s
-        self.assertAlmostEqual(got, want, places=9)
+        # per task: lease reply + fetch request (2 lat + ovh), inputs (lat), result (lat + ovh),
+        # then its reply and the next PullTask (2 lat + ovh); the first lease at the step's
+        # start (a long poll was waiting), or half a poll round in without one
+        for long_poll, first in ((100, 0.0), (0, (20e-3 + 2 * lat + ovh) / 2)):
+            net = fs.Net(lat * 1e6, gbps, ovh * 1e6, 20, long_poll)
+            want = (first + sum(t.time for t in tasks) + moved / bw
+                    + n * (4 * lat + 2 * ovh) + (n - 1) * (2 * lat + ovh))
+            got = fs.Simulation(tasks, [0] * S, 1, net, "star").run().step_s
+            self.assertAlmostEqual(got, want, places=9)
 
     def test_wide_dag_takes_total_over_W(self):
         S = 64
@@ -237,15 +241,30 @@ class SimulationTest(unittest.TestCase):
             self.assertGreater(total / W / step, 0.6, W)  # 8 tasks per worker, 1 poll
 
     def test_idle_worker_leases_at_its_next_poll(self):
-        # A on worker 0 ends at 0.06; B (worker 1) was ready then, and worker 1 polls every
-        # 20 ms from 0.01 (mid-phase at the start): it leases B at 0.07.
-        net = fs.Net(0, 1e9, 0, 20)
+        # Without a long poll: A on worker 0 ends at 0.06; B (worker 1) was ready then, and
+        # worker 1 polls every 20 ms from 0.01 (mid-phase at the start): it leases B at 0.07.
+        net = fs.Net(0, 1e9, 0, 20, long_poll_ms=0)
         tasks = [task(0, 0, [], 0.05), task(1, 1, [0], 0.01)]
         r = fs.Simulation(tasks, [0, 1], 2, net, "star").run()
         self.assertAlmostEqual(r.start[0], 0.01)
         self.assertAlmostEqual(r.end[0], 0.06)
         self.assertAlmostEqual(r.start[1], 0.07)
         self.assertAlmostEqual(r.step_s, 0.08)
+
+    def test_long_poll(self):
+        # Worker 1 listens during [-0.05, 0.05], [0.07, 0.17], ... (100 ms long polls, then
+        # 20 ms asleep): B ready at 0.06 waits for 0.07; ready at 0.08 it is leased at once.
+        net = fs.Net(0, 1e9, 0, 20, long_poll_ms=100)
+        for a_time, lease in ((0.06, 0.07), (0.08, 0.08), (0.03, 0.03), (0.2, 0.2)):
+            tasks = [task(0, 0, [], a_time), task(1, 1, [0], 0.01)]
+            r = fs.Simulation(tasks, [0, 1], 2, net, "star").run()
+            self.assertAlmostEqual(r.start[0], 0.0)
+            self.assertAlmostEqual(r.start[1], lease, msg=f"A ends at {a_time}")
+
+    def test_owners(self):
+        self.assertEqual(fs.block_owners(8, 4), [0, 0, 1, 1, 2, 2, 3, 3])
+        self.assertEqual(fs.block_owners(8, 3, "round-robin"), [0, 1, 2, 0, 1, 2, 0, 1])
+        self.assertEqual(fs.block_owners(4, 8), [0, 2, 4, 6])
 
     def test_a_worker_runs_its_lowest_ready_id_first(self):
         tasks = [task(i, 0, [], 0.01 * (3 - i)) for i in range(3)] + [task(3, 1, [2], 0.01)]
