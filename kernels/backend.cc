@@ -121,6 +121,16 @@ class CpuBackend final : public Backend<T> {
 
 }  // namespace
 
+bool KindSupports(Device::Kind kind, Op op) {
+  if (kind == Device::Kind::kCpu) return true;
+#ifdef ADJSH_HAVE_CUDA
+  return cuda::CudaSupports(op);
+#else
+  (void)op;
+  return false;
+#endif
+}
+
 bool CudaBuilt() {
 #ifdef ADJSH_HAVE_CUDA
   return true;

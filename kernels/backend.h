@@ -100,6 +100,10 @@ absl::StatusOr<std::unique_ptr<Backend<T>>> MakeBackend(const Device& device);
 // Whether this build has the CUDA backend.
 bool CudaBuilt();
 
+// Whether the backend of a device kind runs `op`, known without the device (false for every op
+// of CUDA in a build without it).
+bool KindSupports(Device::Kind kind, Op op);
+
 }  // namespace adjsh
 
 #endif  // ADJSH_KERNELS_BACKEND_H_

@@ -50,13 +50,19 @@ class CudaBlock final : public BlockBackend<float> {
   DeviceBlock block_;
 };
 
+}  // namespace
+
+bool CudaSupports(Op op) {
+  return op == Op::kForward || op == Op::kBackwardExact || op == Op::kHead;
+}
+
+namespace {
+
 class CudaBackend final : public Backend<float> {
  public:
   explicit CudaBackend(const Device& device) : device_(device) {}
   const Device& device() const override { return device_; }
-  bool Supports(Op op) const override {
-    return op == Op::kForward || op == Op::kBackwardExact || op == Op::kHead;
-  }
+  bool Supports(Op op) const override { return CudaSupports(op); }
   absl::Status CheckConfig(const MambaConfig& config) const override {
     if (config.state_size > kMaxStateSize) {
       return absl::UnimplementedError(absl::StrCat("state_size ", config.state_size, " > ",

@@ -31,7 +31,7 @@ import unittest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SIM = os.path.join(ROOT, "bench", "fleet_sim.py")
 sys.path.insert(0, os.path.join(ROOT, "bench"))
-import fleet_sim as fs  # noqa: E402
+import fleet as fs  # noqa: E402  (bench/fleet/, the package behind bench/fleet_sim.py)
 
 ADJSH = os.environ.get("ADJSH", os.path.join(ROOT, "build", "cli", "adjsh"))
 CORPUS = "/usr/share/common-licenses/GPL-3"

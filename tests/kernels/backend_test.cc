@@ -99,23 +99,41 @@ TEST(BackendTest, TheEngineRefusesWhatTheDeviceCannotDo) {
   absl::StatusOr<GradResult<double>> g64 = ComputeGradient<double>(p64, tokens, opt);
   ASSERT_FALSE(g64.ok());
   EXPECT_EQ(g64.status().code(), absl::StatusCode::kUnimplemented);
-  for (int variant = 0; variant < 2; ++variant) {
+  const std::vector<uint8_t> mask(tokens.size(), 1);
+  for (int variant = 0; variant < 4; ++variant) {
     GradOptions o = opt;
     if (variant == 0) o.window = 4;
     if (variant == 1) o.schedule = Schedule::kTwoPass;
+    if (variant == 2) o.spans = 2;
+    if (variant == 3) o.spans = 1, o.loss_mask = mask;
     absl::StatusOr<GradResult<float>> g = ComputeGradient<float>(p32, tokens, o);
     ASSERT_FALSE(g.ok());
     // Without CUDA (or without a GPU) the device itself is refused; with one, the op is.
     const std::string msg(g.status().message());
     if (g.status().code() == absl::StatusCode::kUnimplemented && CudaBuilt() &&
         msg.find("not supported on cuda:0") != std::string::npos) {
-      EXPECT_NE(msg.find(variant == 0 ? "truncated" : "two-pass"), std::string::npos) << msg;
+      const char* what[] = {"truncated", "two-pass", "--spans 1", "--loss-mask"};
+      EXPECT_NE(msg.find(what[variant]), std::string::npos) << msg;
     } else {
       EXPECT_TRUE(g.status().code() == absl::StatusCode::kFailedPrecondition ||
                   g.status().code() == absl::StatusCode::kUnimplemented)
           << g.status();
     }
   }
+}
+
+// What CUDA lacks is refused by name, known without a GPU: the summaries (more than one span),
+// the truncated window, and the head's greedy count (a masked run would else optimise the
+// whole-sequence loss).
+TEST(BackendTest, CudaRefusesTheSummariesTheWindowAndTheMaskedHead) {
+  if (!CudaBuilt()) GTEST_SKIP() << "a build without CUDA";
+  for (Op op : {Op::kForward, Op::kBackwardExact, Op::kHead})
+    EXPECT_TRUE(KindSupports(Device::Kind::kCuda, op)) << OpName(op);
+  for (Op op : {Op::kLocalSummary, Op::kAdjointSummary, Op::kBackwardTruncated,
+                Op::kHeadAccuracy})
+    EXPECT_FALSE(KindSupports(Device::Kind::kCuda, op)) << OpName(op);
+  for (Op op : {Op::kLocalSummary, Op::kHeadAccuracy, Op::kBackwardTruncated})
+    EXPECT_TRUE(KindSupports(Device::Kind::kCpu, op)) << OpName(op);
 }
 
 // The CPU backend's block is the CPU kernel: the same bits for the forward and the backward

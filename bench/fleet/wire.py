@@ -1,0 +1,87 @@
+# The byte model: what each task fetches and returns on the wire (engine/span_tensors.h: the
+# span's tokens with its first task, halo rows, h0 / mu, summaries, the parameter partials), and
+# for the tree reduction the parameter pieces sent down and the sums sent up.
+
+from .plan import FWD_SUMMARY, FWD, BWD_SUMMARY, BWD
+from .shape import F32
+
+
+TIMING_BYTES = 16         # "compute_seconds" and "rebuild_seconds", F64 each, in every result
+HEAD_SCALAR_BYTES = 16    # "loss_sum" F64 and "correct" I64 with fwd(K-1, s)
+EMBED = "embed"           # the reduction group of the embedding and LM head partials
+
+
+def span_start_bytes(plan, s):
+    """"tokens" I64 of ids [t0 - H, min(T, t0 + len + 1)) with the span's first task."""
+    t0, n, h = plan.ranges[s]
+    return 8 * (min(plan.T, t0 + n + 1) - (t0 - h))
+
+
+def input_bytes(shape, plan, task):
+    """The tensors a task fetches (no parameters, no span start): halo_u (H, D), h0 (Di, N),
+    du_halo (H(s+1), D), mu (Di, N), as engine/span_tensors.cc InputSlots."""
+    phase, k, s = task
+    D, DiN, K, S = shape.D, shape.Di * shape.N, plan.K, plan.S
+    b = 0
+    if phase in (FWD_SUMMARY, FWD):
+        if k > 0 and s > 0:
+            b += plan.ranges[s][2] * D
+        if phase == FWD and s > 0:
+            b += DiN
+    else:
+        if k + 1 < K and s + 1 < S:
+            b += plan.ranges[s + 1][2] * D
+        if phase == BWD and s + 1 < S:
+            b += DiN
+    return F32 * b
+
+
+def partial_bytes(shape, task):
+    """{group: bytes} of the parameter partials in a task's result: layer k's gradient with
+    bwd(k, s), the (V, D) embedding partial with bwd(0, s), the head's (V, D) + norm_f (D)
+    with fwd(K-1, s). Group EMBED gathers the embedding, head and norm_f partials."""
+    phase, k, s = task
+    out = {}
+    if phase == BWD:
+        out[k] = F32 * shape.layer_params()
+        if k == 0:
+            out[EMBED] = F32 * shape.embed_params()
+    elif phase == FWD and k + 1 == shape.K:
+        out[EMBED] = F32 * (shape.embed_params() + shape.D)
+    return out
+
+
+def output_bytes(shape, plan, task):
+    """Every byte of a task's result (OutputSlots + the scalars), partials included."""
+    phase, k, s = task
+    D, Di, N = shape.D, shape.Di, shape.N
+    t0, n, h = plan.ranges[s]
+    b = TIMING_BYTES + sum(partial_bytes(shape, task).values())
+    if phase == FWD_SUMMARY:
+        b += F32 * (Di + Di * N)                   # sigma (Di), h_end (Di, N)
+    elif phase == FWD:
+        if k + 1 < plan.K:
+            b += F32 * min(shape.W - 1, n) * D     # halo_next
+        else:
+            b += HEAD_SCALAR_BYTES
+    elif phase == BWD_SUMMARY:
+        b += F32 * Di * N                          # m (Di, N)
+    else:
+        b += F32 * h * D                           # du_halo_prev (H, D)
+    return b
+
+
+def tree_pieces(shape, param_bytes=None):
+    """Parameter pieces down the tree: embedding + norm_f, then each layer. Bytes per piece;
+    a --param-bytes other than the shape's scales them all."""
+    p = [F32 * (shape.embed_params() + shape.D)] + [F32 * shape.layer_params()] * shape.K
+    if param_bytes is not None and param_bytes != sum(p):
+        f = param_bytes / sum(p)
+        p = [x * f for x in p]
+    return p
+
+
+def tree_groups(shape):
+    g = {k: F32 * shape.layer_params() for k in range(shape.K)}
+    g[EMBED] = F32 * (shape.embed_params() + shape.D)
+    return g
