@@ -161,13 +161,23 @@ for t in "${targets[@]}"; do
   [ -x "$(bin "${t##*/}")" ] || { echo "gpu-check: $(bin "${t##*/}") is missing" >&2; exit 1; }
 done
 
-# cuBLAS is loaded at first use: where the loader does not know it, its folder is named here.
+# cuBLAS is loaded at first use: where the loader does not know it, its folder is named here:
+# the toolkit's, or a pip wheel's (CUDA 12 wheels: nvidia/cublas/lib; CUDA 13: nvidia/cu13/lib).
+cublas_dir=""
 if ! ldconfig -p 2>/dev/null | grep -q 'libcublas\.so\.13 '; then
   for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
-      $(python3 -c 'import nvidia.cublas as c; print(*[p + "/lib" for p in c.__path__])' 2>/dev/null); do
-    if [ -e "$d/libcublas.so.13" ]; then export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; break; fi
+      $(python3 -c 'import nvidia, os; print(*[os.path.join(p, s) for p in nvidia.__path__ for s in ("cu13/lib", "cublas/lib")])' 2>/dev/null); do
+    if [ -e "$d/libcublas.so.13" ]; then
+      cublas_dir=$d
+      export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+      break
+    fi
   done
 fi
+if [ -z "$cublas_dir" ]; then
+  cublas_dir="the loader path: $(ldconfig -p 2>/dev/null | grep -m1 'libcublas\.so\.13 ' | sed 's/.*=> //')"
+fi
+echo "gpu-check: libcublas.so.13 from $cublas_dir" >&2
 # Python: the tests and the report need only the standard library; the baseline needs torch
 # with CUDA, from whichever interpreter has it.
 py=/usr/bin/python3

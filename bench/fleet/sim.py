@@ -75,6 +75,10 @@ class Simulation:
                 self.succ[d].append(t.id)
         self.start, self.end = [0.0] * n, [0.0] * n
         self.compute_s, self.done, self.last = 0.0, 0, 0.0
+        # Where each worker's time goes (see account): its state since mark, and its past
+        # states as (state, from, to).
+        self.segs = [[] for _ in range(W)]
+        self.mark, self.cat = [0.0] * W, ["idle"] * W
         self._setup_tree()
         for t in self.tasks:
             if not t.deps:
@@ -87,10 +91,42 @@ class Simulation:
                              "ready (a dependency cycle or a missing task in the trace?)")
         step = max(self.last, max(self.end, default=0.0))
         return Result(step_s=step, compute_s=self.compute_s, start=self.start, end=self.end,
+                      worker_time=self._close_accounts(step), segments=self.segs,
                       coord_busy=max(self.coord_out.busy, self.coord_in.busy) / step if step else 0,
                       coord_bytes=self.coord_out.bytes + self.coord_in.bytes,
                       worker_max_bytes=max(a.bytes + b.bytes
                                            for a, b in zip(self.wk_in, self.wk_out)))
+
+    # -- where each worker's time goes
+    def account(self, w, now, cat):
+        """Worker w is in state cat from now on: the time since its mark goes to the state it
+        was in. States: compute; rpc (lease reply and FetchInputs request, the result's
+        handling, PushResult's reply and the next PullTask: 2 lat + ovh, ovh, 2 lat + ovh);
+        transfer (its inputs down, its result up: latency, queueing on the links, bytes /
+        bandwidth); params (tree: its inputs are in, its layer's parameter piece is not);
+        poll (a task of its is ready, its PullTask is asleep between long polls); idle (no
+        task of its is ready: waiting for dependencies). _close_accounts splits the idle time
+        after a worker's last task into drained (others still compute) and tail (after the
+        last task's result: the tree's reduction)."""
+        if now > self.mark[w]:
+            self.segs[w].append((self.cat[w], self.mark[w], now))
+        self.mark[w], self.cat[w] = now, cat
+
+    def _close_accounts(self, step):
+        """{state: seconds} per worker over [0, step] (what follows the step's end, the last
+        PullTasks, is left out)."""
+        last_result = max(self.end, default=0.0)
+        out = []
+        for w in range(self.W):
+            if self.mark[w] < step:  # idle to the end: drained, then the tail
+                cut = min(max(self.mark[w], last_result), step)
+                self.segs[w] += [("drained", self.mark[w], cut), ("tail", cut, step)]
+                self.mark[w] = step
+            acc = defaultdict(float)
+            for cat, t0, t1 in self.segs[w]:
+                acc[cat] += max(0.0, min(t1, step) - max(t0, 0.0))
+            out.append(dict(acc))
+        return out
 
     def worker_of(self, task):
         return self.owner[task.span] if task.span >= 0 else -1
@@ -119,6 +155,7 @@ class Simulation:
             if since - j * self.cycle > self.net.long_poll + 1e-12:
                 t = self.idle_since[w] + (j + 1) * self.cycle
         self.state[w] = "polling"
+        self.account(w, now, "poll")
         self.push(t, "poll", w)
 
     def on_poll(self, now, w):
@@ -128,14 +165,19 @@ class Simulation:
         elif self.ready_any:
             tid = heapq.heappop(self.ready_any)
         else:
+            if self.cat[w] == "poll":  # woken for a task another worker took: still idle
+                self.cat[w] = "idle"
+            self.account(w, now, "idle")
             self.state[w], self.idle_since[w] = "idle", now
             return
+        self.account(w, now, "rpc")
         self.state[w] = "busy"
         self.start[tid] = now
         net = self.net
         self.push(now + 2 * net.lat + net.ovh, "fetch", w, tid)  # reply, FetchInputs request
 
     def on_fetch(self, now, w, tid):
+        self.account(w, now, "transfer")
         task = self.tasks[tid]
         b = task.bytes_in
         if self.mode != "tree" and task.param_bytes and task.param_key not in self.cached[w]:
@@ -146,7 +188,9 @@ class Simulation:
     def on_inputs(self, now, w, tid):
         if self.mode == "tree" and self.have[w] < self.tasks[tid].layer + 2:
             self.waiting[w] = tid  # its layer's parameters are still coming down the tree
+            self.account(w, now, "params")
             return
+        self.account(w, now, "compute")
         self.push(now + self.tasks[tid].time, "computed", w, tid)
 
     def on_computed(self, now, w, tid):
@@ -159,6 +203,8 @@ class Simulation:
         else:
             b += sum(task.partials.values())
         arrive = transfer(now, b, [self.wk_out[w], self.coord_in], self.net)
+        self.account(w, now, "transfer")
+        self.account(w, arrive, "rpc")  # w does nothing else until its result is handled
         self.push(arrive + self.net.ovh, "result", w, tid)
 
     def on_result(self, now, w, tid):
@@ -200,6 +246,7 @@ class Simulation:
         tid = self.waiting[w]
         if tid is not None and self.have[w] >= self.tasks[tid].layer + 2:
             self.waiting[w] = None
+            self.account(w, now, "compute")
             self.push(now + self.tasks[tid].time, "computed", w, tid)
 
     def partial_done(self, now, w, g):

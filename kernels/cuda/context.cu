@@ -68,7 +68,12 @@ Context::Context(int device) : device_(device), counts_(MemoryCountsOf(device)) 
   const CublasApi& blas = Cublas();
   ADJSH_CUBLAS_CHECK(blas.create(&blas_));
   ADJSH_CUBLAS_CHECK(blas.set_stream(blas_, stream_));
-  ADJSH_CUBLAS_CHECK(blas.set_math_mode(blas_, CUBLAS_DEFAULT_MATH));  // no TF32
+  // No TF32, and with bf16 outputs no reduction in bf16: every GEMM sums in f32, as the host
+  // emulation of the cuBLAS calls does (tests/cuda/emulated_device.h), where no test could see
+  // a bf16 reduction.
+  ADJSH_CUBLAS_CHECK(blas.set_math_mode(
+      blas_, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH |
+                                       CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
   ADJSH_CUDA_CHECK(cudaMalloc(&blas_ws_, kBlasWorkspace));
   ADJSH_CUBLAS_CHECK(blas.set_workspace(blas_, blas_ws_, kBlasWorkspace));
   Count(static_cast<int64_t>(kBlasWorkspace));
