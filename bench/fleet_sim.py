@@ -15,7 +15,8 @@ WHAT IT MODELS
   Owners     span s runs on worker s W // S (--owners block, contiguous) or s mod W
              (--owners round-robin, how the coordinator now deals spans nobody holds);
              calibrate uses the recorded owners. A worker runs its own ready tasks one at a
-             time, lowest id first.
+             time, lowest id first (as the coordinator leases), or with --priority
+             critical-path the one with the longest chain of task times to the step's end.
   A task     as a worker serves it (worker/worker.cc, coordinator/task_service.cc): PullTask
              (lease), FetchInputs (its inputs down), compute, PushResult (its results up).
              Each RPC costs --latency-us each way plus --rpc-overhead-us (coordinator and gRPC
@@ -27,8 +28,11 @@ WHAT IT MODELS
              task that becomes ready in that gap waits for the next PullTask. The step starts in
              the middle of every worker's long poll (without one: of its poll interval).
   Links      every transfer costs latency + bytes / bandwidth; each worker has one full-duplex
-             link, the coordinator one, each direction a FIFO server at --bandwidth-gbps; a
-             coordinator <-> worker transfer holds both links' directions for the same interval.
+             link, the coordinator one, each direction carrying one transfer at a time at
+             --bandwidth-gbps; a transfer holds both ends' directions for the same interval, the
+             earliest from its request that both are free for its length (so one waiting for a
+             busy sender does not hold the receiver's link idle meanwhile: a later transfer
+             that fits goes first).
   star       the system as built: all parameters (f32) go to each worker with its first fetch,
              every task's result (with its span's partials: layer k's gradient with bwd(k, s),
              the (V, D) embedding partial with bwd(0, s) and the LM head's with fwd(K-1, s))
@@ -41,7 +45,8 @@ WHAT IT MODELS
              coordinator. Each hop is store-and-forward of one sum; layer k's reduction overlaps
              the backward of layer k-1 (it starts when a worker's last bwd(k, s) ends). The
              coordinator's link carries O(parameters) per step, worker 0's O(parameters log2 W).
-             Summing partials costs nothing here.
+             Summing partials costs nothing here. The tree's nodes are the workers in span
+             order: the root owns span 0 (--tree-root first), or the last span (last).
   wavefront  (synth only) the retired schedule: the coordinator runs the whole forward and
              the LM head itself, serially at one worker's speed; then backward tasks (k, c),
              one per layer and chunk, (k, c) needing (k+1, c) and (k, c+1) (so at most K run at
@@ -59,8 +64,9 @@ WHAT IT IGNORES
 COMMANDS
   fleet_sim.py replay --trace FILE [--step N] --workers 1,2,4,...,64 [--latency-us L]
       [--bandwidth-gbps B] [--rpc-overhead-us O] [--poll-ms P] [--long-poll-ms L] [--speed F]
-      [--reduce star|tree|both] [--owners block|round-robin] [--param-bytes P | --model
-      D,K,N,V,E] [--chunk C] [--json FILE]
+      [--reduce star|tree|both] [--owners block|round-robin] [--priority id|critical-path]
+      [--tree-root first|last] [--param-bytes P | --model D,K,N,V,E] [--chunk C] [--breakdown]
+      [--json FILE]
     Replays the recorded tasks (compute_s + rebuild_s, divided by --speed) with the recorded
     "deps", on W simulated workers. The model shape (for the parameter bytes and which result
     bytes are partials) is --model, or inferred from the trace's byte counts (conv W = 4,
@@ -79,7 +85,8 @@ COMMANDS
   fleet_sim.py synth --model D,K,N,V,E --T T --chunk C [--spans S] --cost-trace FILE
       [--cost-model D,K,N,V,E] --speed F [--bandwidth-gbps B] [--latency-us L]
       [--rpc-overhead-us O] [--poll-ms P] [--long-poll-ms L] --workers 1,2,...,64
-      [--reduce both] [--owners block|round-robin] [--wavefront-partials task|none] [--json FILE]
+      [--reduce both] [--owners block|round-robin] [--priority id|critical-path]
+      [--tree-root first|last] [--wavefront-partials task|none] [--breakdown] [--json FILE]
     Builds the plan for the shape, gives each task a time from a cost model fitted on
     --cost-trace (a real trace of a smaller model on this machine: per phase, seconds per token
     per FLOP of the phase, FLOPs from the shape as below; the LM head separately, from what the
@@ -100,7 +107,15 @@ OUTPUT
     eff         parallel efficiency = speed-up / W
     util        the workers' compute seconds / (W x step): how busy the fleet is
     coord busy  the busier direction of the coordinator's link: busy seconds / step
-  --json FILE writes the same numbers (and the settings, bytes per link) as one JSON object.
+  --breakdown (replay, synth) then prints, per W and mode, where the W x step worker-seconds
+  went: compute, waiting for dependencies (and, after a worker's last task, for the others),
+  a ready task waiting for the worker's next PullTask, the RPCs' fixed costs, transfers
+  (latency, waiting for the links, bytes / bandwidth), waiting for a tree parameter piece, and
+  the tail after the last task's result (the tree's last sums); beside the DAG's critical path
+  (by task times, and with each task's least RPC and transfer cost) and the bound
+  max(task seconds / W, critical path).
+  --json FILE writes the same numbers (and the settings, bytes per link; with --breakdown each
+  mode's "breakdown") as one JSON object.
   synth also prints the DAG's parallelism (task seconds / critical path). Exit 0; a bad flag or
   file: a message on stderr and exit 2.
 """

@@ -5,7 +5,8 @@
 #   net        latency, bandwidth, RPC overhead, polling   sim        the discrete-event simulator
 #   workload   SimTasks from a plan or a trace             wavefront  the retired chunk schedule
 #   trace      reading recorded traces                     calibrate  fitting the link model
-#   sweep      steps per W, the table and JSON             cli        the commands and flags
+#   sweep      steps per W, the table and JSON             breakdown  where worker-seconds go
+#   cli        the commands and flags
 """The simulator's API, re-exported for the tests and for scripts: `import fleet as fs`."""
 
 from .errors import FleetError
@@ -16,11 +17,13 @@ from .wire import (EMBED, HEAD_SCALAR_BYTES, TIMING_BYTES, input_bytes, output_b
                    partial_bytes, span_start_bytes, tree_groups, tree_pieces)
 from .cost import SCAN_FLOPS, CostModel, layer_flops, span_lengths
 from .net import Link, Net, transfer
-from .sim import Result, SimTask, Simulation, binomial_children, block_owners, critical_path
+from .sim import (Result, SimTask, Simulation, binomial_children, block_owners, critical_path,
+                  priority_ranks)
 from .trace import (REQUIRED, check_deps, has_bytes, infer_shape, load_trace, trace_layers,
                     trace_shape)
 from .workload import plan_tasks, recorded_param_fetches, trace_tasks
 from .wavefront import wavefront_tasks
 from .calibrate import fit_rows, lad_fit, parse_run, recorded_owners
 from .sweep import modes_of, simulate, sweep, table, write_json
+from . import breakdown
 from .cli import main, parser

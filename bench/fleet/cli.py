@@ -5,6 +5,7 @@ import argparse
 import os
 import sys
 
+from . import breakdown
 from .calibrate import fit_rows, lad_fit, parse_run, recorded_owners
 from .cost import CostModel
 from .errors import FleetError
@@ -27,22 +28,27 @@ def cmd_replay(a):
     tasks = trace_tasks(records, shape, a.speed, a.param_bytes, a.chunk)
     S = records[0]["spans"]
     modes = modes_of(a.reduce)
-    rows = sweep(a.workers, modes, lambda m, W: simulate(tasks, S, W, net, m, shape,
-                                                          a.param_bytes, how=a.owners))
+    rows = sweep(a.workers, modes, lambda m, W: simulate(
+        tasks, S, W, net, m, shape, a.param_bytes, how=a.owners, priority=a.priority,
+        tree_root=a.tree_root), a.breakdown)
     total, cp = critical_path(tasks)
     diff = check_deps(records)
     print(f"replay {a.trace} step {records[0]['step']} ({len(steps)} steps in the file): "
           f"{len(tasks)} tasks, T={records[0]['T']}, S={S}, model {shape}, parameters "
           f"{(a.param_bytes or shape.param_bytes()) / 1e6:.1f} MB")
     print(f"task seconds {total:.4g} (speed {a.speed:g}), critical path {cp:.4g}, "
-          f"parallelism {total / cp if cp else 0:.1f}; owners {a.owners}; {net.describe()}")
+          f"parallelism {total / cp if cp else 0:.1f}; owners {a.owners}{schedule_note(a)}; "
+          f"{net.describe()}")
     if diff:
         print(f"note: the trace's dependencies are not SpanPlan's ({diff}); replayed as recorded")
     print()
     print(table(rows, modes))
+    if a.breakdown:
+        paths = breakdown.critical_paths(tasks, net)
+        print_breakdown(rows, modes, {m: paths for m in modes})
     write_json(a.json, {"mode": "replay", "trace": a.trace, "step": records[0]["step"],
                         "model": repr(shape), "speed": a.speed, "owners": a.owners,
-                        "net": net.describe(),
+                        **schedule_json(a), "net": net.describe(),
                         "task_seconds": total, "critical_path_s": cp, "rows": rows})
 
 
@@ -107,11 +113,12 @@ def cmd_synth(a):
     tasks = plan_tasks(plan, shape, lambda i, ph, k, s: cost.seconds(
         shape, ph, k, plan.ranges[s][1]) / a.speed, P)
     modes = modes_of(a.reduce)
-    rows = sweep(a.workers, modes, lambda m, W: simulate(tasks, plan.S, W, net, m, shape,
-                                                          how=a.owners))
+    rows = sweep(a.workers, modes, lambda m, W: simulate(
+        tasks, plan.S, W, net, m, shape, how=a.owners, priority=a.priority,
+        tree_root=a.tree_root), a.breakdown)
     wave, forward = wavefront_tasks(shape, plan, cost, a.speed, a.wavefront_partials)
     wrows = sweep(a.workers, ["wavefront"], lambda m, W: Simulation(
-        wave, [], W, net, "star").run())
+        wave, [], W, net, "star", priority=a.priority).run(), a.breakdown)
     for row, w in zip(rows, wrows):
         row["wavefront"] = w["wavefront"]
     total, cp = critical_path(tasks)
@@ -123,15 +130,37 @@ def cmd_synth(a):
           f"{total / cp:.1f}; wavefront: forward on the coordinator {forward:.4g} s, then "
           f"{len(wave)} tasks ({wtotal:.4g} s, critical path {wcp:.4g} s), partials "
           f"{a.wavefront_partials}")
-    print(f"owners {a.owners}; {net.describe()}")
+    print(f"owners {a.owners}{schedule_note(a)}; {net.describe()}")
     print()
     print(table(rows, modes + ["wavefront"]))
+    if a.breakdown:
+        paths = breakdown.critical_paths(tasks, net)
+        print_breakdown(rows, modes + ["wavefront"], dict(
+            {m: paths for m in modes}, wavefront=breakdown.critical_paths(wave, net)))
     write_json(a.json, {"mode": "synth", "model": repr(shape), "T": a.T, "chunk": plan.C,
                         "spans": plan.S, "speed": a.speed, "owners": a.owners,
-                        "net": net.describe(),
+                        **schedule_json(a), "net": net.describe(),
                         "cost_coef": cost.coef, "task_seconds": total, "critical_path_s": cp,
                         "parallelism": total / cp, "wavefront_forward_s": forward,
                         "rows": rows})
+
+
+def schedule_note(a):
+    """The scheduling choices other than the coordinator's, for the header line."""
+    note = "" if a.priority == "id" else f", priority {a.priority}"
+    return note + ("" if a.tree_root == "first" else f", tree root {a.tree_root}")
+
+
+def schedule_json(a):
+    return {k: v for k, v, default in (("priority", a.priority, "id"),
+                                       ("tree_root", a.tree_root, "first")) if v != default}
+
+
+def print_breakdown(rows, modes, paths):
+    print()
+    print("Where the worker-seconds go (--breakdown):")
+    print()
+    print(breakdown.table(rows, modes, paths))
 
 
 # ----------------------------------------------------------------------------------- CLI
@@ -166,6 +195,20 @@ def add_net(p, latency, bandwidth, overhead):
 def add_owners(p):
     p.add_argument("--owners", choices=("block", "round-robin"), default="block",
                    help="span s on worker s W // S (block, default) or s mod W (round-robin)")
+    p.add_argument("--priority", choices=("id", "critical-path"), default="id",
+                   help="which of a worker's ready tasks it is given first: the lowest id (id, "
+                   "as the coordinator leases; default) or the longest chain of task times from "
+                   "it to the step's end (critical-path)")
+    p.add_argument("--tree-root", choices=("first", "last"), default="first",
+                   help="tree: the workers form the tree in span order from the first span's "
+                   "owner (first, default: the root owns span 0) or from the last span's (last)")
+
+
+def add_breakdown(p):
+    p.add_argument("--breakdown", action="store_true",
+                   help="also print, per W, where the workers' seconds go (compute, waiting for "
+                   "dependencies, polling, RPCs, transfers, the reduction's tail) and the "
+                   "critical path")
 
 
 def parser():
@@ -192,6 +235,7 @@ def parser():
     g.add_argument("--model", help="D,K,N,V,E of the traced model (default: inferred from "
                    "the byte counts)")
     r.add_argument("--chunk", type=int, help="the traced chunk (only for in-process traces)")
+    add_breakdown(r)
     r.add_argument("--json", help="also write the numbers here")
 
     c = sub.add_parser("calibrate", help="fit the local link model to recorded runs",
@@ -223,6 +267,7 @@ def parser():
     s.add_argument("--wavefront-partials", choices=("task", "none"), default="task",
                    help="the wavefront's tasks return their layer's partial (task, as it "
                    "shipped) or not (none)")
+    add_breakdown(s)
     s.add_argument("--json", help="also write the numbers here")
     return top
 

@@ -2,6 +2,9 @@
 # worker's PullTask, and one FIFO server per link direction (each worker's full-duplex link and
 # the coordinator's) through which every transfer passes.
 
+import bisect
+import math
+
 from .errors import FleetError
 
 
@@ -25,20 +28,49 @@ class Net:
 
 
 class Link:
-    """One direction of one link: a FIFO server (busy until `free`)."""
+    """One direction of one link: one transfer at a time, in the intervals it has reserved
+    (sorted, disjoint; those over before the latest request are dropped)."""
 
     def __init__(self):
-        self.free = self.busy = 0.0
+        self.busy = 0.0
         self.bytes = 0
+        self.reserved = []  # (start, end)
+
+    def conflict(self, t, dur):
+        """The end of a reservation overlapping [t, t + dur), or None."""
+        i = bisect.bisect_right(self.reserved, (t, math.inf))
+        if i > 0 and self.reserved[i - 1][1] > t:
+            return self.reserved[i - 1][1]
+        if i < len(self.reserved) and self.reserved[i][0] < t + dur:
+            return self.reserved[i][1]
+        return None
+
+    def reserve(self, now, start, dur, nbytes):
+        k = 0
+        while k < len(self.reserved) and self.reserved[k][1] <= now:
+            k += 1
+        del self.reserved[:k]
+        bisect.insort(self.reserved, (start, start + dur))
+        self.busy, self.bytes = self.busy + dur, self.bytes + nbytes
 
 
 def transfer(now, nbytes, links, net):
-    """Sends nbytes at `now` through `links` (held together, cut-through); returns when the
-    last byte has arrived (latency included)."""
+    """Sends nbytes at `now` (calls come in time order) through `links` (held together,
+    cut-through) at the earliest time from `now` that all of them are free for its duration;
+    returns when the last byte has arrived (latency included). A link direction's transfers
+    go in the order they can start, not the order asked: one waiting for a busy sender does not
+    hold the receiver's link idle (a coordinator's fetch to a tree node goes ahead of a piece
+    that node's parent has not yet sent, say)."""
     if nbytes <= 0:
         return now + net.lat
-    start = max([now] + [l.free for l in links])
     dur = nbytes / net.bw
+    start, moved = now, True
+    while moved:
+        moved = False
+        for l in links:
+            end = l.conflict(start, dur)
+            if end is not None:
+                start, moved = end, True
     for l in links:
-        l.free, l.busy, l.bytes = start + dur, l.busy + dur, l.bytes + nbytes
+        l.reserve(now, start, dur, nbytes)
     return start + dur + net.lat

@@ -41,10 +41,15 @@ def binomial_children(i, A):
 class Simulation:
     """Discrete-event list scheduling of one step. owner[span] = worker (or -1: any worker, the
     wavefront's shared queue). mode "star" or "tree" (tree: pieces = parameter bytes of the
-    embedding then each layer, groups = {group: bytes of one sum})."""
+    embedding then each layer, groups = {group: bytes of one sum}). priority: the order of a
+    worker's ready tasks (priority_ranks). tree_root: the tree's nodes are the workers in the
+    order of their spans from the first span's owner (first; node 0, the root, owns span 0) or
+    from the last span's (last)."""
 
-    def __init__(self, tasks, owner, W, net, mode, pieces=(), groups=None):
+    def __init__(self, tasks, owner, W, net, mode, pieces=(), groups=None, priority="id",
+                 tree_root="first"):
         self.tasks, self.owner, self.W, self.net, self.mode = tasks, owner, W, net, mode
+        self.priority, self.tree_root = priority, tree_root
         self.pieces, self.groups = list(pieces), dict(groups or {})
         self.events, self.seq = [], 0
         self.coord_out, self.coord_in = Link(), Link()
@@ -79,6 +84,7 @@ class Simulation:
         # states as (state, from, to).
         self.segs = [[] for _ in range(W)]
         self.mark, self.cat = [0.0] * W, ["idle"] * W
+        self.rank = priority_ranks(self.tasks, self.priority)
         self._setup_tree()
         for t in self.tasks:
             if not t.deps:
@@ -135,10 +141,10 @@ class Simulation:
         task = self.tasks[tid]
         w = self.worker_of(task)
         if w >= 0:
-            heapq.heappush(self.ready_own[w], tid)
+            heapq.heappush(self.ready_own[w], (self.rank[tid], tid))
             self.wake(w, now)
         else:
-            heapq.heappush(self.ready_any, tid)
+            heapq.heappush(self.ready_any, (self.rank[tid], tid))
             for v in range(self.W):
                 self.wake(v, now)
 
@@ -159,11 +165,12 @@ class Simulation:
         self.push(t, "poll", w)
 
     def on_poll(self, now, w):
-        """PullTask handled at the coordinator: the lowest ready id of w's own, else any."""
+        """PullTask handled at the coordinator: w's own ready task first in priority (the lowest
+        id, or the longest path to the step's end), else any."""
         if self.ready_own[w]:
-            tid = heapq.heappop(self.ready_own[w])
+            _, tid = heapq.heappop(self.ready_own[w])
         elif self.ready_any:
-            tid = heapq.heappop(self.ready_any)
+            _, tid = heapq.heappop(self.ready_any)
         else:
             if self.cat[w] == "poll":  # woken for a task another worker took: still idle
                 self.cat[w] = "idle"
@@ -222,6 +229,11 @@ class Simulation:
         if self.mode != "tree":
             return
         active = sorted({self.owner[t.span] for t in self.tasks})
+        if self.tree_root == "last":  # the last span's owner first, and so on down
+            last = defaultdict(int)
+            for t in self.tasks:
+                last[self.owner[t.span]] = max(last[self.owner[t.span]], t.span)
+            active.sort(key=lambda w: (-last[w], w))
         self.node_of = {w: i for i, w in enumerate(active)}
         self.act, A = active, len(active)
         self.levels = (A - 1).bit_length()
@@ -286,6 +298,22 @@ class Simulation:
 
     def on_reduced(self, now, g):
         self.last = max(self.last, now)
+
+
+def priority_ranks(tasks, priority="id"):
+    """Each task's key in a worker's ready queue, lowest first: its id (SpanPlan's order, as the
+    coordinator leases), or (critical-path) minus its bottom level, the longest chain of task
+    times from its start to the step's end (ties by id)."""
+    if priority == "id":
+        return [t.id for t in tasks]
+    succ = [[] for _ in tasks]
+    for t in tasks:
+        for d in t.deps:
+            succ[d].append(t.id)
+    level = [0.0] * len(tasks)
+    for t in reversed(tasks):  # ids are topological: every dependency has a lower id
+        level[t.id] = t.time + max((level[s] for s in succ[t.id]), default=0.0)
+    return [-level[t.id] for t in tasks]
 
 
 def block_owners(S, W, how="block"):

@@ -3,22 +3,25 @@
 
 import json
 
+from .breakdown import of_result
 from .errors import FleetError
 from .sim import Simulation, block_owners
 from .wire import tree_groups, tree_pieces
 
 
-def simulate(tasks, S, W, net, mode, shape=None, param_bytes=None, owner=None, how="block"):
+def simulate(tasks, S, W, net, mode, shape=None, param_bytes=None, owner=None, how="block",
+             priority="id", tree_root="first"):
     owner = owner or (block_owners(S, W, how) if S else [])
     if mode == "tree":
         return Simulation(tasks, owner, W, net, "tree", tree_pieces(shape, param_bytes),
-                          tree_groups(shape)).run()
-    return Simulation(tasks, owner, W, net, "star").run()
+                          tree_groups(shape), priority, tree_root).run()
+    return Simulation(tasks, owner, W, net, "star", priority=priority).run()
 
 
-def sweep(workers, modes, run_one):
+def sweep(workers, modes, run_one, breakdown=False):
     """Rows per W: {mode: {step_s, speedup, efficiency, util, coord_busy, ...}}; speed-ups
-    over each mode's own W = 1 (simulated even when not asked for)."""
+    over each mode's own W = 1 (simulated even when not asked for). With breakdown, each mode
+    also has "breakdown": {state: worker-seconds} (breakdown.py)."""
     base = {m: run_one(m, 1) for m in modes}
     rows = []
     for W in workers:
@@ -29,6 +32,8 @@ def sweep(workers, modes, run_one):
             row[m] = {"step_s": r.step_s, "speedup": speedup, "efficiency": speedup / W,
                       "util": r.compute_s / (W * r.step_s), "coord_busy": r.coord_busy,
                       "coord_bytes": r.coord_bytes, "worker_max_bytes": r.worker_max_bytes}
+            if breakdown:
+                row[m]["breakdown"] = of_result(r)
         rows.append(row)
     return rows
 
