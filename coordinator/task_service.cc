@@ -13,6 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "common/config.h"
 #include "common/strings.h"
+#include "proto/span_kind.h"
 #include "proto/status_util.h"
 #include "proto/tensor_codec.h"
 
@@ -20,16 +21,6 @@ namespace adjsh::coordinator {
 namespace {
 
 grpc::Status Error(const absl::Status& s) { return ToGrpcStatus(s); }
-
-v1::Task::Kind KindOf(SpanPhase phase) {
-  switch (phase) {
-    case SpanPhase::kForwardSummary: return v1::Task::SPAN_FORWARD_SUMMARY;
-    case SpanPhase::kForward: return v1::Task::SPAN_FORWARD;
-    case SpanPhase::kBackwardSummary: return v1::Task::SPAN_BACKWARD_SUMMARY;
-    case SpanPhase::kBackward: return v1::Task::SPAN_BACKWARD;
-  }
-  return v1::Task::KIND_UNSPECIFIED;
-}
 
 // The caller's identity under mutual TLS (the client certificate's names, as gRPC gives them),
 // or "" on a connection without one.

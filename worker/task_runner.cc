@@ -14,6 +14,7 @@
 #include "absl/strings/string_view.h"
 #include "common/proc_stats.h"
 #include "engine/span_tensors.h"
+#include "proto/span_kind.h"
 #include "worker/metrics.h"
 
 namespace adjsh::worker {
@@ -79,16 +80,6 @@ TaskRunner::Outcome TaskRunner::End(const std::string& task_id, const NoResult& 
 }
 
 namespace {
-
-std::optional<SpanPhase> PhaseOf(v1::Task::Kind kind) {
-  switch (kind) {
-    case v1::Task::SPAN_FORWARD_SUMMARY: return SpanPhase::kForwardSummary;
-    case v1::Task::SPAN_FORWARD: return SpanPhase::kForward;
-    case v1::Task::SPAN_BACKWARD_SUMMARY: return SpanPhase::kBackwardSummary;
-    case v1::Task::SPAN_BACKWARD: return SpanPhase::kBackward;
-    default: return std::nullopt;
-  }
-}
 
 // The most a task's inputs can be: the model, the span's tokens and mask, and the summaries
 // of a replay of every layer (f64 at most, with room for the stream's own framing).

@@ -39,6 +39,7 @@
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
 #include "proto/adjsh.grpc.pb.h"
+#include "proto/span_kind.h"
 #include "proto/status_util.h"
 #include "proto/tensor_codec.h"
 #include "tests/common/test_util.h"
@@ -118,16 +119,6 @@ inline void Erase(Named& named, const std::string& name) {
   named.erase(std::remove_if(named.begin(), named.end(),
                              [&](const auto& p) { return p.first == name; }),
               named.end());
-}
-
-inline std::optional<SpanPhase> PhaseOf(v1::Task::Kind kind) {
-  switch (kind) {
-    case v1::Task::SPAN_FORWARD_SUMMARY: return SpanPhase::kForwardSummary;
-    case v1::Task::SPAN_FORWARD: return SpanPhase::kForward;
-    case v1::Task::SPAN_BACKWARD_SUMMARY: return SpanPhase::kBackwardSummary;
-    case v1::Task::SPAN_BACKWARD: return SpanPhase::kBackward;
-    default: return std::nullopt;
-  }
 }
 
 inline bool IsBackward(const v1::Task& t) {
