@@ -10,8 +10,7 @@
 // affine in n:  S(n) = S(2) + (n - 2) (S(3) - S(2)),  from two short runs of 2P + 1 and 3P + 1
 // tokens through the same path. The long runs are in f64 so that the prediction holds to
 // ~1e-10 relative, while one misplaced token out of 8M changes a sum by ~1e-7 relative.
-// Paths: the distributable backward task exactly as a worker runs it (wavefront forward and
-// head, then GatherInputs -> RunBackwardTask -> ApplyResult per task; K = 2), two-pass and
+// Paths: the span schedule workers run (K = 2, one span per chunk), two-pass and
 // windowed (truncated adjoint) in f64, the f32 wavefront with the layer inputs in memory-mapped
 // spill files (1e-3: f32 sums of 8M terms), the LM head inside each (the loss, the tied
 // embedding's gradient), and token files (.u16, .u32) of 8M ids. Memory at the peak ~1 GiB (K T D f64 layer inputs, T D top rows, T D second buffer).
@@ -183,27 +182,19 @@ TEST(LongContext, TokenFilesHold8MIdsAtFarOffsets) {
   EXPECT_TRUE(*read == want);
 }
 
-TEST(LongContext, WorkerTaskPathMatchesPrediction) {
-  // K = 2: the wavefront forward and the head, then every backward task (layer, chunk) through
-  // RunBackwardTask as a worker runs it, results applied in task order (ascending ids respect
-  // the dependencies), as the coordinator does.
+TEST(LongContext, SpanSchedulePathMatchesPrediction) {
+  // K = 2, the span schedule workers run (engine/span_step.h): with the default spans, one per
+  // chunk here (257 spans of 32K tokens), every summary, combine, halo and tree-reduced partial
+  // at offsets past 2^23 tokens.
   const ModelParams<double> params = ForgetfulModel<double>(2);
-  const GradOptions opt = Options(Schedule::kWavefront);
+  const GradOptions opt = Options(Schedule::kSpans);
   const Prediction want = Predict<double>(2, opt);
-  GradientStep<double> step(params, LongTokens(), opt);
-  step.ForwardAndHead();
-  std::vector<cpu::MambaBlockCpu<double>> blocks;
-  for (const LayerParams<double>& l : params.layers) blocks.emplace_back(params.config, l);
-  BackwardTaskInputs<double> in;
-  BackwardTaskOutputs<double> out;
-  ASSERT_EQ(step.num_backward_tasks(), 2 * ((kLongT + kChunk - 1) / kChunk));
-  for (int64_t task = 0; task < step.num_backward_tasks(); ++task) {
-    step.GatherInputs(task, in);
-    RunBackwardTask(blocks[in.layer], params.config, in, out);
-    step.ApplyResult(task, out);
-  }
-  std::printf("worker tasks (K = 2), T = %lld:\n", static_cast<long long>(kLongT));
-  ExpectMatches(step.Finish(), want, kTolF64);
+  absl::StatusOr<GradResult<double>> r = ComputeGradient<double>(params, LongTokens(), opt);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->profile.spans, (kLongT + kChunk - 1) / kChunk);
+  std::printf("span schedule (K = 2, %lld spans), T = %lld:\n",
+              static_cast<long long>(r->profile.spans), static_cast<long long>(kLongT));
+  ExpectMatches(*r, want, kTolF64);
 }
 
 // The other paths with K = 1 (half the time; the layer coupling is covered above).
