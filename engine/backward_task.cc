@@ -4,20 +4,6 @@
 
 namespace adjsh {
 
-template <typename T>
-void RunBackwardTask(const cpu::MambaBlockCpu<T>& block, const MambaConfig& config,
-                     const BackwardTaskInputs<T>& in, BackwardTaskOutputs<T>& out) {
-  const int64_t D = config.hidden_size, DiN = config.inner() * config.state_size;
-  for (const auto& slot : LayerParamSlots<T>())
-    (out.grad.*slot.member).assign(ShapeNumel(slot.shape(config)), T(0));  // keeps capacity
-  out.du.resize(in.rows.len * D);
-  out.du_halo.assign(in.rows.halo * D, T(0));
-  out.mu_out.resize(DiN);
-  block.Backward(in.u.data(), {in.rows.halo, in.rows.len, 0}, in.g.data(), in.h0.data(),
-                 in.mu.empty() ? nullptr : in.mu.data(), 0, out.grad, out.du.data(),
-                 out.du_halo.data(), out.mu_out.data());
-}
-
 namespace {
 template <typename T>
 void PrepareOutputs(const MambaConfig& config, const BackwardTaskInputs<T>& in,
@@ -44,12 +30,6 @@ template void RunBackwardTask<float>(BlockBackend<float>&, const MambaConfig&,
                                      const BackwardTaskInputs<float>&,
                                      BackwardTaskOutputs<float>&);
 template void RunBackwardTask<double>(BlockBackend<double>&, const MambaConfig&,
-                                      const BackwardTaskInputs<double>&,
-                                      BackwardTaskOutputs<double>&);
-template void RunBackwardTask<float>(const cpu::MambaBlockCpu<float>&, const MambaConfig&,
-                                     const BackwardTaskInputs<float>&,
-                                     BackwardTaskOutputs<float>&);
-template void RunBackwardTask<double>(const cpu::MambaBlockCpu<double>&, const MambaConfig&,
                                       const BackwardTaskInputs<double>&,
                                       BackwardTaskOutputs<double>&);
 

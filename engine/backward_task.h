@@ -1,7 +1,5 @@
-// One exact backward task (layer k, chunk c) of the wavefront schedule as data: what a worker
-// receives and what it returns. The in-process engine runs the same function on the same
-// inputs and applies the outputs in the same order, so a distributed gradient reduces bitwise
-// the same numbers.
+// One exact backward task (layer k, chunk c) of the in-process wavefront schedule as data: its
+// inputs and outputs, run on a backend's block (kernels/backend.h).
 #ifndef ADJSH_ENGINE_BACKWARD_TASK_H_
 #define ADJSH_ENGINE_BACKWARD_TASK_H_
 
@@ -10,7 +8,6 @@
 
 #include "common/model.h"
 #include "kernels/backend.h"
-#include "kernels/cpu/mamba_block.h"
 
 namespace adjsh {
 
@@ -32,12 +29,8 @@ struct BackwardTaskOutputs {
   std::vector<T> mu_out;   // (Di, N) the adjoint flowing into the previous chunk
 };
 
-// Runs the task with the layer's block (built from the layer's parameters). out's buffers are
-// resized and zeroed here, so a caller may reuse one out across tasks.
-template <typename T>
-void RunBackwardTask(const cpu::MambaBlockCpu<T>& block, const MambaConfig& config,
-                     const BackwardTaskInputs<T>& in, BackwardTaskOutputs<T>& out);
-// The same on a device backend's block (kernels/backend.h; the op kBackwardExact).
+// Runs the task with the layer's block (the op kBackwardExact). out's buffers are resized and
+// zeroed here, so a caller may reuse one out across tasks.
 template <typename T>
 void RunBackwardTask(BlockBackend<T>& block, const MambaConfig& config,
                      const BackwardTaskInputs<T>& in, BackwardTaskOutputs<T>& out);

@@ -1,13 +1,12 @@
-// The state of one gradient computation by adjoint sharding (see adjoint_engine.h for the
-// schedules). Run() does everything in-process. A coordinator that sends the exact backward's
-// (layer, chunk) tasks to workers uses the pieces instead:
+// The state of one gradient computation by the in-process chunk schedules (adjoint_engine.h:
+// wavefront and two-pass, and the layered backward of a truncated window or the top-of-stack
+// cotangent). Run() does everything; the wavefront's exact backward goes through the pieces
 //   ForwardAndHead();                      // loss, layer inputs, chunk states, dL/du^{K+1}
 //   for each task, once its dependencies are applied (BackwardDependencies):
-//     GatherInputs(task, in)  -> worker: RunBackwardTask(block, config, in, out) ->
-//     ApplyResult(task, out)  // tasks of one layer in the order the dependencies force
+//     GatherInputs(task, in) -> RunBackwardTask(block, config, in, out) -> ApplyResult(task, out)
 //   Finish();                              // embedding gradient; the result
-// Run() goes through exactly these calls, so both reduce bitwise the same numbers.
-// Every kernel call goes through options.device's backend (checked by CheckDevice<T> first).
+// (workers run the span schedule instead: engine/span_plan.h). Every kernel call goes through
+// options.device's backend (checked by CheckDevice<T> first).
 #ifndef ADJSH_ENGINE_GRADIENT_STEP_H_
 #define ADJSH_ENGINE_GRADIENT_STEP_H_
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "engine/backward_task.h"
+#include "kernels/backend.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/mamba_block.h"
 #include "tests/kernels/test_util.h"
@@ -65,15 +66,18 @@ struct Result {
   std::vector<T> u_next, h_end;  // the block's forward over the same rows
 };
 
-// Runs the task's backward and its forward with a block built afresh, as a worker does.
+// Runs the task's backward and its forward with a block built afresh on the CPU backend, as a
+// worker does.
 template <typename T>
 void RunCase(const Case<T>& c, Result<T>& r) {
-  const cpu::MambaBlockCpu<T> block(c.config, c.params.layers[c.in.layer]);
-  RunBackwardTask(block, c.config, c.in, r.out);
+  std::unique_ptr<Backend<T>> backend = MakeBackend<T>(Device{}).value();
+  std::unique_ptr<BlockBackend<T>> block =
+      backend->MakeBlock(c.config, c.params.layers[c.in.layer]);
+  RunBackwardTask(*block, c.config, c.in, r.out);
   const int64_t D = c.config.hidden_size, DiN = c.config.inner() * c.config.state_size;
   r.u_next.assign(c.in.rows.len * D, T(0));
   r.h_end.assign(DiN, T(0));
-  block.Forward(c.in.u.data(), c.in.rows, c.in.h0.data(), r.u_next.data(), r.h_end.data());
+  block->Forward(c.in.u.data(), c.in.rows, c.in.h0.data(), r.u_next.data(), r.h_end.data());
 }
 
 template <typename T>
