@@ -58,6 +58,7 @@ def table(rows, modes, paths):
             lines.append("| " + " | ".join(cells) + " |")
     legend = ["", "worker-seconds (share of W x step) by state:"]
     legend += [f"  {c:<11} {what}" for _, c, what in STATES]
-    legend += ["  critical path: the DAG's longest chain by task times; + wire: with each task's "
-               "least RPC and transfer cost; bound: max(task seconds / W, critical path)"]
+    legend += ["  critical path: the DAG's longest chain by task times (the wavefront's from the "
+               "end of the coordinator's forward); + wire: with each task's least RPC and "
+               "transfer cost; bound: max(task seconds / W, critical path)"]
     return "\n".join(lines + legend)

@@ -146,7 +146,7 @@ def cmd_synth(a):
 
 
 def schedule_note(a):
-    """The scheduling choices other than the coordinator's, for the header line."""
+    """--priority and --tree-root where they are not the defaults, for the header line."""
     note = "" if a.priority == "id" else f", priority {a.priority}"
     return note + ("" if a.tree_root == "first" else f", tree root {a.tree_root}")
 
