@@ -1,7 +1,12 @@
 // DeviceBlock: one layer's chunk forward and exact backward on the GPU. Projections are cuBLAS
 // GEMMs (f32 accumulation); the scan with everything token-local around it is fused
 // (scan.h); the conv and the norm are ops.h. A call's buffers are carved from the device
-// workspace, sized by the chunk (halo + len rows), never by the sequence.
+// workspace, sized by the chunk (halo + len rows), never by the sequence. Host data crosses
+// through the block's pinned staging buffer (page-locked, so the copies are true DMA
+// transfers, kept and grown across calls, freed with the block); the layer's gradient is
+// accumulated on the device (the caller's accumulator goes up, the call's gradient is added to
+// it there, the sum comes back once), in the order the host add had: grad = grad + this call's.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <type_traits>
@@ -45,6 +50,30 @@ struct DeviceBlock::Impl {
   Weights w{};
   void* mem = nullptr;
   size_t mem_bytes = 0;
+  // Pinned host staging, under ctx's mutex; grown (never shrunk) by Staging.
+  char* pinned = nullptr;
+  size_t pinned_bytes = 0;
+
+  // At least `bytes` of pinned host memory. Every call ends with the stream synchronised, so no
+  // copy is in flight when it is replaced.
+  char* Staging(size_t bytes) {
+    if (bytes <= pinned_bytes) return pinned;
+    if (pinned) ADJSH_CUDA_CHECK(cudaFreeHost(pinned));
+    pinned = nullptr;
+    pinned_bytes = 0;
+    ADJSH_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&pinned), bytes,
+                                   cudaHostAllocDefault));
+    pinned_bytes = bytes;
+    return pinned;
+  }
+  // Lays host buffers out in the staging buffer, as CarveWorkspace does on the device.
+  template <typename Layout>
+  void CarveStaging(Layout&& layout) {
+    Carver sizing(nullptr);
+    layout(sizing);
+    Carver real(Staging(sizing.used()));
+    layout(real);
+  }
 
   Impl(int device, bool bf16_storage, const BlockShape& shape) :
       ctx(Context::Get(device)), bf16(bf16_storage), s(shape) {}
@@ -112,6 +141,7 @@ DeviceBlock::~DeviceBlock() {
   std::lock_guard<std::mutex> lock(impl_->ctx.mutex());
   impl_->ctx.Sync();
   impl_->ctx.Free(impl_->mem, impl_->mem_bytes);
+  if (impl_->pinned) ADJSH_CUDA_CHECK(cudaFreeHost(impl_->pinned));
 }
 
 void DeviceBlock::Forward(const float* u, int64_t halo, int64_t len, const float* h0,
@@ -186,8 +216,20 @@ void DeviceBlock::Impl::Forward(const float* u, int64_t halo, int64_t len, const
     hend_d = c.Take<float>(DiN);
     scratch = c.Take<float>(ScanForwardScratch(len, Di, s.N));
   });
-  ctx.Upload(a.u, u, P * D * sizeof(float));
-  if (h0) ctx.Upload(h0_d, h0, DiN * sizeof(float));
+  // Pinned staging: u and h0 in; u_next and h_end out.
+  float *u_h, *h0_h, *out_h, *hend_h;
+  CarveStaging([&](Carver& c) {
+    u_h = c.Take<float>(P * D);
+    h0_h = c.Take<float>(DiN);
+    out_h = c.Take<float>(len * D);
+    hend_h = c.Take<float>(DiN);
+  });
+  std::memcpy(u_h, u, P * D * sizeof(float));
+  ctx.Upload(a.u, u_h, P * D * sizeof(float));
+  if (h0) {
+    std::memcpy(h0_h, h0, DiN * sizeof(float));
+    ctx.Upload(h0_d, h0_h, DiN * sizeof(float));
+  }
   Recompute<S>(ctx, s, w, halo, len, a);
   ScanForward<S>(ctx.stream(), ScanView<S>(s, w, a, halo, len), h0 ? h0_d : nullptr, hend_d, o,
                  scratch);
@@ -196,9 +238,11 @@ void DeviceBlock::Impl::Forward(const float* u, int64_t halo, int64_t len, const
                                    cudaMemcpyDeviceToDevice, ctx.stream()));
   Gemm(ctx, false, true, len, D, Di, 1, o, DataType<S>(), Di, w.out_proj, DataType<S>(), Di, 1,
        out, CUDA_R_32F, D);
-  ctx.Download(u_next, out, len * D * sizeof(float));
-  ctx.Download(h_end, hend_d, DiN * sizeof(float));
+  ctx.Download(out_h, out, len * D * sizeof(float));
+  ctx.Download(hend_h, hend_d, DiN * sizeof(float));
   ctx.Sync();
+  std::memcpy(u_next, out_h, len * D * sizeof(float));
+  std::memcpy(h_end, hend_h, DiN * sizeof(float));
 }
 
 template <typename S>
@@ -216,7 +260,7 @@ void DeviceBlock::Impl::Backward(const float* u, int64_t halo, int64_t len, cons
   for (int64_t n : sizes) grad_total += n;
 
   Acts<S> a;
-  float *g_d, *d_o, *dxc, *dn, *h0_d, *mu_d, *mu_out_d, *grads, *scratch;
+  float *g_d, *d_o, *dxc, *dn, *h0_d, *mu_d, *mu_out_d, *grads, *acc, *scratch, *reduce;
   S *g_s, *o, *dxz, *ddt, *ddbc;
   CarveWorkspace(ctx, [&](Carver& c) {
     a.Take(c, s, P, len, true);
@@ -233,8 +277,26 @@ void DeviceBlock::Impl::Backward(const float* u, int64_t halo, int64_t len, cons
     mu_d = c.Take<float>(DiN);
     mu_out_d = c.Take<float>(DiN);
     grads = c.Take<float>(grad_total);
+    acc = c.Take<float>(grad_total);
     scratch = c.Take<float>(ScanBackwardScratch(len, Di, N));
+    // The conv's and the norm's weight-gradient partials, one after the other on the stream.
+    reduce = c.Take<float>(std::max(ConvSiluBackwardScratch(len, Di, s.W),
+                                    RmsNormBackwardScratch(P, D)));
   });
+  // Pinned staging: u, g, h0, mu in; du_halo and du (as dn: halo + len rows), mu_out out; the
+  // caller's gradient in and the accumulated one out (one buffer: the stream orders the upload
+  // before the download).
+  float *u_h, *g_h, *h0_h, *mu_h, *du_h, *mu_out_h, *grad_h;
+  CarveStaging([&](Carver& c) {
+    u_h = c.Take<float>(P * D);
+    g_h = c.Take<float>(len * D);
+    h0_h = c.Take<float>(DiN);
+    mu_h = c.Take<float>(DiN);
+    du_h = c.Take<float>(P * D);
+    mu_out_h = c.Take<float>(DiN);
+    grad_h = c.Take<float>(grad_total);
+  });
+  const std::vector<float*> dst = Members(grad);
   // The gradient block in LayerTensors order.
   LayerTensors<float> gd;
   {
@@ -244,10 +306,22 @@ void DeviceBlock::Impl::Backward(const float* u, int64_t halo, int64_t len, cons
     for (size_t q = 0; q < sizes.size(); ++q) *slots[q] = p, p += sizes[q];
   }
   cudaStream_t stream = ctx.stream();
-  ctx.Upload(a.u, u, P * D * sizeof(float));
-  ctx.Upload(g_d, g, len * D * sizeof(float));
-  ctx.Upload(h0_d, h0, DiN * sizeof(float));
-  if (mu) ctx.Upload(mu_d, mu, DiN * sizeof(float));
+  std::memcpy(u_h, u, P * D * sizeof(float));
+  std::memcpy(g_h, g, len * D * sizeof(float));
+  std::memcpy(h0_h, h0, DiN * sizeof(float));
+  if (mu) std::memcpy(mu_h, mu, DiN * sizeof(float));
+  {
+    float* p = grad_h;
+    for (size_t q = 0; q < sizes.size(); ++q) {
+      std::memcpy(p, dst[q], sizes[q] * sizeof(float));
+      p += sizes[q];
+    }
+  }
+  ctx.Upload(a.u, u_h, P * D * sizeof(float));
+  ctx.Upload(g_d, g_h, len * D * sizeof(float));
+  ctx.Upload(h0_d, h0_h, DiN * sizeof(float));
+  if (mu) ctx.Upload(mu_d, mu_h, DiN * sizeof(float));
+  ctx.Upload(acc, grad_h, grad_total * sizeof(float));
   if (!std::is_same_v<S, float>) Convert<S>(stream, g_d, len * D, g_s);
   Recompute<S>(ctx, s, w, halo, len, a);
 
@@ -271,23 +345,25 @@ void DeviceBlock::Impl::Backward(const float* u, int64_t halo, int64_t len, cons
   Gemm(ctx, false, false, len, Di, Q, 1, ddbc, st, Q, w.x_proj, st, Di, 1, dxc, f32, Di);
   // silu and the causal conv: dL/dx into the x columns of dxz, halo rows included.
   ConvSiluBackward<S>(stream, a.xz, a.cpre, halo, len, Di, s.W, w.conv_w, dxc, dxz, gd.conv_w,
-                      gd.conv_b);
+                      gd.conv_b, reduce);
   // in_proj: dW_in = dxz^T n; dn = dxz W_in; RMSNorm back to u.
   Gemm(ctx, true, false, 2 * Di, D, P, 1, dxz, st, 2 * Di, a.n, st, D, 0, gd.in_proj, f32, D);
   Gemm(ctx, false, false, P, D, 2 * Di, 1, dxz, st, 2 * Di, w.in_proj, st, D, 0, dn, f32, D);
-  RmsNormBackward(stream, a.u, P, D, w.norm, a.r, dn, gd.norm, dn);
+  RmsNormBackward(stream, a.u, P, D, w.norm, a.r, dn, gd.norm, dn, reduce);
   Add(stream, g_d, dn + halo * D, len * D, dn + halo * D);  // du = g + the path through the block
+  // The accumulation: acc = (the caller's grad) + (this call's), as the host's grad += did.
+  Add(stream, acc, grads, grad_total, acc);
 
-  std::vector<float> host_grads(grad_total);
-  ctx.Download(du_halo, dn, halo * D * sizeof(float));
-  ctx.Download(du, dn + halo * D, len * D * sizeof(float));
-  if (mu_out) ctx.Download(mu_out, mu_out_d, DiN * sizeof(float));
-  ctx.Download(host_grads.data(), grads, grad_total * sizeof(float));
+  ctx.Download(du_h, dn, P * D * sizeof(float));
+  if (mu_out) ctx.Download(mu_out_h, mu_out_d, DiN * sizeof(float));
+  ctx.Download(grad_h, acc, grad_total * sizeof(float));
   ctx.Sync();
-  const std::vector<float*> dst = Members(grad);
-  const float* src = host_grads.data();
+  if (halo > 0) std::memcpy(du_halo, du_h, halo * D * sizeof(float));
+  std::memcpy(du, du_h + halo * D, len * D * sizeof(float));
+  if (mu_out) std::memcpy(mu_out, mu_out_h, DiN * sizeof(float));
+  const float* src = grad_h;
   for (size_t q = 0; q < sizes.size(); ++q) {
-    for (int64_t k = 0; k < sizes[q]; ++k) dst[q][k] += src[k];
+    std::memcpy(dst[q], src, sizes[q] * sizeof(float));
     src += sizes[q];
   }
 }

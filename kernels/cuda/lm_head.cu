@@ -30,7 +30,7 @@ double Head(Context& ctx, int64_t M, int64_t D, int64_t V, float eps, const floa
             float* dE, float* dw_f) {
   const int64_t R = std::min(kRows, M), Vb = std::min(kVocab, V);
   const cudaDataType_t st = DataType<S>(), f32 = CUDA_R_32F;
-  float *E_d, *w_d, *u_d, *r, *logits, *mx, *sum, *tl, *dnf, *dE_d, *dw_acc, *dw_blk;
+  float *E_d, *w_d, *u_d, *r, *logits, *mx, *sum, *tl, *dnf, *dE_d, *dw_acc, *dw_blk, *reduce;
   S *E_s, *nf, *dl;
   int64_t* tg;
   CarveWorkspace(ctx, [&](Carver& c) {
@@ -50,6 +50,7 @@ double Head(Context& ctx, int64_t M, int64_t D, int64_t V, float eps, const floa
     dE_d = c.Take<float>(V * D);
     dw_acc = c.Take<float>(D);
     dw_blk = c.Take<float>(D);
+    reduce = c.Take<float>(RmsNormBackwardScratch(R, D));
   });
   cudaStream_t s = ctx.stream();
   ctx.Upload(E_d, E, V * D * sizeof(float));
@@ -80,7 +81,7 @@ double Head(Context& ctx, int64_t M, int64_t D, int64_t V, float eps, const floa
            dnf, f32, D);
       Gemm(ctx, true, false, vb, D, rows, 1, dl, st, vb, nf, st, D, 1, dE_d + v0 * D, f32, D);
     }
-    RmsNormBackward(s, u_d, rows, D, w_d, r, dnf, dw_blk, dnf);
+    RmsNormBackward(s, u_d, rows, D, w_d, r, dnf, dw_blk, dnf, reduce);
     Add(s, dw_acc, dw_blk, D, dw_acc);
     ctx.Download(du + r0 * D, dnf, rows * D * sizeof(float));
     ctx.Sync();

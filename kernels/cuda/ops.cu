@@ -14,8 +14,16 @@ void RmsNormForward(cudaStream_t s, const float* u, int64_t rows, int64_t D, con
 }
 
 void RmsNormBackward(cudaStream_t s, const float* u, int64_t rows, int64_t D, const float* w,
-                     const float* r, const float* dn, float* dw, float* du) {
-  ops_internal::RmsNormBackwardImpl(s, u, rows, D, w, r, dn, dw, du);
+                     const float* r, const float* dn, float* dw, float* du, float* scratch) {
+  ops_internal::RmsNormBackwardImpl(s, u, rows, D, w, r, dn, dw, du, scratch);
+}
+
+int64_t RmsNormBackwardScratch(int64_t rows, int64_t D) {
+  return ops_internal::RmsNormBackwardScratchImpl(rows, D);
+}
+
+int64_t ConvSiluBackwardScratch(int64_t len, int64_t Di, int64_t W) {
+  return ops_internal::ConvSiluBackwardScratchImpl(len, Di, W);
 }
 
 template <typename S>
@@ -27,8 +35,9 @@ void ConvSiluForward(cudaStream_t s, const S* xz, int64_t halo, int64_t M, int64
 template <typename S>
 void ConvSiluBackward(cudaStream_t s, const S* xz, const S* cpre, int64_t halo, int64_t len,
                       int64_t Di, int64_t W, const float* w, float* dxc, S* dxz, float* dw,
-                      float* db) {
-  ops_internal::ConvSiluBackwardImpl<S>(s, xz, cpre, halo, len, Di, W, w, dxc, dxz, dw, db);
+                      float* db, float* scratch) {
+  ops_internal::ConvSiluBackwardImpl<S>(s, xz, cpre, halo, len, Di, W, w, dxc, dxz, dw, db,
+                                        scratch);
 }
 
 template <typename S>
@@ -57,7 +66,8 @@ void CeGrad(cudaStream_t s, const float* logits, int64_t M, int64_t Vb, int64_t 
   template void ConvSiluForward<S>(cudaStream_t, const S*, int64_t, int64_t, int64_t, int64_t,  \
                                    const float*, const float*, S*, S*);                         \
   template void ConvSiluBackward<S>(cudaStream_t, const S*, const S*, int64_t, int64_t,         \
-                                    int64_t, int64_t, const float*, float*, S*, float*, float*); \
+                                    int64_t, int64_t, const float*, float*, S*, float*, float*, \
+                                    float*);                                                    \
   template void Convert<S>(cudaStream_t, const float*, int64_t, S*);                            \
   template void CeGrad<S>(cudaStream_t, const float*, int64_t, int64_t, int64_t,                \
                           const int64_t*, const float*, const float*, float, S*);

@@ -17,9 +17,12 @@ void RmsNormForward(cudaStream_t s, const float* u, int64_t rows, int64_t D, con
                     float eps, S* n, float* r);
 
 // Given dn (rows, D): du (rows, D) = r v - u r^3 (v . u) / D with v = dn . w (du may alias dn);
-// dw (D) = sum over rows of dn . u r, written.
+// dw (D) = sum over rows of dn . u r, written, in two fixed-order stages (partial sums over
+// contiguous slices of rows, then the slices in order) through scratch:
+// RmsNormBackwardScratch(rows, D) floats.
 void RmsNormBackward(cudaStream_t s, const float* u, int64_t rows, int64_t D, const float* w,
-                     const float* r, const float* dn, float* dw, float* du);
+                     const float* r, const float* dn, float* dw, float* du, float* scratch);
+int64_t RmsNormBackwardScratch(int64_t rows, int64_t D);
 
 // The causal conv over rows p = halo + t of x = xz[:, :Di] (row stride 2 Di), t in [0, M):
 // cpre[t] = b + sum_j w[:, j] x[halo + t - W + 1 + j] (rows before 0 are zero), xc = silu(cpre).
@@ -30,11 +33,13 @@ void ConvSiluForward(cudaStream_t s, const S* xz, int64_t halo, int64_t M, int64
 
 // Backward of ConvSiluForward over the chunk's len rows: dxc (len, Di) = dL/dxc on entry,
 // dL/dcpre on exit; the x columns of dxz (halo + len rows, row stride 2 Di) are written with
-// dL/dx (halo rows included); dw (Di, W) and db (Di) written.
+// dL/dx (halo rows included); dw (Di, W) and db (Di) written, reduced over the rows as
+// RmsNormBackward's dw through scratch: ConvSiluBackwardScratch(len, Di, W) floats.
 template <typename S>
 void ConvSiluBackward(cudaStream_t s, const S* xz, const S* cpre, int64_t halo, int64_t len,
                       int64_t Di, int64_t W, const float* w, float* dxc, S* dxz, float* dw,
-                      float* db);
+                      float* db, float* scratch);
+int64_t ConvSiluBackwardScratch(int64_t len, int64_t Di, int64_t W);
 
 template <typename S>
 void Convert(cudaStream_t s, const float* in, int64_t n, S* out);

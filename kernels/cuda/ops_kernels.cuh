@@ -43,13 +43,74 @@ __global__ void RmsNormBackwardRowsKernel(const float* u, int64_t D, const float
     du[row * D + d] = rt * gt[d] * w[d] - ut[d] * coef;
 }
 
-// dw[d] = sum_rows dn[row, d] u[row, d] r[row]: one thread per d, rows in order.
-__global__ void RmsNormWeightGradKernel(const float* u, int64_t rows, int64_t D, const float* r,
-                                        const float* dn, float* dw) {
-  ADJSH_GRID_LOOP(d, D) {
+// The weight gradients (RMSNorm's dw, the conv's dw and db) are sums over rows, reduced in two
+// stages in a fixed order, so that the result depends only on the shape (bitwise run to run, no
+// atomics) and the work spreads over the GPU:
+//   stage 1: the rows are cut into `slices` contiguous ranges (ReduceSlices: a function of the
+//            row count alone); block (x, y) sums slice y for kReduceCols columns, its
+//            kReduceLanes lanes of 32 threads each a contiguous part of the slice, the lanes then
+//            added in lane order; the slice's sum goes to partial[y][column].
+//   stage 2: one thread per column adds the slices' partials in slice order.
+constexpr int kReduceCols = 32;                     // one warp: coalesced row reads
+constexpr int kReduceLanes = kThreads / kReduceCols;  // 8
+constexpr int64_t kReduceMinRows = 64;              // rows per slice at least (but one slice)
+constexpr int64_t kReduceMaxSlices = 512;
+
+inline int64_t ReduceSlices(int64_t rows) {
+  const int64_t slices = (rows + kReduceMinRows - 1) / kReduceMinRows;
+  return slices < 1 ? 1 : slices > kReduceMaxSlices ? kReduceMaxSlices : slices;
+}
+// Slice y of `slices` over [0, rows): [begin, end).
+__device__ __forceinline__ void SliceRange(int64_t rows, int64_t slices, int64_t y, int64_t* begin,
+                                           int64_t* end) {
+  const int64_t per = (rows + slices - 1) / slices;
+  *begin = y * per < rows ? y * per : rows;
+  *end = *begin + per < rows ? *begin + per : rows;
+}
+// The lane's part [begin, end) of [b, e).
+__device__ __forceinline__ void LaneRange(int64_t b, int64_t e, int lane, int64_t* begin,
+                                          int64_t* end) {
+  const int64_t per = (e - b + kReduceLanes - 1) / kReduceLanes;
+  *begin = b + lane * per < e ? b + lane * per : e;
+  *end = *begin + per < e ? *begin + per : e;
+}
+// The lanes' sums (one per thread, in `shared`) added in lane order for the block's columns;
+// the result is valid in the threads of lane 0.
+__device__ __forceinline__ float LaneSum(float v, float* shared) {
+  shared[threadIdx.x] = v;
+  __syncthreads();
+  float total = 0;
+  if (threadIdx.x < kReduceCols) {
+    for (int l = 0; l < kReduceLanes; ++l) total += shared[l * kReduceCols + threadIdx.x];
+  }
+  __syncthreads();
+  return total;
+}
+
+// Stage 1 of dw[d] = sum_rows dn[row, d] u[row, d] r[row]: partial (slices, D).
+__global__ void RmsNormWeightGradPartialKernel(const float* u, int64_t rows, int64_t D,
+                                               const float* r, const float* dn, int64_t slices,
+                                               float* partial) {
+  __shared__ float shared[kThreads];
+  const int64_t d = int64_t{blockIdx.x} * kReduceCols + threadIdx.x % kReduceCols;
+  const int lane = static_cast<int>(threadIdx.x / kReduceCols);
+  int64_t b, e, lb, le;
+  SliceRange(rows, slices, blockIdx.y, &b, &e);
+  LaneRange(b, e, lane, &lb, &le);
+  float acc = 0;
+  if (d < D) {
+    for (int64_t t = lb; t < le; ++t) acc += dn[t * D + d] * u[t * D + d] * r[t];
+  }
+  acc = LaneSum(acc, shared);
+  if (threadIdx.x < kReduceCols && d < D) partial[int64_t{blockIdx.y} * D + d] = acc;
+}
+
+// Stage 2 of every weight gradient: out[k] = sum_y partial[y][k] in order, k in [0, n).
+__global__ void SumSlicesKernel(const float* partial, int64_t slices, int64_t n, float* out) {
+  ADJSH_GRID_LOOP(k, n) {
     float acc = 0;
-    for (int64_t t = 0; t < rows; ++t) acc += dn[t * D + d] * u[t * D + d] * r[t];
-    dw[d] = acc;
+    for (int64_t y = 0; y < slices; ++y) acc += partial[y * n + k];
+    out[k] = acc;
   }
 }
 
@@ -88,21 +149,46 @@ __global__ void ConvInputGradKernel(const float* dc, int64_t halo, int64_t len, 
   }
 }
 
-// One thread per channel, rows in order: dw[i, j] = sum_t dc[t, i] x[halo + t - W + 1 + j, i].
+// Stage 1 of db[i] = sum_t dc[t, i] and dw[i, j] = sum_t dc[t, i] x[halo + t - W + 1 + j, i]
+// (rows before 0 are zero): partial (slices, Di, W + 1), entry 0 db, entry 1 + j dw[:, j].
 template <typename S>
-__global__ void ConvWeightGradKernel(const S* xz, const float* dc, int64_t halo, int64_t len,
-                                     int64_t Di, int64_t W, float* dw, float* db) {
-  ADJSH_GRID_LOOP(i, Di) {
-    float acc_b = 0;
-    for (int64_t t = 0; t < len; ++t) acc_b += dc[t * Di + i];
-    db[i] = acc_b;
-    for (int64_t j = 0; j < W; ++j) {
-      float acc = 0;
-      for (int64_t t = 0; t < len; ++t) {
-        const int64_t p = halo + t - (W - 1) + j;
-        if (p >= 0) acc += dc[t * Di + i] * Load(xz + p * 2 * Di + i);
+__global__ void ConvWeightGradPartialKernel(const S* xz, const float* dc, int64_t halo,
+                                            int64_t len, int64_t Di, int64_t W, int64_t slices,
+                                            float* partial) {
+  __shared__ float shared[kThreads];
+  const int64_t i = int64_t{blockIdx.x} * kReduceCols + threadIdx.x % kReduceCols;
+  const int lane = static_cast<int>(threadIdx.x / kReduceCols);
+  int64_t b, e, lb, le;
+  SliceRange(len, slices, blockIdx.y, &b, &e);
+  LaneRange(b, e, lane, &lb, &le);
+  for (int64_t j = -1; j < W; ++j) {  // j = -1: the bias
+    float acc = 0;
+    if (i < Di) {
+      for (int64_t t = lb; t < le; ++t) {
+        if (j < 0) {
+          acc += dc[t * Di + i];
+        } else {
+          const int64_t p = halo + t - (W - 1) + j;
+          if (p >= 0) acc += dc[t * Di + i] * Load(xz + p * 2 * Di + i);
+        }
       }
-      dw[i * W + j] = acc;
+    }
+    acc = LaneSum(acc, shared);
+    if (threadIdx.x < kReduceCols && i < Di) {
+      partial[(int64_t{blockIdx.y} * Di + i) * (W + 1) + j + 1] = acc;
+    }
+  }
+}
+
+// Splits the summed (Di, W + 1) block into db (Di) and dw (Di, W).
+__global__ void ConvSplitGradKernel(const float* sums, int64_t Di, int64_t W, float* dw,
+                                    float* db) {
+  ADJSH_GRID_LOOP(k, Di * (W + 1)) {
+    const int64_t i = k / (W + 1), j = k % (W + 1);
+    if (j == 0) {
+      db[i] = sums[k];
+    } else {
+      dw[i * W + j - 1] = sums[k];
     }
   }
 }
@@ -165,13 +251,38 @@ void RmsNormForwardImpl(cudaStream_t s, const float* u, int64_t rows, int64_t D,
                eps, n, r);
 }
 
+// Floats of the weight gradients' partial sums (ops.h).
+inline int64_t RmsNormBackwardScratchImpl(int64_t rows, int64_t D) {
+  return ReduceSlices(rows) * D;
+}
+inline int64_t ConvSiluBackwardScratchImpl(int64_t len, int64_t Di, int64_t W) {
+  // The slices' partials, then their sums (split into dw and db).
+  return (ReduceSlices(len) + 1) * Di * (W + 1);
+}
+
+inline unsigned ColumnBlocks(int64_t n) {
+  return static_cast<unsigned>((n + kReduceCols - 1) / kReduceCols);
+}
+
+// dw of RmsNormBackward alone (scratch: RmsNormBackwardScratchImpl(rows, D) floats).
+inline void RmsNormWeightGradImpl(cudaStream_t s, const float* u, int64_t rows, int64_t D,
+                                  const float* r, const float* dn, float* dw, float* scratch) {
+  (void)s;
+  if (D == 0) return;
+  const int64_t slices = ReduceSlices(rows);
+  ADJSH_LAUNCH(RmsNormWeightGradPartialKernel,
+               dim3(ColumnBlocks(D), static_cast<unsigned>(slices)), kThreads, s, u, rows, D, r,
+               dn, slices, scratch);
+  ADJSH_LAUNCH(SumSlicesKernel, dim3(GridFor(D, kThreads)), kThreads, s, scratch, slices, D, dw);
+}
+
 inline void RmsNormBackwardImpl(cudaStream_t s, const float* u, int64_t rows, int64_t D,
                                 const float* w, const float* r, const float* dn, float* dw,
-                                float* du) {
+                                float* du, float* scratch) {
   (void)s;
+  if (D == 0) return;
   // The weight gradient reads dn before the row kernel overwrites it (du may alias dn).
-  ADJSH_LAUNCH(RmsNormWeightGradKernel, dim3(GridFor(D, kThreads)), kThreads, s, u, rows, D, r,
-               dn, dw);
+  RmsNormWeightGradImpl(s, u, rows, D, r, dn, dw, scratch);
   if (rows == 0) return;
   ADJSH_LAUNCH(RmsNormBackwardRowsKernel, dim3(static_cast<unsigned>(rows)), kThreads, s, u, D, w,
                r, dn, du);
@@ -185,17 +296,33 @@ void ConvSiluForwardImpl(cudaStream_t s, const S* xz, int64_t halo, int64_t M, i
                Di, W, w, b, cpre, xc);
 }
 
+// dw and db of ConvSiluBackward alone, from dc = dL/dcpre (len, Di) (scratch:
+// ConvSiluBackwardScratchImpl(len, Di, W) floats).
+template <typename S>
+void ConvWeightGradImpl(cudaStream_t s, const S* xz, const float* dc, int64_t halo, int64_t len,
+                        int64_t Di, int64_t W, float* dw, float* db, float* scratch) {
+  (void)s;
+  if (Di == 0) return;
+  const int64_t slices = ReduceSlices(len), n = Di * (W + 1);
+  float* sums = scratch + slices * n;
+  ADJSH_LAUNCH(ConvWeightGradPartialKernel<S>,
+               dim3(ColumnBlocks(Di), static_cast<unsigned>(slices)), kThreads, s, xz, dc, halo,
+               len, Di, W, slices, scratch);
+  ADJSH_LAUNCH(SumSlicesKernel, dim3(GridFor(n, kThreads)), kThreads, s, scratch, slices, n, sums);
+  ADJSH_LAUNCH(ConvSplitGradKernel, dim3(GridFor(n, kThreads)), kThreads, s, sums, Di, W, dw, db);
+}
+
 template <typename S>
 void ConvSiluBackwardImpl(cudaStream_t s, const S* xz, const S* cpre, int64_t halo, int64_t len,
                           int64_t Di, int64_t W, const float* w, float* dxc, S* dxz, float* dw,
-                          float* db) {
+                          float* db, float* scratch) {
   (void)s;
+  if (Di == 0) return;
   ADJSH_LAUNCH(ConvGateGradKernel<S>, dim3(GridFor(len * Di, kThreads)), kThreads, s, cpre,
                len * Di, dxc);
   ADJSH_LAUNCH(ConvInputGradKernel<S>, dim3(GridFor((halo + len) * Di, kThreads)), kThreads, s,
                dxc, halo, len, Di, W, w, dxz);
-  ADJSH_LAUNCH(ConvWeightGradKernel<S>, dim3(GridFor(Di, 128)), 128, s, xz, dxc, halo, len, Di, W,
-               dw, db);
+  ConvWeightGradImpl<S>(s, xz, dxc, halo, len, Di, W, dw, db, scratch);
 }
 
 template <typename S>

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <thread>
 #include <vector>
@@ -178,6 +179,88 @@ TEST(MemoryCountsTest, ConcurrentChangesLoseNothing) {
   EXPECT_GE(c.peak_since_start(), int64_t{1} << (4 * (kThreads - 1)));
   EXPECT_LE(c.peak_since_start(), 0x1111);
   EXPECT_EQ(c.peak(), c.peak_since_start());
+}
+
+// The block's host transfers go through one pinned staging buffer per block (cudaHostAlloc,
+// emulated_device.h counts it): allocated once, kept for calls that fit, grown for a larger
+// chunk, freed with the block. And Backward accumulates: from a non-zero grad G0 the result is
+// G0 + (the call's gradient from zeros), bitwise (one f32 add per entry, as the host did).
+TEST(BlockStagingTest, PinnedStagingIsKeptGrownAndFreedAndGradAccumulates) {
+  const MambaConfig config = testing::SmallConfig(1, 16, 8, 4, 3, 29);
+  const ModelParams<float> p32 = InitParams<float>(config, 21);
+  const LayerParams<float>& w = p32.layers[0];
+  const int64_t D = config.hidden_size, DiN = config.inner() * config.state_size, halo = 2;
+  cuda::LayerTensors<const float> wt;
+  wt.norm = w.norm.data(), wt.in_proj = w.in_proj.data(), wt.conv_w = w.conv_w.data();
+  wt.conv_b = w.conv_b.data(), wt.x_proj = w.x_proj.data(), wt.dt_w = w.dt_w.data();
+  wt.dt_b = w.dt_b.data(), wt.A_log = w.A_log.data(), wt.Dskip = w.Dskip.data();
+  wt.out_proj = w.out_proj.data();
+  const int64_t live0 = emulation::pinned_live, bytes0 = emulation::pinned_live_bytes;
+  auto block = std::make_unique<cuda::DeviceBlock>(
+      0, false,
+      cuda::BlockShape{D, config.inner(), config.state_size, config.time_step_rank,
+                       config.conv_kernel, static_cast<float>(config.layer_norm_epsilon)},
+      wt);
+  std::mt19937_64 rng(8);
+  std::normal_distribution<float> dist(0, 1);
+  auto random = [&](int64_t n, float scale) {
+    std::vector<float> v(n);
+    for (float& x : v) x = scale * dist(rng);
+    return v;
+  };
+  auto view = [](LayerParams<float>& g) {
+    cuda::LayerTensors<float> gt;
+    gt.norm = g.norm.data(), gt.in_proj = g.in_proj.data(), gt.conv_w = g.conv_w.data();
+    gt.conv_b = g.conv_b.data(), gt.x_proj = g.x_proj.data(), gt.dt_w = g.dt_w.data();
+    gt.dt_b = g.dt_b.data(), gt.A_log = g.A_log.data(), gt.Dskip = g.Dskip.data();
+    gt.out_proj = g.out_proj.data();
+    return gt;
+  };
+  auto backward = [&](int64_t len, LayerParams<float>& grad) {
+    std::mt19937_64 seeded(len);
+    std::normal_distribution<float> d(0, 1);
+    auto rnd = [&](int64_t n, float scale) {
+      std::vector<float> v(n);
+      for (float& x : v) x = scale * d(seeded);
+      return v;
+    };
+    const std::vector<float> u = rnd((halo + len) * D, 1), h0 = rnd(DiN, 0.2f),
+                             mu = rnd(DiN, 0.05f), g = rnd(len * D, 0.05f);
+    std::vector<float> du(len * D), dh(halo * D), mo(DiN);
+    block->Backward(u.data(), halo, len, g.data(), h0.data(), mu.data(), view(grad), du.data(),
+                    dh.data(), mo.data());
+  };
+  const auto& slots = LayerParamSlots<float>();
+  LayerParams<float> from_zero = ZeroLayer<float>(config);
+  backward(40, from_zero);
+  EXPECT_EQ(emulation::pinned_live, live0 + 1);
+  const int64_t allocs = emulation::pinned_allocs, bytes = emulation::pinned_live_bytes;
+
+  LayerParams<float> acc = ZeroLayer<float>(config), g0 = ZeroLayer<float>(config);
+  for (const auto& slot : slots) {
+    (g0.*slot.member) = random(static_cast<int64_t>((g0.*slot.member).size()), 0.3f);
+    acc.*slot.member = g0.*slot.member;
+  }
+  backward(40, acc);
+  for (const auto& slot : slots) {
+    const std::vector<float>& a = acc.*slot.member;
+    const std::vector<float>& z = from_zero.*slot.member;
+    const std::vector<float>& o = g0.*slot.member;
+    for (size_t k = 0; k < a.size(); ++k) {
+      const float want = o[k] + z[k];
+      ASSERT_EQ(std::memcmp(&a[k], &want, sizeof(float)), 0) << slot.suffix << "[" << k << "]";
+    }
+  }
+  backward(20, acc);  // fits: kept
+  EXPECT_EQ(emulation::pinned_allocs, allocs);
+  EXPECT_EQ(emulation::pinned_live_bytes, bytes);
+  backward(90, acc);  // larger: grown, still one buffer
+  EXPECT_EQ(emulation::pinned_allocs, allocs + 1);
+  EXPECT_EQ(emulation::pinned_live, live0 + 1);
+  EXPECT_GT(emulation::pinned_live_bytes, bytes);
+  block.reset();
+  EXPECT_EQ(emulation::pinned_live, live0);
+  EXPECT_EQ(emulation::pinned_live_bytes, bytes0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Storage, BlockEmulationTest, ::testing::Values(false, true),

@@ -5,6 +5,7 @@
 // Every test skips where there is no GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdio>
@@ -305,6 +306,130 @@ TEST_F(CudaTest, MemoryProbeReportsTheBytesHeldDuringARun) {
   ASSERT_TRUE(later.has_value());
   EXPECT_EQ(later->used_bytes, freed->used_bytes);
   EXPECT_EQ(later->peak_bytes, freed->peak_bytes);
+}
+
+// Every output of one block's forward and exact backward (f32 storage) against the f64 CPU
+// block, at `rows`; each tensor's relative error below tol.
+void CheckBlockAgainstCpu(const MambaConfig& config, const LayerParams<double>& w64,
+                          const LayerParams<float>& w32, cpu::ChunkRows rows, double tol) {
+  const int64_t D = config.hidden_size, DiN = config.inner() * config.state_size;
+  std::mt19937_64 rng(rows.len + 7 * config.state_size);
+  std::normal_distribution<double> dist(0, 1);
+  auto random = [&](int64_t n, double scale) {
+    std::vector<double> v(n);
+    for (double& x : v) x = scale * dist(rng);
+    return v;
+  };
+  const std::vector<double> u = random((rows.halo + rows.len) * D, 1);
+  const std::vector<double> h0 = random(DiN, 0.2), mu = random(DiN, 0.05);
+  const std::vector<double> g = random(rows.len * D, 0.05);
+  auto f32 = [](const std::vector<double>& v) { return std::vector<float>(v.begin(), v.end()); };
+  const cpu::MambaBlockCpu<double> ref(config, w64);
+  std::vector<double> y(rows.len * D), h_end(DiN), du(rows.len * D), du_halo(rows.halo * D),
+      mu_out(DiN);
+  LayerParams<double> grad = ZeroLayer<double>(config);
+  ref.Forward(u.data(), rows, h0.data(), y.data(), h_end.data());
+  ref.Backward(u.data(), rows, g.data(), h0.data(), mu.data(), 0, grad, du.data(),
+               du_halo.data(), mu_out.data());
+  Device gpu = *ParseDevice("cuda:0");
+  absl::StatusOr<std::unique_ptr<Backend<float>>> backend = MakeBackend<float>(gpu);
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  std::unique_ptr<BlockBackend<float>> block = (*backend)->MakeBlock(config, w32);
+  const std::vector<float> u32 = f32(u), h032 = f32(h0), mu32 = f32(mu), g32 = f32(g);
+  std::vector<float> y32(rows.len * D), e32(DiN), du32(rows.len * D), dh32(rows.halo * D),
+      mo32(DiN);
+  LayerParams<float> grad32 = ZeroLayer<float>(config);
+  block->Forward(u32.data(), rows, h032.data(), y32.data(), e32.data());
+  block->Backward(u32.data(), rows, g32.data(), h032.data(), mu32.data(), 0, grad32, du32.data(),
+                  dh32.data(), mo32.data());
+  EXPECT_LT(RelErr(y32, y), tol) << "u_next";
+  EXPECT_LT(RelErr(e32, h_end), tol) << "h_end";
+  EXPECT_LT(RelErr(du32, du), tol) << "du";
+  if (rows.halo > 0) {
+    EXPECT_LT(RelErr(dh32, du_halo), tol) << "du_halo";
+  }
+  EXPECT_LT(RelErr(mo32, mu_out), tol) << "mu_out";
+  const auto& s32 = LayerParamSlots<float>();
+  const auto& s64 = LayerParamSlots<double>();
+  for (size_t q = 0; q < s32.size(); ++q) {
+    const double e = RelErr(grad32.*s32[q].member, grad.*s64[q].member);
+    std::printf("[ adjsh-cuda ] D=%lld N=%lld len=%lld %s rel_err=%.3e\n",
+                static_cast<long long>(D), static_cast<long long>(config.state_size),
+                static_cast<long long>(rows.len), s32[q].suffix, e);
+    EXPECT_LT(e, tol) << s32[q].suffix;
+  }
+}
+
+// Shapes of the multi-block paths: D = 256, Di = 512 (8 and 16 weight-gradient column blocks;
+// scan channel blocks 2 for N = 1, 32 for N = 16, 64 for N = 32), 2003 rows (32 slices of rows,
+// 32 scan segments). f32 tolerance: the weight gradients are sums of len terms (GEMMs over the
+// rows, the two-stage reductions); of terms of either sign their rounding error relative to the
+// sum grows like sqrt(len) 2^-24 to len 2^-24, so the bound is max(1e-5, len 2^-24) (1.2e-4).
+TEST_F(CudaTest, BlockMatchesCpuF64AtWideShapes) {
+  for (int64_t N : {1, 16, 32}) {
+    const MambaConfig config = testing::SmallConfig(1, 256, N, 4, 16, 29);
+    const ModelParams<double> p64 = InitParams<double>(config, 40 + N);
+    const ModelParams<float> p32 = InitParams<float>(config, 40 + N);
+    for (const cpu::ChunkRows rows : {cpu::ChunkRows{3, 2000, 0}, cpu::ChunkRows{0, 5, 0}}) {
+      SCOPED_TRACE(::testing::Message() << "N=" << N << " len=" << rows.len);
+      const double tol = std::max(kF32Tol, static_cast<double>(rows.len) / (1 << 24));
+      CheckBlockAgainstCpu(config, p64.layers[0], p32.layers[0], rows, tol);
+    }
+  }
+}
+
+// The whole gradient with a vocabulary above one head block (V = 8193: the running log-sum-exp
+// over two blocks, the second of one entry) and rows above one row block (T = 1500 > 1024).
+TEST_F(CudaTest, GradientMatchesCpuF64WithVocabularyAboveOneBlock) {
+  const MambaConfig config = testing::SmallConfig(1, 16, 8, 4, 3, 8193);
+  const ModelParams<double> p64 = InitParams<double>(config, 50);
+  const ModelParams<float> p32 = InitParams<float>(config, 50);
+  std::vector<uint32_t> tokens = testing::RandomTokens(1500, 8193, 51);
+  tokens[10] = 8192;  // a target in the last block
+  GradOptions ref_opt;
+  ref_opt.chunk = 256;
+  absl::StatusOr<GradResult<double>> ref = ComputeGradient<double>(p64, tokens, ref_opt);
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  GradOptions opt;
+  opt.chunk = 512;
+  opt.device = Gpu(false);
+  absl::StatusOr<GradResult<float>> got = ComputeGradient<float>(p32, tokens, opt);
+  ASSERT_TRUE(got.ok()) << got.status();
+  std::string worst;
+  const double err = MaxRelErr(got->grad, ref->grad, &worst);
+  std::printf("[ adjsh-cuda ] V=8193 T=1500 max_rel_err=%.3e (%s)\n", err, worst.c_str());
+  // The head's dE and dw_f sum over 1500 rows: len 2^-24 = 9e-5 bounds them (as above).
+  EXPECT_LT(err, 1500.0 / (1 << 24)) << worst;
+  EXPECT_NEAR(got->loss, ref->loss, 1e-5 * ref->loss);
+}
+
+// One chunk longer than 65535 segments of 64 rows (len > 4,194,240 + : the scan's segments grow
+// to 80 rows) with tiny Di and N; every reduction over the rows runs at its largest grid (512
+// slices). Tolerance: sums of 4.2M f32 terms, whose rounding error relative to the result is
+// about sqrt(len) 2^-24 = 1.2e-4 for terms of either sign: 1e-3 on the whole gradient, each
+// tensor's error reported.
+TEST_F(CudaTest, LongChunkMatchesCpuF64) {
+  const int64_t T = 4200000;
+  MambaConfig config = testing::SmallConfig(1, 2, 1, 4, 1, 29);
+  const ModelParams<double> p64 = InitParams<double>(config, 60);
+  const ModelParams<float> p32 = InitParams<float>(config, 60);
+  const std::vector<uint32_t> tokens = testing::RandomTokens(T, 29, 61);
+  GradOptions ref_opt;
+  ref_opt.chunk = 65536;
+  absl::StatusOr<GradResult<double>> ref = ComputeGradient<double>(p64, tokens, ref_opt);
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  GradOptions opt;
+  opt.chunk = T;
+  opt.device = Gpu(false);
+  absl::StatusOr<GradResult<float>> got = ComputeGradient<float>(p32, tokens, opt);
+  ASSERT_TRUE(got.ok()) << got.status();
+  std::string worst;
+  const double err = MaxRelErr(got->grad, ref->grad, &worst);
+  const double whole = WholeRelErr(got->grad, ref->grad);
+  std::printf("[ adjsh-cuda ] long chunk T=%lld max_rel_err=%.3e (%s) whole_rel_err=%.3e\n",
+              static_cast<long long>(T), err, worst.c_str(), whole);
+  EXPECT_LT(whole, 1e-3);
+  EXPECT_NEAR(got->loss, ref->loss, 1e-5 * ref->loss);
 }
 
 TEST_F(CudaTest, UnsupportedOpsAreRefused) {

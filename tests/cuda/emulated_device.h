@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "tests/cuda/host_emulation.h"
@@ -26,14 +27,43 @@ inline cudaError_t Memset(void* dst, int v, size_t n) {
   std::memset(dst, v, n);
   return cudaSuccess;
 }
+// Pinned host memory is plain host memory here; the live allocations and their bytes are
+// counted, so that a test can see staging buffers kept, grown and freed.
+inline int64_t pinned_live = 0, pinned_live_bytes = 0, pinned_allocs = 0;
+inline std::vector<std::pair<void*, size_t>> pinned_blocks;
+inline cudaError_t HostAlloc(void** p, size_t n, unsigned int) {
+  *p = std::malloc(n == 0 ? 1 : n);
+  if (*p == nullptr) return cudaErrorMemoryAllocation;
+  pinned_blocks.emplace_back(*p, n);
+  ++pinned_live, ++pinned_allocs;
+  pinned_live_bytes += static_cast<int64_t>(n);
+  return cudaSuccess;
+}
+inline cudaError_t FreeHost(void* p) {
+  for (size_t k = 0; k < pinned_blocks.size(); ++k) {
+    if (pinned_blocks[k].first != p) continue;
+    pinned_live_bytes -= static_cast<int64_t>(pinned_blocks[k].second);
+    pinned_blocks.erase(pinned_blocks.begin() + static_cast<std::ptrdiff_t>(k));
+    --pinned_live;
+    std::free(p);
+    return cudaSuccess;
+  }
+  return cudaErrorInvalidValue;  // not from HostAlloc: a bug the test should see
+}
 }  // namespace adjsh::emulation
 #define cudaSetDevice(d) ((void)(d), cudaSuccess)
 #define cudaMemcpyAsync(dst, src, n, kind, s) ::adjsh::emulation::Memcpy(dst, src, n)
 #define cudaMemsetAsync(dst, v, n, s) ::adjsh::emulation::Memset(dst, v, n)
+#define cudaHostAlloc(p, n, flags) ::adjsh::emulation::HostAlloc(p, n, flags)
+#define cudaMallocHost(p, n) ::adjsh::emulation::HostAlloc(p, n, 0)
+#define cudaFreeHost(p) ::adjsh::emulation::FreeHost(p)
 
-// The device code, compiled here for the host; the head in blocks of 8 rows x 16 entries.
+// The device code, compiled here for the host; the head in blocks of 8 rows x 16 entries unless
+// the includer chose (shapes_emulation_test: the GPU's 1024 x 8192).
+#ifndef ADJSH_CUDA_HEAD_ROWS
 #define ADJSH_CUDA_HEAD_ROWS 8
 #define ADJSH_CUDA_HEAD_VOCAB 16
+#endif
 #include "kernels/cuda/device_block.cu"
 #include "kernels/cuda/lm_head.cu"
 #include "kernels/cuda/ops.cu"

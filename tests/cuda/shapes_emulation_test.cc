@@ -1,0 +1,145 @@
+// The CUDA block and head (emulated on the host, emulated_device.h) at the shapes that reach
+// the multi-block paths, against the CPU in f64: D and Di wide enough for several channel
+// blocks of the scan (256 / L channels a block, L = the state lanes: N = 1, 16, 32), of the
+// weight-gradient reductions (32 columns a block) and several slices of rows; and the head
+// with the GPU's blocks (1024 rows x 8192 vocabulary entries, not block_emulation_test's small
+// ones) at V = 8193: two vocabulary blocks (the running log-sum-exp across them, the second of
+// one entry); 40 rows, one row block (several row blocks: block_emulation_test's head, whose
+// blocks are 8 rows; here 1025 rows would be a minute of emulated barriers). The long chunk (len > 4,194,304, where the
+// scan's segments grow past 64 rows) runs in cuda_backend_test on a GPU only: on the host one
+// emulated block per row of the norm makes it hours.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#define ADJSH_CUDA_HEAD_ROWS 1024
+#define ADJSH_CUDA_HEAD_VOCAB 8192
+#include "tests/cuda/emulated_device.h"
+
+namespace adjsh {
+namespace {
+
+// f32 everywhere: each tensor within 1e-5 of f64 (as cuda_backend_test on a GPU; sums here
+// are at most a few hundred terms per f32 accumulator).
+constexpr double kTol = 1e-5;
+
+struct Shape {
+  int64_t D, N, R, W, halo, len;
+};
+
+class ShapesEmulationTest : public ::testing::TestWithParam<Shape> {};
+
+TEST_P(ShapesEmulationTest, BlockMatchesCpuF64) {
+  const Shape sh = GetParam();
+  const MambaConfig config = testing::SmallConfig(1, sh.D, sh.N, sh.W, sh.R, 29);
+  const ModelParams<double> p64 = InitParams<double>(config, 31);
+  const ModelParams<float> p32 = InitParams<float>(config, 31);
+  const LayerParams<float>& w = p32.layers[0];
+  const int64_t D = config.hidden_size, Di = config.inner(), N = config.state_size;
+  const int64_t DiN = Di * N, halo = sh.halo, len = sh.len;
+  std::mt19937_64 rng(5 + N);
+  std::normal_distribution<double> dist(0, 1);
+  auto random = [&](int64_t n, double scale) {
+    std::vector<double> v(n);
+    for (double& x : v) x = scale * dist(rng);
+    return v;
+  };
+  const std::vector<double> u = random((halo + len) * D, 1), h0 = random(DiN, 0.2),
+                            mu = random(DiN, 0.05), g = random(len * D, 0.05);
+  auto f32 = [](const std::vector<double>& v) { return std::vector<float>(v.begin(), v.end()); };
+
+  const cpu::MambaBlockCpu<double> ref(config, p64.layers[0]);
+  const cpu::ChunkRows rows{halo, len, 0};
+  std::vector<double> y(len * D), h_end(DiN), du(len * D), du_halo(halo * D), mu_out(DiN);
+  LayerParams<double> grad = ZeroLayer<double>(config);
+  ref.Forward(u.data(), rows, h0.data(), y.data(), h_end.data());
+  ref.Backward(u.data(), rows, g.data(), h0.data(), mu.data(), 0, grad, du.data(),
+               du_halo.data(), mu_out.data());
+
+  cuda::LayerTensors<const float> wt;
+  wt.norm = w.norm.data(), wt.in_proj = w.in_proj.data(), wt.conv_w = w.conv_w.data();
+  wt.conv_b = w.conv_b.data(), wt.x_proj = w.x_proj.data(), wt.dt_w = w.dt_w.data();
+  wt.dt_b = w.dt_b.data(), wt.A_log = w.A_log.data(), wt.Dskip = w.Dskip.data();
+  wt.out_proj = w.out_proj.data();
+  cuda::DeviceBlock block(0, false,
+                          {D, Di, N, config.time_step_rank, config.conv_kernel,
+                           static_cast<float>(config.layer_norm_epsilon)},
+                          wt);
+  const std::vector<float> u32 = f32(u), h032 = f32(h0), mu32 = f32(mu), g32 = f32(g);
+  std::vector<float> y32(len * D), e32(DiN), du32(len * D), dh32(halo * D), mo32(DiN);
+  LayerParams<float> g32p = ZeroLayer<float>(config);
+  block.Forward(u32.data(), halo, len, h032.data(), y32.data(), e32.data());
+  cuda::LayerTensors<float> gt;
+  gt.norm = g32p.norm.data(), gt.in_proj = g32p.in_proj.data(), gt.conv_w = g32p.conv_w.data();
+  gt.conv_b = g32p.conv_b.data(), gt.x_proj = g32p.x_proj.data(), gt.dt_w = g32p.dt_w.data();
+  gt.dt_b = g32p.dt_b.data(), gt.A_log = g32p.A_log.data(), gt.Dskip = g32p.Dskip.data();
+  gt.out_proj = g32p.out_proj.data();
+  block.Backward(u32.data(), halo, len, g32.data(), h032.data(), mu32.data(), gt, du32.data(),
+                 dh32.data(), mo32.data());
+
+  std::vector<std::vector<float>> got = {y32, e32, du32, dh32, mo32};
+  std::vector<std::vector<double>> want = {y, h_end, du, du_halo, mu_out};
+  const char* names[] = {"u_next", "h_end", "du", "du_halo", "mu_out"};
+  const auto& s32 = LayerParamSlots<float>();
+  const auto& s64 = LayerParamSlots<double>();
+  for (size_t q = 0; q < s32.size(); ++q) {
+    got.push_back(g32p.*s32[q].member);
+    want.push_back(grad.*s64[q].member);
+  }
+  for (size_t q = 0; q < got.size(); ++q) {
+    const double e = testing::RelErr(got[q], want[q]);
+    EXPECT_LT(e, kTol) << (q < 5 ? names[q] : s32[q - 5].suffix);
+  }
+}
+
+// len = 150 + halo 3: 3 scan segments and 3 slices of rows. N = 1: D = 160, Di = 320, 2 scan
+// channel blocks, 5 and 10 weight-gradient column blocks; N = 16, 32: D = 48, Di = 96 (6 and 12
+// scan channel blocks, 2 and 3 column blocks; smaller: the emulated warp shuffles of 16 and 32
+// lanes are what takes the time on the host).
+INSTANTIATE_TEST_SUITE_P(Shapes, ShapesEmulationTest,
+                         ::testing::Values(Shape{160, 1, 10, 4, 3, 150},
+                                           Shape{48, 16, 6, 4, 3, 150},
+                                           Shape{48, 32, 6, 4, 3, 150}),
+                         [](const ::testing::TestParamInfo<Shape>& info) {
+                           return "N" + std::to_string(info.param.N);
+                         });
+
+TEST(ShapesEmulationHeadTest, VocabularyAndRowsAboveOneBlock) {
+  const int64_t M = 40, D = 8, V = 8193;
+  std::mt19937_64 rng(6);
+  std::normal_distribution<double> dist(0, 1);
+  std::vector<double> E(V * D), w(D), u(M * D);
+  for (double& x : E) x = 0.5 * dist(rng);
+  for (double& x : w) x = 1 + 0.1 * dist(rng);
+  for (double& x : u) x = dist(rng);
+  std::vector<int64_t> targets(M);
+  // Targets in both vocabulary blocks, the last entry (the second block's only one) among them.
+  for (int64_t t = 0; t < M; ++t) targets[t] = t + 1 < M ? (t * 7919) % V : -1;
+  targets[5] = V - 1;
+  const double scale = 1.0 / (M - 1);
+  std::vector<double> du(M * D), dlogits(M * V), nf(M * D), dw(D, 0.0), dE(V * D, 0.0);
+  const cpu::LmHeadArgs<double> args{M, D, V, 1e-5, E.data(), w.data(), u.data(),
+                                     targets.data(), scale};
+  const double loss = cpu::LmHeadForwardBackward<double>(args, du.data(), dlogits.data(),
+                                                         nf.data(), dw.data());
+  for (int64_t r = 0; r < M; ++r)
+    for (int64_t v = 0; v < V; ++v)
+      for (int64_t d = 0; d < D; ++d) dE[v * D + d] += dlogits[r * V + v] * nf[r * D + d];
+
+  const std::vector<float> E32(E.begin(), E.end()), w32(w.begin(), w.end()),
+      u32(u.begin(), u.end());
+  std::vector<float> du32(M * D), dE32(V * D, 0.0f), dw32(D, 0.0f);
+  const double loss32 =
+      cuda::DeviceHead(0, false, M, D, V, 1e-5f, E32.data(), w32.data(), u32.data(),
+                       targets.data(), static_cast<float>(scale), du32.data(), dE32.data(),
+                       dw32.data());
+  EXPECT_NEAR(loss32, loss, 1e-5 * loss);
+  EXPECT_LT(testing::RelErr(du32, du), kTol) << "du";
+  EXPECT_LT(testing::RelErr(dE32, dE), kTol) << "dE";
+  EXPECT_LT(testing::RelErr(dw32, dw), kTol) << "dw_f";
+}
+
+}  // namespace
+}  // namespace adjsh
