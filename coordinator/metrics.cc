@@ -99,6 +99,7 @@ void CoordinatorMetrics::StepDone(const std::string& job_id, const train::StepRe
   std::lock_guard<std::mutex> lock(mu_);
   ++steps_;
   tokens_ += tokens;
+  if (r.profile.tasks > 0) profile_ = r.profile;
   if (!running_ || job_ != job_id) return;
   stepped_ = true;
   job_step_ = r.step;
@@ -134,12 +135,6 @@ std::vector<prometheus::MetricFamily> CoordinatorMetrics::Collect() const {
   add(kReceived, static_cast<double>(tasks_.bytes_received()));
   add(kWorkers, static_cast<double>(tasks_.connected_workers()));
   add(kRebuilds, static_cast<double>(tasks_.span_rebuilds()));
-  if (const auto [steps, p] = tasks_.last_profile(); steps > 0) {
-    add(kStepTaskSeconds, p.task_seconds);
-    add(kStepCriticalPath, p.critical_path_seconds);
-    add(kStepParallelism, p.parallelism);
-    add(kStepWireBytes, static_cast<double>(p.wire_bytes));
-  }
   if (jobs_ != nullptr) {
     out.push_back(metrics::Family(Table()[kJobs]));
     for (const auto& [state, n] : jobs_->CountJobs()) {
@@ -154,6 +149,12 @@ std::vector<prometheus::MetricFamily> CoordinatorMetrics::Collect() const {
   std::lock_guard<std::mutex> lock(mu_);
   add(kSteps, static_cast<double>(steps_));
   add(kTokens, static_cast<double>(tokens_));
+  if (profile_.tasks > 0) {  // the newest span-scheduled step's, kept after its job ends
+    add(kStepTaskSeconds, profile_.task_seconds);
+    add(kStepCriticalPath, profile_.critical_path_seconds);
+    add(kStepParallelism, profile_.parallelism);
+    add(kStepWireBytes, static_cast<double>(profile_.wire_bytes));
+  }
   if (running_) {
     const metrics::Labels job = {{"job_id", job_}};
     add(kJobStep, static_cast<double>(job_step_), job);

@@ -76,6 +76,7 @@ class CoordinatorMetrics final : public prometheus::Collectable, public JobObser
   const JobServiceImpl* jobs_ = nullptr;
   mutable std::mutex mu_;
   int64_t steps_ = 0, tokens_ = 0;  // guarded by mu_
+  StepProfile profile_;             // the newest step's (tasks = 0: none yet); guarded by mu_
   // The running job, if any (guarded by mu_).
   bool running_ = false;
   std::string job_;

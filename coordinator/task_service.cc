@@ -185,8 +185,6 @@ absl::StatusOr<GradResult<float>> TaskServiceImpl::ComputeGradient(
   }
   GradResult<float> result = current_->sched->Finish(bytes_sent_.load() + bytes_received_.load() -
                                                      current_->wire_at_start);
-  last_profile_ = result.profile;
-  ++profiled_steps_;
   if (!opt_.trace_path.empty()) WriteTrace(*current_);
   RetireStep();
   current_.reset();
@@ -533,11 +531,6 @@ int64_t TaskServiceImpl::results_nonfinite() const {
 int64_t TaskServiceImpl::span_rebuilds() const {
   std::lock_guard<std::mutex> lock(mu_);
   return rebuilds_;
-}
-
-std::pair<int64_t, StepProfile> TaskServiceImpl::last_profile() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return {profiled_steps_, last_profile_};
 }
 
 int64_t TaskServiceImpl::results_rejected() const {

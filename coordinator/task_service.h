@@ -85,8 +85,6 @@ class TaskServiceImpl final : public v1::TaskService::Service {
   int64_t results_accepted() const;
   // Results that came from a span its worker had to rebuild first (a new or returning owner).
   int64_t span_rebuilds() const;
-  // The profile of the newest finished step, and how many steps finished (0: none yet).
-  std::pair<int64_t, StepProfile> last_profile() const;
   int64_t results_rejected() const;
   // Results refused for a non-finite value (NaN or Inf) in a partial, dL/du or mu: each was
   // handed out again; a worker that sent kShunAfterNonFinite of them gets no more tasks.
@@ -161,8 +159,7 @@ class TaskServiceImpl final : public v1::TaskService::Service {
   std::atomic<uint64_t> bytes_sent_{0}, bytes_received_{0};
   QueueStats past_;  // lease counters of the finished steps; guarded by mu_
   SpanOwners owners_;  // who owns which span, across steps; guarded by mu_
-  StepProfile last_profile_;  // guarded by mu_
-  int64_t profiled_steps_ = 0, rebuilds_ = 0;  // guarded by mu_
+  int64_t rebuilds_ = 0;  // guarded by mu_
 };
 
 }  // namespace adjsh::coordinator

@@ -200,8 +200,13 @@ TEST(CoordinatorMetricsTest, ExportsItsTableAndTheRunningJob) {
   const std::set<std::string> per_job = {
       "adjsh_coordinator_job_step", "adjsh_coordinator_job_steps", "adjsh_coordinator_loss",
       "adjsh_coordinator_tokens_per_second", "adjsh_coordinator_last_progress_timestamp_seconds"};
+  // The step profile's gauges appear with the first span-scheduled step and stay.
+  const std::set<std::string> per_step = {
+      "adjsh_coordinator_step_task_seconds", "adjsh_coordinator_step_critical_path_seconds",
+      "adjsh_coordinator_step_parallelism", "adjsh_coordinator_step_wire_bytes"};
   std::set<std::string> idle = Names(coordinator::CoordinatorMetrics::Definitions());
   for (const std::string& n : per_job) idle.erase(n);
+  for (const std::string& n : per_step) idle.erase(n);
 
   auto f = ByName(m.Collect());
   EXPECT_EQ(Keys(f), idle);
@@ -221,9 +226,15 @@ TEST(CoordinatorMetricsTest, ExportsItsTableAndTheRunningJob) {
   EXPECT_FALSE(f.contains("adjsh_coordinator_loss"));
   train::StepReport r;
   r.step = 4, r.steps = 10, r.loss = 2.5, r.seconds = 0.25, r.tokens_per_s = 8192;
+  r.profile.tasks = 120, r.profile.task_seconds = 8.5, r.profile.critical_path_seconds = 1.25;
+  r.profile.parallelism = 6.8, r.profile.wire_bytes = 23600000;
   m.StepDone("job-7", r, 2048);
   f = ByName(m.Collect());
   EXPECT_EQ(Keys(f), Names(coordinator::CoordinatorMetrics::Definitions()));
+  EXPECT_EQ(f.at("adjsh_coordinator_step_task_seconds").metric.at(0).gauge.value, 8.5);
+  EXPECT_EQ(f.at("adjsh_coordinator_step_critical_path_seconds").metric.at(0).gauge.value, 1.25);
+  EXPECT_EQ(f.at("adjsh_coordinator_step_parallelism").metric.at(0).gauge.value, 6.8);
+  EXPECT_EQ(f.at("adjsh_coordinator_step_wire_bytes").metric.at(0).gauge.value, 23600000);
   EXPECT_EQ(f.at("adjsh_coordinator_loss").metric.at(0).gauge.value, 2.5);
   EXPECT_EQ(f.at("adjsh_coordinator_job_step").metric.at(0).gauge.value, 4);
   EXPECT_EQ(f.at("adjsh_coordinator_job_steps").metric.at(0).gauge.value, 10);
@@ -234,7 +245,9 @@ TEST(CoordinatorMetricsTest, ExportsItsTableAndTheRunningJob) {
             1u);
   m.JobEnded("job-7");
   f = ByName(m.Collect());
-  EXPECT_EQ(Keys(f), idle);
+  std::set<std::string> after = idle;
+  after.insert(per_step.begin(), per_step.end());
+  EXPECT_EQ(Keys(f), after);
   EXPECT_EQ(f.at("adjsh_coordinator_steps_total").metric.at(0).counter.value, 1);
 }
 
