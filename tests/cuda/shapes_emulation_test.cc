@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <ostream>
 #include <random>
 #include <vector>
 
@@ -28,6 +29,11 @@ constexpr double kTol = 1e-5;
 struct Shape {
   int64_t D, N, R, W, halo, len;
 };
+// For gtest's messages (instead of the struct's bytes).
+void PrintTo(const Shape& s, std::ostream* os) {
+  *os << "D=" << s.D << " N=" << s.N << " R=" << s.R << " W=" << s.W << " halo=" << s.halo
+      << " len=" << s.len;
+}
 
 class ShapesEmulationTest : public ::testing::TestWithParam<Shape> {};
 
