@@ -17,20 +17,10 @@
 #include <vector>
 
 #include "tests/cuda/emulated_device.h"
+#include "tests/cuda/block_check.h"
 
 namespace adjsh {
 namespace {
-
-double WholeErr(const std::vector<std::vector<float>>& a,
-                const std::vector<std::vector<double>>& b) {
-  double num = 0, den = 0;
-  for (size_t q = 0; q < a.size(); ++q)
-    for (size_t k = 0; k < a[q].size(); ++k) {
-      num += (double(a[q][k]) - b[q][k]) * (double(a[q][k]) - b[q][k]);
-      den += b[q][k] * b[q][k];
-    }
-  return std::sqrt(num / den);
-}
 
 class BlockEmulationTest : public ::testing::TestWithParam<bool> {};
 
@@ -40,67 +30,10 @@ TEST_P(BlockEmulationTest, BlockMatchesCpuF64) {
   const bool bf16 = GetParam();
   const double tol = bf16 ? 2e-2 : 1e-5;
   const MambaConfig config = testing::SmallConfig(1, 16, 8, 4, 3, 29);
-  const ModelParams<double> p64 = InitParams<double>(config, 12);
-  const ModelParams<float> p32 = InitParams<float>(config, 12);
-  const LayerParams<float>& w = p32.layers[0];
-  const int64_t D = config.hidden_size, Di = config.inner(), N = config.state_size;
-  const int64_t DiN = Di * N, halo = 3, len = 70;  // two scan segments
-  std::mt19937_64 rng(3);
-  std::normal_distribution<double> dist(0, 1);
-  auto random = [&](int64_t n, double scale) {
-    std::vector<double> v(n);
-    for (double& x : v) x = scale * dist(rng);
-    return v;
-  };
-  const std::vector<double> u = random((halo + len) * D, 1), h0 = random(DiN, 0.2),
-                            mu = random(DiN, 0.05), g = random(len * D, 0.05);
-  auto f32 = [](const std::vector<double>& v) { return std::vector<float>(v.begin(), v.end()); };
-
-  const cpu::MambaBlockCpu<double> ref(config, p64.layers[0]);
-  const cpu::ChunkRows rows{halo, len, 0};
-  std::vector<double> y(len * D), h_end(DiN), du(len * D), du_halo(halo * D), mu_out(DiN);
-  LayerParams<double> grad = ZeroLayer<double>(config);
-  ref.Forward(u.data(), rows, h0.data(), y.data(), h_end.data());
-  ref.Backward(u.data(), rows, g.data(), h0.data(), mu.data(), 0, grad, du.data(),
-               du_halo.data(), mu_out.data());
-
-  cuda::LayerTensors<const float> wt;
-  wt.norm = w.norm.data(), wt.in_proj = w.in_proj.data(), wt.conv_w = w.conv_w.data();
-  wt.conv_b = w.conv_b.data(), wt.x_proj = w.x_proj.data(), wt.dt_w = w.dt_w.data();
-  wt.dt_b = w.dt_b.data(), wt.A_log = w.A_log.data(), wt.Dskip = w.Dskip.data();
-  wt.out_proj = w.out_proj.data();
-  cuda::DeviceBlock block(0, bf16,
-                          {D, Di, N, config.time_step_rank, config.conv_kernel,
-                           static_cast<float>(config.layer_norm_epsilon)},
-                          wt);
-  const std::vector<float> u32 = f32(u), h032 = f32(h0), mu32 = f32(mu), g32 = f32(g);
-  std::vector<float> y32(len * D), e32(DiN), du32(len * D), dh32(halo * D), mo32(DiN);
-  LayerParams<float> g32p = ZeroLayer<float>(config);
-  block.Forward(u32.data(), halo, len, h032.data(), y32.data(), e32.data());
-  cuda::LayerTensors<float> gt;
-  gt.norm = g32p.norm.data(), gt.in_proj = g32p.in_proj.data(), gt.conv_w = g32p.conv_w.data();
-  gt.conv_b = g32p.conv_b.data(), gt.x_proj = g32p.x_proj.data(), gt.dt_w = g32p.dt_w.data();
-  gt.dt_b = g32p.dt_b.data(), gt.A_log = g32p.A_log.data(), gt.Dskip = g32p.Dskip.data();
-  gt.out_proj = g32p.out_proj.data();
-  block.Backward(u32.data(), halo, len, g32.data(), h032.data(), mu32.data(), gt, du32.data(),
-                 dh32.data(), mo32.data());
-
-  std::vector<std::vector<float>> got = {y32, e32, du32, dh32, mo32};
-  std::vector<std::vector<double>> want = {y, h_end, du, du_halo, mu_out};
-  const char* names[] = {"u_next", "h_end", "du", "du_halo", "mu_out"};
-  const auto& s32 = LayerParamSlots<float>();
-  const auto& s64 = LayerParamSlots<double>();
-  for (size_t q = 0; q < s32.size(); ++q) {
-    got.push_back(g32p.*s32[q].member);
-    want.push_back(grad.*s64[q].member);
-  }
-  for (size_t q = 0; q < got.size(); ++q) {
-    const double e = testing::RelErr(got[q], want[q]);
-    if (!bf16) {
-      EXPECT_LT(e, tol) << (q < 5 ? names[q] : s32[q - 5].suffix);
-    }
-  }
-  EXPECT_LT(WholeErr(got, want), tol);
+  // halo 3, len 70: two scan segments.
+  const testing::BlockCheck c = testing::CheckBlockAgainstCpu(config, 12, 3, 3, 70, bf16);
+  for (size_t q = 0; q < c.errors.size() && !bf16; ++q) EXPECT_LT(c.errors[q], tol) << c.names[q];
+  EXPECT_LT(c.whole, tol);
 }
 
 TEST_P(BlockEmulationTest, HeadMatchesCpuF64) {
