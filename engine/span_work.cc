@@ -176,7 +176,10 @@ void SpanWork<T>::Head(SpanOutputs<T>& out) {
   }
   out.embed.assign(V * D_, T(0));
   out.norm_f.assign(D_, T(0));
-  std::vector<T> du(r_.len * D_);
+  // The next g goes into the thread's spare buffer, and the old g becomes the spare: one spare
+  // per thread, not per span (a fresh (len, D) buffer per task costs page faults).
+  thread_local std::vector<T> du;
+  du.resize(r_.len * D_);
   int64_t correct = 0;
   cpu::LmHeadArgs<T> args{r_.len, D_, V, cfg_.layer_norm_epsilon, model_.params->embed.data(),
                           model_.params->norm_f.data(), g_.data(), targets.data(),
@@ -185,7 +188,7 @@ void SpanWork<T>::Head(SpanOutputs<T>& out) {
   out.loss_sum = model_.backend->HeadForwardBackward(args, du.data(), out.embed.data(),
                                                      out.norm_f.data());
   out.correct = correct;
-  g_ = std::move(du);
+  std::swap(g_, du);
   g_layer_ = cfg_.num_hidden_layers;
   next_halo_added_ = true;  // nothing after the head feeds g
 }
@@ -227,7 +230,9 @@ void SpanWork<T>::Backward(int64_t k, const SpanInputs<T>& in, SpanOutputs<T>& o
   // added in chunk order (as the rows' own chunk has written them); parts reaching before t0
   // become du_halo_prev.
   out.grad = ZeroLayer<T>(cfg_);
-  std::vector<T> du(r_.len * D_), mu_next, mu_out(DiN_);
+  thread_local std::vector<T> du;  // the thread's spare, as in Head (Backward writes every row)
+  du.resize(r_.len * D_);
+  std::vector<T> mu_next, mu_out(DiN_);
   out.du_halo_prev.assign(r_.halo * D_, T(0));
   std::vector<std::vector<T>> halos(r_.c1 - r_.c0);
   for (int64_t c = r_.c1 - 1; c >= r_.c0; --c) {
@@ -259,7 +264,7 @@ void SpanWork<T>::Backward(int64_t k, const SpanInputs<T>& in, SpanOutputs<T>& o
       for (int64_t d = 0; d < D_; ++d)
         out.du_halo_prev[(t - base) * D_ + d] += halo[(t - first) * D_ + d];
   }
-  g_ = std::move(du);
+  std::swap(g_, du);
   g_layer_ = k;
   next_halo_added_ = false;
   u_[k] = StoredRows<T>();
