@@ -1,6 +1,7 @@
 // One CUDA block (kernels/cuda/device_block.h) against the CPU block in f64 over the same
 // random rows: the forward (u_next, h_end) and the backward (du, du_halo, mu_out and every
-// parameter gradient), as relative L2 errors per tensor and over all of them. Shared by the
+// parameter gradient), as relative L2 errors per tensor and over all of them; and the CUDA head
+// (kernels/cuda/lm_head.h) against the CPU head in f64. Shared by the
 // host-emulated tests (block_emulation_test.cc, shapes_emulation_test.cc); include after
 // tests/cuda/emulated_device.h.
 #ifndef ADJSH_TESTS_CUDA_BLOCK_CHECK_H_
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "common/model.h"
+#include "kernels/cpu/lm_head.h"
 #include "kernels/cpu/mamba_block.h"
 #include "kernels/cuda/device_block.h"
 #include "tests/kernels/test_util.h"
@@ -94,6 +96,45 @@ inline BlockCheck CheckBlockAgainstCpu(const MambaConfig& config, uint64_t seed,
     }
   }
   check.whole = std::sqrt(num / den);
+  return check;
+}
+
+struct HeadCheck {
+  double loss = 0, loss32 = 0;     // the f64 CPU loss sum and the device's
+  double du = 0, dE = 0, dw_f = 0;  // relative L2 errors of the gradients
+};
+
+// The head over M rows (E ~ 0.5 N, w_f ~ 1 + 0.1 N, u ~ N drawn from rng_seed in that order;
+// targets: one per row, -1 for none; scale 1 / (M - 1)) on the device, against the CPU head of
+// all rows in one block in f64.
+inline HeadCheck CheckHeadAgainstCpu(int64_t M, int64_t D, int64_t V, uint64_t rng_seed,
+                                     const std::vector<int64_t>& targets, bool bf16) {
+  std::mt19937_64 rng(rng_seed);
+  std::normal_distribution<double> dist(0, 1);
+  std::vector<double> E(V * D), w(D), u(M * D);
+  for (double& x : E) x = 0.5 * dist(rng);
+  for (double& x : w) x = 1 + 0.1 * dist(rng);
+  for (double& x : u) x = dist(rng);
+  const double scale = 1.0 / (M - 1);
+  std::vector<double> du(M * D), dlogits(M * V), nf(M * D), dw(D, 0.0), dE(V * D, 0.0);
+  const cpu::LmHeadArgs<double> args{M, D, V, 1e-5, E.data(), w.data(), u.data(),
+                                     targets.data(), scale};
+  HeadCheck check;
+  check.loss = cpu::LmHeadForwardBackward<double>(args, du.data(), dlogits.data(), nf.data(),
+                                                  dw.data());
+  for (int64_t r = 0; r < M; ++r)
+    for (int64_t v = 0; v < V; ++v)
+      for (int64_t d = 0; d < D; ++d) dE[v * D + d] += dlogits[r * V + v] * nf[r * D + d];
+
+  const std::vector<float> E32(E.begin(), E.end()), w32(w.begin(), w.end()),
+      u32(u.begin(), u.end());
+  std::vector<float> du32(M * D), dE32(V * D, 0.0f), dw32(D, 0.0f);
+  check.loss32 = cuda::DeviceHead(0, bf16, M, D, V, 1e-5f, E32.data(), w32.data(), u32.data(),
+                                  targets.data(), static_cast<float>(scale), du32.data(),
+                                  dE32.data(), dw32.data());
+  check.du = RelErr(du32, du);
+  check.dE = RelErr(dE32, dE);
+  check.dw_f = RelErr(dw32, dw);
   return check;
 }
 

@@ -40,36 +40,13 @@ TEST_P(BlockEmulationTest, HeadMatchesCpuF64) {
   const bool bf16 = GetParam();
   const double tol = bf16 ? 2e-2 : 1e-5;
   const int64_t M = 21, D = 8, V = 40;  // three row and three vocabulary blocks, both ragged
-  std::mt19937_64 rng(4);
-  std::normal_distribution<double> dist(0, 1);
-  std::vector<double> E(V * D), w(D), u(M * D);
-  for (double& x : E) x = 0.5 * dist(rng);
-  for (double& x : w) x = 1 + 0.1 * dist(rng);
-  for (double& x : u) x = dist(rng);
   std::vector<int64_t> targets(M);
   for (int64_t t = 0; t < M; ++t) targets[t] = t + 1 < M ? (t * 7919) % V : -1;
-  const double scale = 1.0 / (M - 1);
-  // f64 reference: the CPU head, one block of all rows.
-  std::vector<double> du(M * D), dlogits(M * V), nf(M * D), dw(D, 0.0), dE(V * D, 0.0);
-  const cpu::LmHeadArgs<double> args{M, D, V, 1e-5, E.data(), w.data(), u.data(),
-                                     targets.data(), scale};
-  const double loss = cpu::LmHeadForwardBackward<double>(args, du.data(), dlogits.data(),
-                                                         nf.data(), dw.data());
-  for (int64_t r = 0; r < M; ++r)
-    for (int64_t v = 0; v < V; ++v)
-      for (int64_t d = 0; d < D; ++d) dE[v * D + d] += dlogits[r * V + v] * nf[r * D + d];
-
-  const std::vector<float> E32(E.begin(), E.end()), w32(w.begin(), w.end()),
-      u32(u.begin(), u.end());
-  std::vector<float> du32(M * D), dE32(V * D, 0.0f), dw32(D, 0.0f);
-  const double loss32 =
-      cuda::DeviceHead(0, bf16, M, D, V, 1e-5f, E32.data(), w32.data(), u32.data(),
-                       targets.data(), static_cast<float>(scale), du32.data(), dE32.data(),
-                       dw32.data());
-  EXPECT_NEAR(loss32, loss, (bf16 ? 1e-2 : 1e-5) * loss);
-  EXPECT_LT(testing::RelErr(du32, du), tol) << "du";
-  EXPECT_LT(testing::RelErr(dE32, dE), tol) << "dE";
-  EXPECT_LT(testing::RelErr(dw32, dw), tol) << "dw_f";
+  const testing::HeadCheck c = testing::CheckHeadAgainstCpu(M, D, V, 4, targets, bf16);
+  EXPECT_NEAR(c.loss32, c.loss, (bf16 ? 1e-2 : 1e-5) * c.loss);
+  EXPECT_LT(c.du, tol) << "du";
+  EXPECT_LT(c.dE, tol) << "dE";
+  EXPECT_LT(c.dw_f, tol) << "dw_f";
 }
 
 // The context's byte counts (context.h), which the worker's GPU gauges read from another thread:
