@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "common/check.h"
+#include "engine/decay.h"
 #include "kernels/cpu/lm_head.h"
 
 namespace adjsh {
@@ -29,11 +30,8 @@ GradientStep<T>::GradientStep(const ModelParams<T>& params, std::span<const uint
   absl::StatusOr<std::unique_ptr<Backend<T>>> backend = MakeBackend<T>(opt.device);
   ADJSH_CHECK(backend.ok(), "the device was not checked (CheckDevice) before the step");
   backend_ = *std::move(backend);
-  for (int64_t k = 0; k < K_; ++k) {
-    blocks_.push_back(backend_->MakeBlock(cfg_, p_.layers[k]));
-    A_.emplace_back(DiN_);
-    for (int64_t q = 0; q < DiN_; ++q) A_[k][q] = -std::exp(p_.layers[k].A_log[q]);
-  }
+  for (int64_t k = 0; k < K_; ++k) blocks_.push_back(backend_->MakeBlock(cfg_, p_.layers[k]));
+  A_ = DecayRates(p_);
   result_.grad = ZeroParams<T>(cfg_);
 }
 
@@ -88,13 +86,6 @@ typename GradientStep<T>::ChunkSpan GradientStep<T>::Span(int64_t c) const {
 template <typename T>
 void GradientStep<T>::Progress(std::string_view phase, int64_t done, int64_t total) const {
   if (opt_.progress) opt_.progress(phase, done, total);
-}
-
-// P_c . v for a chunk with delta sums S (Di): (exp(A S) . v)[i, n].
-template <typename T>
-void GradientStep<T>::ApplyDecay(const std::vector<T>& A, const T* S, const T* v, T* out) const {
-  const int64_t N = cfg_.state_size;
-  for (int64_t k = 0; k < DiN_; ++k) out[k] = std::exp(A[k] * S[k / N]) * v[k];
 }
 
 // u^1 = the embedding rows of the tokens; room for the other layer inputs and chunk states.
@@ -168,9 +159,8 @@ void GradientStep<T>::ForwardTwoPass() {
     T* h0 = states_[k].WriteBuffer(0, nC_ * DiN_, h_chain);
     std::fill(h0, h0 + DiN_, T(0));
     for (int64_t c = 0; c + 1 < nC_; ++c) {
-      T* next = h0 + (c + 1) * DiN_;
-      ApplyDecay(A_[k], S.data() + c * Di, h0 + c * DiN_, next);
-      for (int64_t q = 0; q < DiN_; ++q) next[q] += h_local[c * DiN_ + q];
+      DecayAdd(A_.data() + k * DiN_, S.data() + c * Di, h0 + c * DiN_,
+               h_local.data() + c * DiN_, DiN_, cfg_.state_size, h0 + (c + 1) * DiN_);
     }
     states_[k].Commit(0, nC_ * DiN_, h0);
     // F2: the layer output from the (stored) chunk states.
@@ -242,9 +232,8 @@ void GradientStep<T>::BackwardLayered() {
       // mu_{c-1} = m_c + P_c . mu_c, mu_{last} = 0.
       std::fill(mu.end() - DiN_, mu.end(), T(0));
       for (int64_t c = nC_ - 1; c > 0; --c) {
-        T* prev = mu.data() + (c - 1) * DiN_;
-        ApplyDecay(A_[k], S.data() + c * Di, mu.data() + c * DiN_, prev);
-        for (int64_t q = 0; q < DiN_; ++q) prev[q] += m[c * DiN_ + q];
+        DecayAdd(A_.data() + k * DiN_, S.data() + c * Di, mu.data() + c * DiN_,
+                 m.data() + c * DiN_, DiN_, cfg_.state_size, mu.data() + (c - 1) * DiN_);
       }
     }
     // B: the VJPs; partials and conv-halo contributions added in chunk order.

@@ -53,7 +53,6 @@ class GradientStep {
  private:
   ChunkSpan Span(int64_t c) const;
   void Progress(std::string_view phase, int64_t done, int64_t total) const;
-  void ApplyDecay(const std::vector<T>& A, const T* S, const T* v, T* out) const;
   // Rows [first, first + n) of u^k (k < K), through scratch when stored as bf16.
   const T* InputRows(int64_t k, int64_t first, int64_t n, std::vector<T>& scratch) const {
     return layer_in_[k].Read(first * D_, n * D_, scratch);
@@ -74,10 +73,10 @@ class GradientStep {
   std::unique_ptr<ThreadPool> pool_;
   const int64_t T_, C_, nC_, D_, K_, DiN_, max_ahead_;
   // The device's backend (options.device; the CPU is one too) and the layers' blocks there:
-  // every kernel call goes through them. A: per layer (Di, N) = -exp(A_log), for the combines.
+  // every kernel call goes through them. A_: the decays for the combines.
   std::unique_ptr<Backend<T>> backend_;
   std::vector<std::unique_ptr<BlockBackend<T>>> blocks_;
-  std::vector<std::vector<T>> A_;
+  std::vector<T> A_;  // K x (Di, N)
   std::vector<StoredRows<T>> layer_in_;   // K x (T, D): u^k
   std::vector<StoredRows<T>> states_;     // K x (chunks, Di, N): h before each chunk
   // (T, D): u^{K+1}, then dL/du^{K+1}; the wavefront backward replaces chunk c's dL/du^{k+1}

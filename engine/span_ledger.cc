@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "common/check.h"
+#include "engine/decay.h"
 
 namespace adjsh {
 
@@ -104,9 +105,7 @@ SpanLedger<T>::SpanLedger(const ModelParams<T>& params, const SpanPlan& plan,
   if (!mask.empty()) n_targets_ = std::count_if(mask.begin() + 1, mask.end(), [](uint8_t m) {
                        return m != 0;
                      });
-  A_.resize(K_ * DiN_);
-  for (int64_t k = 0; k < K_; ++k)
-    for (int64_t q = 0; q < DiN_; ++q) A_[k * DiN_ + q] = -std::exp(p_.layers[k].A_log[q]);
+  A_ = DecayRates(params);
   for (auto* v : {&sigma_, &h_end_, &h0_, &halo_next_, &m_, &mu_, &du_halo_prev_})
     v->assign(K_ * S_, {});
   h0_ready_.assign(K_, 1);  // h0(k, 0) = 0
@@ -165,8 +164,7 @@ void SpanLedger<T>::ExtendH0(int64_t k) {
     const std::vector<T>& add = h_end_[k * S_ + s - 1];
     std::vector<T>& out = h0_[k * S_ + s];
     out.resize(DiN_);
-    for (int64_t q = 0; q < DiN_; ++q)
-      out[q] = std::exp(A_[k * DiN_ + q] * sig[q / N]) * prev[q] + add[q];
+    DecayAdd(A_.data() + k * DiN_, sig.data(), prev.data(), add.data(), DiN_, N, out.data());
     ++s;
   }
 }
@@ -183,9 +181,8 @@ void SpanLedger<T>::ExtendMu(int64_t k) {
     } else {
       const std::vector<T>& in = mu_[k * S_ + s];
       const std::vector<T>& sig = sigma_[k * S_ + s];
-      out.resize(DiN_);
-      for (int64_t q = 0; q < DiN_; ++q)
-        out[q] = m[q] + std::exp(A_[k * DiN_ + q] * sig[q / N]) * in[q];
+      out.resize(DiN_);  // P_s . mu + m_s (a sum of two terms: the order is exact)
+      DecayAdd(A_.data() + k * DiN_, sig.data(), in.data(), m.data(), DiN_, N, out.data());
     }
     --s;
   }

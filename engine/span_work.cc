@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
+#include "engine/decay.h"
 
 namespace adjsh {
 
@@ -15,13 +16,9 @@ BackendModel<T> BackendModel<T>::Make(const ModelParams<T>& params, Backend<T>& 
   BackendModel<T> m;
   m.params = &params;
   m.backend = &backend;
-  const MambaConfig& c = params.config;
-  const int64_t DiN = c.inner() * c.state_size;
-  m.A.resize(c.num_hidden_layers * DiN);
-  for (int64_t k = 0; k < c.num_hidden_layers; ++k) {
-    m.blocks.push_back(backend.MakeBlock(c, params.layers[k]));
-    for (int64_t q = 0; q < DiN; ++q) m.A[k * DiN + q] = -std::exp(params.layers[k].A_log[q]);
-  }
+  for (const LayerParams<T>& layer : params.layers)
+    m.blocks.push_back(backend.MakeBlock(params.config, layer));
+  m.A = DecayRates(params);
   return m;
 }
 
@@ -37,12 +34,6 @@ StoredRows<T> MakeRows(size_t n, Storage storage, const std::string& spill_dir) 
     rows = StoredRows<T>::Create(n, storage, "");
   }
   return std::move(*rows);
-}
-
-// out = exp(A S) . v + add, per (i, n): the span/chunk combine of docs/MATH.md.
-template <typename T>
-void DecayAdd(const T* A, const T* S, const T* v, const T* add, int64_t DiN, int64_t N, T* out) {
-  for (int64_t q = 0; q < DiN; ++q) out[q] = std::exp(A[q] * S[q / N]) * v[q] + add[q];
 }
 
 }  // namespace
