@@ -8,6 +8,15 @@
 #include "engine/span_tensors.h"
 
 namespace adjsh::coordinator {
+namespace {
+
+// The most spans a worker takes: ceil(S / live workers), with at least one worker counted.
+int64_t Quota(int64_t spans, int64_t live_workers) {
+  const int64_t live = std::max<int64_t>(1, live_workers);
+  return (spans + live - 1) / live;
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<SpanScheduler>> SpanScheduler::Make(
     const ModelParams<float>& params, std::span<const uint32_t> tokens,
@@ -46,8 +55,7 @@ void SpanScheduler::Begin(SpanOwners& owners, const std::string& job_id,
   }
   // Keep live owners, at most the quota each (their lowest spans), so a late worker gets its
   // share at the next step.
-  const int64_t live = std::max<int64_t>(1, static_cast<int64_t>(live_workers.size()));
-  const int64_t quota = (S + live - 1) / live;
+  const int64_t quota = Quota(S, static_cast<int64_t>(live_workers.size()));
   std::map<std::string, int64_t> held;
   for (int64_t s = 0; s < S; ++s) {
     std::string& o = owners.owner[s];
@@ -86,8 +94,7 @@ std::optional<LeasedTask> SpanScheduler::Next(const std::string& worker, const L
   auto own = [&](int64_t id) { return owner[plan_->task(id).span] == worker; };
   absl::StatusOr<LeaseResult> got = queue_->Lease(worker, lease, own);
   if (got.ok() && got->task) return got->task;
-  const int64_t quota = (S + std::max<int64_t>(1, live_count) - 1) / std::max<int64_t>(1, live_count);
-  if (mine >= quota) return std::nullopt;
+  if (mine >= Quota(S, live_count)) return std::nullopt;
   auto unowned = [&](int64_t id) { return owner[plan_->task(id).span].empty(); };
   got = queue_->Lease(worker, lease, unowned);
   if (!got.ok() || !got->task) return std::nullopt;

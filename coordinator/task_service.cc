@@ -202,11 +202,15 @@ void TaskServiceImpl::WriteTrace(const Step& step) {
   }
 }
 
+bool TaskServiceImpl::Live(const Worker& w, absl::Time since) {
+  return w.last_seen >= since && w.nonfinite_results < kShunAfterNonFinite;
+}
+
 std::vector<std::string> TaskServiceImpl::LiveWorkers() const {
   const absl::Time since = absl::Now() - opt_.lease;
   std::vector<std::string> live;
   for (const auto& [id, w] : workers_)
-    if (w.last_seen >= since && w.nonfinite_results < kShunAfterNonFinite) live.push_back(id);
+    if (Live(w, since)) live.push_back(id);
   return live;
 }
 
@@ -268,10 +272,10 @@ bool TaskServiceImpl::TryLease(const std::string& worker_id, Worker& worker,
     const absl::Time since = absl::Now() - opt_.lease;
     const auto live = [&](const std::string& id) {
       auto it = workers_.find(id);
-      return it != workers_.end() && it->second.last_seen >= since &&
-             it->second.nonfinite_results < kShunAfterNonFinite;
+      return it != workers_.end() && Live(it->second, since);
     };
-    const int64_t live_count = static_cast<int64_t>(LiveWorkers().size());
+    int64_t live_count = 0;
+    for (const auto& [id, w] : workers_) live_count += Live(w, since) ? 1 : 0;
     std::optional<LeasedTask> leased =
         current_->sched->Next(worker_id, live, live_count, opt_.lease);
     if (leased) {

@@ -124,7 +124,9 @@ class TaskServiceImpl final : public v1::TaskService::Service {
     std::string identity;  // the client certificate's names at registration ("" without TLS)
   };
   void ReapWorkers();  // forgets workers unheard of for reap_after. Requires mu_.
-  // Workers heard from within a lease and not shunned. Requires mu_.
+  // Heard from since `since` (a lease ago) and not shunned for non-finite results.
+  static bool Live(const Worker& w, absl::Time since);
+  // The ids of the live workers. Requires mu_.
   std::vector<std::string> LiveWorkers() const;
   void WriteTrace(const Step& step);  // appends the step's tasks to opt_.trace_path
   // Leases the next task for worker into resp; false when none is ready for it. Requires mu_.
