@@ -7,7 +7,7 @@ optimizer state of an undisturbed run (`adjsh train` in-process with the same se
 Cases (each a CTest test; the job: D=16, K=2, N=4, context 2048, chunk 64, the default 8
 spans, so 60 span tasks per step, 6 steps, a checkpoint every 2 steps):
   worker_kills      3 workers, SIGKILLed at random moments (8 to 16 kills) and started again
-                    (the job runs 30 steps); the spans a killed worker owned are claimed by
+                    (the job runs 80 steps); the spans a killed worker owned are claimed by
                     others, which rebuild them (their logs say so, in the forward and in the
                     backward);
   worker_stop       a worker SIGSTOPped just after it leased a task, for 2.5 leases (the task is
@@ -75,7 +75,7 @@ class Job:
 # stops of 2.5 leases each (the other worker goes on meanwhile).
 SMALL = Job(16, 2, 4, 2048, 64)
 HEAVY = Job(64, 2, 16, 4096, 512, steps=24)
-LONGER = Job(16, 2, 4, 2048, 64, steps=30)  # room for the repeated kills however fast it runs
+LONGER = Job(16, 2, 4, 2048, 64, steps=80)  # room for the kills until both rebuilds are seen
 
 
 def spec(ckpt):
@@ -113,7 +113,7 @@ def case_worker_kills(adjsh, tmp, cluster, res, ref):  # ref: of LONGER
                 count_in_logs(cluster, " rebuilt up to bwd"))
 
     # At least 8 kills, and on until the new owners have rebuilt spans in both directions.
-    while kills < 8 or (kills < 60 and min(rebuilt()) == 0):
+    while kills < 8 or (kills < 120 and min(rebuilt()) == 0):
         time.sleep(rng.uniform(0.02, 0.2))
         if os.path.exists(last):  # a file check, not an `adjsh status` process per kill
             break
