@@ -1,7 +1,6 @@
 // adjsh grad: loss and gradient of the mean next-token loss of one sequence (DESIGN.md §6).
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <thread>
 
 #include "absl/strings/str_format.h"
@@ -52,10 +51,9 @@ absl::Status RunGrad(const ArgParser& a, const GradOptions& opt, bool quiet, int
     absl::StatusOr<SpanPlan> plan =
         SpanPlan::Make(static_cast<int64_t>(tokens->size()), opt.chunk, opt.spans,
                        params->config.num_hidden_layers, params->config.conv_kernel);
-    std::ofstream f(a.Get("trace"), std::ios::app);
-    for (int64_t id = 0; plan.ok() && id < plan->num_tasks(); ++id)
-      f << TraceLine(*plan, 0, id, result->records[id]) << "\n";
-    if (!f) return absl::InternalError("cannot write the trace to " + a.Get("trace"));
+    if (!plan.ok()) return plan.status();
+    if (absl::Status s = AppendTrace(a.Get("trace"), *plan, 0, result->records); !s.ok())
+      return s;
   }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <random>
 
 #include "absl/strings/numbers.h"
@@ -192,14 +191,9 @@ absl::StatusOr<GradResult<float>> TaskServiceImpl::ComputeGradient(
 }
 
 void TaskServiceImpl::WriteTrace(const Step& step) {
-  std::ofstream f(opt_.trace_path, std::ios::app);
-  const std::vector<TaskRecord>& records = step.sched->records();
-  for (int64_t id = 0; id < static_cast<int64_t>(records.size()); ++id)
-    f << TraceLine(step.sched->plan(), step.step, id, records[id]) << "\n";
-  if (!f) {
-    std::fprintf(stderr, "adjsh coordinator: cannot append the trace to %s\n",
-                 opt_.trace_path.c_str());
-  }
+  const absl::Status s =
+      AppendTrace(opt_.trace_path, step.sched->plan(), step.step, step.sched->records());
+  if (!s.ok()) std::fprintf(stderr, "adjsh coordinator: %s\n", std::string(s.message()).c_str());
 }
 
 bool TaskServiceImpl::Live(const Worker& w, absl::Time since) {

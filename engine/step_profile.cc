@@ -1,6 +1,7 @@
 #include "engine/step_profile.h"
 
 #include <algorithm>
+#include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -41,6 +42,16 @@ std::string TraceLine(const SpanPlan& plan, int64_t step, int64_t id, const Task
       step, id, std::string(SpanPhaseName(t.phase)), t.layer, t.span,
       absl::StrJoin(plan.Dependencies(id), ", "), r.start_s, r.end_s, r.compute_s, r.rebuild_s,
       r.worker, r.bytes_in, r.bytes_out, plan.T(), plan.spans());
+}
+
+absl::Status AppendTrace(const std::string& path, const SpanPlan& plan, int64_t step,
+                         const std::vector<TaskRecord>& records) {
+  std::ofstream f(path, std::ios::app);
+  for (int64_t id = 0; id < plan.num_tasks() && id < static_cast<int64_t>(records.size()); ++id)
+    f << TraceLine(plan, step, id, records[id]) << "\n";
+  f.flush();
+  if (!f) return absl::InternalError(absl::StrCat("cannot append the trace to ", path));
+  return absl::OkStatus();
 }
 
 std::string ProfileSummary(const StepProfile& p) {

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
+
 namespace adjsh {
 
 class SpanPlan;
@@ -36,6 +38,11 @@ StepProfile ProfileStep(const SpanPlan& plan, const std::vector<TaskRecord>& rec
 // One JSON object (no newline): {"step", "id", "phase", "layer", "span", "deps", "start_s",
 // "end_s", "compute_s", "rebuild_s", "worker", "bytes_in", "bytes_out", "T", "spans"}.
 std::string TraceLine(const SpanPlan& plan, int64_t step, int64_t id, const TaskRecord& r);
+
+// Appends TraceLine of every task (records: one per task id of plan) to the file at path, one
+// per line. INTERNAL naming the path when it cannot be written.
+absl::Status AppendTrace(const std::string& path, const SpanPlan& plan, int64_t step,
+                         const std::vector<TaskRecord>& records);
 
 // "tasks 480 | 3.10 s of tasks, critical path 0.41 s, parallelism 7.6 | wire 1.2 MB": for
 // progress lines.
