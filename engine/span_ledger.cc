@@ -254,9 +254,9 @@ template <typename T>
 int64_t SpanLedger<T>::held_bytes() const {
   int64_t b = Bytes(sigma_) + Bytes(h_end_) + Bytes(h0_) + Bytes(halo_next_) + Bytes(m_) +
               Bytes(mu_) + Bytes(du_halo_prev_);
-  const int64_t layer = static_cast<int64_t>(ParamBytesF32(p_.config) / 4 -
-                                             (p_.embed.size() + p_.norm_f.size())) /
-                        std::max<int64_t>(K_, 1) * static_cast<int64_t>(sizeof(T));
+  int64_t layer = 0;  // bytes of one layer's partial
+  for (const auto& slot : LayerParamSlots<T>())
+    layer += ShapeNumel(slot.shape(p_.config)) * static_cast<int64_t>(sizeof(T));
   for (const auto& t : layer_sums_) b += t.held() * layer;
   b += (head_embed_sum_.held() + lookup_embed_sum_.held()) *
        static_cast<int64_t>(p_.embed.size() * sizeof(T));

@@ -78,7 +78,6 @@ class SpanWork {
   // Runs the task (Ready must hold: FAILED_PRECONDITION otherwise). out's buffers are resized.
   absl::Status Run(const SpanTask& task, const SpanInputs<T>& in, SpanOutputs<T>& out);
 
-  int64_t span() const { return s_; }
   int64_t kept_bytes() const;  // what the span holds now
 
  private:
