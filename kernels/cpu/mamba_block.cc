@@ -1,5 +1,5 @@
 // The Mamba block's chunk forward and its token-local chain rule on the CPU. Projections are
-// GEMMs through OpenBLAS; the scan and its adjoint live in scan.cc.
+// GEMMs through OpenBLAS; the scan and its adjoint live in scan_block.cc (and scan.cc).
 #include "kernels/cpu/mamba_block.h"
 
 #include <algorithm>
@@ -8,7 +8,7 @@
 #include "kernels/cpu/blas.h"
 #include "kernels/cpu/math.h"
 #include "kernels/cpu/rmsnorm.h"
-#include "kernels/cpu/scan.h"
+#include "kernels/cpu/scan_block.h"
 
 namespace adjsh::cpu {
 
@@ -120,8 +120,7 @@ void MambaBlockCpu<T>::LocalSummary(const T* u, ChunkRows rows, T* h_local, T* S
   thread_local Acts a;
   Recompute(u, rows.halo, rows.len, a);
   const ScanInputs<T> in = a.Scan(Di_, N_, R_, A_.data());
-  for (int64_t i = 0; i < Di_; ++i)
-    ScanForwardChannel<T>(in, i, rows.len, nullptr, p_.Dskip[i], h_local + i * N_, nullptr);
+  ScanForward<T>(in, rows.len, nullptr, p_.Dskip.data(), h_local, nullptr);
   SumDelta(a.dt, rows.len, Di_, S);
 }
 
@@ -133,8 +132,7 @@ void MambaBlockCpu<T>::Forward(const T* u, ChunkRows rows, const T* h0, T* u_nex
   Recompute(u, rows.halo, len, a);
   const ScanInputs<T> in = a.Scan(Di_, N_, R_, A_.data());
   std::vector<T>& y = Scratch<T>(kY, len * Di_);
-  for (int64_t i = 0; i < Di_; ++i)
-    ScanForwardChannel<T>(in, i, len, h0 + i * N_, p_.Dskip[i], h_end + i * N_, y.data());
+  ScanForward<T>(in, len, h0, p_.Dskip.data(), h_end, y.data());
   // o = y . silu(z), reusing y.
   for (int64_t t = 0; t < len; ++t) {
     const T* z = a.xz.data() + (rows.halo + t) * Di2 + Di_;
@@ -160,8 +158,7 @@ void MambaBlockCpu<T>::AdjointSummary(const T* u, ChunkRows rows, const T* g, T*
     for (int64_t i = 0; i < Di_; ++i) ybar[t * Di_ + i] *= Silu(z[i]);
   }
   const ScanInputs<T> in = a.Scan(Di_, N_, R_, A_.data());
-  for (int64_t i = 0; i < Di_; ++i)
-    ScanAdjointSummaryChannel<T>(in, i, len, ybar.data(), m + i * N_);
+  ScanAdjointSummary<T>(in, len, ybar.data(), m);
   SumDelta(a.dt, len, Di_, S);
 }
 
@@ -184,7 +181,7 @@ void MambaBlockCpu<T>::Backward(const T* u, ChunkRows rows, const T* g, const T*
     for (int64_t i = 0; i < Di_; ++i) ybar[t * Di_ + i] = d_o[t * Di_ + i] * Silu(z[i]);
   }
 
-  // The scan's adjoint and VJPs, channel by channel.
+  // The scan's adjoint and VJPs (kernels/cpu/scan_block.h).
   std::vector<T>& y = Scratch<T>(kY, len * Di_);
   std::vector<T>& ddt = Scratch<T>(kDdt, len * Di_);
   std::vector<T>& dxc = Scratch<T>(kDxc, len * Di_);
@@ -195,10 +192,7 @@ void MambaBlockCpu<T>::Backward(const T* u, ChunkRows rows, const T* g, const T*
                   grad.Dskip.data(), window == 0 ? mu_out : nullptr};
   const ScanInputs<T> in = a.Scan(Di_, N_, R_, A_.data());
   const ScanBackwardOptions opt{len, window};
-  thread_local ScanScratch<T> scratch;
-  for (int64_t i = 0; i < Di_; ++i)
-    ScanBackwardChannel<T>(in, i, opt, h0 + i * N_, mu ? mu + i * N_ : nullptr, ybar.data(),
-                           p_.Dskip[i], scratch, sg);
+  ScanBackward<T>(in, opt, h0, mu, ybar.data(), p_.Dskip.data(), sg);
   for (int64_t k = 0; k < Di_ * N_; ++k) grad.A_log[k] += dA[k] * A_[k];  // dA/dA_log = A
 
   // Gate and out_proj: o = y . silu(z); dW_out += g^T o; dz = dL/do . y . silu'(z).

@@ -1,0 +1,281 @@
+// The channel-blocked scan kernels (scan_block.h), templated on the vector type VT of simd.h so
+// that kernels/cpu/scan_block.cc instantiates them for the native vectors and
+// tests/kernels/scan_block_test.cc also for the portable Lanes<T, V>, which must give the same
+// bits. Full blocks of VT::kLanes channels run with VT, the last Di mod V channels one by one
+// with Lanes<T, 1>. kN = 16 (Mamba's usual N) fixes the lane loops at compile time; kN = 0 reads
+// N at run time.
+//
+// Per block, arrays indexed [n] hold one vector per state lane n: lane c is channel i0 + c.
+#ifndef ADJSH_KERNELS_CPU_SCAN_BLOCK_IMPL_H_
+#define ADJSH_KERNELS_CPU_SCAN_BLOCK_IMPL_H_
+
+#include <cstdint>
+#include <type_traits>
+#include <vector>
+
+#include "kernels/cpu/scan.h"
+#include "kernels/cpu/simd.h"
+
+namespace adjsh::cpu::blocked {
+
+// Per-thread work arrays of vectors (slot: which array), grown, never shrunk. Slots 0 and 1:
+// a backward block's a_t and h_t rows; 2 to 8: a block's Buf arrays when N is known only at run
+// time.
+template <class VT>
+VT* Work(int slot, int64_t n) {
+  thread_local std::vector<VT> slots[9];
+  std::vector<VT>& v = slots[slot];
+  if (static_cast<int64_t>(v.size()) < n) v.resize(n);
+  return v.data();
+}
+
+// A block's per-state vectors, (N): on the stack when N is known at compile time (kN > 0), so
+// that nothing aliases them and the compiler keeps them in registers, else a Work array.
+template <class VT, int kN>
+struct Buf {
+  VT v[kN];
+  Buf(int, int64_t) {}
+  VT& operator[](int64_t n) { return v[n]; }
+};
+template <class VT>
+struct Buf<VT, 0> {
+  VT* v;
+  Buf(int slot, int64_t n) : v(Work<VT>(slot, n)) {}
+  VT& operator[](int64_t n) { return v[n]; }
+};
+
+// Lanes c of (Di, N)-shaped p at channel i0 + c, state n.
+template <class VT>
+VT Gather(const typename VT::Scalar* p, int64_t stride) {
+  typename VT::Scalar tmp[VT::kLanes];
+  for (int c = 0; c < VT::kLanes; ++c) tmp[c] = p[c * stride];
+  return VT::Load(tmp);
+}
+template <class VT>
+void Scatter(VT v, typename VT::Scalar* p, int64_t stride) {
+  typename VT::Scalar tmp[VT::kLanes];
+  v.Store(tmp);
+  for (int c = 0; c < VT::kLanes; ++c) p[c * stride] = tmp[c];
+}
+
+// row[n] += sum over lanes of P[n], n < N: kLanes states at a time through SumEach.
+template <class VT>
+void AddLaneSums(const VT* P, int64_t N, typename VT::Scalar* row) {
+  constexpr int V = VT::kLanes;
+  const int64_t full = N / V * V;
+  for (int64_t n = 0; n < full; n += V) (VT::Load(row + n) + VT::SumEach(P + n)).Store(row + n);
+  for (int64_t n = full; n < N; ++n) row[n] += P[n].Sum();
+}
+
+template <class VT, int kN, bool kWithY>
+void ForwardBlock(const ScanInputs<typename VT::Scalar>& in, int64_t i0, int64_t rows,
+                  const typename VT::Scalar* h0, const typename VT::Scalar* d_skip,
+                  typename VT::Scalar* h_end, typename VT::Scalar* y) {
+  using T = typename VT::Scalar;
+  const int64_t N = kN ? kN : in.N, Di = in.Di;
+  Buf<VT, kN> Ac(2, N);  // DecayCoef(A[i0 + c, n])
+  Buf<VT, kN> h(3, N);   // the running state
+  for (int64_t n = 0; n < N; ++n) {
+    Ac[n] = VT::DecayCoef(Gather<VT>(in.A + i0 * N + n, N));
+    h[n] = h0 ? Gather<VT>(h0 + i0 * N + n, N) : VT::Set(T(0));
+  }
+  const VT dskip = VT::Load(d_skip + i0);
+  for (int64_t t = 0; t < rows; ++t) {
+    const VT dt = VT::Load(in.dt + t * Di + i0), x = VT::Load(in.xc + t * Di + i0);
+    const VT dtx = dt * x;
+    const T* B = in.B + t * in.bc_stride;
+    const T* C = in.C + t * in.bc_stride;
+    VT acc = VT::Set(T(0));
+#pragma GCC unroll 16
+    for (int64_t n = 0; n < N; ++n) {
+      h[n] = VT::Fma(VT::Decay(dt, Ac[n]), h[n], dtx * VT::Set(B[n]));
+      if constexpr (kWithY) acc = VT::Fma(h[n], VT::Set(C[n]), acc);
+    }
+    if constexpr (kWithY) VT::Fma(dskip, x, acc).Store(y + t * Di + i0);
+  }
+  for (int64_t n = 0; n < N; ++n) Scatter(h[n], h_end + i0 * N + n, N);
+}
+
+template <class VT, int kN>
+void AdjointSummaryBlock(const ScanInputs<typename VT::Scalar>& in, int64_t i0, int64_t len,
+                         const typename VT::Scalar* ybar, typename VT::Scalar* m) {
+  using T = typename VT::Scalar;
+  const int64_t N = kN ? kN : in.N, Di = in.Di;
+  Buf<VT, kN> Ac(2, N);     // DecayCoef(A)
+  Buf<VT, kN> carry(3, N);  // carry_t = a_t . lambda_t, flowing into row t - 1
+  for (int64_t n = 0; n < N; ++n) {
+    Ac[n] = VT::DecayCoef(Gather<VT>(in.A + i0 * N + n, N));
+    carry[n] = VT::Set(T(0));
+  }
+  for (int64_t t = len - 1; t >= 0; --t) {
+    const VT dt = VT::Load(in.dt + t * Di + i0), yb = VT::Load(ybar + t * Di + i0);
+    const T* C = in.C + t * in.bc_stride;
+#pragma GCC unroll 16
+    for (int64_t n = 0; n < N; ++n)
+      carry[n] = VT::Decay(dt, Ac[n]) * VT::Fma(yb, VT::Set(C[n]), carry[n]);
+  }
+  for (int64_t n = 0; n < N; ++n) Scatter(carry[n], m + i0 * N + n, N);
+}
+
+// The exact backward of one block: pass 1 recomputes a_t and h_t forward (kept: (len, N) and
+// (len + 1, N) vectors), writes y and accumulates dD; pass 2 runs lambda in reverse and, at each
+// row, the per-token VJPs of scan.h step 3.
+template <class VT, int kN>
+void BackwardBlock(const ScanInputs<typename VT::Scalar>& in, int64_t i0, int64_t len,
+                   const typename VT::Scalar* h0, const typename VT::Scalar* mu,
+                   const typename VT::Scalar* ybar, const typename VT::Scalar* d_skip,
+                   const ScanGrads<typename VT::Scalar>& out) {
+  using T = typename VT::Scalar;
+  const int64_t N = kN ? kN : in.N, Di = in.Di;
+  Buf<VT, kN> At(2, N), Ac(3, N);  // A and DecayCoef(A)
+  Buf<VT, kN> lam(4, N);            // lambda_t
+  Buf<VT, kN> dA(5, N);             // dL/dA, accumulated over the rows
+  Buf<VT, kN> P(6, N);              // lambda_t Delta_t x'_t: this row's dB terms
+  Buf<VT, kN> Q(7, N);              // ybar_t h_t: this row's dC terms
+  VT* a = Work<VT>(0, len * N);        // (len, N) a_t
+  VT* H = Work<VT>(1, (len + 1) * N);  // (len + 1, N) H[t + 1] = h_t, H[0] = h0
+  for (int64_t n = 0; n < N; ++n) {
+    At[n] = Gather<VT>(in.A + i0 * N + n, N);
+    Ac[n] = VT::DecayCoef(At[n]);
+    H[n] = h0 ? Gather<VT>(h0 + i0 * N + n, N) : VT::Set(T(0));
+    dA[n] = Gather<VT>(out.dA + i0 * N + n, N);
+  }
+  const VT dskip = VT::Load(d_skip + i0);
+  VT dD = VT::Set(T(0));
+  for (int64_t t = 0; t < len; ++t) {
+    const VT dt = VT::Load(in.dt + t * Di + i0), x = VT::Load(in.xc + t * Di + i0);
+    const VT dtx = dt * x;
+    const T* B = in.B + t * in.bc_stride;
+    const T* C = in.C + t * in.bc_stride;
+    const VT* hp = H + t * N;
+    VT* hn = H + (t + 1) * N;
+    VT* at = a + t * N;
+    VT acc = VT::Set(T(0));
+#pragma GCC unroll 16
+    for (int64_t n = 0; n < N; ++n) {
+      at[n] = VT::Decay(dt, Ac[n]);
+      hn[n] = VT::Fma(at[n], hp[n], dtx * VT::Set(B[n]));
+      acc = VT::Fma(hn[n], VT::Set(C[n]), acc);
+    }
+    VT::Fma(dskip, x, acc).Store(out.y + t * Di + i0);
+    dD = VT::Fma(VT::Load(ybar + t * Di + i0), x, dD);
+  }
+  (VT::Load(out.dD + i0) + dD).Store(out.dD + i0);
+
+  // One row of pass 2; kLast: the chunk's last row, where lambda starts from mu.
+  auto row = [&](int64_t t, auto last) {
+    const VT dt = VT::Load(in.dt + t * Di + i0), x = VT::Load(in.xc + t * Di + i0);
+    const VT yb = VT::Load(ybar + t * Di + i0), dtx = dt * x;
+    const T* B = in.B + t * in.bc_stride;
+    const T* C = in.C + t * in.bc_stride;
+    const VT* hp = H + t * N;
+    const VT* hn = H + (t + 1) * N;
+    const VT* at = a + t * N;
+    const VT* an = a + (t + 1) * N;
+    VT s_a = VT::Set(T(0)), s_b = VT::Set(T(0));
+#pragma GCC unroll 16
+    for (int64_t n = 0; n < N; ++n) {
+      const VT c = VT::Set(C[n]);
+      if constexpr (decltype(last)::value) {
+        lam[n] = VT::Fma(yb, c, mu ? Gather<VT>(mu + i0 * N + n, N) : VT::Set(T(0)));
+      } else {
+        lam[n] = VT::Fma(an[n], lam[n], yb * c);
+      }
+      const VT ga = lam[n] * hp[n] * at[n];  // dL/d(Delta_t A[i, n])
+      dA[n] = VT::Fma(ga, dt, dA[n]);
+      s_a = VT::Fma(ga, At[n], s_a);
+      s_b = VT::Fma(lam[n], VT::Set(B[n]), s_b);
+      P[n] = lam[n] * dtx;
+      Q[n] = yb * hn[n];
+    }
+    VT::Fma(x, s_b, s_a).Store(out.ddt + t * Di + i0);
+    VT::Fma(dt, s_b, dskip * yb).Store(out.dxc + t * Di + i0);
+    AddLaneSums(&P[0], N, out.dB + t * N);
+    AddLaneSums(&Q[0], N, out.dC + t * N);
+  };
+  row(len - 1, std::true_type{});
+  for (int64_t t = len - 2; t >= 0; --t) row(t, std::false_type{});
+  for (int64_t n = 0; n < N; ++n) {
+    Scatter(dA[n], out.dA + i0 * N + n, N);
+    if (out.mu_out) Scatter(a[n] * lam[n], out.mu_out + i0 * N + n, N);
+  }
+}
+
+// Every channel: full blocks of VT, then the rest one by one.
+template <class VT, int kN, bool kWithY>
+void ForwardAll(const ScanInputs<typename VT::Scalar>& in, int64_t rows,
+                const typename VT::Scalar* h0, const typename VT::Scalar* d_skip,
+                typename VT::Scalar* h_end, typename VT::Scalar* y) {
+  using One = simd::Lanes<typename VT::Scalar, 1>;
+  const int64_t full = in.Di / VT::kLanes * VT::kLanes;
+  for (int64_t i0 = 0; i0 < full; i0 += VT::kLanes)
+    ForwardBlock<VT, kN, kWithY>(in, i0, rows, h0, d_skip, h_end, y);
+  for (int64_t i0 = full; i0 < in.Di; ++i0)
+    ForwardBlock<One, kN, kWithY>(in, i0, rows, h0, d_skip, h_end, y);
+}
+
+template <class VT, int kN>
+void AdjointSummaryAll(const ScanInputs<typename VT::Scalar>& in, int64_t len,
+                       const typename VT::Scalar* ybar, typename VT::Scalar* m) {
+  using One = simd::Lanes<typename VT::Scalar, 1>;
+  const int64_t full = in.Di / VT::kLanes * VT::kLanes;
+  for (int64_t i0 = 0; i0 < full; i0 += VT::kLanes)
+    AdjointSummaryBlock<VT, kN>(in, i0, len, ybar, m);
+  for (int64_t i0 = full; i0 < in.Di; ++i0) AdjointSummaryBlock<One, kN>(in, i0, len, ybar, m);
+}
+
+template <class VT, int kN>
+void BackwardAll(const ScanInputs<typename VT::Scalar>& in, int64_t len,
+                 const typename VT::Scalar* h0, const typename VT::Scalar* mu,
+                 const typename VT::Scalar* ybar, const typename VT::Scalar* d_skip,
+                 const ScanGrads<typename VT::Scalar>& out) {
+  using One = simd::Lanes<typename VT::Scalar, 1>;
+  const int64_t full = in.Di / VT::kLanes * VT::kLanes;
+  for (int64_t i0 = 0; i0 < full; i0 += VT::kLanes)
+    BackwardBlock<VT, kN>(in, i0, len, h0, mu, ybar, d_skip, out);
+  for (int64_t i0 = full; i0 < in.Di; ++i0)
+    BackwardBlock<One, kN>(in, i0, len, h0, mu, ybar, d_skip, out);
+}
+
+// The entry points of scan_block.h for vector type VT (kN dispatched here).
+template <class VT>
+void Forward(const ScanInputs<typename VT::Scalar>& in, int64_t rows,
+             const typename VT::Scalar* h0, const typename VT::Scalar* d_skip,
+             typename VT::Scalar* h_end, typename VT::Scalar* y) {
+  if (in.N == 16) {
+    if (y) return ForwardAll<VT, 16, true>(in, rows, h0, d_skip, h_end, y);
+    return ForwardAll<VT, 16, false>(in, rows, h0, d_skip, h_end, y);
+  }
+  if (y) return ForwardAll<VT, 0, true>(in, rows, h0, d_skip, h_end, y);
+  ForwardAll<VT, 0, false>(in, rows, h0, d_skip, h_end, y);
+}
+
+template <class VT>
+void AdjointSummary(const ScanInputs<typename VT::Scalar>& in, int64_t len,
+                    const typename VT::Scalar* ybar, typename VT::Scalar* m) {
+  if (in.N == 16) return AdjointSummaryAll<VT, 16>(in, len, ybar, m);
+  AdjointSummaryAll<VT, 0>(in, len, ybar, m);
+}
+
+template <class VT>
+void Backward(const ScanInputs<typename VT::Scalar>& in, const ScanBackwardOptions& opt,
+              const typename VT::Scalar* h0, const typename VT::Scalar* mu,
+              const typename VT::Scalar* ybar, const typename VT::Scalar* d_skip,
+              const ScanGrads<typename VT::Scalar>& out) {
+  using T = typename VT::Scalar;
+  if (opt.window > 0) {  // the truncated adjoint: scan.h's per-channel kernel
+    thread_local ScanScratch<T> scratch;
+    ScanGrads<T> g = out;
+    g.mu_out = nullptr;
+    for (int64_t i = 0; i < in.Di; ++i)
+      ScanBackwardChannel<T>(in, i, opt, h0 ? h0 + i * in.N : nullptr,
+                             mu ? mu + i * in.N : nullptr, ybar, d_skip[i], scratch, g);
+    return;
+  }
+  if (in.N == 16) return BackwardAll<VT, 16>(in, opt.len, h0, mu, ybar, d_skip, out);
+  BackwardAll<VT, 0>(in, opt.len, h0, mu, ybar, d_skip, out);
+}
+
+}  // namespace adjsh::cpu::blocked
+
+#endif  // ADJSH_KERNELS_CPU_SCAN_BLOCK_IMPL_H_
