@@ -2,7 +2,8 @@
 // docs/BENCHMARKS.md. "model" counts what a keep-everything backprop needs (forward, and two
 // GEMMs per projection backward); "executed" counts what the adjoint engine runs, including its
 // recomputation (the recompute inside each VJP task; with the two-pass schedule also forward
-// pass one and backward pass one).
+// pass one and backward pass one; with S spans the summaries of S - 1 spans in each direction,
+// engine/span_plan.h).
 #ifndef ADJSH_BENCH_FLOPS_H_
 #define ADJSH_BENCH_FLOPS_H_
 
@@ -14,7 +15,10 @@ struct FlopsPerToken {
   double model = 0, executed = 0;
 };
 
-inline FlopsPerToken GradientFlopsPerToken(const MambaConfig& c, bool exact, bool two_pass) {
+// pass_one_share: the share of the tokens whose chunks also run the pass-one (summary) tasks: 0
+// for the wavefront, 1 for two-pass, (S - 1) / S for S spans.
+inline FlopsPerToken GradientFlopsPerToken(const MambaConfig& c, bool exact,
+                                           double pass_one_share) {
   const double D = c.hidden_size, Di = c.inner(), R = c.time_step_rank, V = c.vocab_size;
   const double Q = R + 2 * c.state_size, K = c.num_hidden_layers;  // Q: x_proj rows
   const double recompute = 2 * D * 2 * Di + 2 * Di * Q + 2 * R * Di;  // in_proj, x_proj, dt_proj
@@ -24,9 +28,9 @@ inline FlopsPerToken GradientFlopsPerToken(const MambaConfig& c, bool exact, boo
   const double head = 3 * 2 * V * D;    // logits, dE, dnf
   FlopsPerToken f;
   f.model = K * (forward + backward) + head;
-  // Two-pass: F1 (recompute), F2 (forward), A (recompute + g W_out, exact only). Both: the VJP
+  // Pass one: F1 (recompute), A (recompute + g W_out, exact only); then F2 (forward) and the VJP
   // task (recompute + g W_out + the backward GEMMs).
-  const double pass_one = two_pass ? recompute + (exact ? recompute + out : 0) : 0;
+  const double pass_one = pass_one_share * (recompute + (exact ? recompute + out : 0));
   f.executed = K * (forward + pass_one + recompute + out + backward) + head;
   return f;
 }

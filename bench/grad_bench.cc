@@ -1,7 +1,8 @@
 // One gradient of a synthetic model, in-process, with its time, flop rate and memory:
 //   grad_bench --impl adjsh|oracle --hidden-size D --layers K --tokens T [--state-size N]
 //              [--vocab-size V] [--chunk C] [--window Wt] [--threads N] [--dtype f32|f64]
-//              [--device cpu|cuda:N] [--storage full|bf16]
+//              [--device cpu|cuda:N] [--storage full|bf16] [--schedule spans|wavefront|two-pass]
+//              [--spans S]
 // Prints one JSON object. Peak RSS is per process, so run one measurement per process. On a
 // CUDA device the object also has device_peak_bytes: the most GPU memory adjsh held (weights,
 // workspaces) during the timed gradients, and device_name.
@@ -17,6 +18,7 @@
 #include "common/model.h"
 #include "common/proc_stats.h"
 #include "engine/adjoint_engine.h"
+#include "engine/span_plan.h"
 #include "kernels/backend.h"
 #include "kernels/reference/mamba_reference.h"
 #ifdef ADJSH_HAVE_CUDA
@@ -36,7 +38,18 @@ int Run(const cli::ArgParser& a, const MambaConfig& config, int64_t T_) {
   opt.chunk = a.GetInt("chunk", 1, int64_t{1} << 40).value();
   opt.window = a.GetInt("window", 0, int64_t{1} << 40).value();
   opt.threads = static_cast<int>(a.GetInt("threads", 0, 4096).value());
-  opt.schedule = a.Get("schedule") == "two-pass" ? Schedule::kTwoPass : Schedule::kWavefront;
+  const std::string schedule = a.Get("schedule");
+  if (schedule != "spans" && schedule != "wavefront" && schedule != "two-pass") {
+    std::fprintf(stderr, "grad_bench: --schedule must be spans, wavefront or two-pass\n");
+    return 2;
+  }
+  opt.schedule = schedule == "two-pass"  ? Schedule::kTwoPass
+                 : schedule == "wavefront" ? Schedule::kWavefront
+                                           : Schedule::kSpans;
+  opt.spans = a.GetInt("spans", 0, int64_t{1} << 30).value();
+  const int64_t spans = opt.spans > 0 ? opt.spans
+                                      : SpanPlan::DefaultSpans(T_, std::min(opt.chunk, T_),
+                                                               config.conv_kernel);
   absl::StatusOr<Device> device = ParseDevice(a.Get("device"));
   absl::StatusOr<Storage> storage = ParseStorage(a.Get("storage"));
   if (!device.ok() || !storage.ok()) {
@@ -86,18 +99,20 @@ int Run(const cli::ArgParser& a, const MambaConfig& config, int64_t T_) {
                     std::to_string(cuda::MemoryOf(opt.device.index).peak);
   }
 #endif
-  const FlopsPerToken f =
-      GradientFlopsPerToken(config, opt.window == 0, opt.schedule == Schedule::kTwoPass);
+  const double pass_one_share = opt.schedule == Schedule::kTwoPass ? 1.0
+                                : opt.schedule == Schedule::kSpans  ? double(spans - 1) / spans
+                                                                    : 0.0;
+  const FlopsPerToken f = GradientFlopsPerToken(config, opt.window == 0, pass_one_share);
   const int64_t peak = PeakResidentBytes();
   std::printf(
       "{\"impl\": \"%s\", \"tokens\": %lld, \"hidden_size\": %lld, \"layers\": %lld, "
-      "\"dtype\": \"%s\", \"schedule\": \"%s\", \"chunk\": %lld, \"window\": %lld, \"threads\": %d, \"loss\": %.6f, "
+      "\"dtype\": \"%s\", \"schedule\": \"%s\", \"spans\": %lld, \"chunk\": %lld, \"window\": %lld, \"threads\": %d, \"loss\": %.6f, "
       "\"seconds\": %.4f, \"tokens_per_s\": %.1f, \"model_gflop_per_s\": %.2f, "
       "\"executed_gflop_per_s\": %.2f, \"rss_before_bytes\": %lld, \"peak_rss_bytes\": %lld, "
       "\"bytes_per_token\": %.1f%s}\n",
       impl.c_str(), static_cast<long long>(T_), static_cast<long long>(config.hidden_size),
       static_cast<long long>(config.num_hidden_layers), sizeof(T) == 4 ? "f32" : "f64",
-      a.Get("schedule").c_str(),
+      a.Get("schedule").c_str(), static_cast<long long>(opt.schedule == Schedule::kSpans ? spans : 0),
       static_cast<long long>(opt.chunk), static_cast<long long>(opt.window), opt.threads, loss, s,
       T_ / s, f.model * T_ / s / 1e9, f.executed * T_ / s / 1e9,
       static_cast<long long>(rss_before), static_cast<long long>(peak),
@@ -121,7 +136,8 @@ int main(int argc, char** argv) {
   a.Add("window", "Wt", "truncated window (0: exact)", "0");
   a.Add("threads", "N", "threads (0: all)", "0");
   a.Add("dtype", "f32|f64", "precision", "f32");
-  a.Add("schedule", "wavefront|two-pass", "task schedule", "wavefront");
+  a.Add("schedule", "spans|wavefront|two-pass", "task schedule (spans: adjsh's default)", "spans");
+  a.Add("spans", "S", "spans for --schedule spans (0: the default for T and the chunk)", "0");
   a.Add("repeat", "R", "gradients to run; the fastest is reported", "1");
   a.Add("device", "cpu|cuda:N", "where the gradient runs", "cpu");
   a.Add("storage", "full|bf16",

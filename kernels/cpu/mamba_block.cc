@@ -57,13 +57,14 @@ void MambaBlockCpu<T>::Recompute(const T* u, int64_t halo, int64_t M, Acts& a) c
   const int64_t P = halo + M, Di2 = 2 * Di_, Q = R_ + 2 * N_;
   a.halo = halo, a.M = M;
   a.r.resize(P), a.n.resize(P * D_), a.xz.resize(P * Di2);
-  a.cpre.assign(M * Di_, T(0)), a.xc.resize(M * Di_), a.dbc.resize(M * Q);
+  a.cpre.resize(M * Di_), a.xc.resize(M * Di_), a.dbc.resize(M * Q);
   a.dtpre.resize(M * Di_), a.dt.resize(M * Di_);
 
   RmsNormForward(u, P, D_, p_.norm.data(), cfg_.layer_norm_epsilon, a.n.data(), a.r.data());
   Gemm<T>(Trans::kNo, Trans::kYes, P, Di2, D_, 1, a.n.data(), D_, p_.in_proj.data(), D_, 0,
           a.xz.data(), Di2);
-  // Causal depthwise conv: c_t = b + sum_j w[:, j] x_{t - W + 1 + j}; x before the sequence is 0.
+  // Causal depthwise conv: c_t = b + sum_j w[:, j] x_{t - W + 1 + j}; x before the sequence is 0;
+  // then x'_t = silu(c_t) while the row is in cache.
   for (int64_t t = 0; t < M; ++t) {
     T* c = a.cpre.data() + t * Di_;
     for (int64_t i = 0; i < Di_; ++i) c[i] = p_.conv_b[i];
@@ -74,8 +75,9 @@ void MambaBlockCpu<T>::Recompute(const T* u, int64_t halo, int64_t M, Acts& a) c
       const T* w = conv_t_.data() + j * Di_;
       for (int64_t i = 0; i < Di_; ++i) c[i] += w[i] * x[i];
     }
+    T* xc = a.xc.data() + t * Di_;
+    for (int64_t i = 0; i < Di_; ++i) xc[i] = Silu(c[i]);
   }
-  for (int64_t k = 0; k < M * Di_; ++k) a.xc[k] = Silu(a.cpre[k]);
   Gemm<T>(Trans::kNo, Trans::kYes, M, Q, Di_, 1, a.xc.data(), Di_, p_.x_proj.data(), Di_, 0,
           a.dbc.data(), Q);
   Gemm<T>(Trans::kNo, Trans::kYes, M, Di_, R_, 1, a.dbc.data(), Q, p_.dt_w.data(), R_, 0,
@@ -93,7 +95,7 @@ namespace {
 // Per-thread scratch reused from task to task. A task's buffers are O(rows (D + Di)) each;
 // allocated afresh for every task they cost page faults (large blocks come from fresh mmaps),
 // which was a third of a single gradient's time at T = 4K.
-enum Slot { kY, kYbar, kDo, kDdt, kDxc, kDB, kDC, kDA, kDxz, kDdbc, kDconv, kDn, kSlots };
+enum Slot { kY, kYbar, kDo, kSigZ, kDdt, kDxc, kDB, kDC, kDA, kDxz, kDdbc, kDconv, kDn, kSlots };
 template <typename T>
 std::vector<T>& Scratch(Slot slot, size_t n, bool zero = false) {
   thread_local std::vector<std::vector<T>> slots(kSlots);
@@ -171,14 +173,21 @@ void MambaBlockCpu<T>::Backward(const T* u, ChunkRows rows, const T* g, const T*
   thread_local Acts a;
   Recompute(u, halo, M, a);
 
-  // dL/do = g W_out and ybar = dL/do . silu(z), for all M rows (the lookahead needs ybar).
+  // dL/do = g W_out and ybar = dL/do . silu(z), for all M rows (the lookahead needs ybar);
+  // sig = sigmoid(z) kept for the gate's backward below (silu(z) = z sig, silu'(z) =
+  // sig (1 + z (1 - sig)): Silu and SiluGrad of math.h, with one exp instead of three).
   std::vector<T>& d_o = Scratch<T>(kDo, M * Di_);
   std::vector<T>& ybar = Scratch<T>(kYbar, M * Di_);
+  std::vector<T>& sig = Scratch<T>(kSigZ, M * Di_);
   Gemm<T>(Trans::kNo, Trans::kNo, M, Di_, D_, 1, g, D_, p_.out_proj.data(), Di_, 0, d_o.data(),
           Di_);
   for (int64_t t = 0; t < M; ++t) {
     const T* z = a.xz.data() + (halo + t) * Di2 + Di_;
-    for (int64_t i = 0; i < Di_; ++i) ybar[t * Di_ + i] = d_o[t * Di_ + i] * Silu(z[i]);
+    T* s = sig.data() + t * Di_;
+    for (int64_t i = 0; i < Di_; ++i) {
+      s[i] = Sigmoid(z[i]);
+      ybar[t * Di_ + i] = d_o[t * Di_ + i] * (z[i] * s[i]);
+    }
   }
 
   // The scan's adjoint and VJPs (kernels/cpu/scan_block.h).
@@ -196,14 +205,17 @@ void MambaBlockCpu<T>::Backward(const T* u, ChunkRows rows, const T* g, const T*
   for (int64_t k = 0; k < Di_ * N_; ++k) grad.A_log[k] += dA[k] * A_[k];  // dA/dA_log = A
 
   // Gate and out_proj: o = y . silu(z); dW_out += g^T o; dz = dL/do . y . silu'(z).
-  std::vector<T>& dxz = Scratch<T>(kDxz, P * Di2, true);  // dL/d[x; z], halo + own rows
+  // dL/d[x; z], halo + own rows: every element written below (halo rows' dz is 0).
+  std::vector<T>& dxz = Scratch<T>(kDxz, P * Di2);
+  for (int64_t p = 0; p < halo; ++p) std::fill_n(dxz.data() + p * Di2 + Di_, Di_, T(0));
   for (int64_t t = 0; t < len; ++t) {
     const T* z = a.xz.data() + (halo + t) * Di2 + Di_;
+    const T* s = sig.data() + t * Di_;
     T* dz = dxz.data() + (halo + t) * Di2 + Di_;
     for (int64_t i = 0; i < Di_; ++i) {
       const int64_t k = t * Di_ + i;
-      dz[i] = d_o[k] * y[k] * SiluGrad(z[i]);
-      y[k] *= Silu(z[i]);  // y becomes o
+      dz[i] = d_o[k] * y[k] * (s[i] * (T(1) + z[i] * (T(1) - s[i])));
+      y[k] *= z[i] * s[i];  // y becomes o
     }
   }
   Gemm<T>(Trans::kYes, Trans::kNo, D_, Di_, len, 1, g, D_, y.data(), Di_, 1, grad.out_proj.data(),
@@ -232,8 +244,9 @@ void MambaBlockCpu<T>::Backward(const T* u, ChunkRows rows, const T* g, const T*
   Gemm<T>(Trans::kNo, Trans::kNo, len, Di_, Q, 1, ddbc.data(), Q, p_.x_proj.data(), Di_, 1,
           dxc.data(), Di_);
 
-  // silu and the causal conv: dc = dx' . silu'(c); db += dc; dw[:, j] += dc . x_{t-W+1+j};
-  // dx_{t-W+1+j} += w[:, j] . dc (rows before the chunk land in the halo rows).
+  // silu and the causal conv: dc = dx' . silu'(c); db += dc; dw[:, j] += dc_t . x_{t-W+1+j};
+  // dx_p = sum over the rows t = p - halo + W - 1 - j in the chunk of w[:, j] . dc_t, summed
+  // with t ascending (rows before the chunk are the halo rows). Each dx row is written once.
   std::vector<T>& dconv_t = Scratch<T>(kDconv, W_ * Di_, true);  // (W, Di)
   for (int64_t t = 0; t < len; ++t) {
     T* dc = dxc.data() + t * Di_;
@@ -245,13 +258,19 @@ void MambaBlockCpu<T>::Backward(const T* u, ChunkRows rows, const T* g, const T*
       const int64_t p = halo + t - (W_ - 1) + j;
       if (p < 0) continue;
       const T* x = a.xz.data() + p * Di2;
-      T* dx = dxz.data() + p * Di2;
-      const T* w = conv_t_.data() + j * Di_;
       T* dw = dconv_t.data() + j * Di_;
-      for (int64_t i = 0; i < Di_; ++i) {
-        dw[i] += dc[i] * x[i];
-        dx[i] += w[i] * dc[i];
-      }
+      for (int64_t i = 0; i < Di_; ++i) dw[i] += dc[i] * x[i];
+    }
+  }
+  for (int64_t p = 0; p < P; ++p) {
+    T* dx = dxz.data() + p * Di2;
+    std::fill_n(dx, Di_, T(0));
+    for (int64_t j = W_ - 1; j >= 0; --j) {  // t ascending
+      const int64_t t = p - halo + (W_ - 1) - j;
+      if (t < 0 || t >= len) continue;
+      const T* dc = dxc.data() + t * Di_;
+      const T* w = conv_t_.data() + j * Di_;
+      for (int64_t i = 0; i < Di_; ++i) dx[i] += w[i] * dc[i];
     }
   }
   for (int64_t i = 0; i < Di_; ++i)

@@ -11,9 +11,10 @@
 // Rounding against scan.h: in f32 the decays a_t = exp(Delta_t A) come from Exp2Fast
 // (kernels/cpu/math.h: 2^(Delta (A log2 e)), 12 operations against ExpFast's 16, both about
 // 2 ulp), so every output moves by f32 rounding; in f64 the decays are libm's exp as in scan.h,
-// and the states h_t, the adjoint lambda_t, the end states, the adjoint summaries, mu_out and dD
-// are bitwise scan.h's (same expressions, lane by lane), while y, dDelta, dx', dA, dB and dC are
-// sums in another order. The order depends on Di and V only, never on addresses, threads or the
+// and the states h_t, the end states, the adjoint summaries and dD are bitwise scan.h's (same
+// expressions, lane by lane), while the backward's lambda_t = ybar_t C_t + a_{t+1} . lambda_{t+1}
+// rounds as the adjoint summary's carry (one fused multiply-add fewer per state than scan.h's
+// form), and y, dDelta, dx', dA, dB and dC are sums in another order. The order depends on Di and V only, never on addresses, threads or the
 // instruction set (docs/MATH.md, "Rounding of the CPU scan").
 //
 // The truncated adjoint (window > 0) runs scan.h's per-channel kernel.
