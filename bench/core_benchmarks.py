@@ -4,7 +4,8 @@
   /usr/bin/python3 bench/core_benchmarks.py [--build build] [--quick]
 
 Runs, on a synthetic Mamba model (D=256, K=4, N=16, V=256, f32, 2 threads everywhere):
-  * speed: tokens/s of one gradient at T = 4K and 16K, `adjsh grad` vs PyTorch autograd
+  * speed: tokens/s of one gradient at T = 4K and 16K, adjsh (the default span schedule and the
+    in-process wavefront) vs PyTorch autograd
     (bench/torch_baseline.py), and adjsh's flop rate vs this machine's sgemm rate (bench/sgemm_rate);
   * memory: peak RSS of `adjsh grad` at T = 16K, 64K, 256K (and at D=128), of the in-repo
     keep-everything oracle, and of PyTorch autograd; bytes per token as the slope of peak RSS in T.
@@ -36,7 +37,7 @@ def run(cmd, **kw):
     return stdout, ru.ru_maxrss * 1024, time.time() - start
 
 
-def adjsh_grad(build, work, model, T, threads=2, schedule="wavefront"):
+def adjsh_grad(build, work, model, T, threads=2, schedule="spans"):
     tok = os.path.join(work, f"t{T}.u32")
     if not os.path.exists(tok):
         run([f"{build}/cli/adjsh", "tokenize", "--text", "/usr/share/common-licenses/GPL-3",
@@ -99,7 +100,7 @@ def main():
         speed = []
         for T in speed_T:
             ours = adjsh_grad(build, work, models[256], T)
-            two = adjsh_grad(build, work, models[256], T, schedule="two-pass")
+            two = adjsh_grad(build, work, models[256], T, schedule="wavefront")
             theirs = torch_grad(T)
             speed.append((T, ours, theirs, two))
             print(f"speed T={T}: adjsh {ours['tokens_per_s']:.0f} tok/s, "
@@ -123,19 +124,21 @@ def main():
     lines.append("")
     lines.append("### Speed: one exact gradient")
     lines.append("")
-    lines.append("| T | adjsh tokens/s (wavefront, default) | adjsh tokens/s (two-pass) | PyTorch autograd tokens/s | ratio (default / PyTorch) | adjsh GFLOP/s (model / executed) | executed / sgemm rate |")
+    lines.append("| T | schedule | adjsh tokens/s | PyTorch autograd tokens/s | ratio to PyTorch | adjsh GFLOP/s (model / executed) | executed / sgemm rate |")
     lines.append("|---|---|---|---|---|---|---|")
-    for T, o, t, two in speed:
-        lines.append(f"| {T} | {o['tokens_per_s']:.0f} | {two['tokens_per_s']:.0f} | "
-                     f"{t['tokens_per_s']:.0f} | "
-                     f"{o['tokens_per_s'] / t['tokens_per_s']:.1f}x | {o['model_gflop_per_s']:.1f} / "
-                     f"{o['executed_gflop_per_s']:.1f} | "
-                     f"{o['executed_gflop_per_s'] / sgemm[2]['sgemm_gflop_per_s']:.0%} |")
+    for T, o, t, wave in speed:
+        for name, r in ((f"spans (default, S = {o['spans']})", o), ("wavefront", wave)):
+            lines.append(f"| {T} | {name} | {r['tokens_per_s']:.0f} | {t['tokens_per_s']:.0f} | "
+                         f"{r['tokens_per_s'] / t['tokens_per_s']:.1f}x | "
+                         f"{r['model_gflop_per_s']:.1f} / {r['executed_gflop_per_s']:.1f} | "
+                         f"{r['executed_gflop_per_s'] / sgemm[2]['sgemm_gflop_per_s']:.0%} |")
     lines.append("")
     lines.append("\"model\" counts the GEMM flops of a keep-everything backprop; \"executed\" adds "
                  "what adjoint sharding recomputes (the recompute in each VJP task); "
-                 "bench/flops.h. The two-pass schedule also recomputes every chunk in its pass "
-                 "one, forward and backward, to run all chunks of a layer at once.")
+                 "bench/flops.h. The span schedule also recomputes S - 1 of its S spans in its "
+                 "summary tasks, forward and backward, so that the spans of a layer run at once; "
+                 "the wavefront (in-process only) runs each chunk's forward once but keeps at most "
+                 "K tasks runnable.")
     lines.append("")
     lines.append("### Memory: peak RSS of one gradient")
     lines.append("")

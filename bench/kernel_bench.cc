@@ -231,10 +231,19 @@ int main(int argc, char** argv) {
   a.Add("seconds", "S", "time per measurement", "3");
   if (auto code = adjsh::cli::ParseOrExit(a, std::vector<std::string>(argv + 1, argv + argc)))
     return *code;
-  const int64_t D = a.GetInt("hidden-size", 1, 65536).value();
-  const int64_t N = a.GetInt("state-size", 1, 1024).value();
-  const int64_t rows = a.GetInt("rows", 1, 1 << 20).value();
-  const double seconds = std::max<int64_t>(1, a.GetInt("seconds", 1, 3600).value());
+  int64_t v[4];
+  const char* names[4] = {"hidden-size", "state-size", "rows", "seconds"};
+  const int64_t hi[4] = {65536, 1024, 1 << 20, 3600};
+  for (int k = 0; k < 4; ++k) {
+    const auto got = a.GetInt(names[k], 1, hi[k]);
+    if (!got.ok()) {
+      std::fprintf(stderr, "kernel_bench: %s\n", std::string(got.status().message()).c_str());
+      return 2;
+    }
+    v[k] = *got;
+  }
+  const int64_t D = v[0], N = v[1], rows = v[2];
+  const double seconds = double(v[3]);
   adjsh::cpu::InitBlasSingleThreaded();
   const double peak = adjsh::bench::FmaPeak(seconds / 2);
   const double sgemm = adjsh::bench::SgemmRate(seconds / 2);
