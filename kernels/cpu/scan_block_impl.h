@@ -29,39 +29,20 @@ VT* Work(int slot, int64_t n) {
   return v.data();
 }
 
-// Where a block's rows of the (M, Di)-shaped inputs are: row t of Delta at dt + t ld, and so on.
-// Full blocks read packed copies (ld = V: PackColumns below), the last channels the inputs
-// themselves (ld = Di).
+// Rows of Delta, x' and ybar are Di apart, so a block's walk over its rows reads a new cache
+// line per row and array; a token's work is longer than the out-of-order window, so without a
+// prefetch each row's load misses in full (a tenth of the backward's time, in a profile).
+// Prefetches the block's part of row t of each non-null array, kAhead rows before its use.
+inline constexpr int64_t kAhead = 8;
+// Always inlined: GCC's pure-const analysis finds a function of prefetches alone free of side
+// effects and deletes its calls.
 template <typename T>
-struct BlockRows {
-  const T* dt = nullptr;
-  const T* xc = nullptr;
-  const T* ybar = nullptr;
-  int64_t ld = 0;
-};
-
-// dst (blocks, rows, V) = the first blocks x V columns of src (rows, Di), block by block. A
-// block's walk over rows Di apart read a new cache line per row and array, and a token's work
-// is longer than the out-of-order window, so each such load missed in full (a third of the
-// backward's time, in a profile, prefetches notwithstanding); the copy streams src in order
-// and leaves each block's rows contiguous.
-template <class VT>
-void PackColumns(const typename VT::Scalar* src, int64_t rows, int64_t Di, int64_t blocks,
-                 typename VT::Scalar* dst) {
-  constexpr int V = VT::kLanes;
-  for (int64_t t = 0; t < rows; ++t) {
-    const typename VT::Scalar* s = src + t * Di;
-    for (int64_t b = 0; b < blocks; ++b) VT::Load(s + b * V).Store(dst + (b * rows + t) * V);
-  }
-}
-
-// Per-thread buffers of scalars for the packed copies (slot: which input), grown, never shrunk.
-template <typename T>
-T* PackBuffer(int slot, int64_t n) {
-  thread_local std::vector<T> slots[3];
-  std::vector<T>& v = slots[slot];
-  if (static_cast<int64_t>(v.size()) < n) v.resize(n);
-  return v.data();
+__attribute__((always_inline)) inline void PrefetchRow(int64_t t, int64_t rows, int64_t Di, int64_t i0, const T* a, const T* b,
+                        const T* c = nullptr) {
+  if (t < 0 || t >= rows) return;
+  __builtin_prefetch(a + t * Di + i0);
+  __builtin_prefetch(b + t * Di + i0);
+  if (c) __builtin_prefetch(c + t * Di + i0);
 }
 
 // A block's per-state vectors, (N): on the stack when N is known at compile time (kN > 0), so
@@ -103,8 +84,7 @@ __attribute__((always_inline)) inline void AddLaneSums(const VT* P, int64_t N, t
 }
 
 template <class VT, int kN, bool kWithY>
-void ForwardBlock(const ScanInputs<typename VT::Scalar>& in,
-                  const BlockRows<typename VT::Scalar>& br, int64_t i0, int64_t rows,
+void ForwardBlock(const ScanInputs<typename VT::Scalar>& in, int64_t i0, int64_t rows,
                   const typename VT::Scalar* h0, const typename VT::Scalar* d_skip,
                   typename VT::Scalar* h_end, typename VT::Scalar* y) {
   using T = typename VT::Scalar;
@@ -117,7 +97,8 @@ void ForwardBlock(const ScanInputs<typename VT::Scalar>& in,
   }
   const VT dskip = VT::Load(d_skip + i0);
   for (int64_t t = 0; t < rows; ++t) {
-    const VT dt = VT::Load(br.dt + t * br.ld), x = VT::Load(br.xc + t * br.ld);
+    PrefetchRow(t + kAhead, rows, Di, i0, in.dt, in.xc);
+    const VT dt = VT::Load(in.dt + t * Di + i0), x = VT::Load(in.xc + t * Di + i0);
     const VT dtx = dt * x;
     const T* B = in.B + t * in.bc_stride;
     const T* C = in.C + t * in.bc_stride;
@@ -133,11 +114,10 @@ void ForwardBlock(const ScanInputs<typename VT::Scalar>& in,
 }
 
 template <class VT, int kN>
-void AdjointSummaryBlock(const ScanInputs<typename VT::Scalar>& in,
-                         const BlockRows<typename VT::Scalar>& br, int64_t i0, int64_t len,
-                         typename VT::Scalar* m) {
+void AdjointSummaryBlock(const ScanInputs<typename VT::Scalar>& in, int64_t i0, int64_t len,
+                         const typename VT::Scalar* ybar, typename VT::Scalar* m) {
   using T = typename VT::Scalar;
-  const int64_t N = kN ? kN : in.N;
+  const int64_t N = kN ? kN : in.N, Di = in.Di;
   Buf<VT, kN> Ac(2, N);     // DecayCoef(A)
   Buf<VT, kN> carry(3, N);  // carry_t = a_t . lambda_t, flowing into row t - 1
   for (int64_t n = 0; n < N; ++n) {
@@ -145,7 +125,8 @@ void AdjointSummaryBlock(const ScanInputs<typename VT::Scalar>& in,
     carry[n] = VT::Set(T(0));
   }
   for (int64_t t = len - 1; t >= 0; --t) {
-    const VT dt = VT::Load(br.dt + t * br.ld), yb = VT::Load(br.ybar + t * br.ld);
+    PrefetchRow(t - kAhead, len, Di, i0, in.dt, ybar);
+    const VT dt = VT::Load(in.dt + t * Di + i0), yb = VT::Load(ybar + t * Di + i0);
     const T* C = in.C + t * in.bc_stride;
 #pragma GCC unroll 16
     for (int64_t n = 0; n < N; ++n)
@@ -160,10 +141,9 @@ void AdjointSummaryBlock(const ScanInputs<typename VT::Scalar>& in,
 // recurrence, so mu_out with mu = 0 is that summary's m bit for bit), and at each row the
 // per-token VJPs of scan.h step 3.
 template <class VT, int kN>
-void BackwardBlock(const ScanInputs<typename VT::Scalar>& in,
-                   const BlockRows<typename VT::Scalar>& br, int64_t i0, int64_t len,
+void BackwardBlock(const ScanInputs<typename VT::Scalar>& in, int64_t i0, int64_t len,
                    const typename VT::Scalar* h0, const typename VT::Scalar* mu,
-                   const typename VT::Scalar* d_skip,
+                   const typename VT::Scalar* ybar, const typename VT::Scalar* d_skip,
                    const ScanGrads<typename VT::Scalar>& out) {
   using T = typename VT::Scalar;
   const int64_t N = kN ? kN : in.N, Di = in.Di;
@@ -183,7 +163,8 @@ void BackwardBlock(const ScanInputs<typename VT::Scalar>& in,
   const VT dskip = VT::Load(d_skip + i0);
   VT dD = VT::Set(T(0));
   for (int64_t t = 0; t < len; ++t) {
-    const VT dt = VT::Load(br.dt + t * br.ld), x = VT::Load(br.xc + t * br.ld);
+    PrefetchRow(t + kAhead, len, Di, i0, in.dt, in.xc, ybar);
+    const VT dt = VT::Load(in.dt + t * Di + i0), x = VT::Load(in.xc + t * Di + i0);
     const VT dtx = dt * x;
     const T* B = in.B + t * in.bc_stride;
     const T* C = in.C + t * in.bc_stride;
@@ -198,14 +179,15 @@ void BackwardBlock(const ScanInputs<typename VT::Scalar>& in,
       acc = VT::Fma(hn[n], VT::Set(C[n]), acc);
     }
     VT::Fma(dskip, x, acc).Store(out.y + t * Di + i0);
-    dD = VT::Fma(VT::Load(br.ybar + t * br.ld), x, dD);
+    dD = VT::Fma(VT::Load(ybar + t * Di + i0), x, dD);
   }
   (VT::Load(out.dD + i0) + dD).Store(out.dD + i0);
 
   // One row of pass 2; kLast: the chunk's last row, where lambda starts from mu.
   auto row = [&](int64_t t, auto last) {
-    const VT dt = VT::Load(br.dt + t * br.ld), x = VT::Load(br.xc + t * br.ld);
-    const VT yb = VT::Load(br.ybar + t * br.ld), dtx = dt * x;
+    PrefetchRow(t - kAhead, len, Di, i0, in.dt, in.xc, ybar);
+    const VT dt = VT::Load(in.dt + t * Di + i0), x = VT::Load(in.xc + t * Di + i0);
+    const VT yb = VT::Load(ybar + t * Di + i0), dtx = dt * x;
     const T* B = in.B + t * in.bc_stride;
     const T* C = in.C + t * in.bc_stride;
     const VT* hp = H + t * N;
@@ -239,55 +221,27 @@ void BackwardBlock(const ScanInputs<typename VT::Scalar>& in,
   }
 }
 
-// Every channel: full blocks of VT on packed copies of their inputs, then the rest one by one
-// on the inputs themselves. ybar may be null (the forward).
-template <class VT>
-struct Blocks {
-  using T = typename VT::Scalar;
-  static constexpr int V = VT::kLanes;
-  int64_t rows, Di, full, nb;
-  T *dt, *xc, *ybar;
-  const ScanInputs<T>& in;
-  const T* yb_in;
-
-  Blocks(const ScanInputs<T>& in_, int64_t rows_, const T* ybar_)
-      : rows(rows_), Di(in_.Di), full(in_.Di / V * V), nb(in_.Di / V), in(in_), yb_in(ybar_) {
-    dt = PackBuffer<T>(0, nb * rows * V);
-    xc = PackBuffer<T>(1, nb * rows * V);
-    ybar = ybar_ ? PackBuffer<T>(2, nb * rows * V) : nullptr;
-    PackColumns<VT>(in.dt, rows, Di, nb, dt);
-    PackColumns<VT>(in.xc, rows, Di, nb, xc);
-    if (ybar_) PackColumns<VT>(ybar_, rows, Di, nb, ybar);
-  }
-  BlockRows<T> Packed(int64_t b) const {
-    const int64_t o = b * rows * V;
-    return {dt + o, xc + o, ybar ? ybar + o : nullptr, V};
-  }
-  BlockRows<T> Direct(int64_t i) const {
-    return {in.dt + i, in.xc + i, yb_in ? yb_in + i : nullptr, Di};
-  }
-};
-
+// Every channel: full blocks of VT, then the rest one by one.
 template <class VT, int kN, bool kWithY>
 void ForwardAll(const ScanInputs<typename VT::Scalar>& in, int64_t rows,
                 const typename VT::Scalar* h0, const typename VT::Scalar* d_skip,
                 typename VT::Scalar* h_end, typename VT::Scalar* y) {
   using One = simd::Lanes<typename VT::Scalar, 1>;
-  const Blocks<VT> bl(in, rows, nullptr);
-  for (int64_t b = 0; b < bl.nb; ++b)
-    ForwardBlock<VT, kN, kWithY>(in, bl.Packed(b), b * VT::kLanes, rows, h0, d_skip, h_end, y);
-  for (int64_t i = bl.full; i < in.Di; ++i)
-    ForwardBlock<One, kN, kWithY>(in, bl.Direct(i), i, rows, h0, d_skip, h_end, y);
+  const int64_t full = in.Di / VT::kLanes * VT::kLanes;
+  for (int64_t i0 = 0; i0 < full; i0 += VT::kLanes)
+    ForwardBlock<VT, kN, kWithY>(in, i0, rows, h0, d_skip, h_end, y);
+  for (int64_t i0 = full; i0 < in.Di; ++i0)
+    ForwardBlock<One, kN, kWithY>(in, i0, rows, h0, d_skip, h_end, y);
 }
 
 template <class VT, int kN>
 void AdjointSummaryAll(const ScanInputs<typename VT::Scalar>& in, int64_t len,
                        const typename VT::Scalar* ybar, typename VT::Scalar* m) {
   using One = simd::Lanes<typename VT::Scalar, 1>;
-  const Blocks<VT> bl(in, len, ybar);
-  for (int64_t b = 0; b < bl.nb; ++b)
-    AdjointSummaryBlock<VT, kN>(in, bl.Packed(b), b * VT::kLanes, len, m);
-  for (int64_t i = bl.full; i < in.Di; ++i) AdjointSummaryBlock<One, kN>(in, bl.Direct(i), i, len, m);
+  const int64_t full = in.Di / VT::kLanes * VT::kLanes;
+  for (int64_t i0 = 0; i0 < full; i0 += VT::kLanes)
+    AdjointSummaryBlock<VT, kN>(in, i0, len, ybar, m);
+  for (int64_t i0 = full; i0 < in.Di; ++i0) AdjointSummaryBlock<One, kN>(in, i0, len, ybar, m);
 }
 
 template <class VT, int kN>
@@ -296,11 +250,11 @@ void BackwardAll(const ScanInputs<typename VT::Scalar>& in, int64_t len,
                  const typename VT::Scalar* ybar, const typename VT::Scalar* d_skip,
                  const ScanGrads<typename VT::Scalar>& out) {
   using One = simd::Lanes<typename VT::Scalar, 1>;
-  const Blocks<VT> bl(in, len, ybar);
-  for (int64_t b = 0; b < bl.nb; ++b)
-    BackwardBlock<VT, kN>(in, bl.Packed(b), b * VT::kLanes, len, h0, mu, d_skip, out);
-  for (int64_t i = bl.full; i < in.Di; ++i)
-    BackwardBlock<One, kN>(in, bl.Direct(i), i, len, h0, mu, d_skip, out);
+  const int64_t full = in.Di / VT::kLanes * VT::kLanes;
+  for (int64_t i0 = 0; i0 < full; i0 += VT::kLanes)
+    BackwardBlock<VT, kN>(in, i0, len, h0, mu, ybar, d_skip, out);
+  for (int64_t i0 = full; i0 < in.Di; ++i0)
+    BackwardBlock<One, kN>(in, i0, len, h0, mu, ybar, d_skip, out);
 }
 
 // The entry points of scan_block.h for vector type VT (kN dispatched here).
