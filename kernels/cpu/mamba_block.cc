@@ -53,7 +53,8 @@ MambaBlockCpu<T>::MambaBlockCpu(const MambaConfig& config, const LayerParams<T>&
 }
 
 template <typename T>
-void MambaBlockCpu<T>::Recompute(const T* u, int64_t halo, int64_t M, Acts& a) const {
+void MambaBlockCpu<T>::Recompute(const T* u, int64_t halo, int64_t M, Acts& a,
+                                  bool with_z) const {
   const int64_t P = halo + M, Di2 = 2 * Di_, Q = R_ + 2 * N_;
   a.halo = halo, a.M = M;
   a.r.resize(P), a.n.resize(P * D_), a.xz.resize(P * Di2);
@@ -61,8 +62,9 @@ void MambaBlockCpu<T>::Recompute(const T* u, int64_t halo, int64_t M, Acts& a) c
   a.dtpre.resize(M * Di_), a.dt.resize(M * Di_);
 
   RmsNormForward(u, P, D_, p_.norm.data(), cfg_.layer_norm_epsilon, a.n.data(), a.r.data());
-  Gemm<T>(Trans::kNo, Trans::kYes, P, Di2, D_, 1, a.n.data(), D_, p_.in_proj.data(), D_, 0,
-          a.xz.data(), Di2);
+  // [x; z] = W_in n, or x alone: W_in's first Di rows (its x half).
+  Gemm<T>(Trans::kNo, Trans::kYes, P, with_z ? Di2 : Di_, D_, 1, a.n.data(), D_,
+          p_.in_proj.data(), D_, 0, a.xz.data(), Di2);
   // Causal depthwise conv: c_t = b + sum_j w[:, j] x_{t - W + 1 + j}; x before the sequence is 0;
   // then x'_t = silu(c_t) while the row is in cache.
   for (int64_t t = 0; t < M; ++t) {
@@ -120,7 +122,7 @@ void SumDelta(const std::vector<T>& dt, int64_t len, int64_t Di, T* S) {
 template <typename T>
 void MambaBlockCpu<T>::LocalSummary(const T* u, ChunkRows rows, T* h_local, T* S) const {
   thread_local Acts a;
-  Recompute(u, rows.halo, rows.len, a);
+  Recompute(u, rows.halo, rows.len, a, /*with_z=*/false);
   const ScanInputs<T> in = a.Scan(Di_, N_, R_, A_.data());
   ScanForward<T>(in, rows.len, nullptr, p_.Dskip.data(), h_local, nullptr);
   SumDelta(a.dt, rows.len, Di_, S);

@@ -27,7 +27,8 @@ class MambaBlockCpu {
 
   // Forward pass one (two-pass forward): the scan from a zero state. h_local (Di, N) is the
   // chunk's state contribution, S (Di) = sum_t Delta_t, so that P_c = exp(A S) and
-  // h_end(c) = P_c . h_end(c - 1) + h_local(c).
+  // h_end(c) = P_c . h_end(c - 1) + h_local(c). The scan needs no gate, so only the x half of
+  // in_proj is computed (the same x bits as the full product: tests/kernels/mamba_block_test.cc).
   void LocalSummary(const T* u, ChunkRows rows, T* h_local, T* S) const;
 
   // Forward from the true initial state h0 (Di, N): u_next (len, D) = u + out_proj(...), and the
@@ -52,7 +53,8 @@ class MambaBlockCpu {
 
  private:
   struct Acts;
-  void Recompute(const T* u, int64_t halo, int64_t M, Acts& acts) const;
+  // with_z: also z, the gate half of in_proj (the forward summary's scan does not read it).
+  void Recompute(const T* u, int64_t halo, int64_t M, Acts& acts, bool with_z = true) const;
 
   const MambaConfig& cfg_;
   const LayerParams<T>& p_;
