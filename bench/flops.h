@@ -28,9 +28,10 @@ inline FlopsPerToken GradientFlopsPerToken(const MambaConfig& c, bool exact,
   const double head = 3 * 2 * V * D;    // logits, dE, dnf
   FlopsPerToken f;
   f.model = K * (forward + backward) + head;
-  // Pass one: F1 (recompute), A (recompute + g W_out, exact only); then F2 (forward) and the VJP
-  // task (recompute + g W_out + the backward GEMMs).
-  const double pass_one = pass_one_share * (recompute + (exact ? recompute + out : 0));
+  // Pass one: F1 (recompute but z), A (recompute + g W_out, exact only); then F2 (forward) and
+  // the VJP task (recompute + g W_out + the backward GEMMs).
+  const double f1 = recompute - 2 * D * Di;  // the forward summary skips in_proj's gate half
+  const double pass_one = pass_one_share * (f1 + (exact ? recompute + out : 0));
   f.executed = K * (forward + pass_one + recompute + out + backward) + head;
   return f;
 }

@@ -91,8 +91,8 @@ double SgemmRate(double seconds) {
   std::vector<float> a(M * K, 0.5f), b(N * K, 0.25f), c(M * N);
   const double s = TimeCall(
       [&] {
-        cpu::Gemm<float>(cpu::Trans::kNo, cpu::Trans::kYes, M, N, K, 1, a.data(), K, b.data(), K,
-                         0, c.data(), N);
+        cpu::Gemm<float>(cpu::Trans::kNo, cpu::Trans::kYes, M, N, K, 1, a.data(), K, b.data(), K, 0,
+                         c.data(), N);
       },
       seconds);
   return 2.0 * M * N * K / s / 1e9;
@@ -130,9 +130,9 @@ void PrintScan(const char* name, const ScanData& d, double per_channel_s, double
       "\"per_channel_ns_per_token\": %.1f, \"blocked_ns_per_token\": %.1f, \"speedup\": %.2f, "
       "\"blocked_gflop_per_s\": %.2f, "
       "\"fraction_of_fma_peak\": %.3f}\n",
-      name, static_cast<long long>(d.M), static_cast<long long>(d.Di),
-      static_cast<long long>(d.N), per_channel_s / d.M * 1e9, blocked_s / d.M * 1e9,
-      per_channel_s / blocked_s, gflops, gflops / peak);
+      name, static_cast<long long>(d.M), static_cast<long long>(d.Di), static_cast<long long>(d.N),
+      per_channel_s / d.M * 1e9, blocked_s / d.M * 1e9, per_channel_s / blocked_s, gflops,
+      gflops / peak);
 }
 
 void BenchScans(int64_t rows, int64_t Di, int64_t N, double seconds, double peak) {
@@ -145,7 +145,9 @@ void BenchScans(int64_t rows, int64_t Di, int64_t N, double seconds, double peak
           cpu::ScanForwardChannel<float>(in, i, rows, d.h0.data() + i * N, d.dskip[i],
                                          h_end.data() + i * N, y.data());
       },
-      [&] { cpu::ScanForward<float>(in, rows, d.h0.data(), d.dskip.data(), h_end.data(), y.data()); },
+      [&] {
+        cpu::ScanForward<float>(in, rows, d.h0.data(), d.dskip.data(), h_end.data(), y.data());
+      },
       seconds);
   PrintScan("scan_forward", d, old_f, new_f, 21, peak);
 
@@ -157,8 +159,8 @@ void BenchScans(int64_t rows, int64_t Di, int64_t N, double seconds, double peak
       [&] { cpu::ScanAdjointSummary<float>(in, rows, d.ybar.data(), m.data()); }, seconds);
   PrintScan("scan_adjoint_summary", d, old_s, new_s, 19, peak);
 
-  std::vector<float> ddt(rows * Di), dxc(rows * Di), dB(rows * N), dC(rows * N), dA(Di * N),
-      dD(Di), mu_out(Di * N);
+  std::vector<float> ddt(rows * Di), dxc(rows * Di), dB(rows * N), dC(rows * N), dA(Di * N), dD(Di),
+      mu_out(Di * N);
   const cpu::ScanGrads<float> g{y.data(),  ddt.data(), dxc.data(), dB.data(),
                                 dC.data(), dA.data(),  dD.data(),  mu_out.data()};
   const cpu::ScanBackwardOptions opt{rows, 0};
@@ -170,8 +172,8 @@ void BenchScans(int64_t rows, int64_t Di, int64_t N, double seconds, double peak
                                           d.ybar.data(), d.dskip[i], scratch, g);
       },
       [&] {
-        cpu::ScanBackward<float>(in, opt, d.h0.data(), d.mu.data(), d.ybar.data(),
-                                 d.dskip.data(), g);
+        cpu::ScanBackward<float>(in, opt, d.h0.data(), d.mu.data(), d.ybar.data(), d.dskip.data(),
+                                 g);
       },
       seconds);
   PrintScan("scan_backward", d, old_b, new_b, 35, peak);
@@ -193,9 +195,8 @@ void BenchBlock(int64_t D, int64_t N, int64_t rows, double seconds, double sgemm
   std::vector<float> u_next(rows * D), h_end(Di * N), du(rows * D), du_halo(halo * D),
       mu_out(Di * N);
   const cpu::ChunkRows cr{halo, rows, 0};
-  const double fwd_s =
-      TimeCall([&] { block.Forward(u.data(), cr, h0.data(), u_next.data(), h_end.data()); },
-               seconds / 2);
+  const double fwd_s = TimeCall(
+      [&] { block.Forward(u.data(), cr, h0.data(), u_next.data(), h_end.data()); }, seconds / 2);
   const double bwd_s = TimeCall(
       [&] {
         block.Backward(u.data(), cr, gu.data(), h0.data(), mu.data(), 0, grad, du.data(),
@@ -247,8 +248,9 @@ int main(int argc, char** argv) {
   adjsh::cpu::InitBlasSingleThreaded();
   const double peak = adjsh::bench::FmaPeak(seconds / 2);
   const double sgemm = adjsh::bench::SgemmRate(seconds / 2);
-  std::printf("{\"kernel\": \"limits\", \"fma_peak_gflop_per_s\": %.2f, \"sgemm_gflop_per_s\": %.2f}\n",
-              peak, sgemm);
+  std::printf(
+      "{\"kernel\": \"limits\", \"fma_peak_gflop_per_s\": %.2f, \"sgemm_gflop_per_s\": %.2f}\n",
+      peak, sgemm);
   std::fflush(stdout);
   adjsh::bench::BenchScans(rows, 2 * D, N, seconds, peak);
   std::fflush(stdout);

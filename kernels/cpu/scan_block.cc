@@ -18,8 +18,8 @@ void ScanAdjointSummary(const ScanInputs<T>& in, int64_t len, const T* ybar, T* 
 }
 
 template <typename T>
-void ScanBackward(const ScanInputs<T>& in, const ScanBackwardOptions& opt, const T* h0,
-                  const T* mu, const T* ybar, const T* d_skip, const ScanGrads<T>& out) {
+void ScanBackward(const ScanInputs<T>& in, const ScanBackwardOptions& opt, const T* h0, const T* mu,
+                  const T* ybar, const T* d_skip, const ScanGrads<T>& out) {
   blocked::Backward<simd::Native<T>>(in, opt, h0, mu, ybar, d_skip, out);
 }
 
@@ -40,13 +40,13 @@ void ScanBackwardPortable(const ScanInputs<T>& in, const ScanBackwardOptions& op
   blocked::Backward<simd::Lanes<T, simd::kWidth<T>>>(in, opt, h0, mu, ybar, d_skip, out);
 }
 
-#define ADJSH_INSTANTIATE_SCAN_BLOCK_AS(T, S)                                                   \
+#define ADJSH_INSTANTIATE_SCAN_BLOCK_AS(T, S)                                                  \
   template void ScanForward##S<T>(const ScanInputs<T>&, int64_t, const T*, const T*, T*, T*);  \
   template void ScanAdjointSummary##S<T>(const ScanInputs<T>&, int64_t, const T*, T*);         \
   template void ScanBackward##S<T>(const ScanInputs<T>&, const ScanBackwardOptions&, const T*, \
                                    const T*, const T*, const T*, const ScanGrads<T>&);
-#define ADJSH_INSTANTIATE_SCAN_BLOCK(T)    \
-  ADJSH_INSTANTIATE_SCAN_BLOCK_AS(T, )     \
+#define ADJSH_INSTANTIATE_SCAN_BLOCK(T) \
+  ADJSH_INSTANTIATE_SCAN_BLOCK_AS(T, )  \
   ADJSH_INSTANTIATE_SCAN_BLOCK_AS(T, Portable)
 ADJSH_INSTANTIATE_SCAN_BLOCK(float)
 ADJSH_INSTANTIATE_SCAN_BLOCK(double)

@@ -14,8 +14,9 @@
 // and the states h_t, the end states, the adjoint summaries and dD are bitwise scan.h's (same
 // expressions, lane by lane), while the backward's lambda_t = ybar_t C_t + a_{t+1} . lambda_{t+1}
 // rounds as the adjoint summary's carry (one fused multiply-add fewer per state than scan.h's
-// form), and y, dDelta, dx', dA, dB and dC are sums in another order. The order depends on Di and V only, never on addresses, threads or the
-// instruction set (docs/MATH.md, "Rounding of the CPU scan").
+// form), and y, dDelta, dx', dA, dB and dC are sums in another order. The order depends on Di and V
+// only, never on addresses, threads or the instruction set (docs/MATH.md, "Rounding of the CPU
+// scan").
 //
 // The truncated adjoint (window > 0) runs scan.h's per-channel kernel.
 #ifndef ADJSH_KERNELS_CPU_SCAN_BLOCK_H_
@@ -40,8 +41,8 @@ void ScanAdjointSummary(const ScanInputs<T>& in, int64_t len, const T* ybar, T* 
 
 // ScanBackwardChannel (scan.h) for every channel: h0 and mu (Di, N) or nullptr; d_skip (Di).
 template <typename T>
-void ScanBackward(const ScanInputs<T>& in, const ScanBackwardOptions& opt, const T* h0,
-                  const T* mu, const T* ybar, const T* d_skip, const ScanGrads<T>& out);
+void ScanBackward(const ScanInputs<T>& in, const ScanBackwardOptions& opt, const T* h0, const T* mu,
+                  const T* ybar, const T* d_skip, const ScanGrads<T>& out);
 
 // The same three on simd::Lanes, the portable vectors: what a build without AVX2 runs, and what
 // the native kernels must equal bit for bit (tests/kernels/scan_block_test.cc).

@@ -37,8 +37,9 @@ inline constexpr int64_t kAhead = 8;
 // Always inlined: GCC's pure-const analysis finds a function of prefetches alone free of side
 // effects and deletes its calls.
 template <typename T>
-__attribute__((always_inline)) inline void PrefetchRow(int64_t t, int64_t rows, int64_t Di, int64_t i0, const T* a, const T* b,
-                        const T* c = nullptr) {
+__attribute__((always_inline)) inline void PrefetchRow(int64_t t, int64_t rows, int64_t Di,
+                                                       int64_t i0, const T* a, const T* b,
+                                                       const T* c = nullptr) {
   if (t < 0 || t >= rows) return;
   __builtin_prefetch(a + t * Di + i0);
   __builtin_prefetch(b + t * Di + i0);
@@ -76,7 +77,8 @@ void Scatter(VT v, typename VT::Scalar* p, int64_t stride) {
 
 // row[n] += sum over lanes of P[n], n < N: kLanes states at a time through SumEach.
 template <class VT>
-__attribute__((always_inline)) inline void AddLaneSums(const VT* P, int64_t N, typename VT::Scalar* row) {
+__attribute__((always_inline)) inline void AddLaneSums(const VT* P, int64_t N,
+                                                       typename VT::Scalar* row) {
   constexpr int V = VT::kLanes;
   const int64_t full = N / V * V;
   for (int64_t n = 0; n < full; n += V) (VT::Load(row + n) + VT::SumEach(P + n)).Store(row + n);
@@ -147,11 +149,11 @@ void BackwardBlock(const ScanInputs<typename VT::Scalar>& in, int64_t i0, int64_
                    const ScanGrads<typename VT::Scalar>& out) {
   using T = typename VT::Scalar;
   const int64_t N = kN ? kN : in.N, Di = in.Di;
-  Buf<VT, kN> At(2, N), Ac(3, N);  // A and DecayCoef(A)
-  Buf<VT, kN> carry(4, N);          // a_t . lambda_t, flowing into row t - 1
-  Buf<VT, kN> dA(5, N);             // dL/dA, accumulated over the rows
-  Buf<VT, kN> P(6, N);              // lambda_t Delta_t x'_t: this row's dB terms
-  Buf<VT, kN> Q(7, N);              // ybar_t h_t: this row's dC terms
+  Buf<VT, kN> At(2, N), Ac(3, N);      // A and DecayCoef(A)
+  Buf<VT, kN> carry(4, N);             // a_t . lambda_t, flowing into row t - 1
+  Buf<VT, kN> dA(5, N);                // dL/dA, accumulated over the rows
+  Buf<VT, kN> P(6, N);                 // lambda_t Delta_t x'_t: this row's dB terms
+  Buf<VT, kN> Q(7, N);                 // ybar_t h_t: this row's dC terms
   VT* a = Work<VT>(0, len * N);        // (len, N) a_t
   VT* H = Work<VT>(1, (len + 1) * N);  // (len + 1, N) H[t + 1] = h_t, H[0] = h0
   for (int64_t n = 0; n < N; ++n) {
@@ -259,9 +261,9 @@ void BackwardAll(const ScanInputs<typename VT::Scalar>& in, int64_t len,
 
 // The entry points of scan_block.h for vector type VT (kN dispatched here).
 template <class VT>
-void Forward(const ScanInputs<typename VT::Scalar>& in, int64_t rows,
-             const typename VT::Scalar* h0, const typename VT::Scalar* d_skip,
-             typename VT::Scalar* h_end, typename VT::Scalar* y) {
+void Forward(const ScanInputs<typename VT::Scalar>& in, int64_t rows, const typename VT::Scalar* h0,
+             const typename VT::Scalar* d_skip, typename VT::Scalar* h_end,
+             typename VT::Scalar* y) {
   if (in.N == 16) {
     if (y) return ForwardAll<VT, 16, true>(in, rows, h0, d_skip, h_end, y);
     return ForwardAll<VT, 16, false>(in, rows, h0, d_skip, h_end, y);
@@ -288,8 +290,8 @@ void Backward(const ScanInputs<typename VT::Scalar>& in, const ScanBackwardOptio
     ScanGrads<T> g = out;
     g.mu_out = nullptr;
     for (int64_t i = 0; i < in.Di; ++i)
-      ScanBackwardChannel<T>(in, i, opt, h0 ? h0 + i * in.N : nullptr,
-                             mu ? mu + i * in.N : nullptr, ybar, d_skip[i], scratch, g);
+      ScanBackwardChannel<T>(in, i, opt, h0 ? h0 + i * in.N : nullptr, mu ? mu + i * in.N : nullptr,
+                             ybar, d_skip[i], scratch, g);
     return;
   }
   if (in.N == 16) return BackwardAll<VT, 16>(in, opt.len, h0, mu, ybar, d_skip, out);

@@ -94,7 +94,9 @@ struct F32x8 {
   friend F32x8 operator+(F32x8 a, F32x8 b) { return {_mm256_add_ps(a.v, b.v)}; }
   friend F32x8 operator*(F32x8 a, F32x8 b) { return {_mm256_mul_ps(a.v, b.v)}; }
   static F32x8 Fma(F32x8 a, F32x8 b, F32x8 c) { return {_mm256_fmadd_ps(a.v, b.v, c.v)}; }
-  static F32x8 DecayCoef(F32x8 A) { return {_mm256_mul_ps(A.v, _mm256_set1_ps(1.44269504088896341f))}; }
+  static F32x8 DecayCoef(F32x8 A) {
+    return {_mm256_mul_ps(A.v, _mm256_set1_ps(1.44269504088896341f))};
+  }
   // Decay (math.h): Exp2Fast(dt * coef) on 8 lanes, step for step. max(lo, y) and min(hi, y)
   // return y when y is NaN, as the scalar clamps do.
   static F32x8 Decay(F32x8 dt, F32x8 coef) {
@@ -120,10 +122,12 @@ struct F32x8 {
   }
   static F32x8 SumEach(const F32x8* p) {
     // q0 = [p0..p3 low-half sums | p0..p3 high-half sums], q1 the same for p4..p7.
-    const __m256 q0 = _mm256_hadd_ps(_mm256_hadd_ps(p[0].v, p[1].v), _mm256_hadd_ps(p[2].v, p[3].v));
-    const __m256 q1 = _mm256_hadd_ps(_mm256_hadd_ps(p[4].v, p[5].v), _mm256_hadd_ps(p[6].v, p[7].v));
-    return {_mm256_add_ps(_mm256_permute2f128_ps(q0, q1, 0x20),
-                          _mm256_permute2f128_ps(q0, q1, 0x31))};
+    const __m256 q0 =
+        _mm256_hadd_ps(_mm256_hadd_ps(p[0].v, p[1].v), _mm256_hadd_ps(p[2].v, p[3].v));
+    const __m256 q1 =
+        _mm256_hadd_ps(_mm256_hadd_ps(p[4].v, p[5].v), _mm256_hadd_ps(p[6].v, p[7].v));
+    return {
+        _mm256_add_ps(_mm256_permute2f128_ps(q0, q1, 0x20), _mm256_permute2f128_ps(q0, q1, 0x31))};
   }
 };
 

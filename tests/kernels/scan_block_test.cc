@@ -74,9 +74,17 @@ template <typename T>
 struct Outputs {
   std::vector<T> h_end, y_fwd, m, y, ddt, dxc, dB, dC, dA, dD, mu_out;
   explicit Outputs(const Shape& s)
-      : h_end(s.Di * s.N), y_fwd(s.M * s.Di), m(s.Di * s.N), y(s.len * s.Di), ddt(s.len * s.Di),
-        dxc(s.len * s.Di), dB(s.len * s.N), dC(s.len * s.N), dA(s.Di * s.N, T(0.25)),
-        dD(s.Di, T(0.5)), mu_out(s.Di * s.N) {}
+      : h_end(s.Di * s.N),
+        y_fwd(s.M * s.Di),
+        m(s.Di * s.N),
+        y(s.len * s.Di),
+        ddt(s.len * s.Di),
+        dxc(s.len * s.Di),
+        dB(s.len * s.N),
+        dC(s.len * s.N),
+        dA(s.Di * s.N, T(0.25)),
+        dD(s.Di, T(0.5)),
+        mu_out(s.Di * s.N) {}
   ScanGrads<T> Grads() {
     return {y.data(),  ddt.data(), dxc.data(), dB.data(),
             dC.data(), dA.data(),  dD.data(),  mu_out.data()};
@@ -96,8 +104,7 @@ Outputs<T> RunScan(const Case<T>& c, Impl impl, int64_t window = 0) {
     const ScanGrads<T> g = o.Grads();
     for (int64_t i = 0; i < c.s.Di; ++i) {
       const T* h0 = c.H0() ? c.H0() + i * N : nullptr;
-      ScanForwardChannel<T>(in, i, c.s.M, h0, c.dskip[i], o.h_end.data() + i * N,
-                            o.y_fwd.data());
+      ScanForwardChannel<T>(in, i, c.s.M, h0, c.dskip[i], o.h_end.data() + i * N, o.y_fwd.data());
       ScanAdjointSummaryChannel<T>(in, i, c.s.len, c.ybar.data(), o.m.data() + i * N);
       ScanBackwardChannel<T>(in, i, opt, h0, c.Mu() ? c.Mu() + i * N : nullptr, c.ybar.data(),
                              c.dskip[i], scratch, g);
