@@ -114,17 +114,17 @@ inline T SiluGrad(T x) {
 }
 
 // log(1 + e) for e in [0, 1], float, branch-free: 2 atanh(s) with s = e / (2 + e) in [0, 1/3],
-// series to s^15 (remainder < 3^-17 / 17 < 5e-10 absolute).
+// series to s^15 (remainder < 3^-17 / 17 < 5e-10 absolute), Horner with fused multiply-adds.
 inline float Log1pUnit(float e) {
   const float s = e / (2.0f + e), s2 = s * s;
   float p = 1.0f / 15.0f;
-  p = p * s2 + 1.0f / 13.0f;
-  p = p * s2 + 1.0f / 11.0f;
-  p = p * s2 + 1.0f / 9.0f;
-  p = p * s2 + 1.0f / 7.0f;
-  p = p * s2 + 1.0f / 5.0f;
-  p = p * s2 + 1.0f / 3.0f;
-  p = p * s2 + 1.0f;
+  p = MulAdd(p, s2, 1.0f / 13.0f);
+  p = MulAdd(p, s2, 1.0f / 11.0f);
+  p = MulAdd(p, s2, 1.0f / 9.0f);
+  p = MulAdd(p, s2, 1.0f / 7.0f);
+  p = MulAdd(p, s2, 1.0f / 5.0f);
+  p = MulAdd(p, s2, 1.0f / 3.0f);
+  p = MulAdd(p, s2, 1.0f);
   return 2.0f * s * p;
 }
 

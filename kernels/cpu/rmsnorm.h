@@ -5,15 +5,32 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/cpu/math.h"
+
 namespace adjsh::cpu {
+
+// sum_d a[d] b[d] (with w: sum_d (a[d] w[d]) b[d]) over a row of D, as 8 lane-wise partial
+// sums (element d in lane d mod 8, each lane in order) joined by the pairwise tree of
+// kernels/cpu/simd.h: the compiler vectorises it without reassociating anything, and the order
+// is fixed by D alone. (A plain running sum is one dependent chain of D adds, which could not
+// be vectorised.)
+template <typename T>
+T RowDot(const T* a, const T* b, int64_t D, const T* w = nullptr) {
+  T acc[8] = {};
+  const int64_t full = D / 8 * 8;
+  auto f = [&](int64_t d) { return w ? a[d] * w[d] : a[d]; };
+  for (int64_t d = 0; d < full; d += 8)
+    for (int c = 0; c < 8; ++c) acc[c] = MulAdd(f(d + c), b[d + c], acc[c]);
+  for (int64_t d = full; d < D; ++d) acc[d - full] = MulAdd(f(d), b[d], acc[d - full]);
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
 
 // u, n: (rows, D); w: (D); r: (rows) written.
 template <typename T>
 void RmsNormForward(const T* u, int64_t rows, int64_t D, const T* w, double eps, T* n, T* r) {
   for (int64_t t = 0; t < rows; ++t) {
     const T* ut = u + t * D;
-    T ss = 0;
-    for (int64_t d = 0; d < D; ++d) ss += ut[d] * ut[d];
+    const T ss = RowDot(ut, ut, D);
     const T rt = T(1) / std::sqrt(ss / T(D) + T(eps));
     r[t] = rt;
     T* nt = n + t * D;
@@ -30,11 +47,8 @@ void RmsNormBackward(const T* u, int64_t rows, int64_t D, const T* w, const T* r
     const T* ut = u + t * D;
     const T* gt = dn + t * D;
     const T rt = r[t];
-    T dot = 0;
-    for (int64_t d = 0; d < D; ++d) {
-      dw[d] += gt[d] * ut[d] * rt;
-      dot += gt[d] * w[d] * ut[d];
-    }
+    for (int64_t d = 0; d < D; ++d) dw[d] += gt[d] * ut[d] * rt;
+    const T dot = RowDot(gt, ut, D, w);  // (dn . w) . u
     const T coef = rt * rt * rt * dot / T(D);
     T* dut = du + t * D;
     for (int64_t d = 0; d < D; ++d) dut[d] = rt * gt[d] * w[d] - ut[d] * coef;
