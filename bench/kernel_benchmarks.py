@@ -10,7 +10,7 @@ Runs, in one session on this machine:
     kernels they replaced, timed alternately on the same inputs; the block's forward and backward;
   * a profile of one gradient (bench/grad_bench, 1 thread, T = 16K, D=256, K=4, N=16) under
     `perf record` for the span schedule (adjsh's default) and the wavefront, its samples grouped
-    into the kernels' parts.
+    into the kernels' parts (the median of 3 profiles each).
 Writes the tables into docs/BENCHMARKS.md between the `kernels` markers, and prints them.
 """
 import argparse
@@ -29,15 +29,22 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GROUPS = [
     ("OpenBLAS sgemm kernel + packing", r"sgemm_"),
     ("scans (`kernels/cpu/scan_block_impl.h`)", r"blocked::|Scan\w*Channel"),
-    ("Mamba block element-wise (`MambaBlockCpu::Recompute`, `Forward`, `Backward`, summaries)",
-     r"MambaBlockCpu"),
+    ("Mamba block element-wise (`MambaBlockCpu::Recompute`, `Forward`, `Backward`, summaries; "
+     "RMSNorm)", r"MambaBlockCpu|RmsNorm"),
     ("LM head", r"LmHead"),
     ("memset / memcpy", r"__mem(set|move|cpy)"),
     ("kernel (scheduler, page faults)", r"^\[k\]"),
 ]
 
 
-def profile(build, schedule, work):
+def profile(build, schedule, work, runs=3):
+    """Each part's median share over `runs` profiles (one profile's shares move by a few
+    points with the machine's load)."""
+    each = [profile_once(build, schedule, work) for _ in range(runs)]
+    return {k: sorted(e[k] for e in each)[runs // 2] for k in each[0]}
+
+
+def profile_once(build, schedule, work):
     data = os.path.join(work, f"perf-{schedule}.data")
     cmd = ["perf", "record", "-F", "2000", "-o", data, "--", f"{build}/bench/grad_bench",
            "--tokens", "16384", "--threads", "1", "--schedule", schedule]
@@ -107,7 +114,8 @@ def main():
         lines.append("### Where one gradient's time goes")
         lines.append("")
         lines.append("`perf record -F 2000` of `bench/grad_bench --tokens 16384 --threads 1 "
-                     "--schedule S` (D=256, K=4, N=16, chunk 256), samples grouped by symbol:")
+                     "--schedule S` (D=256, K=4, N=16, chunk 256), samples grouped by symbol; "
+                     "each share the median of 3 profiles:")
         lines.append("")
         lines.append("| where | spans (default) | wavefront |")
         lines.append("|---|---|---|")
