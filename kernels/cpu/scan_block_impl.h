@@ -85,6 +85,23 @@ __attribute__((always_inline)) inline void AddLaneSums(const VT* P, int64_t N,
   for (int64_t n = full; n < N; ++n) row[n] += P[n].Sum();
 }
 
+#ifdef ADJSH_SIMD_AVX512
+// Two blocks at once: block 0's sums are added to the row before block 1's, as when the blocks
+// run one after the other in F32x8.
+__attribute__((always_inline)) inline void AddLaneSums(const simd::F32x8x2* P, int64_t N,
+                                                       float* row) {
+  for (int h = 0; h < 2; ++h) {
+    simd::F32x8 half[8];
+    const int64_t full = N / 8 * 8;
+    for (int64_t n = 0; n < full; n += 8) {
+      for (int k = 0; k < 8; ++k) half[k] = P[n + k].Half(h);
+      (simd::F32x8::Load(row + n) + simd::F32x8::SumEach(half)).Store(row + n);
+    }
+    for (int64_t n = full; n < N; ++n) row[n] += P[n].Half(h).Sum();
+  }
+}
+#endif
+
 template <class VT, int kN, bool kWithY>
 void ForwardBlock(const ScanInputs<typename VT::Scalar>& in, int64_t i0, int64_t rows,
                   const typename VT::Scalar* h0, const typename VT::Scalar* d_skip,
@@ -223,27 +240,35 @@ void BackwardBlock(const ScanInputs<typename VT::Scalar>& in, int64_t i0, int64_
   }
 }
 
-// Every channel: full blocks of VT, then the rest one by one.
+// Every channel: full blocks in the wide type (simd::Wide: two blocks of VT at a time where
+// AVX-512 is), then blocks of VT, then the rest one by one. Each channel computes the same in all
+// three, and the blocks reach dB and dC in channel order, so the split changes no bit.
+template <class VT, class Fn>
+void ForEachBlock(int64_t Di, Fn fn) {
+  using W = simd::Wide<VT>;
+  using One = simd::Lanes<typename VT::Scalar, 1>;
+  int64_t i0 = 0;
+  if constexpr (!std::is_same_v<W, VT>)
+    for (; i0 + W::kLanes <= Di; i0 += W::kLanes) fn(W{}, i0);
+  for (; i0 + VT::kLanes <= Di; i0 += VT::kLanes) fn(VT{}, i0);
+  for (; i0 < Di; ++i0) fn(One{}, i0);
+}
+
 template <class VT, int kN, bool kWithY>
 void ForwardAll(const ScanInputs<typename VT::Scalar>& in, int64_t rows,
                 const typename VT::Scalar* h0, const typename VT::Scalar* d_skip,
                 typename VT::Scalar* h_end, typename VT::Scalar* y) {
-  using One = simd::Lanes<typename VT::Scalar, 1>;
-  const int64_t full = in.Di / VT::kLanes * VT::kLanes;
-  for (int64_t i0 = 0; i0 < full; i0 += VT::kLanes)
-    ForwardBlock<VT, kN, kWithY>(in, i0, rows, h0, d_skip, h_end, y);
-  for (int64_t i0 = full; i0 < in.Di; ++i0)
-    ForwardBlock<One, kN, kWithY>(in, i0, rows, h0, d_skip, h_end, y);
+  ForEachBlock<VT>(in.Di, [&](auto v, int64_t i0) {
+    ForwardBlock<decltype(v), kN, kWithY>(in, i0, rows, h0, d_skip, h_end, y);
+  });
 }
 
 template <class VT, int kN>
 void AdjointSummaryAll(const ScanInputs<typename VT::Scalar>& in, int64_t len,
                        const typename VT::Scalar* ybar, typename VT::Scalar* m) {
-  using One = simd::Lanes<typename VT::Scalar, 1>;
-  const int64_t full = in.Di / VT::kLanes * VT::kLanes;
-  for (int64_t i0 = 0; i0 < full; i0 += VT::kLanes)
-    AdjointSummaryBlock<VT, kN>(in, i0, len, ybar, m);
-  for (int64_t i0 = full; i0 < in.Di; ++i0) AdjointSummaryBlock<One, kN>(in, i0, len, ybar, m);
+  ForEachBlock<VT>(in.Di, [&](auto v, int64_t i0) {
+    AdjointSummaryBlock<decltype(v), kN>(in, i0, len, ybar, m);
+  });
 }
 
 template <class VT, int kN>
@@ -251,12 +276,9 @@ void BackwardAll(const ScanInputs<typename VT::Scalar>& in, int64_t len,
                  const typename VT::Scalar* h0, const typename VT::Scalar* mu,
                  const typename VT::Scalar* ybar, const typename VT::Scalar* d_skip,
                  const ScanGrads<typename VT::Scalar>& out) {
-  using One = simd::Lanes<typename VT::Scalar, 1>;
-  const int64_t full = in.Di / VT::kLanes * VT::kLanes;
-  for (int64_t i0 = 0; i0 < full; i0 += VT::kLanes)
-    BackwardBlock<VT, kN>(in, i0, len, h0, mu, ybar, d_skip, out);
-  for (int64_t i0 = full; i0 < in.Di; ++i0)
-    BackwardBlock<One, kN>(in, i0, len, h0, mu, ybar, d_skip, out);
+  ForEachBlock<VT>(in.Di, [&](auto v, int64_t i0) {
+    BackwardBlock<decltype(v), kN>(in, i0, len, h0, mu, ybar, d_skip, out);
+  });
 }
 
 // The entry points of scan_block.h for vector type VT (kN dispatched here).

@@ -19,6 +19,9 @@
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 #define ADJSH_SIMD_AVX2 1
+#if defined(__AVX512F__)
+#define ADJSH_SIMD_AVX512 1
+#endif
 #endif
 
 namespace adjsh::cpu::simd {
@@ -160,6 +163,69 @@ struct F64x4 {
   }
 };
 
+#ifdef ADJSH_SIMD_AVX512
+// Two 8-channel blocks side by side in one 512-bit vector (lanes 0-7: channels i0..i0+7, lanes
+// 8-15: the next block). Every lane computes what F32x8 computes, and the kernels sum its lanes
+// block by block (Half), so a result is F32x8's bit for bit, in half the instructions.
+struct F32x8x2 {
+  using Scalar = float;
+  static constexpr int kLanes = 16;
+  __m512 v;
+
+  static F32x8x2 Load(const float* p) { return {_mm512_loadu_ps(p)}; }
+  static F32x8x2 Set(float x) { return {_mm512_set1_ps(x)}; }
+  void Store(float* p) const { _mm512_storeu_ps(p, v); }
+  friend F32x8x2 operator+(F32x8x2 a, F32x8x2 b) { return {_mm512_add_ps(a.v, b.v)}; }
+  friend F32x8x2 operator*(F32x8x2 a, F32x8x2 b) { return {_mm512_mul_ps(a.v, b.v)}; }
+  static F32x8x2 Fma(F32x8x2 a, F32x8x2 b, F32x8x2 c) {
+    return {_mm512_fmadd_ps(a.v, b.v, c.v)};
+  }
+  static F32x8x2 DecayCoef(F32x8x2 A) {
+    return {_mm512_mul_ps(A.v, _mm512_set1_ps(1.44269504088896341f))};
+  }
+  // F32x8::Decay on 16 lanes. The maskz forms with every lane set are the plain instructions;
+  // GCC 12's plain intrinsics start from an "undefined" vector that -Wmaybe-uninitialized flags.
+  static F32x8x2 Decay(F32x8x2 dt, F32x8x2 coef) {
+    constexpr __mmask16 kAll = 0xFFFF;
+    const __m512 y = _mm512_mul_ps(dt.v, coef.v);
+    const __m512 yc = _mm512_maskz_min_ps(
+        kAll, _mm512_set1_ps(127.0f), _mm512_maskz_max_ps(kAll, _mm512_set1_ps(-125.0f), y));
+    const __m512 shift = _mm512_set1_ps(12582912.0f);
+    const __m512 t = _mm512_add_ps(yc, shift);
+    const __m512 r = _mm512_sub_ps(yc, _mm512_sub_ps(t, shift));
+    __m512 p = _mm512_set1_ps(1.327647245e-03f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(9.675540961e-03f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.550713092e-02f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(2.402212024e-01f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(6.931469440e-01f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.000000119e+00f));
+    const __m512i k = _mm512_maskz_slli_epi32(kAll, _mm512_castps_si512(t), 23);
+    return {_mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(p), k))};
+  }
+  // Block h's 8 lanes (h = 0 or 1).
+  F32x8 Half(int h) const {
+    const __m512d d = _mm512_castps_pd(v);  // (maskz, and no cast to 256 bits: see Decay)
+    return {_mm256_castpd_ps(h == 0 ? _mm512_maskz_extractf64x4_pd(0xFF, d, 0)
+                                    : _mm512_maskz_extractf64x4_pd(0xFF, d, 1))};
+  }
+};
+#endif
+
+// The widest type that computes as T's native vectors do: F32x8x2 where AVX-512 is, else the
+// native type itself. The kernels run their full blocks in it and what is left in Native<T>.
+template <class VT>
+struct WideOf {
+  using type = VT;
+};
+#ifdef ADJSH_SIMD_AVX512
+template <>
+struct WideOf<F32x8> {
+  using type = F32x8x2;
+};
+#endif
+template <class VT>
+using Wide = typename WideOf<VT>::type;
+
 template <typename T>
 struct NativeOf;
 template <>
@@ -175,6 +241,8 @@ using Native = typename NativeOf<T>::type;
 #else
 template <typename T>
 using Native = Lanes<T, kWidth<T>>;
+template <class VT>
+using Wide = VT;
 #endif
 
 }  // namespace adjsh::cpu::simd
