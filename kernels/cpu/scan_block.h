@@ -18,6 +18,7 @@
 // only, never on addresses, threads or the instruction set (docs/MATH.md, "Rounding of the CPU
 // scan").
 //
+// Where AVX-512 is, two blocks share a 512-bit vector (simd::F32x8x2) with the same bits.
 // The truncated adjoint (window > 0) runs scan.h's per-channel kernel.
 #ifndef ADJSH_KERNELS_CPU_SCAN_BLOCK_H_
 #define ADJSH_KERNELS_CPU_SCAN_BLOCK_H_
