@@ -9,23 +9,11 @@
 namespace adjsh::cuda {
 namespace {
 
-template <typename P, typename Q>
-LayerTensors<P> View(Q& p) {
-  LayerTensors<P> t;
-  t.norm = p.norm.data(), t.in_proj = p.in_proj.data(), t.conv_w = p.conv_w.data();
-  t.conv_b = p.conv_b.data(), t.x_proj = p.x_proj.data(), t.dt_w = p.dt_w.data();
-  t.dt_b = p.dt_b.data(), t.A_log = p.A_log.data(), t.Dskip = p.Dskip.data();
-  t.out_proj = p.out_proj.data();
-  return t;
-}
-
 class CudaBlock final : public BlockBackend<float> {
  public:
   CudaBlock(const Device& device, const MambaConfig& c, const LayerParams<float>& p)
-      : block_(device.index, device.bf16_storage,
-               BlockShape{c.hidden_size, c.inner(), c.state_size, c.time_step_rank,
-                          c.conv_kernel, static_cast<float>(c.layer_norm_epsilon)},
-               View<const float>(p)) {}
+      : block_(device.index, device.bf16_storage, BlockShapeOf(c),
+               LayerTensorsOf<const float>(p)) {}
 
   void Forward(const float* u, cpu::ChunkRows rows, const float* h0, float* u_next,
                float* h_end) override {
@@ -43,7 +31,8 @@ class CudaBlock final : public BlockBackend<float> {
                 float* du_halo, float* mu_out) override {
     ADJSH_CHECK(window == 0 && rows.ahead == 0,
                 "the truncated window is not supported on CUDA (Require refuses it)");
-    block_.Backward(u, rows.halo, rows.len, g, h0, mu, View<float>(grad), du, du_halo, mu_out);
+    block_.Backward(u, rows.halo, rows.len, g, h0, mu, LayerTensorsOf<float>(grad), du, du_halo,
+                    mu_out);
   }
 
  private:

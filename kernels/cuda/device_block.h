@@ -36,6 +36,26 @@ struct LayerTensors {
   P* out_proj = nullptr;
 };
 
+// The tensors of a LayerParams (common/model.h) or any struct with those members as vectors:
+// P = const float for weights, float for gradient accumulators. Templated so that this header
+// needs no model types.
+template <typename P, typename Layer>
+LayerTensors<P> LayerTensorsOf(Layer& p) {
+  LayerTensors<P> t;
+  t.norm = p.norm.data(), t.in_proj = p.in_proj.data(), t.conv_w = p.conv_w.data();
+  t.conv_b = p.conv_b.data(), t.x_proj = p.x_proj.data(), t.dt_w = p.dt_w.data();
+  t.dt_b = p.dt_b.data(), t.A_log = p.A_log.data(), t.Dskip = p.Dskip.data();
+  t.out_proj = p.out_proj.data();
+  return t;
+}
+
+// The block shape of a MambaConfig (common/config.h).
+template <typename Config>
+BlockShape BlockShapeOf(const Config& c) {
+  return {c.hidden_size,    c.inner(),     c.state_size,
+          c.time_step_rank, c.conv_kernel, static_cast<float>(c.layer_norm_epsilon)};
+}
+
 // Largest state size the scan kernels take (the N lanes of a channel share one warp).
 inline constexpr int64_t kMaxStateSize = 32;
 

@@ -55,26 +55,14 @@ inline BlockCheck CheckBlockAgainstCpu(const MambaConfig& config, uint64_t seed,
   ref.Backward(u.data(), rows, g.data(), h0.data(), mu.data(), 0, grad, du.data(),
                du_halo.data(), mu_out.data());
 
-  cuda::LayerTensors<const float> wt;
-  wt.norm = w.norm.data(), wt.in_proj = w.in_proj.data(), wt.conv_w = w.conv_w.data();
-  wt.conv_b = w.conv_b.data(), wt.x_proj = w.x_proj.data(), wt.dt_w = w.dt_w.data();
-  wt.dt_b = w.dt_b.data(), wt.A_log = w.A_log.data(), wt.Dskip = w.Dskip.data();
-  wt.out_proj = w.out_proj.data();
-  cuda::DeviceBlock block(0, bf16,
-                          {D, Di, N, config.time_step_rank, config.conv_kernel,
-                           static_cast<float>(config.layer_norm_epsilon)},
-                          wt);
+  cuda::DeviceBlock block(0, bf16, cuda::BlockShapeOf(config),
+                          cuda::LayerTensorsOf<const float>(w));
   const std::vector<float> u32 = f32(u), h032 = f32(h0), mu32 = f32(mu), g32 = f32(g);
   std::vector<float> y32(len * D), e32(DiN), du32(len * D), dh32(halo * D), mo32(DiN);
   LayerParams<float> g32p = ZeroLayer<float>(config);
   block.Forward(u32.data(), halo, len, h032.data(), y32.data(), e32.data());
-  cuda::LayerTensors<float> gt;
-  gt.norm = g32p.norm.data(), gt.in_proj = g32p.in_proj.data(), gt.conv_w = g32p.conv_w.data();
-  gt.conv_b = g32p.conv_b.data(), gt.x_proj = g32p.x_proj.data(), gt.dt_w = g32p.dt_w.data();
-  gt.dt_b = g32p.dt_b.data(), gt.A_log = g32p.A_log.data(), gt.Dskip = g32p.Dskip.data();
-  gt.out_proj = g32p.out_proj.data();
-  block.Backward(u32.data(), halo, len, g32.data(), h032.data(), mu32.data(), gt, du32.data(),
-                 dh32.data(), mo32.data());
+  block.Backward(u32.data(), halo, len, g32.data(), h032.data(), mu32.data(),
+                 cuda::LayerTensorsOf<float>(g32p), du32.data(), dh32.data(), mo32.data());
 
   std::vector<std::vector<float>> got = {y32, e32, du32, dh32, mo32};
   std::vector<std::vector<double>> want = {y, h_end, du, du_halo, mu_out};

@@ -100,31 +100,15 @@ TEST(BlockStagingTest, PinnedStagingIsKeptGrownAndFreedAndGradAccumulates) {
   const ModelParams<float> p32 = InitParams<float>(config, 21);
   const LayerParams<float>& w = p32.layers[0];
   const int64_t D = config.hidden_size, DiN = config.inner() * config.state_size, halo = 2;
-  cuda::LayerTensors<const float> wt;
-  wt.norm = w.norm.data(), wt.in_proj = w.in_proj.data(), wt.conv_w = w.conv_w.data();
-  wt.conv_b = w.conv_b.data(), wt.x_proj = w.x_proj.data(), wt.dt_w = w.dt_w.data();
-  wt.dt_b = w.dt_b.data(), wt.A_log = w.A_log.data(), wt.Dskip = w.Dskip.data();
-  wt.out_proj = w.out_proj.data();
   const int64_t live0 = emulation::pinned_live, bytes0 = emulation::pinned_live_bytes;
-  auto block = std::make_unique<cuda::DeviceBlock>(
-      0, false,
-      cuda::BlockShape{D, config.inner(), config.state_size, config.time_step_rank,
-                       config.conv_kernel, static_cast<float>(config.layer_norm_epsilon)},
-      wt);
+  auto block = std::make_unique<cuda::DeviceBlock>(0, false, cuda::BlockShapeOf(config),
+                                                   cuda::LayerTensorsOf<const float>(w));
   std::mt19937_64 rng(8);
   std::normal_distribution<float> dist(0, 1);
   auto random = [&](int64_t n, float scale) {
     std::vector<float> v(n);
     for (float& x : v) x = scale * dist(rng);
     return v;
-  };
-  auto view = [](LayerParams<float>& g) {
-    cuda::LayerTensors<float> gt;
-    gt.norm = g.norm.data(), gt.in_proj = g.in_proj.data(), gt.conv_w = g.conv_w.data();
-    gt.conv_b = g.conv_b.data(), gt.x_proj = g.x_proj.data(), gt.dt_w = g.dt_w.data();
-    gt.dt_b = g.dt_b.data(), gt.A_log = g.A_log.data(), gt.Dskip = g.Dskip.data();
-    gt.out_proj = g.out_proj.data();
-    return gt;
   };
   auto backward = [&](int64_t len, LayerParams<float>& grad) {
     std::mt19937_64 seeded(len);
@@ -137,8 +121,8 @@ TEST(BlockStagingTest, PinnedStagingIsKeptGrownAndFreedAndGradAccumulates) {
     const std::vector<float> u = rnd((halo + len) * D, 1), h0 = rnd(DiN, 0.2f),
                              mu = rnd(DiN, 0.05f), g = rnd(len * D, 0.05f);
     std::vector<float> du(len * D), dh(halo * D), mo(DiN);
-    block->Backward(u.data(), halo, len, g.data(), h0.data(), mu.data(), view(grad), du.data(),
-                    dh.data(), mo.data());
+    block->Backward(u.data(), halo, len, g.data(), h0.data(), mu.data(),
+                    cuda::LayerTensorsOf<float>(grad), du.data(), dh.data(), mo.data());
   };
   const auto& slots = LayerParamSlots<float>();
   LayerParams<float> from_zero = ZeroLayer<float>(config);

@@ -28,18 +28,8 @@ class Layer {
  public:
   Layer(const MambaConfig& config, uint64_t seed, bool bf16)
       : config_(config), params_(InitParams<float>(config, seed)) {
-    const LayerParams<float>& w = params_.layers[0];
-    cuda::LayerTensors<const float> wt;
-    wt.norm = w.norm.data(), wt.in_proj = w.in_proj.data(), wt.conv_w = w.conv_w.data();
-    wt.conv_b = w.conv_b.data(), wt.x_proj = w.x_proj.data(), wt.dt_w = w.dt_w.data();
-    wt.dt_b = w.dt_b.data(), wt.A_log = w.A_log.data(), wt.Dskip = w.Dskip.data();
-    wt.out_proj = w.out_proj.data();
     block_ = std::make_unique<cuda::DeviceBlock>(
-        0, bf16,
-        cuda::BlockShape{config.hidden_size, config.inner(), config.state_size,
-                         config.time_step_rank, config.conv_kernel,
-                         static_cast<float>(config.layer_norm_epsilon)},
-        wt);
+        0, bf16, cuda::BlockShapeOf(config), cuda::LayerTensorsOf<const float>(params_.layers[0]));
   }
 
   Outputs Run(const Task& task, uint64_t seed) {
@@ -56,15 +46,10 @@ class Layer {
     std::vector<float> y(task.len * D), h_end(DiN), du(task.len * D), du_halo(task.halo * D),
         mu_out(DiN);
     LayerParams<float> grad = ZeroLayer<float>(config_);
-    cuda::LayerTensors<float> gt;
-    gt.norm = grad.norm.data(), gt.in_proj = grad.in_proj.data(), gt.conv_w = grad.conv_w.data();
-    gt.conv_b = grad.conv_b.data(), gt.x_proj = grad.x_proj.data(), gt.dt_w = grad.dt_w.data();
-    gt.dt_b = grad.dt_b.data(), gt.A_log = grad.A_log.data(), gt.Dskip = grad.Dskip.data();
-    gt.out_proj = grad.out_proj.data();
     block_->Forward(u.data(), task.halo, task.len, h0.data(), y.data(), h_end.data());
     block_->Backward(u.data(), task.halo, task.len, g.data(), h0.data(),
-                     task.has_mu ? mu.data() : nullptr, gt, du.data(), du_halo.data(),
-                     mu_out.data());
+                     task.has_mu ? mu.data() : nullptr, cuda::LayerTensorsOf<float>(grad),
+                     du.data(), du_halo.data(), mu_out.data());
     Outputs out = {y, h_end, du, du_halo, mu_out};
     for (const auto& slot : LayerParamSlots<float>()) out.push_back(grad.*slot.member);
     return out;

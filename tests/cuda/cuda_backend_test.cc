@@ -129,70 +129,84 @@ TEST_F(CudaTest, GradientMatchesTheOracle) {
   EXPECT_LT(MaxRelErr(got->grad, ref.grad, &worst), kF32Tol) << worst;
 }
 
+// Every output of one block's forward and exact backward against the f64 CPU block, at `rows`,
+// inputs drawn from `seed`: each output's and the whole gradient's relative error below tol,
+// and with f32 storage also each parameter gradient's (with bf16 storage single small tensors
+// carry bf16's rounding of the stored rows; the whole gradient is the contract).
+void CheckBlockAgainstCpu(const MambaConfig& config, const LayerParams<double>& w64,
+                          const LayerParams<float>& w32, cpu::ChunkRows rows, double tol,
+                          bool bf16, uint64_t seed) {
+  const int64_t D = config.hidden_size, DiN = config.inner() * config.state_size;
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> dist(0, 1);
+  auto random = [&](int64_t n, double scale) {
+    std::vector<double> v(n);
+    for (double& x : v) x = scale * dist(rng);
+    return v;
+  };
+  const std::vector<double> u = random((rows.halo + rows.len) * D, 1);
+  const std::vector<double> h0 = random(DiN, 0.2), mu = random(DiN, 0.05);
+  const std::vector<double> g = random(rows.len * D, 0.05);
+  auto f32 = [](const std::vector<double>& v) { return std::vector<float>(v.begin(), v.end()); };
+  const cpu::MambaBlockCpu<double> ref(config, w64);
+  std::vector<double> y(rows.len * D), h_end(DiN), du(rows.len * D), du_halo(rows.halo * D),
+      mu_out(DiN);
+  LayerParams<double> grad = ZeroLayer<double>(config);
+  ref.Forward(u.data(), rows, h0.data(), y.data(), h_end.data());
+  ref.Backward(u.data(), rows, g.data(), h0.data(), mu.data(), 0, grad, du.data(),
+               du_halo.data(), mu_out.data());
+  Device gpu = *ParseDevice("cuda:0");
+  gpu.bf16_storage = bf16;
+  absl::StatusOr<std::unique_ptr<Backend<float>>> backend = MakeBackend<float>(gpu);
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  std::unique_ptr<BlockBackend<float>> block = (*backend)->MakeBlock(config, w32);
+  const std::vector<float> u32 = f32(u), h032 = f32(h0), mu32 = f32(mu), g32 = f32(g);
+  std::vector<float> y32(rows.len * D), e32(DiN), du32(rows.len * D), dh32(rows.halo * D),
+      mo32(DiN);
+  LayerParams<float> grad32 = ZeroLayer<float>(config);
+  block->Forward(u32.data(), rows, h032.data(), y32.data(), e32.data());
+  block->Backward(u32.data(), rows, g32.data(), h032.data(), mu32.data(), 0, grad32, du32.data(),
+                  dh32.data(), mo32.data());
+  EXPECT_LT(RelErr(y32, y), tol) << "u_next";
+  EXPECT_LT(RelErr(e32, h_end), tol) << "h_end";
+  EXPECT_LT(RelErr(du32, du), tol) << "du";
+  if (rows.halo > 0) {
+    EXPECT_LT(RelErr(dh32, du_halo), tol) << "du_halo";
+  }
+  EXPECT_LT(RelErr(mo32, mu_out), tol) << "mu_out";
+  const auto& s32 = LayerParamSlots<float>();
+  const auto& s64 = LayerParamSlots<double>();
+  std::vector<float> all32;
+  std::vector<double> all64;
+  for (size_t q = 0; q < s32.size(); ++q) {
+    const std::vector<float>& a = grad32.*s32[q].member;
+    const std::vector<double>& b = grad.*s64[q].member;
+    all32.insert(all32.end(), a.begin(), a.end());
+    all64.insert(all64.end(), b.begin(), b.end());
+    const double e = RelErr(a, b);
+    std::printf("[ adjsh-cuda ] D=%lld N=%lld len=%lld %s%s rel_err=%.3e\n",
+                static_cast<long long>(D), static_cast<long long>(config.state_size),
+                static_cast<long long>(rows.len), s32[q].suffix, bf16 ? " bf16" : "", e);
+    if (!bf16) {
+      EXPECT_LT(e, tol) << s32[q].suffix;
+    }
+  }
+  EXPECT_LT(RelErr(all32, all64), tol) << "the layer's whole gradient";
+}
+
 // One block, one chunk with halo rows, a non-zero initial state and an incoming adjoint: every
 // output of the block interface (u_next, h_end; du, du_halo, mu_out, each parameter's gradient).
 TEST_F(CudaTest, BlockMatchesCpuF64WithHaloStateAndAdjoint) {
   const MambaConfig config = TestConfig(1);
   const ModelParams<double> p64 = Params<double>(1);
   const ModelParams<float> p32 = Params<float>(1);
-  const int64_t D = config.hidden_size, DiN = config.inner() * config.state_size;
   for (const cpu::ChunkRows rows : {cpu::ChunkRows{3, 37, 0}, cpu::ChunkRows{0, 16, 0},
                                     cpu::ChunkRows{2, 1, 0}}) {
-    std::mt19937_64 rng(rows.len);
-    std::normal_distribution<double> dist(0, 1);
-    auto random = [&](int64_t n, double scale) {
-      std::vector<double> v(n);
-      for (double& x : v) x = scale * dist(rng);
-      return v;
-    };
-    const std::vector<double> u = random((rows.halo + rows.len) * D, 1);
-    const std::vector<double> h0 = random(DiN, 0.2), mu = random(DiN, 0.05);
-    const std::vector<double> g = random(rows.len * D, 0.05);
-    auto f32 = [](const std::vector<double>& v) { return std::vector<float>(v.begin(), v.end()); };
-
-    const cpu::MambaBlockCpu<double> ref(config, p64.layers[0]);
-    std::vector<double> y(rows.len * D), h_end(DiN), du(rows.len * D), du_halo(rows.halo * D),
-        mu_out(DiN);
-    LayerParams<double> grad = ZeroLayer<double>(config);
-    ref.Forward(u.data(), rows, h0.data(), y.data(), h_end.data());
-    ref.Backward(u.data(), rows, g.data(), h0.data(), mu.data(), 0, grad, du.data(),
-                 du_halo.data(), mu_out.data());
-
     for (bool bf16 : {false, true}) {
       SCOPED_TRACE(::testing::Message() << "halo=" << rows.halo << " len=" << rows.len
                                         << (bf16 ? " bf16" : " f32"));
-      const double tol = bf16 ? kBf16Tol : kF32Tol;
-      absl::StatusOr<std::unique_ptr<Backend<float>>> backend = MakeBackend<float>(Gpu(bf16));
-      ASSERT_TRUE(backend.ok()) << backend.status();
-      std::unique_ptr<BlockBackend<float>> block = (*backend)->MakeBlock(config, p32.layers[0]);
-      const std::vector<float> u32 = f32(u), h032 = f32(h0), mu32 = f32(mu), g32 = f32(g);
-      std::vector<float> y32(rows.len * D), e32(DiN), du32(rows.len * D),
-          dh32(rows.halo * D), mo32(DiN);
-      LayerParams<float> grad32 = ZeroLayer<float>(config);
-      block->Forward(u32.data(), rows, h032.data(), y32.data(), e32.data());
-      block->Backward(u32.data(), rows, g32.data(), h032.data(), mu32.data(), 0, grad32,
-                      du32.data(), dh32.data(), mo32.data());
-      EXPECT_LT(RelErr(y32, y), tol) << "u_next";
-      EXPECT_LT(RelErr(e32, h_end), tol) << "h_end";
-      EXPECT_LT(RelErr(du32, du), tol) << "du";
-      if (rows.halo > 0) {
-        EXPECT_LT(RelErr(dh32, du_halo), tol) << "du_halo";
-      }
-      EXPECT_LT(RelErr(mo32, mu_out), tol) << "mu_out";
-      const auto& s32 = LayerParamSlots<float>();
-      const auto& s64 = LayerParamSlots<double>();
-      std::vector<float> all32;
-      std::vector<double> all64;
-      for (size_t q = 0; q < s32.size(); ++q) {
-        const std::vector<float>& a = grad32.*s32[q].member;
-        const std::vector<double>& b = grad.*s64[q].member;
-        all32.insert(all32.end(), a.begin(), a.end());
-        all64.insert(all64.end(), b.begin(), b.end());
-        if (!bf16) {
-          EXPECT_LT(RelErr(a, b), tol) << s32[q].suffix;
-        }
-      }
-      EXPECT_LT(RelErr(all32, all64), tol) << "the layer's whole gradient";
+      CheckBlockAgainstCpu(config, p64.layers[0], p32.layers[0], rows, bf16 ? kBf16Tol : kF32Tol,
+                           bf16, rows.len);
     }
   }
 }
@@ -308,58 +322,6 @@ TEST_F(CudaTest, MemoryProbeReportsTheBytesHeldDuringARun) {
   EXPECT_EQ(later->peak_bytes, freed->peak_bytes);
 }
 
-// Every output of one block's forward and exact backward (f32 storage) against the f64 CPU
-// block, at `rows`; each tensor's relative error below tol.
-void CheckBlockAgainstCpu(const MambaConfig& config, const LayerParams<double>& w64,
-                          const LayerParams<float>& w32, cpu::ChunkRows rows, double tol) {
-  const int64_t D = config.hidden_size, DiN = config.inner() * config.state_size;
-  std::mt19937_64 rng(rows.len + 7 * config.state_size);
-  std::normal_distribution<double> dist(0, 1);
-  auto random = [&](int64_t n, double scale) {
-    std::vector<double> v(n);
-    for (double& x : v) x = scale * dist(rng);
-    return v;
-  };
-  const std::vector<double> u = random((rows.halo + rows.len) * D, 1);
-  const std::vector<double> h0 = random(DiN, 0.2), mu = random(DiN, 0.05);
-  const std::vector<double> g = random(rows.len * D, 0.05);
-  auto f32 = [](const std::vector<double>& v) { return std::vector<float>(v.begin(), v.end()); };
-  const cpu::MambaBlockCpu<double> ref(config, w64);
-  std::vector<double> y(rows.len * D), h_end(DiN), du(rows.len * D), du_halo(rows.halo * D),
-      mu_out(DiN);
-  LayerParams<double> grad = ZeroLayer<double>(config);
-  ref.Forward(u.data(), rows, h0.data(), y.data(), h_end.data());
-  ref.Backward(u.data(), rows, g.data(), h0.data(), mu.data(), 0, grad, du.data(),
-               du_halo.data(), mu_out.data());
-  Device gpu = *ParseDevice("cuda:0");
-  absl::StatusOr<std::unique_ptr<Backend<float>>> backend = MakeBackend<float>(gpu);
-  ASSERT_TRUE(backend.ok()) << backend.status();
-  std::unique_ptr<BlockBackend<float>> block = (*backend)->MakeBlock(config, w32);
-  const std::vector<float> u32 = f32(u), h032 = f32(h0), mu32 = f32(mu), g32 = f32(g);
-  std::vector<float> y32(rows.len * D), e32(DiN), du32(rows.len * D), dh32(rows.halo * D),
-      mo32(DiN);
-  LayerParams<float> grad32 = ZeroLayer<float>(config);
-  block->Forward(u32.data(), rows, h032.data(), y32.data(), e32.data());
-  block->Backward(u32.data(), rows, g32.data(), h032.data(), mu32.data(), 0, grad32, du32.data(),
-                  dh32.data(), mo32.data());
-  EXPECT_LT(RelErr(y32, y), tol) << "u_next";
-  EXPECT_LT(RelErr(e32, h_end), tol) << "h_end";
-  EXPECT_LT(RelErr(du32, du), tol) << "du";
-  if (rows.halo > 0) {
-    EXPECT_LT(RelErr(dh32, du_halo), tol) << "du_halo";
-  }
-  EXPECT_LT(RelErr(mo32, mu_out), tol) << "mu_out";
-  const auto& s32 = LayerParamSlots<float>();
-  const auto& s64 = LayerParamSlots<double>();
-  for (size_t q = 0; q < s32.size(); ++q) {
-    const double e = RelErr(grad32.*s32[q].member, grad.*s64[q].member);
-    std::printf("[ adjsh-cuda ] D=%lld N=%lld len=%lld %s rel_err=%.3e\n",
-                static_cast<long long>(D), static_cast<long long>(config.state_size),
-                static_cast<long long>(rows.len), s32[q].suffix, e);
-    EXPECT_LT(e, tol) << s32[q].suffix;
-  }
-}
-
 // Shapes of the multi-block paths: D = 256, Di = 512 (8 and 16 weight-gradient column blocks;
 // scan channel blocks 2 for N = 1, 32 for N = 16, 64 for N = 32), 2003 rows (32 slices of rows,
 // 32 scan segments). f32 tolerance: the weight gradients are sums of len terms (GEMMs over the
@@ -373,7 +335,8 @@ TEST_F(CudaTest, BlockMatchesCpuF64AtWideShapes) {
     for (const cpu::ChunkRows rows : {cpu::ChunkRows{3, 2000, 0}, cpu::ChunkRows{0, 5, 0}}) {
       SCOPED_TRACE(::testing::Message() << "N=" << N << " len=" << rows.len);
       const double tol = std::max(kF32Tol, static_cast<double>(rows.len) / (1 << 24));
-      CheckBlockAgainstCpu(config, p64.layers[0], p32.layers[0], rows, tol);
+      CheckBlockAgainstCpu(config, p64.layers[0], p32.layers[0], rows, tol, /*bf16=*/false,
+                           rows.len + 7 * N);
     }
   }
 }
