@@ -74,6 +74,19 @@ __device__ __forceinline__ void LaneRange(int64_t b, int64_t e, int lane, int64_
   *begin = b + lane * per < e ? b + lane * per : e;
   *end = *begin + per < e ? *begin + per : e;
 }
+// Stage 1's cell of this thread: its column, blockIdx.x * kReduceCols + its place in the warp,
+// and its lane's rows [lb, le) of slice blockIdx.y of [0, rows).
+struct ReduceCell {
+  int64_t col, lb, le;
+};
+__device__ __forceinline__ ReduceCell ThisReduceCell(int64_t rows, int64_t slices) {
+  ReduceCell c;
+  c.col = int64_t{blockIdx.x} * kReduceCols + threadIdx.x % kReduceCols;
+  int64_t b, e;
+  SliceRange(rows, slices, blockIdx.y, &b, &e);
+  LaneRange(b, e, static_cast<int>(threadIdx.x / kReduceCols), &c.lb, &c.le);
+  return c;
+}
 // The lanes' sums (one per thread, in `shared`) added in lane order for the block's columns;
 // the result is valid in the threads of lane 0.
 __device__ __forceinline__ float LaneSum(float v, float* shared) {
@@ -92,14 +105,11 @@ __global__ void RmsNormWeightGradPartialKernel(const float* u, int64_t rows, int
                                                const float* r, const float* dn, int64_t slices,
                                                float* partial) {
   __shared__ float shared[kThreads];
-  const int64_t d = int64_t{blockIdx.x} * kReduceCols + threadIdx.x % kReduceCols;
-  const int lane = static_cast<int>(threadIdx.x / kReduceCols);
-  int64_t b, e, lb, le;
-  SliceRange(rows, slices, blockIdx.y, &b, &e);
-  LaneRange(b, e, lane, &lb, &le);
+  const ReduceCell cell = ThisReduceCell(rows, slices);
+  const int64_t d = cell.col;
   float acc = 0;
   if (d < D) {
-    for (int64_t t = lb; t < le; ++t) acc += dn[t * D + d] * u[t * D + d] * r[t];
+    for (int64_t t = cell.lb; t < cell.le; ++t) acc += dn[t * D + d] * u[t * D + d] * r[t];
   }
   acc = LaneSum(acc, shared);
   if (threadIdx.x < kReduceCols && d < D) partial[int64_t{blockIdx.y} * D + d] = acc;
@@ -156,15 +166,12 @@ __global__ void ConvWeightGradPartialKernel(const S* xz, const float* dc, int64_
                                             int64_t len, int64_t Di, int64_t W, int64_t slices,
                                             float* partial) {
   __shared__ float shared[kThreads];
-  const int64_t i = int64_t{blockIdx.x} * kReduceCols + threadIdx.x % kReduceCols;
-  const int lane = static_cast<int>(threadIdx.x / kReduceCols);
-  int64_t b, e, lb, le;
-  SliceRange(len, slices, blockIdx.y, &b, &e);
-  LaneRange(b, e, lane, &lb, &le);
+  const ReduceCell cell = ThisReduceCell(len, slices);
+  const int64_t i = cell.col;
   for (int64_t j = -1; j < W; ++j) {  // j = -1: the bias
     float acc = 0;
     if (i < Di) {
-      for (int64_t t = lb; t < le; ++t) {
+      for (int64_t t = cell.lb; t < cell.le; ++t) {
         if (j < 0) {
           acc += dc[t * Di + i];
         } else {
