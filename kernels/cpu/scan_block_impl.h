@@ -19,11 +19,11 @@
 namespace adjsh::cpu::blocked {
 
 // Per-thread work arrays of vectors (slot: which array), grown, never shrunk. Slots 0 and 1:
-// a backward block's a_t and h_t rows; 2 to 8: a block's Buf arrays when N is known only at run
+// a backward block's a_t and h_t rows; 2 to 7: a block's Buf arrays when N is known only at run
 // time.
 template <class VT>
 VT* Work(int slot, int64_t n) {
-  thread_local std::vector<VT> slots[9];
+  thread_local std::vector<VT> slots[8];
   std::vector<VT>& v = slots[slot];
   if (static_cast<int64_t>(v.size()) < n) v.resize(n);
   return v.data();
