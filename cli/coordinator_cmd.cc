@@ -13,6 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/device_flags.h"
 #include "cli/security_flags.h"
 #include "cli/stop_signal.h"
 #include "common/metrics_server.h"
@@ -58,6 +59,11 @@ int CoordinatorCommand(const std::vector<std::string>& args) {
         "append one JSON line per span task of every step (bench/fleet_sim.py replays them)");
   a.Add("lease-ms", "MS", "a task's lease; a lost worker's task is handed out again after it",
         "5000");
+  a.Add("reduce", "tree|star",
+        "where the parameter partials are summed: tree (among the workers, when every worker "
+        "serves a peer endpoint; else through the coordinator) or star (always through the "
+        "coordinator). The same bits either way",
+        "tree");
   a.Add("threads", "N", "threads for the forward pass and LM head here (0: one per core)", "0");
   a.Add("metrics-listen", "HOST:PORT",
         "serve Prometheus metrics on http://HOST:PORT/metrics (port 0: a free one, logged)");
@@ -114,6 +120,9 @@ int CoordinatorCommand(const std::vector<std::string>& args) {
   coordinator::TaskServiceOptions task_options;
   task_options.lease = absl::Milliseconds(*lease_ms);
   task_options.trace_path = a.Get("trace");
+  absl::StatusOr<bool> tree = ReduceFromFlags(a);
+  if (!tree.ok()) return BadUsage("coordinator", tree.status());
+  task_options.worker_tree = *tree;
   coordinator::TaskServiceImpl tasks(task_options);
   auto job_metrics = std::make_shared<coordinator::CoordinatorMetrics>(tasks);
   coordinator::JobServiceImpl jobs(tasks, {.state_dir = state_dir,

@@ -53,4 +53,11 @@ absl::Status CheckDeviceUsable(const Device& device) {
   return backend.status();
 }
 
+absl::StatusOr<bool> ReduceFromFlags(const ArgParser& a) {
+  const std::string reduce = a.Get("reduce");
+  if (reduce == "tree" || reduce == "star") return reduce == "tree";
+  return absl::InvalidArgumentError(
+      absl::StrCat("--reduce must be tree or star, got '", reduce, "'"));
+}
+
 }  // namespace adjsh::cli

@@ -1,5 +1,6 @@
-// `--device cpu|cuda:N`, shared by grad, train, coordinator and worker, and the parsing of
-// `--storage full|bf16` (grad, train and worker add that flag with their own meaning).
+// `--device cpu|cuda:N`, shared by grad, train, coordinator and worker, the parsing of
+// `--storage full|bf16` (grad, train and worker add that flag with their own meaning), and
+// where the workers' partials are summed (`--reduce tree|star`: coordinator, train, grad).
 #ifndef ADJSH_CLI_DEVICE_FLAGS_H_
 #define ADJSH_CLI_DEVICE_FLAGS_H_
 
@@ -24,6 +25,10 @@ void AddWorkerDeviceFlag(ArgParser& a);
 absl::StatusOr<std::vector<std::string>> WorkerDevicesFromFlags(const ArgParser& a);
 // The parsed --storage: INVALID_ARGUMENT naming the flag (bad usage, exit 2).
 absl::StatusOr<Storage> StorageFromFlags(const ArgParser& a);
+
+// --reduce: true for tree (the worker tree), false for star; INVALID_ARGUMENT naming the flag
+// (bad usage, exit 2) for anything else.
+absl::StatusOr<bool> ReduceFromFlags(const ArgParser& a);
 
 // Whether this process can compute on `device` (f32): UNIMPLEMENTED or FAILED_PRECONDITION
 // naming what is missing (no CUDA in this build, no GPU, ordinal out of range; exit 1).

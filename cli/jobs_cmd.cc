@@ -436,12 +436,18 @@ int WatchCommand(const std::vector<std::string>& args) {
     const std::string par =
         ev.profile().tasks() == 0
             ? ""
-            : absl::StrFormat(" | par %.1f (%.2f s / %.2f s) | wire %.1f MB%s",
+            : absl::StrFormat(" | par %.1f (%.2f s / %.2f s) | wire %.1f MB%s%s%s",
                               ev.profile().parallelism(), ev.profile().task_seconds(),
                               ev.profile().critical_path_seconds(),
                               static_cast<double>(ev.profile().wire_bytes()) / 1e6,
+                              ev.profile().tree_workers() > 0
+                                  ? absl::StrFormat(" | tree of %d", ev.profile().tree_workers())
+                                  : "",
                               ev.profile().rebuilt_spans() > 0
                                   ? absl::StrFormat(" | %d rebuilt", ev.profile().rebuilt_spans())
+                                  : "",
+                              ev.profile().restarts() > 0
+                                  ? absl::StrFormat(" | %d restarts", ev.profile().restarts())
                                   : "");
     std::printf("%s step %lld/%lld [%s] loss %.4f | %s tok/s | ETA %s%s%s%s\n", id.c_str(),
                 static_cast<long long>(ev.step()), static_cast<long long>(steps), bar.c_str(),

@@ -122,6 +122,9 @@ int TrainCommand(const std::vector<std::string>& args) {
   a.Add("lease-ms", "MS",
         "with --workers: a task's lease; a lost worker's task is handed out again after it",
         "5000");
+  a.Add("reduce", "tree|star", "with --workers: " "where the parameter partials are summed: tree (among the workers, when every worker "
+        "serves a peer endpoint; else through the coordinator) or star (always through the "
+        "coordinator). The same bits either way", "tree");
   a.Add("metrics-listen", "HOST:PORT",
         "with --workers: the coordinator's Prometheus metrics on http://HOST:PORT/metrics");
   a.Add("worker-metrics-listen", "HOST:PORT",
@@ -259,6 +262,9 @@ int TrainCommand(const std::vector<std::string>& args) {
     coordinator::LocalClusterOptions cluster_options;
     cluster_options.service.lease = absl::Milliseconds(lease_ms);
     cluster_options.service.trace_path = a.Get("trace");
+    absl::StatusOr<bool> tree = ReduceFromFlags(a);
+    if (!tree.ok()) return BadUsage("train", tree.status());
+    cluster_options.service.worker_tree = *tree;
     cluster_options.worker_metrics = a.Get("worker-metrics-listen");
     cluster_options.worker_devices = *std::move(worker_devices);
     absl::StatusOr<std::unique_ptr<coordinator::LocalCluster>> started =

@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "cli/args.h"
 #include "cli/commands.h"
@@ -45,6 +46,13 @@ int WorkerCommand(const std::vector<std::string>& args) {
   a.Add("spill-dir", "DIR",
         "keep the owned spans' layer inputs in memory-mapped files here (the OS may write them "
         "to disk: spans larger than RAM); the same results");
+  a.Add("peer-listen", "HOST:PORT",
+        "serve the worker tree's peer endpoint here (port 0: a free one; unix:PATH): the "
+        "parameters come down and the partials go up a tree of the workers instead of all "
+        "through the coordinator. Plaintext on loopback; with --tls-ca it is mutual TLS with "
+        "this worker's certificate, which must name the address peers use");
+  a.Add("peer-advertise", "HOST:PORT",
+        "the address peers reach the endpoint at (default: the --peer-listen address)");
   AddClientSecurityFlags(a, /*worker=*/true);
   if (auto code = ParseOrExit(a, args)) return *code;
 
@@ -59,6 +67,38 @@ int WorkerCommand(const std::vector<std::string>& args) {
   if (!security.ok()) return SecurityFail("worker", security_error);
   opt.credentials = ChannelCredentialsFor(*security);
   if (a.Has("name")) opt.name = a.Get("name");
+  if (a.Has("peer-advertise") && !a.Has("peer-listen")) {
+    return BadUsage("worker", absl::InvalidArgumentError("--peer-advertise needs --peer-listen"));
+  }
+  if (a.Has("peer-listen")) {
+    opt.peer_listen = a.Get("peer-listen");
+    opt.peer_advertise = a.Get("peer-advertise");
+    const bool unix_socket = opt.peer_listen.rfind("unix:", 0) == 0;
+    const size_t colon = opt.peer_listen.rfind(':');
+    if (!unix_socket && (colon == std::string::npos || colon == 0)) {
+      return BadUsage("worker", absl::InvalidArgumentError(absl::StrCat(
+                                    "--peer-listen must be HOST:PORT or unix:PATH, got '",
+                                    opt.peer_listen, "'")));
+    }
+    if (security->insecure) {
+      if (!IsLoopbackAddress(opt.peer_listen)) {
+        return BadUsage("worker", absl::InvalidArgumentError(absl::StrCat(
+                                      "--peer-listen ", opt.peer_listen,
+                                      " is not a loopback address: serve it with TLS (--tls-ca, "
+                                      "--tls-cert, --tls-key)")));
+      }
+    } else {
+      ServerSecurity peer;
+      peer.tls = security->tls;
+      opt.peer_credentials = ServerCredentialsFor(peer);
+    }
+    if (opt.peer_advertise.empty() && !unix_socket &&
+        (absl::StartsWith(opt.peer_listen, "0.0.0.0:") || absl::StartsWith(opt.peer_listen, "[::]:"))) {
+      return BadUsage("worker", absl::InvalidArgumentError(
+                                    "--peer-listen on every interface needs --peer-advertise "
+                                    "(the address peers reach this worker at)"));
+    }
+  }
   if (a.Has("spill-dir")) {
     opt.spill_dir = a.Get("spill-dir");
     if (access(opt.spill_dir.c_str(), W_OK | X_OK) != 0) {

@@ -510,6 +510,8 @@ absl::Status JobServiceImpl::RunJob(JobRecord& rec) {
     p->set_parallelism(r.profile.parallelism);
     p->set_wire_bytes(r.profile.wire_bytes);
     p->set_rebuilt_spans(r.profile.rebuilt_spans);
+    p->set_tree_workers(r.profile.tree_workers);
+    p->set_restarts(r.profile.restarts);
     if (!written.empty()) e.set_message(absl::StrCat("checkpoint ", written));
     PushEvent(rec, std::move(e));
     if (!written.empty()) Persist(rec);  // the record's progress follows its checkpoints

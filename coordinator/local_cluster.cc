@@ -60,6 +60,7 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(int workers,
     }
     c->metrics_host_ = worker_metrics.substr(0, colon);
   }
+  c->service_options_worker_tree_ = options.service.worker_tree;
   c->service_ = std::make_unique<TaskServiceImpl>(options.service);
   // mkdtemp creates the directory with mode 0700: the socket in it is reachable by this user
   // only. Socket paths are limited to 107 bytes, hence a short fallback for a long $TMPDIR.
@@ -98,6 +99,11 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(int workers,
     c->pids_[w] = pid;
   }
   c->supervisor_ = std::thread([raw = c.get()] { raw->Supervise(); });
+  // The first step deals its spans to the workers registered when it begins: wait (a while)
+  // for all of them, so that it uses every one.
+  const auto until = std::chrono::steady_clock::now() + kRegisterWait;
+  while (c->service_->registered_workers() < workers && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   return c;
 }
 
@@ -107,6 +113,10 @@ pid_t LocalCluster::Spawn(int slot) {
   if (!devices_.empty()) {
     args.push_back("--device");
     args.push_back(devices_[slot % devices_.size()]);
+  }
+  if (service_options_worker_tree_) {  // the worker tree's endpoint, beside the socket
+    args.push_back("--peer-listen");
+    args.push_back(absl::StrCat("unix:", socket_dir_, "/peer-", slot));
   }
   if (!metrics_host_.empty()) {
     args.push_back("--metrics-listen");

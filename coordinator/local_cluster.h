@@ -57,6 +57,8 @@ class LocalCluster {
   // start, cannot start: it is given up.
   static constexpr int kMaxQuickFailures = 3;
   static constexpr std::chrono::seconds kQuickExit{10};
+  // Start waits this long at most for every worker to register.
+  static constexpr std::chrono::seconds kRegisterWait{20};
 
   pid_t Spawn(int slot);  // under mu_ (or before the supervisor runs)
   void Supervise();
@@ -65,7 +67,8 @@ class LocalCluster {
   std::vector<std::string> devices_;
   std::string metrics_host_;  // empty: workers serve no metrics
   int metrics_port_ = 0;
-  std::string socket_dir_;  // the private directory of the socket; removed with the cluster
+  std::string socket_dir_;  // the private directory of the sockets; removed with the cluster
+  bool service_options_worker_tree_ = true;  // workers serve peer endpoints (the worker tree)
   std::unique_ptr<TaskServiceImpl> service_;
   std::unique_ptr<grpc::Server> server_;
   mutable std::mutex mu_;

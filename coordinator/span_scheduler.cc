@@ -118,12 +118,35 @@ TensorMap SpanScheduler::Inputs(int64_t id, bool include_params, bool include_sp
 
 absl::Status SpanScheduler::CheckResult(int64_t id, TensorMap& tensors, SpanResult<float>& out,
                                         std::string* nonfinite) const {
+  const SpanTask& task = plan_->task(id);
+  const bool partials =
+      !among_workers() || HasPartials(params_->config, *plan_, task, tensors);
   absl::StatusOr<SpanResult<float>> r =
-      TakeSpanResult<float>(params_->config, *plan_, plan_->task(id), tensors);
+      TakeSpanResult<float>(params_->config, *plan_, task, tensors, partials);
   if (!r.ok()) return r.status();
   *nonfinite = FirstNonFinite(r->out);
+  if (among_workers() && partials && nonfinite->empty()) {
+    return absl::InvalidArgumentError(
+        "the step reduces among the workers: a result carries its partials only when one of "
+        "them is not finite");
+  }
   out = *std::move(r);
   return absl::OkStatus();
+}
+
+absl::Status SpanScheduler::SetReduced(int32_t group, TensorMap& tensors) {
+  const int64_t K = plan_->layers();
+  absl::StatusOr<GroupValue<float>> v = TakeGroup(params_->config, K, group, tensors);
+  if (!v.ok()) return v.status();
+  if (ledger_->Reduced(group)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the ", GroupName(group, K), " group is reduced already"));
+  }
+  return ledger_->SetReduced(group, *std::move(v));
+}
+
+uint64_t SpanScheduler::GroupBytes(int32_t group) const {
+  return adjsh::GroupBytes(params_->config, plan_->layers(), group);
 }
 
 void SpanScheduler::Apply(int64_t id, SpanResult<float>&& result, const std::string& worker,

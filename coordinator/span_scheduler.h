@@ -61,10 +61,22 @@ class SpanScheduler {
   // The tensors FetchInputs streams for task `id` (engine/span_tensors.h).
   TensorMap Inputs(int64_t id, bool include_params, bool include_span) const;
 
-  // Checks and applies an accepted result (the queue's Complete already succeeded): OK, or
-  // INVALID_ARGUMENT for a malformed one (nothing applied).
+  // Checks a result before it is applied: OK, or INVALID_ARGUMENT for a malformed one (with
+  // the worker tree, also one whose partials are all finite: they belong in the tree).
+  // *nonfinite names a NaN or infinity among its values ("" when none).
   absl::Status CheckResult(int64_t id, TensorMap& tensors, SpanResult<float>& out,
                            std::string* nonfinite) const;
+
+  // The worker tree (proto/adjsh.proto WorkerTree) sums the partials: results carry none, and
+  // each group's root comes through SetReduced. Call before any result.
+  void ReduceAmongWorkers() { ledger_->ReduceElsewhere(); }
+  bool among_workers() const { return ledger_->reduced_elsewhere(); }
+  // A group's root from the tree: INVALID_ARGUMENT for a malformed one, FAILED_PRECONDITION
+  // for a group reduced already.
+  absl::Status SetReduced(int32_t group, TensorMap& tensors);
+  uint64_t GroupBytes(int32_t group) const;
+  // Every task done and, with the worker tree, every group's root in.
+  bool Done() const { return queue_->Finished() && (!among_workers() || ledger_->AllReduced()); }
   void Apply(int64_t id, SpanResult<float>&& result, const std::string& worker,
              uint64_t bytes_in, uint64_t bytes_out, absl::Time leased);
 

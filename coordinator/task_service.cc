@@ -11,6 +11,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/config.h"
+#include "common/model.h"
+#include "engine/reduce_groups.h"
 #include "common/strings.h"
 #include "proto/span_kind.h"
 #include "proto/status_util.h"
@@ -150,6 +152,7 @@ absl::StatusOr<GradResult<float>> TaskServiceImpl::ComputeGradient(
     }
     step->sched = *std::move(sched);
     step->params = &params;
+    step->tokens_in = tokens;
     step->job_id = job_id;
     step->config_json = ConfigToJson(params.config);
     step->step = step_index;
@@ -165,11 +168,16 @@ absl::StatusOr<GradResult<float>> TaskServiceImpl::ComputeGradient(
   if (!cancelled_ && aborted_.ok()) {
     current_ = std::move(step);
     for (auto& [id, worker] : workers_) worker.leases.clear();  // leases of earlier steps
-    current_->sched->Begin(owners_, job_id, LiveWorkers());
+    BeginStep();
     work_cv_.notify_all();
-    done_cv_.wait(lock, [&] {
-      return cancelled_ || !aborted_.ok() || current_->sched->queue().Finished();
-    });
+    // Woken by results and roots; and a few times a lease, to notice a lost tree worker when
+    // nobody pulls.
+    const auto tick = std::max(std::chrono::milliseconds(20),
+                               absl::ToChronoMilliseconds(opt_.lease) / 4);
+    while (!(cancelled_ || !aborted_.ok() || current_->sched->Done())) {
+      done_cv_.wait_for(lock, tick);
+      if (!cancelled_ && aborted_.ok() && current_) RestartIfTreeLost();
+    }
   }
   running_ = false;
   if (!aborted_.ok()) {
@@ -184,10 +192,68 @@ absl::StatusOr<GradResult<float>> TaskServiceImpl::ComputeGradient(
   }
   GradResult<float> result = current_->sched->Finish(bytes_sent_.load() + bytes_received_.load() -
                                                      current_->wire_at_start);
+  result.profile.tree_workers = static_cast<int64_t>(current_->tree_workers.size());
+  result.profile.restarts = current_->restarts;
   if (!opt_.trace_path.empty()) WriteTrace(*current_);
   RetireStep();
   current_.reset();
   return result;
+}
+
+void TaskServiceImpl::BeginStep() {
+  Step& step = *current_;
+  const std::vector<std::string> live = LiveWorkers();
+  step.sched->Begin(owners_, step.job_id, live);
+  step.tree.Clear();
+  step.tree_workers.clear();
+  if (!opt_.worker_tree || live.empty()) return;
+  // A tree needs every span owned by a worker that serves a peer endpoint.
+  std::map<std::string, int32_t> index;
+  for (const std::string& o : owners_.owner) {
+    const auto w = workers_.find(o);
+    if (o.empty() || w == workers_.end() || w->second.peer_address.empty()) return;
+    if (index.emplace(o, static_cast<int32_t>(step.tree_workers.size())).second)
+      step.tree_workers.push_back(o);
+  }
+  for (const std::string& o : owners_.owner) step.tree.add_span_owner(index.at(o));
+  for (const std::string& id : step.tree_workers) step.tree.add_peer(workers_.at(id).peer_address);
+  step.sched->ReduceAmongWorkers();
+}
+
+void TaskServiceImpl::RestartIfTreeLost() {
+  if (!current_ || current_->tree_workers.empty()) return;
+  const absl::Time since = absl::Now() - opt_.lease;
+  std::string lost;
+  for (const std::string& id : current_->tree_workers) {
+    const auto w = workers_.find(id);
+    if (w == workers_.end() || !Live(w->second, since)) {
+      lost = w == workers_.end() || w->second.name.empty() ? id : w->second.name;
+      break;
+    }
+  }
+  if (lost.empty()) return;
+  absl::StatusOr<std::unique_ptr<SpanScheduler>> sched =
+      SpanScheduler::Make(*current_->params, current_->tokens_in, current_->options);
+  if (!sched.ok()) {  // it was made once for these inputs: not expected
+    aborted_ = sched.status();
+    done_cv_.notify_all();
+    return;
+  }
+  RetireStep();
+  current_->sched = *std::move(sched);
+  current_->version = ++next_version_;
+  current_->lease_secrets.clear();
+  current_->leased_at.clear();
+  current_->fetched.clear();
+  for (auto& [id, worker] : workers_) worker.leases.clear();
+  ++restarts_;
+  ++current_->restarts;
+  std::fprintf(stderr,
+               "adjsh coordinator: worker %s of step %lld's tree is lost, and the sums it held "
+               "with it: the step begins again\n",
+               lost.c_str(), static_cast<long long>(current_->step));
+  BeginStep();
+  work_cv_.notify_all();
 }
 
 void TaskServiceImpl::WriteTrace(const Step& step) {
@@ -222,8 +288,14 @@ grpc::Status TaskServiceImpl::RegisterWorker(grpc::ServerContext* ctx,
     return Error(absl::ResourceExhaustedError(absl::StrCat(
         "the coordinator has ", workers_.size(), " workers registered, its limit")));
   }
+  if (req->peer_address().size() > kMaxWorkerNameBytes) {
+    return Error(absl::InvalidArgumentError(
+        absl::StrCat("peer_address: ", req->peer_address().size(), " bytes, over the limit of ",
+                     kMaxWorkerNameBytes)));
+  }
   const std::string id = absl::StrCat("w", Unguessable());
   workers_[id].name = req->worker_name();
+  workers_[id].peer_address = req->peer_address();
   workers_[id].identity = PeerIdentity(ctx);  // every later call must come with the same
   workers_[id].last_seen = absl::Now();
   resp->set_worker_id(id);
@@ -262,6 +334,7 @@ grpc::Status TaskServiceImpl::PullTask(grpc::ServerContext* ctx, const v1::PullT
 
 bool TaskServiceImpl::TryLease(const std::string& worker_id, Worker& worker,
                                v1::PullTaskResponse* resp) {
+  RestartIfTreeLost();
   if (current_) {
     const absl::Time since = absl::Now() - opt_.lease;
     const auto live = [&](const std::string& id) {
@@ -298,6 +371,12 @@ bool TaskServiceImpl::TryLease(const std::string& worker_id, Worker& worker,
       t->set_params_version(static_cast<uint64_t>(current_->version));
       t->set_context_length(current_->tokens);
       t->set_config_json(current_->config_json);
+      if (!current_->tree_workers.empty()) {
+        const auto& members = current_->tree_workers;
+        *t->mutable_tree() = current_->tree;
+        t->mutable_tree()->set_self(static_cast<int32_t>(
+            std::find(members.begin(), members.end(), worker_id) - members.begin()));
+      }
       worker.leases[id] = leased->lease_id;
       return true;
     }
@@ -446,8 +525,112 @@ grpc::Status TaskServiceImpl::PushResult(grpc::ServerContext* ctx,
   w.leases.erase(task);
   ++accepted_;
   resp->set_accepted(true);
-  if (current_->sched->queue().Finished()) done_cv_.notify_all();
+  if (current_->sched->Done()) done_cv_.notify_all();
   work_cv_.notify_all();  // its successors may be ready
+  return grpc::Status::OK;
+}
+
+grpc::Status TaskServiceImpl::FetchParams(grpc::ServerContext* ctx,
+                                          const v1::FetchParamsRequest* req,
+                                          grpc::ServerWriter<v1::TensorChunk>* writer) {
+  TensorMap params;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto w = workers_.find(req->worker_id());
+    if (w == workers_.end()) {
+      return Error(absl::NotFoundError(
+          absl::StrCat("unknown worker \"", Echo(req->worker_id()), "\": register")));
+    }
+    if (absl::Status s = CheckCaller(w->second, req->worker_id(), ctx); !s.ok()) return Error(s);
+    if (!current_ || current_->job_id != req->job_id() ||
+        static_cast<uint64_t>(current_->version) != req->params_version()) {
+      return Error(absl::FailedPreconditionError(
+          absl::StrCat("parameters version ", req->params_version(), " of job \"",
+                       Echo(req->job_id()), "\" are not the current step's")));
+    }
+    params = ParamsToTensors<float>(*current_->params, DType::kF32);
+  }
+  for (const auto& [name, tensor] : params) {  // outside the lock: this call's own copies
+    absl::Status s = StreamTensor(name, tensor, kDefaultPieceBytes, [&](const v1::TensorChunk& c) {
+      bytes_sent_.fetch_add(c.data().size());
+      return writer->Write(c) ? absl::OkStatus()
+                              : absl::UnavailableError("the worker closed the stream");
+    });
+    if (!s.ok()) return Error(s);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status TaskServiceImpl::PushReduced(grpc::ServerContext* ctx,
+                                          grpc::ServerReader<v1::SumChunk>* reader,
+                                          v1::PushResultResponse* resp) {
+  v1::SumChunk msg;
+  if (!reader->Read(&msg) || !msg.has_header()) {
+    return Error(absl::InvalidArgumentError("a sum stream must start with its header"));
+  }
+  const v1::SumHeader header = msg.header();
+  auto refuse = [&](std::string why) {
+    resp->set_accepted(false);
+    resp->set_reason(std::move(why));
+    return grpc::Status::OK;
+  };
+  // The step this root is for, checked before and after its tensors arrive.
+  auto check = [&]() -> absl::StatusOr<bool> {
+    const auto w = workers_.find(header.worker_id());
+    if (w == workers_.end()) {
+      return absl::NotFoundError(
+          absl::StrCat("unknown worker \"", Echo(header.worker_id()), "\": register"));
+    }
+    if (absl::Status s = CheckCaller(w->second, header.worker_id(), ctx); !s.ok()) return s;
+    if (!current_ || current_->job_id != header.job_id() ||
+        static_cast<uint64_t>(current_->version) != header.params_version() ||
+        !current_->sched->among_workers()) {
+      return false;
+    }
+    const int64_t S = current_->sched->plan().spans();
+    const int64_t K = current_->sched->plan().layers();
+    if (header.group() < 0 || header.group() >= NumGroups(K) || header.lo() != 0 ||
+        header.hi() != S) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the coordinator takes the roots [0, ", S, ") of groups 0..",
+                       NumGroups(K) - 1, " only, not [", header.lo(), ", ", header.hi(),
+                       ") of group ", header.group()));
+    }
+    return true;
+  };
+  AssemblerLimits limits;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    absl::StatusOr<bool> ok = check();
+    if (!ok.ok()) return Error(ok.status());
+    if (!*ok) return refuse("not a root of the current step's worker tree");
+    limits.max_total_bytes = 2 * current_->sched->GroupBytes(header.group()) + (1 << 16);
+    limits.max_tensor_bytes = limits.max_total_bytes;
+    limits.max_tensors = LayerParamSlots<float>().size() + 1;
+  }
+  TensorAssembler assembler(limits);
+  TensorMap tensors;
+  while (reader->Read(&msg)) {
+    if (!msg.has_tensor()) {
+      return Error(absl::InvalidArgumentError("a sum carries tensors only after its header"));
+    }
+    absl::StatusOr<std::optional<NamedTensor>> done = assembler.Add(msg.tensor());
+    if (!done.ok()) return Error(done.status());
+    if (*done) tensors.emplace((*done)->name, std::move((*done)->tensor));
+  }
+  if (absl::Status s = assembler.Finish(); !s.ok()) return Error(s);
+  bytes_received_.fetch_add(assembler.total_bytes());
+  std::lock_guard<std::mutex> lock(mu_);
+  absl::StatusOr<bool> ok = check();
+  if (!ok.ok()) return Error(ok.status());
+  if (!*ok) return refuse("not a root of the current step's worker tree");
+  if (absl::Status s = current_->sched->SetReduced(header.group(), tensors); !s.ok()) {
+    if (absl::IsFailedPrecondition(s)) return refuse(std::string(s.message()));
+    return Error(s);
+  }
+  ++roots_;
+  resp->set_accepted(true);
+  if (current_->sched->Done()) done_cv_.notify_all();
   return grpc::Status::OK;
 }
 
@@ -529,6 +712,16 @@ int64_t TaskServiceImpl::results_nonfinite() const {
 int64_t TaskServiceImpl::span_rebuilds() const {
   std::lock_guard<std::mutex> lock(mu_);
   return rebuilds_;
+}
+
+int64_t TaskServiceImpl::step_restarts() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return restarts_;
+}
+
+int64_t TaskServiceImpl::roots_accepted() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return roots_;
 }
 
 int64_t TaskServiceImpl::results_rejected() const {

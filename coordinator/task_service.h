@@ -41,6 +41,10 @@ struct TaskServiceOptions {
   // Non-empty: every finished step appends one line per task here (engine/step_profile.h
   // TraceLine), for bench/fleet_sim.py.
   std::string trace_path;
+  // Reduce among the workers (the worker tree: proto/adjsh.proto WorkerTree) when every worker
+  // the step starts with serves a peer endpoint; false: always through the coordinator (the
+  // star). The bits are the same either way.
+  bool worker_tree = true;
 };
 
 // Caps this process's malloc arenas. A coordinator's RPCs run on many gRPC threads at once (a
@@ -72,6 +76,10 @@ class TaskServiceImpl final : public v1::TaskService::Service {
                            grpc::ServerWriter<v1::TensorChunk>*) override;
   grpc::Status PushResult(grpc::ServerContext*, grpc::ServerReader<v1::ResultChunk>*,
                           v1::PushResultResponse*) override;
+  grpc::Status FetchParams(grpc::ServerContext*, const v1::FetchParamsRequest*,
+                           grpc::ServerWriter<v1::TensorChunk>*) override;
+  grpc::Status PushReduced(grpc::ServerContext*, grpc::ServerReader<v1::SumChunk>*,
+                           v1::PushResultResponse*) override;
 
   // Ends the gradient being computed: its ComputeGradient returns CANCELLED, and the workers
   // holding its tasks are told to drop them at their next heartbeat.
@@ -85,6 +93,11 @@ class TaskServiceImpl final : public v1::TaskService::Service {
   int64_t results_accepted() const;
   // Results that came from a span its worker had to rebuild first (a new or returning owner).
   int64_t span_rebuilds() const;
+  // Steps started again because a worker of their tree was lost (the tree's sums it held are
+  // gone with it; docs/ARCHITECTURE.md "Faults").
+  int64_t step_restarts() const;
+  // Group roots accepted from worker trees.
+  int64_t roots_accepted() const;
   int64_t results_rejected() const;
   // Results refused for a non-finite value (NaN or Inf) in a partial, dL/du or mu: each was
   // handed out again; a worker that sent kShunAfterNonFinite of them gets no more tasks.
@@ -107,9 +120,15 @@ class TaskServiceImpl final : public v1::TaskService::Service {
     GradOptions options;  // the step's own copy
     std::unique_ptr<SpanScheduler> sched;
     const ModelParams<float>* params = nullptr;
+    std::span<const uint32_t> tokens_in;
     std::string job_id, config_json;
+    // The worker tree of this version (empty peer list: the star), and its workers' ids in
+    // tree order.
+    v1::WorkerTree tree;
+    std::vector<std::string> tree_workers;
     int64_t step = 0, version = 0, tokens = 0;
     uint64_t wire_at_start = 0;  // bytes_sent + bytes_received when the step began
+    int64_t restarts = 0;        // begun again after losing a tree worker
     // task -> (its current queue lease, the secret the wire lease id carries with it)
     std::map<int64_t, std::pair<int64_t, std::string>> lease_secrets;
     std::map<int64_t, absl::Time> leased_at;  // task -> when its current lease was granted
@@ -122,7 +141,15 @@ class TaskServiceImpl final : public v1::TaskService::Service {
     absl::Time last_seen;
     int64_t nonfinite_results = 0;
     std::string identity;  // the client certificate's names at registration ("" without TLS)
+    std::string peer_address;  // its PeerService ("" for none)
   };
+  // Begins the current step's tasks (a new version) with the live workers: owners, and the
+  // worker tree when it can have one. Requires mu_.
+  void BeginStep();
+  // With a worker tree: a worker of it is no longer live, so the sums it held are lost; the
+  // step begins again as a new version (the same bits: every step starts from its tokens).
+  // Requires mu_.
+  void RestartIfTreeLost();
   void ReapWorkers();  // forgets workers unheard of for reap_after. Requires mu_.
   // Heard from since `since` (a lease ago) and not shunned for non-finite results.
   static bool Live(const Worker& w, absl::Time since);
@@ -161,7 +188,7 @@ class TaskServiceImpl final : public v1::TaskService::Service {
   std::atomic<uint64_t> bytes_sent_{0}, bytes_received_{0};
   QueueStats past_;  // lease counters of the finished steps; guarded by mu_
   SpanOwners owners_;  // who owns which span, across steps; guarded by mu_
-  int64_t rebuilds_ = 0;  // guarded by mu_
+  int64_t rebuilds_ = 0, restarts_ = 0, roots_ = 0;  // guarded by mu_
 };
 
 }  // namespace adjsh::coordinator

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "absl/strings/str_cat.h"
 #include "common/check.h"
 #include "engine/decay.h"
 
@@ -12,56 +13,42 @@ namespace adjsh {
 // FixedTreeSum
 
 template <typename V>
-FixedTreeSum<V>::FixedTreeSum(int64_t n, AddFn add) : leaf_(n, -1), add_(std::move(add)) {
-  ADJSH_CHECK(n >= 1, "a tree sum needs a leaf");
-  Build(0, n, -1);
-}
-
-template <typename V>
-int64_t FixedTreeSum<V>::Build(int64_t lo, int64_t hi, int64_t parent) {
-  const int64_t id = static_cast<int64_t>(nodes_.size());
-  nodes_.push_back({lo, hi, parent, std::nullopt});
-  if (hi - lo == 1) {
-    leaf_[lo] = id;
-  } else {
-    const int64_t mid = lo + (hi - lo) / 2;
-    Build(lo, mid, id);
-    Build(mid, hi, id);
-  }
-  return id;
-}
+FixedTreeSum<V>::FixedTreeSum(int64_t n, AddFn add)
+    : tree_(n), value_(tree_.size()), add_(std::move(add)) {}
 
 template <typename V>
 void FixedTreeSum<V>::Add(int64_t leaf, V value) {
-  int64_t id = leaf_[leaf];
-  ADJSH_CHECK(!nodes_[id].value.has_value() && !root_, "a tree leaf added twice");
-  nodes_[id].value = std::move(value);
+  int64_t id = tree_.leaf(leaf);
+  ADJSH_CHECK(!value_[id].has_value() && !root_, "a tree leaf added twice");
+  value_[id] = std::move(value);
   for (;;) {
-    const int64_t parent = nodes_[id].parent;
+    const int64_t parent = tree_.node(id).parent;
     if (parent < 0) {
-      root_ = std::move(nodes_[id].value);
-      nodes_[id].value.reset();
+      root_ = std::move(value_[id]);
+      value_[id].reset();
       return;
     }
-    // The parent's children are parent + 1 (left, [lo, mid)) and the node after the left
-    // subtree (right): find the sibling among the nodes whose parent is `parent`.
-    const int64_t left = parent + 1;
-    int64_t right = left + 1;
-    while (nodes_[right].parent != parent) ++right;
-    if (!nodes_[left].value || !nodes_[right].value) return;
-    V sum = std::move(*nodes_[left].value);
-    add_(sum, *nodes_[right].value);  // left + right, in that order
-    nodes_[left].value.reset();
-    nodes_[right].value.reset();
-    nodes_[parent].value = std::move(sum);
+    const int64_t left = tree_.node(parent).left, right = tree_.node(parent).right;
+    if (!value_[left] || !value_[right]) return;
+    V sum = std::move(*value_[left]);
+    add_(sum, *value_[right]);  // left + right, in that order
+    value_[left].reset();
+    value_[right].reset();
+    value_[parent] = std::move(sum);
     id = parent;
   }
 }
 
 template <typename V>
+void FixedTreeSum<V>::SetRoot(V value) {
+  ADJSH_CHECK(!root_ && held() == 0, "a tree sum given its root after leaves or twice");
+  root_ = std::move(value);
+}
+
+template <typename V>
 int64_t FixedTreeSum<V>::held() const {
   int64_t n = 0;
-  for (const Node& node : nodes_) n += node.value.has_value() ? 1 : 0;
+  for (const std::optional<V>& v : value_) n += v.has_value() ? 1 : 0;
   return n;
 }
 
@@ -204,6 +191,7 @@ void SpanLedger<T>::Apply(int64_t id, SpanOutputs<T>&& out) {
       } else {
         loss_[s] = out.loss_sum;
         correct_[s] = out.correct;
+        if (elsewhere_) break;
         head_embed_sum_.Add(s, std::move(out.embed));
         norm_f_sum_.Add(s, std::move(out.norm_f));
       }
@@ -214,10 +202,46 @@ void SpanLedger<T>::Apply(int64_t id, SpanOutputs<T>&& out) {
       break;
     case SpanPhase::kBackward:
       du_halo_prev_[i] = std::move(out.du_halo_prev);
+      if (elsewhere_) break;
       layer_sums_[k].Add(s, std::move(out.grad));
       if (k == 0) lookup_embed_sum_.Add(s, std::move(out.embed));
       break;
   }
+}
+
+template <typename T>
+absl::Status SpanLedger<T>::SetReduced(int32_t group, GroupValue<T>&& value) {
+  if (group < 0 || group >= NumGroups(K_)) {
+    return absl::InvalidArgumentError(absl::StrCat("no reduction group ", group));
+  }
+  if (Reduced(group)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the ", GroupName(group, K_), " group is reduced already"));
+  }
+  if (group < K_) {
+    layer_sums_[group].SetRoot(LayerFromGroup(std::move(value)));
+  } else {
+    FixedTreeSum<std::vector<T>>& sum = group == HeadGroup(K_)     ? head_embed_sum_
+                                        : group == LookupGroup(K_) ? lookup_embed_sum_
+                                                                   : norm_f_sum_;
+    sum.SetRoot(std::move(value.at(0)));
+  }
+  return absl::OkStatus();
+}
+
+template <typename T>
+bool SpanLedger<T>::Reduced(int32_t group) const {
+  if (group < K_) return layer_sums_[group].Complete();
+  if (group == HeadGroup(K_)) return head_embed_sum_.Complete();
+  if (group == LookupGroup(K_)) return lookup_embed_sum_.Complete();
+  return norm_f_sum_.Complete();
+}
+
+template <typename T>
+bool SpanLedger<T>::AllReduced() const {
+  for (int32_t g = 0; g < NumGroups(K_); ++g)
+    if (!Reduced(g)) return false;
+  return true;
 }
 
 template <typename T>

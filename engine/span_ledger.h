@@ -19,33 +19,33 @@
 #include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "common/model.h"
 #include "engine/adjoint_engine.h"
+#include "engine/reduce_groups.h"
 #include "engine/span_plan.h"
+#include "engine/span_tree.h"
 #include "engine/span_work.h"
 
 namespace adjsh {
 
-// Sums leaves 0..n-1 in the tree split at (lo + hi) / 2; a node is added (left += right) as
-// soon as both children are in, and its children freed.
+// Sums leaves 0..n-1 in the SpanTree over n (engine/span_tree.h); a node is added
+// (left += right) as soon as both children are in, and its children freed.
 template <typename V>
 class FixedTreeSum {
  public:
   using AddFn = std::function<void(V& left, const V& right)>;
   FixedTreeSum(int64_t n, AddFn add);
   void Add(int64_t leaf, V value);  // each leaf once
+  // The whole sum, computed elsewhere in the same tree (the worker tree): instead of leaves.
+  void SetRoot(V value);
   bool Complete() const { return root_.has_value(); }
   V TakeRoot() { return std::move(*root_); }
   int64_t held() const;  // nodes waiting for a sibling
 
  private:
-  struct Node {
-    int64_t lo, hi, parent;
-    std::optional<V> value;
-  };
-  int64_t Build(int64_t lo, int64_t hi, int64_t parent);
-  std::vector<Node> nodes_;
-  std::vector<int64_t> leaf_;  // leaf index -> node
+  SpanTree tree_;
+  std::vector<std::optional<V>> value_;  // per node
   AddFn add_;
   std::optional<V> root_;
 };
@@ -69,8 +69,17 @@ class SpanLedger {
   // layer below it (forward tasks), or the whole forward and the backward of the layers above it
   // (backward tasks), with the inputs those tasks had. Their outputs were applied already.
   std::vector<std::pair<SpanTask, SpanInputs<T>>> Replay(int64_t id) const;
-  // Applies an accepted result, once per task.
+  // Applies an accepted result, once per task. With ReduceElsewhere, its partials are not
+  // read (the worker tree sums them; their roots come through SetReduced).
   void Apply(int64_t id, SpanOutputs<T>&& out);
+  // The partials are summed in the same tree elsewhere (the workers'): call before any Apply.
+  void ReduceElsewhere() { elsewhere_ = true; }
+  bool reduced_elsewhere() const { return elsewhere_; }
+  // The root of group g (engine/reduce_groups.h), reduced elsewhere. FAILED_PRECONDITION when
+  // it was given already.
+  absl::Status SetReduced(int32_t group, GroupValue<T>&& value);
+  bool Reduced(int32_t group) const;
+  bool AllReduced() const;
   // After every task: the loss, the gradient, the counts.
   GradResult<T> Finish();
   // Bytes held now (summaries, halos, partials waiting in the trees).
@@ -93,6 +102,7 @@ class SpanLedger {
                                               // for s >= mu_ready_[k]
   std::vector<double> loss_;
   std::vector<int64_t> correct_;
+  bool elsewhere_ = false;
   std::vector<FixedTreeSum<LayerParams<T>>> layer_sums_;
   FixedTreeSum<std::vector<T>> head_embed_sum_, lookup_embed_sum_, norm_f_sum_;
 };

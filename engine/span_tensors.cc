@@ -50,7 +50,7 @@ std::vector<Slot<T>> InputSlots(const MambaConfig& c, const SpanPlan& plan, cons
 
 template <typename T>
 std::vector<Slot<T>> OutputSlots(const MambaConfig& c, const SpanPlan& plan, const SpanTask& t,
-                                 SpanOutputs<T>& out) {
+                                 SpanOutputs<T>& out, bool partials = true) {
   const int64_t D = c.hidden_size, Di = c.inner(), N = c.state_size, V = c.vocab_size;
   const int64_t K = plan.layers(), k = t.layer;
   const SpanRange& r = plan.range(t.span);
@@ -63,7 +63,7 @@ std::vector<Slot<T>> OutputSlots(const MambaConfig& c, const SpanPlan& plan, con
     case SpanPhase::kForward:
       if (k + 1 < K) {
         slots.push_back({"halo_next", {std::min(c.conv_kernel - 1, r.len), D}, &out.halo_next});
-      } else {
+      } else if (partials) {
         slots.push_back({kEmbedName, {V, D}, &out.embed});
         slots.push_back({kNormFName, {D}, &out.norm_f});
       }
@@ -72,10 +72,13 @@ std::vector<Slot<T>> OutputSlots(const MambaConfig& c, const SpanPlan& plan, con
       slots.push_back({"m", {Di, N}, &out.m});
       break;
     case SpanPhase::kBackward:
-      for (const auto& slot : LayerParamSlots<T>())
-        slots.push_back({LayerParamName(k, slot.suffix), slot.shape(c), &(out.grad.*slot.member)});
+      if (partials) {
+        for (const auto& slot : LayerParamSlots<T>())
+          slots.push_back(
+              {LayerParamName(k, slot.suffix), slot.shape(c), &(out.grad.*slot.member)});
+      }
       slots.push_back({"du_halo_prev", {r.halo, D}, &out.du_halo_prev});
-      if (k == 0) slots.push_back({kEmbedName, {V, D}, &out.embed});
+      if (k == 0 && partials) slots.push_back({kEmbedName, {V, D}, &out.embed});
       break;
   }
   return slots;
@@ -217,10 +220,10 @@ absl::Status TakeSpanStart(const MambaConfig& c, const SpanPlan& plan, int64_t s
 
 template <typename T>
 TensorMap PutSpanResult(const MambaConfig& c, const SpanPlan& plan, const SpanTask& task,
-                        const SpanResult<T>& r) {
+                        const SpanResult<T>& r, bool partials) {
   TensorMap out;
   SpanOutputs<T>& values = const_cast<SpanOutputs<T>&>(r.out);  // read only, as above
-  for (const Slot<T>& slot : OutputSlots(c, plan, task, values))
+  for (const Slot<T>& slot : OutputSlots(c, plan, task, values, partials))
     out.emplace(slot.name, HostTensor::From<T>(*slot.values, slot.shape, DTypeOf<T>()));
   if (task.phase == SpanPhase::kForward && task.layer + 1 == plan.layers()) {
     out.emplace(kLossSum, Scalar(r.out.loss_sum, DType::kF64));
@@ -233,9 +236,10 @@ TensorMap PutSpanResult(const MambaConfig& c, const SpanPlan& plan, const SpanTa
 
 template <typename T>
 absl::StatusOr<SpanResult<T>> TakeSpanResult(const MambaConfig& c, const SpanPlan& plan,
-                                             const SpanTask& task, TensorMap& got) {
+                                             const SpanTask& task, TensorMap& got,
+                                             bool partials) {
   SpanResult<T> r;
-  for (const Slot<T>& slot : OutputSlots(c, plan, task, r.out)) {
+  for (const Slot<T>& slot : OutputSlots(c, plan, task, r.out, partials)) {
     if (absl::Status s = Take(got, slot.name, slot.shape, DTypeOf<T>(), *slot.values); !s.ok())
       return s;
   }
@@ -256,6 +260,19 @@ absl::StatusOr<SpanResult<T>> TakeSpanResult(const MambaConfig& c, const SpanPla
         absl::StrCat("result has an unexpected tensor \"", got.begin()->first, "\""));
   }
   return r;
+}
+
+bool HasPartials(const MambaConfig& c, const SpanPlan& plan, const SpanTask& task,
+                 const TensorMap& got) {
+  SpanOutputs<float> probe;
+  const std::vector<Slot<float>> all = OutputSlots(c, plan, task, probe, true);
+  const std::vector<Slot<float>> without = OutputSlots(c, plan, task, probe, false);
+  for (const Slot<float>& slot : all) {
+    const bool partial = std::none_of(without.begin(), without.end(),
+                                      [&](const Slot<float>& w) { return w.name == slot.name; });
+    if (partial && got.count(slot.name) > 0) return true;
+  }
+  return false;
 }
 
 uint64_t SpanResultBytes(const MambaConfig& c, const SpanPlan& plan, const SpanTask& task,
@@ -286,10 +303,10 @@ std::string FirstNonFinite(const SpanOutputs<T>& o) {
   template absl::StatusOr<SpanInputs<T>> TakeSpanInputs<T>(                                    \
       const MambaConfig&, const SpanPlan&, const SpanTask&, const std::string&, TensorMap&);   \
   template TensorMap PutSpanResult<T>(const MambaConfig&, const SpanPlan&, const SpanTask&,    \
-                                      const SpanResult<T>&);                                   \
+                                      const SpanResult<T>&, bool);                             \
   template absl::StatusOr<SpanResult<T>> TakeSpanResult<T>(const MambaConfig&,                 \
                                                            const SpanPlan&, const SpanTask&,   \
-                                                           TensorMap&);                        \
+                                                           TensorMap&, bool);                  \
   template std::string FirstNonFinite<T>(const SpanOutputs<T>&);
 ADJSH_SPAN_TENSORS(float)
 ADJSH_SPAN_TENSORS(double)

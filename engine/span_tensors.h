@@ -62,13 +62,18 @@ struct SpanResult {
   double compute_seconds = 0, rebuild_seconds = 0;
 };
 
+// partials = false: without the parameter partials (the worker tree sums them).
 template <typename T>
 TensorMap PutSpanResult(const MambaConfig& c, const SpanPlan& plan, const SpanTask& task,
-                        const SpanResult<T>& r);
+                        const SpanResult<T>& r, bool partials = true);
 // Exactly the tensors `task` returns (nothing missing, nothing extra), in T's dtype.
 template <typename T>
 absl::StatusOr<SpanResult<T>> TakeSpanResult(const MambaConfig& c, const SpanPlan& plan,
-                                             const SpanTask& task, TensorMap& got);
+                                             const SpanTask& task, TensorMap& got,
+                                             bool partials = true);
+// Whether a result carries parameter partials (any of their names is among `got`).
+bool HasPartials(const MambaConfig& c, const SpanPlan& plan, const SpanTask& task,
+                 const TensorMap& got);
 // The byte count of the largest result `task` can have (for the receiver's stream limits).
 uint64_t SpanResultBytes(const MambaConfig& c, const SpanPlan& plan, const SpanTask& task,
                          int64_t value_bytes);

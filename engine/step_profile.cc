@@ -57,10 +57,12 @@ absl::Status AppendTrace(const std::string& path, const SpanPlan& plan, int64_t 
 std::string ProfileSummary(const StepProfile& p) {
   return absl::StrFormat(
       "%d tasks on %d spans | %.2f s of tasks, critical path %.2f s, parallelism %.1f | wire "
-      "%.1f MB%s",
+      "%.1f MB%s%s%s",
       p.tasks, p.spans, p.task_seconds, p.critical_path_seconds, p.parallelism,
       static_cast<double>(p.wire_bytes) / 1e6,
-      p.rebuilt_spans > 0 ? absl::StrCat(" | ", p.rebuilt_spans, " span rebuilds") : "");
+      p.tree_workers > 0 ? absl::StrCat(" | tree of ", p.tree_workers) : "",
+      p.rebuilt_spans > 0 ? absl::StrCat(" | ", p.rebuilt_spans, " span rebuilds") : "",
+      p.restarts > 0 ? absl::StrCat(" | ", p.restarts, " restarts") : "");
 }
 
 }  // namespace adjsh

@@ -29,6 +29,8 @@ struct StepProfile {
   int64_t tasks = 0, spans = 0, rebuilt_spans = 0, tokens = 0;  // tokens: T
   double task_seconds = 0, critical_path_seconds = 0, parallelism = 0, wall_seconds = 0;
   uint64_t wire_bytes = 0;  // every tensor byte in and out of the coordinator during the step
+  int64_t tree_workers = 0;  // workers of the worker tree that reduced it; 0: the coordinator
+  int64_t restarts = 0;      // times it began again after losing a worker of its tree
 };
 
 // records: one per task id of plan.

@@ -10,6 +10,7 @@ namespace {
 
 constexpr std::string_view kJobService = "/adjsh.v1.JobService/";
 constexpr std::string_view kTaskService = "/adjsh.v1.TaskService/";
+constexpr std::string_view kPeerService = "/adjsh.v1.PeerService/";
 constexpr std::string_view kBearer = "Bearer ";
 
 enum class TokenCheck { kMissing, kValid, kInvalid };
@@ -57,6 +58,11 @@ absl::Status AuthorizeCall(std::string_view method, bool verified_client_cert,
         return absl::UnauthenticatedError(
             "the job API needs a bearer token (--auth-token-file or ADJSH_AUTH_TOKEN)");
     }
+  }
+  if (absl::StartsWith(ToAbsl(method), ToAbsl(kPeerService))) {  // a worker's, for its peers
+    if (verified_client_cert) return absl::OkStatus();
+    return absl::UnauthenticatedError(
+        "a worker's peer endpoint needs a client certificate signed by the cluster's CA");
   }
   if (absl::StartsWith(ToAbsl(method), ToAbsl(kTaskService))) {
     if (verified_client_cert) return absl::OkStatus();

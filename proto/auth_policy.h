@@ -8,6 +8,8 @@
 //   /adjsh.v1.TaskService/*  needs a client certificate verified against the coordinator's CA
 //       (mutual TLS). Without one: PERMISSION_DENIED when the call carries the valid job token
 //       (a job client is not a worker), UNAUTHENTICATED otherwise.
+//   /adjsh.v1.PeerService/*  (a worker's endpoint for its tree peers) needs a client
+//       certificate verified against the CA, UNAUTHENTICATED without one.
 //   anything else            PERMISSION_DENIED.
 //
 // A client certificate signed by another CA fails the TLS handshake before any call (the

@@ -27,9 +27,10 @@ double MiB(int64_t bytes) { return static_cast<double>(bytes) / 1048576.0; }
 }  // namespace
 
 TaskRunner::TaskRunner(const WorkerOptions& opt, v1::TaskService::Stub& stub, SharedState& state,
-                       int max_cached_jobs)
+                       PeerHub& peers, int max_cached_jobs)
     : opt_(opt),
       state_(state),
+      peers_(peers),
       io_(opt, stub, state),
       store_(max_cached_jobs),
       progress_start_(Clock::now()) {
@@ -118,18 +119,37 @@ TaskRunner::Outcome TaskRunner::Run(const v1::Task& task, const TaskState& held)
   const int64_t id = plan.Id(span_task.phase, span_task.layer, span_task.span);
   if (id < 0) return skip(absl::StrCat("the plan has no such task"));
   auto owned = job.spans.find(task.span());
-  const bool include_params = job.model == nullptr;
+  // With a worker tree the parameters come down the tree, and the partials go up it.
+  const bool tree = task.has_tree();
+  if (tree) {
+    const v1::WorkerTree& t = task.tree();
+    if (t.span_owner_size() != task.spans() || t.self() < 0 || t.self() >= t.peer_size())
+      return skip("the task's worker tree does not fit its plan");
+    for (int32_t o : t.span_owner())
+      if (o < 0 || o >= t.peer_size()) return skip("the task's worker tree names no such worker");
+    peers_.Enter(task, job.config);
+  }
+  const bool need_params = job.model == nullptr;
+  const bool include_params = need_params && !tree;
   const bool include_span = owned == job.spans.end() || !owned->second->Ready(span_task);
 
-  TensorMap got;
+  TensorMap got, named;
+  if (need_params && tree) {
+    AssemblerLimits limits;
+    limits.max_total_bytes = ParamBytesF32(cfg) + (1 << 20);
+    limits.max_tensor_bytes = limits.max_total_bytes;
+    limits.max_tensors = 16 * cfg.num_hidden_layers + 64;
+    if (std::optional<NoResult> no = peers_.FetchParams(held, task, limits, named))
+      return End(tid, *no);
+    for (const auto& [name, tensor] : named) bytes_received_ += tensor.data.size();
+  }
   if (std::optional<NoResult> no = io_.Fetch(held, include_params, include_span,
                                              InputLimits(cfg, plan, task.span()), got)) {
     return End(tid, *no);
   }
   for (const auto& [name, tensor] : got) bytes_received_ += tensor.data.size();
 
-  if (include_params) {  // every "backbone.*" tensor is a parameter (inputs have other names)
-    TensorMap named;
+  if (need_params) {  // every "backbone.*" tensor is a parameter (inputs have other names)
     for (auto it = got.begin(); it != got.end();) {
       if (it->first.rfind("backbone.", 0) == 0) {
         named.insert(got.extract(it++));
@@ -194,8 +214,17 @@ TaskRunner::Outcome TaskRunner::Run(const v1::Task& task, const TaskState& held)
   // The span's last task: its rows are of no more use.
   if (span_task.phase == SpanPhase::kBackward && span_task.layer == 0) job.spans.erase(task.span());
 
+  // With a tree, finite partials become leaves of it here; non-finite ones travel in the
+  // result, which the coordinator refuses as it would any.
+  const bool leaves = tree && FirstNonFinite(result.out).empty();
+  if (leaves) {
+    if (absl::Status st = peers_.AddLeaves(
+            task, TakeLeaves(span_task, cfg.num_hidden_layers, result.out));
+        !st.ok())
+      return skip(st.message());
+  }
   v1::PushResultResponse response;
-  const TensorMap results = PutSpanResult<float>(cfg, plan, span_task, result);
+  const TensorMap results = PutSpanResult<float>(cfg, plan, span_task, result, !leaves);
   if (std::optional<NoResult> no = io_.Push(held, results, response)) return End(tid, *no);
   for (const auto& [name, tensor] : results) bytes_sent_ += tensor.data.size();
   accepted_ = response.accepted();

@@ -16,6 +16,7 @@
 #include "proto/adjsh.grpc.pb.h"
 #include "worker/shared_state.h"
 #include "worker/span_store.h"
+#include "worker/peer.h"
 #include "worker/task_io.h"
 #include "worker/worker.h"
 
@@ -24,7 +25,7 @@ namespace adjsh::worker {
 class TaskRunner {
  public:
   TaskRunner(const WorkerOptions& opt, v1::TaskService::Stub& stub, SharedState& state,
-             int max_cached_jobs);
+             PeerHub& peers, int max_cached_jobs);
 
   // Serves `task` to its end, result pushed or not, holding it in the SharedState meanwhile.
   void Handle(const v1::Task& task);
@@ -38,6 +39,7 @@ class TaskRunner {
 
   const WorkerOptions& opt_;
   SharedState& state_;
+  PeerHub& peers_;  // the worker tree of steps that have one
   TaskIo io_;
   SpanStore store_;
   std::unique_ptr<Backend<float>> backend_;  // the worker's device (the CPU is one too)

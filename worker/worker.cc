@@ -13,6 +13,7 @@
 #include "grpcpp/grpcpp.h"
 #include "proto/status_util.h"
 #include "proto/transport.h"
+#include "worker/peer.h"
 #include "worker/retry.h"
 #include "worker/shared_state.h"
 #include "worker/task_runner.h"
@@ -68,6 +69,7 @@ absl::Status Worker::Register() {
     request.set_worker_name(opt_.name.empty() ? HostName() : opt_.name);
     request.set_device("cpu");
     request.set_memory_bytes(opt_.memory_bytes > 0 ? opt_.memory_bytes : PhysicalMemoryBytes());
+    request.set_peer_address(peer_address_);
     v1::RegisterWorkerResponse response;
     absl::Status s;
     {
@@ -161,7 +163,11 @@ void Worker::HeartbeatLoop() {
 
 absl::Status Worker::Run(std::atomic<bool>& stop) {
   state_->SetStopFlag(stop);
-  TaskRunner runner(opt_, *stub_, *state_, kMaxCachedJobs);
+  PeerHub peers(opt_, *stub_, *state_);
+  absl::StatusOr<std::string> peer_address = peers.Start();
+  if (!peer_address.ok()) return peer_address.status();
+  peer_address_ = *peer_address;
+  TaskRunner runner(opt_, *stub_, *state_, peers, kMaxCachedJobs);
   std::thread watcher([this] { state_->WatchLoop(); });
   std::thread heartbeat;
   absl::Status status = Register();
@@ -217,14 +223,23 @@ absl::Status Worker::Run(std::atomic<bool>& stop) {
     }
   }
   state_->Shutdown();
+  peers.Shutdown();
   if (heartbeat.joinable()) heartbeat.join();
   watcher.join();
   if (absl::IsCancelled(status) && state_->Stopping()) status = absl::OkStatus();
   const WorkerStats st = stats();
+  const PeerHub::Stats ps = peers.stats();
+  const std::string tree =
+      peer_address_.empty()
+          ? ""
+          : absl::StrFormat("; tree: %d sums sent, %d received, %d roots, parameters %d from "
+                            "the tree, %d from the coordinator, %d relayed",
+                            ps.sums_sent, ps.sums_received, ps.roots_sent, ps.params_from_peer,
+                            ps.params_from_coordinator, ps.params_relayed);
   state_->Log(1, absl::StrFormat(
-                     "stopped: %d tasks done (%d not accepted), %d dropped; peak RSS %.1f MiB",
+                     "stopped: %d tasks done (%d not accepted), %d dropped; peak RSS %.1f MiB%s",
                      st.tasks_done, st.results_rejected, st.tasks_dropped,
-                     static_cast<double>(PeakResidentBytes()) / 1048576.0));
+                     static_cast<double>(PeakResidentBytes()) / 1048576.0, tree));
   return status;
 }
 

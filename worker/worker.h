@@ -50,6 +50,7 @@
 #include "absl/status/status.h"
 #include "kernels/backend.h"
 #include "grpcpp/security/credentials.h"
+#include "grpcpp/security/server_credentials.h"
 #include "proto/adjsh.grpc.pb.h"
 
 namespace adjsh::worker {
@@ -72,6 +73,14 @@ struct WorkerOptions {
   WorkerMetrics* metrics = nullptr;  // optional (worker/metrics.h); must outlive the Worker
   Device device;  // where tasks are computed (kernels/backend.h)
   std::string spill_dir;  // non-empty: spans' layer inputs in memory-mapped files here
+  // The worker tree (worker/peer.h): serve a PeerService here ("HOST:PORT", port 0 for a free
+  // one, or "unix:PATH"); "": none (the steps this worker is in reduce through the
+  // coordinator). peer_advertise: the address peers reach it at ("": the listen address).
+  std::string peer_listen, peer_advertise;
+  // TLS for the peer endpoint (the worker's certificate as the server's, peers' client
+  // certificates verified); null: plaintext (loopback and Unix sockets only). Peers are
+  // reached with `credentials`.
+  std::shared_ptr<grpc::ServerCredentials> peer_credentials;
 };
 
 // Counters, readable at any time (for tests and logs).
@@ -83,6 +92,8 @@ struct WorkerStats {
   int64_t tasks_dropped = 0;    // lease lost, cancelled, invalid or unsupported: no result
   int64_t params_fetched = 0;   // FetchInputs calls with include_params = true
 };
+
+class PeerHub;
 
 class Worker {
  public:
@@ -106,6 +117,7 @@ class Worker {
   void HeartbeatLoop();
 
   const WorkerOptions opt_;
+  std::string peer_address_;  // advertised in RegisterWorker ("" for none)
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::TaskService::Stub> stub_;
   std::unique_ptr<SharedState> state_;  // what the main, heartbeat and stop-watch threads share

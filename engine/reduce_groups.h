@@ -1,0 +1,66 @@
+// The parameter partials of a span step as reduction groups: what each leaf of the span tree
+// (engine/span_tree.h) carries, how two nodes add, and their wire form. Per step there are
+// K + 3 groups, each summed over the S spans:
+//   group k, 0..K-1   layer k's partial (kBackward of layer k), its tensors in LayerParamSlots
+//                     order
+//   group K           the LM head's (V, D) partial (kForward at the top layer)
+//   group K + 1       the embedding lookups' (V, D) partial (kBackward of layer 0)
+//   group K + 2       norm_f's (D) partial (kForward at the top layer)
+// On the wire (PushSum, PushReduced) a layer's node is its tensors under their Hugging Face
+// names, another group's the one tensor "value", in f32.
+#ifndef ADJSH_ENGINE_REDUCE_GROUPS_H_
+#define ADJSH_ENGINE_REDUCE_GROUPS_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/config.h"
+#include "common/model.h"
+#include "common/safetensors.h"
+#include "engine/span_plan.h"
+
+namespace adjsh {
+
+template <typename T>
+struct SpanOutputs;
+
+// A node's value: the group's tensors, flat, in the group's order.
+template <typename T>
+using GroupValue = std::vector<std::vector<T>>;
+
+inline int32_t NumGroups(int64_t K) { return static_cast<int32_t>(K + 3); }
+inline int32_t HeadGroup(int64_t K) { return static_cast<int32_t>(K); }
+inline int32_t LookupGroup(int64_t K) { return static_cast<int32_t>(K + 1); }
+inline int32_t NormFGroup(int64_t K) { return static_cast<int32_t>(K + 2); }
+std::string GroupName(int32_t group, int64_t K);  // "layer 3", "head", "lookup", "norm_f"
+
+template <typename T>
+struct GroupLeaf {
+  int32_t group;
+  GroupValue<T> value;
+};
+
+// Moves the partials out of a task's outputs (summaries and forwards below the top carry none).
+template <typename T>
+std::vector<GroupLeaf<T>> TakeLeaves(const SpanTask& task, int64_t K, SpanOutputs<T>& out);
+
+// left += right, element by element, tensor by tensor: the ledger's adds (common/model.h
+// AddInto), so that a node has the same bits wherever it is computed.
+template <typename T>
+void AddGroupValue(GroupValue<T>& left, const GroupValue<T>& right);
+
+template <typename T>
+LayerParams<T> LayerFromGroup(GroupValue<T>&& v);
+
+// The wire form, f32. TakeGroup checks every name, shape and dtype (INVALID_ARGUMENT naming
+// the tensor) and that nothing else is there.
+TensorMap PutGroup(const MambaConfig& c, int64_t K, int32_t group, const GroupValue<float>& v);
+absl::StatusOr<GroupValue<float>> TakeGroup(const MambaConfig& c, int64_t K, int32_t group,
+                                            TensorMap& got);
+uint64_t GroupBytes(const MambaConfig& c, int64_t K, int32_t group);  // f32
+
+}  // namespace adjsh
+
+#endif  // ADJSH_ENGINE_REDUCE_GROUPS_H_
