@@ -40,6 +40,8 @@ void PrintProgress(const train::StepReport& r) {
                              static_cast<double>(r.profile.wire_bytes) /
                                  static_cast<double>(std::max<int64_t>(1, r.profile.tokens)));
     }
+    if (r.profile.tree_workers > 0) acc += absl::StrFormat(" | tree of %d", r.profile.tree_workers);
+    if (r.profile.restarts > 0) acc += absl::StrFormat(" | %d restarts", r.profile.restarts);
   }
   std::fprintf(stderr,
                "step %lld/%lld [%s] loss %.4f | %.1fK tok/s | |g| %.3f | lr %.2e | ETA %s%s\n",

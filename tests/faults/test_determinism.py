@@ -12,7 +12,9 @@ rows: vector loops that are all remainder), an uneven last chunk (with N = 16, t
 scan), one-token chunks (a span's conv halo spans several chunks), and a chunk longer than the
 sequence (one span). Spans go to whichever workers claim them, in an order that changes from run
 to run, so a result that depends on which worker ran a task, on what it ran before, or on when
-a result arrived shows up here as a differing byte.
+a result arrived shows up here as a differing byte. Runs alternate, four at a time, between the
+worker tree (--reduce tree: the partials summed among the workers, each run's progress lines
+must say "tree of") and the star (--reduce star: all through the coordinator, no "tree of").
 """
 import hashlib
 import os
@@ -72,25 +74,34 @@ def body(adjsh, tmp, cluster, record, repeats):
         bad_grad, bad_train, failed = [], [], []
         for i in range(repeats):
             workers = str(WORKERS[i % len(WORKERS)])
+            reduce = "star" if (i // len(WORKERS)) % 2 else "tree"
             out = os.path.join(d, f"g{i + 1}.safetensors")
-            r = run_adjsh(adjsh, [*grad, "--workers", workers, "--out", out], timeout=300)
+            r = run_adjsh(adjsh, [*grad, "--workers", workers, "--reduce", reduce, "--out", out],
+                          timeout=300)
             if r.returncode != 0:
                 failed.append(f"grad --workers {workers}: {r.stderr.strip()[-300:]}")
+            elif ("tree of " in r.stderr) != (reduce == "tree"):
+                failed.append(f"grad --workers {workers} --reduce {reduce}: the progress line "
+                              f"says otherwise: {r.stderr.strip()[-200:]}")
             else:
                 with open(out, "rb") as f:
                     if f.read() != want_grad:
                         bad_grad.append(f"run {i + 1} ({workers} workers)")
                 os.remove(out)
             ckpt = os.path.join(d, f"ckpt{i + 1}")
-            r = run_adjsh(adjsh, [*train, "--workers", workers, "--checkpoint-dir", ckpt],
-                          timeout=300)
+            r = run_adjsh(adjsh, [*train, "--workers", workers, "--reduce", reduce,
+                                  "--checkpoint-dir", ckpt], timeout=300)
             state = final_files(ckpt) if r.returncode == 0 else None
             if state is None:
                 failed.append(f"train --workers {workers}: {r.stderr.strip()[-300:]}")
+            elif ("tree of " in r.stderr) != (reduce == "tree"):
+                failed.append(f"train --workers {workers} --reduce {reduce}: the progress lines "
+                              f"say otherwise: {r.stderr.strip()[-200:]}")
             elif state != ref_state:
                 bad_train.append(f"run {i + 1} ({workers} workers): {digest(state)} vs "
                                  f"{digest(ref_state)}")
-        record(f"{name}: {repeats} grad and {repeats} train runs through 1, 2, 4, 8 workers ran",
+        record(f"{name}: {repeats} grad and {repeats} train runs through 1, 2, 4, 8 workers "
+               "(tree and star) ran",
                not failed, "; ".join(failed))
         record(f"{name}: every gradient bitwise the in-process one", not bad_grad,
                "; ".join(bad_grad))

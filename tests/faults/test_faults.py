@@ -10,6 +10,10 @@ spans, so 60 span tasks per step, 6 steps, a checkpoint every 2 steps):
                     (the job runs 80 steps); the spans a killed worker owned are claimed by
                     others, which rebuild them (their logs say so, in the forward and in the
                     backward);
+  worker_kills_tree the same kills with the worker tree (every worker serves --peer-listen on
+                    127.0.0.1): a lost tree worker takes the sums it held with it, so the
+                    coordinator begins the step again (its log says so, >= 1 time), and the
+                    job's progress lines say "tree of";
   worker_stop       a worker SIGSTOPped just after it leased a task, for 2.5 leases (the task is
                     handed to the other worker), then SIGCONTed: its late work is refused (the
                     worker logs the refusal); a heavier job (D=64, N=16, context 4096, chunk
@@ -86,9 +90,9 @@ def terminal(js):
     return js is not None and js["state"] in ("SUCCEEDED", "FAILED", "CANCELLED")
 
 
-def count_in_logs(cluster, pattern):
+def count_in_logs(cluster, pattern, logs="worker-*.log"):
     n = 0
-    for path in glob.glob(os.path.join(cluster.tmp, "worker-*.log")):
+    for path in glob.glob(os.path.join(cluster.tmp, logs)):
         with open(path, errors="replace") as f:
             n += f.read().count(pattern)
     return n
@@ -127,6 +131,43 @@ def case_worker_kills(adjsh, tmp, cluster, res, ref):  # ref: of LONGER
     fwd, bwd = rebuilt()
     res.record(f"lost spans rebuilt by their new owners: {fwd} in the forward, {bwd} in the "
                f"backward (>= 1 each)", fwd >= 1 and bwd >= 1)
+    res.record("job SUCCEEDED", r.returncode == 0, r.stdout[-1500:] + r.stderr)
+    res.record("final weights and optimizer state bitwise equal to the undisturbed run",
+               ref is not None and final_files(ckpt) == ref)
+
+
+def case_worker_kills_tree(adjsh, tmp, cluster, res, ref):  # ref: of LONGER
+    coord, addr = cluster.coordinator(os.path.join(tmp, "state"), lease_ms=500)
+    if not res.record("coordinator started", addr):
+        return
+    peer = ["--peer-listen", "127.0.0.1:0"]
+    workers = {f"w{k}": cluster.worker(addr, f"w{k}", log="", flags=peer) for k in range(3)}
+    ckpt = os.path.join(tmp, "job")
+    job, r = cluster.submit(addr, LONGER.spec(ckpt))
+    if not res.record("job submitted", job, r.stderr):
+        return
+    rng = random.Random(12)
+    kills = 0
+    last = os.path.join(ckpt, "step-%08d" % LONGER.steps)
+
+    def restarts():
+        return count_in_logs(cluster, "the step begins again", "coordinator*.log")
+
+    while kills < 8 or (kills < 120 and restarts() == 0):
+        time.sleep(rng.uniform(0.05, 0.4))
+        if os.path.exists(last):
+            break
+        name = rng.choice(sorted(workers))
+        os.kill(workers[name].pid, signal.SIGKILL)
+        workers[name].wait()
+        kills += 1
+        workers[name] = cluster.worker(addr, f"{name}-{kills}", log="", flags=peer)
+    r = cluster.watch(addr, job)
+    res.record(f"workers SIGKILLed {kills} times during the job (>= 8)", kills >= 8)
+    n = restarts()
+    res.record(f"steps begun again after losing a tree worker: {n} (>= 1)", n >= 1)
+    res.record("the progress lines say the steps reduced in a worker tree",
+               "tree of" in r.stdout, r.stdout[-800:])
     res.record("job SUCCEEDED", r.returncode == 0, r.stdout[-1500:] + r.stderr)
     res.record("final weights and optimizer state bitwise equal to the undisturbed run",
                ref is not None and final_files(ckpt) == ref)
@@ -390,7 +431,8 @@ def case_disk_full(adjsh, tmp, cluster, res, ref, ref_dir):
     return None
 
 
-CASES = {"worker_kills": case_worker_kills, "worker_stop": case_worker_stop,
+CASES = {"worker_kills": case_worker_kills, "worker_kills_tree": case_worker_kills_tree,
+         "worker_stop": case_worker_stop,
          "coordinator_kill": case_coordinator_kill, "proxy_cuts": case_proxy_cuts,
          "proxy_stall": case_proxy_stall, "disk_full": case_disk_full}
 
@@ -426,7 +468,8 @@ def main():
     def run_case():
         nonlocal code
         ref_dir = os.path.join(tmp, "reference")
-        job = {"worker_stop": HEAVY, "worker_kills": LONGER}.get(args.case, SMALL)
+        job = {"worker_stop": HEAVY, "worker_kills": LONGER,
+               "worker_kills_tree": LONGER}.get(args.case, SMALL)
         r, ref = train_reference(adjsh, ref_dir, job.flags)
         res.record("undisturbed run (adjsh train in-process)", ref is not None, r.stderr)
         if args.case == "disk_full":
