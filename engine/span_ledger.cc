@@ -288,6 +288,7 @@ int64_t SpanLedger<T>::held_bytes() const {
 }
 
 template class FixedTreeSum<float>;  // scalars: tests/kernels/span_schedule_test.cc
+template class FixedTreeSum<GroupValue<float>>;  // tests/kernels/tree_reduce_test.cc
 template class FixedTreeSum<LayerParams<float>>;
 template class FixedTreeSum<LayerParams<double>>;
 template class FixedTreeSum<std::vector<float>>;

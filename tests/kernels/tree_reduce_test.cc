@@ -1,0 +1,158 @@
+// The worker tree's sums (engine/tree_reduce.h) against the coordinator's (FixedTreeSum,
+// engine/span_ledger.h): for any owners, any order of leaves and of deliveries, and
+// duplicates, every group's root is bitwise the one tree's; and only right children of nodes
+// whose first span lives elsewhere cross between workers.
+#include "engine/tree_reduce.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <deque>
+#include <random>
+#include <vector>
+
+#include "engine/span_ledger.h"
+
+namespace adjsh {
+namespace {
+
+constexpr int64_t kLayers = 1;  // groups 0 (a layer), 1, 2, 3: only their indices matter here
+
+// Leaf values with large cancellations, so that another order of adds gives other bits.
+GroupValue<float> Leaf(int64_t s, int32_t group, int64_t n) {
+  static const float kBase[] = {1.0f, 1e8f, -1e8f, 0.5f, 3.25f, 1e-3f, -7.0f};
+  std::vector<float> v(n);
+  for (int64_t i = 0; i < n; ++i)
+    v[i] = kBase[(s + i + group) % 7] * (1.0f + static_cast<float>(i) * 0.125f);
+  return {v, std::vector<float>(2, static_cast<float>(s) + 0.25f)};
+}
+
+GroupValue<float> OneTree(int64_t S, int32_t group, int64_t n) {
+  FixedTreeSum<GroupValue<float>> t(S, AddGroupValue<float>);
+  for (int64_t s = 0; s < S; ++s) t.Add(s, Leaf(s, group, n));
+  return t.TakeRoot();
+}
+
+bool Bitwise(const GroupValue<float>& a, const GroupValue<float>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t j = 0; j < a.size(); ++j) {
+    if (a[j].size() != b[j].size() ||
+        std::memcmp(a[j].data(), b[j].data(), a[j].size() * sizeof(float)) != 0)
+      return false;
+  }
+  return true;
+}
+
+struct Outcome {
+  std::vector<GroupValue<float>> roots;  // per group
+  int64_t transfers = 0;                 // node values sent from one worker to another
+  int64_t roots_sent = 0;
+};
+
+// W workers owning spans by `owner`; leaves put in a random order, messages delivered in a
+// random order, each delivered twice with probability `dup`.
+Outcome RunTree(int64_t S, const std::vector<int32_t>& owner, int W, uint32_t seed, double dup) {
+  const int32_t G = NumGroups(kLayers);
+  std::vector<TreeReduce<float>> workers;
+  for (int w = 0; w < W; ++w) workers.emplace_back(S, owner, w, kLayers);
+  std::mt19937 rng(seed);
+  struct Leaf_ {
+    int32_t group;
+    int64_t s;
+  };
+  std::vector<Leaf_> leaves;
+  for (int32_t g = 0; g < G; ++g)
+    for (int64_t s = 0; s < S; ++s) leaves.push_back({g, s});
+  std::shuffle(leaves.begin(), leaves.end(), rng);
+  std::deque<TreeReduce<float>::Send> wire;
+  Outcome out;
+  out.roots.resize(G);
+  auto deliver_some = [&](bool all) {
+    while (!wire.empty() && (all || rng() % 2 == 0)) {
+      const size_t k = rng() % wire.size();
+      TreeReduce<float>::Send m = wire[k];
+      wire.erase(wire.begin() + static_cast<std::ptrdiff_t>(k));
+      if (m.to == TreeReduce<float>::kCoordinator) {
+        ++out.roots_sent;
+        if (out.roots[m.group].empty()) out.roots[m.group] = m.value;
+        ASSERT_TRUE(Bitwise(out.roots[m.group], m.value));
+        continue;
+      }
+      ++out.transfers;
+      std::vector<TreeReduce<float>::Send> sends;
+      const int copies = std::uniform_real_distribution<double>(0, 1)(rng) < dup ? 2 : 1;
+      for (int c = 0; c < copies; ++c) {
+        bool fresh = false;
+        ASSERT_TRUE(workers[m.to].Put(m.group, m.lo, m.hi, m.value, sends, &fresh).ok());
+        EXPECT_EQ(fresh, c == 0);
+      }
+      for (auto& x : sends) wire.push_back(std::move(x));
+    }
+  };
+  for (const Leaf_& l : leaves) {
+    std::vector<TreeReduce<float>::Send> sends;
+    EXPECT_TRUE(workers[owner[l.s]].Put(l.group, l.s, l.s + 1, Leaf(l.s, l.group, 5), sends).ok());
+    for (auto& x : sends) wire.push_back(std::move(x));
+    deliver_some(false);
+  }
+  deliver_some(true);
+  for (const TreeReduce<float>& w : workers) EXPECT_EQ(w.held(), 0);
+  return out;
+}
+
+TEST(TreeReduceTest, AnyOwnersAndOrderGiveTheOneTreesBits) {
+  for (int64_t S : {1, 2, 3, 7, 8, 13}) {
+    for (int W : {1, 2, 3, 5}) {
+      for (uint32_t seed = 0; seed < 6; ++seed) {
+        std::mt19937 rng(seed * 31 + static_cast<uint32_t>(S * 7 + W));
+        std::vector<int32_t> owner(S);
+        for (int64_t s = 0; s < S; ++s)
+          owner[s] = seed % 3 == 0 ? static_cast<int32_t>(s % W)             // round-robin
+                     : seed % 3 == 1 ? static_cast<int32_t>(s * W / S)       // blocks
+                                     : static_cast<int32_t>(rng() % W);      // any
+        const Outcome got = RunTree(S, owner, W, seed, 0.3);
+        for (int32_t g = 0; g < NumGroups(kLayers); ++g) {
+          ASSERT_FALSE(got.roots[g].empty()) << "S " << S << " W " << W << " group " << g;
+          EXPECT_TRUE(Bitwise(got.roots[g], OneTree(S, g, 5)))
+              << "S " << S << " W " << W << " seed " << seed << " group " << g;
+        }
+      }
+    }
+  }
+}
+
+// The tree really is used: summing the leaves in span order gives other bits.
+TEST(TreeReduceTest, TheSumIsNotTheSequentialOne) {
+  GroupValue<float> seq = Leaf(0, 0, 5);
+  for (int64_t s = 1; s < 7; ++s) AddGroupValue(seq, Leaf(s, 0, 5));
+  EXPECT_FALSE(Bitwise(seq, OneTree(7, 0, 5)));
+}
+
+// Where nodes cross: with blocks [0, 4) and [4, 8), only [4, 8) leaves worker 1, once per
+// group; round-robin sends every odd leaf's value to its left neighbour's owner; one worker
+// sends nothing but the roots.
+TEST(TreeReduceTest, OnlyRightChildrenOfOtherWorkersNodesCross) {
+  const int32_t G = NumGroups(kLayers);
+  Outcome blocks = RunTree(8, {0, 0, 0, 0, 1, 1, 1, 1}, 2, 1, 0.0);
+  EXPECT_EQ(blocks.transfers, G);
+  EXPECT_EQ(blocks.roots_sent, G);
+  Outcome rr = RunTree(8, {0, 1, 0, 1, 0, 1, 0, 1}, 2, 1, 0.0);
+  EXPECT_EQ(rr.transfers, 4 * G);
+  Outcome one = RunTree(8, std::vector<int32_t>(8, 0), 1, 1, 0.0);
+  EXPECT_EQ(one.transfers, 0);
+  EXPECT_EQ(one.roots_sent, G);
+}
+
+TEST(TreeReduceTest, RefusesNodesNotInTheTreeOrNotItsOwn) {
+  TreeReduce<float> r(8, {0, 0, 0, 0, 1, 1, 1, 1}, 0, kLayers);
+  std::vector<TreeReduce<float>::Send> out;
+  EXPECT_FALSE(r.Put(0, 1, 3, Leaf(1, 0, 5), out).ok());   // [1, 3) is no node
+  EXPECT_FALSE(r.Put(9, 0, 1, Leaf(0, 0, 5), out).ok());   // no group 9
+  EXPECT_FALSE(r.Put(0, 5, 6, Leaf(5, 0, 5), out).ok());   // worker 1's leaf
+  EXPECT_TRUE(r.Put(0, 4, 8, Leaf(4, 0, 5), out).ok());    // worker 1's right child: ours
+  EXPECT_TRUE(out.empty());
+}
+
+}  // namespace
+}  // namespace adjsh
