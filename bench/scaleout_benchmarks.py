@@ -13,6 +13,8 @@ T = 1M), the default spans (about T/16384, at least 8). Each row is one gradient
   coord MiB    peak RSS of the `adjsh grad` process (coordinator: tokens, parameters, ledger)
   worker MiB   peak RSS of each worker process (their `stopped:` lines), max over workers
   parallelism  the coordinator's task seconds over the critical path of the step
+  reduce       tree (the workers sum the partials among themselves, the default) or star
+               (every partial through the coordinator): the same bits, other wire bytes
 The peak RSS slope in T of the coordinator and of one worker is fitted between the 64K and
 256K rows (and 1M when run). Every process runs on this machine's 2 cores: a row with more
 workers than cores shows the protocol's overhead, not parallel speed. --quick skips T = 1M.
@@ -41,10 +43,10 @@ def run(cmd):
     return p.stderr
 
 
-def grad(adjsh, model, tokens, work, chunk, workers, threads, trace=None):
+def grad(adjsh, model, tokens, work, chunk, workers, threads, reduce, trace=None):
     out = os.path.join(work, "g.safetensors")
     cmd = [adjsh, "grad", "--model", model, "--tokens", tokens, "--out", out, "--chunk",
-           str(chunk), "--threads", str(threads), "--workers", str(workers)]
+           str(chunk), "--threads", str(threads), "--workers", str(workers), "--reduce", reduce]
     if trace:
         cmd += ["--trace", trace]
     err = run(cmd)
@@ -54,7 +56,10 @@ def grad(adjsh, model, tokens, work, chunk, workers, threads, trace=None):
         sys.exit(f"no summary in the output of {' '.join(cmd)}:\n{err[-2000:]}")
     peaks = [float(m.group(1)) for m in WORKER_PEAK.finditer(err)]
     T = int(g.group(2))
-    return {"T": T, "workers": workers, "threads": threads, "seconds": float(g.group(3)),
+    if workers and ("tree of " in err) != (reduce == "tree"):
+        sys.exit(f"--reduce {reduce} did not run as asked: {err[-800:]}")
+    return {"T": T, "workers": workers, "threads": threads, "reduce": reduce if workers else "-",
+            "seconds": float(g.group(3)),
             "loss": float(g.group(1)), "coord_mib": float(g.group(4)),
             "worker_mib": max(peaks) if peaks else None, "tasks": int(p.group(1)),
             "spans": int(p.group(2)), "task_s": float(p.group(3)),
@@ -63,7 +68,8 @@ def grad(adjsh, model, tokens, work, chunk, workers, threads, trace=None):
 
 
 def slope(rows, key, workers):
-    pts = sorted((r["T"], r[key]) for r in rows if r["workers"] == workers and r[key])
+    pts = sorted((r["T"], r[key]) for r in rows
+                 if r["workers"] == workers and r["reduce"] != "star" and r[key])
     if len(pts) < 2:
         return None
     (t0, m0), (t1, m1) = pts[0], pts[-1]
@@ -84,37 +90,41 @@ def main():
     model = os.path.join(work, "model")
     run([adjsh, "init", "--out", model, "--hidden-size", "128", "--layers", "4",
          "--vocab-size", "256", "--seed", "1"])
-    # (T, chunk, [(workers, threads)])
-    plan = [(16384, 1024, [(4, 1)]),
-            (65536, 1024, [(0, 1), (2, 1), (4, 1), (1, 1)]),
-            (262144, 1024, [(0, 1), (4, 1), (2, 1), (1, 1)])]
+    # (T, chunk, [(workers, threads, reduce)])
+    plan = [(16384, 1024, [(4, 1, "tree"), (4, 1, "star")]),
+            (65536, 1024, [(0, 1, "tree"), (2, 1, "tree"), (2, 1, "star"), (4, 1, "tree"),
+                           (4, 1, "star"), (1, 1, "tree")]),
+            (262144, 1024, [(0, 1, "tree"), (4, 1, "tree"), (4, 1, "star"), (2, 1, "tree"),
+                            (2, 1, "star"), (1, 1, "tree")])]
     if not args.quick:
-        plan.append((1048576, 4096, [(4, 1)]))
+        plan.append((1048576, 4096, [(4, 1, "tree")]))
     rows = []
     for T, chunk, runs in plan:
         tokens = os.path.join(work, f"t{T}.u32")
         run([adjsh, "tokenize", "--text", CORPUS, "--out", tokens, "--length", str(T)])
-        for workers, threads in runs:
+        for workers, threads, reduce in runs:
             trace = None
             if args.trace_dir:
                 os.makedirs(args.trace_dir, exist_ok=True)
-                trace = os.path.join(args.trace_dir, f"T{T}_W{workers}.jsonl")
+                suffix = "_star" if reduce == "star" and workers else ""
+                trace = os.path.join(args.trace_dir, f"T{T}_W{workers}{suffix}.jsonl")
                 if os.path.exists(trace):
                     os.remove(trace)
-            r = grad(adjsh, model, tokens, work, chunk, workers, threads, trace)
+            r = grad(adjsh, model, tokens, work, chunk, workers, threads, reduce, trace)
             rows.append(r)
-            print(f"T={T:>8} workers={workers} {r['seconds']:8.2f} s  par {r['parallelism']:5.1f}"
+            print(f"T={T:>8} workers={workers} {r['reduce']:4} {r['seconds']:8.2f} s  "
+                  f"par {r['parallelism']:5.1f}"
                   f"  wire {r['wire_b_per_token']:7.1f} B/tok  coord {r['coord_mib']:7.1f} MiB"
                   f"  worker {r['worker_mib'] or 0:7.1f} MiB", flush=True)
     base = {r["T"]: r["seconds"] for r in rows if r["workers"] == 0}
-    print("\n| T | chunk | spans | workers | seconds | speed-up vs in-process 1 thread | "
+    print("\n| T | chunk | spans | workers | reduce | seconds | speed-up vs in-process 1 thread | "
           "parallelism | wire B/token | coordinator peak MiB | worker peak MiB |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     chunks = {T: c for T, c, _ in plan}
     for r in rows:
         sp = f"{base[r['T']] / r['seconds']:.2f}x" if r["T"] in base else "-"
         print(f"| {r['T']:,} | {chunks[r['T']]} | {r['spans']} | "
-              f"{r['workers'] or 'in-process'} | {r['seconds']:.2f} | {sp} | "
+              f"{r['workers'] or 'in-process'} | {r['reduce']} | {r['seconds']:.2f} | {sp} | "
               f"{r['parallelism']:.1f} | {r['wire_b_per_token']:.0f} | {r['coord_mib']:.1f} | "
               f"{r['worker_mib'] if r['worker_mib'] else '-'} |")
     for w in (1, 2, 4):

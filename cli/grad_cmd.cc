@@ -39,9 +39,7 @@ absl::Status RunGrad(const ArgParser& a, const GradOptions& opt, bool quiet, int
       absl::StatusOr<std::unique_ptr<coordinator::LocalCluster>> cluster =
           coordinator::LocalCluster::Start(workers, SelfExe(), std::move(options));
       if (!cluster.ok()) return cluster.status();
-      // The gradient's time, not the workers' start: wait (up to 30 s) for them to register.
-      for (int i = 0; i < 3000 && (*cluster)->service().registered_workers() < workers; ++i)
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      // The gradient's time, not the workers' start: Start waited for them to register.
       start = std::chrono::steady_clock::now();
       result = (*cluster)->service().ComputeGradient(*params, *tokens, opt, "grad", 0);
     }

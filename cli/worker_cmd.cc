@@ -53,6 +53,9 @@ int WorkerCommand(const std::vector<std::string>& args) {
         "this worker's certificate, which must name the address peers use");
   a.Add("peer-advertise", "HOST:PORT",
         "the address peers reach the endpoint at (default: the --peer-listen address)");
+  a.Add("peer-tls-name", "NAME",
+        "with --tls-ca: the name (certificate SAN) every peer's certificate carries, checked "
+        "instead of the host of its address (workers reached by IP sharing one name)");
   AddClientSecurityFlags(a, /*worker=*/true);
   if (auto code = ParseOrExit(a, args)) return *code;
 
@@ -67,12 +70,16 @@ int WorkerCommand(const std::vector<std::string>& args) {
   if (!security.ok()) return SecurityFail("worker", security_error);
   opt.credentials = ChannelCredentialsFor(*security);
   if (a.Has("name")) opt.name = a.Get("name");
-  if (a.Has("peer-advertise") && !a.Has("peer-listen")) {
-    return BadUsage("worker", absl::InvalidArgumentError("--peer-advertise needs --peer-listen"));
+  for (const char* f : {"peer-advertise", "peer-tls-name"}) {
+    if (a.Has(f) && !a.Has("peer-listen")) {
+      return BadUsage("worker", absl::InvalidArgumentError(
+                                    absl::StrCat("--", f, " needs --peer-listen")));
+    }
   }
   if (a.Has("peer-listen")) {
     opt.peer_listen = a.Get("peer-listen");
     opt.peer_advertise = a.Get("peer-advertise");
+    opt.peer_tls_name = a.Get("peer-tls-name");
     const bool unix_socket = opt.peer_listen.rfind("unix:", 0) == 0;
     const size_t colon = opt.peer_listen.rfind(':');
     if (!unix_socket && (colon == std::string::npos || colon == 0)) {
@@ -81,6 +88,9 @@ int WorkerCommand(const std::vector<std::string>& args) {
                                     opt.peer_listen, "'")));
     }
     if (security->insecure) {
+      if (a.Has("peer-tls-name")) {
+        return BadUsage("worker", absl::InvalidArgumentError("--peer-tls-name needs --tls-ca"));
+      }
       if (!IsLoopbackAddress(opt.peer_listen)) {
         return BadUsage("worker", absl::InvalidArgumentError(absl::StrCat(
                                       "--peer-listen ", opt.peer_listen,

@@ -99,12 +99,21 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(int workers,
     c->pids_[w] = pid;
   }
   c->supervisor_ = std::thread([raw = c.get()] { raw->Supervise(); });
-  // The first step deals its spans to the workers registered when it begins: wait (a while)
-  // for all of them, so that it uses every one.
-  const auto until = std::chrono::steady_clock::now() + kRegisterWait;
-  while (c->service_->registered_workers() < workers && std::chrono::steady_clock::now() < until)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  c->WaitForWorkers(kRegisterWait);
   return c;
+}
+
+void LocalCluster::WaitForWorkers(std::chrono::milliseconds at_most) {
+  const auto until = std::chrono::steady_clock::now() + at_most;
+  while (std::chrono::steady_clock::now() < until) {
+    int64_t expected = 0;  // the slots not given up
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (pid_t p : pids_) expected += p != 0 ? 1 : 0;
+    }
+    if (expected == 0 || service_->registered_workers() >= expected) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
 }
 
 pid_t LocalCluster::Spawn(int slot) {

@@ -61,6 +61,9 @@ class LocalCluster {
   static constexpr std::chrono::seconds kRegisterWait{20};
 
   pid_t Spawn(int slot);  // under mu_ (or before the supervisor runs)
+  // Until every worker not given up has registered, or `at_most`: the first step deals its
+  // spans to the workers registered when it begins.
+  void WaitForWorkers(std::chrono::milliseconds at_most);
   void Supervise();
 
   std::string exe_, address_;

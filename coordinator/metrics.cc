@@ -17,7 +17,7 @@ enum Index {
   kWorkers,
   kJobs, kSteps, kTokens, kStepDuration, kResident, kPeak,
   kJobStep, kJobSteps, kLoss, kTokensPerSecond, kLastProgress,
-  kRebuilds, kStepTaskSeconds, kStepCriticalPath, kStepParallelism, kStepWireBytes, kCount
+  kRebuilds, kRestarts, kRoots, kStepTaskSeconds, kStepCriticalPath, kStepParallelism, kStepWireBytes, kCount
 };
 
 const std::vector<MetricDef>& Table() {
@@ -56,6 +56,10 @@ const std::vector<MetricDef>& Table() {
        "Unix time of the running job's start or last step."},
       {"adjsh_coordinator_span_rebuilds_total", Kind::kCounter,
        "Span tasks whose worker rebuilt the span first (a new owner after a loss)."},
+      {"adjsh_coordinator_step_restarts_total", Kind::kCounter,
+       "Steps begun again after losing a worker of their worker tree."},
+      {"adjsh_coordinator_tree_roots_total", Kind::kCounter,
+       "Reduction group roots received from worker trees."},
       {"adjsh_coordinator_step_task_seconds", Kind::kGauge,
        "Last step: the workers' compute time summed over its span tasks."},
       {"adjsh_coordinator_step_critical_path_seconds", Kind::kGauge,
@@ -80,7 +84,7 @@ CoordinatorMetrics::CoordinatorMetrics(const TaskServiceImpl& tasks)
     : tasks_(tasks),
       // 50 ms .. ~27 min, doubling: a small model's step to a 1M-token step.
       step_duration_(metrics::ExponentialBuckets(0.05, 2, 16)) {
-  static_assert(kCount == 26, "one Index per table entry");
+  static_assert(kCount == 28, "one Index per table entry");
 }
 
 void CoordinatorMetrics::JobStarted(const std::string& job_id, int64_t step, int64_t steps) {
@@ -135,6 +139,8 @@ std::vector<prometheus::MetricFamily> CoordinatorMetrics::Collect() const {
   add(kReceived, static_cast<double>(tasks_.bytes_received()));
   add(kWorkers, static_cast<double>(tasks_.connected_workers()));
   add(kRebuilds, static_cast<double>(tasks_.span_rebuilds()));
+  add(kRestarts, static_cast<double>(tasks_.step_restarts()));
+  add(kRoots, static_cast<double>(tasks_.roots_accepted()));
   if (jobs_ != nullptr) {
     out.push_back(metrics::Family(Table()[kJobs]));
     for (const auto& [state, n] : jobs_->CountJobs()) {

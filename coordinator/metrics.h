@@ -14,6 +14,9 @@
 //   adjsh_coordinator_workers_connected                 workers heard from within a lease
 //   adjsh_coordinator_span_rebuilds_total               span tasks whose worker rebuilt the
 //                                                       span first (a new owner after a loss)
+//   adjsh_coordinator_step_restarts_total               steps begun again after losing a
+//                                                       worker of their worker tree
+//   adjsh_coordinator_tree_roots_total                  group roots received from worker trees
 //   adjsh_coordinator_step_task_seconds                 last step: compute time of its tasks
 //   adjsh_coordinator_step_critical_path_seconds        last step: longest dependent chain
 //   adjsh_coordinator_step_parallelism                  last step: the two above's ratio

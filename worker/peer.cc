@@ -32,8 +32,11 @@ class PeerServiceImpl final : public v1::PeerService::Service {
   PeerHub& hub_;
 };
 
-// The tree parent of worker i > 0 (a binomial tree: i without its lowest set bit).
-int32_t ParentOf(int32_t i) { return i & (i - 1); }
+// Where worker i > 0 gets the parameters: worker i - 1, a chain. Each relays the pieces as they
+// arrive, so every link carries the parameters once and the last worker has them one copy's
+// time plus a piece per hop after the first (a binomial tree would have its root send log2 W
+// whole copies, one after another).
+int32_t ParentOf(int32_t i) { return i - 1; }
 
 }  // namespace
 
@@ -340,6 +343,7 @@ v1::PeerService::Stub& PeerHub::PeerStub(const std::string& address) {
     grpc::ChannelArguments args = ClientChannelArgs();
     args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 50);
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+    if (!opt_.peer_tls_name.empty()) args.SetSslTargetNameOverride(opt_.peer_tls_name);
     stub = v1::PeerService::NewStub(grpc::CreateCustomChannel(
         address, opt_.credentials ? opt_.credentials : grpc::InsecureChannelCredentials(), args));
   }

@@ -58,8 +58,9 @@ class PeerHub {
   // The step of `task`, which has a tree: the first task of a newer (job, version) drops what
   // the older one held.
   void Enter(const v1::Task& task, std::shared_ptr<const MambaConfig> config);
-  // The parameters of the task's version, from its tree parent (worker 0: the coordinator),
-  // relayed to its own children as they arrive; from the coordinator when the parent fails.
+  // The parameters of the task's version, from the worker before it in the tree's order
+  // (worker 0: the coordinator), relayed to the next as they arrive; from the coordinator when
+  // that worker fails.
   std::optional<NoResult> FetchParams(const TaskState& held, const v1::Task& task,
                                       const AssemblerLimits& limits, TensorMap& got);
   // The partials of a task of an owned span: leaves of its trees.

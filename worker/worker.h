@@ -81,6 +81,9 @@ struct WorkerOptions {
   // certificates verified); null: plaintext (loopback and Unix sockets only). Peers are
   // reached with `credentials`.
   std::shared_ptr<grpc::ServerCredentials> peer_credentials;
+  // With TLS: the name peers' certificates carry, checked instead of the host of their address
+  // (pods reached by IP share one certificate name); "": the address's host.
+  std::string peer_tls_name;
 };
 
 // Counters, readable at any time (for tests and logs).

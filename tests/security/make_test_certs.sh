@@ -4,6 +4,8 @@
 #   server.pem server.key       coordinator certificate (SAN 127.0.0.1, ::1, localhost), by ca
 #   worker.pem worker.key       client certificate (CN adjsh-worker-1), by ca
 #   worker2.pem worker2.key     client certificate (CN adjsh-worker-2), by ca
+#   peer.pem peer.key           a worker's certificate for its peer endpoint too (SAN
+#   peer2.pem peer2.key         DNS:adjsh-worker, server and client auth), by ca
 #   other-ca.pem other-ca.key   another CA
 #   rogue.pem rogue.key         client certificate by other-ca (refused in the TLS handshake)
 #   rogue-server.pem/.key       coordinator certificate by other-ca (refused by clients)
@@ -34,11 +36,14 @@ leaf() {  # leaf NAME CN CA EXTENSIONS
 
 server_ext=$'subjectAltName=IP:127.0.0.1,IP:::1,DNS:localhost\nextendedKeyUsage=serverAuth\nbasicConstraints=CA:FALSE'
 client_ext=$'extendedKeyUsage=clientAuth\nbasicConstraints=CA:FALSE'
+peer_ext=$'subjectAltName=DNS:adjsh-worker\nextendedKeyUsage=serverAuth,clientAuth\nbasicConstraints=CA:FALSE'
 ca ca adjsh-test-ca
 ca other-ca adjsh-other-ca
 leaf server localhost ca "$server_ext"
 leaf worker adjsh-worker-1 ca "$client_ext"
 leaf worker2 adjsh-worker-2 ca "$client_ext"
+leaf peer adjsh-worker-peer-1 ca "$peer_ext"
+leaf peer2 adjsh-worker-peer-2 ca "$peer_ext"
 leaf rogue adjsh-rogue-worker other-ca "$client_ext"
 leaf rogue-server localhost other-ca "$server_ext"
 openssl pkey -in server.key -aes256 -passout pass:secret -out server-encrypted.key 2>/dev/null

@@ -169,6 +169,43 @@ def body(adjsh, tmp, procs, record):
     coord.send_signal(signal.SIGTERM)
     coord.wait(timeout=20)
 
+    # --- the worker tree over mutual TLS: peer endpoints with the workers' certificates ------
+    coord, addr = procs.coordinator(os.path.join(tmp, "tls_tree"),
+                                    flags=[*server_tls, "--auth-token-file", C("token")],
+                                    log="tls_tree")
+    record("TLS coordinator for the worker tree starts", addr is not None)
+    if addr is None:
+        return
+    for i, cert in enumerate(["peer", "peer2"]):
+        procs.worker(addr, f"peer{i}", log="", flags=[
+            "--tls-ca", C("ca.pem"), "--tls-cert", C(cert + ".pem"), "--tls-key", C(cert + ".key"),
+            "--peer-listen", "127.0.0.1:0", "--peer-tls-name", "adjsh-worker"])
+    time.sleep(2)  # both registered before the first step deals its spans
+    ckpt_tree = os.path.join(tmp, "job_tls_tree")
+    spec = spec_file("tree", {"init": SHAPE, "context_length": 512, "chunk": 64, "steps": 2,
+                              "checkpoint_dir": ckpt_tree})
+    tree_client = ["--coordinator", addr, "--tls-ca", C("ca.pem"), "--auth-token-file",
+                   C("token")]
+    r = run("submit", *tree_client, "--spec", spec, timeout=30)
+    w = run("watch", *tree_client, "--job", r.stdout.strip(), timeout=300)
+    record("worker tree over mutual TLS: SUCCEEDED, a tree of 2 workers",
+           r.returncode == 0 and w.returncode == 0 and "tree of 2" in w.stdout,
+           (w.stdout[-1500:], w.stderr, tail("tls_tree.log"), tail("worker-peer0.log"),
+            tail("worker-peer1.log")))
+    record("worker tree over mutual TLS: weights bitwise those of in-process training",
+           final_model(ckpt_tree) is not None and final_model(ckpt_tree) == final_model(ref))
+    coord.send_signal(signal.SIGTERM)
+    coord.wait(timeout=20)
+    for a, want_err, what in [
+            (["--peer-listen", "0.0.0.0:0"], "not a loopback", "plaintext peer endpoint on 0.0.0.0"),
+            (["--peer-listen", "127.0.0.1:0", "--peer-tls-name", "x"], "needs --tls-ca",
+             "--peer-tls-name without TLS"),
+            (["--peer-advertise", "127.0.0.1:1"], "needs --peer-listen",
+             "--peer-advertise without --peer-listen"),
+            (["--peer-listen", "nonsense"], "HOST:PORT", "a malformed --peer-listen")]:
+        r = run("worker", "--coordinator", "127.0.0.1:1", *a, timeout=20)
+        record(f"worker: {what} -> exit 2", r.returncode == 2 and want_err in r.stderr, r.stderr)
+
     # --- limits ----------------------------------------------------------------------------------
     coord, addr = procs.coordinator(os.path.join(tmp, "limits"), log="limits", flags=[
         "--insecure-local", "--max-context", "1024", "--max-layers", "2", "--max-hidden", "32",
