@@ -104,9 +104,11 @@ int GradCommand(const std::vector<std::string>& args) {
         "in-process; f32, exact, span schedule)",
         "0");
   AddWorkerDeviceFlag(a);
-  a.Add("reduce", "tree|star", "with --workers: " "where the parameter partials are summed: tree (among the workers, when every worker "
-        "serves a peer endpoint; else through the coordinator) or star (always through the "
-        "coordinator). The same bits either way", "tree");
+  a.Add("reduce", "tree|star",
+        "with --workers: where the parameter partials are summed: tree (among the workers, "
+        "when every worker serves a peer endpoint; else through the coordinator) or star "
+        "(always through the coordinator). The same bits either way",
+        "tree");
   a.Add("schedule", "spans|wavefront|two-pass",
         "spans (what workers run), or the in-process chunk schedules: a wavefront over (layer, "
         "chunk), or two passes per layer with all chunks in parallel",
@@ -192,7 +194,9 @@ int GradCommand(const std::vector<std::string>& args) {
   if (!worker_devices->empty() && *workers == 0) {
     return BadUsage("grad", absl::InvalidArgumentError("--worker-device needs --workers N (N >= 1)"));
   }
-  if (absl::StatusOr<bool> tree = ReduceFromFlags(a); !tree.ok()) return BadUsage("grad", tree.status());
+  if (absl::StatusOr<bool> tree = ReduceFromFlags(a); !tree.ok()) {
+    return BadUsage("grad", tree.status());
+  }
   if (absl::Status s = CheckDeviceUsable(opt.device); !s.ok()) return Fail("grad", s);
   const int w = static_cast<int>(*workers);
   const absl::Status status = dtype == "f32"

@@ -103,7 +103,8 @@ int WorkerCommand(const std::vector<std::string>& args) {
       opt.peer_credentials = ServerCredentialsFor(peer);
     }
     if (opt.peer_advertise.empty() && !unix_socket &&
-        (absl::StartsWith(opt.peer_listen, "0.0.0.0:") || absl::StartsWith(opt.peer_listen, "[::]:"))) {
+        (absl::StartsWith(opt.peer_listen, "0.0.0.0:") ||
+         absl::StartsWith(opt.peer_listen, "[::]:"))) {
       return BadUsage("worker", absl::InvalidArgumentError(
                                     "--peer-listen on every interface needs --peer-advertise "
                                     "(the address peers reach this worker at)"));

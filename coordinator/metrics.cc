@@ -17,7 +17,8 @@ enum Index {
   kWorkers,
   kJobs, kSteps, kTokens, kStepDuration, kResident, kPeak,
   kJobStep, kJobSteps, kLoss, kTokensPerSecond, kLastProgress,
-  kRebuilds, kRestarts, kRoots, kStepTaskSeconds, kStepCriticalPath, kStepParallelism, kStepWireBytes, kCount
+  kRebuilds, kRestarts, kRoots,
+  kStepTaskSeconds, kStepCriticalPath, kStepParallelism, kStepWireBytes, kCount
 };
 
 const std::vector<MetricDef>& Table() {

@@ -103,13 +103,13 @@ absl::StatusOr<GroupValue<float>> TakeGroup(const MambaConfig& c, int64_t K, int
   for (const GroupSlot& slot : slots) {
     auto it = got.find(slot.name);
     if (it == got.end()) {
-      return absl::InvalidArgumentError(absl::StrCat(GroupName(group, K), ": missing tensor \"",
-                                                     slot.name, "\""));
+      return absl::InvalidArgumentError(
+          absl::StrCat(GroupName(group, K), ": missing tensor \"", slot.name, "\""));
     }
     if (it->second.dtype != DType::kF32 || it->second.shape != slot.shape) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          GroupName(group, K), ": tensor \"", slot.name, "\" must be F32 of shape (",
-          absl::StrJoin(slot.shape, ", "), ")"));
+      return absl::InvalidArgumentError(absl::StrCat(GroupName(group, K), ": tensor \"", slot.name,
+                                                     "\" must be F32 of shape (",
+                                                     absl::StrJoin(slot.shape, ", "), ")"));
     }
     if (!ValidateTensor(it->second).ok()) {
       return absl::InvalidArgumentError(
@@ -121,8 +121,8 @@ absl::StatusOr<GroupValue<float>> TakeGroup(const MambaConfig& c, int64_t K, int
     got.erase(it);
   }
   if (!got.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(GroupName(group, K), ": unexpected tensor \"",
-                                                   got.begin()->first, "\""));
+    return absl::InvalidArgumentError(
+        absl::StrCat(GroupName(group, K), ": unexpected tensor \"", got.begin()->first, "\""));
   }
   return v;
 }
@@ -134,10 +134,10 @@ uint64_t GroupBytes(const MambaConfig& c, int64_t K, int32_t group) {
   return n;
 }
 
-#define ADJSH_REDUCE_GROUPS(T)                                                                \
+#define ADJSH_REDUCE_GROUPS(T)                                                                 \
   template std::vector<GroupLeaf<T>> TakeLeaves<T>(const SpanTask&, int64_t, SpanOutputs<T>&); \
-  template void AddGroupValue<T>(GroupValue<T>&, const GroupValue<T>&);                       \
-  template LayerParams<T> LayerFromGroup<T>(GroupValue<T>&&);
+  template void AddGroupValue<T>(GroupValue<T>&, const GroupValue<T>&);                        \
+  template LayerParams<T> LayerFromGroup<T>(GroupValue<T> &&);
 ADJSH_REDUCE_GROUPS(float)
 ADJSH_REDUCE_GROUPS(double)
 #undef ADJSH_REDUCE_GROUPS

@@ -49,13 +49,13 @@ class TreeReduce {
                    std::vector<Send>& out, bool* fresh = nullptr) {
     int64_t id = tree_.Find(lo, hi);
     if (group < 0 || group >= groups_ || id < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("no node [", lo, ", ", hi, ") of group ", group, " in the tree of ",
-                       tree_.leaves(), " spans"));
+      return absl::InvalidArgumentError(absl::StrCat("no node [", lo, ", ", hi, ") of group ",
+                                                     group, " in the tree of ", tree_.leaves(),
+                                                     " spans"));
     }
     if (Target(id) != self_ && !(hi - lo == 1 && owner_[lo] == self_)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "node [", lo, ", ", hi, ") of group ", group, " is not worker ", self_, "'s to sum"));
+      return absl::InvalidArgumentError(absl::StrCat("node [", lo, ", ", hi, ") of group ", group,
+                                                     " is not worker ", self_, "'s to sum"));
     }
     if (fresh != nullptr) *fresh = false;
     if (!seen_[group].emplace(id, true).second) return absl::OkStatus();

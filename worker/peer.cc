@@ -51,10 +51,9 @@ absl::StatusOr<std::string> PeerHub::Start() {
     service_ = std::make_unique<PeerServiceImpl>(*this);
     grpc::ServerBuilder builder;
     int port = 0;
-    builder.AddListeningPort(opt_.peer_listen,
-                             opt_.peer_credentials ? opt_.peer_credentials
-                                                   : grpc::InsecureServerCredentials(),
-                             &port);
+    builder.AddListeningPort(
+        opt_.peer_listen,
+        opt_.peer_credentials ? opt_.peer_credentials : grpc::InsecureServerCredentials(), &port);
     builder.RegisterService(service_.get());
     server_ = builder.BuildAndStart();
     if (server_ == nullptr || (port == 0 && !absl::StartsWith(opt_.peer_listen, "unix:"))) {
@@ -119,8 +118,8 @@ absl::Status PeerHub::AddLeaves(const v1::Task& task, std::vector<GroupLeaf<floa
   if (!Current(task.job_id(), task.params_version())) return absl::OkStatus();  // a left step
   std::vector<TreeReduce<float>::Send> out;
   for (GroupLeaf<float>& leaf : leaves) {
-    if (absl::Status s = step_.reduce->Put(leaf.group, task.span(), task.span() + 1,
-                                           std::move(leaf.value), out);
+    if (absl::Status s =
+            step_.reduce->Put(leaf.group, task.span(), task.span() + 1, std::move(leaf.value), out);
         !s.ok())
       return s;
   }
@@ -207,7 +206,8 @@ std::optional<NoResult> PeerHub::FetchParams(const TaskState& held, const v1::Ta
         std::lock_guard<std::mutex> lock(mu_);
         stub = &PeerStub(parent);
       }
-      std::unique_ptr<grpc::ClientReader<v1::TensorChunk>> reader = stub->FetchParams(&ctx, request);
+      std::unique_ptr<grpc::ClientReader<v1::TensorChunk>> reader =
+          stub->FetchParams(&ctx, request);
       s = StreamParams(*reader, ctx, relay, limits, got);
     }
     if (s.ok()) return finish(s, true);
@@ -246,12 +246,11 @@ grpc::Status PeerHub::ServeParams(grpc::ServerContext* ctx, const v1::FetchParam
   {
     std::unique_lock<std::mutex> lock(mu_);
     const bool reached = cv_.wait_for(lock, kRelayWait, [&] {
-      return shutdown_ ||
-             (step_.job_id == req->job_id() && step_.version >= req->params_version());
+      return shutdown_ || (step_.job_id == req->job_id() && step_.version >= req->params_version());
     });
     if (!reached || !Current(req->job_id(), req->params_version())) {
-      return Error(absl::UnavailableError(absl::StrCat(
-          "this worker is not in step version ", req->params_version(), " of that job")));
+      return Error(absl::UnavailableError(absl::StrCat("this worker is not in step version ",
+                                                       req->params_version(), " of that job")));
     }
     relay = step_.relay;
   }
@@ -378,7 +377,8 @@ absl::Status PeerHub::Push(const Outgoing& o, bool* accepted) {
   };
   if (o.address.empty()) {
     v1::PushResultResponse resp;
-    std::unique_ptr<grpc::ClientWriter<v1::SumChunk>> writer = coordinator_.PushReduced(&ctx, &resp);
+    std::unique_ptr<grpc::ClientWriter<v1::SumChunk>> writer =
+        coordinator_.PushReduced(&ctx, &resp);
     absl::Status s = stream(*writer);
     *accepted = resp.accepted();
     return s;

@@ -102,13 +102,13 @@ class PeerHub {
   };
 
   bool Current(const std::string& job, uint64_t version) const;  // requires mu_
-  void Queue(std::vector<TreeReduce<float>::Send>& sends);         // requires mu_
+  void Queue(std::vector<TreeReduce<float>::Send>& sends);       // requires mu_
   void SendLoop();
   absl::Status Push(const Outgoing& o, bool* accepted);
   // One FetchParams stream (a peer's or the coordinator's) into the relay and `got`.
-  absl::Status StreamParams(grpc::ClientReader<v1::TensorChunk>& reader,
-                            grpc::ClientContext& ctx, const std::shared_ptr<Relay>& relay,
-                            const AssemblerLimits& limits, TensorMap& got);
+  absl::Status StreamParams(grpc::ClientReader<v1::TensorChunk>& reader, grpc::ClientContext& ctx,
+                            const std::shared_ptr<Relay>& relay, const AssemblerLimits& limits,
+                            TensorMap& got);
   v1::PeerService::Stub& PeerStub(const std::string& address);  // requires mu_
 
   const WorkerOptions& opt_;

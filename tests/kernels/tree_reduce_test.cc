@@ -108,9 +108,9 @@ TEST(TreeReduceTest, AnyOwnersAndOrderGiveTheOneTreesBits) {
         std::mt19937 rng(seed * 31 + static_cast<uint32_t>(S * 7 + W));
         std::vector<int32_t> owner(S);
         for (int64_t s = 0; s < S; ++s)
-          owner[s] = seed % 3 == 0 ? static_cast<int32_t>(s % W)             // round-robin
-                     : seed % 3 == 1 ? static_cast<int32_t>(s * W / S)       // blocks
-                                     : static_cast<int32_t>(rng() % W);      // any
+          owner[s] = seed % 3 == 0   ? static_cast<int32_t>(s % W)       // round-robin
+                     : seed % 3 == 1 ? static_cast<int32_t>(s * W / S)   // blocks
+                                     : static_cast<int32_t>(rng() % W);  // any
         const Outcome got = RunTree(S, owner, W, seed, 0.3);
         for (int32_t g = 0; g < NumGroups(kLayers); ++g) {
           ASSERT_FALSE(got.roots[g].empty()) << "S " << S << " W " << W << " group " << g;
@@ -147,10 +147,10 @@ TEST(TreeReduceTest, OnlyRightChildrenOfOtherWorkersNodesCross) {
 TEST(TreeReduceTest, RefusesNodesNotInTheTreeOrNotItsOwn) {
   TreeReduce<float> r(8, {0, 0, 0, 0, 1, 1, 1, 1}, 0, kLayers);
   std::vector<TreeReduce<float>::Send> out;
-  EXPECT_FALSE(r.Put(0, 1, 3, Leaf(1, 0, 5), out).ok());   // [1, 3) is no node
-  EXPECT_FALSE(r.Put(9, 0, 1, Leaf(0, 0, 5), out).ok());   // no group 9
-  EXPECT_FALSE(r.Put(0, 5, 6, Leaf(5, 0, 5), out).ok());   // worker 1's leaf
-  EXPECT_TRUE(r.Put(0, 4, 8, Leaf(4, 0, 5), out).ok());    // worker 1's right child: ours
+  EXPECT_FALSE(r.Put(0, 1, 3, Leaf(1, 0, 5), out).ok());  // [1, 3) is no node
+  EXPECT_FALSE(r.Put(9, 0, 1, Leaf(0, 0, 5), out).ok());  // no group 9
+  EXPECT_FALSE(r.Put(0, 5, 6, Leaf(5, 0, 5), out).ok());  // worker 1's leaf
+  EXPECT_TRUE(r.Put(0, 4, 8, Leaf(4, 0, 5), out).ok());   // worker 1's right child: ours
   EXPECT_TRUE(out.empty());
 }
 
