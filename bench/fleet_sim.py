@@ -1,9 +1,9 @@
 #!/usr/bin/python3
-"""Fleet simulation of one span-scheduled gradient step (docs/ARCHITECTURE.md "Spans",
-../shared/DESIGN.md section 7): how long a step takes on W workers, from a recorded task trace
+"""Fleet simulation of one span-scheduled gradient step (docs/ARCHITECTURE.md "Spans" and "The
+worker tree"): how long a step takes on W workers, from a recorded task trace
 (`adjsh grad|train --trace FILE`) or from a plan synthesized for a model shape, with the
-coordinator's reduction as built (a star) or as DESIGN.md section 7 describes it (a binary tree
-among the workers), side by side. Python 3 standard library only.
+partials summed in the coordinator (the star, `--reduce star`) or among the workers (the
+worker tree, `--reduce tree`), both as built, side by side. Python 3 standard library only.
 
 Letters: T tokens, C chunk, S spans, K layers, D width, Di = E D inner, N state, R = ceil(D/16)
 dt rank, W conv kernel (4), V vocabulary; "W workers" is the fleet size.
@@ -33,20 +33,29 @@ WHAT IT MODELS
              earliest from its request that both are free for its length (so one waiting for a
              busy sender does not hold the receiver's link idle meanwhile: a later transfer
              that fits goes first).
-  star       the system as built: all parameters (f32) go to each worker with its first fetch,
-             every task's result (with its span's partials: layer k's gradient with bwd(k, s),
-             the (V, D) embedding partial with bwd(0, s) and the LM head's with fwd(K-1, s))
-             goes to the coordinator.
-  tree       DESIGN.md section 7: the parameters come down a binary tree of the workers in
-             pieces (embedding, layer 0, ..., layer K-1; a task waits for its layer's piece),
-             and per layer (plus one group for the embedding and head partials) each worker
-             sums its spans' partials itself; the owner of a right node streams its sum to the
-             owner of the left one, which adds it and passes it up; the root sends it to the
-             coordinator. Each hop is store-and-forward of one sum; layer k's reduction overlaps
-             the backward of layer k-1 (it starts when a worker's last bwd(k, s) ends). The
-             coordinator's link carries O(parameters) per step, worker 0's O(parameters log2 W).
-             Summing partials costs nothing here. The tree's nodes are the workers in span
-             order: the root owns span 0 (--tree-root first), or the last span (last).
+  star       (adjsh --reduce star) all parameters (f32) go to each worker with its first
+             fetch, every task's result (with its span's partials: layer k's gradient with
+             bwd(k, s), the lookups' (V, D) with bwd(0, s), the LM head's (V, D) and norm_f's
+             (D) with fwd(K-1, s)) goes to the coordinator.
+  tree       (adjsh --reduce tree; engine/tree_reduce.h, engine/span_tree.h, worker/peer.cc)
+             the workers that own spans are numbered 0..A-1 in the order of their first span
+             (worker 0 owns span 0). Parameters: with its first task a worker fetches the whole
+             copy (FetchParams) before its inputs, worker i > 0 from worker i - 1 (a chain,
+             worker/peer.cc ParentOf), worker 0 from the coordinator; each relays every 1 MiB
+             piece as it arrives, so worker i's stream starts lat + ovh after worker i - 1's
+             began (and no sooner than worker i asks), holds worker i - 1's out link and i's in
+             link like any transfer (every link carries the copy once, the last worker's out
+             link none), and ends no sooner than one piece (plus latency) after worker i - 1's
+             copy is in. No task of a worker starts before its whole copy is in. Partials: each of the K + 3 groups (layer k; the
+             head's (V, D), leaves from fwd(K-1, s); the lookups' (V, D), from bwd(0, s);
+             norm_f, from fwd(K-1, s)) is summed in the tree over span indices [0, S), node
+             [lo, hi) split at lo + (hi - lo) // 2 and computed by the owner of span lo. A leaf
+             is complete when its task ends, a node when both children are in; it then goes to
+             the owner of its parent's first span (no transfer when that is the same worker;
+             else the group's bytes over the sender's out link and the receiver's in link,
+             queueing behind the sender's other sends), the root to the coordinator. Results
+             carry no partials. The step ends when every task's result and every group's root
+             has reached the coordinator. Adding partials costs nothing here.
   wavefront  (synth only) the retired schedule: the coordinator runs the whole forward and
              the LM head itself, serially at one worker's speed; then backward tasks (k, c),
              one per layer and chunk, (k, c) needing (k+1, c) and (k, c+1) (so at most K run at
@@ -59,19 +68,24 @@ WHAT IT IGNORES
   contention on a worker (its CPU or GPU shared with others: recorded task times already carry
   what the recorded run had), the coordinator's own CPU time beyond --rpc-overhead-us, the
   combines (O(S Di N)), heartbeats, leases expiring and faults, the cost of adding partials,
-  stream piece boundaries, TCP/gRPC flow control, and task times varying with who runs them.
+  stream piece boundaries (beyond the tree relay's one piece), TCP/gRPC flow control, a link
+  shared by concurrent streams (each direction carries one transfer at a time: a relay or a sum
+  on a worker's out link delays its results; its own result is booked before the sums it makes
+  at the same moment), falling back to the coordinator when worker i - 1 does not answer FetchParams, and
+  task times varying with who runs them.
 
 COMMANDS
   fleet_sim.py replay --trace FILE [--step N] --workers 1,2,4,...,64 [--latency-us L]
       [--bandwidth-gbps B] [--rpc-overhead-us O] [--poll-ms P] [--long-poll-ms L] [--speed F]
       [--reduce star|tree|both] [--owners block|round-robin] [--priority id|critical-path]
-      [--tree-root first|last] [--param-bytes P | --model D,K,N,V,E] [--chunk C] [--breakdown]
-      [--json FILE]
+      [--param-bytes P | --model D,K,N,V,E] [--chunk C] [--breakdown] [--json FILE]
     Replays the recorded tasks (compute_s + rebuild_s, divided by --speed) with the recorded
     "deps", on W simulated workers. The model shape (for the parameter bytes and which result
     bytes are partials) is --model, or inferred from the trace's byte counts (conv W = 4,
     R = ceil(D/16)); an in-process trace has no byte counts: give --model and --chunk, and the
-    bytes come from the tensor shapes (engine/span_tensors.h).
+    bytes come from the tensor shapes (engine/span_tensors.h). A trace of a worker-tree run
+    (its results carry no partials, its fetches no parameters) needs --model; its bytes are
+    taken as they are, and either mode then moves the parameters and partials as modelled.
   fleet_sim.py calibrate --trace FILE:W[:SECONDS] [...] [--latency-us L] [--poll-ms P]
       [--long-poll-ms L] (0 for traces of a coordinator without the long poll)
     Fits --rpc-overhead-us and --bandwidth-gbps of the local link (Unix sockets on one host;
@@ -81,16 +95,18 @@ COMMANDS
     the next lease of a task that was ready is 2 latencies + 1 overhead (a least-absolute-
     deviations fit, robust to descheduled processes). Then it replays each trace at its
     recorded W with its recorded owners and prints measured against predicted step seconds.
-    SECONDS is the measured step; without it, the trace's own (its last acceptance).
+    SECONDS is the measured step; without it, the trace's own (its last acceptance). A trace
+    of a worker-tree run replays as the tree (give --model).
   fleet_sim.py synth --model D,K,N,V,E --T T --chunk C [--spans S] --cost-trace FILE
       [--cost-model D,K,N,V,E] --speed F [--bandwidth-gbps B] [--latency-us L]
       [--rpc-overhead-us O] [--poll-ms P] [--long-poll-ms L] --workers 1,2,...,64
       [--reduce both] [--owners block|round-robin] [--priority id|critical-path]
-      [--tree-root first|last] [--wavefront-partials task|none] [--breakdown] [--json FILE]
+      [--wavefront-partials task|none] [--breakdown] [--json FILE]
     Builds the plan for the shape, gives each task a time from a cost model fitted on
     --cost-trace (a real trace of a smaller model on this machine: per phase, seconds per token
     per FLOP of the phase, FLOPs from the shape as below; the LM head separately, from what the
-    top layer's fwd takes beyond a layer's forward) divided by --speed, and each task its bytes
+    top layer's fwd takes beyond a layer's forward; --cost-model is that trace's shape, needed
+    for a worker-tree trace) divided by --speed, and each task its bytes
     from the tensor shapes; then simulates as replay does, and the wavefront beside it.
     FLOPs per token and layer: GEMMs 2 m n k (bench/flops.h): in_proj 4 D Di, x_proj
     2 Di (R + 2N), dt_proj 2 R Di, out_proj 2 Di D; a scan pass 8 Di N.
@@ -102,7 +118,7 @@ COMMANDS
 OUTPUT
   A markdown table, one row per W, for each of star, tree (and wavefront for synth):
     step s      predicted seconds from the step's start to its last result (star) or to the
-                last sum reaching the coordinator (tree)
+                last result or group root reaching the coordinator (tree)
     speed-up    that mode's W = 1 step over this one
     eff         parallel efficiency = speed-up / W
     util        the workers' compute seconds / (W x step): how busy the fleet is
@@ -110,10 +126,10 @@ OUTPUT
   --breakdown (replay, synth) then prints, per W and mode, where the W x step worker-seconds
   went: compute, waiting for dependencies (and, after a worker's last task, for the others),
   a ready task waiting for the worker's next PullTask, the RPCs' fixed costs, transfers
-  (latency, waiting for the links, bytes / bandwidth), waiting for a tree parameter piece, and
-  the tail after the last task's result (the tree's last sums); beside the DAG's critical path
-  (by task times, and with each task's least RPC and transfer cost) and the bound
-  max(task seconds / W, critical path).
+  (latency, waiting for the links, bytes / bandwidth), waiting for the tree's parameter copy
+  (param wait), and the tail after the last task's result (the tree's last sums); beside the
+  DAG's critical path (by task times, and with each task's least RPC and transfer cost) and
+  the bound max(task seconds / W, critical path).
   --json FILE writes the same numbers (and the settings, bytes per link; with --breakdown each
   mode's "breakdown") as one JSON object.
   synth also prints the DAG's parallelism (task seconds / critical path). Exit 0; a bad flag or

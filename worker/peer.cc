@@ -107,6 +107,7 @@ void PeerHub::Enter(const v1::Task& task, std::shared_ptr<const MambaConfig> con
   fresh.reduce = std::make_unique<TreeReduce<float>>(task.spans(), std::move(owner), tree.self(),
                                                      fresh.layers);
   fresh.relay = std::make_shared<Relay>();
+  fresh.relay->keep = tree.self() + 1 < tree.peer_size();
   if (step_.relay) step_.relay->failed = true;  // a child still reading it asks elsewhere
   step_ = std::move(fresh);
   std::erase_if(outgoing_, [&](const Outgoing& o) { return !Current(o.job_id, o.version); });
@@ -150,7 +151,7 @@ absl::Status PeerHub::StreamParams(grpc::ClientReader<v1::TensorChunk>& reader,
   while (reader.Read(&chunk)) {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      relay->chunks.push_back(chunk);
+      if (relay->keep) relay->chunks.push_back(chunk);
     }
     cv_.notify_all();
     absl::StatusOr<std::optional<NamedTensor>> done = assembler.Add(chunk);
@@ -189,8 +190,11 @@ std::optional<NoResult> PeerHub::FetchParams(const TaskState& held, const v1::Ta
       ++(from_peer ? stats_.params_from_peer : stats_.params_from_coordinator);
     } else {
       relay->failed = true;  // a child reading it falls back to the coordinator
-      if (Current(task.job_id(), task.params_version()))
+      if (Current(task.job_id(), task.params_version())) {
+        const bool keep = relay->keep;
         relay = step_.relay = std::make_shared<Relay>();
+        relay->keep = keep;
+      }
     }
     cv_.notify_all();
     return std::nullopt;
@@ -253,6 +257,9 @@ grpc::Status PeerHub::ServeParams(grpc::ServerContext* ctx, const v1::FetchParam
                                                        req->params_version(), " of that job")));
     }
     relay = step_.relay;
+    if (!relay->keep || relay->released) {
+      return Error(absl::UnavailableError("this worker keeps no copy of the parameters to relay"));
+    }
   }
   for (size_t i = 0;;) {
     v1::TensorChunk chunk;
@@ -265,6 +272,8 @@ grpc::Status PeerHub::ServeParams(grpc::ServerContext* ctx, const v1::FetchParam
         chunk = relay->chunks[i++];
       } else if (relay->done) {
         ++stats_.params_relayed;
+        relay->released = true;  // the next worker has them: free this copy
+        std::vector<v1::TensorChunk>().swap(relay->chunks);
         return grpc::Status::OK;
       } else if (shutdown_ || relay->failed) {
         return Error(absl::UnavailableError("this worker's own parameter fetch failed"));

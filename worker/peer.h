@@ -78,10 +78,12 @@ class PeerHub {
   Stats stats() const;
 
  private:
-  // The parameters' pieces as they arrive, for the children's FetchParams.
+  // The parameters' pieces as they arrive, for the next worker's FetchParams (kept only when
+  // there is one, and freed once it has them all).
   struct Relay {
+    bool keep = false;
     std::vector<v1::TensorChunk> chunks;
-    bool done = false, failed = false;
+    bool done = false, failed = false, released = false;
   };
   struct Step {
     std::string job_id;

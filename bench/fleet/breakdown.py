@@ -11,7 +11,9 @@ STATES = (  # (state, column, what it is)
      "PushResult's reply + the next PullTask (4 latencies + 3 overheads)"),
     ("transfer", "transfers", "its inputs down and its result up: latency, waiting for the "
      "links, bytes / bandwidth"),
-    ("params", "param wait", "tree: inputs in, its layer's parameter piece not yet down the tree"),
+    ("params", "param wait", "tree: its first task waiting for the worker's parameter copy "
+     "(FetchParams from worker i - 1 of the chain, worker 0's from the coordinator) and the "
+     "FetchInputs request after it"),
     ("tail", "tail", "after the last task's result, until the step ends (tree: the last sums "
      "going up the tree)"),
 )

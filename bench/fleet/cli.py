@@ -14,7 +14,7 @@ from .plan import SpanPlan
 from .shape import parse_shape
 from .sim import Simulation, critical_path
 from .sweep import modes_of, simulate, sweep, table, write_json
-from .trace import check_deps, has_bytes, load_trace, trace_shape
+from .trace import carries_partials, check_deps, has_bytes, load_trace, trace_shape
 from .wavefront import wavefront_tasks
 from .workload import plan_tasks, trace_tasks
 
@@ -29,8 +29,7 @@ def cmd_replay(a):
     S = records[0]["spans"]
     modes = modes_of(a.reduce)
     rows = sweep(a.workers, modes, lambda m, W: simulate(
-        tasks, S, W, net, m, shape, a.param_bytes, how=a.owners, priority=a.priority,
-        tree_root=a.tree_root), a.breakdown)
+        tasks, S, W, net, m, shape, how=a.owners, priority=a.priority), a.breakdown)
     total, cp = critical_path(tasks)
     diff = check_deps(records)
     print(f"replay {a.trace} step {records[0]['step']} ({len(steps)} steps in the file): "
@@ -86,7 +85,9 @@ def cmd_calibrate(a):
     for path, W, measured, records, owner in runs:
         shape = trace_shape(records, a.model)
         tasks = trace_tasks(records, shape, 1.0, None, None)
-        r = simulate(tasks, records[0]["spans"], W, net, "star", owner=owner)
+        # a trace of a worker-tree run (its results carry no partials) replays as the tree
+        mode = "star" if carries_partials(records) else "tree"
+        r = simulate(tasks, records[0]["spans"], W, net, mode, shape, owner=owner)
         span = max(x["end_s"] for x in records)
         m = span if measured is None else measured
         err = (r.step_s - m) / m
@@ -106,7 +107,7 @@ def cmd_synth(a):
         raise FleetError(f"--speed {a.speed}: must be positive")
     plan = SpanPlan(a.T, a.chunk, a.spans, shape.K, shape.W)
     records, _ = load_trace(a.cost_trace, None)
-    cost_shape = trace_shape(records, a.cost_model)
+    cost_shape = trace_shape(records, a.cost_model, "--cost-model")
     cost = CostModel.fit(records, cost_shape, a.cost_trace)
     net = Net(a.latency_us, a.bandwidth_gbps, a.rpc_overhead_us, a.poll_ms, a.long_poll_ms)
     P = shape.param_bytes()
@@ -114,8 +115,7 @@ def cmd_synth(a):
         shape, ph, k, plan.ranges[s][1]) / a.speed, P)
     modes = modes_of(a.reduce)
     rows = sweep(a.workers, modes, lambda m, W: simulate(
-        tasks, plan.S, W, net, m, shape, how=a.owners, priority=a.priority,
-        tree_root=a.tree_root), a.breakdown)
+        tasks, plan.S, W, net, m, shape, how=a.owners, priority=a.priority), a.breakdown)
     wave, forward = wavefront_tasks(shape, plan, cost, a.speed, a.wavefront_partials)
     wrows = sweep(a.workers, ["wavefront"], lambda m, W: Simulation(
         wave, [], W, net, "star", priority=a.priority).run(), a.breakdown)
@@ -146,14 +146,12 @@ def cmd_synth(a):
 
 
 def schedule_note(a):
-    """--priority and --tree-root where they are not the defaults, for the header line."""
-    note = "" if a.priority == "id" else f", priority {a.priority}"
-    return note + ("" if a.tree_root == "first" else f", tree root {a.tree_root}")
+    """--priority where it is not the default, for the header line."""
+    return "" if a.priority == "id" else f", priority {a.priority}"
 
 
 def schedule_json(a):
-    return {k: v for k, v, default in (("priority", a.priority, "id"),
-                                       ("tree_root", a.tree_root, "first")) if v != default}
+    return {} if a.priority == "id" else {"priority": a.priority}
 
 
 def print_breakdown(rows, modes, paths):
@@ -199,9 +197,13 @@ def add_owners(p):
                    help="which of a worker's ready tasks it is given first: the lowest id (id, "
                    "as the coordinator leases; default) or the longest chain of task times from "
                    "it to the step's end (critical-path)")
-    p.add_argument("--tree-root", choices=("first", "last"), default="first",
-                   help="tree: the workers form the tree in span order from the first span's "
-                   "owner (first, default: the root owns span 0) or from the last span's (last)")
+
+
+REDUCE_HELP = ("where the partials are summed: star (every result carries its span's partials "
+               "to the coordinator, which sends each worker the parameters), tree (the worker "
+               "tree: the parameters relayed down a chain of the workers, worker i from worker "
+               "i - 1, each group's partials summed up the span tree among them; adjsh "
+               "--reduce tree), or both (default)")
 
 
 def add_breakdown(p):
@@ -228,7 +230,7 @@ def parser():
                    help="worker counts, e.g. 1,2,4,8 (default 1,2,...,64)")
     add_net(r, 10.0, 100.0, 50.0)
     r.add_argument("--speed", type=float, default=1.0, help="divide recorded task times by this")
-    r.add_argument("--reduce", choices=("star", "tree", "both"), default="both")
+    r.add_argument("--reduce", choices=("star", "tree", "both"), default="both", help=REDUCE_HELP)
     add_owners(r)
     g = r.add_mutually_exclusive_group()
     g.add_argument("--param-bytes", type=int, help="parameter bytes (default: from the shape)")
@@ -262,7 +264,7 @@ def parser():
                    help="how much faster a worker is than the cost trace's (e.g. GPU over CPU)")
     s.add_argument("--workers", type=worker_list, default=[1, 2, 4, 8, 16, 32, 64])
     add_net(s, 10.0, 100.0, 50.0)
-    s.add_argument("--reduce", choices=("star", "tree", "both"), default="both")
+    s.add_argument("--reduce", choices=("star", "tree", "both"), default="both", help=REDUCE_HELP)
     add_owners(s)
     s.add_argument("--wavefront-partials", choices=("task", "none"), default="task",
                    help="the wavefront's tasks return their layer's partial (task, as it "

@@ -59,10 +59,15 @@ def transfer(now, nbytes, links, net):
     cut-through) at the earliest time from `now` that all of them are free for its duration;
     returns when the last byte has arrived (latency included). A link direction's transfers
     go in the order they can start, not the order asked: one waiting for a busy sender does not
-    hold the receiver's link idle (a coordinator's fetch to a tree node goes ahead of a piece
-    that node's parent has not yet sent, say)."""
+    hold the receiver's link idle (a coordinator's fetch to a worker goes ahead of a tree sum
+    that worker's other sender is still busy with, say)."""
+    return transfer_span(now, nbytes, links, net)[1]
+
+
+def transfer_span(now, nbytes, links, net):
+    """transfer, returning (when its first byte leaves, when its last byte has arrived)."""
     if nbytes <= 0:
-        return now + net.lat
+        return now, now + net.lat
     dur = nbytes / net.bw
     start, moved = now, True
     while moved:
@@ -73,4 +78,4 @@ def transfer(now, nbytes, links, net):
                 start, moved = end, True
     for l in links:
         l.reserve(now, start, dur, nbytes)
-    return start + dur + net.lat
+    return start, start + dur + net.lat

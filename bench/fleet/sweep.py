@@ -6,15 +6,16 @@ import json
 from .breakdown import of_result
 from .errors import FleetError
 from .sim import Simulation, block_owners
-from .wire import tree_groups, tree_pieces
+from .wire import tree_groups
 
 
-def simulate(tasks, S, W, net, mode, shape=None, param_bytes=None, owner=None, how="block",
-             priority="id", tree_root="first"):
+def simulate(tasks, S, W, net, mode, shape=None, owner=None, how="block", priority="id"):
+    """One step: the star, or the worker tree (its groups' bytes from the shape when given; the
+    parameter copy is the tasks' param_bytes)."""
     owner = owner or (block_owners(S, W, how) if S else [])
     if mode == "tree":
-        return Simulation(tasks, owner, W, net, "tree", tree_pieces(shape, param_bytes),
-                          tree_groups(shape), priority, tree_root).run()
+        return Simulation(tasks, owner, W, net, "tree", tree_groups(shape) if shape else None,
+                          priority).run()
     return Simulation(tasks, owner, W, net, "star", priority=priority).run()
 
 

@@ -63,7 +63,17 @@ def has_bytes(records):
     return any(r["bytes_in"] or r["bytes_out"] for r in records)
 
 
-def infer_shape(records):
+def carries_partials(records):
+    """Whether the results carry the parameter partials (a star run; a worker-tree run's do
+    not): bwd(K-1, 0) returns no rows (span 0 has no halo), only its timings and the layer's
+    partial."""
+    K = trace_layers(records)
+    out = [r["bytes_out"] for r in records
+           if r["phase"] == BWD and r["layer"] + 1 == K and r["span"] == 0]
+    return not out or max(out) > TIMING_BYTES
+
+
+def infer_shape(records, flag="--model"):
     """D, K, N, V, E from a worker trace's result sizes (conv W = 4, R = ceil(D/16)): m is
     (Di, N); sigma + h_end is (Di) + (Di, N); halo_next (3, D); the head's (V, D) + (D)."""
     K = trace_layers(records)
@@ -89,21 +99,27 @@ def infer_shape(records):
                                                             if K == 1 else 0)
         if one((BWD, True, True)) == want:
             return shape
-    raise FleetError("cannot infer the model shape from the trace's byte counts; pass "
-                     "--model D,K,N,V,E")
+    if not carries_partials(records):
+        raise FleetError("this trace's results carry no parameter partials (a worker-tree "
+                         "run), so its byte counts do not give the model shape; pass "
+                         f"{flag} D,K,N,V,E")
+    raise FleetError(f"cannot infer the model shape from the trace's byte counts; pass {flag} "
+                     "D,K,N,V,E")
 
 
-def trace_shape(records, model_flag):
+def trace_shape(records, model_flag, flag="--model"):
+    """The shape given by `flag` (its value model_flag), or inferred from the byte counts."""
     K = trace_layers(records)
     if model_flag:
-        shape = parse_shape(model_flag)
+        shape = parse_shape(model_flag, flag)
         if shape.K != K:
-            raise FleetError(f"--model has K={shape.K} layers, the trace {K}")
+            raise FleetError(f"{flag} has K={shape.K} layers, the trace {K}")
         return shape
     if not has_bytes(records):
-        raise FleetError("this trace has no byte counts (an in-process run): pass --model "
-                         "D,K,N,V,E and --chunk C to price its transfers")
-    return infer_shape(records)
+        raise FleetError(f"this trace has no byte counts (an in-process run): pass {flag} "
+                         "D,K,N,V,E" + (" and --chunk C to price its transfers"
+                                        if flag == "--model" else ""))
+    return infer_shape(records, flag)
 
 
 def check_deps(records):

@@ -1,6 +1,7 @@
 # The byte model: what each task fetches and returns on the wire (engine/span_tensors.h: the
 # span's tokens with its first task, halo rows, h0 / mu, summaries, the parameter partials), and
-# for the tree reduction the parameter pieces sent down and the sums sent up.
+# for the worker tree the reduction groups whose sums travel among the workers
+# (engine/reduce_groups.h) and the pieces the parameter copy is relayed in.
 
 from .plan import FWD_SUMMARY, FWD, BWD_SUMMARY, BWD
 from .shape import F32
@@ -8,7 +9,10 @@ from .shape import F32
 
 TIMING_BYTES = 16         # "compute_seconds" and "rebuild_seconds", F64 each, in every result
 HEAD_SCALAR_BYTES = 16    # "loss_sum" F64 and "correct" I64 with fwd(K-1, s)
-EMBED = "embed"           # the reduction group of the embedding and LM head partials
+HEAD = "head"             # reduction groups beside layer k's (engine/reduce_groups.h): the LM
+LOOKUP = "lookup"         # head's (V, D) partial, the embedding lookups' (V, D) and norm_f's (D)
+NORM_F = "norm_f"
+PARAM_PIECE_BYTES = 1 << 20  # tensors travel in 1 MiB pieces; a tree worker relays each piece
 
 
 def span_start_bytes(plan, s):
@@ -37,22 +41,25 @@ def input_bytes(shape, plan, task):
 
 
 def partial_bytes(shape, task):
-    """{group: bytes} of the parameter partials in a task's result: layer k's gradient with
-    bwd(k, s), the (V, D) embedding partial with bwd(0, s), the head's (V, D) + norm_f (D)
-    with fwd(K-1, s). Group EMBED gathers the embedding, head and norm_f partials."""
+    """{group: bytes} of the parameter partials in a task's result, by reduction group: layer
+    k's gradient with bwd(k, s), plus the embedding lookups' (V, D) (LOOKUP) with bwd(0, s); the
+    LM head's (V, D) (HEAD) and norm_f's (D) (NORM_F) with fwd(K-1, s). The star carries them
+    in the result; the tree adds each as a leaf of its group's tree."""
     phase, k, s = task
     out = {}
     if phase == BWD:
         out[k] = F32 * shape.layer_params()
         if k == 0:
-            out[EMBED] = F32 * shape.embed_params()
+            out[LOOKUP] = F32 * shape.embed_params()
     elif phase == FWD and k + 1 == shape.K:
-        out[EMBED] = F32 * (shape.embed_params() + shape.D)
+        out[HEAD] = F32 * shape.embed_params()
+        out[NORM_F] = F32 * shape.D
     return out
 
 
 def output_bytes(shape, plan, task):
-    """Every byte of a task's result (OutputSlots + the scalars), partials included."""
+    """Every byte of a task's result (OutputSlots + the scalars), partials included, as the
+    star sends it; with the worker tree the result is this less partial_bytes."""
     phase, k, s = task
     D, Di, N = shape.D, shape.Di, shape.N
     t0, n, h = plan.ranges[s]
@@ -71,17 +78,11 @@ def output_bytes(shape, plan, task):
     return b
 
 
-def tree_pieces(shape, param_bytes=None):
-    """Parameter pieces down the tree: embedding + norm_f, then each layer. Bytes per piece;
-    a --param-bytes other than the shape's scales them all."""
-    p = [F32 * (shape.embed_params() + shape.D)] + [F32 * shape.layer_params()] * shape.K
-    if param_bytes is not None and param_bytes != sum(p):
-        f = param_bytes / sum(p)
-        p = [x * f for x in p]
-    return p
-
-
 def tree_groups(shape):
+    """The K + 3 reduction groups of the worker tree and the bytes of one node's value (f32,
+    engine/reduce_groups.h GroupBytes): layer 0..K-1, HEAD, LOOKUP, NORM_F, in group order."""
     g = {k: F32 * shape.layer_params() for k in range(shape.K)}
-    g[EMBED] = F32 * (shape.embed_params() + shape.D)
+    g[HEAD] = F32 * shape.embed_params()
+    g[LOOKUP] = F32 * shape.embed_params()
+    g[NORM_F] = F32 * shape.D
     return g

@@ -5,7 +5,7 @@
 from .errors import FleetError
 from .plan import SpanPlan
 from .sim import SimTask
-from .trace import has_bytes
+from .trace import carries_partials, has_bytes
 from .wire import input_bytes, output_bytes, partial_bytes, span_start_bytes
 
 
@@ -36,17 +36,21 @@ def recorded_param_fetches(records, P):
 
 def trace_tasks(records, shape, speed, param_bytes, chunk):
     """SimTasks of a recorded step: times from the trace, deps from the trace, bytes from the
-    trace less the parameters and partials (or, with no byte counts, from the shapes)."""
+    trace less the parameters and partials where it carried them (a worker-tree run's results
+    carry no partials and its fetches no parameters), or with no byte counts from the shapes.
+    Either way each task has its partials and its worker the parameters to fetch, for the star
+    or the tree to move as simulated."""
     T, S, K = records[0]["T"], records[0]["spans"], shape.K
     P = shape.param_bytes() if param_bytes is None else param_bytes
     if has_bytes(records):
         fetched = recorded_param_fetches(records, P)
+        in_result = carries_partials(records)  # a worker-tree run's results carry none
         tasks = []
         for r in records:
             task = (r["phase"], r["layer"], r["span"])
             part = partial_bytes(shape, task)
             b_in = r["bytes_in"] - (P if r["id"] in fetched else 0)
-            b_out = max(0, r["bytes_out"] - sum(part.values()))
+            b_out = max(0, r["bytes_out"] - (sum(part.values()) if in_result else 0))
             tasks.append(SimTask(r["id"], r["span"], r["layer"], list(r["deps"]),
                                  (r["compute_s"] + r["rebuild_s"]) / speed, max(0, b_in), b_out,
                                  part, "all", P))

@@ -12,13 +12,22 @@ What is checked:
              with a worker's first), and the model shape inferred from those bytes;
   simulator  a chain-only DAG gives efficiency 1/W; W = 1 predicts the sum of task times plus
              transfers and per-RPC costs exactly; a wide DAG on W workers takes total / W; an
-             idle worker leases at its next poll, or at once inside a long poll; the star reduction is slower than the tree
-             for large partials and the tree's links carry O(parameters) and O(parameters log W);
-             the wavefront never runs more than K tasks at once;
+             idle worker leases at its next poll, or at once inside a long poll; the worker tree
+             as built: its K + 3 groups, which nodes cross between workers (none with one
+             worker; one per group with block owners at S = 8, W = 2, four round-robin; any
+             owners as engine/tree_reduce.h sends), the parameter copy relayed piece by piece
+             down the chain (worker i from i - 1, each a piece after its predecessor, every
+             link carrying it once) before any task of a worker, a step never below the
+             critical path, each link's bytes, and the star slower than the tree for large
+             partials; the wavefront never runs more than K tasks at once;
   calibrate  the fit recovers the overhead and bandwidth a simulated run was made with;
   CLI        --help of every command, replay / synth / calibrate on the fixture, and clear
-             errors (exit 2, no traceback) for bad input.
-The live checks use --adjsh PATH, $ADJSH, or build/cli/adjsh; they are skipped without one.
+             errors (exit 2, no traceback) for bad input;
+  live       a fresh star trace and worker-tree trace of the binary (3 workers): plan and bytes
+             (the tree's results carry no partials, its fetches no parameters), and the sums,
+             roots and relayed copies each worker logs are the simulated tree's.
+The live checks use --adjsh PATH, $ADJSH, or build/cli/adjsh (run, never built here); they are
+skipped without one.
 """
 import json
 import os
@@ -126,8 +135,9 @@ def task(i, span, deps, time, layer=0, b_in=0, b_out=0, partials=None, P=0):
     return fs.SimTask(i, span, layer, deps, time, b_in, b_out, partials or {}, "all", P)
 
 
-def check_records_against_plan(test, records, shape, chunk):
-    """Ids, phases and deps are SpanPlan's; bytes are the shapes' (params: a worker's first)."""
+def check_records_against_plan(test, records, shape, chunk, tree=False):
+    """Ids, phases and deps are SpanPlan's; bytes are the shapes' (params: a worker's first;
+    a worker-tree run's results carry no partials and its fetches no parameters)."""
     T, S = records[0]["T"], records[0]["spans"]
     plan = fs.SpanPlan(T, chunk, S, shape.K, shape.W)
     test.assertEqual(len(plan.tasks), len(records))
@@ -144,10 +154,11 @@ def check_records_against_plan(test, records, shape, chunk):
             continue
         want_in = (fs.input_bytes(shape, plan, t)
                    + (fs.span_start_bytes(plan, t[2]) if r["id"] in firsts else 0)
-                   + (P if r["id"] in first_of_worker.values() else 0))
+                   + (P if r["id"] in first_of_worker.values() and not tree else 0))
+        want_out = fs.output_bytes(shape, plan, t) - (
+            sum(fs.partial_bytes(shape, t).values()) if tree else 0)
         test.assertEqual(want_in, r["bytes_in"], f"bytes_in of task {r['id']} {t}")
-        test.assertEqual(fs.output_bytes(shape, plan, t), r["bytes_out"],
-                         f"bytes_out of task {r['id']} {t}")
+        test.assertEqual(want_out, r["bytes_out"], f"bytes_out of task {r['id']} {t}")
 
 
 class PlanTest(unittest.TestCase):
@@ -271,16 +282,162 @@ class SimulationTest(unittest.TestCase):
         r = fs.Simulation(tasks, [0, 0], 1, zero_net(), "star").run()
         self.assertEqual(sorted(range(4), key=lambda i: r.start[i]), [0, 1, 2, 3])
 
-    def test_tree_root_waits_for_its_right_partner(self):
-        # Worker 1's partial is done at 0.1; its sum reaches worker 0 at 0.15 (B / bw = 0.05),
-        # and worker 0's sum of both reaches the coordinator at 0.2.
+    # -- the worker tree as built (engine/tree_reduce.h, engine/span_tree.h, worker/peer.cc)
+    def test_span_tree(self):
+        nodes, leaf = fs.span_tree(5)
+        self.assertEqual(nodes[0], (0, 5, -1))
+        self.assertEqual(sorted((lo, hi) for lo, hi, _ in nodes),
+                         [(0, 1), (0, 2), (0, 5), (1, 2), (2, 3), (2, 5), (3, 4), (3, 5), (4, 5)])
+        self.assertEqual([nodes[leaf[s]][:2] for s in range(5)], [(s, s + 1) for s in range(5)])
+        self.assertEqual([fs.param_parent(i) for i in range(1, 8)], [0, 1, 2, 3, 4, 5, 6])
+
+    def test_groups_and_partials(self):
+        shape = fs.Shape(*FIXTURE_SHAPE)
+        K, L, VD = shape.K, fs.F32 * shape.layer_params(), fs.F32 * shape.embed_params()
+        g = fs.tree_groups(shape)
+        self.assertEqual(list(g), list(range(K)) + [fs.HEAD, fs.LOOKUP, fs.NORM_F])
+        self.assertEqual(g, dict({k: L for k in range(K)}, head=VD, lookup=VD,
+                                 norm_f=fs.F32 * shape.D))
+        self.assertEqual(fs.partial_bytes(shape, ("fwd", K - 1, 2)),
+                         {fs.HEAD: VD, fs.NORM_F: fs.F32 * shape.D})
+        self.assertEqual(fs.partial_bytes(shape, ("bwd", 1, 2)), {1: L})
+        self.assertEqual(fs.partial_bytes(shape, ("bwd", 0, 0)), {0: L, fs.LOOKUP: VD})
+        self.assertEqual(fs.partial_bytes(shape, ("fwd", 0, 1)), {})
+        self.assertEqual(fs.partial_bytes(shape, ("bwd_summary", 0, 1)), {})
+
+    def small_plan(self, S=8, times=None):
+        shape = fs.Shape(64, 3, 8, 512, 2)
+        plan = fs.SpanPlan(S * 512, 256, S, shape.K)
+        rng = random.Random(11)
+        tasks = fs.plan_tasks(plan, shape, times or (lambda *_: rng.uniform(0.001, 0.01)),
+                              shape.param_bytes())
+        return shape, plan, tasks
+
+    def test_tree_right_child_goes_to_its_parents_owner(self):
+        # Span 1's leaf is done at worker 1 at 0.1; node [1, 2) reaches worker 0, the owner of
+        # its parent [0, 2), at 0.15 (B / bw = 0.05), and the root goes to the coordinator: 0.2.
         net = fs.Net(0, 8.0, 0, 0)
         B = 0.05 * net.bw
         tasks = [task(0, 0, [], 0.01, partials={0: B}), task(1, 1, [], 0.1, partials={0: B})]
-        r = fs.Simulation(tasks, [0, 1], 2, net, "tree", pieces=[0, 0], groups={0: B}).run()
+        r = fs.Simulation(tasks, [0, 1], 2, net, "tree", groups={0: B}).run()
         self.assertAlmostEqual(r.step_s, 0.2, places=9)
+        self.assertEqual([x[:5] for x in r.sends], [(0, 1, 2, 1, 0)])
+        self.assertEqual([x[:2] for x in r.roots], [(0, 0)])
         r = fs.Simulation(tasks, [0, 1], 2, net, "star").run()
         self.assertAlmostEqual(r.step_s, 0.15, places=9)  # both partials into one link
+
+    def test_tree_one_worker_moves_no_partial_between_workers(self):
+        shape, plan, tasks = self.small_plan()
+        P, groups = shape.param_bytes(), fs.tree_groups(shape)
+        r = fs.simulate(tasks, plan.S, 1, zero_net(), "tree", shape)
+        self.assertEqual(r.sends, [])
+        self.assertEqual(sorted((str(g), w) for g, w, _ in r.roots),
+                         sorted((str(g), 0) for g in groups))
+        self.assertEqual(len(r.roots), shape.K + 3)
+        small = sum(t.bytes_in + t.bytes_out for t in tasks)
+        # the coordinator: the parameters down once, the K + 3 roots up, the tasks' own bytes
+        self.assertAlmostEqual(r.coord_bytes, small + P + sum(groups.values()), delta=1)
+
+    def test_tree_crossings_by_owners(self):
+        shape, plan, tasks = self.small_plan(S=8)
+        groups = fs.tree_groups(shape)
+        for how, want in (("block", [(4, 8, 1, 0)]),
+                          ("round-robin", [(1, 2, 1, 0), (3, 4, 1, 0), (5, 6, 1, 0),
+                                           (7, 8, 1, 0)])):
+            r = fs.simulate(tasks, plan.S, 2, zero_net(), "tree", shape, how=how)
+            for g in groups:
+                got = sorted(x[1:5] for x in r.sends if x[0] == g)
+                self.assertEqual(got, want, (how, g))
+            self.assertEqual(len(r.sends), len(groups) * len(want))
+            self.assertEqual(sorted(w for _, w, _ in r.roots), [0] * len(groups))
+
+    def test_tree_sends_go_where_tree_reduce_sends(self):
+        # Every node crossing workers: [lo, hi) from the owner of lo to the owner of its
+        # parent's lo, for any owners (here random, with some workers owning nothing).
+        shape, plan, tasks = self.small_plan(S=13)
+        rng = random.Random(5)
+        for _ in range(4):
+            owner = [rng.randrange(6) for _ in range(plan.S)]
+            r = fs.Simulation(tasks, owner, 6, zero_net(), "tree", fs.tree_groups(shape)).run()
+            nodes, _ = fs.span_tree(plan.S)
+            lo_of = {(lo, hi): nodes[p][0] for lo, hi, p in nodes if p >= 0}
+            want = sorted((lo, hi, owner[lo], owner[lo_of[(lo, hi)]]) for lo, hi, p in nodes
+                          if p >= 0 and owner[lo] != owner[lo_of[(lo, hi)]])
+            for g in fs.tree_groups(shape):
+                self.assertEqual(sorted(x[1:5] for x in r.sends if x[0] == g), want)
+            first = sorted({w: owner.index(w) for w in set(owner)}.items(), key=lambda x: x[1])
+            self.assertEqual(r.tree_order, [w for w, _ in first])
+
+    def test_tree_parameters_before_any_task(self):
+        shape, plan, tasks = self.small_plan(S=16)
+        net = fs.Net(10, 10, 50, 20)
+        piece = min(shape.param_bytes(), fs.PARAM_PIECE_BYTES) / net.bw
+        for how in ("block", "round-robin"):
+            for W in (1, 2, 3, 5, 8, 16, 32):
+                r = fs.simulate(tasks, plan.S, W, net, "tree", shape, how=how)
+                owner = fs.block_owners(plan.S, W, how)
+                active = set(owner)
+                self.assertEqual(sorted(r.tree_order), sorted(active))
+                for w in range(W):
+                    self.assertEqual(r.params_at[w] is not None, w in active, (how, W, w))
+                for t in tasks:  # no task computes before its worker's whole copy is in
+                    self.assertGreaterEqual(r.began[t.id], r.params_at[owner[t.span]])
+                order = r.tree_order
+                for i in range(1, len(order)):  # a relay: a piece after its predecessor's
+                    self.assertGreaterEqual(r.params_at[order[i]], r.params_at[order[
+                        fs.param_parent(i)]] + piece - 1e-12, (how, W, i))
+
+    def test_tree_relays_the_copy_down_the_chain(self):
+        # 4 workers, a copy of 10 pieces taking 1 s on a link, no latency or overhead: worker 0
+        # has it at 1.0; worker i streams from worker i - 1 from the moment that one's stream
+        # began (all at 0, each on its own pair of links) and, relaying, ends a piece after
+        # it: 1.1, 1.2, 1.3 (a binomial tree's root would send two copies one after the
+        # other, its last grandchild done at 2.1; a store-and-forward chain at 4.0).
+        P = 10 * fs.PARAM_PIECE_BYTES
+        net = fs.Net(0, P * 8 / 1e9, 0, 0)
+        tasks = [task(i, i, [], 0.01, P=P) for i in range(4)]
+        r = fs.Simulation(tasks, [0, 1, 2, 3], 4, net, "tree").run()
+        for w, at in enumerate((1.0, 1.1, 1.2, 1.3)):
+            self.assertAlmostEqual(r.params_at[w], at, places=9)
+            self.assertAlmostEqual(r.began[w], at, places=9)
+        self.assertAlmostEqual(r.step_s, 1.31, places=9)
+        self.assertAlmostEqual(r.worker_time[3]["params"], 1.3, places=9)
+        # every link carries the copy once: each worker's out link one copy, the last's none
+        self.assertEqual(r.worker_out_bytes, [P, P, P, 0])
+        self.assertEqual(r.coord_bytes, P)
+
+    def test_tree_chain_with_latency_and_overhead(self):
+        # Worker i's request reaches worker i - 1 at lat + ovh after its lease's reply (all
+        # leased at once: the same moment), its stream starts lat + ovh after worker i - 1's
+        # began; each ends max(its stream's end, the predecessor's + a piece + lat).
+        P = 10 * fs.PARAM_PIECE_BYTES
+        for ovh_us in (0.0, 50e3, 300e3):  # the overhead below and above a piece's 0.1 s
+            net = fs.Net(20e3, P * 8 / 1e9, ovh_us, 0)  # inside the long poll: leased at 0
+            lat, ovh = net.lat, net.ovh
+            piece = fs.PARAM_PIECE_BYTES / net.bw
+            tasks = [task(i, i, [], 0.01, P=P) for i in range(5)]
+            r = fs.Simulation(tasks, list(range(5)), 5, net, "tree").run()
+            asked = 2 * lat + ovh  # the lease's reply and the FetchParams request
+            start, done = asked, asked + 1.0 + lat  # worker 0's, from the coordinator
+            self.assertAlmostEqual(r.params_at[0], done, places=9)
+            for w in range(1, 5):
+                start += lat + ovh
+                done = max(start + 1.0 + lat, done + piece + lat)
+                self.assertAlmostEqual(r.params_at[w], done, places=9, msg=(ovh_us, w))
+                self.assertGreater(r.params_at[w], r.params_at[w - 1])
+            self.assertEqual(r.worker_out_bytes, [P, P, P, P, 0])
+
+    def test_tree_step_never_below_the_critical_path(self):
+        for S in (8, 13):
+            shape, plan, tasks = self.small_plan(S=S)
+            _, cp = fs.critical_path(tasks)
+            for net in (zero_net(), fs.Net(10, 100, 50, 20), fs.Net(50, 1, 100, 0, 0)):
+                for how in ("block", "round-robin"):
+                    for W in (1, 2, 3, 4, 8, 16):
+                        r = fs.simulate(tasks, plan.S, W, net, "tree", shape, how=how)
+                        self.assertGreaterEqual(r.step_s, cp - 1e-12, (S, how, W))
+                        self.assertGreaterEqual(r.step_s, max(t for _, _, t in r.roots))
+                        self.assertEqual(len(r.roots), shape.K + 3)
 
     def big_partials(self):
         shape = fs.Shape(256, 4, 16, 32000, 2)
@@ -298,20 +455,31 @@ class SimulationTest(unittest.TestCase):
 
     def test_tree_traffic(self):
         shape, plan, tasks, net = self.big_partials()
-        P = shape.param_bytes()
+        P, groups = shape.param_bytes(), fs.tree_groups(shape)
         small = sum(t.bytes_in + t.bytes_out for t in tasks)  # summaries, halos, tokens
-        for W in (2, 8, 16):
-            tree = fs.simulate(tasks, plan.S, W, net, "tree", shape)
-            star = fs.simulate(tasks, plan.S, W, net, "star", shape)
-            # coordinator: the parameters down once, one sum of every partial up once
-            self.assertAlmostEqual(tree.coord_bytes, small + 2 * P, delta=P * 1e-6)
-            # star: every worker's parameters and every span's partials
-            parts = sum(sum(t.partials.values()) for t in tasks)
-            self.assertAlmostEqual(star.coord_bytes, small + W * P + parts, delta=P * 1e-6)
-            # worker 0 (the root): a sum in and a piece out per level, plus the coordinator's
-            L = (W - 1).bit_length()
-            self.assertGreaterEqual(tree.worker_max_bytes, 2 * L * P * 0.99)
-            self.assertLessEqual(tree.worker_max_bytes, (2 * L + 2) * P + small)
+        for how in ("block", "round-robin"):
+            for W in (2, 5, 8, 16):
+                owner = fs.block_owners(plan.S, W, how)
+                tree = fs.simulate(tasks, plan.S, W, net, "tree", shape, how=how)
+                star = fs.simulate(tasks, plan.S, W, net, "star", shape, how=how)
+                # coordinator: the parameters down once, every group's root up once
+                self.assertAlmostEqual(tree.coord_bytes, small + P + sum(groups.values()),
+                                       delta=1)
+                # star: every worker's parameters and every span's partials
+                parts = sum(sum(t.partials.values()) for t in tasks)
+                self.assertAlmostEqual(star.coord_bytes, small + W * P + parts, delta=1)
+                # each worker: its tasks' bytes, its copy in, one copy out unless it is the
+                # chain's last, the sums it sends and receives, and (worker 0) the roots
+                order, A = tree.tree_order, len(tree.tree_order)
+                for i, w in enumerate(order):
+                    mine = sum(t.bytes_in + t.bytes_out for t in tasks if owner[t.span] == w)
+                    children = sum(1 for c in range(1, A) if fs.param_parent(c) == i)
+                    self.assertEqual(children, 0 if i == A - 1 else 1)
+                    sums = sum(groups[g] for g, _, _, x, y, _, _ in tree.sends if w in (x, y))
+                    roots = sum(groups[g] for g, x, _ in tree.roots if x == w)
+                    self.assertAlmostEqual(tree.worker_bytes[w],
+                                           mine + P * (1 + children) + sums + roots,
+                                           delta=1, msg=(how, W, w))
 
     def test_wavefront_runs_at_most_K_at_once(self):
         shape = fs.Shape(64, 3, 8, 256, 2)
@@ -421,10 +589,14 @@ class CliTest(unittest.TestCase):
         self.assertUserError(cli("synth", "--model", "64,2,8,512,2", "--T", "1000", "--chunk",
                                  "512", "--spans", "4", "--cost-trace", self.trace,
                                  "--speed", "1"), "--spans 4")
+        # the tree's root is the first span's owner, as built: no option chooses it
+        self.assertUserError(cli("replay", "--trace", self.trace, "--tree-root", "last"),
+                             "unrecognized arguments")
 
 
 class LiveTraceTest(unittest.TestCase):
-    """A fresh trace of the binary: the plan, the bytes and the in-process trace's handling."""
+    """Fresh traces of the binary: the plan, the bytes, the in-process trace's handling, and the
+    worker tree's traffic against what the simulator's tree sends."""
 
     @classmethod
     def setUpClass(cls):
@@ -436,14 +608,18 @@ class LiveTraceTest(unittest.TestCase):
             p = subprocess.run([ADJSH, *args], capture_output=True, text=True, cwd=d)
             if p.returncode != 0:
                 raise AssertionError(f"adjsh {' '.join(args)}: {p.stderr[-1500:]}")
+            return p
         run("init", "--out", "m", "--hidden-size", "16", "--layers", "2", "--vocab-size", "256",
             "--state-size", "4")
         run("tokenize", "--text", CORPUS, "--out", "t.u32", "--length", "1200")
         common = ["grad", "--model", "m", "--tokens", "t.u32", "--out", "g.st", "--chunk", "64",
                   "--spans", "5", "--quiet"]
-        run(*common, "--workers", "3", "--trace", "w3.jsonl")
+        run(*common, "--workers", "3", "--reduce", "star", "--trace", "w3.jsonl")
+        cls.tree_log = run(*common, "--workers", "3", "--reduce", "tree",
+                           "--trace", "w3_tree.jsonl").stderr
         run(*common, "--trace", "in.jsonl")
         cls.w3 = os.path.join(d, "w3.jsonl")
+        cls.w3_tree = os.path.join(d, "w3_tree.jsonl")
         cls.inproc = os.path.join(d, "in.jsonl")
 
     @classmethod
@@ -452,9 +628,40 @@ class LiveTraceTest(unittest.TestCase):
 
     def test_worker_trace_matches_plan_and_bytes(self):
         recs, _ = fs.load_trace(self.w3)
+        self.assertTrue(fs.carries_partials(recs))
         shape = fs.infer_shape(recs)
         self.assertEqual(repr(shape), "D=16,K=2,N=4,V=256,E=2")
         check_records_against_plan(self, recs, shape, 64)
+
+    def test_tree_trace_matches_plan_and_bytes(self):
+        recs, _ = fs.load_trace(self.w3_tree)
+        self.assertFalse(fs.carries_partials(recs))
+        with self.assertRaises(fs.FleetError):
+            fs.infer_shape(recs)  # without the partials the bytes do not give V
+        check_records_against_plan(self, recs, fs.Shape(16, 2, 4, 256, 2), 64, tree=True)
+        assert_user_error(self, cli("replay", "--trace", self.w3_tree), "--model")
+        p = cli("replay", "--trace", self.w3_tree, "--model", "16,2,4,256,2", "--workers", "1,3")
+        self.assertEqual(p.returncode, 0, p.stderr)
+
+    def test_tree_traffic_is_the_workers(self):
+        # Each worker logs what it sent and received in the tree: the simulated tree at the
+        # recorded owners sends the same (as a multiset over the workers).
+        import re
+        got = sorted(tuple(int(x) for x in m) for m in re.findall(
+            r"tree: (\d+) sums sent, (\d+) received, (\d+) roots, parameters \d+ from the "
+            r"tree, \d+ from the coordinator, (\d+) relayed", self.tree_log))
+        self.assertEqual(len(got), 3, self.tree_log[-2000:])
+        recs, _ = fs.load_trace(self.w3_tree)
+        shape = fs.Shape(16, 2, 4, 256, 2)
+        owner, W = fs.recorded_owners(recs, recs[0]["spans"])
+        tasks = fs.trace_tasks(recs, shape, 1.0, None, None)
+        r = fs.simulate(tasks, len(owner), W, fs.Net(5, 10, 50, 20), "tree", shape, owner=owner)
+        order = r.tree_order
+        want = sorted((sum(1 for x in r.sends if x[3] == w), sum(1 for x in r.sends if x[4] == w),
+                       sum(1 for x in r.roots if x[1] == w),
+                       sum(1 for c in range(1, len(order)) if fs.param_parent(c) == i))
+                      for i, w in enumerate(order))
+        self.assertEqual(got, want)
 
     def test_in_process_trace(self):
         recs, _ = fs.load_trace(self.inproc)
