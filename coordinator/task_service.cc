@@ -469,18 +469,13 @@ grpc::Status TaskServiceImpl::PushResult(grpc::ServerContext* ctx,
     // The result's tensors, and one more so that an extra one is named in the error.
     limits.max_tensors = LayerParamSlots<float>().size() + 8;
   }
-  TensorAssembler assembler(limits);
-  TensorMap tensors;
-  while (reader->Read(&msg)) {
-    if (!msg.has_tensor()) {
-      return Error(absl::InvalidArgumentError("a result carries tensors only after its header"));
-    }
-    absl::StatusOr<std::optional<NamedTensor>> done = assembler.Add(msg.tensor());
-    if (!done.ok()) return Error(done.status());
-    if (*done) tensors.emplace((*done)->name, std::move((*done)->tensor));
-  }
-  if (absl::Status s = assembler.Finish(); !s.ok()) return Error(s);
-  bytes_received_.fetch_add(assembler.total_bytes());
+  uint64_t result_bytes = 0;
+  absl::StatusOr<TensorMap> read =
+      ReadTensorStream<grpc::ServerReader<v1::ResultChunk>, v1::ResultChunk>(
+          *reader, limits, "result", &result_bytes);
+  if (!read.ok()) return Error(read.status());
+  TensorMap tensors = *std::move(read);
+  bytes_received_.fetch_add(result_bytes);
 
   std::lock_guard<std::mutex> lock(mu_);
   int64_t task = 0, lease = 0;
@@ -520,7 +515,7 @@ grpc::Status TaskServiceImpl::PushResult(grpc::ServerContext* ctx,
   Worker& w = workers_[header.worker_id()];
   rebuilds_ += result.rebuild_seconds > 0 ? 1 : 0;
   current_->sched->Apply(task, std::move(result), w.name.empty() ? header.worker_id() : w.name,
-                         current_->fetched[task], assembler.total_bytes(),
+                         current_->fetched[task], result_bytes,
                          current_->leased_at[task]);
   w.leases.erase(task);
   ++accepted_;
@@ -608,18 +603,12 @@ grpc::Status TaskServiceImpl::PushReduced(grpc::ServerContext* ctx,
     limits.max_tensor_bytes = limits.max_total_bytes;
     limits.max_tensors = LayerParamSlots<float>().size() + 1;
   }
-  TensorAssembler assembler(limits);
-  TensorMap tensors;
-  while (reader->Read(&msg)) {
-    if (!msg.has_tensor()) {
-      return Error(absl::InvalidArgumentError("a sum carries tensors only after its header"));
-    }
-    absl::StatusOr<std::optional<NamedTensor>> done = assembler.Add(msg.tensor());
-    if (!done.ok()) return Error(done.status());
-    if (*done) tensors.emplace((*done)->name, std::move((*done)->tensor));
-  }
-  if (absl::Status s = assembler.Finish(); !s.ok()) return Error(s);
-  bytes_received_.fetch_add(assembler.total_bytes());
+  uint64_t sum_bytes = 0;
+  absl::StatusOr<TensorMap> read = ReadTensorStream<grpc::ServerReader<v1::SumChunk>, v1::SumChunk>(
+      *reader, limits, "sum", &sum_bytes);
+  if (!read.ok()) return Error(read.status());
+  TensorMap tensors = *std::move(read);
+  bytes_received_.fetch_add(sum_bytes);
   std::lock_guard<std::mutex> lock(mu_);
   absl::StatusOr<bool> ok = check();
   if (!ok.ok()) return Error(ok.status());

@@ -107,6 +107,30 @@ class TensorAssembler {
 absl::StatusOr<TensorMap> AssembleTensors(const std::vector<v1::TensorChunk>& chunks,
                                           AssemblerLimits limits = {});
 
+// The rest of a client stream whose messages, after its header, each carry a `tensor` piece
+// (PushResult's ResultChunk, PushSum's and PushReduced's SumChunk): every tensor by name, within
+// `limits`; *total_bytes gets the declared bytes. INVALID_ARGUMENT for a message without a
+// tensor ("a <what> carries tensors only after its header") or a malformed stream.
+template <typename Reader, typename Message>
+absl::StatusOr<TensorMap> ReadTensorStream(Reader& reader, const AssemblerLimits& limits,
+                                           const char* what, uint64_t* total_bytes) {
+  TensorAssembler assembler(limits);
+  TensorMap tensors;
+  Message msg;
+  while (reader.Read(&msg)) {
+    if (!msg.has_tensor()) {
+      return absl::InvalidArgumentError(
+          std::string("a ") + what + " carries tensors only after its header");
+    }
+    absl::StatusOr<std::optional<NamedTensor>> done = assembler.Add(msg.tensor());
+    if (!done.ok()) return done.status();
+    if (*done) tensors.emplace((*done)->name, std::move((*done)->tensor));
+  }
+  if (absl::Status s = assembler.Finish(); !s.ok()) return s;
+  *total_bytes = assembler.total_bytes();
+  return tensors;
+}
+
 }  // namespace adjsh
 
 #endif  // ADJSH_PROTO_TENSOR_CODEC_H_

@@ -319,18 +319,12 @@ grpc::Status PeerHub::ReceiveSum(grpc::ServerContext*, grpc::ServerReader<v1::Su
     limits.max_tensor_bytes = limits.max_total_bytes;
     limits.max_tensors = LayerParamSlots<float>().size() + 1;
   }
-  TensorAssembler assembler(limits);
-  TensorMap tensors;
-  while (reader->Read(&msg)) {
-    if (!msg.has_tensor()) {
-      return Error(absl::InvalidArgumentError("a sum carries tensors only after its header"));
-    }
-    absl::StatusOr<std::optional<NamedTensor>> done = assembler.Add(msg.tensor());
-    if (!done.ok()) return Error(done.status());
-    if (*done) tensors.emplace((*done)->name, std::move((*done)->tensor));
-  }
-  if (absl::Status s = assembler.Finish(); !s.ok()) return Error(s);
-  absl::StatusOr<GroupValue<float>> value = TakeGroup(*config, layers, h.group(), tensors);
+  uint64_t bytes = 0;
+  absl::StatusOr<TensorMap> tensors =
+      ReadTensorStream<grpc::ServerReader<v1::SumChunk>, v1::SumChunk>(*reader, limits, "sum",
+                                                                        &bytes);
+  if (!tensors.ok()) return Error(tensors.status());
+  absl::StatusOr<GroupValue<float>> value = TakeGroup(*config, layers, h.group(), *tensors);
   if (!value.ok()) return Error(value.status());
   std::lock_guard<std::mutex> lock(mu_);
   if (std::optional<grpc::Status> late = check()) return *late;

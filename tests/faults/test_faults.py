@@ -98,6 +98,23 @@ def count_in_logs(cluster, pattern, logs="worker-*.log"):
     return n
 
 
+def kill_workers(cluster, addr, workers, rng, last, pause, seen, flags=()):
+    """SIGKILLs a random worker every `pause` (a range of seconds) and starts it again under a
+    new name, at least 8 times and on (up to 120) until seen() or the job's last checkpoint
+    `last` exists. Returns the number of kills."""
+    kills = 0
+    while kills < 8 or (kills < 120 and not seen()):
+        time.sleep(rng.uniform(*pause))
+        if os.path.exists(last):  # a file check, not an `adjsh status` process per kill
+            break
+        name = rng.choice(sorted(workers))
+        os.kill(workers[name].pid, signal.SIGKILL)
+        workers[name].wait()
+        kills += 1
+        workers[name] = cluster.worker(addr, f"{name}-{kills}", log="", flags=flags)
+    return kills
+
+
 def case_worker_kills(adjsh, tmp, cluster, res, ref):  # ref: of LONGER
     coord, addr = cluster.coordinator(os.path.join(tmp, "state"), lease_ms=500)
     if not res.record("coordinator started", addr):
@@ -109,7 +126,6 @@ def case_worker_kills(adjsh, tmp, cluster, res, ref):  # ref: of LONGER
     if not res.record("job submitted", job, r.stderr):
         return
     rng = random.Random(11)
-    kills = 0
     last = os.path.join(ckpt, "step-%08d" % LONGER.steps)  # the job's final checkpoint
 
     def rebuilt():  # spans rebuilt by new owners so far, in the forward and in the backward
@@ -117,15 +133,8 @@ def case_worker_kills(adjsh, tmp, cluster, res, ref):  # ref: of LONGER
                 count_in_logs(cluster, " rebuilt up to bwd"))
 
     # At least 8 kills, and on until the new owners have rebuilt spans in both directions.
-    while kills < 8 or (kills < 120 and min(rebuilt()) == 0):
-        time.sleep(rng.uniform(0.02, 0.2))
-        if os.path.exists(last):  # a file check, not an `adjsh status` process per kill
-            break
-        name = rng.choice(sorted(workers))
-        os.kill(workers[name].pid, signal.SIGKILL)
-        workers[name].wait()
-        kills += 1
-        workers[name] = cluster.worker(addr, f"{name}-{kills}", log="")
+    kills = kill_workers(cluster, addr, workers, rng, last, (0.02, 0.2),
+                         lambda: min(rebuilt()) > 0)
     r = cluster.watch(addr, job)
     res.record(f"workers SIGKILLed {kills} times during the job (>= 8)", kills >= 8)
     fwd, bwd = rebuilt()
@@ -147,21 +156,13 @@ def case_worker_kills_tree(adjsh, tmp, cluster, res, ref):  # ref: of LONGER
     if not res.record("job submitted", job, r.stderr):
         return
     rng = random.Random(12)
-    kills = 0
     last = os.path.join(ckpt, "step-%08d" % LONGER.steps)
 
     def restarts():
         return count_in_logs(cluster, "the step begins again", "coordinator*.log")
 
-    while kills < 8 or (kills < 120 and restarts() == 0):
-        time.sleep(rng.uniform(0.05, 0.4))
-        if os.path.exists(last):
-            break
-        name = rng.choice(sorted(workers))
-        os.kill(workers[name].pid, signal.SIGKILL)
-        workers[name].wait()
-        kills += 1
-        workers[name] = cluster.worker(addr, f"{name}-{kills}", log="", flags=peer)
+    kills = kill_workers(cluster, addr, workers, rng, last, (0.05, 0.4), lambda: restarts() > 0,
+                         flags=peer)
     r = cluster.watch(addr, job)
     res.record(f"workers SIGKILLed {kills} times during the job (>= 8)", kills >= 8)
     n = restarts()
