@@ -86,12 +86,17 @@ std::optional<LeasedTask> SpanScheduler::Next(const std::string& worker, const L
                                               int64_t live_count, absl::Duration lease) {
   std::vector<std::string>& owner = owners_->owner;
   const int64_t S = plan_->spans();
+  auto own = [&](int64_t id) { return owner[plan_->task(id).span] == worker; };
+  if (among_workers()) {  // the tree names the owners of this version: no claims (a lost one
+                          // begins the step again, coordinator/task_service.h)
+    absl::StatusOr<LeaseResult> got = queue_->Lease(worker, lease, own);
+    return got.ok() && got->task ? got->task : std::nullopt;
+  }
   int64_t mine = 0;
   for (std::string& o : owner) {
     if (!o.empty() && o != worker && !live(o)) o.clear();  // lost: its spans are free
     mine += o == worker ? 1 : 0;
   }
-  auto own = [&](int64_t id) { return owner[plan_->task(id).span] == worker; };
   absl::StatusOr<LeaseResult> got = queue_->Lease(worker, lease, own);
   if (got.ok() && got->task) return got->task;
   if (mine >= Quota(S, live_count)) return std::nullopt;

@@ -206,7 +206,7 @@ void TaskServiceImpl::BeginStep() {
   step.sched->Begin(owners_, step.job_id, live);
   step.tree.Clear();
   step.tree_workers.clear();
-  if (!opt_.worker_tree || live.empty()) return;
+  if (!opt_.worker_tree || step.star_only || live.empty()) return;
   // A tree needs every span owned by a worker that serves a peer endpoint.
   std::map<std::string, int32_t> index;
   for (const std::string& o : owners_.owner) {
@@ -215,14 +215,20 @@ void TaskServiceImpl::BeginStep() {
     if (index.emplace(o, static_cast<int32_t>(step.tree_workers.size())).second)
       step.tree_workers.push_back(o);
   }
+  std::vector<std::string> members = step.tree_workers;
+  std::sort(members.begin(), members.end());
+  if (members == broken_tree_) {  // these workers' tree lost its roots before: the star
+    step.tree_workers.clear();
+    return;
+  }
   for (const std::string& o : owners_.owner) step.tree.add_span_owner(index.at(o));
   for (const std::string& id : step.tree_workers) step.tree.add_peer(workers_.at(id).peer_address);
   step.sched->ReduceAmongWorkers();
 }
 
 void TaskServiceImpl::RestartIfTreeLost() {
-  if (!current_ || current_->tree_workers.empty()) return;
-  const absl::Time since = absl::Now() - opt_.lease;
+  if (!current_ || current_->tree_workers.empty() || current_->sched->Done()) return;
+  const absl::Time now = absl::Now(), since = now - opt_.lease;
   std::string lost;
   for (const std::string& id : current_->tree_workers) {
     const auto w = workers_.find(id);
@@ -231,7 +237,15 @@ void TaskServiceImpl::RestartIfTreeLost() {
       break;
     }
   }
-  if (lost.empty()) return;
+  // Every task done, every worker live, and still roots missing: a sum that cannot get
+  // through (a peer unreachable from another, a refused push). Again, through the coordinator.
+  bool roots_stuck = false;
+  if (lost.empty()) {
+    if (!current_->sched->queue().Finished()) return;
+    if (current_->tasks_done_at == absl::InfiniteFuture()) current_->tasks_done_at = now;
+    if (now - current_->tasks_done_at < kRootsDeadlineLeases * opt_.lease) return;
+    roots_stuck = true;
+  }
   absl::StatusOr<std::unique_ptr<SpanScheduler>> sched =
       SpanScheduler::Make(*current_->params, current_->tokens_in, current_->options);
   if (!sched.ok()) {  // it was made once for these inputs: not expected
@@ -248,10 +262,22 @@ void TaskServiceImpl::RestartIfTreeLost() {
   for (auto& [id, worker] : workers_) worker.leases.clear();
   ++restarts_;
   ++current_->restarts;
-  std::fprintf(stderr,
-               "adjsh coordinator: worker %s of step %lld's tree is lost, and the sums it held "
-               "with it: the step begins again\n",
-               lost.c_str(), static_cast<long long>(current_->step));
+  current_->tasks_done_at = absl::InfiniteFuture();
+  if (roots_stuck) {
+    current_->star_only = true;
+    broken_tree_ = current_->tree_workers;  // not again with the same workers
+    std::sort(broken_tree_.begin(), broken_tree_.end());
+    std::fprintf(stderr,
+                 "adjsh coordinator: step %lld's tasks are done but roots of its worker tree "
+                 "did not come within %d leases: the step begins again, reduced through the "
+                 "coordinator (as every step is while these workers stay the same)\n",
+                 static_cast<long long>(current_->step), kRootsDeadlineLeases);
+  } else {
+    std::fprintf(stderr,
+                 "adjsh coordinator: worker %s of step %lld's tree is lost, and the sums it "
+                 "held with it: the step begins again\n",
+                 lost.c_str(), static_cast<long long>(current_->step));
+  }
   BeginStep();
   work_cv_.notify_all();
 }

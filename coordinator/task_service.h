@@ -105,6 +105,9 @@ class TaskServiceImpl final : public v1::TaskService::Service {
   int64_t registered_workers() const;  // dead ones are reaped (TaskServiceOptions::reap_after)
   static constexpr size_t kMaxWorkerNameBytes = 256;
   static constexpr int kShunAfterNonFinite = 3;
+  // With a worker tree: this many leases after the step's last task, roots still missing (and
+  // every worker live) begin the step again through the coordinator.
+  static constexpr int kRootsDeadlineLeases = 4;
   // Tensor bytes streamed to workers (FetchInputs) and received from them (PushResult).
   uint64_t bytes_sent() const;
   uint64_t bytes_received() const;
@@ -129,6 +132,9 @@ class TaskServiceImpl final : public v1::TaskService::Service {
     int64_t step = 0, version = 0, tokens = 0;
     uint64_t wire_at_start = 0;  // bytes_sent + bytes_received when the step began
     int64_t restarts = 0;        // begun again after losing a tree worker
+    absl::Time tasks_done_at = absl::InfiniteFuture();  // with a tree: every task done, roots
+                                                         // still missing
+    bool star_only = false;  // begun again because roots did not come: no tree this time
     // task -> (its current queue lease, the secret the wire lease id carries with it)
     std::map<int64_t, std::pair<int64_t, std::string>> lease_secrets;
     std::map<int64_t, absl::Time> leased_at;  // task -> when its current lease was granted
@@ -148,7 +154,8 @@ class TaskServiceImpl final : public v1::TaskService::Service {
   void BeginStep();
   // With a worker tree: a worker of it is no longer live, so the sums it held are lost; the
   // step begins again as a new version (the same bits: every step starts from its tokens).
-  // Requires mu_.
+  // Also when every task is done but roots are missing kRootsDeadlineLeases leases later:
+  // then it begins again without a tree. Never once the step is done. Requires mu_.
   void RestartIfTreeLost();
   void ReapWorkers();  // forgets workers unheard of for reap_after. Requires mu_.
   // Heard from since `since` (a lease ago) and not shunned for non-finite results.
@@ -188,6 +195,9 @@ class TaskServiceImpl final : public v1::TaskService::Service {
   std::atomic<uint64_t> bytes_sent_{0}, bytes_received_{0};
   QueueStats past_;  // lease counters of the finished steps; guarded by mu_
   SpanOwners owners_;  // who owns which span, across steps; guarded by mu_
+  // The workers (sorted ids) of a tree whose roots did not come: steps with the same ones use
+  // the star. Guarded by mu_.
+  std::vector<std::string> broken_tree_;
   int64_t rebuilds_ = 0, restarts_ = 0, roots_ = 0;  // guarded by mu_
 };
 

@@ -55,6 +55,7 @@ absl::StatusOr<std::string> PeerHub::Start() {
         opt_.peer_listen,
         opt_.peer_credentials ? opt_.peer_credentials : grpc::InsecureServerCredentials(), &port);
     builder.RegisterService(service_.get());
+    ConfigureServer(builder, kDefaultMaxMessageBytes);  // keepalive as the clients', limits
     server_ = builder.BuildAndStart();
     if (server_ == nullptr || (port == 0 && !absl::StartsWith(opt_.peer_listen, "unix:"))) {
       return absl::UnavailableError(
@@ -77,6 +78,7 @@ void PeerHub::Shutdown() {
     std::lock_guard<std::mutex> lock(mu_);
     if (shutdown_) return;
     shutdown_ = true;
+    if (pushing_ != nullptr) pushing_->TryCancel();
   }
   cv_.notify_all();
   if (server_) server_->Shutdown(std::chrono::system_clock::now() + milliseconds(500));
@@ -118,14 +120,14 @@ absl::Status PeerHub::AddLeaves(const v1::Task& task, std::vector<GroupLeaf<floa
   std::lock_guard<std::mutex> lock(mu_);
   if (!Current(task.job_id(), task.params_version())) return absl::OkStatus();  // a left step
   std::vector<TreeReduce<float>::Send> out;
+  absl::Status status;
   for (GroupLeaf<float>& leaf : leaves) {
-    if (absl::Status s =
-            step_.reduce->Put(leaf.group, task.span(), task.span() + 1, std::move(leaf.value), out);
-        !s.ok())
-      return s;
+    status = step_.reduce->Put(leaf.group, task.span(), task.span() + 1, std::move(leaf.value),
+                               out);
+    if (!status.ok()) break;
   }
-  Queue(out);
-  return absl::OkStatus();
+  Queue(out);  // what the leaves before a refused one made
+  return status;
 }
 
 void PeerHub::Queue(std::vector<TreeReduce<float>::Send>& sends) {
@@ -176,6 +178,15 @@ std::optional<NoResult> PeerHub::FetchParams(const TaskState& held, const v1::Ta
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!Current(task.job_id(), task.params_version())) return NoResult{false, "a later step"};
+    if (step_.relay->done || step_.relay->released || !step_.relay->chunks.empty()) {
+      // Fetched once already (the model was dropped since): a relay of its own, never appended
+      // to one that readers took as whole.
+      const bool keep = step_.relay->keep;
+      step_.relay->failed = !step_.relay->done;
+      step_.relay = std::make_shared<Relay>();
+      step_.relay->keep = keep;
+      cv_.notify_all();
+    }
     relay = step_.relay;
     self = step_.tree.self();
     if (self > 0) parent = step_.tree.peer(ParentOf(self));
@@ -260,7 +271,16 @@ grpc::Status PeerHub::ServeParams(grpc::ServerContext* ctx, const v1::FetchParam
     if (!relay->keep || relay->released) {
       return Error(absl::UnavailableError("this worker keeps no copy of the parameters to relay"));
     }
+    ++relay->readers;
   }
+  struct Reading {  // the relay's count of readers, however the stream ends
+    std::mutex& mu;
+    Relay& relay;
+    ~Reading() {
+      std::lock_guard<std::mutex> lock(mu);
+      --relay.readers;
+    }
+  } reading{mu_, *relay};
   for (size_t i = 0;;) {
     v1::TensorChunk chunk;
     {
@@ -272,8 +292,10 @@ grpc::Status PeerHub::ServeParams(grpc::ServerContext* ctx, const v1::FetchParam
         chunk = relay->chunks[i++];
       } else if (relay->done) {
         ++stats_.params_relayed;
-        relay->released = true;  // the next worker has them: free this copy
-        std::vector<v1::TensorChunk>().swap(relay->chunks);
+        if (relay->readers == 1) {  // the next worker has them and nobody else reads: free them
+          relay->released = true;
+          std::vector<v1::TensorChunk>().swap(relay->chunks);
+        }
         return grpc::Status::OK;
       } else if (shutdown_ || relay->failed) {
         return Error(absl::UnavailableError("this worker's own parameter fetch failed"));
@@ -355,6 +377,19 @@ v1::PeerService::Stub& PeerHub::PeerStub(const std::string& address) {
 absl::Status PeerHub::Push(const Outgoing& o, bool* accepted) {
   grpc::ClientContext ctx;
   SetDeadline(ctx, opt_.stream_deadline);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (shutdown_) return absl::CancelledError("shutting down");
+    pushing_ = &ctx;
+  }
+  struct InFlight {  // until the call ends, Shutdown may cancel it
+    std::mutex& mu;
+    grpc::ClientContext*& pushing;
+    ~InFlight() {
+      std::lock_guard<std::mutex> lock(mu);
+      pushing = nullptr;
+    }
+  } in_flight{mu_, pushing_};
   v1::SumChunk msg;
   v1::SumHeader* h = msg.mutable_header();
   h->set_worker_id(state_.worker_id());

@@ -84,6 +84,7 @@ class PeerHub {
     bool keep = false;
     std::vector<v1::TensorChunk> chunks;
     bool done = false, failed = false, released = false;
+    int readers = 0;  // FetchParams streams reading it now
   };
   struct Step {
     std::string job_id;
@@ -125,6 +126,7 @@ class PeerHub {
   bool shutdown_ = false;
   Step step_;
   std::deque<Outgoing> outgoing_;
+  grpc::ClientContext* pushing_ = nullptr;  // the sender's call in flight (Shutdown cancels it)
   std::map<std::string, std::unique_ptr<v1::PeerService::Stub>> peers_;
   Stats stats_;
 };

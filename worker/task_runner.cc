@@ -133,15 +133,29 @@ TaskRunner::Outcome TaskRunner::Run(const v1::Task& task, const TaskState& held)
   const bool include_params = need_params && !tree;
   const bool include_span = owned == job.spans.end() || !owned->second->Ready(span_task);
 
-  TensorMap got, named;
-  if (need_params && tree) {
+  // The model of the task's version, from named tensors.
+  auto take_model = [&](const TensorMap& named) -> absl::Status {
+    absl::StatusOr<ModelParams<float>> params = ParamsFromTensors<float>(cfg, named);
+    if (!params.ok()) return params.status();
+    job.spans.clear();  // they point into the model being replaced
+    owned = job.spans.end();
+    job.params = std::make_unique<ModelParams<float>>(*std::move(params));
+    job.model = std::make_unique<BackendModel<float>>(
+        BackendModel<float>::Make(*job.params, *backend_));
+    return absl::OkStatus();
+  };
+  TensorMap got;
+  if (need_params && tree) {  // kept at once: a later failure of this task does not refetch
     AssemblerLimits limits;
     limits.max_total_bytes = ParamBytesF32(cfg) + (1 << 20);
     limits.max_tensor_bytes = limits.max_total_bytes;
     limits.max_tensors = 16 * cfg.num_hidden_layers + 64;
+    TensorMap named;
     if (std::optional<NoResult> no = peers_.FetchParams(held, task, limits, named))
       return End(tid, *no);
     for (const auto& [name, tensor] : named) bytes_received_ += tensor.data.size();
+    if (absl::Status st = take_model(named); !st.ok())
+      return skip(absl::StrCat("parameters: ", st.message()));
   }
   if (std::optional<NoResult> no = io_.Fetch(held, include_params, include_span,
                                              InputLimits(cfg, plan, task.span()), got)) {
@@ -149,7 +163,8 @@ TaskRunner::Outcome TaskRunner::Run(const v1::Task& task, const TaskState& held)
   }
   for (const auto& [name, tensor] : got) bytes_received_ += tensor.data.size();
 
-  if (need_params) {  // every "backbone.*" tensor is a parameter (inputs have other names)
+  if (include_params) {  // every "backbone.*" tensor is a parameter (inputs have other names)
+    TensorMap named;
     for (auto it = got.begin(); it != got.end();) {
       if (it->first.rfind("backbone.", 0) == 0) {
         named.insert(got.extract(it++));
@@ -157,13 +172,8 @@ TaskRunner::Outcome TaskRunner::Run(const v1::Task& task, const TaskState& held)
         ++it;
       }
     }
-    absl::StatusOr<ModelParams<float>> params = ParamsFromTensors<float>(cfg, named);
-    if (!params.ok()) return skip(absl::StrCat("parameters: ", params.status().message()));
-    job.spans.clear();  // they point into the model being replaced
-    owned = job.spans.end();
-    job.params = std::make_unique<ModelParams<float>>(*std::move(params));
-    job.model = std::make_unique<BackendModel<float>>(
-        BackendModel<float>::Make(*job.params, *backend_));
+    if (absl::Status st = take_model(named); !st.ok())
+      return skip(absl::StrCat("parameters: ", st.message()));
   }
   if (job.model == nullptr) return skip("the parameters were not sent");
 

@@ -14,6 +14,11 @@ spans, so 60 span tasks per step, 6 steps, a checkpoint every 2 steps):
                     127.0.0.1): a lost tree worker takes the sums it held with it, so the
                     coordinator begins the step again (its log says so, >= 1 time), and the
                     job's progress lines say "tree of";
+  peer_unreachable  2 tree workers advertising a peer address nobody listens on: the sums
+                    pushed between them never arrive, so when the step's tasks are done and its
+                    roots are still missing 4 leases later the coordinator begins it again
+                    through the coordinator (its log says so, once: the later steps of the same
+                    workers use the star at once), and the job ends bitwise;
   worker_stop       a worker SIGSTOPped just after it leased a task, for 2.5 leases (the task is
                     handed to the other worker), then SIGCONTed: its late work is refused (the
                     worker logs the refusal); a heavier job (D=64, N=16, context 4096, chunk
@@ -169,6 +174,27 @@ def case_worker_kills_tree(adjsh, tmp, cluster, res, ref):  # ref: of LONGER
     res.record(f"steps begun again after losing a tree worker: {n} (>= 1)", n >= 1)
     res.record("the progress lines say the steps reduced in a worker tree",
                "tree of" in r.stdout, r.stdout[-800:])
+    res.record("job SUCCEEDED", r.returncode == 0, r.stdout[-1500:] + r.stderr)
+    res.record("final weights and optimizer state bitwise equal to the undisturbed run",
+               ref is not None and final_files(ckpt) == ref)
+
+
+def case_peer_unreachable(adjsh, tmp, cluster, res, ref):  # ref: of SMALL
+    coord, addr = cluster.coordinator(os.path.join(tmp, "state"), lease_ms=500)
+    if not res.record("coordinator started", addr):
+        return
+    for name in ("a", "b"):  # whichever owns span 0, the sums pushed to it cannot arrive
+        cluster.worker(addr, name, log="", flags=["--peer-listen", "127.0.0.1:0",
+                                                  "--peer-advertise", "127.0.0.1:1"])
+    time.sleep(1.5)  # both registered before the first step deals its spans
+    ckpt = os.path.join(tmp, "job")
+    job, r = cluster.submit(addr, SMALL.spec(ckpt))
+    if not res.record("job submitted", job, r.stderr):
+        return
+    r = cluster.watch(addr, job)
+    n = count_in_logs(cluster, "did not come within", "coordinator*.log")
+    res.record(f"steps begun again through the coordinator when roots did not come: {n} (1: "
+               "later steps of the same workers use the star at once)", n == 1)
     res.record("job SUCCEEDED", r.returncode == 0, r.stdout[-1500:] + r.stderr)
     res.record("final weights and optimizer state bitwise equal to the undisturbed run",
                ref is not None and final_files(ckpt) == ref)
@@ -433,7 +459,7 @@ def case_disk_full(adjsh, tmp, cluster, res, ref, ref_dir):
 
 
 CASES = {"worker_kills": case_worker_kills, "worker_kills_tree": case_worker_kills_tree,
-         "worker_stop": case_worker_stop,
+         "peer_unreachable": case_peer_unreachable, "worker_stop": case_worker_stop,
          "coordinator_kill": case_coordinator_kill, "proxy_cuts": case_proxy_cuts,
          "proxy_stall": case_proxy_stall, "disk_full": case_disk_full}
 
