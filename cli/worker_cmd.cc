@@ -1,5 +1,6 @@
-// adjsh worker: serves exact-backward (layer, chunk) tasks of a coordinator over gRPC until
-// SIGTERM or SIGINT (worker/worker.h).
+// adjsh worker: owns spans of a coordinator's steps and serves their (layer, span) tasks over
+// gRPC until SIGTERM or SIGINT (worker/worker.h); with --peer-listen, a node of the worker tree
+// (worker/peer.h).
 #include <atomic>
 #include <cstdio>
 #include <memory>
@@ -22,12 +23,13 @@ namespace adjsh::cli {
 
 int WorkerCommand(const std::vector<std::string>& args) {
   ArgParser a("worker",
-              "Serves exact-backward (layer, chunk) tasks of an adjsh coordinator: registers with\n"
-              "its TaskService, then pulls tasks, fetches their inputs, computes them (on the\n"
-              "CPU, or on a GPU with --device cuda:N) and pushes the results, until SIGTERM or\n"
-              "SIGINT (exit 0). A lost coordinator is retried forever (backoff up to 2 s); a\n"
-              "coordinator that refuses the worker's\n"
-              "credentials (UNAUTHENTICATED, PERMISSION_DENIED) ends it with exit 1.\n"
+              "Owns spans of an adjsh coordinator's steps and serves their (layer, span) tasks:\n"
+              "registers with its TaskService, then pulls tasks, fetches their inputs, computes\n"
+              "them (on the CPU, or on a GPU with --device cuda:N) and pushes the results, until\n"
+              "SIGTERM or SIGINT (exit 0). A lost coordinator is retried forever (backoff up to\n"
+              "2 s); a coordinator that refuses the worker's credentials (UNAUTHENTICATED,\n"
+              "PERMISSION_DENIED) ends it with exit 1. With --peer-listen it also serves the\n"
+              "worker tree: parameters relayed to the next worker, partial sums from others.\n"
               "With --tls-ca the connection is mutual TLS: the worker checks the coordinator's\n"
               "certificate against --tls-ca and presents --tls-cert (docs/SECURITY.md); without\n"
               "it, plaintext to a loopback coordinator started with --insecure-local.");
