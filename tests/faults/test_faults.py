@@ -103,6 +103,13 @@ def count_in_logs(cluster, pattern, logs="worker-*.log"):
     return n
 
 
+def record_job_end(res, watch, ckpt, ref):
+    """The job's `adjsh watch` ended in SUCCEEDED, with the undisturbed run's final state."""
+    res.record("job SUCCEEDED", watch.returncode == 0, watch.stdout[-1500:] + watch.stderr)
+    res.record("final weights and optimizer state bitwise equal to the undisturbed run",
+               ref is not None and final_files(ckpt) == ref)
+
+
 def kill_workers(cluster, addr, workers, rng, last, pause, seen, flags=()):
     """SIGKILLs a random worker every `pause` (a range of seconds) and starts it again under a
     new name, at least 8 times and on (up to 120) until seen() or the job's last checkpoint
@@ -145,9 +152,7 @@ def case_worker_kills(adjsh, tmp, cluster, res, ref):  # ref: of LONGER
     fwd, bwd = rebuilt()
     res.record(f"lost spans rebuilt by their new owners: {fwd} in the forward, {bwd} in the "
                f"backward (>= 1 each)", fwd >= 1 and bwd >= 1)
-    res.record("job SUCCEEDED", r.returncode == 0, r.stdout[-1500:] + r.stderr)
-    res.record("final weights and optimizer state bitwise equal to the undisturbed run",
-               ref is not None and final_files(ckpt) == ref)
+    record_job_end(res, r, ckpt, ref)
 
 
 def case_worker_kills_tree(adjsh, tmp, cluster, res, ref):  # ref: of LONGER
@@ -174,9 +179,7 @@ def case_worker_kills_tree(adjsh, tmp, cluster, res, ref):  # ref: of LONGER
     res.record(f"steps begun again after losing a tree worker: {n} (>= 1)", n >= 1)
     res.record("the progress lines say the steps reduced in a worker tree",
                "tree of" in r.stdout, r.stdout[-800:])
-    res.record("job SUCCEEDED", r.returncode == 0, r.stdout[-1500:] + r.stderr)
-    res.record("final weights and optimizer state bitwise equal to the undisturbed run",
-               ref is not None and final_files(ckpt) == ref)
+    record_job_end(res, r, ckpt, ref)
 
 
 def case_peer_unreachable(adjsh, tmp, cluster, res, ref):  # ref: of SMALL
@@ -195,9 +198,7 @@ def case_peer_unreachable(adjsh, tmp, cluster, res, ref):  # ref: of SMALL
     n = count_in_logs(cluster, "did not come within", "coordinator*.log")
     res.record(f"steps begun again through the coordinator when roots did not come: {n} (1: "
                "later steps of the same workers use the star at once)", n == 1)
-    res.record("job SUCCEEDED", r.returncode == 0, r.stdout[-1500:] + r.stderr)
-    res.record("final weights and optimizer state bitwise equal to the undisturbed run",
-               ref is not None and final_files(ckpt) == ref)
+    record_job_end(res, r, ckpt, ref)
 
 
 def case_worker_stop(adjsh, tmp, cluster, res, ref):  # ref: of HEAVY
@@ -336,9 +337,7 @@ def case_proxy_cuts(adjsh, tmp, cluster, res, ref):
     push = count_in_logs(cluster, "PushResult failed")
     res.record(f"cuts broke {fetch} input streams and {push} result streams, each retried "
                "(>= 5 together)", fetch + push >= 5)
-    res.record("job SUCCEEDED", r.returncode == 0, r.stdout[-1500:] + r.stderr)
-    res.record("final weights and optimizer state bitwise equal to the undisturbed run",
-               ref is not None and final_files(ckpt) == ref)
+    record_job_end(res, r, ckpt, ref)
 
 
 def case_proxy_stall(adjsh, tmp, cluster, res, ref):
