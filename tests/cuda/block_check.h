@@ -3,7 +3,8 @@
 // parameter gradient), as relative L2 errors per tensor and over all of them; and the CUDA head
 // (kernels/cuda/lm_head.h) against the CPU head in f64. Shared by the
 // host-emulated tests (block_emulation_test.cc, shapes_emulation_test.cc); include after
-// tests/cuda/emulated_device.h.
+// tests/cuda/emulated_device.h; and, with a device run of its own through the backend
+// interface, by cuda_backend_test.cc on a real GPU.
 #ifndef ADJSH_TESTS_CUDA_BLOCK_CHECK_H_
 #define ADJSH_TESTS_CUDA_BLOCK_CHECK_H_
 
@@ -25,17 +26,31 @@ struct BlockCheck {
   std::vector<std::string> names;  // "u_next", ..., then the parameters' HF suffixes
   std::vector<double> errors;      // relative L2 error of each
   double whole = 0;                // relative L2 error of all of them together
+  double grad_whole = 0;           // relative L2 error of the parameter gradients together
 };
 
-// Layer 0 of InitParams(config, seed); rows of u ~ N(0, 1), h0 ~ 0.2 N, mu ~ 0.05 N,
-// g ~ 0.05 N drawn from rng_seed.
-inline BlockCheck CheckBlockAgainstCpu(const MambaConfig& config, uint64_t seed,
-                                       uint64_t rng_seed, int64_t halo, int64_t len, bool bf16) {
-  const ModelParams<double> p64 = InitParams<double>(config, seed);
-  const ModelParams<float> p32 = InitParams<float>(config, seed);
-  const LayerParams<float>& w = p32.layers[0];
-  const int64_t D = config.hidden_size, Di = config.inner(), N = config.state_size;
-  const int64_t DiN = Di * N;
+// What one block computes for one chunk: its forward, then its exact backward.
+template <typename T>
+struct BlockRun {
+  std::vector<T> y, h_end, du, du_halo, mu_out;
+  LayerParams<T> grad;
+  BlockRun(const MambaConfig& c, int64_t halo, int64_t len)
+      : y(len * c.hidden_size),
+        h_end(c.inner() * c.state_size),
+        du(len * c.hidden_size),
+        du_halo(halo * c.hidden_size),
+        mu_out(c.inner() * c.state_size),
+        grad(ZeroLayer<T>(c)) {}
+};
+
+// The block with weights w64 (f64, on the CPU) against a device run of the same weights in f32,
+// over rows of u ~ N(0, 1), h0 ~ 0.2 N, mu ~ 0.05 N, g ~ 0.05 N drawn from rng_seed.
+// run_device(u, h0, mu, g, out) runs the device block on the f32 inputs into out (sized).
+template <typename RunDevice>
+BlockCheck CheckBlockAgainstCpu(const MambaConfig& config, const LayerParams<double>& w64,
+                                int64_t halo, int64_t len, uint64_t rng_seed,
+                                RunDevice run_device) {
+  const int64_t D = config.hidden_size, DiN = config.inner() * config.state_size;
   std::mt19937_64 rng(rng_seed);
   std::normal_distribution<double> dist(0, 1);
   auto random = [&](int64_t n, double scale) {
@@ -47,44 +62,58 @@ inline BlockCheck CheckBlockAgainstCpu(const MambaConfig& config, uint64_t seed,
                             mu = random(DiN, 0.05), g = random(len * D, 0.05);
   auto f32 = [](const std::vector<double>& v) { return std::vector<float>(v.begin(), v.end()); };
 
-  const cpu::MambaBlockCpu<double> ref(config, p64.layers[0]);
+  const cpu::MambaBlockCpu<double> ref(config, w64);
   const cpu::ChunkRows rows{halo, len, 0};
-  std::vector<double> y(len * D), h_end(DiN), du(len * D), du_halo(halo * D), mu_out(DiN);
-  LayerParams<double> grad = ZeroLayer<double>(config);
-  ref.Forward(u.data(), rows, h0.data(), y.data(), h_end.data());
-  ref.Backward(u.data(), rows, g.data(), h0.data(), mu.data(), 0, grad, du.data(),
-               du_halo.data(), mu_out.data());
+  BlockRun<double> want(config, halo, len);
+  ref.Forward(u.data(), rows, h0.data(), want.y.data(), want.h_end.data());
+  ref.Backward(u.data(), rows, g.data(), h0.data(), mu.data(), 0, want.grad, want.du.data(),
+               want.du_halo.data(), want.mu_out.data());
 
-  cuda::DeviceBlock block(0, bf16, cuda::BlockShapeOf(config),
-                          cuda::LayerTensorsOf<const float>(w));
   const std::vector<float> u32 = f32(u), h032 = f32(h0), mu32 = f32(mu), g32 = f32(g);
-  std::vector<float> y32(len * D), e32(DiN), du32(len * D), dh32(halo * D), mo32(DiN);
-  LayerParams<float> g32p = ZeroLayer<float>(config);
-  block.Forward(u32.data(), halo, len, h032.data(), y32.data(), e32.data());
-  block.Backward(u32.data(), halo, len, g32.data(), h032.data(), mu32.data(),
-                 cuda::LayerTensorsOf<float>(g32p), du32.data(), dh32.data(), mo32.data());
+  BlockRun<float> got(config, halo, len);
+  run_device(u32.data(), h032.data(), mu32.data(), g32.data(), got);
 
-  std::vector<std::vector<float>> got = {y32, e32, du32, dh32, mo32};
-  std::vector<std::vector<double>> want = {y, h_end, du, du_halo, mu_out};
+  std::vector<std::vector<float>> a = {got.y, got.h_end, got.du, got.du_halo, got.mu_out};
+  std::vector<std::vector<double>> b = {want.y, want.h_end, want.du, want.du_halo, want.mu_out};
   BlockCheck check;
   check.names = {"u_next", "h_end", "du", "du_halo", "mu_out"};
+  const size_t outputs = a.size();
   const auto& s32 = LayerParamSlots<float>();
   const auto& s64 = LayerParamSlots<double>();
   for (size_t q = 0; q < s32.size(); ++q) {
-    got.push_back(g32p.*s32[q].member);
-    want.push_back(grad.*s64[q].member);
+    a.push_back(got.grad.*s32[q].member);
+    b.push_back(want.grad.*s64[q].member);
     check.names.push_back(s32[q].suffix);
   }
-  double num = 0, den = 0;
-  for (size_t q = 0; q < got.size(); ++q) {
-    check.errors.push_back(RelErr(got[q], want[q]));
-    for (size_t k = 0; k < got[q].size(); ++k) {
-      num += (got[q][k] - want[q][k]) * (got[q][k] - want[q][k]);
-      den += want[q][k] * want[q][k];
+  double num = 0, den = 0, grad_num = 0, grad_den = 0;
+  for (size_t q = 0; q < a.size(); ++q) {
+    check.errors.push_back(RelErr(a[q], b[q]));
+    for (size_t k = 0; k < a[q].size(); ++k) {
+      const double d2 = (a[q][k] - b[q][k]) * (a[q][k] - b[q][k]), w2 = b[q][k] * b[q][k];
+      num += d2;
+      den += w2;
+      if (q >= outputs) grad_num += d2, grad_den += w2;
     }
   }
   check.whole = std::sqrt(num / den);
+  check.grad_whole = grad_den == 0 ? std::sqrt(grad_num) : std::sqrt(grad_num / grad_den);
   return check;
+}
+
+// Layer 0 of InitParams(config, seed) on a DeviceBlock (bf16 storage or not) against the CPU.
+inline BlockCheck CheckBlockAgainstCpu(const MambaConfig& config, uint64_t seed,
+                                       uint64_t rng_seed, int64_t halo, int64_t len, bool bf16) {
+  const ModelParams<double> p64 = InitParams<double>(config, seed);
+  const ModelParams<float> p32 = InitParams<float>(config, seed);
+  cuda::DeviceBlock block(0, bf16, cuda::BlockShapeOf(config),
+                          cuda::LayerTensorsOf<const float>(p32.layers[0]));
+  return CheckBlockAgainstCpu(
+      config, p64.layers[0], halo, len, rng_seed,
+      [&](const float* u, const float* h0, const float* mu, const float* g, BlockRun<float>& out) {
+        block.Forward(u, halo, len, h0, out.y.data(), out.h_end.data());
+        block.Backward(u, halo, len, g, h0, mu, cuda::LayerTensorsOf<float>(out.grad),
+                       out.du.data(), out.du_halo.data(), out.mu_out.data());
+      });
 }
 
 struct HeadCheck {

@@ -20,6 +20,7 @@
 #include "kernels/cpu/mamba_block.h"
 #include "kernels/cuda/device_block.h"
 #include "kernels/reference/mamba_reference.h"
+#include "tests/cuda/block_check.h"
 #include "tests/kernels/test_util.h"
 
 namespace adjsh {
@@ -136,62 +137,33 @@ TEST_F(CudaTest, GradientMatchesTheOracle) {
 void CheckBlockAgainstCpu(const MambaConfig& config, const LayerParams<double>& w64,
                           const LayerParams<float>& w32, cpu::ChunkRows rows, double tol,
                           bool bf16, uint64_t seed) {
-  const int64_t D = config.hidden_size, DiN = config.inner() * config.state_size;
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<double> dist(0, 1);
-  auto random = [&](int64_t n, double scale) {
-    std::vector<double> v(n);
-    for (double& x : v) x = scale * dist(rng);
-    return v;
-  };
-  const std::vector<double> u = random((rows.halo + rows.len) * D, 1);
-  const std::vector<double> h0 = random(DiN, 0.2), mu = random(DiN, 0.05);
-  const std::vector<double> g = random(rows.len * D, 0.05);
-  auto f32 = [](const std::vector<double>& v) { return std::vector<float>(v.begin(), v.end()); };
-  const cpu::MambaBlockCpu<double> ref(config, w64);
-  std::vector<double> y(rows.len * D), h_end(DiN), du(rows.len * D), du_halo(rows.halo * D),
-      mu_out(DiN);
-  LayerParams<double> grad = ZeroLayer<double>(config);
-  ref.Forward(u.data(), rows, h0.data(), y.data(), h_end.data());
-  ref.Backward(u.data(), rows, g.data(), h0.data(), mu.data(), 0, grad, du.data(),
-               du_halo.data(), mu_out.data());
   Device gpu = *ParseDevice("cuda:0");
   gpu.bf16_storage = bf16;
   absl::StatusOr<std::unique_ptr<Backend<float>>> backend = MakeBackend<float>(gpu);
   ASSERT_TRUE(backend.ok()) << backend.status();
   std::unique_ptr<BlockBackend<float>> block = (*backend)->MakeBlock(config, w32);
-  const std::vector<float> u32 = f32(u), h032 = f32(h0), mu32 = f32(mu), g32 = f32(g);
-  std::vector<float> y32(rows.len * D), e32(DiN), du32(rows.len * D), dh32(rows.halo * D),
-      mo32(DiN);
-  LayerParams<float> grad32 = ZeroLayer<float>(config);
-  block->Forward(u32.data(), rows, h032.data(), y32.data(), e32.data());
-  block->Backward(u32.data(), rows, g32.data(), h032.data(), mu32.data(), 0, grad32, du32.data(),
-                  dh32.data(), mo32.data());
-  EXPECT_LT(RelErr(y32, y), tol) << "u_next";
-  EXPECT_LT(RelErr(e32, h_end), tol) << "h_end";
-  EXPECT_LT(RelErr(du32, du), tol) << "du";
-  if (rows.halo > 0) {
-    EXPECT_LT(RelErr(dh32, du_halo), tol) << "du_halo";
-  }
-  EXPECT_LT(RelErr(mo32, mu_out), tol) << "mu_out";
-  const auto& s32 = LayerParamSlots<float>();
-  const auto& s64 = LayerParamSlots<double>();
-  std::vector<float> all32;
-  std::vector<double> all64;
-  for (size_t q = 0; q < s32.size(); ++q) {
-    const std::vector<float>& a = grad32.*s32[q].member;
-    const std::vector<double>& b = grad.*s64[q].member;
-    all32.insert(all32.end(), a.begin(), a.end());
-    all64.insert(all64.end(), b.begin(), b.end());
-    const double e = RelErr(a, b);
-    std::printf("[ adjsh-cuda ] D=%lld N=%lld len=%lld %s%s rel_err=%.3e\n",
-                static_cast<long long>(D), static_cast<long long>(config.state_size),
-                static_cast<long long>(rows.len), s32[q].suffix, bf16 ? " bf16" : "", e);
-    if (!bf16) {
-      EXPECT_LT(e, tol) << s32[q].suffix;
+  const testing::BlockCheck c = testing::CheckBlockAgainstCpu(
+      config, w64, rows.halo, rows.len, seed,
+      [&](const float* u, const float* h0, const float* mu, const float* g,
+          testing::BlockRun<float>& out) {
+        block->Forward(u, rows, h0, out.y.data(), out.h_end.data());
+        block->Backward(u, rows, g, h0, mu, 0, out.grad, out.du.data(), out.du_halo.data(),
+                        out.mu_out.data());
+      });
+  constexpr size_t kOutputs = 5;  // u_next, h_end, du, du_halo, mu_out; then the parameters
+  for (size_t q = 0; q < c.names.size(); ++q) {
+    if (q >= kOutputs) {
+      std::printf("[ adjsh-cuda ] D=%lld N=%lld len=%lld %s%s rel_err=%.3e\n",
+                  static_cast<long long>(config.hidden_size),
+                  static_cast<long long>(config.state_size), static_cast<long long>(rows.len),
+                  c.names[q].c_str(), bf16 ? " bf16" : "", c.errors[q]);
+      if (bf16) continue;
+    } else if (c.names[q] == "du_halo" && rows.halo == 0) {
+      continue;
     }
+    EXPECT_LT(c.errors[q], tol) << c.names[q];
   }
-  EXPECT_LT(RelErr(all32, all64), tol) << "the layer's whole gradient";
+  EXPECT_LT(c.grad_whole, tol) << "the layer's whole gradient";
 }
 
 // One block, one chunk with halo rows, a non-zero initial state and an incoming adjoint: every
