@@ -84,16 +84,36 @@ absl::Status TaskServiceImpl::CheckCaller(const Worker& w, const std::string& wo
       "worker \"", worker_id, "\" was registered with another client certificate"));
 }
 
+absl::Status TaskServiceImpl::CheckRegistered(const grpc::ServerContext* ctx,
+                                              const std::string& worker_id) const {
+  const auto w = workers_.find(worker_id);
+  if (w == workers_.end()) {
+    return absl::NotFoundError(absl::StrCat("unknown worker \"", Echo(worker_id), "\": register"));
+  }
+  return CheckCaller(w->second, worker_id, ctx);
+}
+
+absl::Status TaskServiceImpl::StreamOut(const TensorMap& tensors,
+                                        grpc::ServerWriter<v1::TensorChunk>* writer,
+                                        uint64_t* sent) {
+  for (const auto& [name, tensor] : tensors) {
+    absl::Status s = StreamTensor(name, tensor, kDefaultPieceBytes, [&](const v1::TensorChunk& c) {
+      bytes_sent_.fetch_add(c.data().size());
+      *sent += c.data().size();
+      return writer->Write(c) ? absl::OkStatus()
+                              : absl::UnavailableError("the worker closed the stream");
+    });
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status TaskServiceImpl::CheckLease(const grpc::ServerContext* ctx,
                                          const std::string& worker_id,
                                          const std::string& task_name,
                                          const std::string& lease_id, int64_t* task,
                                          int64_t* lease) const {
-  const auto w = workers_.find(worker_id);
-  if (w == workers_.end()) {
-    return absl::NotFoundError(absl::StrCat("unknown worker \"", Echo(worker_id), "\": register"));
-  }
-  if (absl::Status s = CheckCaller(w->second, worker_id, ctx); !s.ok()) return s;
+  if (absl::Status s = CheckRegistered(ctx, worker_id); !s.ok()) return s;
   int64_t version = 0;
   if (absl::Status s = ParseTaskName(task_name, &version, task); !s.ok()) return s;
   // A lease id on the wire is "<the queue's lease number>.<a secret drawn for that lease>".
@@ -167,7 +187,6 @@ absl::StatusOr<GradResult<float>> TaskServiceImpl::ComputeGradient(
   step->wire_at_start = bytes_sent_.load() + bytes_received_.load();
   if (!cancelled_ && aborted_.ok()) {
     current_ = std::move(step);
-    for (auto& [id, worker] : workers_) worker.leases.clear();  // leases of earlier steps
     BeginStep();
     work_cv_.notify_all();
     // Woken by results and roots; and a few times a lease, to notice a lost tree worker when
@@ -202,6 +221,7 @@ absl::StatusOr<GradResult<float>> TaskServiceImpl::ComputeGradient(
 
 void TaskServiceImpl::BeginStep() {
   Step& step = *current_;
+  for (auto& [id, worker] : workers_) worker.leases.clear();  // of earlier versions
   const std::vector<std::string> live = LiveWorkers();
   step.sched->Begin(owners_, step.job_id, live);
   step.tree.Clear();
@@ -259,7 +279,6 @@ void TaskServiceImpl::RestartIfTreeLost() {
   current_->lease_secrets.clear();
   current_->leased_at.clear();
   current_->fetched.clear();
-  for (auto& [id, worker] : workers_) worker.leases.clear();
   ++restarts_;
   ++current_->restarts;
   current_->tasks_done_at = absl::InfiniteFuture();
@@ -451,15 +470,7 @@ grpc::Status TaskServiceImpl::FetchInputs(grpc::ServerContext* ctx,
   }
   // Streamed outside the lock: the tensors are this call's own copies.
   uint64_t sent = 0;
-  for (const auto& [name, tensor] : inputs) {
-    absl::Status s = StreamTensor(name, tensor, kDefaultPieceBytes, [&](const v1::TensorChunk& c) {
-      bytes_sent_.fetch_add(c.data().size());
-      sent += c.data().size();
-      return writer->Write(c) ? absl::OkStatus()
-                              : absl::UnavailableError("the worker closed the stream");
-    });
-    if (!s.ok()) return Error(s);
-  }
+  if (absl::Status s = StreamOut(inputs, writer, &sent); !s.ok()) return Error(s);
   std::lock_guard<std::mutex> lock(mu_);
   if (current_ && current_->version == version) current_->fetched[task] += sent;
   return grpc::Status::OK;
@@ -557,12 +568,7 @@ grpc::Status TaskServiceImpl::FetchParams(grpc::ServerContext* ctx,
   TensorMap params;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    const auto w = workers_.find(req->worker_id());
-    if (w == workers_.end()) {
-      return Error(absl::NotFoundError(
-          absl::StrCat("unknown worker \"", Echo(req->worker_id()), "\": register")));
-    }
-    if (absl::Status s = CheckCaller(w->second, req->worker_id(), ctx); !s.ok()) return Error(s);
+    if (absl::Status s = CheckRegistered(ctx, req->worker_id()); !s.ok()) return Error(s);
     if (!current_ || current_->job_id != req->job_id() ||
         static_cast<uint64_t>(current_->version) != req->params_version()) {
       return Error(absl::FailedPreconditionError(
@@ -571,14 +577,8 @@ grpc::Status TaskServiceImpl::FetchParams(grpc::ServerContext* ctx,
     }
     params = ParamsToTensors<float>(*current_->params, DType::kF32);
   }
-  for (const auto& [name, tensor] : params) {  // outside the lock: this call's own copies
-    absl::Status s = StreamTensor(name, tensor, kDefaultPieceBytes, [&](const v1::TensorChunk& c) {
-      bytes_sent_.fetch_add(c.data().size());
-      return writer->Write(c) ? absl::OkStatus()
-                              : absl::UnavailableError("the worker closed the stream");
-    });
-    if (!s.ok()) return Error(s);
-  }
+  uint64_t sent = 0;  // outside the lock: this call's own copies
+  if (absl::Status s = StreamOut(params, writer, &sent); !s.ok()) return Error(s);
   return grpc::Status::OK;
 }
 
@@ -597,12 +597,7 @@ grpc::Status TaskServiceImpl::PushReduced(grpc::ServerContext* ctx,
   };
   // The step this root is for, checked before and after its tensors arrive.
   auto check = [&]() -> absl::StatusOr<bool> {
-    const auto w = workers_.find(header.worker_id());
-    if (w == workers_.end()) {
-      return absl::NotFoundError(
-          absl::StrCat("unknown worker \"", Echo(header.worker_id()), "\": register"));
-    }
-    if (absl::Status s = CheckCaller(w->second, header.worker_id(), ctx); !s.ok()) return s;
+    if (absl::Status s = CheckRegistered(ctx, header.worker_id()); !s.ok()) return s;
     if (!current_ || current_->job_id != header.job_id() ||
         static_cast<uint64_t>(current_->version) != header.params_version() ||
         !current_->sched->among_workers()) {

@@ -149,8 +149,9 @@ class TaskServiceImpl final : public v1::TaskService::Service {
     std::string identity;  // the client certificate's names at registration ("" without TLS)
     std::string peer_address;  // its PeerService ("" for none)
   };
-  // Begins the current step's tasks (a new version) with the live workers: owners, and the
-  // worker tree when it can have one. Requires mu_.
+  // Begins the current step's tasks (a new version) with the live workers: the workers' leases
+  // of earlier versions forgotten, owners, and the worker tree when it can have one. Requires
+  // mu_.
   void BeginStep();
   // With a worker tree: a worker of it is no longer live, so the sums it held are lost; the
   // step begins again as a new version (the same bits: every step starts from its tokens).
@@ -168,6 +169,11 @@ class TaskServiceImpl final : public v1::TaskService::Service {
   // PERMISSION_DENIED unless the call comes with the identity w registered with.
   absl::Status CheckCaller(const Worker& w, const std::string& worker_id,
                            const grpc::ServerContext* ctx) const;
+  // NOT_FOUND ("...: register") for an unknown worker, else CheckCaller. Requires mu_.
+  absl::Status CheckRegistered(const grpc::ServerContext* ctx, const std::string& worker_id) const;
+  // Streams tensors (counted in bytes_sent_ and *sent); UNAVAILABLE when the worker closed it.
+  absl::Status StreamOut(const TensorMap& tensors, grpc::ServerWriter<v1::TensorChunk>* writer,
+                         uint64_t* sent);
   // "version:task" <-> (version, task index).
   static std::string TaskName(int64_t version, int64_t task);
   absl::Status ParseTaskName(const std::string& name, int64_t* version, int64_t* task) const;
