@@ -103,11 +103,10 @@ void PeerHub::Enter(const v1::Task& task, std::shared_ptr<const MambaConfig> con
   Step fresh;
   fresh.job_id = task.job_id();
   fresh.version = task.params_version();
-  fresh.layers = config->num_hidden_layers;
+  fresh.reduce = std::make_unique<TreeReduce<float>>(task.spans(), std::move(owner), tree.self(),
+                                                     config->num_hidden_layers);
   fresh.config = std::move(config);
   fresh.tree = tree;
-  fresh.reduce = std::make_unique<TreeReduce<float>>(task.spans(), std::move(owner), tree.self(),
-                                                     fresh.layers);
   fresh.relay = std::make_shared<Relay>();
   fresh.relay->keep = tree.self() + 1 < tree.peer_size();
   if (step_.relay) step_.relay->failed = true;  // a child still reading it asks elsewhere
@@ -134,7 +133,7 @@ void PeerHub::Queue(std::vector<TreeReduce<float>::Send>& sends) {
   for (TreeReduce<float>::Send& send : sends) {
     std::string address =
         send.to == TreeReduce<float>::kCoordinator ? "" : step_.tree.peer(send.to);
-    outgoing_.push_back({step_.job_id, step_.version, step_.config, step_.layers,
+    outgoing_.push_back({step_.job_id, step_.version, step_.config,
                          std::move(address), std::move(send)});
   }
   if (!sends.empty()) cv_.notify_all();
@@ -319,7 +318,6 @@ grpc::Status PeerHub::ReceiveSum(grpc::ServerContext*, grpc::ServerReader<v1::Su
   }
   const v1::SumHeader h = msg.header();
   std::shared_ptr<const MambaConfig> config;
-  int64_t layers = 0;
   AssemblerLimits limits;
   // A step this worker has not reached yet: the sender tries again. One it has left: refused.
   auto check = [&]() -> std::optional<grpc::Status> {
@@ -336,8 +334,8 @@ grpc::Status PeerHub::ReceiveSum(grpc::ServerContext*, grpc::ServerReader<v1::Su
     std::lock_guard<std::mutex> lock(mu_);
     if (std::optional<grpc::Status> early = check()) return *early;
     config = step_.config;
-    layers = step_.layers;
-    limits.max_total_bytes = 2 * GroupBytes(*config, layers, h.group()) + (1 << 16);
+    limits.max_total_bytes =
+        2 * GroupBytes(*config, config->num_hidden_layers, h.group()) + (1 << 16);
     limits.max_tensor_bytes = limits.max_total_bytes;
     limits.max_tensors = LayerParamSlots<float>().size() + 1;
   }
@@ -346,7 +344,7 @@ grpc::Status PeerHub::ReceiveSum(grpc::ServerContext*, grpc::ServerReader<v1::Su
       ReadTensorStream<grpc::ServerReader<v1::SumChunk>, v1::SumChunk>(*reader, limits, "sum",
                                                                         &bytes);
   if (!tensors.ok()) return Error(tensors.status());
-  absl::StatusOr<GroupValue<float>> value = TakeGroup(*config, layers, h.group(), *tensors);
+  absl::StatusOr<GroupValue<float>> value = TakeGroup(*config, config->num_hidden_layers, h.group(), *tensors);
   if (!value.ok()) return Error(value.status());
   std::lock_guard<std::mutex> lock(mu_);
   if (std::optional<grpc::Status> late = check()) return *late;
@@ -398,7 +396,7 @@ absl::Status PeerHub::Push(const Outgoing& o, bool* accepted) {
   h->set_group(o.send.group);
   h->set_lo(o.send.lo);
   h->set_hi(o.send.hi);
-  const TensorMap tensors = PutGroup(*o.config, o.layers, o.send.group, o.send.value);
+  const TensorMap tensors = PutGroup(*o.config, o.config->num_hidden_layers, o.send.group, o.send.value);
   auto stream = [&](grpc::ClientWriter<v1::SumChunk>& writer) {
     bool ok = writer.Write(msg);
     for (const auto& [name, tensor] : tensors) {
@@ -455,7 +453,7 @@ void PeerHub::SendLoop() {
       if (shutdown_ || !Current(o.job_id, o.version)) break;  // the step is over here
       if (!IsTransient(s.code()) && !absl::IsNotFound(s)) {
         state_.Log(0, absl::StrCat("the sum of spans [", o.send.lo, ", ", o.send.hi, ") of ",
-                                   GroupName(o.send.group, o.layers), " to ",
+                                   GroupName(o.send.group, o.config->num_hidden_layers), " to ",
                                    o.address.empty() ? "the coordinator" : o.address,
                                    " was refused: ", s.ToString()));
         break;

@@ -90,7 +90,6 @@ class PeerHub {
     std::string job_id;
     uint64_t version = 0;
     std::shared_ptr<const MambaConfig> config;
-    int64_t layers = 0;
     v1::WorkerTree tree;
     std::unique_ptr<TreeReduce<float>> reduce;
     std::shared_ptr<Relay> relay;
@@ -99,7 +98,6 @@ class PeerHub {
     std::string job_id;
     uint64_t version;
     std::shared_ptr<const MambaConfig> config;
-    int64_t layers;
     std::string address;  // the peer's; "" for the coordinator
     TreeReduce<float>::Send send;
   };
