@@ -59,11 +59,7 @@ int CoordinatorCommand(const std::vector<std::string>& args) {
         "append one JSON line per span task of every step (bench/fleet_sim.py replays them)");
   a.Add("lease-ms", "MS", "a task's lease; a lost worker's task is handed out again after it",
         "5000");
-  a.Add("reduce", "tree|star",
-        "where the parameter partials are summed: tree (among the workers, when every worker "
-        "serves a peer endpoint; else through the coordinator) or star (always through the "
-        "coordinator). The same bits either way",
-        "tree");
+  AddReduceFlag(a, "");
   a.Add("threads", "N", "threads for the forward pass and LM head here (0: one per core)", "0");
   a.Add("metrics-listen", "HOST:PORT",
         "serve Prometheus metrics on http://HOST:PORT/metrics (port 0: a free one, logged)");

@@ -53,6 +53,14 @@ absl::Status CheckDeviceUsable(const Device& device) {
   return backend.status();
 }
 
+void AddReduceFlag(ArgParser& a, const std::string& when) {
+  a.Add("reduce", "tree|star",
+        when + "where the parameter partials are summed: tree (among the workers, when every "
+               "worker serves a peer endpoint; else through the coordinator) or star (always "
+               "through the coordinator). The same bits either way",
+        "tree");
+}
+
 absl::StatusOr<bool> ReduceFromFlags(const ArgParser& a) {
   const std::string reduce = a.Get("reduce");
   if (reduce == "tree" || reduce == "star") return reduce == "tree";

@@ -26,6 +26,8 @@ absl::StatusOr<std::vector<std::string>> WorkerDevicesFromFlags(const ArgParser&
 // The parsed --storage: INVALID_ARGUMENT naming the flag (bad usage, exit 2).
 absl::StatusOr<Storage> StorageFromFlags(const ArgParser& a);
 
+// `--reduce tree|star` (default tree); `when` prefixes its help ("with --workers: ").
+void AddReduceFlag(ArgParser& a, const std::string& when);
 // --reduce: true for tree (the worker tree), false for star; INVALID_ARGUMENT naming the flag
 // (bad usage, exit 2) for anything else.
 absl::StatusOr<bool> ReduceFromFlags(const ArgParser& a);

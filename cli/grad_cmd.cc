@@ -104,11 +104,7 @@ int GradCommand(const std::vector<std::string>& args) {
         "in-process; f32, exact, span schedule)",
         "0");
   AddWorkerDeviceFlag(a);
-  a.Add("reduce", "tree|star",
-        "with --workers: where the parameter partials are summed: tree (among the workers, "
-        "when every worker serves a peer endpoint; else through the coordinator) or star "
-        "(always through the coordinator). The same bits either way",
-        "tree");
+  AddReduceFlag(a, "with --workers: ");
   a.Add("schedule", "spans|wavefront|two-pass",
         "spans (what workers run), or the in-process chunk schedules: a wavefront over (layer, "
         "chunk), or two passes per layer with all chunks in parallel",

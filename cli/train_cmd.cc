@@ -124,11 +124,7 @@ int TrainCommand(const std::vector<std::string>& args) {
   a.Add("lease-ms", "MS",
         "with --workers: a task's lease; a lost worker's task is handed out again after it",
         "5000");
-  a.Add("reduce", "tree|star",
-        "with --workers: where the parameter partials are summed: tree (among the workers, "
-        "when every worker serves a peer endpoint; else through the coordinator) or star "
-        "(always through the coordinator). The same bits either way",
-        "tree");
+  AddReduceFlag(a, "with --workers: ");
   a.Add("metrics-listen", "HOST:PORT",
         "with --workers: the coordinator's Prometheus metrics on http://HOST:PORT/metrics");
   a.Add("worker-metrics-listen", "HOST:PORT",
