@@ -8,7 +8,8 @@ namespace adjsh::cli {
 
 void AddDeviceFlags(ArgParser& a, const std::string& what) {
   a.Add("device", "cpu|cuda:N",
-        what + " on the CPU or on CUDA GPU N (f32, exact wavefront gradient only)", "cpu");
+        what + " on the CPU or on CUDA GPU N (CUDA: f32, the exact gradient; no --window or "
+        "--loss-mask)", "cpu");
 }
 
 absl::StatusOr<Device> DeviceFromFlags(const ArgParser& a) {

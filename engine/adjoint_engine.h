@@ -78,8 +78,8 @@ struct GradOptions {
   // Progress: (phase, layers done, layers) after each layer of the forward and the backward,
   // and once for the head; possibly from a worker thread, never two calls at once.
   std::function<void(std::string_view, int64_t, int64_t)> progress;
-  // Where the chunk forward, the head and the backward tasks run (kernels/backend.h). A device
-  // other than the CPU takes the wavefront schedule's exact gradient in f32 only.
+  // Where every kernel call runs (kernels/backend.h). CUDA takes f32 and the exact gradient
+  // (any schedule and span count), without a loss mask (CheckDevice).
   Device device;
 };
 

@@ -20,11 +20,14 @@ class CudaBlock final : public BlockBackend<float> {
     ADJSH_CHECK(rows.ahead == 0, "the chunk forward has no lookahead rows");
     block_.Forward(u, rows.halo, rows.len, h0, u_next, h_end);
   }
-  void LocalSummary(const float*, cpu::ChunkRows, float*, float*) override {
-    ADJSH_CHECK(false, "two-pass summaries are not supported on CUDA (Require refuses them)");
+  void LocalSummary(const float* u, cpu::ChunkRows rows, float* h_local, float* S) override {
+    ADJSH_CHECK(rows.ahead == 0, "the chunk summaries have no lookahead rows");
+    block_.LocalSummary(u, rows.halo, rows.len, h_local, S);
   }
-  void AdjointSummary(const float*, cpu::ChunkRows, const float*, float*, float*) override {
-    ADJSH_CHECK(false, "two-pass summaries are not supported on CUDA (Require refuses them)");
+  void AdjointSummary(const float* u, cpu::ChunkRows rows, const float* g, float* m,
+                      float* S) override {
+    ADJSH_CHECK(rows.ahead == 0, "the chunk summaries have no lookahead rows");
+    block_.AdjointSummary(u, rows.halo, rows.len, g, m, S);
   }
   void Backward(const float* u, cpu::ChunkRows rows, const float* g, const float* h0,
                 const float* mu, int64_t window, LayerParams<float>& grad, float* du,
@@ -42,7 +45,8 @@ class CudaBlock final : public BlockBackend<float> {
 }  // namespace
 
 bool CudaSupports(Op op) {
-  return op == Op::kForward || op == Op::kBackwardExact || op == Op::kHead;
+  return op == Op::kForward || op == Op::kLocalSummary || op == Op::kAdjointSummary ||
+         op == Op::kBackwardExact || op == Op::kHead;
 }
 
 namespace {

@@ -1,4 +1,4 @@
-// DeviceBlock: one layer's chunk forward and exact backward on the GPU. Projections are cuBLAS
+// DeviceBlock: one layer's chunk forward, summaries and exact backward on the GPU. Projections are cuBLAS
 // GEMMs (f32 accumulation); the scan with everything token-local around it is fused
 // (scan.h); the conv and the norm are ops.h. A call's buffers are carved from the device
 // workspace, sized by the chunk (halo + len rows), never by the sequence. Host data crosses
@@ -81,6 +81,10 @@ struct DeviceBlock::Impl {
   template <typename S>
   void Forward(const float* u, int64_t halo, int64_t len, const float* h0, float* u_next,
                float* h_end);
+  // g nullptr: the forward summary (h_local, S); else the adjoint one (m, S).
+  template <typename S>
+  void Summary(const float* u, int64_t halo, int64_t len, const float* g, float* h_local,
+               float* m, float* dt_total);
   template <typename S>
   void Backward(const float* u, int64_t halo, int64_t len, const float* g, const float* h0,
                 const float* mu, const LayerTensors<float>& grad, float* du, float* du_halo,
@@ -148,6 +152,18 @@ void DeviceBlock::Forward(const float* u, int64_t halo, int64_t len, const float
                           float* u_next, float* h_end) {
   if (impl_->bf16) return impl_->Forward<bf16>(u, halo, len, h0, u_next, h_end);
   impl_->Forward<float>(u, halo, len, h0, u_next, h_end);
+}
+
+void DeviceBlock::LocalSummary(const float* u, int64_t halo, int64_t len, float* h_local,
+                               float* S) {
+  if (impl_->bf16) return impl_->Summary<bf16>(u, halo, len, nullptr, h_local, nullptr, S);
+  impl_->Summary<float>(u, halo, len, nullptr, h_local, nullptr, S);
+}
+
+void DeviceBlock::AdjointSummary(const float* u, int64_t halo, int64_t len, const float* g,
+                                 float* m, float* S) {
+  if (impl_->bf16) return impl_->Summary<bf16>(u, halo, len, g, nullptr, m, S);
+  impl_->Summary<float>(u, halo, len, g, nullptr, m, S);
 }
 
 void DeviceBlock::Backward(const float* u, int64_t halo, int64_t len, const float* g,
@@ -243,6 +259,56 @@ void DeviceBlock::Impl::Forward(const float* u, int64_t halo, int64_t len, const
   ctx.Sync();
   std::memcpy(u_next, out_h, len * D * sizeof(float));
   std::memcpy(h_end, hend_h, DiN * sizeof(float));
+}
+
+template <typename S>
+void DeviceBlock::Impl::Summary(const float* u, int64_t halo, int64_t len, const float* g,
+                                float* h_local, float* m, float* dt_total) {
+  std::lock_guard<std::mutex> lock(ctx.mutex());
+  ADJSH_CUDA_CHECK(cudaSetDevice(ctx.device()));
+  const int64_t P = halo + len, D = s.D, Di = s.Di, DiN = s.Di * s.N;
+  Acts<S> a;
+  float *g_d = nullptr, *d_o = nullptr, *state_d = nullptr, *S_d = nullptr, *scratch = nullptr;
+  S* g_s = nullptr;
+  CarveWorkspace(ctx, [&](Carver& c) {
+    a.Take(c, s, P, len, false);
+    if (g) {
+      g_d = c.Take<float>(len * D);
+      g_s = std::is_same_v<S, float> ? reinterpret_cast<S*>(g_d) : c.Take<S>(len * D);
+      d_o = c.Take<float>(len * Di);
+    }
+    state_d = c.Take<float>(DiN);
+    S_d = c.Take<float>(Di);
+    scratch = c.Take<float>(ScanSummaryScratch(len, Di, s.N));
+  });
+  // Pinned staging: u (and g) in; the state summary (h_local or m) and S out.
+  float *u_h, *g_h = nullptr, *state_h, *S_h;
+  CarveStaging([&](Carver& c) {
+    u_h = c.Take<float>(P * D);
+    if (g) g_h = c.Take<float>(len * D);
+    state_h = c.Take<float>(DiN);
+    S_h = c.Take<float>(Di);
+  });
+  std::memcpy(u_h, u, P * D * sizeof(float));
+  ctx.Upload(a.u, u_h, P * D * sizeof(float));
+  if (g) {
+    std::memcpy(g_h, g, len * D * sizeof(float));
+    ctx.Upload(g_d, g_h, len * D * sizeof(float));
+    if (!std::is_same_v<S, float>) Convert<S>(ctx.stream(), g_d, len * D, g_s);
+  }
+  Recompute<S>(ctx, s, w, halo, len, a);
+  // dL/do = g W_out, as the backward's first step; the scan applies the gate (ybar).
+  if (g) {
+    Gemm(ctx, false, false, len, Di, D, 1, g_s, DataType<S>(), D, w.out_proj, DataType<S>(), Di,
+         0, d_o, CUDA_R_32F, Di);
+  }
+  ScanSummary<S>(ctx.stream(), ScanView<S>(s, w, a, halo, len), d_o, g ? nullptr : state_d,
+                 g ? state_d : nullptr, S_d, scratch);
+  ctx.Download(state_h, state_d, DiN * sizeof(float));
+  ctx.Download(S_h, S_d, Di * sizeof(float));
+  ctx.Sync();
+  std::memcpy(g ? m : h_local, state_h, DiN * sizeof(float));
+  std::memcpy(dt_total, S_h, Di * sizeof(float));
 }
 
 template <typename S>

@@ -70,6 +70,12 @@ class DeviceBlock {
   // u (halo + len, D); h0 (Di, N) or nullptr (zeros); u_next (len, D); h_end (Di, N).
   void Forward(const float* u, int64_t halo, int64_t len, const float* h0, float* u_next,
                float* h_end);
+  // The span schedule's summaries of the chunk (kernels/cpu/mamba_block.h): u (halo + len, D);
+  // h_local (Di, N) = the chunk's end state from a zero state; S (Di) = sum of Delta over the
+  // chunk; with g (len, D), m (Di, N) = a_0 lambda_0 of the reverse scan from a zero adjoint.
+  void LocalSummary(const float* u, int64_t halo, int64_t len, float* h_local, float* S);
+  void AdjointSummary(const float* u, int64_t halo, int64_t len, const float* g, float* m,
+                      float* S);
   // The exact backward: g (len, D), h0 (Di, N), mu (Di, N) or nullptr; grad accumulated;
   // du (len, D), du_halo (halo, D) and mu_out (Di, N, if non-null) written.
   void Backward(const float* u, int64_t halo, int64_t len, const float* g, const float* h0,

@@ -44,6 +44,16 @@ void ScanForward(cudaStream_t s, const ScanArgs<S>& a, const float* h0, float* h
                  float* scratch);
 int64_t ScanForwardScratch(int64_t len, int64_t Di, int64_t N);
 
+// The chunk's summaries for the span schedule (kernels/cpu/mamba_block.h LocalSummary and
+// AdjointSummary): h_local (Di, N, nullptr: not written) = the scan from a zero state;
+// dt_total (Di) = sum of Delta over the rows; with d_o (len, Di) = dL/do, m (Di, N) = a_0
+// lambda_0 of the reverse scan from a zero adjoint with ybar = d_o silu(z) (d_o nullptr: m
+// not written). scratch: ScanSummaryScratch(len, Di, N) floats.
+template <typename S>
+void ScanSummary(cudaStream_t s, const ScanArgs<S>& a, const float* d_o, float* h_local,
+                 float* m, float* dt_total, float* scratch);
+int64_t ScanSummaryScratch(int64_t len, int64_t Di, int64_t N);
+
 template <typename S>
 struct ScanBackwardArgs {
   const float* d_o = nullptr;  // (len, Di) dL/do = g W_out

@@ -115,15 +115,22 @@ __global__ void __launch_bounds__(kThreads) SegmentSummaryKernel(ScanArgs<S> a, 
 
 // The exact combine over segments in order, per (i, n): h_start[s] (the state before segment
 // s) from h0, h_end after the last; with m, carry_in[s] (the adjoint a lambda flowing into
-// segment s's last row from the next segment; mu for the last) from mu.
+// segment s's last row from the next segment; mu for the last) from mu, and m_out (if
+// non-null) the adjoint flowing out of the first row (a_0 lambda_0). dt_total (if non-null):
+// per channel, sum Delta over the chunk (the segments' sums added in order).
 __global__ void __launch_bounds__(kThreads) SegmentCombineKernel(
     int64_t Di, int64_t N, int L, int64_t segs, const float* A_all, const float* h0,
     const float* mu, const float* hloc, const float* m, const float* dtsum, float* h_start,
-    float* h_end, float* carry_in) {
+    float* h_end, float* carry_in, float* m_out, float* dt_total) {
   const Lane l(L, Di, N);
   if (!l.act) return;  // no shuffles here
   const int64_t k = l.i * N + l.n;
   const float A = A_all[k];
+  if (dt_total && l.n == 0) {
+    float sum = 0;
+    for (int64_t s = 0; s < segs; ++s) sum += dtsum[s * Di + l.i];
+    dt_total[l.i] = sum;
+  }
   float h = h0 ? h0[k] : 0.0f;
   for (int64_t s = 0; s < segs; ++s) {
     h_start[s * Di * N + k] = h;
@@ -136,6 +143,7 @@ __global__ void __launch_bounds__(kThreads) SegmentCombineKernel(
     carry_in[s * Di * N + k] = c;
     c = m[s * Di * N + k] + expf(A * dtsum[s * Di + l.i]) * c;
   }
+  if (m_out) m_out[k] = c;
 }
 
 // The forward of one segment (blockIdx.y) from its h_start: o = (h . C + D x') silu(z).
@@ -325,6 +333,21 @@ struct BackwardScratch {
   }
 };
 
+// The chunk summary's scratch: the segments' summaries and the combine's per-segment outputs.
+struct SummaryScratch {
+  float *hloc, *m, *dtsum, *h_start, *carry_in;
+  SummaryScratch(float* p, int64_t segs, int64_t Di, int64_t N) {
+    const int64_t DiN = Di * N;
+    hloc = p, m = hloc + segs * DiN, dtsum = m + segs * DiN, h_start = dtsum + segs * Di;
+    carry_in = h_start + segs * DiN;
+  }
+  static int64_t Size(int64_t segs, int64_t Di, int64_t N) { return segs * Di * (4 * N + 1); }
+};
+
+inline int64_t ScanSummaryScratchImpl(int64_t len, int64_t Di, int64_t N) {
+  return SummaryScratch::Size(Segments(len), Di, N);
+}
+
 inline int64_t ScanForwardScratchImpl(int64_t len, int64_t Di, int64_t N) {
   return ForwardScratch::Size(Segments(len), Di, N);
 }
@@ -345,8 +368,24 @@ void ScanForwardImpl(cudaStream_t s, const ScanArgs<S>& a, const float* h0, floa
   ADJSH_LAUNCH(SegmentSummaryKernel<S>, grid, kThreads, s, a, L, rows, nullptr, w.hloc, nullptr,
                w.dtsum);
   ADJSH_LAUNCH(SegmentCombineKernel, grid_x, kThreads, s, a.Di, a.N, L, segs, a.A, h0, nullptr,
-               w.hloc, nullptr, w.dtsum, w.h_start, h_end, nullptr);
+               w.hloc, nullptr, w.dtsum, w.h_start, h_end, nullptr, nullptr, nullptr);
   if (o) ADJSH_LAUNCH(ScanForwardKernel<S>, grid, kThreads, s, a, L, rows, w.h_start, o);
+}
+
+template <typename S>
+void ScanSummaryImpl(cudaStream_t s, const ScanArgs<S>& a, const float* d_o, float* h_local,
+                     float* m, float* dt_total, float* scratch) {
+  (void)s;  // used by ADJSH_LAUNCH on the GPU only
+  const int L = Lanes(a.N);
+  const int64_t segs = Segments(a.len), rows = SegmentRows(a.len);
+  const dim3 grid(static_cast<unsigned>(Blocks(a.Di, L)), static_cast<unsigned>(segs));
+  const dim3 grid_x(grid.x);
+  SummaryScratch w(scratch, segs, a.Di, a.N);
+  ADJSH_LAUNCH(SegmentSummaryKernel<S>, grid, kThreads, s, a, L, rows, d_o, w.hloc,
+               d_o ? w.m : nullptr, w.dtsum);
+  ADJSH_LAUNCH(SegmentCombineKernel, grid_x, kThreads, s, a.Di, a.N, L, segs, a.A, nullptr,
+               nullptr, w.hloc, d_o ? w.m : nullptr, w.dtsum, w.h_start, h_local, w.carry_in,
+               d_o ? m : nullptr, dt_total);
 }
 
 template <typename S>
@@ -360,7 +399,7 @@ void ScanBackwardImpl(cudaStream_t s, const ScanArgs<S>& a, const ScanBackwardAr
   ADJSH_LAUNCH(SegmentSummaryKernel<S>, grid, kThreads, s, a, L, rows, b.d_o, w.hloc, w.m,
                w.dtsum);
   ADJSH_LAUNCH(SegmentCombineKernel, grid_x, kThreads, s, a.Di, a.N, L, segs, a.A, b.h0, b.mu,
-               w.hloc, w.m, w.dtsum, w.h_start, nullptr, w.carry_in);
+               w.hloc, w.m, w.dtsum, w.h_start, nullptr, w.carry_in, nullptr, nullptr);
   ADJSH_LAUNCH(ScanBackwardKernel<S>, grid, kThreads, s, a, b, L, rows, w.h_start, w.carry_in,
                w.ckpt, w.partial, w.dA_part, w.dD_part, w.dtb_part);
   ADJSH_LAUNCH(ReduceBCKernel<S>, dim3(GridFor(a.len * 2 * a.N, kThreads)), kThreads, s,

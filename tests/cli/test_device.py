@@ -108,9 +108,8 @@ def main():
         check("worker --storage bf16 on cpu: refused", rc == 1 and "bf16" in err and
               no_crash(rc, err), f"rc={rc} stderr={err!r}")
 
-        # f64 and the two-pass schedule on a GPU are refused (or the GPU itself is absent).
-        for extra, word in ((["--dtype", "f64"], "f64"), (["--schedule", "two-pass"], "two-pass"),
-                            (["--window", "4"], "truncated")):
+        # f64 and the truncated window on a GPU are refused (or the GPU itself is absent).
+        for extra, word in ((["--dtype", "f64"], "f64"), (["--window", "4"], "truncated")):
             path = out("x.safetensors")
             rc, _, err = run(a.adjsh, grad + ["--out", path, "--device", "cuda:0"] + extra)
             check(f"grad --device cuda:0 {' '.join(extra)}: refused",
@@ -183,6 +182,13 @@ def main():
             l_cpu, l_gpu = read_loss(out("cpu.safetensors")), read_loss(out("gpu.safetensors"))
             check("grad --device cuda:0 loss matches cpu", abs(l_cpu - l_gpu) <= 1e-5 * abs(l_cpu),
                   f"{l_cpu} vs {l_gpu}")
+            # 5 spans (the default here: one per chunk), and the two-pass schedule, on the GPU.
+            rc, _, err = run(a.adjsh, grad + ["--out", out("gpu-2p.safetensors"), "--device",
+                                              "cuda:0", "--schedule", "two-pass"])
+            err_2p = max_rel_l2(out("cpu.safetensors"), out("gpu-2p.safetensors")) if rc == 0 \
+                else float("inf")
+            check(f"grad --device cuda:0 --schedule two-pass matches cpu (worst tensor rel L2 "
+                  f"{err_2p:.1e} <= 1e-4)", err_2p <= 1e-4, f"rc={rc} {err[-800:]}")
             # The local cluster's workers on the GPU (tasks through the worker's CUDA path).
             rc, _, err = run(a.adjsh, grad + ["--out", out("gpu-w.safetensors"), "--workers", "2",
                                               "--worker-device", "cuda:0"])

@@ -1,6 +1,7 @@
 // One CUDA block (kernels/cuda/device_block.h) against the CPU block in f64 over the same
 // random rows: the forward (u_next, h_end) and the backward (du, du_halo, mu_out and every
-// parameter gradient), as relative L2 errors per tensor and over all of them; and the CUDA head
+// parameter gradient), as relative L2 errors per tensor and over all of them; the span
+// schedule's chunk summaries (h_local, m, S); and the CUDA head
 // (kernels/cuda/lm_head.h) against the CPU head in f64. Shared by the
 // host-emulated tests (block_emulation_test.cc, shapes_emulation_test.cc); include after
 // tests/cuda/emulated_device.h; and, with a device run of its own through the backend
@@ -113,6 +114,50 @@ inline BlockCheck CheckBlockAgainstCpu(const MambaConfig& config, uint64_t seed,
         block.Forward(u, halo, len, h0, out.y.data(), out.h_end.data());
         block.Backward(u, halo, len, g, h0, mu, cuda::LayerTensorsOf<float>(out.grad),
                        out.du.data(), out.du_halo.data(), out.mu_out.data());
+      });
+}
+
+// The span schedule's chunk summaries of a device block against the CPU block in f64, over
+// rows u ~ N(0, 1) and g ~ 0.05 N from rng_seed: relative L2 errors of h_local, S (from
+// LocalSummary), m and S (from AdjointSummary). run_device(u, g, h_local, S_fwd, m, S_adj)
+// runs the device block's two summaries on the f32 inputs into the (sized) outputs.
+struct SummaryCheck {
+  double h_local = 0, S_fwd = 0, m = 0, S_adj = 0;
+};
+template <typename RunDevice>
+SummaryCheck CheckSummariesAgainstCpu(const MambaConfig& config, const LayerParams<double>& w64,
+                                      int64_t halo, int64_t len, uint64_t rng_seed,
+                                      RunDevice run_device) {
+  const int64_t D = config.hidden_size, Di = config.inner(), DiN = Di * config.state_size;
+  std::mt19937_64 rng(rng_seed);
+  std::normal_distribution<double> dist(0, 1);
+  std::vector<double> u((halo + len) * D), g(len * D);
+  for (double& x : u) x = dist(rng);
+  for (double& x : g) x = 0.05 * dist(rng);
+  const cpu::MambaBlockCpu<double> ref(config, w64);
+  const cpu::ChunkRows rows{halo, len, 0};
+  std::vector<double> h_local(DiN), S_fwd(Di), m(DiN), S_adj(Di);
+  ref.LocalSummary(u.data(), rows, h_local.data(), S_fwd.data());
+  ref.AdjointSummary(u.data(), rows, g.data(), m.data(), S_adj.data());
+  const std::vector<float> u32(u.begin(), u.end()), g32(g.begin(), g.end());
+  std::vector<float> dh(DiN), dS_fwd(Di), dm(DiN), dS_adj(Di);
+  run_device(u32.data(), g32.data(), dh.data(), dS_fwd.data(), dm.data(), dS_adj.data());
+  return {RelErr(dh, h_local), RelErr(dS_fwd, S_fwd), RelErr(dm, m), RelErr(dS_adj, S_adj)};
+}
+
+// Layer 0 of InitParams(config, seed) on a DeviceBlock against the CPU.
+inline SummaryCheck CheckSummariesAgainstCpu(const MambaConfig& config, uint64_t seed,
+                                             uint64_t rng_seed, int64_t halo, int64_t len,
+                                             bool bf16) {
+  const ModelParams<double> p64 = InitParams<double>(config, seed);
+  const ModelParams<float> p32 = InitParams<float>(config, seed);
+  cuda::DeviceBlock block(0, bf16, cuda::BlockShapeOf(config),
+                          cuda::LayerTensorsOf<const float>(p32.layers[0]));
+  return CheckSummariesAgainstCpu(
+      config, p64.layers[0], halo, len, rng_seed,
+      [&](const float* u, const float* g, float* h_local, float* S_fwd, float* m, float* S_adj) {
+        block.LocalSummary(u, halo, len, h_local, S_fwd);
+        block.AdjointSummary(u, halo, len, g, m, S_adj);
       });
 }
 

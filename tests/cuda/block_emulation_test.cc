@@ -2,10 +2,10 @@
 // kernels) compiled for the host: kernels run block by block on host threads
 // (host_emulation.h), device memory is host memory, and cuBLAS is replaced by a plain GEMM with
 // f32 sums over the same row-major operands. Checked against the CPU block and head in f64,
-// with f32 and bf16 storage: every output of the block interface and of the head. This covers
-// the host code's orchestration (workspace layout, GEMM operands and transposes, the order of
-// kernels) without a GPU; cuda_backend_test checks the same on a GPU. And the context's byte
-// counts (MemoryCounts), under threads.
+// with f32 and bf16 storage: every output of the block interface (the span schedule's
+// summaries included) and of the head. This covers the host code's orchestration (workspace
+// layout, GEMM operands and transposes, the order of kernels) without a GPU; cuda_backend_test
+// checks the same on a GPU. And the context's byte counts (MemoryCounts), under threads.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -34,6 +34,19 @@ TEST_P(BlockEmulationTest, BlockMatchesCpuF64) {
   const testing::BlockCheck c = testing::CheckBlockAgainstCpu(config, 12, 3, 3, 70, bf16);
   for (size_t q = 0; q < c.errors.size() && !bf16; ++q) EXPECT_LT(c.errors[q], tol) << c.names[q];
   EXPECT_LT(c.whole, tol);
+}
+
+// The chunk summaries of the span schedule, f32 storage within 1e-5 of f64 per output, bf16
+// within 2e-2. halo 3, len 150: three scan segments joined.
+TEST_P(BlockEmulationTest, SummariesMatchCpuF64) {
+  const bool bf16 = GetParam();
+  const double tol = bf16 ? 2e-2 : 1e-5;
+  const MambaConfig config = testing::SmallConfig(1, 16, 8, 4, 3, 29);
+  const testing::SummaryCheck c = testing::CheckSummariesAgainstCpu(config, 12, 5, 3, 150, bf16);
+  EXPECT_LT(c.h_local, tol) << "h_local";
+  EXPECT_LT(c.S_fwd, tol) << "S (forward)";
+  EXPECT_LT(c.m, tol) << "m";
+  EXPECT_LT(c.S_adj, tol) << "S (adjoint)";
 }
 
 TEST_P(BlockEmulationTest, HeadMatchesCpuF64) {

@@ -1,7 +1,8 @@
 // The CUDA backend against the f64 CPU engine and the f64 oracle: gradients over a grid of
 // shapes (K, T, chunk with T not a multiple of it, the conv halo across chunk edges), one block
-// with an incoming state and adjoint, f32 and bf16 storage, bitwise run-to-run repeatability,
-// device memory flat in T for a fixed chunk, and the memory probe of the worker's GPU gauges.
+// with an incoming state and adjoint, the span schedule's summaries and 1 to 16 spans, f32 and
+// bf16 storage, bitwise run-to-run repeatability, device memory flat in T for a fixed chunk,
+// and the memory probe of the worker's GPU gauges.
 // Every test skips where there is no GPU.
 #include <gtest/gtest.h>
 
@@ -180,6 +181,68 @@ TEST_F(CudaTest, BlockMatchesCpuF64WithHaloStateAndAdjoint) {
       CheckBlockAgainstCpu(config, p64.layers[0], p32.layers[0], rows, bf16 ? kBf16Tol : kF32Tol,
                            bf16, rows.len);
     }
+  }
+}
+
+// The span schedule's chunk summaries through the backend's block (h_local and S of the
+// forward, m and S of the adjoint) against the f64 CPU block, one and several scan segments.
+TEST_F(CudaTest, SummariesMatchCpuF64) {
+  const MambaConfig config = TestConfig(1);
+  const ModelParams<double> p64 = Params<double>(1);
+  const ModelParams<float> p32 = Params<float>(1);
+  for (const cpu::ChunkRows rows : {cpu::ChunkRows{3, 37, 0}, cpu::ChunkRows{2, 300, 0}}) {
+    for (bool bf16 : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << "halo=" << rows.halo << " len=" << rows.len
+                                        << (bf16 ? " bf16" : " f32"));
+      Device gpu = Gpu(bf16);
+      absl::StatusOr<std::unique_ptr<Backend<float>>> backend = MakeBackend<float>(gpu);
+      ASSERT_TRUE(backend.ok()) << backend.status();
+      std::unique_ptr<BlockBackend<float>> block = (*backend)->MakeBlock(config, p32.layers[0]);
+      const testing::SummaryCheck c = testing::CheckSummariesAgainstCpu(
+          config, p64.layers[0], rows.halo, rows.len, 17,
+          [&](const float* u, const float* g, float* h_local, float* S_fwd, float* m,
+              float* S_adj) {
+            block->LocalSummary(u, rows, h_local, S_fwd);
+            block->AdjointSummary(u, rows, g, m, S_adj);
+          });
+      std::printf("[ adjsh-cuda ] summaries len=%lld%s h_local=%.3e S=%.3e m=%.3e\n",
+                  static_cast<long long>(rows.len), bf16 ? " bf16" : "", c.h_local, c.S_fwd,
+                  c.m);
+      const double tol = bf16 ? kBf16Tol : kF32Tol;
+      EXPECT_LT(c.h_local, tol);
+      EXPECT_LT(c.S_fwd, tol);
+      EXPECT_LT(c.m, tol);
+      EXPECT_LT(c.S_adj, tol);
+    }
+  }
+}
+
+// The span schedule on the GPU: the gradient for S = 1, 2, 5 and 16 spans against the f64 CPU
+// engine (one span per chunk at S = 16), and S spans run twice to the same bits.
+TEST_F(CudaTest, SpanScheduleMatchesCpuF64ForEverySpanCount) {
+  const ModelParams<double> p64 = Params<double>(2);
+  const ModelParams<float> p32 = Params<float>(2);
+  const std::vector<uint32_t> tokens = testing::RandomTokens(500, 29, 23);
+  GradOptions ref_opt;
+  ref_opt.chunk = 32;
+  absl::StatusOr<GradResult<double>> ref = ComputeGradient<double>(p64, tokens, ref_opt);
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  for (int64_t spans : {1, 2, 5, 16}) {
+    GradOptions opt;
+    opt.chunk = 32;
+    opt.spans = spans;
+    opt.device = Gpu(false);
+    absl::StatusOr<GradResult<float>> got = ComputeGradient<float>(p32, tokens, opt);
+    ASSERT_TRUE(got.ok()) << got.status();
+    std::string worst;
+    const double err = MaxRelErr(got->grad, ref->grad, &worst);
+    std::printf("[ adjsh-cuda ] spans=%lld max_rel_err=%.3e (%s)\n",
+                static_cast<long long>(spans), err, worst.c_str());
+    EXPECT_LT(err, kF32Tol) << "spans=" << spans << " " << worst;
+    EXPECT_NEAR(got->loss, ref->loss, 1e-5 * ref->loss);
+    absl::StatusOr<GradResult<float>> again = ComputeGradient<float>(p32, tokens, opt);
+    ASSERT_TRUE(again.ok()) << again.status();
+    EXPECT_TRUE(testing::BitwiseEqual(got->grad, again->grad)) << "spans=" << spans;
   }
 }
 
@@ -370,10 +433,10 @@ TEST_F(CudaTest, LongChunkMatchesCpuF64) {
 TEST_F(CudaTest, UnsupportedOpsAreRefused) {
   absl::StatusOr<std::unique_ptr<Backend<float>>> backend = MakeBackend<float>(Gpu(false));
   ASSERT_TRUE(backend.ok());
-  EXPECT_TRUE((*backend)->Supports(Op::kForward));
-  EXPECT_TRUE((*backend)->Supports(Op::kBackwardExact));
-  EXPECT_TRUE((*backend)->Supports(Op::kHead));
-  for (Op op : {Op::kLocalSummary, Op::kAdjointSummary, Op::kBackwardTruncated}) {
+  for (Op op : {Op::kForward, Op::kLocalSummary, Op::kAdjointSummary, Op::kBackwardExact,
+                Op::kHead})
+    EXPECT_TRUE((*backend)->Supports(op)) << OpName(op);
+  for (Op op : {Op::kBackwardTruncated, Op::kHeadAccuracy}) {
     const absl::Status s = (*backend)->Require(op);
     EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented);
     EXPECT_NE(std::string(s.message()).find("not supported on cuda:0"), std::string::npos) << s;

@@ -1,10 +1,11 @@
 // The CUDA scan kernels (kernels/cuda/scan_kernels.cuh), compiled for the host and run with
 // each block's threads as host threads (host_emulation.h), against the CPU scan in f64: the
-// forward (o, h_end) and the fused exact backward (o, dz, dL/d dtpre, dx', dB, dC, dA_log, D,
-// db_dt, mu_out) over shapes that cover one and several segments, partial last tiles and
-// segments, several channel blocks, lanes beyond N, and zero or non-zero h0 and mu. Runs on
-// every machine with the CUDA toolkit: it checks the kernels' indexing, segment joins and
-// reductions without a GPU (the GPU's own arithmetic is checked by cuda_backend_test).
+// forward (o, h_end), the span schedule's chunk summaries (h_local, m, S) and the fused exact
+// backward (o, dz, dL/d dtpre, dx', dB, dC, dA_log, D, db_dt, mu_out) over shapes that cover
+// one and several segments, partial last tiles and segments, several channel blocks, lanes
+// beyond N, and zero or non-zero h0 and mu. Runs on every machine with the CUDA toolkit: it
+// checks the kernels' indexing, segment joins and reductions without a GPU (the GPU's own
+// arithmetic is checked by cuda_backend_test).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -114,6 +115,26 @@ TEST_P(ScanEmulationTest, MatchesCpuScanInF64) {
   for (int64_t k = 0; k < len * Di; ++k) o_fwd_ref[k] = yf[k] * Silu(z[k]);
   EXPECT_LT(RelErr(fo, o_fwd_ref), 1e-5) << "forward o";
   EXPECT_LT(RelErr(fh_end, h_end), 1e-5) << "forward h_end";
+
+  // The chunk summaries (the span schedule's): h_local from a zero state, m from a zero
+  // adjoint, S = sum of Delta.
+  std::vector<double> hloc_ref(Di * N), m_ref(Di * N), S_ref(Di, 0.0);
+  for (int64_t i = 0; i < Di; ++i) {
+    cpu::ScanForwardChannel<double>(in, i, len, nullptr, Dskip[i], hloc_ref.data() + i * N,
+                                    nullptr);
+    cpu::ScanAdjointSummaryChannel<double>(in, i, len, ybar.data(), m_ref.data() + i * N);
+  }
+  for (int64_t k = 0; k < len * Di; ++k) S_ref[k % Di] += dt[k];
+  std::vector<float> hloc(Di * N), sm(Di * N), S1(Di), S2(Di),
+      sscratch(scan_internal::ScanSummaryScratchImpl(len, Di, N));
+  scan_internal::ScanSummaryImpl<float>(nullptr, a, nullptr, hloc.data(), nullptr, S1.data(),
+                                        sscratch.data());
+  scan_internal::ScanSummaryImpl<float>(nullptr, a, d_o.data(), nullptr, sm.data(), S2.data(),
+                                        sscratch.data());
+  EXPECT_LT(RelErr(hloc, hloc_ref), 1e-5) << "summary h_local";
+  EXPECT_LT(RelErr(sm, m_ref), 1e-5) << "summary m";
+  EXPECT_LT(RelErr(S1, S_ref), 1e-5) << "summary S";
+  EXPECT_EQ(S1, S2) << "S is the same sum in both summaries";
 
   ScanBackwardArgs<float> b;
   std::vector<float> bo(len * Di), dxz(P * 2 * Di, 0.0f), bddt(len * Di), bdxc(len * Di),

@@ -1,13 +1,14 @@
-// The CUDA block and head (emulated on the host, emulated_device.h) at the shapes that reach
-// the multi-block paths, against the CPU in f64: D and Di wide enough for several channel
-// blocks of the scan (256 / L channels a block, L = the state lanes: N = 1, 16, 32), of the
-// weight-gradient reductions (32 columns a block) and several slices of rows; and the head
-// with the GPU's blocks (1024 rows x 8192 vocabulary entries, not block_emulation_test's small
-// ones) at V = 8193: two vocabulary blocks (the running log-sum-exp across them, the second of
-// one entry); 40 rows, one row block (several row blocks: block_emulation_test's head, whose
-// blocks are 8 rows; here 1025 rows would be a minute of emulated barriers). The long chunk (len > 4,194,304, where the
-// scan's segments grow past 64 rows) runs in cuda_backend_test on a GPU only: on the host one
-// emulated block per row of the norm makes it hours.
+// The CUDA block (its forward, backward and span summaries) and head (emulated on the host,
+// emulated_device.h) at the shapes that reach the multi-block paths, against the CPU in f64: D and
+// Di wide enough for several channel blocks of the scan (256 / L channels a block, L = the state
+// lanes: N = 1, 16, 32), of the weight-gradient reductions (32 columns a block) and several slices
+// of rows; and the head with the GPU's blocks (1024 rows x 8192 vocabulary entries, not
+// block_emulation_test's small ones) at V = 8193: two vocabulary blocks (the running log-sum-exp
+// across them, the second of one entry); 40 rows, one row block (several row blocks:
+// block_emulation_test's head, whose blocks are 8 rows; here 1025 rows would be a minute of
+// emulated barriers). The long chunk (len > 4,194,304, where the scan's segments grow past 64 rows)
+// runs in cuda_backend_test on a GPU only: on the host one emulated block per row of the norm makes
+// it hours.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -44,6 +45,12 @@ TEST_P(ShapesEmulationTest, BlockMatchesCpuF64) {
   const testing::BlockCheck c =
       testing::CheckBlockAgainstCpu(config, 31, 5 + sh.N, sh.halo, sh.len, false);
   for (size_t q = 0; q < c.errors.size(); ++q) EXPECT_LT(c.errors[q], kTol) << c.names[q];
+  const testing::SummaryCheck sc =
+      testing::CheckSummariesAgainstCpu(config, 31, 7 + sh.N, sh.halo, sh.len, false);
+  EXPECT_LT(sc.h_local, kTol) << "h_local";
+  EXPECT_LT(sc.S_fwd, kTol) << "S (forward)";
+  EXPECT_LT(sc.m, kTol) << "m";
+  EXPECT_LT(sc.S_adj, kTol) << "S (adjoint)";
 }
 
 // len = 150 + halo 3: 3 scan segments and 3 slices of rows. N = 1: D = 160, Di = 320, 2 scan

@@ -100,19 +100,17 @@ TEST(BackendTest, TheEngineRefusesWhatTheDeviceCannotDo) {
   ASSERT_FALSE(g64.ok());
   EXPECT_EQ(g64.status().code(), absl::StatusCode::kUnimplemented);
   const std::vector<uint8_t> mask(tokens.size(), 1);
-  for (int variant = 0; variant < 4; ++variant) {
+  for (int variant = 0; variant < 2; ++variant) {
     GradOptions o = opt;
     if (variant == 0) o.window = 4;
-    if (variant == 1) o.schedule = Schedule::kTwoPass;
-    if (variant == 2) o.spans = 2;
-    if (variant == 3) o.spans = 1, o.loss_mask = mask;
+    if (variant == 1) o.spans = 2, o.loss_mask = mask;
     absl::StatusOr<GradResult<float>> g = ComputeGradient<float>(p32, tokens, o);
     ASSERT_FALSE(g.ok());
     // Without CUDA (or without a GPU) the device itself is refused; with one, the op is.
     const std::string msg(g.status().message());
     if (g.status().code() == absl::StatusCode::kUnimplemented && CudaBuilt() &&
         msg.find("not supported on cuda:0") != std::string::npos) {
-      const char* what[] = {"truncated", "two-pass", "--spans 1", "--loss-mask"};
+      const char* what[] = {"truncated", "--loss-mask"};
       EXPECT_NE(msg.find(what[variant]), std::string::npos) << msg;
     } else {
       EXPECT_TRUE(g.status().code() == absl::StatusCode::kFailedPrecondition ||
@@ -122,15 +120,15 @@ TEST(BackendTest, TheEngineRefusesWhatTheDeviceCannotDo) {
   }
 }
 
-// What CUDA lacks is refused by name, known without a GPU: the summaries (more than one span),
-// the truncated window, and the head's greedy count (a masked run would else optimise the
-// whole-sequence loss).
-TEST(BackendTest, CudaRefusesTheSummariesTheWindowAndTheMaskedHead) {
+// What CUDA lacks is refused by name, known without a GPU: the truncated window, and the
+// head's greedy count (a masked run would else optimise the whole-sequence loss). It has the
+// span schedule's summaries.
+TEST(BackendTest, CudaRefusesTheWindowAndTheMaskedHead) {
   if (!CudaBuilt()) GTEST_SKIP() << "a build without CUDA";
-  for (Op op : {Op::kForward, Op::kBackwardExact, Op::kHead})
+  for (Op op : {Op::kForward, Op::kLocalSummary, Op::kAdjointSummary, Op::kBackwardExact,
+                Op::kHead})
     EXPECT_TRUE(KindSupports(Device::Kind::kCuda, op)) << OpName(op);
-  for (Op op : {Op::kLocalSummary, Op::kAdjointSummary, Op::kBackwardTruncated,
-                Op::kHeadAccuracy})
+  for (Op op : {Op::kBackwardTruncated, Op::kHeadAccuracy})
     EXPECT_FALSE(KindSupports(Device::Kind::kCuda, op)) << OpName(op);
   for (Op op : {Op::kLocalSummary, Op::kHeadAccuracy, Op::kBackwardTruncated})
     EXPECT_TRUE(KindSupports(Device::Kind::kCpu, op)) << OpName(op);
