@@ -10,6 +10,7 @@ namespace adjsh::cli {
 
 int CancelCommand(const std::vector<std::string>& args);
 int CoordinatorCommand(const std::vector<std::string>& args);
+int EvalCommand(const std::vector<std::string>& args);
 int GradCommand(const std::vector<std::string>& args);
 int InitCommand(const std::vector<std::string>& args);
 int StatusCommand(const std::vector<std::string>& args);

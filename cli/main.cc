@@ -17,6 +17,7 @@ constexpr const char* kUsage =
     "commands:\n"
     "  cancel     cancel a job of a coordinator (--job ID)\n"
     "  coordinator  serve training jobs (JobService) and backward tasks (TaskService) over gRPC\n"
+    "  eval       held-out loss and perplexity of a model on a token file (forward only)\n"
     "  grad       loss and gradient of one token sequence (in-process, chunked, threaded)\n"
     "  init       write a new model directory (config.json + model.safetensors)\n"
     "  status     show the jobs of a coordinator, or one (--job ID)\n"
@@ -35,6 +36,7 @@ struct Command {
 constexpr Command kCommands[] = {
     {"cancel", adjsh::cli::CancelCommand},
     {"coordinator", adjsh::cli::CoordinatorCommand},
+    {"eval", adjsh::cli::EvalCommand},
     {"grad", adjsh::cli::GradCommand},
     {"init", adjsh::cli::InitCommand},
     {"status", adjsh::cli::StatusCommand},

@@ -12,6 +12,7 @@
 #include "cli/model_flags.h"
 #include "common/metrics_server.h"
 #include "common/model.h"
+#include "common/token_data.h"
 #include "common/tokens.h"
 #include "coordinator/local_cluster.h"
 #include "coordinator/metrics.h"
@@ -64,8 +65,8 @@ absl::StatusOr<std::vector<uint8_t>> LoadLossMask(const std::string& path) {
   return mask;
 }
 
-absl::StatusOr<std::vector<uint32_t>> LoadCorpus(const ArgParser& a) {
-  if (a.Has("tokens")) return ReadTokenFile(a.Get("tokens"));
+absl::StatusOr<TokenData> LoadCorpus(const ArgParser& a) {
+  if (a.Has("tokens")) return TokenData::Map(a.Get("tokens"));
   std::vector<std::string> files;
   if (a.Has("text")) {
     files = absl::StrSplit(a.Get("text"), ',', absl::SkipEmpty());
@@ -74,7 +75,9 @@ absl::StatusOr<std::vector<uint32_t>> LoadCorpus(const ArgParser& a) {
     if (files.empty())
       return absl::NotFoundError("the built-in corpus /usr/share/common-licenses is empty");
   }
-  return ReadTextAsBytes(files);
+  absl::StatusOr<std::vector<uint32_t>> bytes = ReadTextAsBytes(files);
+  if (!bytes.ok()) return bytes.status();
+  return TokenData::FromIds(*std::move(bytes));
 }
 
 }  // namespace
@@ -237,7 +240,7 @@ int TrainCommand(const std::vector<std::string>& args) {
     if (absl::Status s = CheckModelFitsInMemory(*config, 4); !s.ok()) return Fail("train", s);
     params = InitParams<float>(*config, *seed);
   }
-  absl::StatusOr<std::vector<uint32_t>> corpus = LoadCorpus(a);
+  absl::StatusOr<TokenData> corpus = LoadCorpus(a);
   if (!corpus.ok()) return Fail("train", corpus.status());
 
   const MambaConfig& c = params.config;

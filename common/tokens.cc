@@ -11,30 +11,25 @@
 #include "common/file_io.h"
 
 namespace adjsh {
-namespace {
-
-// Bytes per id from the extension, or INVALID_ARGUMENT.
-absl::StatusOr<size_t> IdWidth(const std::string& path) {
+absl::StatusOr<int> TokenIdWidth(const std::string& path) {
   if (absl::EndsWith(path, ".u32")) return 4;
   if (absl::EndsWith(path, ".u16")) return 2;
   return absl::InvalidArgumentError(absl::StrCat(
       path, ": unknown token file extension; expected .u32 (uint32) or .u16 (uint16)"));
 }
 
-}  // namespace
-
 absl::StatusOr<std::vector<uint32_t>> ReadTokenFile(const std::string& path,
                                                     const ReadOptions& options) {
-  absl::StatusOr<size_t> width = IdWidth(path);
+  absl::StatusOr<int> width = TokenIdWidth(path);
   if (!width.ok()) return width.status();
   absl::StatusOr<std::string> bytes = ReadFileToString(path, options);
   if (!bytes.ok()) return bytes.status();
-  if (bytes->size() % *width != 0) {
+  if (bytes->size() % static_cast<size_t>(*width) != 0) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": size ", bytes->size(),
                                                    " bytes is not a multiple of ", *width,
                                                    " (truncated file or wrong extension?)"));
   }
-  std::vector<uint32_t> tokens(bytes->size() / *width);
+  std::vector<uint32_t> tokens(bytes->size() / static_cast<size_t>(*width));
   for (size_t i = 0; i < tokens.size(); ++i) {  // little-endian host (see tensor.cc)
     if (*width == 4) {
       std::memcpy(&tokens[i], bytes->data() + 4 * i, 4);
@@ -48,10 +43,10 @@ absl::StatusOr<std::vector<uint32_t>> ReadTokenFile(const std::string& path,
 }
 
 absl::Status WriteTokenFile(const std::string& path, std::span<const uint32_t> tokens) {
-  absl::StatusOr<size_t> width = IdWidth(path);
+  absl::StatusOr<int> width = TokenIdWidth(path);
   if (!width.ok()) return width.status();
   std::string bytes;
-  bytes.reserve(tokens.size() * *width);
+  bytes.reserve(tokens.size() * static_cast<size_t>(*width));
   for (size_t i = 0; i < tokens.size(); ++i) {
     if (*width == 4) {
       bytes.append(reinterpret_cast<const char*>(&tokens[i]), 4);

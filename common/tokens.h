@@ -14,6 +14,9 @@
 
 namespace adjsh {
 
+// Bytes per id of a token file's name: 4 for .u32, 2 for .u16; INVALID_ARGUMENT otherwise.
+absl::StatusOr<int> TokenIdWidth(const std::string& path);
+
 // INVALID_ARGUMENT for an unknown extension or a size that is not a whole number of ids;
 // NOT_FOUND for a missing file.
 absl::StatusOr<std::vector<uint32_t>> ReadTokenFile(const std::string& path,

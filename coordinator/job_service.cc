@@ -440,7 +440,7 @@ absl::Status JobServiceImpl::RunJob(JobRecord& rec) {
   absl::StatusOr<ModelParams<float>> params = JobModelParams(spec);
   if (!params.ok()) return params.status();
   if (rec.cancel.load()) return cancelled;
-  absl::StatusOr<std::vector<uint32_t>> corpus = JobCorpus(spec, opt_.limits);
+  absl::StatusOr<TokenData> corpus = JobCorpus(spec, opt_.limits);
   if (!corpus.ok()) return corpus.status();
   if (rec.cancel.load()) return cancelled;
 

@@ -334,16 +334,18 @@ absl::StatusOr<ModelParams<float>> JobModelParams(const v1::JobSpec& spec) {
   return InitParams<float>(*c, spec.init().seed());
 }
 
-absl::StatusOr<std::vector<uint32_t>> JobCorpus(const v1::JobSpec& spec, const JobLimits& limits) {
+absl::StatusOr<TokenData> JobCorpus(const v1::JobSpec& spec, const JobLimits& limits) {
   const ReadOptions read{.regular_only = true, .max_bytes = limits.max_data_bytes};
-  if (spec.data_case() == v1::JobSpec::kTokenFile) return ReadTokenFile(spec.token_file(), read);
+  if (spec.data_case() == v1::JobSpec::kTokenFile) return TokenData::Map(spec.token_file(), read);
   std::vector<std::string> files;
   if (spec.data_case() == v1::JobSpec::kTextFiles) {
     files.assign(spec.text_files().paths().begin(), spec.text_files().paths().end());
   } else {
     files = BuiltinCorpusFiles();
   }
-  return ReadTextAsBytes(files, read);
+  absl::StatusOr<std::vector<uint32_t>> bytes = ReadTextAsBytes(files, read);
+  if (!bytes.ok()) return bytes.status();
+  return TokenData::FromIds(*std::move(bytes));
 }
 
 train::TrainOptions JobTrainOptions(const v1::JobSpec& spec, int threads,

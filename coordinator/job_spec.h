@@ -38,6 +38,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/model.h"
+#include "common/token_data.h"
 #include "proto/adjsh.pb.h"
 #include "train/trainer.h"
 
@@ -76,10 +77,9 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const JobLimits& limits = 
 // The spec's model: loaded from model_dir, or initialised from init (its seed).
 absl::StatusOr<ModelParams<float>> JobModelParams(const v1::JobSpec& spec);
 
-// The spec's training tokens: the token file, or the text files / built-in corpus as bytes;
-// regular files only, opened without blocking, at most limits.max_data_bytes read.
-absl::StatusOr<std::vector<uint32_t>> JobCorpus(const v1::JobSpec& spec,
-                                                const JobLimits& limits = {});
+// The spec's training tokens: the token file (mapped), or the text files / built-in corpus as
+// bytes; regular files only, opened without blocking, of at most limits.max_data_bytes.
+absl::StatusOr<TokenData> JobCorpus(const v1::JobSpec& spec, const JobLimits& limits = {});
 
 // The trainer's options: the spec's, unset fields as adjsh train's defaults, the exact gradient
 // (window 0). threads: for the coordinator's own work (0: one per core); checkpoint_dir: the

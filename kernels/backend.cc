@@ -60,6 +60,12 @@ absl::Status Backend<T>::Require(Op op) const {
       absl::StrCat(std::string(OpName(op)), " is not supported on ", device().ToString()));
 }
 
+template <typename T>
+double Backend<T>::HeadLoss(const cpu::LmHeadArgs<T>& args) {
+  std::vector<T> du(args.M * args.D), dE(args.V * args.D), dw_f(args.D);
+  return HeadForwardBackward(args, du.data(), dE.data(), dw_f.data());
+}
+
 namespace {
 
 template <typename T>
@@ -111,6 +117,21 @@ class CpuBackend final : public Backend<T> {
       cpu::Gemm<T>(cpu::Trans::kYes, cpu::Trans::kNo, V, D, block.M, 1, dlogits.data(), V,
                    nf.data(), D, 1, dE, D);
       for (int64_t d = 0; d < D; ++d) dw_f[d] += dw[d];
+    }
+    return loss;
+  }
+  // The same row blocks and loss sums as HeadForwardBackward, without its backward.
+  double HeadLoss(const cpu::LmHeadArgs<T>& args) override {
+    constexpr int64_t kRows = 64;
+    const int64_t D = args.D, V = args.V;
+    std::vector<T> logits(kRows * V), nf(kRows * D);
+    double loss = 0;
+    for (int64_t r0 = 0; r0 < args.M; r0 += kRows) {
+      cpu::LmHeadArgs<T> block = args;
+      block.M = std::min(kRows, args.M - r0);
+      block.u = args.u + r0 * D;
+      block.targets = args.targets + r0;
+      loss += cpu::LmHeadLoss<T>(block, logits.data(), nf.data());
     }
     return loss;
   }

@@ -83,6 +83,11 @@ class Backend {
   // written; dE (V, D) and dw_f (D) accumulated.
   virtual double HeadForwardBackward(const cpu::LmHeadArgs<T>& args, T* du, T* dE, T* dw_f) = 0;
 
+  // The head's loss alone (evaluation): the rows' loss sum as HeadForwardBackward returns it
+  // (args.correct counted likewise); no gradient. This default runs HeadForwardBackward into
+  // scratch; a backend may do the forward alone.
+  virtual double HeadLoss(const cpu::LmHeadArgs<T>& args);
+
   // The memory this process holds on the backend's device, for the worker's GPU gauges
   // (common/device_memory.h): thread-safe, and valid after the backend is destroyed (it reads
   // per-device counts kept for the process's life). Empty on the CPU, whose memory the RSS

@@ -9,7 +9,7 @@
 
 namespace adjsh::train {
 
-Trainer::Trainer(ModelParams<float> params, std::vector<uint32_t> corpus, TrainOptions options)
+Trainer::Trainer(ModelParams<float> params, TokenData corpus, TrainOptions options)
     : params_(std::move(params)),
       corpus_(std::move(corpus)),
       opt_(std::move(options)),
@@ -42,8 +42,8 @@ absl::Status Trainer::Init() {
         "invalid optimizer settings (need lr > 0, 0 <= beta < 1, eps > 0, weight decay >= 0, "
         "grad clip >= 0, warmup >= 0, 0 <= min lr ratio <= 1)");
   }
-  if (absl::Status s = CheckTokensInVocab(corpus_, params_.config.vocab_size); !s.ok()) return s;
-  if (!opt_.loss_mask.empty() && opt_.loss_mask.size() != corpus_.size()) {
+  if (absl::Status s = corpus_.CheckInVocab(params_.config.vocab_size); !s.ok()) return s;
+  if (!opt_.loss_mask.empty() && static_cast<int64_t>(opt_.loss_mask.size()) != corpus_.size()) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "the loss mask has %d entries for a corpus of %d tokens", opt_.loss_mask.size(),
         corpus_.size()));
@@ -66,13 +66,13 @@ absl::Status Trainer::Init() {
 }
 
 absl::Status Trainer::Run(const std::function<void(const StepReport&)>& on_step) {
-  const int64_t T = opt_.context, n = static_cast<int64_t>(corpus_.size());
+  const int64_t T = opt_.context, n = corpus_.size();
   const auto run_start = std::chrono::steady_clock::now();
   const int64_t first_step = state_.step;
   while (state_.step < opt_.steps) {
     const auto start = std::chrono::steady_clock::now();
     if (state_.data_position + T > n) state_.data_position = 0;  // wrap to the corpus start
-    const std::span<const uint32_t> tokens(corpus_.data() + state_.data_position, T);
+    const std::vector<uint32_t> tokens = corpus_.Slice(state_.data_position, T);
     if (!opt_.loss_mask.empty()) {  // the step's slice, for whichever gradient source
       opt_.grad.loss_mask =
           std::span<const uint8_t>(opt_.loss_mask).subspan(state_.data_position, T);

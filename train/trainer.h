@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/model.h"
+#include "common/token_data.h"
 #include "engine/adjoint_engine.h"
 #include "train/checkpoint.h"
 #include "train/optimizer.h"
@@ -50,8 +51,11 @@ using GradientSource = std::function<absl::StatusOr<GradResult<float>>(
 
 class Trainer {
  public:
-  // corpus: at least context + 1 tokens, all < vocab_size (checked by Init).
-  Trainer(ModelParams<float> params, std::vector<uint32_t> corpus, TrainOptions options);
+  // corpus: at least context tokens, all < vocab_size (checked by Init); a mapped token file
+  // is read one step's slice at a time.
+  Trainer(ModelParams<float> params, TokenData corpus, TrainOptions options);
+  Trainer(ModelParams<float> params, std::vector<uint32_t> corpus, TrainOptions options)
+      : Trainer(std::move(params), TokenData::FromIds(std::move(corpus)), std::move(options)) {}
 
   // Validates options and data; resumes from checkpoint_dir's latest checkpoint if there is one
   // (then `resumed()` is true and the step count continues from it).
@@ -74,7 +78,7 @@ class Trainer {
 
  private:
   ModelParams<float> params_;
-  std::vector<uint32_t> corpus_;
+  TokenData corpus_;
   TrainOptions opt_;
   AdamWState adamw_;
   TrainerState state_;

@@ -45,9 +45,32 @@ double LmHeadForwardBackward(const LmHeadArgs<T>& g, T* du, T* dlogits, T* nf, T
   return loss;
 }
 
+template <typename T>
+double LmHeadLoss(const LmHeadArgs<T>& g, T* logits, T* nf) {
+  const int64_t M = g.M, D = g.D, V = g.V;
+  std::vector<T> r(M);
+  RmsNormForward(g.u, M, D, g.w_f, g.eps, nf, r.data());
+  Gemm<T>(Trans::kNo, Trans::kYes, M, V, D, 1, nf, D, g.E, D, 0, logits, V);
+  double loss = 0;
+  for (int64_t t = 0; t < M; ++t) {
+    const T* row = logits + t * V;
+    const int64_t target = g.targets[t];
+    if (target < 0) continue;
+    const T mx = *std::max_element(row, row + V);
+    if (g.correct != nullptr && row[target] >= mx) ++*g.correct;
+    T sum = 0;
+    for (int64_t v = 0; v < V; ++v) sum += Exp<T>(row[v] - mx);
+    loss += static_cast<double>(std::log(sum)) - static_cast<double>(row[target] - mx);
+  }
+  return loss;
+}
+
 template double LmHeadForwardBackward<float>(const LmHeadArgs<float>&, float*, float*, float*,
                                              float*);
 template double LmHeadForwardBackward<double>(const LmHeadArgs<double>&, double*, double*,
                                               double*, double*);
+
+template double LmHeadLoss<float>(const LmHeadArgs<float>&, float*, float*);
+template double LmHeadLoss<double>(const LmHeadArgs<double>&, double*, double*);
 
 }  // namespace adjsh::cpu

@@ -30,6 +30,11 @@ struct LmHeadArgs {
 template <typename T>
 double LmHeadForwardBackward(const LmHeadArgs<T>& args, T* du, T* dlogits, T* nf, T* dw_f);
 
+// The forward alone (evaluation): returns the sum of the rows' losses as LmHeadForwardBackward
+// does, with the same sums in the same order; logits (M, V) and nf (M, D) are scratch.
+template <typename T>
+double LmHeadLoss(const LmHeadArgs<T>& args, T* logits, T* nf);
+
 }  // namespace adjsh::cpu
 
 #endif  // ADJSH_KERNELS_CPU_LM_HEAD_H_

@@ -1,0 +1,189 @@
+// Evaluation as a wavefront of (stage, chunk) tasks over one sequence at a time. Stage k < K is
+// layer k (stage 0 also looks up the embedding); stage K is the head's loss. Wave w runs stage
+// k on chunk w - k for every k at once: stage k reads its input rows from in[k][c % 2] (written
+// by stage k - 1 in wave w - 1) and writes in[k + 1][c % 2], while stage k - 1 writes the other
+// parity, so no buffer is read and written in one wave. Each layer keeps the state after its
+// last chunk and its input's last W - 1 rows; nothing else survives a chunk.
+#include "engine/evaluate.h"
+
+#include <algorithm>
+#include <memory>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "engine/thread_pool.h"
+
+namespace adjsh {
+namespace {
+
+template <typename T>
+class SequenceEval {
+ public:
+  SequenceEval(const ModelParams<T>& params, Backend<T>& backend,
+               std::vector<std::unique_ptr<BlockBackend<T>>>& blocks, const TokenData& tokens,
+               int64_t chunk)
+      : p_(params), backend_(backend), blocks_(blocks), tokens_(tokens), C_(chunk) {
+    const MambaConfig& c = p_.config;
+    K_ = c.num_hidden_layers, D_ = c.hidden_size, H_ = c.conv_kernel - 1;
+    DiN_ = c.inner() * c.state_size;
+    in_.assign((K_ + 1) * 2, std::vector<T>((H_ + C_) * D_));
+    halo_.assign(K_, std::vector<T>(H_ * D_));
+    halo_rows_.assign(K_, 0);
+    h_.assign(K_ * 2, std::vector<T>(DiN_));
+  }
+
+  // The loss sum of the sequence of tokens [start, start + len), len >= 2; on_chunk(rows) after
+  // each chunk's head.
+  double Run(int64_t start, int64_t len, ThreadPool& pool,
+             const std::function<void(int64_t)>& on_chunk) {
+    start_ = start, len_ = len;
+    nC_ = (len + C_ - 1) / C_;
+    std::fill(halo_rows_.begin(), halo_rows_.end(), 0);
+    loss_ = 0;
+    std::vector<int64_t> stages;
+    for (int64_t w = 0; w < nC_ + K_; ++w) {
+      stages.clear();
+      for (int64_t k = 0; k <= K_; ++k)
+        if (w - k >= 0 && w - k < nC_) stages.push_back(k);
+      pool.ParallelFor(static_cast<int64_t>(stages.size()), [&](int64_t i) {
+        const int64_t k = stages[i], c = w - k;
+        if (k < K_) {
+          Layer(k, c);
+        } else {
+          Head(c);  // one head task per wave: the loss is summed in chunk order
+        }
+      });
+      if (w >= K_) on_chunk(Rows(w - K_));
+    }
+    return loss_;
+  }
+
+ private:
+  int64_t Rows(int64_t c) const { return std::min(C_, len_ - c * C_); }
+  T* Input(int64_t k, int64_t c) { return in_[k * 2 + c % 2].data(); }
+
+  void Layer(int64_t k, int64_t c) {
+    const int64_t len = Rows(c);
+    T* x = Input(k, c);
+    if (k == 0) {  // the embedding rows of the chunk's tokens
+      std::vector<uint32_t> ids(static_cast<size_t>(len));
+      tokens_.Copy(start_ + c * C_, len, ids.data());
+      for (int64_t t = 0; t < len; ++t) {
+        const T* row = p_.embed.data() + int64_t{ids[t]} * D_;
+        std::copy(row, row + D_, x + (H_ + t) * D_);
+      }
+    }
+    // The halo rows from the layer's earlier chunks, just before the chunk's own rows.
+    const int64_t a = halo_rows_[k];
+    std::copy(halo_[k].begin(), halo_[k].begin() + a * D_, x + (H_ - a) * D_);
+    const T* h0 = c == 0 ? nullptr : h_[k * 2 + (c - 1) % 2].data();
+    T* h_end = h_[k * 2 + c % 2].data();
+    blocks_[k]->Forward(x + (H_ - a) * D_, cpu::ChunkRows{a, len, 0}, h0,
+                        Input(k + 1, c) + H_ * D_, h_end);
+    // The new halo: the last H rows of (halo, chunk).
+    const int64_t keep = std::min(H_, a + len);
+    const T* end = x + (H_ + len) * D_;
+    std::copy(end - keep * D_, end, halo_[k].begin());
+    halo_rows_[k] = keep;
+  }
+
+  void Head(int64_t c) {
+    const int64_t len = Rows(c), first = c * C_;
+    // Targets: the next token of each row; the sequence's last row has none.
+    const int64_t known = std::min(len, len_ - 1 - first);
+    std::vector<uint32_t> ids(static_cast<size_t>(known));
+    tokens_.Copy(start_ + first + 1, known, ids.data());
+    std::vector<int64_t> targets(static_cast<size_t>(len), -1);
+    for (int64_t t = 0; t < known; ++t) targets[t] = ids[t];
+    const MambaConfig& cfg = p_.config;
+    cpu::LmHeadArgs<T> args{len,           D_,          cfg.vocab_size, cfg.layer_norm_epsilon,
+                            p_.embed.data(), p_.norm_f.data(), Input(K_, c) + H_ * D_,
+                            targets.data(), T(1)};
+    loss_ += backend_.HeadLoss(args);
+  }
+
+  const ModelParams<T>& p_;
+  Backend<T>& backend_;
+  std::vector<std::unique_ptr<BlockBackend<T>>>& blocks_;
+  const TokenData& tokens_;
+  const int64_t C_;
+  int64_t K_ = 0, D_ = 0, H_ = 0, DiN_ = 0;
+  int64_t start_ = 0, len_ = 0, nC_ = 0;
+  std::vector<std::vector<T>> in_;    // (K + 1) x 2 parities of (H + C, D)
+  std::vector<std::vector<T>> halo_;  // per layer (H, D): the last rows of its input
+  std::vector<int64_t> halo_rows_;    // how many of them there are yet
+  std::vector<std::vector<T>> h_;     // per layer x 2 parities: (Di, N) states
+  double loss_ = 0;
+};
+
+}  // namespace
+
+template <typename T>
+absl::StatusOr<EvalResult> Evaluate(const ModelParams<T>& params, const TokenData& tokens,
+                                    const EvalOptions& options) {
+  if (options.chunk < 1) {
+    return absl::InvalidArgumentError(absl::StrFormat("chunk must be >= 1, got %d",
+                                                      options.chunk));
+  }
+  if (options.context < 0 || options.context == 1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "context must be >= 2 tokens (or 0: the whole corpus), got %d", options.context));
+  }
+  if (options.max_tokens < 0) {
+    return absl::InvalidArgumentError("max_tokens must be >= 0 (0: every token)");
+  }
+  const int64_t n = options.max_tokens > 0 ? std::min(tokens.size(), options.max_tokens)
+                                           : tokens.size();
+  if (n < 2) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("evaluation needs at least 2 tokens, got %d", n));
+  }
+  absl::StatusOr<std::unique_ptr<Backend<T>>> backend = MakeBackend<T>(options.device);
+  if (!backend.ok()) return backend.status();
+  if (absl::Status s = (*backend)->CheckConfig(params.config); !s.ok()) return s;
+  for (Op op : {Op::kForward, Op::kHead})
+    if (absl::Status s = (*backend)->Require(op); !s.ok()) return s;
+  // The ids, once, in blocks (the corpus may be a mapped file larger than memory).
+  {
+    constexpr int64_t kBlock = int64_t{1} << 20;
+    std::vector<uint32_t> block(static_cast<size_t>(std::min(kBlock, n)));
+    for (int64_t s = 0; s < n; s += kBlock) {
+      const int64_t m = std::min(kBlock, n - s);
+      tokens.Copy(s, m, block.data());
+      for (int64_t i = 0; i < m; ++i)
+        if (static_cast<int64_t>(block[i]) >= params.config.vocab_size) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "token id ", block[i], " at position ", s + i, " is not below vocab_size ",
+              params.config.vocab_size));
+        }
+    }
+  }
+  std::vector<std::unique_ptr<BlockBackend<T>>> blocks;
+  for (const LayerParams<T>& layer : params.layers)
+    blocks.push_back((*backend)->MakeBlock(params.config, layer));
+
+  ThreadPool pool(options.threads);
+  SequenceEval<T> eval(params, **backend, blocks, tokens, options.chunk);
+  const int64_t T_seq = options.context > 0 ? options.context : n;
+  EvalResult result;
+  int64_t done = 0;
+  for (int64_t start = 0; start + 1 < n; start += T_seq) {  // a last lone token predicts nothing
+    const int64_t len = std::min(T_seq, n - start);
+    result.loss_sum += eval.Run(start, len, pool, [&](int64_t rows) {
+      done += rows;
+      if (options.progress) options.progress(done, n);
+    });
+    result.targets += len - 1;
+    result.tokens += len;
+    ++result.sequences;
+  }
+  return result;
+}
+
+template absl::StatusOr<EvalResult> Evaluate<float>(const ModelParams<float>&, const TokenData&,
+                                                    const EvalOptions&);
+template absl::StatusOr<EvalResult> Evaluate<double>(const ModelParams<double>&,
+                                                     const TokenData&, const EvalOptions&);
+
+}  // namespace adjsh
