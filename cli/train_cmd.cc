@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
@@ -10,6 +11,7 @@
 #include "cli/commands.h"
 #include "cli/device_flags.h"
 #include "cli/model_flags.h"
+#include "cli/train_report.h"
 #include "common/metrics_server.h"
 #include "common/model.h"
 #include "common/token_data.h"
@@ -20,36 +22,6 @@
 
 namespace adjsh::cli {
 namespace {
-
-std::string Duration(double seconds) {
-  const int64_t s = static_cast<int64_t>(std::llround(seconds));
-  return s >= 60 ? absl::StrFormat("%dm%02ds", s / 60, s % 60) : absl::StrFormat("%ds", s);
-}
-
-// step 12/60 [#####.................] loss 3.4121 | 8.1K tok/s | lr 2.95e-03 | ETA 1m32s
-void PrintProgress(const train::StepReport& r) {
-  constexpr int kWidth = 24;
-  const int filled = static_cast<int>(kWidth * r.step / r.steps);
-  std::string bar(filled, '#');
-  bar.append(kWidth - filled, '.');
-  std::string acc =
-      r.correct < 0 ? "" : absl::StrFormat(" | acc %d/%d", r.correct, r.targets);
-  if (r.profile.tasks > 0) {  // the span schedule's parallelism and wire bytes per token
-    acc += absl::StrFormat(" | par %.1f", r.profile.parallelism);
-    if (r.profile.wire_bytes > 0) {
-      acc += absl::StrFormat(" | wire %.0f B/tok",
-                             static_cast<double>(r.profile.wire_bytes) /
-                                 static_cast<double>(std::max<int64_t>(1, r.profile.tokens)));
-    }
-    if (r.profile.tree_workers > 0) acc += absl::StrFormat(" | tree of %d", r.profile.tree_workers);
-    if (r.profile.restarts > 0) acc += absl::StrFormat(" | %d restarts", r.profile.restarts);
-  }
-  std::fprintf(stderr,
-               "step %lld/%lld [%s] loss %.4f | %.1fK tok/s | |g| %.3f | lr %.2e | ETA %s%s\n",
-               static_cast<long long>(r.step), static_cast<long long>(r.steps), bar.c_str(),
-               r.loss, r.tokens_per_s / 1000, r.grad_norm, r.lr, Duration(r.eta_seconds).c_str(),
-               acc.c_str());
-}
 
 // A loss mask file: raw bytes, one per corpus token; non-zero = the target there counts.
 absl::StatusOr<std::vector<uint8_t>> LoadLossMask(const std::string& path) {
@@ -113,6 +85,16 @@ int TrainCommand(const std::vector<std::string>& args) {
   a.Add("loss-mask", "FILE",
         "with --tokens: one byte per corpus token, non-zero where the next-token target counts "
         "in the loss; steps then report the accuracy on the counted targets");
+  a.Add("val-data", "FILE",
+        "held-out token file (.u32/.u16) for --eval-every: its loss and perplexity in the "
+        "progress line and the log");
+  a.Add("eval-every", "N", "with --val-data: evaluate every N steps and after the last "
+        "[default: 10 with --val-data]");
+  a.Add("eval-tokens", "M",
+        "with --val-data: the first M tokens of it, in sequences of --context (0: all) "
+        "[default: 0]");
+  a.Add("log-jsonl", "FILE",
+        "append one JSON object per step (step, loss, grad_norm, lr, tokens_per_s, val_loss)");
   a.Add("threads", "N", "threads for in-process work (0: one per core)", "0");
   a.Add("spill-dir", "DIR",
         "keep the layer inputs in memory-mapped files here (the OS may write them to disk)");
@@ -170,6 +152,22 @@ int TrainCommand(const std::vector<std::string>& args) {
     *f.field = *v;
   }
   opt.grad.threads = static_cast<int>(threads);
+  for (const char* flag : {"eval-every", "eval-tokens"}) {
+    if (a.Has(flag) && !a.Has("val-data")) {
+      return BadUsage("train", absl::InvalidArgumentError(
+                                   absl::StrCat("--", flag, " needs --val-data FILE")));
+    }
+  }
+  if (a.Has("val-data")) {
+    absl::StatusOr<int64_t> every =
+        a.Has("eval-every") ? a.GetInt("eval-every", 1, int64_t{1} << 40) : 10;
+    if (!every.ok()) return BadUsage("train", every.status());
+    opt.eval_every = *every;
+    absl::StatusOr<int64_t> eval_tokens =
+        a.Has("eval-tokens") ? a.GetInt("eval-tokens", 0, int64_t{1} << 40) : 0;
+    if (!eval_tokens.ok()) return BadUsage("train", eval_tokens.status());
+    opt.eval_tokens = *eval_tokens;
+  }
   if (a.GetBool("resume-newest-complete"))
     opt.resume_fallback = train::ResumeFallback::kNewestComplete;
   absl::StatusOr<Device> device = DeviceFromFlags(a);
@@ -245,6 +243,11 @@ int TrainCommand(const std::vector<std::string>& args) {
 
   const MambaConfig& c = params.config;
   train::Trainer trainer(std::move(params), std::move(*corpus), opt);
+  if (a.Has("val-data")) {
+    absl::StatusOr<TokenData> val = TokenData::Map(a.Get("val-data"));
+    if (!val.ok()) return Fail("train", val.status());
+    trainer.set_validation(*std::move(val));
+  }
   if (absl::Status s = trainer.Init(); !s.ok()) return Fail("train", s);
   std::unique_ptr<coordinator::LocalCluster> cluster;
   std::shared_ptr<coordinator::CoordinatorMetrics> cluster_metrics;
@@ -310,11 +313,20 @@ int TrainCommand(const std::vector<std::string>& args) {
                    : "");
   if (!trainer.resume_note().empty())
     std::fprintf(stderr, "adjsh train: %s\n", trainer.resume_note().c_str());
+  std::optional<StepLog> log;
+  if (a.Has("log-jsonl")) {
+    absl::StatusOr<StepLog> opened = StepLog::Open(a.Get("log-jsonl"));
+    if (!opened.ok()) return Fail("train", opened.status());
+    log.emplace(*std::move(opened));
+  }
   if (cluster_metrics) cluster_metrics->JobStarted("train", trainer.state().step, opt.steps);
+  absl::Status logged;
   const absl::Status trained = trainer.Run([&](const train::StepReport& r) {
     if (cluster_metrics) cluster_metrics->StepDone("train", r, opt.context);
     PrintProgress(r);
+    if (log && logged.ok()) logged = log->Write(r);
   });
+  if (!logged.ok()) return Fail("train", logged);
   if (cluster_metrics) cluster_metrics->JobEnded("train");
   if (!trained.ok()) return Fail("train", trained);
   if (cluster) {

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/tokens.h"
+#include "engine/evaluate.h"
 
 namespace adjsh::train {
 
@@ -47,6 +48,19 @@ absl::Status Trainer::Init() {
     return absl::InvalidArgumentError(absl::StrFormat(
         "the loss mask has %d entries for a corpus of %d tokens", opt_.loss_mask.size(),
         corpus_.size()));
+  }
+  if (opt_.eval_every < 0 || opt_.eval_tokens < 0) {
+    return absl::InvalidArgumentError("eval_every and eval_tokens must be >= 0");
+  }
+  if (opt_.eval_every > 0) {
+    if (val_.size() < 2) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "evaluation every %d steps needs validation data of at least 2 tokens (it has %d)",
+          opt_.eval_every, val_.size()));
+    }
+    if (absl::Status s = val_.CheckInVocab(params_.config.vocab_size); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("validation data: ", s.message()));
+    }
   }
   if (opt_.checkpoint_dir.empty()) return absl::OkStatus();
   absl::StatusOr<Checkpoint> ck =
@@ -98,12 +112,33 @@ absl::Status Trainer::Run(const std::function<void(const StepReport&)>& on_step)
         (last || (opt_.checkpoint_every > 0 && state_.step % opt_.checkpoint_every == 0))) {
       if (absl::Status s = SaveCheckpointNow(); !s.ok()) return s;
     }
-    const auto now = std::chrono::steady_clock::now();
     StepReport r;
+    if (opt_.eval_every > 0 && (last || state_.step % opt_.eval_every == 0)) {
+      const auto eval_start = std::chrono::steady_clock::now();
+      EvalOptions eo;
+      eo.chunk = opt_.grad.chunk;
+      eo.context = opt_.context;
+      eo.max_tokens = opt_.eval_tokens;
+      eo.threads = opt_.grad.threads;
+      eo.device = opt_.grad.device;
+      absl::StatusOr<EvalResult> val = Evaluate<float>(params_, val_, eo);
+      if (!val.ok()) {
+        return absl::Status(val.status().code(), absl::StrCat("step ", state_.step,
+                                                              " evaluation: ",
+                                                              val.status().message()));
+      }
+      r.evaluated = true;
+      r.val_loss = val->loss();
+      r.val_tokens = val->tokens;
+      r.val_seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - eval_start).count();
+    }
+    const auto now = std::chrono::steady_clock::now();
     r.step = state_.step, r.steps = opt_.steps, r.loss = g->loss, r.grad_norm = norm, r.lr = lr;
     r.targets = g->targets, r.correct = g->correct;
     r.profile = g->profile;
-    r.seconds = std::chrono::duration<double>(now - start).count();
+    // The step's own time (its tokens/s), without the evaluation's.
+    r.seconds = std::chrono::duration<double>(now - start).count() - r.val_seconds;
     r.tokens_per_s = T / r.seconds;
     const double per_step = std::chrono::duration<double>(now - run_start).count() /
                             static_cast<double>(state_.step - first_step);

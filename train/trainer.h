@@ -35,6 +35,12 @@ struct TrainOptions {
   // Empty: every next-token target counts. Else one entry per corpus token, sliced with the
   // corpus into each step's GradOptions::loss_mask (which targets count in the loss).
   std::vector<uint8_t> loss_mask;
+  // Held-out evaluation (Trainer::set_validation): every eval_every steps and after the last
+  // (0: never), the mean loss of the validation data's first eval_tokens tokens (0: all of
+  // them) in sequences of `context`, forward only (engine/evaluate.h) with the gradient's
+  // chunk, threads and device, in the training process.
+  int64_t eval_every = 0;
+  int64_t eval_tokens = 0;
 };
 
 struct StepReport {
@@ -42,6 +48,10 @@ struct StepReport {
   double loss = 0, grad_norm = 0, lr = 0, seconds = 0, tokens_per_s = 0, eta_seconds = 0;
   int64_t targets = 0, correct = -1;  // GradResult's, before the update
   StepProfile profile;                // the span schedule's cost (GradResult::profile)
+  // After the step's update, when it was evaluated: the held-out loss, its tokens and seconds.
+  bool evaluated = false;
+  double val_loss = 0, val_seconds = 0;
+  int64_t val_tokens = 0;
 };
 
 // The step's tokens and options (TrainOptions::grad with the step's slice of the loss mask).
@@ -61,6 +71,8 @@ class Trainer {
   // (then `resumed()` is true and the step count continues from it).
   absl::Status Init();
   void set_gradient_source(GradientSource source) { source_ = std::move(source); }
+  // The held-out data of TrainOptions::eval_every (before Init, which checks it).
+  void set_validation(TokenData val) { val_ = std::move(val); }
 
   // Runs the remaining steps; on_step is called after every step.
   absl::Status Run(const std::function<void(const StepReport&)>& on_step);
@@ -79,6 +91,7 @@ class Trainer {
  private:
   ModelParams<float> params_;
   TokenData corpus_;
+  TokenData val_;
   TrainOptions opt_;
   AdamWState adamw_;
   TrainerState state_;

@@ -410,6 +410,42 @@ def run_cases(r, work):
            lambda: r.expect(train_base + ["--loss-mask", mask_ok, "--cotangent", "top-of-stack"],
                             0, err_has=["acc ", "top-of-stack"]))
 
+    # Held-out evaluation and the step log: --val-data, --eval-every, --eval-tokens, --log-jsonl.
+    r.case("usage/train --eval-every without --val-data",
+           lambda: r.expect(train_base + ["--eval-every", "2"], BAD_VALUE_RC,
+                            err_has=["--eval-every needs --val-data"]))
+    r.case("usage/train --eval-every 0",
+           lambda: r.expect(train_base + ["--val-data", tok16, "--eval-every", "0"],
+                            BAD_VALUE_RC, err_has=["--eval-every"]))
+    bad_val = P("bad_val.u16")
+    write_tokens(bad_val, [1, 2, V + 3])
+    r.case("input/train --val-data with an id outside the vocabulary",
+           lambda: r.expect(train_base + ["--val-data", bad_val], 1,
+                            err_has=["validation data", "position 2"]))
+    r.case("input/train --val-data missing",
+           lambda: r.expect(train_base + ["--val-data", P("no_val.u16")], 1,
+                            err_has=["no_val.u16"]))
+    r.case("input/train --log-jsonl in a missing directory",
+           lambda: r.expect(train_base + ["--log-jsonl", P("no_dir", "log.jsonl")], 1,
+                            err_has=["step log", "no_dir"]))
+
+    def val_and_log():
+        log = P("steps.jsonl")
+        res = r.expect(train_base[:-1] + [P("val_ck"), "--steps", "3", "--val-data", tok16,
+                                          "--eval-every", "2", "--log-jsonl", log], 0,
+                       err_has=["val "])
+        lines = [json.loads(x) for x in open(log).read().splitlines()]
+        check([x["step"] for x in lines] == [1, 2, 3], "log steps: %r" % lines)
+        check([("val_loss" in x) for x in lines] == [False, True, True],
+              "val_loss on steps 2 and 3 (every 2 and the last): %r" % lines)
+        for x in lines:
+            check(all(math.isfinite(x[k]) for k in ("loss", "grad_norm", "lr", "tokens_per_s")),
+                  "non-finite figure in %r" % x)
+        check(abs(lines[1]["val_ppl"] - math.exp(lines[1]["val_loss"])) <= 1e-6 * lines[1]["val_ppl"],
+              "val_ppl = exp(val_loss): %r" % lines[1])
+        check(res.err.count(" val ") == 2, "two progress lines with val: %r" % res.err)
+    r.case("train/--val-data --eval-every 2 --log-jsonl", val_and_log)
+
     shapes = expected_shapes()
     model_header, _, _ = st_read(P("model", "model.safetensors"))
 

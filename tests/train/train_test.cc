@@ -9,6 +9,7 @@
 #include <random>
 
 #include "common/tokens.h"
+#include "engine/evaluate.h"
 #include "tests/kernels/test_util.h"
 #include "train/checkpoint.h"
 #include "train/optimizer.h"
@@ -134,6 +135,53 @@ TEST(TrainerTest, LossMaskFollowsTheCorpus) {
   EXPECT_EQ(bad.Init().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// Held-out evaluation every 2 steps and after the last: each reported loss is Evaluate's of the
+// weights after that step (bitwise: the same computation), and the steps between report none;
+// evaluating changes nothing in the training (the same weights as a run without it).
+TEST(TrainerTest, EvaluationEveryNStepsIsThatOfTheWeightsThen) {
+  const std::vector<uint32_t> corpus = Corpus();
+  const std::vector<uint32_t> val(corpus.end() - 3000, corpus.end());
+  const ModelParams<float> init = InitParams<float>(TinyConfig(), 8);
+  TrainOptions o = SmallRun(5);
+  o.eval_every = 2;
+  o.eval_tokens = 1500;  // 2 sequences of 512 and one of 476
+  Trainer t(init, corpus, o);
+  t.set_validation(TokenData::FromIds(val));
+  ASSERT_TRUE(t.Init().ok());
+  std::vector<StepReport> reports;
+  std::vector<ModelParams<float>> weights;
+  ASSERT_TRUE(t.Run([&](const StepReport& r) {
+                 reports.push_back(r);
+                 weights.push_back(t.params());
+               }).ok());
+  ASSERT_EQ(reports.size(), 5u);
+  const TokenData val_data = TokenData::FromIds(val);
+  for (size_t i = 0; i < reports.size(); ++i) {
+    const bool want = i == 1 || i == 3 || i == 4;
+    EXPECT_EQ(reports[i].evaluated, want) << "step " << i + 1;
+    if (!want) continue;
+    EvalOptions eo;
+    eo.chunk = o.grad.chunk;
+    eo.context = o.context;
+    eo.max_tokens = 1500;
+    const EvalResult e = Evaluate<float>(weights[i], val_data, eo).value();
+    EXPECT_EQ(reports[i].val_loss, e.loss()) << "step " << i + 1;
+    EXPECT_EQ(reports[i].val_tokens, 1500);
+  }
+  TrainOptions plain = SmallRun(5);
+  Trainer u(init, corpus, plain);
+  ASSERT_TRUE(u.Init().ok());
+  ASSERT_TRUE(u.Run(nullptr).ok());
+  EXPECT_TRUE(testing::BitwiseEqual(u.params(), t.params()));
+
+  Trainer no_val(init, corpus, o);  // eval_every without validation data
+  EXPECT_EQ(no_val.Init().code(), absl::StatusCode::kInvalidArgument);
+  Trainer bad_ids(init, corpus, o);
+  bad_ids.set_validation(TokenData::FromIds({1, 2, 300}));
+  const absl::Status s = bad_ids.Init();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(s.message()).find("validation data"), std::string::npos) << s;
+}
 
 TEST(TrainerTest, ResumedRunEndsWithBitwiseIdenticalWeights) {
   const ModelParams<float> init = InitParams<float>(TinyConfig(), 5);
