@@ -115,6 +115,10 @@ int TrainCommand(const std::vector<std::string>& args) {
   a.Add("worker-metrics-listen", "HOST:PORT",
         "with --workers: worker i's metrics on HOST:(PORT+i) (PORT 0: a free one each)");
   AddWorkerDeviceFlag(a);
+  a.Add("worker-log-dir", "DIR",
+        "with --workers: worker i's log is appended to DIR/worker-<i>.log (the terminal shows "
+        "the progress line; '-': the workers log to this terminal too) [default: "
+        "CHECKPOINT_DIR/worker-logs]");
   a.Add("lr", "LR", "peak learning rate", "3e-3");
   a.Add("warmup", "S", "linear warmup steps", "10");
   a.Add("min-lr-ratio", "R", "final learning rate as a fraction of the peak (cosine)", "0.1");
@@ -209,7 +213,8 @@ int TrainCommand(const std::vector<std::string>& args) {
     *f.field = *v;
   }
   opt.checkpoint_dir = a.Get("checkpoint-dir");
-  for (const char* flag : {"metrics-listen", "worker-metrics-listen", "worker-device", "trace"}) {
+  for (const char* flag :
+       {"metrics-listen", "worker-metrics-listen", "worker-device", "trace", "worker-log-dir"}) {
     if (a.Has(flag) && workers == 0) {
       return BadUsage("train", absl::InvalidArgumentError(
                                    absl::StrCat("--", flag, " needs --workers N (N >= 1)")));
@@ -273,6 +278,9 @@ int TrainCommand(const std::vector<std::string>& args) {
     cluster_options.service.worker_tree = *tree;
     cluster_options.worker_metrics = a.Get("worker-metrics-listen");
     cluster_options.worker_devices = *std::move(worker_devices);
+    const std::string log_dir =
+        a.Has("worker-log-dir") ? a.Get("worker-log-dir") : opt.checkpoint_dir + "/worker-logs";
+    if (log_dir != "-") cluster_options.log_dir = log_dir;
     absl::StatusOr<std::unique_ptr<coordinator::LocalCluster>> started =
         coordinator::LocalCluster::Start(static_cast<int>(workers), SelfExe(),
                                          std::move(cluster_options));
@@ -320,13 +328,12 @@ int TrainCommand(const std::vector<std::string>& args) {
     log.emplace(*std::move(opened));
   }
   if (cluster_metrics) cluster_metrics->JobStarted("train", trainer.state().step, opt.steps);
-  absl::Status logged;
   const absl::Status trained = trainer.Run([&](const train::StepReport& r) {
     if (cluster_metrics) cluster_metrics->StepDone("train", r, opt.context);
     PrintProgress(r);
-    if (log && logged.ok()) logged = log->Write(r);
+    if (log) log->Write(r);
   });
-  if (!logged.ok()) return Fail("train", logged);
+  if (log && !log->status().ok()) return Fail("train", log->status());
   if (cluster_metrics) cluster_metrics->JobEnded("train");
   if (!trained.ok()) return Fail("train", trained);
   if (cluster) {

@@ -76,12 +76,12 @@ StepLog::~StepLog() {
   if (f_ != nullptr) std::fclose(f_);
 }
 
-absl::Status StepLog::Write(const train::StepReport& r) {
+void StepLog::Write(const train::StepReport& r) {
+  if (!status_.ok()) return;
   const std::string line = StepJson(r) + "\n";
   if (std::fwrite(line.data(), 1, line.size(), f_) != line.size() || std::fflush(f_) != 0) {
-    return absl::ErrnoToStatus(errno, absl::StrCat("cannot write the step log ", path_));
+    status_ = absl::ErrnoToStatus(errno, absl::StrCat("cannot write the step log ", path_));
   }
-  return absl::OkStatus();
 }
 
 }  // namespace adjsh::cli

@@ -20,22 +20,26 @@ void PrintProgress(const train::StepReport& r);
 // "targets", and "val_loss", "val_ppl", "val_tokens", "val_seconds" on evaluated steps}.
 std::string StepJson(const train::StepReport& r);
 
-// A JSONL file opened for appending (a resumed run continues it); each line is flushed.
+// A JSONL file opened for appending (a resumed run continues it); each line is flushed. After
+// a failed write nothing more is written, and status() says why.
 class StepLog {
  public:
   static absl::StatusOr<StepLog> Open(const std::string& path);
-  StepLog(StepLog&& other) noexcept : f_(other.f_), path_(std::move(other.path_)) {
+  StepLog(StepLog&& other) noexcept
+      : f_(other.f_), path_(std::move(other.path_)), status_(other.status_) {
     other.f_ = nullptr;
   }
   StepLog(const StepLog&) = delete;
   StepLog& operator=(const StepLog&) = delete;
   ~StepLog();
-  absl::Status Write(const train::StepReport& r);
+  void Write(const train::StepReport& r);
+  const absl::Status& status() const { return status_; }
 
  private:
   StepLog(std::FILE* f, std::string path) : f_(f), path_(std::move(path)) {}
   std::FILE* f_;
   std::string path_;
+  absl::Status status_;
 };
 
 }  // namespace adjsh::cli

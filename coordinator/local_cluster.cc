@@ -1,5 +1,6 @@
 #include "coordinator/local_cluster.h"
 
+#include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -39,8 +40,25 @@ void RemoveDeadClusterDirs(const std::string& base) {
   }
 }
 
+// The last `lines` lines of a file (fewer if it is shorter; "" if it cannot be read).
+std::string Tail(const std::string& path, int lines) {
+  absl::StatusOr<std::string> text = ReadFileToString(path, {.regular_only = true});
+  if (!text.ok()) return "";
+  std::string t = *std::move(text);
+  while (!t.empty() && t.back() == '\n') t.pop_back();
+  size_t start = t.size();
+  for (int n = 0; n < lines && start > 0; ++n) {
+    const size_t nl = t.rfind('\n', start - 1);
+    start = nl == std::string::npos ? 0 : nl;
+  }
+  return t.substr(start == 0 ? 0 : start + 1);
+}
+
 }  // namespace
 
+std::string LocalCluster::LogPath(int slot) const {
+  return log_dir_.empty() ? "" : absl::StrCat(log_dir_, "/worker-", slot, ".log");
+}
 
 absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(int workers,
                                                                   const std::string& exe,
@@ -62,6 +80,15 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(int workers,
     c->metrics_host_ = worker_metrics.substr(0, colon);
   }
   c->service_options_worker_tree_ = options.service.worker_tree;
+  if (!options.log_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(options.log_dir, ec);
+    if (ec) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cannot create the worker log directory ", options.log_dir, ": ", ec.message()));
+    }
+    c->log_dir_ = options.log_dir;
+  }
   c->service_ = std::make_unique<TaskServiceImpl>(options.service);
   // mkdtemp creates the directory with mode 0700: the socket in it is reachable by this user
   // only. Socket paths are limited to 107 bytes, hence a short fallback for a long $TMPDIR.
@@ -111,6 +138,18 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(int workers,
   }
   c->supervisor_ = std::thread([raw = c.get()] { raw->Supervise(); });
   c->WaitForWorkers(kRegisterWait);
+  if (!c->log_dir_.empty()) {
+    std::fprintf(stderr, "worker logs: %s/worker-{0..%d}.log\n", c->log_dir_.c_str(),
+                 workers - 1);
+    // The workers' metrics addresses (PORT 0: chosen by each worker), as they logged them, in
+    // worker order.
+    for (int w = 0; w < workers && !c->metrics_host_.empty(); ++w) {
+      absl::StatusOr<std::string> log = ReadFileToString(c->LogPath(w), {.regular_only = true});
+      const size_t at = log.ok() ? log->rfind("metrics on ") : std::string::npos;  // this run's
+      if (at == std::string::npos) continue;
+      std::fprintf(stderr, "%s\n", log->substr(at, log->find('\n', at) - at).c_str());
+    }
+  }
   return c;
 }
 
@@ -146,9 +185,17 @@ pid_t LocalCluster::Spawn(int slot) {
   for (std::string& arg : args) argv.push_back(arg.data());
   argv.push_back(nullptr);
   started_[slot] = std::chrono::steady_clock::now();
+  const std::string log = LogPath(slot);
   const pid_t pid = fork();
   if (pid == 0) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);  // a worker never outlives its coordinator process
+    if (!log.empty()) {  // best effort: the inherited stderr if the log cannot be opened
+      const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+      if (fd >= 0) {
+        ::dup2(fd, STDOUT_FILENO);
+        ::dup2(fd, STDERR_FILENO);
+      }
+    }
     if (!cpus_.empty()) {
       cpu_set_t one;
       CPU_ZERO(&one);
@@ -180,6 +227,11 @@ void LocalCluster::Supervise() {
       const bool quick = std::chrono::steady_clock::now() - started_[w] < kQuickExit;
       quick_failures_[w] = failed && quick ? quick_failures_[w] + 1 : 0;
       if (quick_failures_[w] >= kMaxQuickFailures) {
+        const std::string log = LogPath(static_cast<int>(w));
+        if (!log.empty()) {
+          std::fprintf(stderr, "worker %zu's last lines (%s):\n%s\n", w, log.c_str(),
+                       Tail(log, 5).c_str());
+        }
         const std::string why = absl::StrCat(
             "worker ", w, " cannot start: it ", how, " within ", kQuickExit.count(),
             " s of its start ", kMaxQuickFailures, " times in a row (its error is above)");

@@ -39,6 +39,11 @@ struct LocalClusterOptions {
   std::string worker_metrics;
   // Worker i computes on worker_devices[i % size] ("cpu", "cuda:N"); empty: all on the CPU.
   std::vector<std::string> worker_devices;
+  // Non-empty: worker i's output is appended to log_dir/worker-<i>.log (the directory is
+  // created) instead of this process's stderr, which then carries only what the cluster says:
+  // the log paths, each worker's "metrics on HOST:PORT" line once it registered, and the last
+  // lines of the log of a worker that cannot start.
+  std::string log_dir;
 };
 
 class LocalCluster {
@@ -52,6 +57,8 @@ class LocalCluster {
   TaskServiceImpl& service() { return *service_; }
   const std::string& address() const { return address_; }  // "unix:/tmp/adjsh-.../coordinator"
   std::vector<pid_t> worker_pids() const;
+  // Worker i's log file ("" without LocalClusterOptions::log_dir).
+  std::string LogPath(int slot) const;
   int restarts() const { return restarts_.load(); }
 
  private:
@@ -76,6 +83,7 @@ class LocalCluster {
   std::string metrics_host_;  // empty: workers serve no metrics
   int metrics_port_ = 0;
   std::string socket_dir_;  // the private directory of the sockets; removed with the cluster
+  std::string log_dir_;     // LocalClusterOptions::log_dir
   bool service_options_worker_tree_ = true;  // workers serve peer endpoints (the worker tree)
   std::unique_ptr<TaskServiceImpl> service_;
   std::unique_ptr<grpc::Server> server_;

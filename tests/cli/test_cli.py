@@ -446,6 +446,23 @@ def run_cases(r, work):
         check(res.err.count(" val ") == 2, "two progress lines with val: %r" % res.err)
     r.case("train/--val-data --eval-every 2 --log-jsonl", val_and_log)
 
+    # A local cluster's workers log to files: the terminal shows the cluster's lines and the
+    # progress, not the workers' own ("[worker ...]"); '-' keeps them on the terminal.
+    def worker_logs():
+        ck = P("wl_ck")
+        r.expect(train_base[:-1] + [ck, "--steps", "2", "--workers", "2"], 0,
+                       err_has=["worker logs: %s/worker-logs/worker-{0..1}.log" % ck, "step 2/2"],
+                       err_lacks=["[worker "])
+        for w in (0, 1):
+            text = open(os.path.join(ck, "worker-logs", "worker-%d.log" % w)).read()
+            check("registered with" in text and "stopped:" in text,
+                  "worker %d's log lacks its registration or its stop: %r" % (w, text[-500:]))
+        r.expect(train_base[:-1] + [P("wl_ck2"), "--steps", "1", "--workers", "1",
+                                    "--worker-log-dir", "-"], 0, err_has=["[worker "])
+        r.expect(train_base + ["--worker-log-dir", P("x")], BAD_VALUE_RC,
+                 err_has=["--worker-log-dir needs --workers"])
+    r.case("train/--workers: worker logs in files", worker_logs)
+
     shapes = expected_shapes()
     model_header, _, _ = st_read(P("model", "model.safetensors"))
 
