@@ -451,8 +451,8 @@ def run_cases(r, work):
     def worker_logs():
         ck = P("wl_ck")
         r.expect(train_base[:-1] + [ck, "--steps", "2", "--workers", "2"], 0,
-                       err_has=["worker logs: %s/worker-logs/worker-{0..1}.log" % ck, "step 2/2"],
-                       err_lacks=["[worker "])
+                 err_has=["worker logs: %s/worker-logs/worker-{0..1}.log" % ck, "step 2/2"],
+                 err_lacks=["[worker "])
         for w in (0, 1):
             text = open(os.path.join(ck, "worker-logs", "worker-%d.log" % w)).read()
             check("registered with" in text and "stopped:" in text,
