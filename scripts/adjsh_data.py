@@ -48,11 +48,12 @@ import os
 import sys
 import tempfile
 import time
+import zlib
 from array import array
 
 FORMAT = "adjsh-tokens-1"
-TEXT_BATCH_CHARS = 4 << 20       # encode documents in batches of about this much text
-FLUSH_IDS = 1 << 20              # write buffered ids once this many are pending
+TEXT_BATCH_CHARS = 2 << 20       # encode documents in batches of about this much text
+FLUSH_IDS = 1 << 18              # write buffered ids once this many are pending
 EOS_CANDIDATES = ("<|endoftext|>", "</s>", "<eos>")
 U32_CODE = "I" if array("I").itemsize == 4 else "L"
 
@@ -78,12 +79,13 @@ def load_tokenizer(path):
 
 
 def read_json(path):
-    """Returns the parsed JSON object in path, or None when the file is absent or unreadable."""
+    """Returns the JSON object in path, or {} when the file is absent, unreadable or no object."""
     try:
         with open(path, encoding="utf-8") as f:
-            return json.load(f)
+            obj = json.load(f)
+        return obj if isinstance(obj, dict) else {}
     except (OSError, ValueError):
-        return None
+        return {}
 
 
 def resolve_eos(tok, tok_file, eos_id, eos_token):
@@ -93,24 +95,17 @@ def resolve_eos(tok, tok_file, eos_id, eos_token):
         eos_id = tok.token_to_id(eos_token)
         if eos_id is None:
             raise UserError(f"--eos-token {eos_token!r} is not in the tokenizer's vocabulary")
+    folder = os.path.dirname(tok_file)
     if eos_id is None:
-        folder = os.path.dirname(tok_file)
-        cfg = read_json(os.path.join(folder, "config.json")) or {}
-        value = cfg.get("eos_token_id") if isinstance(cfg, dict) else None
-        if isinstance(value, list):
-            value = value[0] if value else None
-        if isinstance(value, int):
-            eos_id = value
+        value = read_json(os.path.join(folder, "config.json")).get("eos_token_id")
+        value = (value or [None])[0] if isinstance(value, list) else value
+        eos_id = value if isinstance(value, int) else None
     if eos_id is None:
-        cfg = read_json(os.path.join(os.path.dirname(tok_file), "tokenizer_config.json")) or {}
-        token = cfg.get("eos_token") if isinstance(cfg, dict) else None
-        if isinstance(token, dict):
-            token = token.get("content")
-        if isinstance(token, str):
-            eos_id = tok.token_to_id(token)
+        token = read_json(os.path.join(folder, "tokenizer_config.json")).get("eos_token")
+        token = token.get("content") if isinstance(token, dict) else token
+        eos_id = tok.token_to_id(token) if isinstance(token, str) else None
     for token in EOS_CANDIDATES:
-        if eos_id is None:
-            eos_id = tok.token_to_id(token)
+        eos_id = tok.token_to_id(token) if eos_id is None else eos_id
     if eos_id is None:
         raise UserError("cannot find the EOS token of this tokenizer; pass --eos-id N or "
                         "--eos-token STR")
@@ -121,11 +116,8 @@ def resolve_eos(tok, tok_file, eos_id, eos_token):
 
 def input_kind(path):
     """Returns 'txt', 'jsonl', 'jsonl.gz' or 'parquet' for a file name, else None."""
-    name = path.lower()
-    for kind in ("jsonl.gz", "jsonl", "txt", "parquet"):
-        if name.endswith("." + kind):
-            return kind
-    return None
+    return next((k for k in ("jsonl.gz", "jsonl", "txt", "parquet")
+                 if path.lower().endswith("." + k)), None)
 
 
 def collect_files(inputs):
@@ -133,15 +125,10 @@ def collect_files(inputs):
     files, skipped = [], 0
     for inp in inputs:
         if os.path.isdir(inp):
-            found = []
-            for root, _, names in os.walk(inp):
-                found.extend(os.path.join(root, n) for n in names)
-            for path in sorted(found):
-                kind = input_kind(path)
-                if kind is None:
-                    skipped += 1
-                else:
-                    files.append((path, kind))
+            found = sorted(os.path.join(r, n) for r, _, names in os.walk(inp) for n in names)
+            kinds = [(path, input_kind(path)) for path in found]
+            files.extend((path, kind) for path, kind in kinds if kind)
+            skipped += sum(1 for _, kind in kinds if kind is None)
         elif os.path.isfile(inp):
             kind = input_kind(inp)
             if kind is None:
@@ -180,7 +167,7 @@ def iter_documents(path, kind, field):
             yield from iter_parquet(path, field)
     except UnicodeDecodeError as e:
         raise UserError(f"{path}: not valid UTF-8: {e}")
-    except (OSError, EOFError) as e:
+    except (OSError, EOFError, zlib.error) as e:
         raise UserError(f"{path}: {e}")
 
 
@@ -222,17 +209,14 @@ class TempFiles:
 
     def commit(self):
         """Renames every file into place, in the order they were opened."""
-        for tmp, final in self.pending:
-            os.replace(tmp, final)
-        self.pending = []
+        while self.pending:
+            os.replace(*self.pending.pop(0))
 
     def discard(self):
         """Removes every file not yet committed."""
         for tmp, _ in self.pending:
-            try:
+            if os.path.exists(tmp):
                 os.unlink(tmp)
-            except OSError:
-                pass
         self.pending = []
 
 
@@ -248,10 +232,8 @@ class SplitWriter:
     """Writes one split: the token file and the document offsets."""
 
     def __init__(self, temps, prefix, split, dtype, eos_id):
-        self.tokens_name = f"{prefix}.{split}.{dtype}"
-        self.docs_name = f"{prefix}.{split}.docs"
-        self.tok_f = temps.open(self.tokens_name)
-        self.doc_f = temps.open(self.docs_name)
+        self.tokens_name, self.docs_name = f"{prefix}.{split}.{dtype}", f"{prefix}.{split}.docs"
+        self.tok_f, self.doc_f = temps.open(self.tokens_name), temps.open(self.docs_name)
         self.code = "H" if dtype == "u16" else U32_CODE
         self.eos_id, self.tokens, self.documents = eos_id, 0, 0
         self.ids, self.starts = [], []
@@ -372,14 +354,11 @@ def cmd_prepare(args, temps):
         f.write((json.dumps(manifest, indent=2) + "\n").encode())
     temps.commit()
     # Remove stale outputs of an earlier run with another dtype or with a val split.
-    keep = {train.tokens_name, train.docs_name}
-    if val:
-        keep |= {val.tokens_name, val.docs_name}
-    for split in ("train", "val"):
-        for ext in ("u16", "u32", "docs"):
-            name = f"{args.out}.{split}.{ext}"
-            if name not in keep and os.path.exists(name):
-                os.unlink(name)
+    keep = {w.tokens_name for w in (train, val) if w} | {w.docs_name for w in (train, val) if w}
+    for name in (f"{args.out}.{split}.{ext}" for split in ("train", "val")
+                 for ext in ("u16", "u32", "docs")):
+        if name not in keep and os.path.exists(name):
+            os.unlink(name)
 
     progress.update(index, tokens, final=True)
     secs = time.monotonic() - progress.start
@@ -392,11 +371,10 @@ def cmd_prepare(args, temps):
 
 def token_dtype(path):
     """Returns the array code for a .u16 / .u32 token file name."""
-    if path.endswith(".u16"):
-        return "H"
-    if path.endswith(".u32"):
-        return U32_CODE
-    raise UserError(f"{path}: a token file must end in .u16 or .u32")
+    code = {".u16": "H", ".u32": U32_CODE}.get(os.path.splitext(path)[1])
+    if code is None:
+        raise UserError(f"{path}: a token file must end in .u16 or .u32")
+    return code
 
 
 def cmd_encode(args, temps):
@@ -450,7 +428,6 @@ def build_parser():
     p = argparse.ArgumentParser(prog="adjsh_data.py", description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True, metavar="CMD")
     tok_help = "tokenizer.json, or a model folder holding tokenizer.json"
-
     pp = sub.add_parser("prepare", help="tokenize a corpus into train/val token files",
                         description="Tokenize INPUT files/folders (.txt, .jsonl, .jsonl.gz, "
                         ".parquet) into PREFIX.{train,val}.{u16|u32,docs} and PREFIX.json.")
@@ -468,8 +445,6 @@ def build_parser():
     pp.add_argument("--max-vocab", type=int, metavar="V",
                     help="fail if the tokenizer's vocabulary is larger than V")
     pp.add_argument("inputs", nargs="+", metavar="INPUT", help="input files or folders")
-    pp.set_defaults(func=cmd_prepare)
-
     pe = sub.add_parser("encode", help="encode a text into a token file",
                         description="Write the ids of a text (no special tokens added) to a "
                         ".u16 or .u32 file; prints the number of ids on stderr.")
@@ -478,13 +453,12 @@ def build_parser():
     src.add_argument("--text", metavar="STR", help="the text")
     src.add_argument("--text-file", metavar="FILE", help="a UTF-8 file holding the text")
     pe.add_argument("--out", required=True, metavar="FILE", help="FILE.u16 or FILE.u32")
-    pe.set_defaults(func=cmd_encode)
-
     pd = sub.add_parser("decode", help="print the text of a token file",
                         description="Print the decoded text of a .u16 or .u32 token file.")
     pd.add_argument("--tokenizer", required=True, metavar="PATH", help=tok_help)
     pd.add_argument("--tokens", required=True, metavar="FILE", help="FILE.u16 or FILE.u32")
-    pd.set_defaults(func=cmd_decode)
+    for parser, func in ((pp, cmd_prepare), (pe, cmd_encode), (pd, cmd_decode)):
+        parser.set_defaults(func=func)
     return p
 
 
