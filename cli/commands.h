@@ -11,10 +11,13 @@ namespace adjsh::cli {
 int CancelCommand(const std::vector<std::string>& args);
 int CoordinatorCommand(const std::vector<std::string>& args);
 int EvalCommand(const std::vector<std::string>& args);
+int GenerateCommand(const std::vector<std::string>& args);
 int GradCommand(const std::vector<std::string>& args);
 int InitCommand(const std::vector<std::string>& args);
+int PrepareCommand(const std::vector<std::string>& args);
 int StatusCommand(const std::vector<std::string>& args);
 int SubmitCommand(const std::vector<std::string>& args);
+int TokenizerCommand(const std::vector<std::string>& args);
 int TokenizeCommand(const std::vector<std::string>& args);
 int TrainCommand(const std::vector<std::string>& args);
 int WatchCommand(const std::vector<std::string>& args);

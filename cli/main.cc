@@ -18,10 +18,13 @@ constexpr const char* kUsage =
     "  cancel     cancel a job of a coordinator (--job ID)\n"
     "  coordinator  serve training jobs (JobService) and backward tasks (TaskService) over gRPC\n"
     "  eval       held-out loss and perplexity of a model on a token file (forward only)\n"
+    "  generate   continue a prompt with a model (recurrent decoding, sampling)\n"
     "  grad       loss and gradient of one token sequence (in-process, chunked, threaded)\n"
     "  init       write a new model directory (config.json + model.safetensors)\n"
+    "  prepare    tokenize text corpora (txt, jsonl, parquet) with a Hugging Face tokenizer\n"
     "  status     show the jobs of a coordinator, or one (--job ID)\n"
     "  submit     submit a training job to a coordinator; prints its id\n"
+    "  tokenizer  encode text to a token file, or decode one (a Hugging Face tokenizer)\n"
     "  tokenize   turn text files into a byte-level token file (.u16 / .u32)\n"
     "  train      train on a corpus, one long sequence per step (AdamW, checkpoints, resume)\n"
     "  watch      follow a job's progress until it ends (exit 0 when it SUCCEEDED)\n"
@@ -37,11 +40,14 @@ constexpr Command kCommands[] = {
     {"cancel", adjsh::cli::CancelCommand},
     {"coordinator", adjsh::cli::CoordinatorCommand},
     {"eval", adjsh::cli::EvalCommand},
+    {"generate", adjsh::cli::GenerateCommand},
     {"grad", adjsh::cli::GradCommand},
     {"init", adjsh::cli::InitCommand},
+    {"prepare", adjsh::cli::PrepareCommand},
     {"status", adjsh::cli::StatusCommand},
     {"submit", adjsh::cli::SubmitCommand},
     {"tokenize", adjsh::cli::TokenizeCommand},
+    {"tokenizer", adjsh::cli::TokenizerCommand},
     {"train", adjsh::cli::TrainCommand},
     {"watch", adjsh::cli::WatchCommand},
     {"worker", adjsh::cli::WorkerCommand},

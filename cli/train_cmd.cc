@@ -18,6 +18,7 @@
 #include "common/tokens.h"
 #include "coordinator/local_cluster.h"
 #include "coordinator/metrics.h"
+#include "train/dataset.h"
 #include "train/trainer.h"
 
 namespace adjsh::cli {
@@ -68,7 +69,16 @@ int TrainCommand(const std::vector<std::string>& args) {
   a.Add("seed", "S", "seed of a new model", "0");
   a.Add("tokens", "FILE", "corpus as a token file (.u32/.u16)");
   a.Add("text", "FILE[,FILE...]", "corpus as text files, bytes as tokens");
-  a.Add("context", "T", "tokens per step (the sequence length)", "16384");
+  a.Add("context", "T", "tokens per sequence (the sequence length)", "16384");
+  a.Add("batch-size", "B",
+        "sequences per step: the loss is the mean over all their targets, the gradient the "
+        "sum of theirs in sequence order",
+        "1");
+  a.Add("data-order", "sequential|shuffled",
+        "the corpus's windows of --context tokens: in file order, or in a seeded shuffled "
+        "order per epoch (resumable)",
+        "shuffled");
+  a.Add("data-seed", "S", "the shuffle's seed", "0");
   a.Add("steps", "S", "optimizer steps", "60");
   a.Add("chunk", "C", "tokens per chunk (one kernel call)", "256");
   a.Add("spans", "S",
@@ -85,11 +95,14 @@ int TrainCommand(const std::vector<std::string>& args) {
   a.Add("loss-mask", "FILE",
         "with --tokens: one byte per corpus token, non-zero where the next-token target counts "
         "in the loss; steps then report the accuracy on the counted targets");
+  a.Add("data", "PREFIX.json",
+        "corpus prepared by adjsh prepare (its manifest): the train split, and its held-out "
+        "split as --val-data; its tokenizer must fit the model's vocabulary");
   a.Add("val-data", "FILE",
         "held-out token file (.u32/.u16) for --eval-every: its loss and perplexity in the "
         "progress line and the log");
-  a.Add("eval-every", "N", "with --val-data: evaluate every N steps and after the last "
-        "[default: 10 with --val-data]");
+  a.Add("eval-every", "N", "with held-out data: evaluate every N steps and after the last "
+        "(0: never) [default: 10]");
   a.Add("eval-tokens", "M",
         "with --val-data: the first M tokens of it, in sequences of --context (0: all) "
         "[default: 0]");
@@ -127,6 +140,16 @@ int TrainCommand(const std::vector<std::string>& args) {
   a.Add("grad-clip", "G", "global gradient-norm clip (0: off)", "1.0");
   a.Add("checkpoint-dir", "DIR", "checkpoints (and resume) directory", "adjsh-train");
   a.Add("checkpoint-every", "S", "steps between checkpoints (0: only at the end)", "20");
+  a.Add("resume", "auto|never|must",
+        "auto: from the latest checkpoint in --checkpoint-dir if there is one; never: a fresh "
+        "start (refused if the directory holds checkpoints); must: refused without one. A "
+        "resume with a different model, data, context, batch, order or schedule is refused",
+        "auto");
+  a.Add("keep-checkpoints", "N", "the newest step folders of this run that are kept", "2");
+  a.Add("save-dtype", "f32|bf16",
+        "of each checkpoint's model.safetensors (bf16: half the bytes; a resume then starts "
+        "from the rounded weights)",
+        "f32");
   a.AddBool("resume-newest-complete",
             "when --checkpoint-dir holds checkpoints but `latest` is missing, empty or names one "
             "that does not load: resume from the newest step folder that loads (said in the "
@@ -150,21 +173,47 @@ int TrainCommand(const std::vector<std::string>& args) {
                            IntFlag{"spans", 0, &opt.grad.spans},
                            IntFlag{"threads", 0, &threads},
                            IntFlag{"warmup", 0, &opt.adamw.warmup_steps},
-                           IntFlag{"checkpoint-every", 0, &opt.checkpoint_every}}) {
+                           IntFlag{"checkpoint-every", 0, &opt.checkpoint_every},
+                           IntFlag{"batch-size", 1, &opt.batch_size}}) {
     absl::StatusOr<int64_t> v = a.GetInt(f.name, f.min, int64_t{1} << 40);
     if (!v.ok()) return BadUsage("train", v.status());
     *f.field = *v;
   }
   opt.grad.threads = static_cast<int>(threads);
+  absl::StatusOr<train::DataOrder> order = train::DataOrderFromName(a.Get("data-order"));
+  if (!order.ok()) return BadUsage("train", order.status());
+  opt.order = *order;
+  absl::StatusOr<int64_t> data_seed = a.GetInt("data-seed", 0, INT64_MAX);
+  if (!data_seed.ok()) return BadUsage("train", data_seed.status());
+  opt.data_seed = static_cast<uint64_t>(*data_seed);
+  absl::StatusOr<train::ResumeMode> resume = train::ResumeModeFromName(a.Get("resume"));
+  if (!resume.ok()) return BadUsage("train", resume.status());
+  opt.resume = *resume;
+  absl::StatusOr<int64_t> keep = a.GetInt("keep-checkpoints", 1, 1 << 20);
+  if (!keep.ok()) return BadUsage("train", keep.status());
+  opt.keep_checkpoints = static_cast<int>(*keep);
+  const std::string save_dtype = a.Get("save-dtype");
+  if (save_dtype != "f32" && save_dtype != "bf16") {
+    return BadUsage("train", absl::InvalidArgumentError(
+                                 "--save-dtype must be f32 or bf16, got '" + save_dtype + "'"));
+  }
+  opt.save_dtype = save_dtype == "bf16" ? DType::kBF16 : DType::kF32;
+  if (a.Has("model")) opt.source_model_dir = a.Get("model");
   for (const char* flag : {"eval-every", "eval-tokens"}) {
-    if (a.Has(flag) && !a.Has("val-data")) {
-      return BadUsage("train", absl::InvalidArgumentError(
-                                   absl::StrCat("--", flag, " needs --val-data FILE")));
+    if (a.Has(flag) && !a.Has("val-data") && !a.Has("data")) {
+      return BadUsage("train", absl::InvalidArgumentError(absl::StrCat(
+                                   "--", flag, " needs held-out data (--val-data or --data)")));
     }
   }
-  if (a.Has("val-data")) {
+  int given = 0;
+  for (const char* flag : {"data", "tokens", "text"}) given += a.Has(flag) ? 1 : 0;
+  if (given > 1) {
+    return BadUsage("train",
+                    absl::InvalidArgumentError("give one of --data, --tokens and --text"));
+  }
+  if (a.Has("val-data") || a.Has("data")) {
     absl::StatusOr<int64_t> every =
-        a.Has("eval-every") ? a.GetInt("eval-every", 1, int64_t{1} << 40) : 10;
+        a.Has("eval-every") ? a.GetInt("eval-every", 0, int64_t{1} << 40) : 10;
     if (!every.ok()) return BadUsage("train", every.status());
     opt.eval_every = *every;
     absl::StatusOr<int64_t> eval_tokens =
@@ -243,16 +292,29 @@ int TrainCommand(const std::vector<std::string>& args) {
     if (absl::Status s = CheckModelFitsInMemory(*config, 4); !s.ok()) return Fail("train", s);
     params = InitParams<float>(*config, *seed);
   }
-  absl::StatusOr<TokenData> corpus = LoadCorpus(a);
-  if (!corpus.ok()) return Fail("train", corpus.status());
+  std::optional<TokenData> val;
+  absl::StatusOr<TokenData> corpus = absl::UnknownError("no corpus");
+  if (a.Has("data")) {
+    absl::StatusOr<train::PreparedData> data = train::LoadPrepared(a.Get("data"));
+    if (!data.ok()) return Fail("train", data.status());
+    if (absl::Status s = train::CheckVocabulary(*data, params.config.vocab_size); !s.ok())
+      return Fail("train", s);
+    corpus = std::move(data->train.tokens);
+    if (data->val) val = std::move(data->val->tokens);
+    if (!data->val && !a.Has("val-data")) opt.eval_every = 0;  // nothing held out
+  } else {
+    corpus = LoadCorpus(a);
+    if (!corpus.ok()) return Fail("train", corpus.status());
+  }
+  if (a.Has("val-data")) {
+    absl::StatusOr<TokenData> mapped = TokenData::Map(a.Get("val-data"));
+    if (!mapped.ok()) return Fail("train", mapped.status());
+    val = *std::move(mapped);
+  }
 
   const MambaConfig& c = params.config;
   train::Trainer trainer(std::move(params), std::move(*corpus), opt);
-  if (a.Has("val-data")) {
-    absl::StatusOr<TokenData> val = TokenData::Map(a.Get("val-data"));
-    if (!val.ok()) return Fail("train", val.status());
-    trainer.set_validation(*std::move(val));
-  }
+  if (val) trainer.set_validation(*std::move(val));
   if (absl::Status s = trainer.Init(); !s.ok()) return Fail("train", s);
   std::unique_ptr<coordinator::LocalCluster> cluster;
   std::shared_ptr<coordinator::CoordinatorMetrics> cluster_metrics;
@@ -305,11 +367,12 @@ int TrainCommand(const std::vector<std::string>& args) {
     });
   }
   std::fprintf(stderr,
-               "model D=%lld K=%lld N=%lld V=%lld | context %lld tokens | %s gradient, chunk %lld "
-               "| %lld steps%s\n",
+               "model D=%lld K=%lld N=%lld V=%lld | context %lld tokens x batch %lld, %s | %s "
+               "gradient, chunk %lld | %lld steps%s\n",
                static_cast<long long>(c.hidden_size), static_cast<long long>(c.num_hidden_layers),
                static_cast<long long>(c.state_size), static_cast<long long>(c.vocab_size),
-               static_cast<long long>(opt.context),
+               static_cast<long long>(opt.context), static_cast<long long>(opt.batch_size),
+               std::string(train::DataOrderName(opt.order)).c_str(),
                (std::string(opt.grad.window > 0
                                     ? absl::StrFormat("window-%d", opt.grad.window)
                                     : "exact") +

@@ -65,6 +65,17 @@ absl::Status CheckRange(const char* key, int64_t value, int64_t lo, int64_t hi) 
   return absl::OkStatus();
 }
 
+// The keys adjsh reads into MambaConfig (and model_type, which it checks and writes).
+bool IsShapeKey(const std::string& key) {
+  static const char* const kKeys[] = {
+      "model_type", "hidden_size", "num_hidden_layers", "state_size", "conv_kernel", "expand",
+      "intermediate_size", "time_step_rank", "vocab_size", "layer_norm_epsilon", "use_bias",
+      "use_conv_bias", "tie_word_embeddings"};
+  for (const char* k : kKeys)
+    if (key == k) return true;
+  return false;
+}
+
 }  // namespace
 
 absl::Status ValidateConfig(const MambaConfig& c) {
@@ -104,6 +115,13 @@ absl::StatusOr<MambaConfig> ParseConfigJson(std::string_view json_text) {
   if (j.is_discarded()) return absl::InvalidArgumentError("config.json is not valid JSON");
   if (!j.is_object()) return absl::InvalidArgumentError("config.json is not a JSON object");
 
+  if (auto type = j.find("model_type"); type != j.end() && *type != "mamba") {
+    return BadKey("model_type", absl::StrCat(type->dump(), " is not supported: adjsh implements "
+                                             "\"mamba\" (MambaForCausalLM)"));
+  }
+  if (auto act = j.find("hidden_act"); act != j.end() && *act != "silu") {
+    return BadKey("hidden_act", absl::StrCat(act->dump(), " is not supported (silu only)"));
+  }
   MambaConfig c;
   absl::Status s;
   if (s = ReadInt(j, "hidden_size", true, &c.hidden_size); !s.ok()) return s;
@@ -136,6 +154,12 @@ absl::StatusOr<MambaConfig> ParseConfigJson(std::string_view json_text) {
                                c.inner(), "; adjsh supports intermediate_size = expand * "
                                "hidden_size only"));
   }
+  nlohmann::ordered_json extra = nlohmann::ordered_json::object();
+  const nlohmann::ordered_json ordered =
+      nlohmann::ordered_json::parse(json_text.begin(), json_text.end(), nullptr, false);
+  for (const auto& [key, value] : ordered.items())
+    if (!IsShapeKey(key)) extra[key] = value;
+  if (!extra.empty()) c.extra = extra.dump();
   return c;
 }
 
@@ -145,6 +169,12 @@ absl::StatusOr<MambaConfig> LoadConfigFile(const std::string& path) {
   absl::StatusOr<MambaConfig> c = ParseConfigJson(*text);
   if (!c.ok()) return absl::Status(c.status().code(), absl::StrCat(path, ": ", c.status().message()));
   return c;
+}
+
+std::string ShapeJson(const MambaConfig& c) {
+  MambaConfig shape = c;
+  shape.extra.clear();
+  return ConfigToJson(shape);
 }
 
 std::string ConfigToJson(const MambaConfig& c) {
@@ -169,6 +199,12 @@ std::string ConfigToJson(const MambaConfig& c) {
   j["pad_token_id"] = 0;
   j["bos_token_id"] = 0;
   j["eos_token_id"] = 0;
+  if (!c.extra.empty()) {
+    const nlohmann::ordered_json extra = nlohmann::ordered_json::parse(c.extra, nullptr, false);
+    if (extra.is_object())
+      for (const auto& [key, value] : extra.items())
+        if (!IsShapeKey(key)) j[key] = value;
+  }
   return j.dump(2) + "\n";
 }
 

@@ -25,6 +25,10 @@ struct MambaConfig {
   bool use_bias = false;
   bool use_conv_bias = true;
   bool tie_word_embeddings = true;
+  // The source config.json's other keys (a JSON object; "" for none), kept so that a model
+  // written back carries them: pad/bos/eos ids, torch_dtype, the initialisation settings and
+  // any key adjsh does not use. They never change the computation.
+  std::string extra;
 
   int64_t inner() const { return expand * hidden_size; }  // Di
 };
@@ -33,12 +37,19 @@ struct MambaConfig {
 // tie_word_embeddings = true); INVALID_ARGUMENT naming the key otherwise.
 absl::Status ValidateConfig(const MambaConfig& config);
 
-// Parses and validates config.json text. Unknown keys are ignored (HF writes many).
+// Parses and validates config.json text. A model_type other than "mamba" (the one adjsh
+// implements), or a hidden_act other than "silu", is refused by name; keys adjsh does not use
+// are kept in extra.
 absl::StatusOr<MambaConfig> ParseConfigJson(std::string_view json_text);
 absl::StatusOr<MambaConfig> LoadConfigFile(const std::string& path);
 
-// HF-compatible config.json ("model_type": "mamba", "architectures": ["MambaForCausalLM"]).
+// HF-compatible config.json ("model_type": "mamba", "architectures": ["MambaForCausalLM"]):
+// the shape's keys, then extra's (which replace adjsh's defaults for pad/bos/eos ids, ...).
 std::string ConfigToJson(const MambaConfig& config);
+
+// The shape alone (ConfigToJson without extra): what two models must share to be the same
+// architecture (a resumed checkpoint, a gradient's parameters).
+std::string ShapeJson(const MambaConfig& config);
 
 }  // namespace adjsh
 

@@ -148,4 +148,26 @@ absl::Status TokenData::CheckInVocab(int64_t vocab_size) const {
   return absl::OkStatus();
 }
 
+std::string TokenData::Fingerprint() const {
+  uint64_t h = 0xcbf29ce484222325ull;
+  auto add = [&h](uint64_t v) {
+    for (int b = 0; b < 8; ++b) {
+      h ^= (v >> (8 * b)) & 0xff;
+      h *= 0x100000001b3ull;
+    }
+  };
+  add(static_cast<uint64_t>(size_));
+  constexpr int64_t kBlock = int64_t{1} << 20;
+  std::vector<uint32_t> ids;
+  const int64_t starts[3] = {0, std::max<int64_t>(0, size_ / 2 - kBlock / 2),
+                             std::max<int64_t>(0, size_ - kBlock)};
+  for (int64_t start : starts) {
+    const int64_t n = std::min(kBlock, size_ - start);
+    ids.resize(static_cast<size_t>(n));
+    Copy(start, n, ids.data());
+    for (uint32_t id : ids) add(id);
+  }
+  return absl::StrCat("n:", size_, ":fnv1a64:", absl::Hex(h, absl::kZeroPad16));
+}
+
 }  // namespace adjsh

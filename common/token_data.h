@@ -44,6 +44,11 @@ class TokenData {
   // INVALID_ARGUMENT naming the first position whose id is >= vocab_size (one pass, in blocks).
   absl::Status CheckInVocab(int64_t vocab_size) const;
 
+  // "n:<size>:fnv1a64:<16 hex digits>", FNV-1a over the size and the ids of three blocks of up
+  // to 1M ids (the first, the middle and the last): what a resumed run checks it trains on the
+  // same data (different sizes or contents there differ; it reads at most 12 MiB).
+  std::string Fingerprint() const;
+
  private:
   void Release();
   std::vector<uint32_t> ids_;   // in memory

@@ -2,8 +2,8 @@
 // layer k (stage 0 also looks up the embedding); stage K is the head's loss. Wave w runs stage
 // k on chunk w - k for every k at once: stage k reads its input rows from in[k][c % 2] (written
 // by stage k - 1 in wave w - 1) and writes in[k + 1][c % 2], while stage k - 1 writes the other
-// parity, so no buffer is read and written in one wave. Each layer keeps the state after its
-// last chunk and its input's last W - 1 rows; nothing else survives a chunk.
+// parity, so no buffer is read and written in one wave. Each layer is a LayerStream
+// (engine/layer_stream.h): its state and last W - 1 input rows are all that survive a chunk.
 #include "engine/evaluate.h"
 
 #include <algorithm>
@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "engine/layer_stream.h"
 #include "engine/thread_pool.h"
 
 namespace adjsh {
@@ -28,9 +29,7 @@ class SequenceEval {
     K_ = c.num_hidden_layers, D_ = c.hidden_size, H_ = c.conv_kernel - 1;
     DiN_ = c.inner() * c.state_size;
     in_.assign((K_ + 1) * 2, std::vector<T>((H_ + C_) * D_));
-    halo_.assign(K_, std::vector<T>(H_ * D_));
-    halo_rows_.assign(K_, 0);
-    h_.assign(K_ * 2, std::vector<T>(DiN_));
+    for (int64_t k = 0; k < K_; ++k) layers_.emplace_back(D_, H_, DiN_);
   }
 
   // The loss sum of the sequence of tokens [start, start + len), len >= 2; on_chunk(rows) after
@@ -39,7 +38,7 @@ class SequenceEval {
              const std::function<void(int64_t)>& on_chunk) {
     start_ = start, len_ = len;
     nC_ = (len + C_ - 1) / C_;
-    std::fill(halo_rows_.begin(), halo_rows_.end(), 0);
+    for (LayerStream<T>& layer : layers_) layer.Reset();
     loss_ = 0;
     std::vector<int64_t> stages;
     for (int64_t w = 0; w < nC_ + K_; ++w) {
@@ -74,18 +73,7 @@ class SequenceEval {
         std::copy(row, row + D_, x + (H_ + t) * D_);
       }
     }
-    // The halo rows from the layer's earlier chunks, just before the chunk's own rows.
-    const int64_t a = halo_rows_[k];
-    std::copy(halo_[k].begin(), halo_[k].begin() + a * D_, x + (H_ - a) * D_);
-    const T* h0 = c == 0 ? nullptr : h_[k * 2 + (c - 1) % 2].data();
-    T* h_end = h_[k * 2 + c % 2].data();
-    blocks_[k]->Forward(x + (H_ - a) * D_, cpu::ChunkRows{a, len, 0}, h0,
-                        Input(k + 1, c) + H_ * D_, h_end);
-    // The new halo: the last H rows of (halo, chunk).
-    const int64_t keep = std::min(H_, a + len);
-    const T* end = x + (H_ + len) * D_;
-    std::copy(end - keep * D_, end, halo_[k].begin());
-    halo_rows_[k] = keep;
+    layers_[k].Advance(*blocks_[k], x, len, Input(k + 1, c) + H_ * D_);
   }
 
   void Head(int64_t c) {
@@ -110,10 +98,8 @@ class SequenceEval {
   const int64_t C_;
   int64_t K_ = 0, D_ = 0, H_ = 0, DiN_ = 0;
   int64_t start_ = 0, len_ = 0, nC_ = 0;
-  std::vector<std::vector<T>> in_;    // (K + 1) x 2 parities of (H + C, D)
-  std::vector<std::vector<T>> halo_;  // per layer (H, D): the last rows of its input
-  std::vector<int64_t> halo_rows_;    // how many of them there are yet
-  std::vector<std::vector<T>> h_;     // per layer x 2 parities: (Di, N) states
+  std::vector<std::vector<T>> in_;  // (K + 1) x 2 parities of (H + C, D)
+  std::vector<LayerStream<T>> layers_;
   double loss_ = 0;
 };
 

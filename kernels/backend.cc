@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/blas.h"
+#include "kernels/cpu/rmsnorm.h"
 #ifdef ADJSH_HAVE_CUDA
 #include "kernels/cuda/cuda_backend.h"
 #endif
@@ -64,6 +65,14 @@ template <typename T>
 double Backend<T>::HeadLoss(const cpu::LmHeadArgs<T>& args) {
   std::vector<T> du(args.M * args.D), dE(args.V * args.D), dw_f(args.D);
   return HeadForwardBackward(args, du.data(), dE.data(), dw_f.data());
+}
+
+template <typename T>
+void Backend<T>::HeadLogits(const T* u, int64_t M, int64_t D, int64_t V, double eps, const T* E,
+                            const T* w_f, T* logits) {
+  std::vector<T> nf(M * D), r(M);
+  cpu::RmsNormForward(u, M, D, w_f, eps, nf.data(), r.data());
+  cpu::Gemm<T>(cpu::Trans::kNo, cpu::Trans::kYes, M, V, D, 1, nf.data(), D, E, D, 0, logits, V);
 }
 
 namespace {

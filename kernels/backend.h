@@ -88,6 +88,11 @@ class Backend {
   // scratch; a backend may do the forward alone.
   virtual double HeadLoss(const cpu::LmHeadArgs<T>& args);
 
+  // The tied head's logits of M rows (decoding): logits (M, V) = rmsnorm(u; w_f) E^T. This
+  // default computes on the host (any backend's inputs are host memory).
+  virtual void HeadLogits(const T* u, int64_t M, int64_t D, int64_t V, double eps, const T* E,
+                          const T* w_f, T* logits);
+
   // The memory this process holds on the backend's device, for the worker's GPU gauges
   // (common/device_memory.h): thread-safe, and valid after the backend is destroyed (it reads
   // per-device counts kept for the process's life). Empty on the CPU, whose memory the RSS

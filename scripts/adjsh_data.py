@@ -318,9 +318,11 @@ def cmd_prepare(args, temps):
     eos_id = resolve_eos(tok, tok_file, args.eos_id, args.eos_token)
     dtype = "u16" if vocab <= 65536 else "u32"
     out_dir = os.path.dirname(os.path.abspath(args.out))
-    if not os.path.isdir(out_dir):
-        raise UserError(f"output directory {out_dir} does not exist")
-    files, skipped = collect_files(args.inputs)
+    files, skipped = collect_files(args.inputs)  # bad inputs are refused before anything is made
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"cannot create the output directory {out_dir}: {e.strerror}")
     with open(tok_file, "rb") as f:
         tok_sha = hashlib.sha256(f.read()).hexdigest()
 

@@ -28,10 +28,16 @@ absl::Status FromErrorCode(const std::error_code& ec, const std::string& what) {
 // Writes the step folder under its temporary name and renames it into place.
 absl::Status WriteStepDir(const fs::path& tmp_dir, const fs::path& final_dir,
                           const ModelParams<float>& params, const AdamWState& optimizer,
-                          const TrainerState& state) {
+                          const TrainerState& state, DType model_dtype,
+                          const std::vector<std::string>& side_files) {
   std::error_code ec;
   fs::remove_all(tmp_dir, ec);
-  if (absl::Status s = SaveModelDir(tmp_dir.string(), params, DType::kF32); !s.ok()) return s;
+  if (absl::Status s = SaveModelDir(tmp_dir.string(), params, model_dtype); !s.ok()) return s;
+  for (const std::string& file : side_files) {
+    fs::copy_file(file, tmp_dir / fs::path(file).filename(), fs::copy_options::overwrite_existing,
+                  ec);
+    if (ec) return FromErrorCode(ec, "cannot copy " + file);
+  }
   TensorMap moments;
   for (auto& [name, t] : ParamsToTensors(optimizer.m, DType::kF32))
     moments.emplace(kAvg + name, std::move(t));
@@ -40,10 +46,12 @@ absl::Status WriteStepDir(const fs::path& tmp_dir, const fs::path& final_dir,
   if (absl::Status s = WriteSafetensors((tmp_dir / "optimizer.safetensors").string(), moments);
       !s.ok())
     return s;
-  const nlohmann::json js = {{"step", state.step},
-                             {"data_position", state.data_position},
-                             {"last_loss", state.last_loss},
-                             {"adamw_step", optimizer.step}};
+  nlohmann::ordered_json js = {{"step", state.step},
+                               {"sequence", state.sequence},
+                               {"data_position", state.data_position},
+                               {"last_loss", state.last_loss},
+                               {"adamw_step", optimizer.step}};
+  if (!state.definition.empty()) js["options"] = nlohmann::ordered_json::parse(state.definition);
   if (absl::Status s = WriteFileAtomic((tmp_dir / "trainer_state.json").string(), js.dump(2));
       !s.ok())
     return s;
@@ -66,7 +74,8 @@ int64_t StepOf(const std::string& name) {
 
 absl::Status SaveCheckpoint(const std::string& root, const ModelParams<float>& params,
                             const AdamWState& optimizer, const TrainerState& state,
-                            std::vector<int64_t>& written, int keep) {
+                            std::vector<int64_t>& written, int keep, DType model_dtype,
+                            const std::vector<std::string>& side_files) {
   std::error_code ec;
   fs::create_directories(root, ec);
   if (absl::Status s = FromErrorCode(ec, "cannot create checkpoint directory " + root); !s.ok())
@@ -74,7 +83,8 @@ absl::Status SaveCheckpoint(const std::string& root, const ModelParams<float>& p
   const std::string name = StepName(state.step);
   const fs::path final_dir = fs::path(root) / name;
   const fs::path tmp_dir = fs::path(root) / (name + ".tmp");
-  absl::Status s = WriteStepDir(tmp_dir, final_dir, params, optimizer, state);
+  absl::Status s = WriteStepDir(tmp_dir, final_dir, params, optimizer, state, model_dtype,
+                                side_files);
   RemoveStaleAtomicTemps(root, "latest");  // of earlier runs killed while replacing `latest`
   if (s.ok()) s = WriteFileAtomic((fs::path(root) / "latest").string(), name);
   if (!s.ok()) {
@@ -96,6 +106,18 @@ absl::Status SaveCheckpoint(const std::string& root, const ModelParams<float>& p
     written.erase(written.begin());
   }
   return absl::OkStatus();
+}
+
+std::vector<std::string> ModelSideFiles(const std::string& model_dir) {
+  std::vector<std::string> files;
+  std::error_code ec;
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                           "vocab.json", "merges.txt", "tokenizer.model", "added_tokens.json",
+                           "generation_config.json"}) {
+    const fs::path p = fs::path(model_dir) / name;
+    if (fs::is_regular_file(p, ec)) files.push_back(p.string());
+  }
+  return files;
 }
 
 namespace {
@@ -143,6 +165,12 @@ absl::StatusOr<Checkpoint> LoadStepDir(const std::string& path) {
     return absl::InvalidArgumentError(ck.path + "/trainer_state.json is malformed");
   }
   ck.state.step = js["step"].get<int64_t>();
+  ck.state.sequence = integer("sequence") ? js["sequence"].get<int64_t>() : -1;
+  if (js.contains("options")) {
+    if (!js["options"].is_object())
+      return absl::InvalidArgumentError(ck.path + "/trainer_state.json: options is not an object");
+    ck.state.definition = js["options"].dump();
+  }
   ck.state.data_position = js["data_position"].get<int64_t>();
   ck.state.last_loss = js["last_loss"].get<double>();
   ck.optimizer.step = js["adamw_step"].get<int64_t>();

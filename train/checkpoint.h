@@ -3,7 +3,8 @@
 //   root/step-00000120/config.json          HF config (loads in transformers / adjsh as a model)
 //   root/step-00000120/model.safetensors    parameters, f32, HF names
 //   root/step-00000120/optimizer.safetensors  AdamW moments: exp_avg.<name>, exp_avg_sq.<name>
-//   root/step-00000120/trainer_state.json   step, data position, last loss, AdamW step
+//   root/step-00000120/trainer_state.json   step, sequences consumed, data position, last loss,
+//                                           AdamW step, the training definition
 //   root/latest                             "step-00000120"
 // A step folder is written under a temporary name and renamed when complete, then `latest` is
 // replaced atomically: a crash at any point leaves the previous checkpoint intact and pointed to.
@@ -23,8 +24,13 @@ namespace adjsh::train {
 
 struct TrainerState {
   int64_t step = 0;            // steps completed
-  int64_t data_position = 0;   // first token of the next step's window
+  int64_t data_position = 0;   // first token of the next sequence (informational)
   double last_loss = 0;
+  int64_t sequence = 0;        // sequences consumed (train/sampler.h); -1: unknown (an old
+                               // checkpoint: data_position / context)
+  // The training definition (Trainer::Definition), a JSON object; empty in checkpoints written
+  // before it was recorded.
+  std::string definition;
 };
 
 struct Checkpoint {
@@ -37,9 +43,19 @@ struct Checkpoint {
 // Writes a checkpoint for state.step and points `latest` at it. Then removes step folders of
 // `written` (the steps this run saved before, oldest first; the new one is appended) beyond the
 // newest `keep` (>= 1): a run never deletes a folder it did not write itself.
+// model_dtype: of model.safetensors (f32, or bf16 for a smaller model; the optimizer state and
+// a resume's weights then come from bf16-rounded values). side_files: copied into the folder
+// (the source model's tokenizer files, so that each checkpoint is a complete model folder).
 absl::Status SaveCheckpoint(const std::string& root, const ModelParams<float>& params,
                             const AdamWState& optimizer, const TrainerState& state,
-                            std::vector<int64_t>& written, int keep = 2);
+                            std::vector<int64_t>& written, int keep = 2,
+                            DType model_dtype = DType::kF32,
+                            const std::vector<std::string>& side_files = {});
+
+// The tokenizer and generation files of a Hugging Face model folder that exist there
+// (tokenizer.json, tokenizer_config.json, special_tokens_map.json, vocab.json, merges.txt,
+// tokenizer.model, added_tokens.json, generation_config.json), as paths.
+std::vector<std::string> ModelSideFiles(const std::string& model_dir);
 
 // What to do when root holds checkpoints but `latest` is missing, empty, names a folder that is
 // not there, or names one that does not load.

@@ -10,6 +10,14 @@
 
 namespace adjsh::train {
 
+absl::StatusOr<ResumeMode> ResumeModeFromName(std::string_view name) {
+  if (name == "auto") return ResumeMode::kAuto;
+  if (name == "never") return ResumeMode::kNever;
+  if (name == "must") return ResumeMode::kMust;
+  return absl::InvalidArgumentError(
+      absl::StrCat("resume must be auto, never or must, got '", std::string(name), "'"));
+}
+
 Trainer::Trainer(ModelParams<float> params, TokenData corpus, TrainOptions options)
     : params_(std::move(params)),
       corpus_(std::move(corpus)),
@@ -21,7 +29,11 @@ Trainer::Trainer(ModelParams<float> params, TokenData corpus, TrainOptions optio
 
 absl::Status Trainer::SaveCheckpointNow() {
   if (opt_.checkpoint_dir.empty() || state_.step == saved_step_) return absl::OkStatus();
-  if (absl::Status s = SaveCheckpoint(opt_.checkpoint_dir, params_, adamw_, state_, written_);
+  const std::vector<std::string> side =
+      opt_.source_model_dir.empty() ? std::vector<std::string>{}
+                                    : ModelSideFiles(opt_.source_model_dir);
+  if (absl::Status s = SaveCheckpoint(opt_.checkpoint_dir, params_, adamw_, state_, written_,
+                                      opt_.keep_checkpoints, opt_.save_dtype, side);
       !s.ok())
     return s;
   saved_step_ = state_.step;
@@ -43,7 +55,18 @@ absl::Status Trainer::Init() {
         "invalid optimizer settings (need lr > 0, 0 <= beta < 1, eps > 0, weight decay >= 0, "
         "grad clip >= 0, warmup >= 0, 0 <= min lr ratio <= 1)");
   }
+  if (opt_.batch_size < 1) return absl::InvalidArgumentError("batch size must be >= 1");
+  if (opt_.keep_checkpoints < 1) {
+    return absl::InvalidArgumentError("keep_checkpoints must be >= 1 (the newest is always kept)");
+  }
   if (absl::Status s = corpus_.CheckInVocab(params_.config.vocab_size); !s.ok()) return s;
+  sampler_ = std::make_unique<SequenceSampler>(corpus_.size(), opt_.context, opt_.order,
+                                               opt_.data_seed);
+  data_fingerprint_ = corpus_.Fingerprint();
+  if (!opt_.loss_mask.empty()) {
+    std::vector<uint32_t> bytes(opt_.loss_mask.begin(), opt_.loss_mask.end());
+    mask_fingerprint_ = TokenData::FromIds(std::move(bytes)).Fingerprint();
+  }
   if (!opt_.loss_mask.empty() && static_cast<int64_t>(opt_.loss_mask.size()) != corpus_.size()) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "the loss mask has %d entries for a corpus of %d tokens", opt_.loss_mask.size(),
@@ -62,36 +85,131 @@ absl::Status Trainer::Init() {
       return absl::Status(s.code(), absl::StrCat("validation data: ", s.message()));
     }
   }
-  if (opt_.checkpoint_dir.empty()) return absl::OkStatus();
+  state_.definition = Definition().dump();
+  if (opt_.checkpoint_dir.empty()) {
+    if (opt_.resume == ResumeMode::kMust) {
+      return absl::InvalidArgumentError("resume must: there is no checkpoint directory");
+    }
+    return absl::OkStatus();
+  }
   absl::StatusOr<Checkpoint> ck =
       LoadLatestCheckpoint(opt_.checkpoint_dir, opt_.resume_fallback, &resume_note_);
-  if (absl::IsNotFound(ck.status())) return absl::OkStatus();
+  if (absl::IsNotFound(ck.status())) {
+    if (opt_.resume == ResumeMode::kMust) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "resume must: ", opt_.checkpoint_dir, " holds no checkpoint to resume from"));
+    }
+    return absl::OkStatus();
+  }
+  if (opt_.resume == ResumeMode::kNever) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "resume never: ", opt_.checkpoint_dir, " already holds checkpoints",
+        ck.ok() ? absl::StrCat(" (the latest of step ", ck->state.step, ")") : "",
+        "; choose another checkpoint directory, or remove them"));
+  }
   if (!ck.ok()) return ck.status();
-  if (ConfigToJson(ck->params.config) != ConfigToJson(params_.config)) {
+  if (ShapeJson(ck->params.config) != ShapeJson(params_.config)) {
     return absl::FailedPreconditionError(absl::StrCat(
         "the checkpoint in ", ck->path, " is of a different model configuration"));
   }
+  if (!ck->state.definition.empty()) {  // checkpoints before it was recorded are not checked
+    const nlohmann::json was = nlohmann::json::parse(ck->state.definition, nullptr, false);
+    const nlohmann::json now = Definition();
+    for (const auto& [key, value] : was.items()) {
+      const auto it = now.find(key);
+      if (it != now.end() && *it == value) continue;
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cannot resume from ", ck->path, ": it was trained with a different ", key, " (",
+          value.dump(), "; now ", it == now.end() ? "none" : it->dump(),
+          "). Resume with the same options, or start afresh in another checkpoint directory "
+          "(--resume never)"));
+    }
+  }
   params_ = std::move(ck->params);
   adamw_ = std::move(ck->optimizer);
+  const std::string definition = state_.definition;
   state_ = ck->state;
+  state_.definition = definition;
+  // A checkpoint from before the sequence count: its data position in windows of the context.
+  if (state_.sequence < 0) state_.sequence = state_.data_position / opt_.context;
   saved_step_ = state_.step;
   resumed_ = true;
   return absl::OkStatus();
 }
 
+nlohmann::json Trainer::Definition() const {
+  const AdamWOptions& o = opt_.adamw;
+  return nlohmann::json{
+      {"model", nlohmann::json::parse(ShapeJson(params_.config), nullptr, false)},
+      {"data", data_fingerprint_},
+      {"loss_mask", mask_fingerprint_},
+      {"context", opt_.context},
+      {"batch_size", opt_.batch_size},
+      {"order", std::string(DataOrderName(opt_.order))},
+      {"data_seed", opt_.data_seed},
+      {"window", opt_.grad.window},
+      {"cotangent", opt_.grad.cotangent == Cotangent::kExact ? "exact" : "top-of-stack"},
+      {"lr", o.lr},
+      {"warmup", o.warmup_steps},
+      {"min_lr_ratio", o.min_lr_ratio},
+      {"weight_decay", o.weight_decay},
+      {"beta1", o.beta1},
+      {"beta2", o.beta2},
+      {"eps", o.eps},
+      {"grad_clip", o.grad_clip}};
+}
+
+absl::StatusOr<GradResult<float>> Trainer::BatchGradient() {
+  const int64_t T = opt_.context;
+  std::vector<GradResult<float>> parts;
+  for (int64_t b = 0; b < opt_.batch_size; ++b) {
+    const int64_t start = sampler_->Start(state_.sequence + b);
+    const std::vector<uint32_t> tokens = corpus_.Slice(start, T);
+    GradOptions options = opt_.grad;
+    if (!opt_.loss_mask.empty()) {  // the sequence's slice, for whichever gradient source
+      options.loss_mask = std::span<const uint8_t>(opt_.loss_mask).subspan(start, T);
+    }
+    absl::StatusOr<GradResult<float>> g = source_(params_, tokens, options);
+    if (!g.ok()) return g.status();
+    if (opt_.batch_size == 1) return g;
+    parts.push_back(*std::move(g));
+  }
+  // The mean over every counted target of the batch: sequence b's mean loss and gradient
+  // weighted by its share of the targets, added in sequence order.
+  int64_t targets = 0;
+  for (const GradResult<float>& p : parts) targets += p.targets;
+  GradResult<float> total = std::move(parts[0]);
+  const float w0 = static_cast<float>(static_cast<double>(total.targets) / targets);
+  double loss = total.loss * static_cast<double>(total.targets);
+  for (const ParamRef<float>& t : ListParams(total.grad))
+    for (float& v : *t.values) v *= w0;
+  const std::vector<ParamRef<float>> dst = ListParams(total.grad);
+  for (size_t b = 1; b < parts.size(); ++b) {
+    GradResult<float>& p = parts[b];
+    const float w = static_cast<float>(static_cast<double>(p.targets) / targets);
+    loss += p.loss * static_cast<double>(p.targets);
+    const std::vector<ParamRef<float>> src = ListParams(p.grad);
+    for (size_t q = 0; q < dst.size(); ++q) {
+      std::vector<float>& d = *dst[q].values;
+      const std::vector<float>& v = *src[q].values;
+      for (size_t k = 0; k < d.size(); ++k) d[k] += w * v[k];
+    }
+    if (total.correct >= 0) total.correct += p.correct;
+    total.profile.tasks += p.profile.tasks;
+    total.profile.wire_bytes += p.profile.wire_bytes;
+  }
+  total.loss = loss / static_cast<double>(targets);
+  total.targets = targets;
+  return total;
+}
+
 absl::Status Trainer::Run(const std::function<void(const StepReport&)>& on_step) {
-  const int64_t T = opt_.context, n = corpus_.size();
+  const int64_t T = opt_.context * opt_.batch_size;
   const auto run_start = std::chrono::steady_clock::now();
   const int64_t first_step = state_.step;
   while (state_.step < opt_.steps) {
     const auto start = std::chrono::steady_clock::now();
-    if (state_.data_position + T > n) state_.data_position = 0;  // wrap to the corpus start
-    const std::vector<uint32_t> tokens = corpus_.Slice(state_.data_position, T);
-    if (!opt_.loss_mask.empty()) {  // the step's slice, for whichever gradient source
-      opt_.grad.loss_mask =
-          std::span<const uint8_t>(opt_.loss_mask).subspan(state_.data_position, T);
-    }
-    absl::StatusOr<GradResult<float>> g = source_(params_, tokens, opt_.grad);
+    absl::StatusOr<GradResult<float>> g = BatchGradient();
     if (!g.ok()) return g.status();
     const double norm = GradNorm(g->grad);
     if (!std::isfinite(norm) || !std::isfinite(g->loss)) {
@@ -105,7 +223,8 @@ absl::Status Trainer::Run(const std::function<void(const StepReport&)>& on_step)
     if (absl::Status s = AdamWStep(opt_.adamw, lr, clip, params_, g->grad, adamw_); !s.ok())
       return absl::Status(s.code(), absl::StrCat("step ", state_.step + 1, ": ", s.message()));
     ++state_.step;
-    state_.data_position += T;
+    state_.sequence += opt_.batch_size;
+    state_.data_position = sampler_->Start(state_.sequence);
     state_.last_loss = g->loss;
     const bool last = state_.step == opt_.steps;
     if (!opt_.checkpoint_dir.empty() &&

@@ -8,7 +8,9 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
+#include <string_view>
 #include <string>
 #include <vector>
 
@@ -17,18 +19,35 @@
 #include "common/model.h"
 #include "common/token_data.h"
 #include "engine/adjoint_engine.h"
+#include "nlohmann/json.hpp"
 #include "train/checkpoint.h"
 #include "train/optimizer.h"
+#include "train/sampler.h"
 
 namespace adjsh::train {
 
+// Whether a run resumes from its checkpoint directory.
+enum class ResumeMode {
+  kAuto,   // from the latest checkpoint if there is one, else a fresh start
+  kNever,  // a fresh start; refused when the directory already holds checkpoints
+  kMust    // from the latest checkpoint; refused when there is none
+};
+absl::StatusOr<ResumeMode> ResumeModeFromName(std::string_view name);  // auto | never | must
+
 struct TrainOptions {
   int64_t steps = 60;
-  int64_t context = 16384;  // T: tokens per step
+  int64_t context = 16384;  // T: tokens per sequence
+  int64_t batch_size = 1;   // B: sequences per step (their gradients added in sequence order)
+  DataOrder order = DataOrder::kShuffled;  // of the windows, per epoch (train/sampler.h)
+  uint64_t data_seed = 0;                  // the shuffle's key
   GradOptions grad;         // chunk, window, threads
   AdamWOptions adamw;
   std::string checkpoint_dir;    // empty: no checkpoints
   int64_t checkpoint_every = 0;  // 0: only at the end (when checkpoint_dir is set)
+  int keep_checkpoints = 2;      // the newest step folders this run wrote that are kept
+  DType save_dtype = DType::kF32;  // of each checkpoint's model.safetensors
+  std::string source_model_dir;    // non-empty: its tokenizer files go into every checkpoint
+  ResumeMode resume = ResumeMode::kAuto;
   // A checkpoint directory with checkpoints but no loadable latest one: an error, or (by the
   // user's explicit choice) a resume from the newest complete step folder (resume_note says so).
   ResumeFallback resume_fallback = ResumeFallback::kRefuse;
@@ -46,7 +65,7 @@ struct TrainOptions {
 struct StepReport {
   int64_t step = 0, steps = 0;  // step: 1-based index of the step just done
   double loss = 0, grad_norm = 0, lr = 0, seconds = 0, tokens_per_s = 0, eta_seconds = 0;
-  int64_t targets = 0, correct = -1;  // GradResult's, before the update
+  int64_t targets = 0, correct = -1;  // GradResult's (summed over the batch), before the update
   StepProfile profile;                // the span schedule's cost (GradResult::profile)
   // After the step's update, when it was evaluated: the held-out loss, its tokens and seconds.
   bool evaluated = false;
@@ -84,6 +103,12 @@ class Trainer {
 
   const ModelParams<float>& params() const { return params_; }
   const TrainerState& state() const { return state_; }
+  // The training definition a checkpoint records and a resume must match (TrainerState's
+  // options): the model config, the data's fingerprint and size, context, batch, order, seed,
+  // the gradient's definition (window, cotangent, loss mask) and the optimizer's settings. Not
+  // the chunk, spans, threads or workers (how it is computed, not what), nor the step count (a
+  // run may be extended; the learning-rate schedule follows the new total).
+  nlohmann::json Definition() const;
   bool resumed() const { return resumed_; }
   // How the resume fell back to an older step folder than `latest` names; empty otherwise.
   const std::string& resume_note() const { return resume_note_; }
@@ -97,6 +122,10 @@ class Trainer {
   TrainerState state_;
   GradientSource source_;
   std::string resume_note_;
+  // The GradResult of a step's B sequences (the first batch_size from state_.sequence).
+  absl::StatusOr<GradResult<float>> BatchGradient();
+  std::unique_ptr<SequenceSampler> sampler_;
+  std::string data_fingerprint_, mask_fingerprint_;
   std::vector<int64_t> written_;  // the step folders this run saved, oldest first
   int64_t saved_step_ = 0;        // the step of the newest checkpoint this run saved or resumed
   bool resumed_ = false;

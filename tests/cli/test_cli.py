@@ -411,12 +411,15 @@ def run_cases(r, work):
                             0, err_has=["acc ", "top-of-stack"]))
 
     # Held-out evaluation and the step log: --val-data, --eval-every, --eval-tokens, --log-jsonl.
-    r.case("usage/train --eval-every without --val-data",
+    r.case("usage/train --eval-every without held-out data",
            lambda: r.expect(train_base + ["--eval-every", "2"], BAD_VALUE_RC,
-                            err_has=["--eval-every needs --val-data"]))
-    r.case("usage/train --eval-every 0",
-           lambda: r.expect(train_base + ["--val-data", tok16, "--eval-every", "0"],
+                            err_has=["--eval-every needs held-out data"]))
+    r.case("usage/train --eval-every -1",
+           lambda: r.expect(train_base + ["--val-data", tok16, "--eval-every", "-1"],
                             BAD_VALUE_RC, err_has=["--eval-every"]))
+    r.case("usage/train --data with --tokens",
+           lambda: r.expect(train_base + ["--data", P("x.json")], BAD_VALUE_RC,
+                            err_has=["give one of --data, --tokens and --text"]))
     bad_val = P("bad_val.u16")
     write_tokens(bad_val, [1, 2, V + 3])
     r.case("input/train --val-data with an id outside the vocabulary",
@@ -426,7 +429,8 @@ def run_cases(r, work):
            lambda: r.expect(train_base + ["--val-data", P("no_val.u16")], 1,
                             err_has=["no_val.u16"]))
     r.case("input/train --log-jsonl in a missing directory",
-           lambda: r.expect(train_base + ["--log-jsonl", P("no_dir", "log.jsonl")], 1,
+           lambda: r.expect(train_base[:-1] + [P("log_ck"), "--log-jsonl",
+                                               P("no_dir", "log.jsonl")], 1,
                             err_has=["step log", "no_dir"]))
 
     def val_and_log():

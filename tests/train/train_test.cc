@@ -109,6 +109,7 @@ TEST(TrainerTest, LossGoesDownOnTheBuiltinCorpus) {
 TEST(TrainerTest, LossMaskFollowsTheCorpus) {
   const std::vector<uint32_t> corpus = Corpus();
   TrainOptions o = SmallRun(3);
+  o.order = DataOrder::kSequential;  // step 1 takes the corpus's first window
   o.loss_mask.assign(corpus.size(), 0);
   for (size_t t = 0; t < corpus.size(); t += 7) o.loss_mask[t] = 1;  // 73 targets in a step
   const ModelParams<float> init = InitParams<float>(TinyConfig(), 6);
@@ -183,6 +184,103 @@ TEST(TrainerTest, EvaluationEveryNStepsIsThatOfTheWeightsThen) {
   EXPECT_NE(std::string(s.message()).find("validation data"), std::string::npos) << s;
 }
 
+// A batch of 2: the step's loss is the mean over both sequences' targets and its gradient the
+// targets-weighted sum of theirs in sequence order, bitwise (the same f32 operations); the
+// sequences are the sampler's consecutive ones.
+TEST(TrainerTest, BatchOfTwoIsTheFixedOrderSumOfItsSequences) {
+  const std::vector<uint32_t> corpus = Corpus();
+  const ModelParams<float> init = InitParams<float>(TinyConfig(), 12);
+  TrainOptions o = SmallRun(1);
+  o.batch_size = 2;
+  o.data_seed = 5;
+  std::vector<ModelParams<float>> grads;
+  std::vector<double> losses;
+  std::vector<std::vector<uint32_t>> seen;
+  Trainer t(init, corpus, o);
+  t.set_gradient_source([&](const ModelParams<float>& p, std::span<const uint32_t> tokens,
+                            const GradOptions& options) -> absl::StatusOr<GradResult<float>> {
+    seen.emplace_back(tokens.begin(), tokens.end());
+    absl::StatusOr<GradResult<float>> g = ComputeGradient<float>(p, tokens, options);
+    if (g.ok()) grads.push_back(g->grad), losses.push_back(g->loss);
+    return g;
+  });
+  ASSERT_TRUE(t.Init().ok());
+  std::vector<StepReport> reports;
+  ASSERT_TRUE(t.Run([&](const StepReport& r) { reports.push_back(r); }).ok());
+  ASSERT_EQ(seen.size(), 2u);
+  const SequenceSampler sampler(static_cast<int64_t>(corpus.size()), o.context, o.order, 5);
+  for (int b = 0; b < 2; ++b) {
+    const int64_t start = sampler.Start(b);
+    EXPECT_TRUE(std::equal(seen[b].begin(), seen[b].end(), corpus.begin() + start)) << b;
+  }
+  EXPECT_EQ(reports[0].targets, 2 * (o.context - 1));
+  EXPECT_EQ(reports[0].loss, (losses[0] * 511 + losses[1] * 511) / 1022);
+  // The same update from the summed gradient by hand: AdamW on w0 g0 + w1 g1.
+  ModelParams<float> sum = grads[0];
+  const float w = static_cast<float>(511.0 / 1022.0);
+  std::vector<ParamRef<float>> d = ListParams(sum), g1 = ListParams(grads[1]);
+  for (const ParamRef<float>& t : d)
+    for (float& v : *t.values) v *= w;
+  for (size_t q = 0; q < d.size(); ++q) {
+    std::vector<float>& dq = *d[q].values;
+    const std::vector<float>& vq = *g1[q].values;
+    for (size_t k = 0; k < dq.size(); ++k) dq[k] += w * vq[k];
+  }
+  ModelParams<float> p = init;
+  AdamWState st = NewAdamWState(init.config);
+  const double norm = GradNorm(sum);
+  const float clip = norm > o.adamw.grad_clip ? static_cast<float>(o.adamw.grad_clip / norm) : 1;
+  ASSERT_TRUE(AdamWStep(o.adamw, LearningRate(o.adamw, 0, o.steps), clip, p, sum, st).ok());
+  EXPECT_EQ(reports[0].grad_norm, norm);
+  EXPECT_TRUE(testing::BitwiseEqual(p, t.params()));
+}
+
+// A resume checks the training definition in the checkpoint and names what differs; --resume
+// never refuses a directory with checkpoints, must one without.
+TEST(TrainerTest, ResumeRefusesADifferentDefinitionByName) {
+  const ModelParams<float> init = InitParams<float>(TinyConfig(), 13);
+  const std::vector<uint32_t> corpus = Corpus();
+  TrainOptions o = SmallRun(2);
+  o.checkpoint_dir = TempDir("definition");
+  {
+    Trainer t(init, corpus, o);
+    ASSERT_TRUE(t.Init().ok());
+    ASSERT_TRUE(t.Run(nullptr).ok());
+  }
+  auto refused = [&](TrainOptions changed, std::vector<uint32_t> data, const char* field) {
+    Trainer t(init, std::move(data), changed);
+    const absl::Status s = t.Init();
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << field << ": " << s;
+    EXPECT_NE(std::string(s.message()).find(std::string("different ") + field),
+              std::string::npos) << s;
+  };
+  TrainOptions c = o;
+  c.context = 256;
+  refused(c, corpus, "context");
+  c = o, c.batch_size = 2;
+  refused(c, corpus, "batch_size");
+  c = o, c.order = DataOrder::kSequential;
+  refused(c, corpus, "order");
+  c = o, c.adamw.lr = 2e-2;
+  refused(c, corpus, "lr");
+  std::vector<uint32_t> other = corpus;
+  other[other.size() / 2] ^= 1;
+  refused(o, other, "data");
+  // The same definition resumes (threads and chunk are how, not what; more steps extend it).
+  c = o, c.grad.threads = 1, c.grad.chunk = 32, c.steps = 3;
+  Trainer same(init, corpus, c);
+  ASSERT_TRUE(same.Init().ok());
+  EXPECT_TRUE(same.resumed());
+  c = o, c.resume = ResumeMode::kNever;
+  Trainer never(init, corpus, c);
+  const absl::Status s = never.Init();
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(std::string(s.message()).find("already holds checkpoints"), std::string::npos) << s;
+  c = o, c.resume = ResumeMode::kMust, c.checkpoint_dir = TempDir("empty_must");
+  Trainer must(init, corpus, c);
+  EXPECT_EQ(must.Init().code(), absl::StatusCode::kFailedPrecondition);
+}
+
 TEST(TrainerTest, ResumedRunEndsWithBitwiseIdenticalWeights) {
   const ModelParams<float> init = InitParams<float>(TinyConfig(), 5);
   TrainOptions straight = SmallRun(6);
@@ -245,7 +343,7 @@ TEST(CheckpointTest, LatestIsCompleteAndLeftoversAreIgnored) {
   AdamWState st = NewAdamWState(c);
   st.step = 7;
   st.m.norm_f[0] = 0.25f;
-  TrainerState ts{7, 1234, 2.5};
+  TrainerState ts{7, 1234, 2.5, 0, ""};
   std::vector<int64_t> written;
   ASSERT_TRUE(SaveCheckpoint(dir, p, st, ts, written).ok());
   // A crash while writing the next one leaves a .tmp folder; it is never read.
@@ -273,7 +371,7 @@ TEST(CheckpointTest, FailedSaveKeepsThePreviousOneAndLeavesNothingBehind) {
   const MambaConfig c = TinyConfig();
   const ModelParams<float> p = InitParams<float>(c, 1);
   const AdamWState st = NewAdamWState(c);
-  TrainerState ts{4, 100, 1.5};
+  TrainerState ts{4, 100, 1.5, 0, ""};
   std::vector<int64_t> written;
   ASSERT_TRUE(SaveCheckpoint(dir, p, st, ts, written).ok());
   // `latest` cannot be replaced (a folder in its way): the save of step 6 fails after its step
@@ -302,9 +400,9 @@ TEST(CheckpointTest, OnlyFoldersTheRunWroteArePruned) {
   const ModelParams<float> p = InitParams<float>(c, 1);
   const AdamWState st = NewAdamWState(c);
   std::vector<int64_t> earlier;
-  for (int64_t step : {2, 4, 9}) ASSERT_TRUE(SaveCheckpoint(dir, p, st, {step, 0, 1.0}, earlier, 5).ok());
+  for (int64_t step : {2, 4, 9}) ASSERT_TRUE(SaveCheckpoint(dir, p, st, {step, 0, 1.0, 0, ""}, earlier, 5).ok());
   std::vector<int64_t> written;
-  for (int64_t step : {5, 6, 7}) ASSERT_TRUE(SaveCheckpoint(dir, p, st, {step, 0, 1.0}, written).ok());
+  for (int64_t step : {5, 6, 7}) ASSERT_TRUE(SaveCheckpoint(dir, p, st, {step, 0, 1.0, 0, ""}, written).ok());
   for (const char* kept : {"step-00000002", "step-00000004", "step-00000009", "step-00000006",
                            "step-00000007"})
     EXPECT_TRUE(std::filesystem::exists(dir + "/" + kept)) << kept;
@@ -349,7 +447,7 @@ TEST(CheckpointTest, BrokenLatestIsAnErrorOrAnExplicitFallback) {
   for (const Case& k : cases) {
     const std::string dir = TempDir(std::string("ckpt_broken_") + k.name);
     std::vector<int64_t> written;
-    for (int64_t step : {4, 6}) ASSERT_TRUE(SaveCheckpoint(dir, p, st, {step, 0, 1.0}, written).ok());
+    for (int64_t step : {4, 6}) ASSERT_TRUE(SaveCheckpoint(dir, p, st, {step, 0, 1.0, 0, ""}, written).ok());
     k.damage(dir);
     const absl::StatusOr<Checkpoint> refused = LoadLatestCheckpoint(dir);
     EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition) << k.name;
@@ -369,7 +467,7 @@ TEST(CheckpointTest, BrokenLatestIsAnErrorOrAnExplicitFallback) {
   // A trailing newline in `latest` (an edit by hand) is not damage.
   const std::string dir = TempDir("ckpt_newline");
   std::vector<int64_t> written;
-  ASSERT_TRUE(SaveCheckpoint(dir, p, st, {3, 0, 1.0}, written).ok());
+  ASSERT_TRUE(SaveCheckpoint(dir, p, st, {3, 0, 1.0, 0, ""}, written).ok());
   write(dir + "/latest", "step-00000003\n");
   EXPECT_EQ(LoadLatestCheckpoint(dir)->state.step, 3);
 }

@@ -1,0 +1,178 @@
+#!/usr/bin/env python3
+"""Hugging Face fidelity of adjsh's checkpoints, with `transformers` (the project venv).
+
+Usage (the venv of scripts/setup-venv.sh, which has transformers 4.44 over Debian's torch):
+  .venv/bin/python tests/torch/test_hf_fidelity.py --adjsh build/cli/adjsh
+
+A tiny MambaForCausalLM is made and saved by transformers (`save_pretrained`, with extra
+config keys and pad/bos/eos ids of its own, and a tokenizer.json beside it); then:
+  * adjsh trains it (2 steps) and each checkpoint folder loads in transformers
+    (`from_pretrained`), with the unknown config keys, the token ids and the tokenizer files
+    kept; transformers' loss of the checkpoint in f64 equals `adjsh grad --dtype f64`'s on the
+    same tokens (< 1e-10 relative) and the weights are the ones adjsh saved;
+  * transformers' loss of the model it saved equals adjsh's before training (< 1e-10);
+  * --save-dtype bf16 writes BF16 tensors that transformers loads;
+  * a config.json of another model_type (mamba2) is refused naming model_type, nothing written.
+Prints PASS/FAIL per case and `N passed, N failed`; exits 1 on any failure.
+"""
+import argparse
+import contextlib
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+
+try:
+    import torch
+    from transformers import MambaConfig, MambaForCausalLM
+except ImportError as e:  # pragma: no cover - the suite's setup installs them
+    sys.exit(f"test_hf_fidelity: needs transformers and torch ({e}): run scripts/setup-venv.sh")
+
+V, T = 61, 200
+
+
+def run(cmd):
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                       timeout=300)
+    return p.returncode, p.stdout, p.stderr
+
+
+def f64_loss(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        lo, hi = header["loss"]["data_offsets"]
+        f.seek(8 + n + lo)
+        return struct.unpack("<d", f.read(hi - lo))[0]
+
+
+@contextlib.contextmanager
+def keep_f64():
+    """transformers' Mamba rounds to f32 in places even in an f64 model (.float() of A_log, B,
+    x and the logits; .to(torch.float32) in RMSNorm and the residual): for the length of the
+    block those casts leave f64 tensors as they are, so the whole forward runs in f64."""
+    float_, to_ = torch.Tensor.float, torch.Tensor.to
+
+    def as_float(t, *args, **kwargs):
+        return t if t.dtype == torch.float64 else float_(t, *args, **kwargs)
+
+    def to(t, *args, **kwargs):
+        target = args[0] if args else kwargs.get("dtype")
+        if t.dtype == torch.float64 and target is torch.float32:
+            return t
+        return to_(t, *args, **kwargs)
+
+    torch.Tensor.float, torch.Tensor.to = as_float, to
+    try:
+        yield
+    finally:
+        torch.Tensor.float, torch.Tensor.to = float_, to_
+
+
+def hf_loss(model_dir, ids):
+    """transformers' own mean next-token loss of ids (MambaForCausalLM with labels), in f64."""
+    m = MambaForCausalLM.from_pretrained(model_dir).to(torch.float64).eval()
+    with torch.no_grad(), keep_f64():
+        # use_cache=False: the cache of transformers 4.44 needs torch._dynamo (torch >= 2).
+        out = m(torch.tensor([ids]), labels=torch.tensor([ids]), use_cache=False)
+    assert out.logits.dtype == torch.float64
+    return out.loss.item(), m
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--adjsh", required=True)
+    a = ap.parse_args()
+    results = []
+
+    def check(name, ok, detail=""):
+        results.append(bool(ok))
+        print(("PASS " if ok else "FAIL ") + name + ("" if ok else ": " + str(detail)[-1500:]))
+
+    torch.manual_seed(0)
+    with tempfile.TemporaryDirectory() as tmp:
+        src = os.path.join(tmp, "hf")
+        cfg = MambaConfig(vocab_size=V, hidden_size=16, num_hidden_layers=2, state_size=4,
+                          expand=2, conv_kernel=4, time_step_rank=2, pad_token_id=3,
+                          bos_token_id=4, eos_token_id=5)
+        cfg.custom_note = "kept by adjsh"
+        MambaForCausalLM(cfg).save_pretrained(src, safe_serialization=True)
+        with open(os.path.join(src, "tokenizer.json"), "w") as f:
+            f.write('{"version": "1.0", "model": {"type": "WordLevel", "vocab": {"a": 0}}}')
+        ids = [(i * 17 + i // 5) % V for i in range(T)]
+        tokens = os.path.join(tmp, "t.u32")
+        with open(tokens, "wb") as f:
+            f.write(struct.pack(f"<{T}I", *ids))
+
+        # transformers' model, read by adjsh: the same loss.
+        g0 = os.path.join(tmp, "g0.safetensors")
+        rc, _, err = run([a.adjsh, "grad", "--model", src, "--tokens", tokens, "--dtype", "f64",
+                          "--chunk", "32", "--out", g0, "--quiet"])
+        check("adjsh grad reads a save_pretrained model", rc == 0, err)
+        if rc == 0:
+            want, _ = hf_loss(src, ids)
+            got = f64_loss(g0)
+            check(f"loss of the HF model: adjsh {got!r} = transformers {want!r} (< 1e-10)",
+                  abs(got - want) <= 1e-10 * abs(want), (got, want))
+
+        # adjsh trains it; its checkpoint loads in transformers.
+        ck = os.path.join(tmp, "ck")
+        rc, _, err = run([a.adjsh, "train", "--model", src, "--tokens", tokens, "--context",
+                          "100", "--steps", "2", "--checkpoint-dir", ck, "--lr", "1e-2"])
+        check("adjsh train --model (a save_pretrained folder)", rc == 0, err)
+        if rc == 0:
+            step = os.path.join(ck, open(os.path.join(ck, "latest")).read().strip())
+            conf = json.load(open(os.path.join(step, "config.json")))
+            check("unknown config keys and pad/bos/eos ids kept",
+                  conf.get("custom_note") == "kept by adjsh" and conf.get("pad_token_id") == 3
+                  and conf.get("bos_token_id") == 4 and conf.get("eos_token_id") == 5, conf)
+            check("tokenizer.json copied into the checkpoint",
+                  os.path.exists(os.path.join(step, "tokenizer.json")), os.listdir(step))
+            g1 = os.path.join(tmp, "g1.safetensors")
+            rc, _, err = run([a.adjsh, "grad", "--model", step, "--tokens", tokens, "--dtype",
+                              "f64", "--chunk", "32", "--out", g1, "--quiet"])
+            want, m = hf_loss(step, ids)
+            got = f64_loss(g1) if rc == 0 else float("nan")
+            check(f"checkpoint loads in transformers with adjsh's loss ({got!r} vs {want!r})",
+                  rc == 0 and abs(got - want) <= 1e-10 * abs(want), err)
+            start, _ = hf_loss(src, ids)
+            check("the checkpoint is the trained model (its loss moved)", abs(want - start) > 1e-6,
+                  (want, start))
+
+        # --save-dtype bf16.
+        ck16 = os.path.join(tmp, "ck16")
+        rc, _, err = run([a.adjsh, "train", "--model", src, "--tokens", tokens, "--context",
+                          "100", "--steps", "1", "--checkpoint-dir", ck16, "--save-dtype", "bf16"])
+        if rc == 0:
+            step = os.path.join(ck16, open(os.path.join(ck16, "latest")).read().strip())
+            with open(os.path.join(step, "model.safetensors"), "rb") as f:
+                n = struct.unpack("<Q", f.read(8))[0]
+                header = json.loads(f.read(n))
+            dtypes = {v["dtype"] for k, v in header.items() if k != "__metadata__"}
+            loss16, _ = hf_loss(step, ids)
+            check(f"--save-dtype bf16: BF16 tensors, loads in transformers (loss {loss16:.4f})",
+                  dtypes == {"BF16"} and loss16 == loss16, dtypes)
+        else:
+            check("--save-dtype bf16", False, err)
+
+        # Another model_type is refused by name.
+        bad = os.path.join(tmp, "mamba2")
+        os.makedirs(bad)
+        conf = json.load(open(os.path.join(src, "config.json")))
+        conf["model_type"] = "mamba2"
+        json.dump(conf, open(os.path.join(bad, "config.json"), "w"))
+        os.link(os.path.join(src, "model.safetensors"), os.path.join(bad, "model.safetensors"))
+        out = os.path.join(tmp, "x.safetensors")
+        rc, _, err = run([a.adjsh, "grad", "--model", bad, "--tokens", tokens, "--out", out])
+        check("model_type mamba2 refused by name, nothing written",
+              rc == 1 and "model_type" in err and "mamba2" in err and not os.path.exists(out), err)
+
+    failed = results.count(False)
+    print(f"{len(results) - failed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
