@@ -1,0 +1,167 @@
+#!/usr/bin/env python3
+"""`adjsh train` on prepared data and batches, from the command line (standard library only:
+the prepared files are written here in adjsh prepare's format, scripts/adjsh_data.py).
+
+Usage:
+  test_data_cli.py --adjsh build/cli/adjsh
+
+  * --data PREFIX.json trains on the train split and evaluates on the held-out one;
+  * a tokenizer vocabulary larger than the model's, a truncated document index, a token file
+    shorter than its manifest, a manifest of another format: each a message naming the problem,
+    exit 1, no checkpoint written;
+  * a resume with a changed context or batch is refused naming the field, nothing changed;
+  * --batch-size 2: the weights through 2 local workers equal the in-process ones byte for byte
+    (checked twice), and differ from --batch-size 1's.
+Prints PASS/FAIL per case and `N passed, N failed`; exits 1 on any failure.
+"""
+import argparse
+import hashlib
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+
+V = 40
+
+
+def run(adjsh, args, timeout=300):
+    p = subprocess.run([adjsh] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                       timeout=timeout)
+    return p.returncode, p.stdout, p.stderr
+
+
+def write_split(prefix, name, docs, eos):
+    """PREFIX.<name>.u16 and .docs for documents (lists of ids), EOS between them."""
+    ids, starts = [], []
+    for i, d in enumerate(docs):
+        if i:
+            ids.append(eos)
+        starts.append(len(ids))
+        ids.extend(d)
+    with open(f"{prefix}.{name}.u16", "wb") as f:
+        f.write(struct.pack(f"<{len(ids)}H", *ids))
+    with open(f"{prefix}.{name}.docs", "wb") as f:
+        f.write(struct.pack(f"<{len(starts)}Q", *starts))
+    base = os.path.basename(prefix)
+    return {"file": f"{base}.{name}.u16", "docs": f"{base}.{name}.docs", "tokens": len(ids),
+            "documents": len(docs)}
+
+
+def write_prepared(prefix, vocab=V):
+    docs = [[(7 * i + j * 3 + i // 5) % (V - 1) for j in range(150 + 13 * i)] for i in range(40)]
+    manifest = {"format": "adjsh-tokens-1", "tokenizer": "/nowhere/tokenizer.json",
+                "tokenizer_sha256": "0" * 64, "vocab_size": vocab, "eos_id": V - 1,
+                "dtype": "u16", "text_field": "text", "seed": 0, "val_fraction": 0.1,
+                "inputs": [], "skipped_files": 0,
+                "train": write_split(prefix, "train", docs[:36], V - 1),
+                "val": write_split(prefix, "val", docs[36:], V - 1)}
+    with open(prefix + ".json", "w") as f:
+        json.dump(manifest, f)
+    return manifest
+
+
+def digest(ck):
+    step = os.path.join(ck, open(os.path.join(ck, "latest")).read().strip())
+    h = hashlib.sha256()
+    for name in ("model.safetensors", "optimizer.safetensors"):
+        h.update(open(os.path.join(step, name), "rb").read())
+    return h.hexdigest()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--adjsh", required=True)
+    a = ap.parse_args()
+    results = []
+
+    def check(name, ok, detail=""):
+        results.append(bool(ok))
+        print(("PASS " if ok else "FAIL ") + name + ("" if ok else ": " + str(detail)[-1500:]))
+
+    with tempfile.TemporaryDirectory() as tmp:
+        P = lambda *p: os.path.join(tmp, *p)  # noqa: E731
+        model = P("model")
+        rc, _, err = run(a.adjsh, ["init", "--out", model, "--hidden-size", "16", "--layers", "2",
+                                   "--vocab-size", str(V), "--state-size", "4"])
+        check("init", rc == 0, err)
+        prefix = P("data", "docs")
+        os.makedirs(P("data"))
+        write_prepared(prefix)
+        base = ["train", "--model", model, "--context", "256", "--chunk", "64", "--steps", "4"]
+
+        rc, _, err = run(a.adjsh, base + ["--data", prefix + ".json", "--eval-every", "2",
+                                          "--checkpoint-dir", P("ck")])
+        check("--data trains and evaluates on the held-out split",
+              rc == 0 and err.count(" val ") == 2, err)
+
+        # Bad prepared data: exit 1, the problem named, no checkpoint.
+        def bad(name, mutate, what):
+            d = P(name)
+            os.makedirs(d)
+            pre = os.path.join(d, "docs")
+            m = write_prepared(pre, vocab=V + 10 if name == "big-vocab" else V)
+            mutate(pre, m)
+            ck = P("ck-" + name)
+            rc, _, err = run(a.adjsh, base + ["--data", pre + ".json", "--checkpoint-dir", ck])
+            check(f"{name}: exit 1 naming {what!r}, no checkpoint",
+                  rc == 1 and what in err and not os.path.exists(ck), f"rc={rc} {err}")
+
+        def truncate_docs(pre, m):
+            with open(pre + ".train.docs", "r+b") as f:
+                f.truncate(os.path.getsize(pre + ".train.docs") - 3)
+
+        def short_tokens(pre, m):
+            with open(pre + ".train.u16", "r+b") as f:
+                f.truncate(os.path.getsize(pre + ".train.u16") - 20)
+
+        def other_format(pre, m):
+            m["format"] = "something-else"
+            json.dump(m, open(pre + ".json", "w"))
+
+        def unordered(pre, m):
+            with open(pre + ".train.docs", "r+b") as f:
+                f.seek(8 * 3)
+                f.write(struct.pack("<Q", 1))
+
+        bad("big-vocab", lambda pre, m: None, "more than the model's vocab_size")
+        bad("truncated-index", truncate_docs, "not a whole number of uint64")
+        bad("short-tokens", short_tokens, "the manifest says")
+        bad("other-format", other_format, "format adjsh-tokens-1")
+        bad("unordered-index", unordered, "out of order")
+
+        # A resume with a different context or batch: refused by name, the checkpoint untouched.
+        before = digest(P("ck"))
+        for flags, field in ((["--context", "128"], "context"), (["--batch-size", "2"],
+                                                                 "batch_size")):
+            args = list(base)
+            if flags[0] == "--context":
+                args[args.index("--context") + 1] = flags[1]
+            else:
+                args += flags
+            rc, _, err = run(a.adjsh, args + ["--data", prefix + ".json", "--checkpoint-dir",
+                                              P("ck"), "--steps", "6"])
+            check(f"resume with another {field}: refused naming it, nothing changed",
+                  rc == 1 and f"different {field}" in err and digest(P("ck")) == before, err)
+
+        # --batch-size 2 through workers: bitwise the in-process weights.
+        batch = base + ["--data", prefix + ".json", "--batch-size", "2", "--eval-every", "0"]
+        rc, _, err = run(a.adjsh, batch + ["--checkpoint-dir", P("b-in")])
+        check("--batch-size 2 in-process", rc == 0 and "x batch 2" in err, err)
+        ref = digest(P("b-in")) if rc == 0 else None
+        for i in range(2):
+            rc, _, err = run(a.adjsh, batch + ["--checkpoint-dir", P(f"b-w{i}"), "--workers", "2"])
+            check(f"--batch-size 2 through 2 workers (run {i + 1}): bitwise the in-process weights",
+                  rc == 0 and digest(P(f"b-w{i}")) == ref, err[-800:])
+        rc, _, err = run(a.adjsh, base + ["--data", prefix + ".json", "--eval-every", "0",
+                                          "--checkpoint-dir", P("b1")])
+        check("--batch-size 1 trains other weights", rc == 0 and digest(P("b1")) != ref, err)
+
+    failed = results.count(False)
+    print(f"{len(results) - failed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
