@@ -120,7 +120,7 @@ int CoordinatorCommand(const std::vector<std::string>& args) {
   if (!tree.ok()) return BadUsage("coordinator", tree.status());
   task_options.worker_tree = *tree;
   coordinator::TaskServiceImpl tasks(task_options);
-  auto job_metrics = std::make_shared<coordinator::CoordinatorMetrics>(tasks);
+  auto job_metrics = std::make_shared<coordinator::CoordinatorMetrics>(&tasks);
   coordinator::JobServiceImpl jobs(tasks, {.state_dir = state_dir,
                                            .threads = static_cast<int>(*threads),
                                            .log = !a.GetBool("quiet"),

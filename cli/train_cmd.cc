@@ -124,7 +124,8 @@ int TrainCommand(const std::vector<std::string>& args) {
         "5000");
   AddReduceFlag(a, "with --workers: ");
   a.Add("metrics-listen", "HOST:PORT",
-        "with --workers: the coordinator's Prometheus metrics on http://HOST:PORT/metrics");
+        "Prometheus metrics on http://HOST:PORT/metrics: steps, loss, tokens/s, gradient norm, "
+        "learning rate, held-out loss, memory (with --workers also the tasks and wire)");
   a.Add("worker-metrics-listen", "HOST:PORT",
         "with --workers: worker i's metrics on HOST:(PORT+i) (PORT 0: a free one each)");
   AddWorkerDeviceFlag(a);
@@ -262,8 +263,7 @@ int TrainCommand(const std::vector<std::string>& args) {
     *f.field = *v;
   }
   opt.checkpoint_dir = a.Get("checkpoint-dir");
-  for (const char* flag :
-       {"metrics-listen", "worker-metrics-listen", "worker-device", "trace", "worker-log-dir"}) {
+  for (const char* flag : {"worker-metrics-listen", "worker-device", "trace", "worker-log-dir"}) {
     if (a.Has(flag) && workers == 0) {
       return BadUsage("train", absl::InvalidArgumentError(
                                    absl::StrCat("--", flag, " needs --workers N (N >= 1)")));
@@ -348,15 +348,6 @@ int TrainCommand(const std::vector<std::string>& args) {
                                          std::move(cluster_options));
     if (!started.ok()) return Fail("train", started.status());
     cluster = std::move(*started);
-    if (a.Has("metrics-listen")) {
-      absl::StatusOr<std::unique_ptr<metrics::MetricsServer>> served =
-          metrics::MetricsServer::Start(a.Get("metrics-listen"));
-      if (!served.ok()) return Fail("train", served.status());
-      metrics_server = std::move(*served);
-      cluster_metrics = std::make_shared<coordinator::CoordinatorMetrics>(cluster->service());
-      metrics_server->Add(cluster_metrics);
-      std::fprintf(stderr, "metrics on %s\n", metrics_server->address().c_str());
-    }
     std::fprintf(stderr, "coordinator on %s with %lld worker processes\n",
                  cluster->address().c_str(), static_cast<long long>(workers));
     int64_t step = trainer.state().step;
@@ -365,6 +356,16 @@ int TrainCommand(const std::vector<std::string>& args) {
                                     const GradOptions& options) {
       return cluster->service().ComputeGradient(p, t, options, "train", step++);
     });
+  }
+  if (a.Has("metrics-listen")) {  // through workers with the task families, else without
+    absl::StatusOr<std::unique_ptr<metrics::MetricsServer>> served =
+        metrics::MetricsServer::Start(a.Get("metrics-listen"));
+    if (!served.ok()) return Fail("train", served.status());
+    metrics_server = std::move(*served);
+    cluster_metrics = std::make_shared<coordinator::CoordinatorMetrics>(
+        cluster ? &cluster->service() : nullptr);
+    metrics_server->Add(cluster_metrics);
+    std::fprintf(stderr, "metrics on %s\n", metrics_server->address().c_str());
   }
   std::fprintf(stderr,
                "model D=%lld K=%lld N=%lld V=%lld | context %lld tokens x batch %lld, %s | %s "

@@ -18,7 +18,8 @@ enum Index {
   kJobs, kSteps, kTokens, kStepDuration, kResident, kPeak,
   kJobStep, kJobSteps, kLoss, kTokensPerSecond, kLastProgress,
   kRebuilds, kRestarts, kRoots,
-  kStepTaskSeconds, kStepCriticalPath, kStepParallelism, kStepWireBytes, kCount
+  kStepTaskSeconds, kStepCriticalPath, kStepParallelism, kStepWireBytes,
+  kGradNorm, kLearningRate, kValLoss, kCount
 };
 
 const std::vector<MetricDef>& Table() {
@@ -69,6 +70,12 @@ const std::vector<MetricDef>& Table() {
        "Last step: task seconds over critical path seconds (the workers it could keep busy)."},
       {"adjsh_coordinator_step_wire_bytes", Kind::kGauge,
        "Last step: tensor bytes in and out of the coordinator."},
+      {"adjsh_coordinator_grad_norm", Kind::kGauge,
+       "Global gradient norm of the running job's last step (before clipping)."},
+      {"adjsh_coordinator_learning_rate", Kind::kGauge,
+       "Learning rate of the running job's last step."},
+      {"adjsh_coordinator_val_loss", Kind::kGauge,
+       "Held-out loss of the running job's last evaluation."},
   };
   return table;
 }
@@ -81,17 +88,18 @@ double NonNegative(int64_t v) { return v > 0 ? static_cast<double>(v) : 0.0; }
 
 const std::vector<MetricDef>& CoordinatorMetrics::Definitions() { return Table(); }
 
-CoordinatorMetrics::CoordinatorMetrics(const TaskServiceImpl& tasks)
+CoordinatorMetrics::CoordinatorMetrics(const TaskServiceImpl* tasks)
     : tasks_(tasks),
       // 50 ms .. ~27 min, doubling: a small model's step to a 1M-token step.
       step_duration_(metrics::ExponentialBuckets(0.05, 2, 16)) {
-  static_assert(kCount == 28, "one Index per table entry");
+  static_assert(kCount == 31, "one Index per table entry");
 }
 
 void CoordinatorMetrics::JobStarted(const std::string& job_id, int64_t step, int64_t steps) {
   std::lock_guard<std::mutex> lock(mu_);
   running_ = true;
   stepped_ = false;
+  evaluated_ = false;
   job_ = job_id;
   job_step_ = step;
   job_steps_ = steps;
@@ -110,6 +118,9 @@ void CoordinatorMetrics::StepDone(const std::string& job_id, const train::StepRe
   job_step_ = r.step;
   loss_ = r.loss;
   tokens_per_s_ = r.tokens_per_s;
+  grad_norm_ = r.grad_norm;
+  lr_ = r.lr;
+  if (r.evaluated) evaluated_ = true, val_loss_ = r.val_loss;
   last_progress_ = Now();
 }
 
@@ -124,24 +135,26 @@ std::vector<prometheus::MetricFamily> CoordinatorMetrics::Collect() const {
     out.push_back(metrics::Family(Table()[i]));
     metrics::AddSample(out.back(), value, labels);
   };
-  const QueueStats q = tasks_.queue_stats();
-  out.push_back(metrics::Family(Table()[kTasks]));
-  for (const auto& [state, n] : {std::pair<const char*, int64_t>{"waiting", q.waiting},
-                                 {"ready", q.ready}, {"leased", q.leased}, {"done", q.done}}) {
-    metrics::AddSample(out.back(), static_cast<double>(n), {{"state", state}});
+  if (tasks_ != nullptr) {  // the workers' side; none in-process
+    const QueueStats q = tasks_->queue_stats();
+    out.push_back(metrics::Family(Table()[kTasks]));
+    for (const auto& [state, n] : {std::pair<const char*, int64_t>{"waiting", q.waiting},
+                                   {"ready", q.ready}, {"leased", q.leased}, {"done", q.done}}) {
+      metrics::AddSample(out.back(), static_cast<double>(n), {{"state", state}});
+    }
+    add(kGranted, static_cast<double>(q.leases_granted_total));
+    add(kExpired, static_cast<double>(q.leases_expired_total));
+    add(kReleased, static_cast<double>(q.leases_released_total));
+    add(kAccepted, static_cast<double>(tasks_->results_accepted()));
+    add(kRejected, static_cast<double>(tasks_->results_rejected()));
+    add(kNonFinite, static_cast<double>(tasks_->results_nonfinite()));
+    add(kSent, static_cast<double>(tasks_->bytes_sent()));
+    add(kReceived, static_cast<double>(tasks_->bytes_received()));
+    add(kWorkers, static_cast<double>(tasks_->connected_workers()));
+    add(kRebuilds, static_cast<double>(tasks_->span_rebuilds()));
+    add(kRestarts, static_cast<double>(tasks_->step_restarts()));
+    add(kRoots, static_cast<double>(tasks_->roots_accepted()));
   }
-  add(kGranted, static_cast<double>(q.leases_granted_total));
-  add(kExpired, static_cast<double>(q.leases_expired_total));
-  add(kReleased, static_cast<double>(q.leases_released_total));
-  add(kAccepted, static_cast<double>(tasks_.results_accepted()));
-  add(kRejected, static_cast<double>(tasks_.results_rejected()));
-  add(kNonFinite, static_cast<double>(tasks_.results_nonfinite()));
-  add(kSent, static_cast<double>(tasks_.bytes_sent()));
-  add(kReceived, static_cast<double>(tasks_.bytes_received()));
-  add(kWorkers, static_cast<double>(tasks_.connected_workers()));
-  add(kRebuilds, static_cast<double>(tasks_.span_rebuilds()));
-  add(kRestarts, static_cast<double>(tasks_.step_restarts()));
-  add(kRoots, static_cast<double>(tasks_.roots_accepted()));
   if (jobs_ != nullptr) {
     out.push_back(metrics::Family(Table()[kJobs]));
     for (const auto& [state, n] : jobs_->CountJobs()) {
@@ -170,7 +183,10 @@ std::vector<prometheus::MetricFamily> CoordinatorMetrics::Collect() const {
     if (stepped_) {
       add(kLoss, loss_, job);
       add(kTokensPerSecond, tokens_per_s_, job);
+      add(kGradNorm, grad_norm_, job);
+      add(kLearningRate, lr_, job);
     }
+    if (evaluated_) add(kValLoss, val_loss_, job);
   }
   return out;
 }

@@ -1,5 +1,6 @@
 // The coordinator's Prometheus metrics (served by `adjsh coordinator --metrics-listen HOST:PORT`
-// and `adjsh train --workers N --metrics-listen HOST:PORT`).
+// and `adjsh train [--workers N] --metrics-listen HOST:PORT`; in-process without the task
+// families).
 //
 //   adjsh_coordinator_tasks{state}                      span tasks of the gradient being
 //                                                       computed: waiting, ready, leased, done
@@ -35,6 +36,9 @@
 //   adjsh_coordinator_job_steps{job_id}                 steps the job asks for
 //   adjsh_coordinator_loss{job_id}                      loss of the last step
 //   adjsh_coordinator_tokens_per_second{job_id}         throughput of the last step
+//   adjsh_coordinator_grad_norm{job_id}                 gradient norm of the last step
+//   adjsh_coordinator_learning_rate{job_id}             learning rate of the last step
+//   adjsh_coordinator_val_loss{job_id}                  held-out loss of the last evaluation
 //   adjsh_coordinator_last_progress_timestamp_seconds{job_id}
 //                                                       Unix time of the job's start or last
 //                                                       step (the "step stalled" alert)
@@ -58,8 +62,9 @@ namespace adjsh::coordinator {
 class CoordinatorMetrics final : public prometheus::Collectable, public JobObserver {
  public:
   // tasks: the TaskService the workers talk to; it must outlive this object's use by the
-  // metrics server.
-  explicit CoordinatorMetrics(const TaskServiceImpl& tasks);
+  // metrics server. nullptr: in-process training (adjsh train without --workers), whose
+  // metrics have no task, lease, result, wire or worker families.
+  explicit CoordinatorMetrics(const TaskServiceImpl* tasks);
   // The JobService whose jobs are counted (adjsh_coordinator_jobs); without one (adjsh train)
   // that family is not exported. Set it before the metrics are served; it must outlive them.
   void set_jobs(const JobServiceImpl* jobs) { jobs_ = jobs; }
@@ -75,7 +80,7 @@ class CoordinatorMetrics final : public prometheus::Collectable, public JobObser
   static const std::vector<metrics::MetricDef>& Definitions();
 
  private:
-  const TaskServiceImpl& tasks_;
+  const TaskServiceImpl* tasks_;
   const JobServiceImpl* jobs_ = nullptr;
   mutable std::mutex mu_;
   int64_t steps_ = 0, tokens_ = 0;  // guarded by mu_
@@ -84,8 +89,10 @@ class CoordinatorMetrics final : public prometheus::Collectable, public JobObser
   bool running_ = false;
   std::string job_;
   int64_t job_step_ = 0, job_steps_ = 0;
-  double loss_ = 0, tokens_per_s_ = 0, last_progress_ = 0;
-  bool stepped_ = false;  // loss and tokens/s are known
+  double loss_ = 0, tokens_per_s_ = 0, last_progress_ = 0, grad_norm_ = 0, lr_ = 0;
+  double val_loss_ = 0;
+  bool stepped_ = false;    // loss, tokens/s, grad norm and learning rate are known
+  bool evaluated_ = false;  // a held-out loss is known
   prometheus::Histogram step_duration_;  // thread-safe itself
 };
 

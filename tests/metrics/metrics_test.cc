@@ -191,7 +191,7 @@ TEST(WorkerMetricsTest, OptionsForABackendTakeItsDeviceAndItsProbe) {
 
 TEST(CoordinatorMetricsTest, ExportsItsTableAndTheRunningJob) {
   coordinator::TaskServiceImpl tasks;
-  coordinator::CoordinatorMetrics m(tasks);
+  coordinator::CoordinatorMetrics m(&tasks);
   coordinator::JobServiceOptions options;
   options.threads = 1;
   options.observer = &m;
@@ -199,7 +199,9 @@ TEST(CoordinatorMetricsTest, ExportsItsTableAndTheRunningJob) {
   m.set_jobs(&jobs);
   const std::set<std::string> per_job = {
       "adjsh_coordinator_job_step", "adjsh_coordinator_job_steps", "adjsh_coordinator_loss",
-      "adjsh_coordinator_tokens_per_second", "adjsh_coordinator_last_progress_timestamp_seconds"};
+      "adjsh_coordinator_tokens_per_second", "adjsh_coordinator_last_progress_timestamp_seconds",
+      "adjsh_coordinator_grad_norm", "adjsh_coordinator_learning_rate",
+      "adjsh_coordinator_val_loss"};
   // The step profile's gauges appear with the first span-scheduled step and stay.
   const std::set<std::string> per_step = {
       "adjsh_coordinator_step_task_seconds", "adjsh_coordinator_step_critical_path_seconds",
@@ -226,6 +228,7 @@ TEST(CoordinatorMetricsTest, ExportsItsTableAndTheRunningJob) {
   EXPECT_FALSE(f.contains("adjsh_coordinator_loss"));
   train::StepReport r;
   r.step = 4, r.steps = 10, r.loss = 2.5, r.seconds = 0.25, r.tokens_per_s = 8192;
+  r.grad_norm = 0.75, r.lr = 1e-3, r.evaluated = true, r.val_loss = 2.75;
   r.profile.tasks = 120, r.profile.task_seconds = 8.5, r.profile.critical_path_seconds = 1.25;
   r.profile.parallelism = 6.8, r.profile.wire_bytes = 23600000;
   m.StepDone("job-7", r, 2048);
@@ -236,6 +239,9 @@ TEST(CoordinatorMetricsTest, ExportsItsTableAndTheRunningJob) {
   EXPECT_EQ(f.at("adjsh_coordinator_step_parallelism").metric.at(0).gauge.value, 6.8);
   EXPECT_EQ(f.at("adjsh_coordinator_step_wire_bytes").metric.at(0).gauge.value, 23600000);
   EXPECT_EQ(f.at("adjsh_coordinator_loss").metric.at(0).gauge.value, 2.5);
+  EXPECT_EQ(f.at("adjsh_coordinator_grad_norm").metric.at(0).gauge.value, 0.75);
+  EXPECT_EQ(f.at("adjsh_coordinator_learning_rate").metric.at(0).gauge.value, 1e-3);
+  EXPECT_EQ(f.at("adjsh_coordinator_val_loss").metric.at(0).gauge.value, 2.75);
   EXPECT_EQ(f.at("adjsh_coordinator_job_step").metric.at(0).gauge.value, 4);
   EXPECT_EQ(f.at("adjsh_coordinator_job_steps").metric.at(0).gauge.value, 10);
   EXPECT_EQ(f.at("adjsh_coordinator_tokens_per_second").metric.at(0).gauge.value, 8192);

@@ -2,7 +2,9 @@
 """The metrics flags of the commands: `adjsh train --workers 2 --metrics-listen ...
 --worker-metrics-listen ...` serves the coordinator's metrics and each spawned worker's (on
 HOST:PORT+i, or a free port each; CPU workers without GPU gauges) and trains bitwise as without
-them; bad metrics addresses are refused clearly.
+them; in-process `adjsh train --metrics-listen` serves the job's gauges (gradient norm, learning
+rate and held-out loss among them) without the workers' families; bad metrics addresses are
+refused clearly.
 
   test_metrics_cli.py --adjsh build/cli/adjsh
 
@@ -115,6 +117,47 @@ def train_with_metrics(adjsh, tmp, worker_listen):
             p.wait()
 
 
+def train_in_process_metrics(adjsh, tmp):
+    """adjsh train without workers, --metrics-listen: the job's gauges (loss, gradient norm,
+    learning rate, held-out loss) and none of the workers' families."""
+    val = os.path.join(tmp, "val.u16")
+    with open(val, "wb") as f:
+        f.write(b"".join(bytes((i % 256, 0)) for i in range(10240)))  # ids 0..255, u16 LE
+    p = subprocess.Popen([adjsh, "train", *MODEL, "--checkpoint-dir", os.path.join(tmp, "inp"),
+                          "--metrics-listen", "127.0.0.1:0", "--val-data", val, "--eval-every",
+                          "1", "--eval-tokens", "2048"],
+                         stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+                         preexec_fn=die_with_parent)
+    lines = []
+    threading.Thread(target=lambda: [lines.append(l.rstrip()) for l in p.stderr],
+                     daemon=True).start()
+    try:
+        end, text = time.time() + 60, ""
+        while time.time() < end and p.poll() is None:
+            addrs = [l.split()[-1] for l in list(lines) if l.startswith("metrics on ")]
+            if addrs:
+                text = scrape(addrs[0])
+                if (value(text, "adjsh_coordinator_steps_total") or 0) >= 2 and \
+                        value(text, "adjsh_coordinator_val_loss") is not None:
+                    break
+            time.sleep(0.2)
+        check(all(value(text, n) is not None for n in (
+            "adjsh_coordinator_loss", "adjsh_coordinator_grad_norm",
+            "adjsh_coordinator_learning_rate", "adjsh_coordinator_val_loss",
+            "adjsh_coordinator_resident_memory_bytes")) and 'job_id="train"' in text and
+              "adjsh_coordinator_tasks" not in text and
+              "adjsh_coordinator_workers_connected" not in text,
+              "adjsh train in-process --metrics-listen: loss, grad norm, lr, val loss, memory; "
+              "no task or worker families")
+    finally:
+        p.terminate()
+        try:
+            p.wait(15)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
 def final_weights(adjsh, ckpt, extra):
     short = [a if a != "100000" else "4" for a in MODEL]  # 4 steps
     r = subprocess.run([adjsh, "train", *short, "--workers", "2", "--checkpoint-dir", ckpt, *extra],
@@ -139,6 +182,7 @@ def main():
         check(plain is not None and plain == observed,
               "adjsh train --workers 2: bitwise the same weights with metrics served")
         _, workers = train_with_metrics(adjsh, tmp, "127.0.0.1:0")
+        train_in_process_metrics(adjsh, tmp)
         base = two_free_ports()
         _, workers = train_with_metrics(adjsh, tmp, f"127.0.0.1:{base}")
         check(workers == [f"127.0.0.1:{base}", f"127.0.0.1:{base + 1}"],
@@ -151,7 +195,7 @@ def main():
             (["coordinator", "--insecure-local", "--metrics-listen", "nowhere"], 2, "--metrics-listen must be HOST:PORT"),
             (["worker", "--coordinator", "127.0.0.1:1", "--metrics-listen", "127.0.0.1:99999"], 2,
              "--metrics-listen must be HOST:PORT"),
-            (["train", "--metrics-listen", "127.0.0.1:0"], 2, "--metrics-listen needs --workers"),
+            (["train", "--metrics-listen", "nowhere"], 2, "--metrics-listen must be HOST:PORT"),
             (["train", "--workers", "1", "--worker-metrics-listen", "127.0.0.1"], 2,
              "--worker-metrics-listen must be HOST:PORT"),
         ]:
