@@ -1,18 +1,22 @@
 // adjsh grad: loss and gradient of the mean next-token loss of one sequence (DESIGN.md §6).
 #include <chrono>
+#include <cstring>
 #include <cstdio>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/device_flags.h"
+#include "common/file_io.h"
 #include "common/model.h"
 #include "coordinator/local_cluster.h"
 #include "common/proc_stats.h"
 #include "common/safetensors.h"
 #include "common/tokens.h"
 #include "engine/adjoint_engine.h"
+#include "engine/segments.h"
 #include "engine/span_plan.h"
 #include "engine/step_profile.h"
 
@@ -28,9 +32,38 @@ absl::Status RunGrad(const ArgParser& a, const GradOptions& opt, bool quiet, int
   if (!tokens.ok()) return tokens.status();
   if (absl::Status s = CheckTokensInVocab(*tokens, params->config.vocab_size); !s.ok()) return s;
 
+  std::vector<int64_t> doc_starts;
+  if (a.Has("doc-starts")) {
+    absl::StatusOr<std::string> raw = ReadFileToString(a.Get("doc-starts"));
+    if (!raw.ok()) return raw.status();
+    if (raw->size() % 8 != 0) {
+      return absl::InvalidArgumentError(a.Get("doc-starts") +
+                                        ": not a whole number of uint64 offsets");
+    }
+    for (size_t i = 0; i < raw->size(); i += 8) {
+      uint64_t v;
+      std::memcpy(&v, raw->data() + i, 8);
+      if (v >= tokens->size() || (!doc_starts.empty() && v <= uint64_t(doc_starts.back()))) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            a.Get("doc-starts"), ": offset ", i / 8, " (", v,
+            ") is out of order or past the sequence's ", tokens->size(), " tokens"));
+      }
+      doc_starts.push_back(static_cast<int64_t>(v));
+    }
+  }
   auto start = std::chrono::steady_clock::now();
   absl::StatusOr<GradResult<T>> result;
-  if constexpr (std::is_same_v<T, float>) {
+  if (!doc_starts.empty()) {  // the masked model: its documents' pieces, combined
+    std::vector<GradResult<T>> parts;
+    for (const auto& [first, len] :
+         PiecesAtStarts(static_cast<int64_t>(tokens->size()), doc_starts)) {
+      absl::StatusOr<GradResult<T>> g =
+          ComputeGradient<T>(*params, std::span(*tokens).subspan(first, len), opt);
+      if (!g.ok()) return g.status();
+      parts.push_back(*std::move(g));
+    }
+    result = CombineGradients<T>(std::move(parts));
+  } else if constexpr (std::is_same_v<T, float>) {
     if (workers > 0) {  // a local cluster: the backward tasks on worker processes
       coordinator::LocalClusterOptions options;
       options.worker_devices = std::move(worker_devices);
@@ -44,7 +77,7 @@ absl::Status RunGrad(const ArgParser& a, const GradOptions& opt, bool quiet, int
       result = (*cluster)->service().ComputeGradient(*params, *tokens, opt, "grad", 0);
     }
   }
-  if (workers == 0) result = ComputeGradient<T>(*params, *tokens, opt);
+  if (workers == 0 && doc_starts.empty()) result = ComputeGradient<T>(*params, *tokens, opt);
   if (!result.ok()) return result.status();
   if (workers == 0 && a.Has("trace") && result->profile.tasks > 0) {
     absl::StatusOr<SpanPlan> plan =
@@ -98,6 +131,10 @@ int GradCommand(const std::vector<std::string>& args) {
         "one per chunk). The result depends on S, never on threads or workers",
         "0");
   a.Add("trace", "FILE", "append one JSON line per span task (bench/fleet_sim.py reads them)");
+  a.Add("doc-starts", "FILE",
+        "document starts in the sequence (raw little-endian uint64 offsets, ascending): the "
+        "recurrence and the conv do not cross them (the exact gradient of that masked model; "
+        "in-process)");
   a.Add("threads", "N", "threads for in-process work (0: one per core)", "0");
   a.Add("workers", "N",
         "local worker processes owning the spans, on a private Unix socket (0: all "
@@ -173,6 +210,10 @@ int GradCommand(const std::vector<std::string>& args) {
                                                        dtype + "'"));
   }
   if (absl::Status s = CheckOutputFile("out", a.Get("out")); !s.ok()) return BadUsage("grad", s);
+  if (a.Has("doc-starts") && (*workers > 0 || a.Has("trace"))) {
+    return BadUsage("grad", absl::InvalidArgumentError(
+                                "--doc-starts runs in-process (no --workers or --trace)"));
+  }
   if (*workers > 0 && (dtype != "f32" || opt.window != 0 || opt.schedule != Schedule::kSpans ||
                        opt.cotangent != Cotangent::kExact)) {
     return BadUsage("grad", absl::InvalidArgumentError(

@@ -17,6 +17,7 @@
 #include "absl/strings/str_split.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/job_flags.h"
 #include "cli/security_flags.h"
 #include "common/file_io.h"
 #include "engine/adjoint_engine.h"
@@ -127,168 +128,6 @@ bool Terminal(v1::Job::State s) {
   return s == v1::Job::SUCCEEDED || s == v1::Job::FAILED || s == v1::Job::CANCELLED;
 }
 
-std::string Absolute(const std::string& path) {
-  std::error_code ec;
-  const std::filesystem::path p = std::filesystem::absolute(path, ec);
-  return ec ? path : p.string();
-}
-
-// ---------------------------------------------------------------------------------------------
-// submit
-
-// Job flags of `adjsh submit`, mapped onto a JobSpec; their defaults (applied when unset) are
-// those of `adjsh train`.
-struct JobFlag {
-  const char* name;
-  const char* value;
-  const char* help;
-};
-constexpr JobFlag kJobFlags[] = {
-    {"model", "DIR", "model to start from (default: a new model from the shape flags)"},
-    {"hidden-size", "D", "width of a new model (default 128)"},
-    {"layers", "K", "layers of a new model (default 4)"},
-    {"vocab-size", "V", "vocabulary of a new model (default 256)"},
-    {"state-size", "N", "SSM state size of a new model (default 16)"},
-    {"conv-kernel", "W", "causal conv width of a new model (default 4)"},
-    {"expand", "E", "inner width factor of a new model (default 2)"},
-    {"dt-rank", "R", "dt rank of a new model, or auto = ceil(D/16) (default auto)"},
-    {"seed", "S", "initialisation seed of a new model (default 0)"},
-    {"tokens", "FILE", "corpus as a token file (.u32/.u16)"},
-    {"text", "FILE[,FILE...]",
-     "corpus as text files, bytes as tokens (default: the built-in corpus)"},
-    {"context", "T", "tokens per step (default 16384)"},
-    {"steps", "S", "optimizer steps (default 60)"},
-    {"chunk", "C", "tokens per chunk, one kernel call (default 256)"},
-    {"spans", "S",
-     "spans per step, each owned by one worker (default: about T/16384, at least 8, at most "
-     "one per chunk)"},
-    {"storage", "full|bf16",
-     "layer inputs and chunk states kept for the backward in f32 or bf16 (default full)"},
-    {"lr", "LR", "peak learning rate (default 3e-3)"},
-    {"warmup", "S", "linear warmup steps (default 10)"},
-    {"min-lr-ratio", "R", "final learning rate as a fraction of the peak (default 0.1)"},
-    {"weight-decay", "WD", "AdamW decoupled weight decay (default 0.1)"},
-    {"beta1", "B1", "AdamW beta1 (default 0.9)"},
-    {"beta2", "B2", "AdamW beta2 (default 0.95)"},
-    {"eps", "EPS", "AdamW epsilon (default 1e-8)"},
-    {"grad-clip", "G", "global gradient-norm clip, 0: off (default 1.0)"},
-    {"checkpoint-dir", "DIR",
-     "checkpoints (and resume) directory on the coordinator (default: its --state-dir/JOB_ID)"},
-    {"checkpoint-every", "S", "steps between checkpoints, 0: only at the end (default 20)"},
-};
-
-absl::StatusOr<v1::JobSpec> SpecFromFlags(const ArgParser& a) {
-  v1::JobSpec spec;
-  auto integer = [&](const char* name, int64_t def, int64_t min) -> absl::StatusOr<int64_t> {
-    if (!a.Has(name)) return def;
-    return a.GetInt(name, min, int64_t{1} << 40);
-  };
-  static constexpr const char* kShape[] = {"hidden-size", "layers", "vocab-size", "state-size",
-                                           "conv-kernel", "expand", "dt-rank",    "seed"};
-  if (a.Has("model")) {
-    for (const char* f : kShape) {
-      if (a.Has(f)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--model and --", f, " exclude each other (the model has its shape)"));
-      }
-    }
-    spec.set_model_dir(Absolute(a.Get("model")));
-  } else {
-    v1::InitConfig* init = spec.mutable_init();
-    struct Shape {
-      const char* name;
-      int64_t def;
-      void (v1::InitConfig::*set)(int64_t);
-    };
-    for (const Shape& s : {Shape{"hidden-size", 128, &v1::InitConfig::set_hidden_size},
-                           Shape{"layers", 4, &v1::InitConfig::set_layers},
-                           Shape{"vocab-size", 256, &v1::InitConfig::set_vocab_size},
-                           Shape{"state-size", 16, &v1::InitConfig::set_state_size},
-                           Shape{"conv-kernel", 4, &v1::InitConfig::set_conv_kernel},
-                           Shape{"expand", 2, &v1::InitConfig::set_expand}}) {
-      absl::StatusOr<int64_t> v = integer(s.name, s.def, 1);
-      if (!v.ok()) return v.status();
-      (init->*s.set)(*v);
-    }
-    if (a.Has("dt-rank") && a.Get("dt-rank") != "auto") {
-      absl::StatusOr<int64_t> v = integer("dt-rank", 0, 1);
-      if (!v.ok()) return v.status();
-      init->set_dt_rank(*v);
-    }
-    absl::StatusOr<int64_t> seed = integer("seed", 0, 0);
-    if (!seed.ok()) return seed.status();
-    init->set_seed(static_cast<uint64_t>(*seed));
-  }
-  if (a.Has("tokens") && a.Has("text")) {
-    return absl::InvalidArgumentError("give --tokens or --text, not both");
-  }
-  if (a.Has("tokens")) spec.set_token_file(Absolute(a.Get("tokens")));
-  if (a.Has("text")) {
-    for (const std::string& f :
-         std::vector<std::string>(absl::StrSplit(a.Get("text"), ',', absl::SkipEmpty()))) {
-      spec.mutable_text_files()->add_paths(Absolute(f));
-    }
-    if (spec.text_files().paths().empty()) return absl::InvalidArgumentError("--text is empty");
-  }
-  struct Int {
-    const char* name;
-    int64_t def, min;
-    void (v1::JobSpec::*set)(int64_t);
-  };
-  for (const Int& f :
-       {Int{"context", 16384, 2, &v1::JobSpec::set_context_length},
-        Int{"steps", 60, 1, &v1::JobSpec::set_steps}, Int{"chunk", 256, 1, &v1::JobSpec::set_chunk},
-        Int{"spans", 0, 0, &v1::JobSpec::set_spans},
-        Int{"checkpoint-every", 20, 0, &v1::JobSpec::set_checkpoint_every}}) {
-    absl::StatusOr<int64_t> v = integer(f.name, f.def, f.min);
-    if (!v.ok()) return v.status();
-    (spec.*f.set)(*v);
-  }
-  if (a.Has("storage")) {
-    absl::StatusOr<Storage> storage = ParseStorage(a.Get("storage"));
-    if (!storage.ok()) return storage.status();
-    spec.set_storage(std::string(StorageName(*storage)));
-  }
-  v1::AdamW* o = spec.mutable_optimizer();
-  if (a.Has("warmup")) {
-    absl::StatusOr<int64_t> v = integer("warmup", 0, 0);
-    if (!v.ok()) return v.status();
-    o->set_warmup_steps(*v);
-  }
-  struct Real {
-    const char* name;
-    void (v1::AdamW::*set)(double);
-  };
-  for (const Real& f : {Real{"lr", &v1::AdamW::set_lr}, Real{"beta1", &v1::AdamW::set_beta1},
-                        Real{"beta2", &v1::AdamW::set_beta2}, Real{"eps", &v1::AdamW::set_eps},
-                        Real{"weight-decay", &v1::AdamW::set_weight_decay},
-                        Real{"min-lr-ratio", &v1::AdamW::set_min_lr_ratio},
-                        Real{"grad-clip", &v1::AdamW::set_grad_clip}}) {
-    if (!a.Has(f.name)) continue;
-    absl::StatusOr<double> v = a.GetDouble(f.name);
-    if (!v.ok()) return v.status();
-    (o->*f.set)(*v);
-  }
-  if (a.Has("checkpoint-dir")) {
-    if (a.Get("checkpoint-dir").empty())
-      return absl::InvalidArgumentError("--checkpoint-dir is empty");
-    spec.set_checkpoint_dir(Absolute(a.Get("checkpoint-dir")));
-  }
-  return spec;
-}
-
-absl::StatusOr<v1::JobSpec> SpecFromFile(const std::string& path) {
-  absl::StatusOr<std::string> text = ReadFileToString(path);
-  if (!text.ok()) return text.status();
-  v1::JobSpec spec;
-  const auto s = google::protobuf::util::JsonStringToMessage(*text, &spec);
-  if (!s.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("spec ", path, " is not a JobSpec in JSON: ", s.ToString()));
-  }
-  return spec;
-}
-
 }  // namespace
 
 int SubmitCommand(const std::vector<std::string>& args) {
@@ -305,16 +144,14 @@ int SubmitCommand(const std::vector<std::string>& args) {
       "Follow it with `adjsh watch --job ID`.");
   AddClientFlags(a);
   a.Add("spec", "FILE.json", "the job as a JobSpec in JSON (excludes the job flags below)");
-  for (const JobFlag& f : kJobFlags) a.Add(f.name, f.value, f.help);
+  AddJobFlags(a);
   if (auto code = ParseOrExit(a, args)) return *code;
 
   absl::StatusOr<v1::JobSpec> spec;
   if (a.Has("spec")) {
-    for (const JobFlag& f : kJobFlags) {
-      if (a.Has(f.name)) {
-        return BadUsage("submit", absl::InvalidArgumentError(absl::StrCat("--spec and --", f.name,
-                                                                          " exclude each other")));
-      }
+    if (AnyJobFlag(a)) {
+      return BadUsage("submit", absl::InvalidArgumentError(
+                                    "--spec excludes the job flags (the spec defines the job)"));
     }
     spec = SpecFromFile(a.Get("spec"));
     if (!spec.ok()) return Fail("submit", spec.status());

@@ -440,12 +440,15 @@ absl::Status JobServiceImpl::RunJob(JobRecord& rec) {
   absl::StatusOr<ModelParams<float>> params = JobModelParams(spec);
   if (!params.ok()) return params.status();
   if (rec.cancel.load()) return cancelled;
-  absl::StatusOr<TokenData> corpus = JobCorpus(spec, opt_.limits);
-  if (!corpus.ok()) return corpus.status();
+  absl::StatusOr<JobDataSet> data = JobData(spec, opt_.limits, params->config.vocab_size);
+  if (!data.ok()) return data.status();
   if (rec.cancel.load()) return cancelled;
 
   train::TrainOptions opt = JobTrainOptions(spec, opt_.threads, ckpt);
-  train::Trainer trainer(std::move(*params), std::move(*corpus), opt);
+  if (opt.reset_at_documents) opt.doc_starts = std::move(data->doc_starts);
+  train::Trainer trainer(std::move(*params), std::move(data->corpus), opt);
+  // The held-out loss is measured in this process (the evaluation is not distributed yet).
+  if (data->val) trainer.set_validation(*std::move(data->val));
   if (absl::Status s = trainer.Init(); !s.ok()) return s;
   if (trainer.resumed()) {
     std::lock_guard<std::mutex> lock(mu_);

@@ -1,5 +1,7 @@
 #include "coordinator/job_spec.h"
 
+#include "train/dataset.h"
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -25,34 +27,6 @@ absl::Status Invalid(const std::string& field, const std::string& message) {
 }
 
 // The config of an InitConfig, defaults filled in as `adjsh train` / `adjsh init` do.
-absl::StatusOr<MambaConfig> ConfigFromInit(const v1::InitConfig& init) {
-  struct Field {
-    const char* name;
-    int64_t value, min;
-  };
-  for (const Field& f :
-       {Field{"init.hidden_size", init.hidden_size(), 1}, Field{"init.layers", init.layers(), 1},
-        Field{"init.vocab_size", init.vocab_size(), 1},
-        Field{"init.state_size", init.state_size(), 0},
-        Field{"init.conv_kernel", init.conv_kernel(), 0}, Field{"init.expand", init.expand(), 0},
-        Field{"init.dt_rank", init.dt_rank(), 0}}) {
-    if (f.value < f.min || f.value > (int64_t{1} << 31)) {
-      return Invalid(f.name, absl::StrFormat("must be in [%d, 2^31], got %d", f.min, f.value));
-    }
-  }
-  MambaConfig c;
-  c.hidden_size = init.hidden_size();
-  c.num_hidden_layers = init.layers();
-  c.vocab_size = init.vocab_size();
-  if (init.state_size() > 0) c.state_size = init.state_size();
-  if (init.conv_kernel() > 0) c.conv_kernel = init.conv_kernel();
-  if (init.expand() > 0) c.expand = init.expand();
-  c.time_step_rank = init.dt_rank() > 0 ? init.dt_rank() : (c.hidden_size + 15) / 16;
-  if (absl::Status s = ValidateConfig(c); !s.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("init: ", s.message()));
-  }
-  return c;
-}
 
 // A file that must exist on the coordinator: NOT_FOUND naming the field otherwise.
 absl::Status CheckFile(const std::string& field, const std::string& path) {
@@ -149,6 +123,36 @@ absl::Status CheckModelLimits(const MambaConfig& c, const std::string& field,
 
 }  // namespace
 
+absl::StatusOr<MambaConfig> ConfigFromInit(const v1::InitConfig& init) {
+  struct Field {
+    const char* name;
+    int64_t value, min;
+  };
+  for (const Field& f :
+       {Field{"init.hidden_size", init.hidden_size(), 1}, Field{"init.layers", init.layers(), 1},
+        Field{"init.vocab_size", init.vocab_size(), 1},
+        Field{"init.state_size", init.state_size(), 0},
+        Field{"init.conv_kernel", init.conv_kernel(), 0}, Field{"init.expand", init.expand(), 0},
+        Field{"init.dt_rank", init.dt_rank(), 0}}) {
+    if (f.value < f.min || f.value > (int64_t{1} << 31)) {
+      return Invalid(f.name, absl::StrFormat("must be in [%d, 2^31], got %d", f.min, f.value));
+    }
+  }
+  MambaConfig c;
+  c.hidden_size = init.hidden_size();
+  c.num_hidden_layers = init.layers();
+  c.vocab_size = init.vocab_size();
+  if (init.state_size() > 0) c.state_size = init.state_size();
+  if (init.conv_kernel() > 0) c.conv_kernel = init.conv_kernel();
+  if (init.expand() > 0) c.expand = init.expand();
+  c.time_step_rank = init.dt_rank() > 0 ? init.dt_rank() : (c.hidden_size + 15) / 16;
+  if (init.layer_norm_epsilon() != 0) c.layer_norm_epsilon = init.layer_norm_epsilon();
+  if (absl::Status s = ValidateConfig(c); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("init: ", s.message()));
+  }
+  return c;
+}
+
 uint64_t LargestParamBytes(const MambaConfig& c) {
   const auto u = [](int64_t v) { return static_cast<uint64_t>(std::max<int64_t>(v, 0)); };
   const uint64_t d = u(c.hidden_size), di = SatMul(u(c.expand), d);
@@ -190,7 +194,7 @@ absl::Status CheckSpecRequestSize(const v1::JobSpec& spec) {
   return absl::OkStatus();
 }
 
-absl::Status ValidateJobSpec(const v1::JobSpec& spec, const JobLimits& limits) {
+absl::Status ValidateJobSpec(const v1::JobSpec& spec, const JobLimits& limits, bool in_process) {
   if (absl::Status s = CheckSpecRequestSize(spec); !s.ok()) return s;
 
   // The model.
@@ -251,7 +255,7 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const JobLimits& limits) {
   }
   if (spec.window() < 0)
     return Invalid("window", absl::StrCat("must be >= 0, got ", spec.window()));
-  if (spec.window() > 0) {
+  if (spec.window() > 0 && !in_process) {
     return absl::UnimplementedError(absl::StrCat(
         "window: the truncated adjoint (window ", spec.window(),
         ") is not supported on remote workers, which compute the exact gradient only; use "
@@ -273,6 +277,37 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const JobLimits& limits) {
     return Invalid("checkpoint_every", absl::StrCat("must be >= 0, got ", spec.checkpoint_every()));
   }
   if (absl::Status s = CheckOptimizer(spec.optimizer()); !s.ok()) return s;
+  struct NonNegative {
+    const char* field;
+    int64_t value;
+  };
+  for (const NonNegative& f : {NonNegative{"batch_size", spec.batch_size()},
+                               NonNegative{"eval_every", spec.eval_every()},
+                               NonNegative{"eval_tokens", spec.eval_tokens()},
+                               NonNegative{"keep_checkpoints", spec.keep_checkpoints()}}) {
+    if (f.value < 0) return Invalid(f.field, absl::StrCat("must be >= 0, got ", f.value));
+  }
+  if (!spec.data_order().empty() && !train::DataOrderFromName(spec.data_order()).ok()) {
+    return Invalid("data_order", absl::StrCat("must be \"shuffled\" or \"sequential\" (or "
+                                              "empty), got \"", Echo(spec.data_order()), "\""));
+  }
+  if (!spec.resume().empty() && !train::ResumeModeFromName(spec.resume()).ok()) {
+    return Invalid("resume", absl::StrCat("must be \"auto\", \"never\" or \"must\" (or empty), "
+                                          "got \"", Echo(spec.resume()), "\""));
+  }
+  if (!spec.doc_boundaries().empty() && spec.doc_boundaries() != "cross" &&
+      spec.doc_boundaries() != "reset") {
+    return Invalid("doc_boundaries", absl::StrCat("must be \"cross\" or \"reset\" (or empty), "
+                                                  "got \"", Echo(spec.doc_boundaries()), "\""));
+  }
+  if (spec.doc_boundaries() == "reset" && spec.data_case() != v1::JobSpec::kPreparedData) {
+    return Invalid("doc_boundaries",
+                   "\"reset\" needs the document index of prepared_data (adjsh prepare)");
+  }
+  if (!spec.save_dtype().empty() && spec.save_dtype() != "f32" && spec.save_dtype() != "bf16") {
+    return Invalid("save_dtype", absl::StrCat("must be \"f32\" or \"bf16\" (or empty), got \"",
+                                              Echo(spec.save_dtype()), "\""));
+  }
 
   // The data.
   uint64_t data_bytes = 0;
@@ -296,6 +331,19 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const JobLimits& limits) {
       }
       break;
     }
+    case v1::JobSpec::kPreparedData: {
+      if (spec.prepared_data().empty()) return Invalid("prepared_data", "is empty");
+      if (absl::Status s = CheckFile("prepared_data", spec.prepared_data()); !s.ok()) return s;
+      absl::StatusOr<train::PreparedData> data = train::LoadPrepared(spec.prepared_data());
+      if (!data.ok()) {
+        return absl::Status(data.status().code(),
+                            absl::StrCat("prepared_data: ", data.status().message()));
+      }
+      if (absl::Status s = train::CheckVocabulary(*data, vocab); !s.ok()) return s;
+      data_bytes += static_cast<uint64_t>(data->train.tokens.size()) *
+                    (data->vocab_size > 65536 ? 4 : 2);
+      break;
+    }
     default:
       if (BuiltinCorpusFiles().empty()) {
         return absl::FailedPreconditionError(
@@ -310,7 +358,19 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const JobLimits& limits) {
     return OverLimit("data: the training files' bytes", "--max-data-bytes", data_bytes,
                      limits.max_data_bytes);
   }
-  if (spec.data_case() != v1::JobSpec::kTokenFile && vocab < 256) {
+  if (!spec.val_token_file().empty()) {
+    const std::string& path = spec.val_token_file();
+    if (!absl::EndsWith(path, ".u32") && !absl::EndsWith(path, ".u16")) {
+      return Invalid("val_token_file", absl::StrCat(path, " is not a .u32 or .u16 token file"));
+    }
+    if (absl::Status s = CheckDataFile("val_token_file", path, &data_bytes); !s.ok()) return s;
+  }
+  if (spec.eval_every() > 0 && spec.val_token_file().empty() &&
+      spec.data_case() != v1::JobSpec::kPreparedData) {
+    return Invalid("eval_every", "needs held-out data: val_token_file or prepared_data");
+  }
+  if (spec.data_case() != v1::JobSpec::kTokenFile &&
+      spec.data_case() != v1::JobSpec::kPreparedData && vocab < 256) {
     return Invalid(spec.model_case() == v1::JobSpec::kInit ? "init.vocab_size" : "model_dir",
                    absl::StrCat("byte-level data (text files or the built-in corpus) needs a "
                                 "vocabulary of at least 256, the model has ",
@@ -334,18 +394,38 @@ absl::StatusOr<ModelParams<float>> JobModelParams(const v1::JobSpec& spec) {
   return InitParams<float>(*c, spec.init().seed());
 }
 
-absl::StatusOr<TokenData> JobCorpus(const v1::JobSpec& spec, const JobLimits& limits) {
+absl::StatusOr<JobDataSet> JobData(const v1::JobSpec& spec, const JobLimits& limits,
+                                   int64_t vocab_size) {
   const ReadOptions read{.regular_only = true, .max_bytes = limits.max_data_bytes};
-  if (spec.data_case() == v1::JobSpec::kTokenFile) return TokenData::Map(spec.token_file(), read);
-  std::vector<std::string> files;
-  if (spec.data_case() == v1::JobSpec::kTextFiles) {
-    files.assign(spec.text_files().paths().begin(), spec.text_files().paths().end());
+  JobDataSet out;
+  if (spec.data_case() == v1::JobSpec::kTokenFile) {
+    absl::StatusOr<TokenData> t = TokenData::Map(spec.token_file(), read);
+    if (!t.ok()) return t.status();
+    out.corpus = *std::move(t);
+  } else if (spec.data_case() == v1::JobSpec::kPreparedData) {
+    absl::StatusOr<train::PreparedData> data = train::LoadPrepared(spec.prepared_data());
+    if (!data.ok()) return data.status();
+    if (absl::Status s = train::CheckVocabulary(*data, vocab_size); !s.ok()) return s;
+    out.corpus = std::move(data->train.tokens);
+    out.doc_starts = std::move(data->train.starts);
+    if (data->val) out.val = std::move(data->val->tokens);
   } else {
-    files = BuiltinCorpusFiles();
+    std::vector<std::string> files;
+    if (spec.data_case() == v1::JobSpec::kTextFiles) {
+      files.assign(spec.text_files().paths().begin(), spec.text_files().paths().end());
+    } else {
+      files = BuiltinCorpusFiles();
+    }
+    absl::StatusOr<std::vector<uint32_t>> bytes = ReadTextAsBytes(files, read);
+    if (!bytes.ok()) return bytes.status();
+    out.corpus = TokenData::FromIds(*std::move(bytes));
   }
-  absl::StatusOr<std::vector<uint32_t>> bytes = ReadTextAsBytes(files, read);
-  if (!bytes.ok()) return bytes.status();
-  return TokenData::FromIds(*std::move(bytes));
+  if (!spec.val_token_file().empty()) {
+    absl::StatusOr<TokenData> v = TokenData::Map(spec.val_token_file(), read);
+    if (!v.ok()) return v.status();
+    out.val = *std::move(v);
+  }
+  return out;
 }
 
 train::TrainOptions JobTrainOptions(const v1::JobSpec& spec, int threads,
@@ -355,12 +435,24 @@ train::TrainOptions JobTrainOptions(const v1::JobSpec& spec, int threads,
   opt.context = spec.context_length();
   opt.grad.chunk = spec.chunk() > 0 ? spec.chunk() : kDefaultChunk;
   opt.grad.spans = spec.spans();
-  opt.grad.window = 0;
+  opt.grad.window = spec.window();
   opt.grad.storage = spec.storage().empty() ? Storage::kCompute : *ParseStorage(spec.storage());
   opt.grad.threads = threads;
   opt.adamw = AdamWFromSpec(spec.optimizer());
   opt.checkpoint_dir = std::move(checkpoint_dir);
   opt.checkpoint_every = spec.checkpoint_every();
+  opt.batch_size = spec.batch_size() > 0 ? spec.batch_size() : 1;
+  opt.order = spec.data_order().empty() ? train::DataOrder::kShuffled
+                                        : *train::DataOrderFromName(spec.data_order());
+  opt.data_seed = spec.seed();
+  opt.eval_every = spec.eval_every();
+  opt.eval_tokens = spec.eval_tokens();
+  opt.resume = spec.resume().empty() ? train::ResumeMode::kAuto
+                                     : *train::ResumeModeFromName(spec.resume());
+  opt.keep_checkpoints = spec.keep_checkpoints() > 0 ? static_cast<int>(spec.keep_checkpoints()) : 2;
+  opt.save_dtype = spec.save_dtype() == "bf16" ? DType::kBF16 : DType::kF32;
+  if (spec.model_case() == v1::JobSpec::kModelDir) opt.source_model_dir = spec.model_dir();
+  opt.reset_at_documents = spec.doc_boundaries() == "reset";  // the starts: JobData's
   return opt;
 }
 

@@ -25,13 +25,15 @@
 // Defaults of an unset field are those of `adjsh train`: chunk 256, AdamW of train/optimizer.h
 // (documented in the proto), InitConfig's state_size 16, conv_kernel 4, expand 2, dt_rank auto;
 // a spec without data trains on the built-in corpus as bytes (BuiltinCorpusFiles()). Step s
-// trains on the context_length tokens after those of step s - 1 (train/trainer.h), so a job and
-// `adjsh train` with the same settings end with bitwise the same weights. JobSpec.seed is
-// recorded with the job only (training has no randomness beyond the initialisation).
+// takes batch_size windows of context_length tokens in the order of train/sampler.h (shuffled,
+// keyed by JobSpec.seed, unless data_order is "sequential"), so a job and `adjsh train` with
+// the same settings end with bitwise the same weights (`adjsh train` builds its JobSpec from the
+// same flags as `adjsh submit`: cli/job_flags.h).
 #ifndef ADJSH_COORDINATOR_JOB_SPEC_H_
 #define ADJSH_COORDINATOR_JOB_SPEC_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -64,6 +66,14 @@ struct JobLimits {
   uint64_t max_data_bytes = uint64_t{1} << 30;
 };
 
+// No limits: `adjsh train` on this machine (what fits is CheckModelFitsInMemory's to say).
+inline JobLimits NoJobLimits() {
+  JobLimits l;
+  l.max_context = l.max_layers = l.max_hidden = INT64_MAX;
+  l.max_tensor_bytes = l.max_model_bytes = l.max_data_bytes = UINT64_MAX;
+  return l;
+}
+
 // Bytes of the model's largest parameter tensor in f32 (saturates at UINT64_MAX).
 uint64_t LargestParamBytes(const MambaConfig& config);
 
@@ -71,15 +81,29 @@ uint64_t LargestParamBytes(const MambaConfig& config);
 // naming the field, the value not echoed. The first of ValidateJobSpec's checks.
 absl::Status CheckSpecRequestSize(const v1::JobSpec& spec);
 
-// The checks above, without loading the model or the data (the model_dir's config.json is read).
-absl::Status ValidateJobSpec(const v1::JobSpec& spec, const JobLimits& limits = {});
+// The checks above, without loading the model or the data (the model_dir's config.json and a
+// prepared corpus's manifest and indexes are read). in_process: the spec runs in `adjsh train`
+// without workers, where the truncated window (window > 0) is allowed.
+absl::Status ValidateJobSpec(const v1::JobSpec& spec, const JobLimits& limits = {},
+                             bool in_process = false);
+
+// The config of an InitConfig (its defaults applied); INVALID_ARGUMENT naming the field.
+absl::StatusOr<MambaConfig> ConfigFromInit(const v1::InitConfig& init);
 
 // The spec's model: loaded from model_dir, or initialised from init (its seed).
 absl::StatusOr<ModelParams<float>> JobModelParams(const v1::JobSpec& spec);
 
-// The spec's training tokens: the token file (mapped), or the text files / built-in corpus as
-// bytes; regular files only, opened without blocking, of at most limits.max_data_bytes.
-absl::StatusOr<TokenData> JobCorpus(const v1::JobSpec& spec, const JobLimits& limits = {});
+// The spec's training tokens: the token file (mapped), a prepared corpus's train split (its
+// vocabulary checked against vocab_size), or the text files / built-in corpus as bytes; and
+// the held-out data: val_token_file, else a prepared corpus's held-out split. Regular files
+// only, opened without blocking, each of at most limits.max_data_bytes.
+struct JobDataSet {
+  TokenData corpus;
+  std::optional<TokenData> val;
+  std::vector<int64_t> doc_starts;  // a prepared corpus's train split's document index
+};
+absl::StatusOr<JobDataSet> JobData(const v1::JobSpec& spec, const JobLimits& limits,
+                                   int64_t vocab_size);
 
 // The trainer's options: the spec's, unset fields as adjsh train's defaults, the exact gradient
 // (window 0). threads: for the coordinator's own work (0: one per core); checkpoint_dir: the

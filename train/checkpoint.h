@@ -1,7 +1,7 @@
 // Training checkpoints. A checkpoint directory root holds one folder per saved step and a
 // pointer to the newest complete one:
 //   root/step-00000120/config.json          HF config (loads in transformers / adjsh as a model)
-//   root/step-00000120/model.safetensors    parameters, f32, HF names
+//   root/step-00000120/model.safetensors    parameters, f32 (or bf16: save dtype), HF names
 //   root/step-00000120/optimizer.safetensors  AdamW moments: exp_avg.<name>, exp_avg_sq.<name>
 //   root/step-00000120/trainer_state.json   step, sequences consumed, data position, last loss,
 //                                           AdamW step, the training definition

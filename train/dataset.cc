@@ -25,6 +25,13 @@ absl::StatusOr<PreparedSplit> LoadSplit(const std::string& manifest, const fs::p
                   js["tokens"].is_number_integer() && js.contains("documents") &&
                   js["documents"].is_number_integer();
   if (!ok) return Bad(manifest, absl::StrCat("the ", name, " split's entry is malformed"));
+  for (const char* key : {"file", "docs"}) {  // names beside the manifest, never paths
+    const std::string v = js[key].get<std::string>();
+    if (v.empty() || v.find('/') != std::string::npos || v == "." || v == "..") {
+      return Bad(manifest, absl::StrCat("the ", name, " split's ", key,
+                                        " must be a file name beside the manifest"));
+    }
+  }
   PreparedSplit split;
   const std::string file = (dir / js["file"].get<std::string>()).string();
   absl::StatusOr<TokenData> tokens = TokenData::Map(file);
@@ -60,6 +67,7 @@ absl::StatusOr<PreparedSplit> LoadSplit(const std::string& manifest, const fs::p
                                          split.tokens.size(), " tokens"));
     }
     prev = off;
+    split.starts.push_back(static_cast<int64_t>(off));
   }
   return split;
 }

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/token_data.h"
@@ -17,6 +18,7 @@ namespace adjsh::train {
 struct PreparedSplit {
   TokenData tokens;
   int64_t documents = 0;
+  std::vector<int64_t> starts;  // each document's first token, ascending from 0
 };
 
 struct PreparedData {

@@ -1,5 +1,6 @@
 #include "train/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 
@@ -7,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "common/tokens.h"
 #include "engine/evaluate.h"
+#include "engine/segments.h"
 
 namespace adjsh::train {
 
@@ -149,6 +151,7 @@ nlohmann::json Trainer::Definition() const {
       {"data_seed", opt_.data_seed},
       {"window", opt_.grad.window},
       {"cotangent", opt_.grad.cotangent == Cotangent::kExact ? "exact" : "top-of-stack"},
+      {"doc_boundaries", opt_.reset_at_documents ? "reset" : "cross"},
       {"lr", o.lr},
       {"warmup", o.warmup_steps},
       {"min_lr_ratio", o.min_lr_ratio},
@@ -162,45 +165,28 @@ nlohmann::json Trainer::Definition() const {
 absl::StatusOr<GradResult<float>> Trainer::BatchGradient() {
   const int64_t T = opt_.context;
   std::vector<GradResult<float>> parts;
+  std::vector<int64_t> cuts;  // document starts inside the window, relative to it
   for (int64_t b = 0; b < opt_.batch_size; ++b) {
     const int64_t start = sampler_->Start(state_.sequence + b);
-    const std::vector<uint32_t> tokens = corpus_.Slice(start, T);
-    GradOptions options = opt_.grad;
-    if (!opt_.loss_mask.empty()) {  // the sequence's slice, for whichever gradient source
-      options.loss_mask = std::span<const uint8_t>(opt_.loss_mask).subspan(start, T);
+    cuts.clear();
+    if (opt_.reset_at_documents) {
+      auto it = std::upper_bound(opt_.doc_starts.begin(), opt_.doc_starts.end(), start);
+      for (; it != opt_.doc_starts.end() && *it < start + T; ++it) cuts.push_back(*it - start);
     }
-    absl::StatusOr<GradResult<float>> g = source_(params_, tokens, options);
-    if (!g.ok()) return g.status();
-    if (opt_.batch_size == 1) return g;
-    parts.push_back(*std::move(g));
-  }
-  // The mean over every counted target of the batch: sequence b's mean loss and gradient
-  // weighted by its share of the targets, added in sequence order.
-  int64_t targets = 0;
-  for (const GradResult<float>& p : parts) targets += p.targets;
-  GradResult<float> total = std::move(parts[0]);
-  const float w0 = static_cast<float>(static_cast<double>(total.targets) / targets);
-  double loss = total.loss * static_cast<double>(total.targets);
-  for (const ParamRef<float>& t : ListParams(total.grad))
-    for (float& v : *t.values) v *= w0;
-  const std::vector<ParamRef<float>> dst = ListParams(total.grad);
-  for (size_t b = 1; b < parts.size(); ++b) {
-    GradResult<float>& p = parts[b];
-    const float w = static_cast<float>(static_cast<double>(p.targets) / targets);
-    loss += p.loss * static_cast<double>(p.targets);
-    const std::vector<ParamRef<float>> src = ListParams(p.grad);
-    for (size_t q = 0; q < dst.size(); ++q) {
-      std::vector<float>& d = *dst[q].values;
-      const std::vector<float>& v = *src[q].values;
-      for (size_t k = 0; k < d.size(); ++k) d[k] += w * v[k];
+    for (const auto& [first, len] : PiecesAtStarts(T, cuts)) {
+      const std::vector<uint32_t> tokens = corpus_.Slice(start + first, len);
+      GradOptions options = opt_.grad;
+      if (!opt_.loss_mask.empty()) {  // the piece's slice, for whichever gradient source
+        options.loss_mask = std::span<const uint8_t>(opt_.loss_mask).subspan(start + first, len);
+      }
+      absl::StatusOr<GradResult<float>> g = source_(params_, tokens, options);
+      if (!g.ok()) return g.status();
+      parts.push_back(*std::move(g));
     }
-    if (total.correct >= 0) total.correct += p.correct;
-    total.profile.tasks += p.profile.tasks;
-    total.profile.wire_bytes += p.profile.wire_bytes;
   }
-  total.loss = loss / static_cast<double>(targets);
-  total.targets = targets;
-  return total;
+  // The mean over every counted target of the batch (engine/segments.h): each piece's mean loss
+  // and gradient weighted by its share of the targets, added in order.
+  return CombineGradients(std::move(parts));
 }
 
 absl::Status Trainer::Run(const std::function<void(const StepReport&)>& on_step) {

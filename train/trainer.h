@@ -1,7 +1,9 @@
-// The training loop: each step takes the next `context` tokens of the corpus, computes the
-// loss and gradient of that sequence (by default in-process with the adjoint engine; the
-// distributed service plugs in its own gradient source), clips the global gradient norm, and
-// applies AdamW with warmup + cosine; checkpoints every N steps and resumes from the latest.
+// The training loop: each step takes batch_size windows of `context` tokens of the corpus in
+// the sampler's order (train/sampler.h), computes the loss and gradient of each (by default
+// in-process with the adjoint engine; the distributed service plugs in its own gradient
+// source), adds them in sequence order, clips the global gradient norm, and applies AdamW with
+// warmup + cosine; evaluates on held-out data every eval_every steps; checkpoints every N steps
+// and resumes from the latest, refusing a checkpoint of another training definition.
 // Deterministic: the same options and corpus give bitwise the same weights, resumed or not.
 #ifndef ADJSH_TRAIN_TRAINER_H_
 #define ADJSH_TRAIN_TRAINER_H_
@@ -60,6 +62,11 @@ struct TrainOptions {
   // chunk, threads and device, in the training process.
   int64_t eval_every = 0;
   int64_t eval_tokens = 0;
+  // --doc-boundaries reset: the recurrence and the conv do not cross a document start
+  // (doc_starts: ascending token offsets in the corpus); each sequence's gradient is that of
+  // its documents' pieces combined (engine/segments.h).
+  bool reset_at_documents = false;
+  std::vector<int64_t> doc_starts;
 };
 
 struct StepReport {

@@ -11,7 +11,9 @@ Usage:
     exit 1, no checkpoint written;
   * a resume with a changed context or batch is refused naming the field, nothing changed;
   * --batch-size 2: the weights through 2 local workers equal the in-process ones byte for byte
-    (checked twice), and differ from --batch-size 1's.
+    (checked twice), and differ from --batch-size 1's;
+  * one job definition: a JobSpec run by `adjsh train --spec` and by a coordinator (adjsh
+    submit, a worker on loopback) trains the weights of `adjsh train` with the same flags.
 Prints PASS/FAIL per case and `N passed, N failed`; exits 1 on any failure.
 """
 import argparse
@@ -22,6 +24,9 @@ import struct
 import subprocess
 import sys
 import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/
+from harness import Cluster  # noqa: E402
 
 V = 40
 
@@ -157,6 +162,54 @@ def main():
         rc, _, err = run(a.adjsh, base + ["--data", prefix + ".json", "--eval-every", "0",
                                           "--checkpoint-dir", P("b1")])
         check("--batch-size 1 trains other weights", rc == 0 and digest(P("b1")) != ref, err)
+
+        # --doc-boundaries reset: trains, other weights than cross, the same through workers;
+        # refused without a document index.
+        reset = base + ["--data", prefix + ".json", "--eval-every", "0", "--doc-boundaries",
+                        "reset"]
+        rc, _, err = run(a.adjsh, reset + ["--checkpoint-dir", P("r-in")])
+        rcw, _, errw = run(a.adjsh, reset + ["--checkpoint-dir", P("r-w"), "--workers", "2"])
+        check("--doc-boundaries reset: other weights than cross, bitwise the same through workers",
+              rc == 0 and rcw == 0 and digest(P("r-in")) != digest(P("b1")) and
+              digest(P("r-in")) == digest(P("r-w")), err[-500:] + errw[-500:])
+        rc, _, err = run(a.adjsh, ["train", "--model", model, "--tokens", prefix + ".train.u16",
+                                   "--context", "256", "--steps", "1", "--doc-boundaries",
+                                   "reset", "--checkpoint-dir", P("r-bad")])
+        check("--doc-boundaries reset without --data: exit 1 naming doc_boundaries",
+              rc == 1 and "doc_boundaries" in err and not os.path.exists(P("r-bad")), err)
+
+        # One job definition: the same JobSpec through `adjsh train --spec` and the job API
+        # (a coordinator and a worker on loopback) trains the same weights as the flags.
+        spec = {"model_dir": model, "prepared_data": prefix + ".json", "context_length": 256,
+                "chunk": 64, "steps": 4, "batch_size": 2, "eval_every": 2, "seed": 3,
+                "checkpoint_every": 0}
+        spec_path = P("job.json")
+        json.dump(spec, open(spec_path, "w"))
+        flags = base + ["--data", prefix + ".json", "--batch-size", "2", "--eval-every", "2",
+                        "--data-seed", "3", "--checkpoint-every", "0"]
+        rc1, _, err1 = run(a.adjsh, flags + ["--checkpoint-dir", P("j-flags")])
+        rc2, _, err2 = run(a.adjsh, ["train", "--spec", spec_path, "--checkpoint-dir",
+                                     P("x")])
+        check("train --spec with a job flag: bad usage", rc2 == 2 and "--spec excludes" in err2,
+              err2)
+        spec["checkpoint_dir"] = P("j-spec")
+        json.dump(spec, open(spec_path, "w"))
+        rc2, _, err2 = run(a.adjsh, ["train", "--spec", spec_path])
+        check("adjsh train --spec JOB.json = adjsh train with the same flags (bitwise)",
+              rc1 == 0 and rc2 == 0 and digest(P("j-flags")) == digest(P("j-spec")),
+              err1[-500:] + err2[-500:])
+        cluster = Cluster(a.adjsh, tmp)
+        try:
+            _, addr = cluster.coordinator(P("state"))
+            cluster.worker(addr, "w0")
+            spec["checkpoint_dir"] = P("j-api")
+            job, r = cluster.submit(addr, spec)
+            w = cluster.watch(addr, job, timeout=300) if job else r
+            check("the same JobSpec through adjsh submit: SUCCEEDED with the same weights",
+                  job is not None and w.returncode == 0 and
+                  digest(P("j-api")) == digest(P("j-flags")), r.stderr + w.stderr)
+        finally:
+            cluster.stop()
 
     failed = results.count(False)
     print(f"{len(results) - failed} passed, {failed} failed")

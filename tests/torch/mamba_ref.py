@@ -262,23 +262,27 @@ def rmsnorm(u, w, eps):
     return u * torch.rsqrt(u.pow(2).mean(-1, keepdim=True) + eps) * w
 
 
-def selective_scan(dA, dBx):
-    """h_t = dA_t . h_{t-1} + dBx_t, h_0 = 0. dA, dBx: (T, Di, N) -> h: (T, Di, N).
+def selective_scan(dA, dBx, resets=()):
+    """h_t = dA_t . h_{t-1} + dBx_t, h_0 = 0. dA, dBx: (T, Di, N) -> h: (T, Di, N). At each t in
+    resets (document starts) the state starts again from 0: h_t = dBx_t.
 
     Sequential over tokens, as in mamba_ssm's selective_scan_ref. unbind() instead of dA[t] keeps
     autograd's backward O(T): a select's backward would materialise a (T, Di, N) zero tensor per
     token."""
     dA_t, dBx_t = dA.unbind(0), dBx.unbind(0)
+    resets = set(resets)
     h = torch.zeros_like(dBx_t[0])  # (Di, N)
     hs = []
     for t in range(len(dA_t)):
-        h = dA_t[t] * h + dBx_t[t]
+        h = dBx_t[t] if t in resets else dA_t[t] * h + dBx_t[t]
         hs.append(h)
     return torch.stack(hs, 0)
 
 
-def mixer(n, p, pre, cfg):
-    """Mamba-1 mixer on normalised input n: (T, D) -> (T, D). p: params, pre: name prefix."""
+def mixer(n, p, pre, cfg, starts=()):
+    """Mamba-1 mixer on normalised input n: (T, D) -> (T, D). p: params, pre: name prefix.
+    starts: document starts where the conv and the scan begin afresh (nothing before a start is
+    read by the rows from it on)."""
     T = n.shape[0]
     Di, N, R, W = cfg["Di"], cfg["N"], cfg["R"], cfg["W"]
     xz = n @ p[pre + "in_proj.weight"].t()                       # (T, 2Di)
@@ -287,8 +291,14 @@ def mixer(n, p, pre, cfg):
     w = p[pre + "conv1d.weight"][:, 0, :]                        # (Di, W)
     xpad = torch.cat([x.new_zeros(W - 1, Di), x], 0)            # (T+W-1, Di)
     c = p[pre + "conv1d.bias"].expand(T, Di)
+    # doc[t]: the start of t's document; tap j of row t reads row t - W + 1 + j
+    doc = torch.zeros(T, dtype=torch.long)
+    for s0 in sorted(starts):
+        doc[s0:] = s0
+    rows = torch.arange(T)
     for j in range(W):
-        c = c + xpad[j:j + T] * w[:, j]                          # (T, Di)
+        keep = ((rows - (W - 1) + j) >= doc).to(n.dtype)[:, None]  # (T, 1)
+        c = c + xpad[j:j + T] * w[:, j] * keep                   # (T, Di)
     xc = F.silu(c)                                               # x': (T, Di)
     dbc = xc @ p[pre + "x_proj.weight"].t()                      # (T, R+2N)
     d, B, C = dbc[:, :R], dbc[:, R:R + N], dbc[:, R + N:]        # (T,R), (T,N), (T,N)
@@ -296,16 +306,17 @@ def mixer(n, p, pre, cfg):
     A = -torch.exp(p[pre + "A_log"])                             # (Di, N)
     dA = torch.exp(delta[:, :, None] * A[None])                  # (T, Di, N)
     dBx = (delta * xc)[:, :, None] * B[:, None, :]               # (T, Di, N)
-    h = selective_scan(dA, dBx)                                  # (T, Di, N)
+    h = selective_scan(dA, dBx, starts)                          # (T, Di, N)
     y = torch.einsum("tdn,tn->td", h, C) + p[pre + "D"] * xc     # (T, Di)
     o = y * F.silu(z)                                            # (T, Di)
     return o @ p[pre + "out_proj.weight"].t()                    # (T, D)
 
 
-def layer(u, p, k, cfg):
+def layer(u, p, k, cfg, starts=()):
     """Residual block k: (T, D) -> (T, D)."""
     pre = f"backbone.layers.{k}."
-    return u + mixer(rmsnorm(u, p[pre + "norm.weight"], cfg["eps"]), p, pre + "mixer.", cfg)
+    return u + mixer(rmsnorm(u, p[pre + "norm.weight"], cfg["eps"]), p, pre + "mixer.", cfg,
+                     starts)
 
 
 def logits_fn(u, p, cfg):
@@ -313,8 +324,9 @@ def logits_fn(u, p, cfg):
     return rmsnorm(u, p["backbone.norm_f.weight"], cfg["eps"]) @ p["backbone.embeddings.weight"].t()
 
 
-def loss_fn(p, cfg, tokens, checkpoint_layers=False):
-    """Mean over t = 0..T-2 of cross-entropy(logits_t, token_{t+1}). tokens: int64 (T,)."""
+def loss_fn(p, cfg, tokens, checkpoint_layers=False, starts=()):
+    """Mean over t = 0..T-2 of cross-entropy(logits_t, token_{t+1}). tokens: int64 (T,).
+    starts: document starts the layers do not read across (the masked model)."""
     if tokens.numel() < 2:
         raise ValueError("need at least 2 tokens")
     if int(tokens.max()) >= cfg["V"] or int(tokens.min()) < 0:
@@ -323,16 +335,17 @@ def loss_fn(p, cfg, tokens, checkpoint_layers=False):
     for k in range(cfg["K"]):
         if checkpoint_layers:
             import torch.utils.checkpoint as ckpt
-            u = ckpt.checkpoint(lambda uu, kk=k: layer(uu, p, kk, cfg), u, use_reentrant=False)
+            u = ckpt.checkpoint(lambda uu, kk=k: layer(uu, p, kk, cfg, starts), u,
+                                use_reentrant=False)
         else:
-            u = layer(u, p, k, cfg)
+            u = layer(u, p, k, cfg, starts)
     return F.cross_entropy(logits_fn(u, p, cfg)[:-1], tokens[1:])
 
 
-def grads_params(cfg, params, tokens, dtype=torch.float64, checkpoint_layers=False):
+def grads_params(cfg, params, tokens, dtype=torch.float64, checkpoint_layers=False, starts=()):
     """(loss float, OrderedDict name -> grad) by autograd, everything in `dtype`."""
     p = OrderedDict((k, v.detach().to(dtype).clone().requires_grad_(True)) for k, v in params.items())
-    loss = loss_fn(p, cfg, tokens, checkpoint_layers)
+    loss = loss_fn(p, cfg, tokens, checkpoint_layers, starts)
     gs = torch.autograd.grad(loss, list(p.values()))
     return loss.item(), OrderedDict((k, g.detach()) for k, g in zip(p.keys(), gs))
 
