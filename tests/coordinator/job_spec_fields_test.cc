@@ -1,0 +1,99 @@
+// coordinator/job_spec.h: the JobSpec fields of real training runs (batch, data order, held-out
+// data, evaluation, resume, checkpoints kept, save dtype, document boundaries, prepared data)
+// are checked by ValidateJobSpec naming the field, and JobTrainOptions maps them with adjsh
+// train's defaults for the unset ones; the truncated window is refused for jobs, allowed in
+// process; NoJobLimits admits what a coordinator's default limits refuse.
+#include <cstdint>
+#include <string>
+
+#include "coordinator/job_spec.h"
+#include "gtest/gtest.h"
+
+namespace adjsh::coordinator {
+namespace {
+
+v1::JobSpec Spec() {
+  v1::JobSpec s;
+  s.mutable_init()->set_hidden_size(16);
+  s.mutable_init()->set_layers(2);
+  s.mutable_init()->set_vocab_size(256);
+  s.set_context_length(512);
+  s.set_steps(1);
+  return s;
+}
+
+void ExpectField(const absl::Status& s, const std::string& field) {
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(std::string(s.message()).find(field), std::string::npos) << s;
+}
+
+TEST(JobSpecFields, BadValuesAreRefusedNamingTheField) {
+  ASSERT_TRUE(ValidateJobSpec(Spec()).ok());
+  v1::JobSpec s = Spec();
+  s.set_batch_size(-1);
+  ExpectField(ValidateJobSpec(s), "batch_size");
+  s = Spec(), s.set_data_order("random");
+  ExpectField(ValidateJobSpec(s), "data_order");
+  s = Spec(), s.set_resume("sometimes");
+  ExpectField(ValidateJobSpec(s), "resume");
+  s = Spec(), s.set_save_dtype("f16");
+  ExpectField(ValidateJobSpec(s), "save_dtype");
+  s = Spec(), s.set_doc_boundaries("split");
+  ExpectField(ValidateJobSpec(s), "doc_boundaries");
+  s = Spec(), s.set_doc_boundaries("reset");  // needs a document index
+  ExpectField(ValidateJobSpec(s), "doc_boundaries");
+  s = Spec(), s.set_eval_every(5);  // needs held-out data
+  ExpectField(ValidateJobSpec(s), "eval_every");
+  s = Spec(), s.set_val_token_file("/nowhere/val.txt");
+  ExpectField(ValidateJobSpec(s), "val_token_file");
+  s = Spec(), s.set_val_token_file("/nowhere/val.u16");
+  EXPECT_EQ(ValidateJobSpec(s).code(), absl::StatusCode::kNotFound);
+  s = Spec(), s.set_prepared_data("/nowhere/docs.json");
+  EXPECT_EQ(ValidateJobSpec(s).code(), absl::StatusCode::kNotFound);
+  s = Spec(), s.set_keep_checkpoints(-2);
+  ExpectField(ValidateJobSpec(s), "keep_checkpoints");
+}
+
+TEST(JobSpecFields, WindowIsForInProcessRunsOnly) {
+  v1::JobSpec s = Spec();
+  s.set_window(64);
+  EXPECT_EQ(ValidateJobSpec(s).code(), absl::StatusCode::kUnimplemented);
+  EXPECT_TRUE(ValidateJobSpec(s, {}, /*in_process=*/true).ok());
+  EXPECT_EQ(JobTrainOptions(s, 1, "").grad.window, 64);
+}
+
+TEST(JobSpecFields, TrainOptionsTakeTheFieldsAndTrainsDefaults) {
+  train::TrainOptions d = JobTrainOptions(Spec(), 1, "ck");
+  EXPECT_EQ(d.batch_size, 1);
+  EXPECT_EQ(d.order, train::DataOrder::kShuffled);
+  EXPECT_EQ(d.data_seed, 0u);
+  EXPECT_EQ(d.resume, train::ResumeMode::kAuto);
+  EXPECT_EQ(d.keep_checkpoints, 2);
+  EXPECT_EQ(d.save_dtype, DType::kF32);
+  EXPECT_FALSE(d.reset_at_documents);
+  EXPECT_EQ(d.eval_every, 0);
+  v1::JobSpec s = Spec();
+  s.set_batch_size(3), s.set_data_order("sequential"), s.set_seed(9), s.set_resume("must");
+  s.set_keep_checkpoints(5), s.set_save_dtype("bf16"), s.set_doc_boundaries("reset");
+  s.set_eval_every(7), s.set_eval_tokens(100);
+  const train::TrainOptions o = JobTrainOptions(s, 1, "ck");
+  EXPECT_EQ(o.batch_size, 3);
+  EXPECT_EQ(o.order, train::DataOrder::kSequential);
+  EXPECT_EQ(o.data_seed, 9u);
+  EXPECT_EQ(o.resume, train::ResumeMode::kMust);
+  EXPECT_EQ(o.keep_checkpoints, 5);
+  EXPECT_EQ(o.save_dtype, DType::kBF16);
+  EXPECT_TRUE(o.reset_at_documents);
+  EXPECT_EQ(o.eval_every, 7);
+  EXPECT_EQ(o.eval_tokens, 100);
+}
+
+TEST(JobSpecFields, NoJobLimitsAdmitsWhatTheDefaultsRefuse) {
+  v1::JobSpec s = Spec();
+  s.set_context_length(int64_t{1} << 25);  // over the default --max-context of 2^24
+  EXPECT_EQ(ValidateJobSpec(s).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(ValidateJobSpec(s, NoJobLimits(), true).ok());
+}
+
+}  // namespace
+}  // namespace adjsh::coordinator
