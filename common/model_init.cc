@@ -20,23 +20,17 @@
 #include <string_view>
 
 #include "common/check.h"
+#include "common/hash.h"
 #include "common/model.h"
 
 namespace adjsh {
 namespace {
 
-// splitmix64 finaliser: spreads (seed, name hash) over all 64 bits before seeding mt19937_64.
-uint64_t Mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
+// SplitMix64 spreads (seed, name hash) over all 64 bits before seeding mt19937_64.
 uint64_t StreamSeed(uint64_t seed, std::string_view name) {
-  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a of the tensor name
-  for (char ch : name) h = (h ^ static_cast<uint8_t>(ch)) * 0x100000001b3ull;
-  return Mix(Mix(seed) ^ h);
+  uint64_t h = kFnv1aBasis;  // FNV-1a of the tensor name
+  for (char ch : name) h = Fnv1a(h, static_cast<uint8_t>(ch));
+  return SplitMix64(SplitMix64(seed) ^ h);
 }
 
 class Rng {

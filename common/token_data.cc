@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
+#include "common/hash.h"
 #include "common/tokens.h"
 
 namespace adjsh {
@@ -149,12 +150,9 @@ absl::Status TokenData::CheckInVocab(int64_t vocab_size) const {
 }
 
 std::string TokenData::Fingerprint() const {
-  uint64_t h = 0xcbf29ce484222325ull;
+  uint64_t h = kFnv1aBasis;
   auto add = [&h](uint64_t v) {
-    for (int b = 0; b < 8; ++b) {
-      h ^= (v >> (8 * b)) & 0xff;
-      h *= 0x100000001b3ull;
-    }
+    for (int b = 0; b < 8; ++b) h = Fnv1a(h, static_cast<uint8_t>(v >> (8 * b)));
   };
   add(static_cast<uint64_t>(size_));
   constexpr int64_t kBlock = int64_t{1} << 20;

@@ -101,6 +101,22 @@ class CpuBlock final : public BlockBackend<T> {
 
 template <typename T>
 class CpuBackend final : public Backend<T> {
+  static constexpr int64_t kRows = 64;  // the head's row block
+
+  // The loss sum of fn(block, first row) over args' rows in blocks of kRows, in row order.
+  template <typename Fn>
+  static double ForEachRowBlock(const cpu::LmHeadArgs<T>& args, Fn&& fn) {
+    double loss = 0;
+    for (int64_t r0 = 0; r0 < args.M; r0 += kRows) {
+      cpu::LmHeadArgs<T> block = args;
+      block.M = std::min(kRows, args.M - r0);
+      block.u = args.u + r0 * args.D;
+      block.targets = args.targets + r0;
+      loss += fn(block, r0);
+    }
+    return loss;
+  }
+
  public:
   const Device& device() const override { return device_; }
   bool Supports(Op) const override { return true; }
@@ -111,38 +127,24 @@ class CpuBackend final : public Backend<T> {
   // Blocks of kRows rows, applied in row order: the engine's head does the same sums in the
   // same order.
   double HeadForwardBackward(const cpu::LmHeadArgs<T>& args, T* du, T* dE, T* dw_f) override {
-    constexpr int64_t kRows = 64;
     const int64_t D = args.D, V = args.V;
     std::vector<T> dlogits(kRows * V), nf(kRows * D), dw(D);
-    double loss = 0;
-    for (int64_t r0 = 0; r0 < args.M; r0 += kRows) {
-      cpu::LmHeadArgs<T> block = args;
-      block.M = std::min(kRows, args.M - r0);
-      block.u = args.u + r0 * D;
-      block.targets = args.targets + r0;
+    return ForEachRowBlock(args, [&](const cpu::LmHeadArgs<T>& block, int64_t r0) {
       std::fill(dw.begin(), dw.end(), T(0));
-      loss += cpu::LmHeadForwardBackward<T>(block, du + r0 * D, dlogits.data(), nf.data(),
-                                            dw.data());
+      const double loss = cpu::LmHeadForwardBackward<T>(block, du + r0 * D, dlogits.data(),
+                                                        nf.data(), dw.data());
       cpu::Gemm<T>(cpu::Trans::kYes, cpu::Trans::kNo, V, D, block.M, 1, dlogits.data(), V,
                    nf.data(), D, 1, dE, D);
       for (int64_t d = 0; d < D; ++d) dw_f[d] += dw[d];
-    }
-    return loss;
+      return loss;
+    });
   }
   // The same row blocks and loss sums as HeadForwardBackward, without its backward.
   double HeadLoss(const cpu::LmHeadArgs<T>& args) override {
-    constexpr int64_t kRows = 64;
-    const int64_t D = args.D, V = args.V;
-    std::vector<T> logits(kRows * V), nf(kRows * D);
-    double loss = 0;
-    for (int64_t r0 = 0; r0 < args.M; r0 += kRows) {
-      cpu::LmHeadArgs<T> block = args;
-      block.M = std::min(kRows, args.M - r0);
-      block.u = args.u + r0 * D;
-      block.targets = args.targets + r0;
-      loss += cpu::LmHeadLoss<T>(block, logits.data(), nf.data());
-    }
-    return loss;
+    std::vector<T> logits(kRows * args.V), nf(kRows * args.D);
+    return ForEachRowBlock(args, [&](const cpu::LmHeadArgs<T>& block, int64_t) {
+      return cpu::LmHeadLoss<T>(block, logits.data(), nf.data());
+    });
   }
 
  private:

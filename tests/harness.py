@@ -10,7 +10,7 @@ only).
   Results    PASS/FAIL lines and the `N passed, N failed` summary.
   run_process_test  the main() of a test that starts processes (--adjsh, --keep, a temporary
              directory), through guarded: every process stopped at the end, a check of its own.
-  final_files, rss_bytes, train_reference: what the checks compare.
+  final_files, read_scalar, rss_bytes, train_reference: what the checks compare.
 """
 import argparse
 import json
@@ -123,6 +123,18 @@ def read_f32_tensors(path):
             start, end = t["data_offsets"]
             out[name] = struct.unpack(f"<{(end - start) // 4}f", data[start:end])
     return out
+
+
+def read_scalar(path, name="loss"):
+    """The scalar tensor `name` (F64 or F32) of a safetensors file, e.g. adjsh grad's loss."""
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        info = header[name]
+        lo, hi = info["data_offsets"]
+        f.seek(8 + n + lo)
+        raw = f.read(hi - lo)
+    return struct.unpack("<d" if info["dtype"] == "F64" else "<f", raw)[0]
 
 
 def latest_step(ckpt):

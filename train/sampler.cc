@@ -2,20 +2,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
+#include "common/hash.h"
 
 namespace adjsh::train {
-namespace {
-
-// SplitMix64's finaliser: a fixed, well-mixed 64-bit hash (the round function's source).
-uint64_t Mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-}  // namespace
-
 absl::StatusOr<DataOrder> DataOrderFromName(std::string_view name) {
   if (name == "sequential") return DataOrder::kSequential;
   if (name == "shuffled") return DataOrder::kShuffled;
@@ -36,12 +25,12 @@ SequenceSampler::SequenceSampler(int64_t n, int64_t T, DataOrder order, uint64_t
 int64_t SequenceSampler::Window(int64_t epoch, int64_t index) const {
   if (order_ == DataOrder::kSequential || W_ == 1) return index;
   const uint64_t mask = (uint64_t{1} << half_bits_) - 1;
-  const uint64_t key = Mix(seed_ ^ Mix(static_cast<uint64_t>(epoch)));
+  const uint64_t key = SplitMix64(seed_ ^ SplitMix64(static_cast<uint64_t>(epoch)));
   uint64_t x = static_cast<uint64_t>(index);
   do {  // cycle-walking: a bijection on [0, 4^h) restricted to [0, W) stays one
     uint64_t left = x >> half_bits_, right = x & mask;
     for (uint64_t round = 0; round < 4; ++round) {
-      const uint64_t f = Mix(key + round * 0x632be59bd9b4e019ull + right) & mask;
+      const uint64_t f = SplitMix64(key + round * 0x632be59bd9b4e019ull + right) & mask;
       const uint64_t next = left ^ f;
       left = right;
       right = next;

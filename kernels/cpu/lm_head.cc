@@ -10,12 +10,23 @@
 
 namespace adjsh::cpu {
 
+namespace {
+
+// nf (M, D) = rmsnorm(u; w_f), r (M) its reciprocal rms, logits (M, V) = nf E^T.
+template <typename T>
+void Logits(const LmHeadArgs<T>& g, T* logits, T* nf, std::vector<T>& r) {
+  r.resize(g.M);
+  RmsNormForward(g.u, g.M, g.D, g.w_f, g.eps, nf, r.data());
+  Gemm<T>(Trans::kNo, Trans::kYes, g.M, g.V, g.D, 1, nf, g.D, g.E, g.D, 0, logits, g.V);
+}
+
+}  // namespace
+
 template <typename T>
 double LmHeadForwardBackward(const LmHeadArgs<T>& g, T* du, T* dlogits, T* nf, T* dw_f) {
   const int64_t M = g.M, D = g.D, V = g.V;
-  std::vector<T> r(M);
-  RmsNormForward(g.u, M, D, g.w_f, g.eps, nf, r.data());
-  Gemm<T>(Trans::kNo, Trans::kYes, M, V, D, 1, nf, D, g.E, D, 0, dlogits, V);
+  std::vector<T> r;
+  Logits(g, dlogits, nf, r);
   double loss = 0;
   for (int64_t t = 0; t < M; ++t) {
     T* row = dlogits + t * V;
@@ -47,10 +58,9 @@ double LmHeadForwardBackward(const LmHeadArgs<T>& g, T* du, T* dlogits, T* nf, T
 
 template <typename T>
 double LmHeadLoss(const LmHeadArgs<T>& g, T* logits, T* nf) {
-  const int64_t M = g.M, D = g.D, V = g.V;
-  std::vector<T> r(M);
-  RmsNormForward(g.u, M, D, g.w_f, g.eps, nf, r.data());
-  Gemm<T>(Trans::kNo, Trans::kYes, M, V, D, 1, nf, D, g.E, D, 0, logits, V);
+  const int64_t M = g.M, V = g.V;
+  std::vector<T> r;
+  Logits(g, logits, nf, r);
   double loss = 0;
   for (int64_t t = 0; t < M; ++t) {
     const T* row = logits + t * V;

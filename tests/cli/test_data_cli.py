@@ -26,7 +26,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/
-from harness import Cluster  # noqa: E402
+from harness import Cluster, Results  # noqa: E402
 
 V = 40
 
@@ -79,11 +79,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--adjsh", required=True)
     a = ap.parse_args()
-    results = []
-
-    def check(name, ok, detail=""):
-        results.append(bool(ok))
-        print(("PASS " if ok else "FAIL ") + name + ("" if ok else ": " + str(detail)[-1500:]))
+    res = Results()
+    check = res.record
 
     with tempfile.TemporaryDirectory() as tmp:
         P = lambda *p: os.path.join(tmp, *p)  # noqa: E731
@@ -211,9 +208,7 @@ def main():
         finally:
             cluster.stop()
 
-    failed = results.count(False)
-    print(f"{len(results) - failed} passed, {failed} failed")
-    return 1 if failed else 0
+    return res.summary()
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ mapped); bad input is a message, exit 1 or 2, never a crash. Prints one PASS/FAI
 and `N passed, N failed` last; exits 1 if any case failed.
 """
 import argparse
-import json
 import math
 import os
 import re
@@ -19,6 +18,9 @@ import struct
 import subprocess
 import sys
 import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/
+from harness import Results, read_scalar  # noqa: E402
 
 CRASH_MARKERS = ("Segmentation fault", "terminate called", "Aborted", "core dumped",
                  "check failed", "ADJSH_CHECK")
@@ -36,25 +38,12 @@ def write_tokens(path, ids):
         f.write(struct.pack(f"<{len(ids)}H", *ids))
 
 
-def f64_loss(path):
-    """The 'loss' scalar of a safetensors file written by adjsh grad --dtype f64."""
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(n))
-        lo, hi = header["loss"]["data_offsets"]
-        f.seek(8 + n + lo)
-        return struct.unpack("<d", f.read(hi - lo))[0]
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--adjsh", required=True)
     a = ap.parse_args()
-    results = []
-
-    def check(name, ok, detail=""):
-        results.append(ok)
-        print(("PASS " if ok else "FAIL ") + name + ("" if ok else ": " + detail))
+    res = Results()
+    check = res.record
 
     def no_crash(err):
         return not any(m in err for m in CRASH_MARKERS)
@@ -79,7 +68,7 @@ def main():
                                      "f64", "--chunk", "64", "--out", g, "--quiet"])
         if m and rc2 == 0:
             loss, ppl, n = float(m.group(1)), float(m.group(2)), int(m.group(3))
-            want = f64_loss(g)
+            want = read_scalar(g)
             check(f"eval loss = grad loss in f64 ({loss!r} vs {want!r})",
                   abs(loss - want) <= 1e-12 * abs(want), f"{loss} {want}")
             check("ppl = exp(loss), tokens = the file's", abs(ppl - math.exp(loss)) <= 1e-5 * ppl
@@ -131,9 +120,7 @@ def main():
         rc, out, err = run(a.adjsh, ["eval", "--tokens", tokens])
         check("eval without --model: bad usage", rc == 2 and "--model" in err, err)
 
-    failed = results.count(False)
-    print(f"{len(results) - failed} passed, {failed} failed")
-    return 1 if failed else 0
+    return res.summary()
 
 
 if __name__ == "__main__":

@@ -25,6 +25,9 @@ try:
 except ImportError as e:  # pragma: no cover
     sys.exit(f"test_walkthrough: needs tokenizers ({e}): run scripts/setup-venv.sh")
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/
+from harness import Results  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -41,11 +44,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--adjsh", required=True)
     a = ap.parse_args()
-    results = []
-
-    def check(name, ok, detail=""):
-        results.append(bool(ok))
-        print(("PASS " if ok else "FAIL ") + name + ("" if ok else ": " + str(detail)[-2000:]))
+    res = Results()
+    check = res.record
 
     adjsh = os.path.abspath(a.adjsh)
     with tempfile.TemporaryDirectory() as tmp:
@@ -97,9 +97,7 @@ def main():
         lines = [x for x in r.stdout.splitlines() if x and not x.startswith("loss ")]
         check("generate printed text", len("".join(lines)) > 20, r.stdout)
 
-    failed = results.count(False)
-    print(f"{len(results) - failed} passed, {failed} failed")
-    return 1 if failed else 0
+    return res.summary()
 
 
 if __name__ == "__main__":

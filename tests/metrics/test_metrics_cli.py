@@ -63,18 +63,23 @@ def two_free_ports():
     raise RuntimeError("no two consecutive free ports")
 
 
-def train_with_metrics(adjsh, tmp, worker_listen):
-    """Runs adjsh train --workers 2 with metrics; returns (coordinator addr, [worker addrs])
-    once a few steps are done and both workers report tasks, then stops it."""
-    p = subprocess.Popen([adjsh, "train", *MODEL, "--workers", "2",
-                          "--checkpoint-dir", os.path.join(tmp, "ckpt"),
-                          "--metrics-listen", "127.0.0.1:0",
-                          "--worker-metrics-listen", worker_listen],
-                         stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
-                         preexec_fn=die_with_parent)
+def start_train(adjsh, args):
+    """adjsh train ARGS in the background; (process, its stderr lines so far, filled by a
+    thread)."""
+    p = subprocess.Popen([adjsh, "train", *args], stderr=subprocess.PIPE,
+                         stdout=subprocess.DEVNULL, text=True, preexec_fn=die_with_parent)
     lines = []
     threading.Thread(target=lambda: [lines.append(l.rstrip()) for l in p.stderr],
                      daemon=True).start()
+    return p, lines
+
+
+def train_with_metrics(adjsh, tmp, worker_listen):
+    """Runs adjsh train --workers 2 with metrics; returns (coordinator addr, [worker addrs])
+    once a few steps are done and both workers report tasks, then stops it."""
+    p, lines = start_train(adjsh, [*MODEL, "--workers", "2", "--checkpoint-dir",
+                                   os.path.join(tmp, "ckpt"), "--metrics-listen", "127.0.0.1:0",
+                                   "--worker-metrics-listen", worker_listen])
     try:
         end = time.time() + 60
         addrs = []
@@ -123,14 +128,9 @@ def train_in_process_metrics(adjsh, tmp):
     val = os.path.join(tmp, "val.u16")
     with open(val, "wb") as f:
         f.write(b"".join(bytes((i % 256, 0)) for i in range(10240)))  # ids 0..255, u16 LE
-    p = subprocess.Popen([adjsh, "train", *MODEL, "--checkpoint-dir", os.path.join(tmp, "inp"),
-                          "--metrics-listen", "127.0.0.1:0", "--val-data", val, "--eval-every",
-                          "1", "--eval-tokens", "2048"],
-                         stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
-                         preexec_fn=die_with_parent)
-    lines = []
-    threading.Thread(target=lambda: [lines.append(l.rstrip()) for l in p.stderr],
-                     daemon=True).start()
+    p, lines = start_train(adjsh, [*MODEL, "--checkpoint-dir", os.path.join(tmp, "inp"),
+                                   "--metrics-listen", "127.0.0.1:0", "--val-data", val,
+                                   "--eval-every", "1", "--eval-tokens", "2048"])
     try:
         end, text = time.time() + 60, ""
         while time.time() < end and p.poll() is None:

@@ -20,7 +20,9 @@ import tempfile
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/
 import mamba_ref as ref  # noqa: E402
+from harness import Results  # noqa: E402
 
 T = 41
 STARTS = [2, 3, 9, 17, 18, 30, 40]  # docs of 1, 6, 8, 1, 12 and 10 tokens; a start at T - 1
@@ -35,12 +37,8 @@ def main():
     ap.add_argument("--adjsh", required=True)
     a = ap.parse_args()
     torch.set_num_threads(2)
-    failures = passed = 0
-
-    def check(name, ok, detail=""):
-        nonlocal failures, passed
-        print(("PASS " if ok else "FAIL ") + name + ("" if ok else ": " + str(detail)[-800:]))
-        failures, passed = failures + (not ok), passed + bool(ok)
+    res = Results()
+    check = res.record
 
     with tempfile.TemporaryDirectory() as work:
         starts = os.path.join(work, "starts.u64")
@@ -86,8 +84,7 @@ def main():
                                capture_output=True, text=True)
             check(f"--doc-starts {name}: exit 1 naming it, nothing written",
                   r.returncode == 1 and what in r.stderr and not os.path.exists(out), r.stderr)
-    print(f"{passed} passed, {failures} failed")
-    return 1 if failures else 0
+    return res.summary()
 
 
 if __name__ == "__main__":

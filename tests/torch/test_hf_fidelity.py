@@ -24,6 +24,9 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/
+from harness import Results, read_scalar  # noqa: E402
+
 try:
     import torch
     from transformers import MambaConfig, MambaForCausalLM
@@ -37,15 +40,6 @@ def run(cmd):
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                        timeout=300)
     return p.returncode, p.stdout, p.stderr
-
-
-def f64_loss(path):
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(n))
-        lo, hi = header["loss"]["data_offsets"]
-        f.seek(8 + n + lo)
-        return struct.unpack("<d", f.read(hi - lo))[0]
 
 
 @contextlib.contextmanager
@@ -85,11 +79,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--adjsh", required=True)
     a = ap.parse_args()
-    results = []
-
-    def check(name, ok, detail=""):
-        results.append(bool(ok))
-        print(("PASS " if ok else "FAIL ") + name + ("" if ok else ": " + str(detail)[-1500:]))
+    res = Results()
+    check = res.record
 
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory() as tmp:
@@ -113,7 +104,7 @@ def main():
         check("adjsh grad reads a save_pretrained model", rc == 0, err)
         if rc == 0:
             want, _ = hf_loss(src, ids)
-            got = f64_loss(g0)
+            got = read_scalar(g0)
             check(f"loss of the HF model: adjsh {got!r} = transformers {want!r} (< 1e-10)",
                   abs(got - want) <= 1e-10 * abs(want), (got, want))
 
@@ -134,7 +125,7 @@ def main():
             rc, _, err = run([a.adjsh, "grad", "--model", step, "--tokens", tokens, "--dtype",
                               "f64", "--chunk", "32", "--out", g1, "--quiet"])
             want, m = hf_loss(step, ids)
-            got = f64_loss(g1) if rc == 0 else float("nan")
+            got = read_scalar(g1) if rc == 0 else float("nan")
             check(f"checkpoint loads in transformers with adjsh's loss ({got!r} vs {want!r})",
                   rc == 0 and abs(got - want) <= 1e-10 * abs(want), err)
             start, _ = hf_loss(src, ids)
@@ -169,9 +160,7 @@ def main():
         check("model_type mamba2 refused by name, nothing written",
               rc == 1 and "model_type" in err and "mamba2" in err and not os.path.exists(out), err)
 
-    failed = results.count(False)
-    print(f"{len(results) - failed} passed, {failed} failed")
-    return 1 if failed else 0
+    return res.summary()
 
 
 if __name__ == "__main__":
