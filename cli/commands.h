@@ -13,6 +13,7 @@ int CoordinatorCommand(const std::vector<std::string>& args);
 int EvalCommand(const std::vector<std::string>& args);
 int GenerateCommand(const std::vector<std::string>& args);
 int GradCommand(const std::vector<std::string>& args);
+int HealthCommand(const std::vector<std::string>& args);
 int InitCommand(const std::vector<std::string>& args);
 int PrepareCommand(const std::vector<std::string>& args);
 int StatusCommand(const std::vector<std::string>& args);

@@ -13,6 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/health_flags.h"
 #include "cli/device_flags.h"
 #include "cli/security_flags.h"
 #include "cli/stop_signal.h"
@@ -61,6 +62,7 @@ int CoordinatorCommand(const std::vector<std::string>& args) {
         "5000");
   AddReduceFlag(a, "");
   a.Add("threads", "N", "threads for the forward pass and LM head here (0: one per core)", "0");
+  AddHealthFlag(a, "once it serves");
   a.Add("metrics-listen", "HOST:PORT",
         "serve Prometheus metrics on http://HOST:PORT/metrics (port 0: a free one, logged)");
   a.AddBool("quiet", "do not log job state changes on stderr");
@@ -139,6 +141,11 @@ int CoordinatorCommand(const std::vector<std::string>& args) {
     metrics_server->Add(job_metrics);
     std::fprintf(stderr, "metrics on %s\n", metrics_server->address().c_str());
   }
+  absl::StatusOr<std::unique_ptr<HealthServer>> health = StartHealth(a);
+  if (!health.ok()) {
+    return absl::IsInvalidArgument(health.status()) ? BadUsage("coordinator", health.status())
+                                                    : Fail("coordinator", health.status());
+  }
   int port = 0;
   grpc::ServerBuilder builder;
   builder.AddListeningPort(listen, ServerCredentialsFor(*security), &port);
@@ -152,6 +159,7 @@ int CoordinatorCommand(const std::vector<std::string>& args) {
                                    " (address in use, or not an address of this machine)")));
   }
   const std::string address = absl::StrCat(listen.substr(0, colon), ":", port);
+  if (*health) (*health)->SetServing(true);
   std::atomic<bool>& stop = InstallStopSignals();
   std::printf("listening on %s\n", address.c_str());
   std::fflush(stdout);
@@ -164,6 +172,7 @@ int CoordinatorCommand(const std::vector<std::string>& args) {
 
   while (!stop.load()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   std::fprintf(stderr, "adjsh coordinator: stopping\n");
+  if (*health) (*health)->SetServing(false);
   jobs.Shutdown();  // checkpoints the running job at its last completed step; it stays recorded
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   return 0;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "kernels/backend.h"
 
 namespace {
 
@@ -20,6 +21,7 @@ constexpr const char* kUsage =
     "  eval       held-out loss and perplexity of a model on a token file (forward only)\n"
     "  generate   continue a prompt with a model (recurrent decoding, sampling)\n"
     "  grad       loss and gradient of one token sequence (in-process, chunked, threaded)\n"
+    "  health     ask a coordinator's or worker's --health-listen endpoint for its status\n"
     "  init       write a new model directory (config.json + model.safetensors)\n"
     "  prepare    tokenize text corpora (txt, jsonl, parquet) with a Hugging Face tokenizer\n"
     "  status     show the jobs of a coordinator, or one (--job ID)\n"
@@ -30,7 +32,7 @@ constexpr const char* kUsage =
     "  watch      follow a job's progress until it ends (exit 0 when it SUCCEEDED)\n"
     "  worker     serve (layer, chunk) backward tasks of a coordinator over gRPC\n"
     "\n"
-    "Run 'adjsh <command> --help' for a command's flags.\n";
+    "Run 'adjsh <command> --help' for a command's flags; 'adjsh --version' for the build.\n";
 
 struct Command {
   const char* name;
@@ -42,6 +44,7 @@ constexpr Command kCommands[] = {
     {"eval", adjsh::cli::EvalCommand},
     {"generate", adjsh::cli::GenerateCommand},
     {"grad", adjsh::cli::GradCommand},
+    {"health", adjsh::cli::HealthCommand},
     {"init", adjsh::cli::InitCommand},
     {"prepare", adjsh::cli::PrepareCommand},
     {"status", adjsh::cli::StatusCommand},
@@ -63,6 +66,11 @@ int main(int argc, char** argv) {
   const std::string command = argv[1];
   if (command == "--help" || command == "-h" || command == "help") {
     std::fputs(kUsage, stdout);
+    return 0;
+  }
+  if (command == "--version" || command == "version") {
+    std::printf("adjsh %s (revision %s, %s)\n", ADJSH_VERSION, ADJSH_REVISION,
+                adjsh::CudaBuilt() ? "CUDA backend built" : "CPU only");
     return 0;
   }
   const std::vector<std::string> args(argv + 2, argv + argc);

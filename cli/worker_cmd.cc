@@ -13,6 +13,7 @@
 #include "cli/commands.h"
 #include "cli/device_flags.h"
 #include "cli/security_flags.h"
+#include "cli/health_flags.h"
 #include "cli/stop_signal.h"
 #include "common/metrics_server.h"
 #include "kernels/backend.h"
@@ -35,6 +36,7 @@ int WorkerCommand(const std::vector<std::string>& args) {
               "it, plaintext to a loopback coordinator started with --insecure-local.");
   a.Add("coordinator", "HOST:PORT", "the coordinator's TaskService address", "", true);
   a.Add("name", "NAME", "worker name shown by the coordinator (default: the host name)");
+  AddHealthFlag(a, "once registered with its coordinator");
   a.Add("metrics-listen", "HOST:PORT",
         "serve Prometheus metrics on http://HOST:PORT/metrics (port 0: a free one, logged)");
   a.Add("log-every", "N", "progress line (tasks/s, RSS) every N finished tasks; 0: never", "100");
@@ -158,6 +160,12 @@ int WorkerCommand(const std::vector<std::string>& args) {
     std::fprintf(stderr, "metrics on %s\n", metrics_server->address().c_str());
   }
 
+  absl::StatusOr<std::unique_ptr<HealthServer>> health = StartHealth(a);
+  if (!health.ok()) {
+    return absl::IsInvalidArgument(health.status()) ? BadUsage("worker", health.status())
+                                                    : Fail("worker", health.status());
+  }
+  opt.health = health->get();  // SERVING once registered; outlives the worker below
   std::atomic<bool>& stop = InstallStopSignals();
   worker::Worker w(opt);
   const absl::Status status = w.Run(stop);

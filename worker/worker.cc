@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "common/proc_stats.h"
 #include "grpcpp/grpcpp.h"
+#include "proto/health.h"
 #include "proto/status_util.h"
 #include "proto/transport.h"
 #include "worker/peer.h"
@@ -85,6 +86,7 @@ absl::Status Worker::Register() {
       int64_t interval = response.heartbeat_interval_ms();
       if (interval <= 0) interval = 5000;
       state_->Registered(response.worker_id(), interval);
+      if (opt_.health != nullptr) opt_.health->SetServing(true);
       state_->Log(1, absl::StrFormat("registered with %s as %s (%s, heartbeat every %d ms)",
                                      opt_.coordinator, response.worker_id(),
                                      request.worker_name(), interval));
@@ -222,6 +224,7 @@ absl::Status Worker::Run(std::atomic<bool>& stop) {
       state_->SleepFor(backoff.Next());
     }
   }
+  if (opt_.health != nullptr) opt_.health->SetServing(false);
   state_->Shutdown();
   peers.Shutdown();
   if (heartbeat.joinable()) heartbeat.join();

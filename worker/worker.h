@@ -53,6 +53,10 @@
 #include "grpcpp/security/server_credentials.h"
 #include "proto/adjsh.grpc.pb.h"
 
+namespace adjsh {
+class HealthServer;
+}
+
 namespace adjsh::worker {
 
 class SharedState;
@@ -84,6 +88,9 @@ struct WorkerOptions {
   // With TLS: the name peers' certificates carry, checked instead of the host of their address
   // (pods reached by IP share one certificate name); "": the address's host.
   std::string peer_tls_name;
+  // Non-null: set SERVING once registered, NOT_SERVING when the worker stops (proto/health.h);
+  // must outlive the Worker.
+  HealthServer* health = nullptr;
 };
 
 // Counters, readable at any time (for tests and logs).

@@ -298,7 +298,15 @@ def run_cases(r, work):
                  "--conv-kernel", "--expand", "--dt-rank", "--layer-norm-epsilon", "--seed",
                  "--dtype", "--help"],
         "tokenize": ["--text", "--out", "--length", "--help"],
+        "eval": ["--model", "--tokens", "--context", "--max-tokens", "--chunk", "--help"],
+        "generate": ["--model", "--prompt", "--tokenizer", "--prompt-tokens", "--max-new-tokens",
+                     "--temperature", "--top-k", "--seed", "--help"],
+        "health": ["--address", "--service", "--timeout", "--help"],
+        "train": ["--spec", "--data", "--batch-size", "--data-order", "--doc-boundaries",
+                  "--val-data", "--eval-every", "--resume", "--log-jsonl", "--help"],
     }
+    r.case("help/--version", lambda: r.expect(["--version"], 0,
+                                              out_has=["adjsh ", "(revision "]))
     for cmd, flags in sorted(help_flags.items()):
         def sub_help(cmd=cmd, flags=flags):
             res = r.expect([cmd, "--help"], 0, out_has=["usage: adjsh %s" % cmd] + flags)
@@ -306,8 +314,8 @@ def run_cases(r, work):
         r.case("help/%s --help" % cmd, sub_help)
         # --help wins over missing required flags and is not blocked by other flags.
         r.case("help/%s -h with other flags" % cmd,
-               lambda cmd=cmd: r.expect([cmd, "--out", P("never"), "-h"], 0,
-                                        out_has=["usage: adjsh %s" % cmd]))
+               lambda cmd=cmd, flag=flags[0]: r.expect([cmd, flag, P("never"), "-h"], 0,
+                                                       out_has=["usage: adjsh %s" % cmd]))
 
     r.case("usage/no arguments", lambda: r.expect([], 2, err_has=["usage: adjsh"]))
     r.case("usage/unknown command",

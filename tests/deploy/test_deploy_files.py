@@ -281,6 +281,15 @@ def check_k8s(adjsh):
                       ann.get("prometheus.io/port") == str(port) and cports.get("metrics") == port,
                       f"{what}: metrics on port {port}, annotated and declared")
                 ports[d["metadata"]["name"]] = port
+                # Readiness by the gRPC health service on its own plaintext port (a worker is
+                # ready once registered: proto/health.h), the port --health-listen serves.
+                args = c["args"]
+                health = int(args[args.index("--health-listen") + 1].rsplit(":", 1)[1]) \
+                    if "--health-listen" in args else None
+                ready = c.get("readinessProbe", {}).get("grpc", {})
+                check(health is not None and cports.get("health") == health and
+                      ready.get("port") == health,
+                      f"{what}: readiness by gRPC health on --health-listen's port {health}")
         if d["metadata"]["name"] == "adjsh-worker":
             res = tmpl["spec"]["containers"][0]["resources"]
             check(res["limits"].get("nvidia.com/gpu") == 1 and
