@@ -53,8 +53,10 @@ class Client {
     absl::StatusOr<ClientSecurity> security =
         ClientSecurityFromFlags(a, c.address_, /*worker=*/false, error);
     if (!security.ok()) return security.status();
-    c.stub_ = v1::JobService::NewStub(grpc::CreateCustomChannel(
-        c.address_, ChannelCredentialsFor(*security), ClientChannelArgs()));
+    grpc::ChannelArguments args = ClientChannelArgs();
+    if (!security->server_name.empty()) args.SetSslTargetNameOverride(security->server_name);
+    c.stub_ = v1::JobService::NewStub(
+        grpc::CreateCustomChannel(c.address_, ChannelCredentialsFor(*security), args));
     return c;
   }
 

@@ -89,6 +89,9 @@ void AddClientSecurityFlags(ArgParser& a, bool worker) {
                  "(required with --tls-ca)"
                : "PEM client certificate to present (not needed for the job API)");
   a.Add("tls-key", "FILE", "PEM private key of --tls-cert");
+  a.Add("tls-server-name", "NAME",
+        "with --tls-ca: the name the coordinator's certificate must carry, checked instead of "
+        "--coordinator's host (e.g. adjsh-coordinator through kubectl port-forward)");
   if (!worker) {
     a.Add("auth-token-file", "FILE",
           "bearer token of the coordinator's job API, sent over TLS only (default: the "
@@ -101,10 +104,12 @@ absl::StatusOr<ClientSecurity> ClientSecurityFromFlags(const ArgParser& a,
                                                        bool worker, SecurityError* error) {
   ClientSecurity sec;
   if (!a.Has("tls-ca")) {
-    if (a.Has("tls-cert") || a.Has("tls-key") || (!worker && a.Has("auth-token-file"))) {
+    if (a.Has("tls-cert") || a.Has("tls-key") || a.Has("tls-server-name") ||
+        (!worker && a.Has("auth-token-file"))) {
       return Usage(error, absl::InvalidArgumentError(
-                              "--tls-cert, --tls-key and --auth-token-file need --tls-ca (the "
-                              "coordinator's CA): certificates and tokens go over TLS only"));
+                              "--tls-cert, --tls-key, --tls-server-name and --auth-token-file "
+                              "need --tls-ca (the coordinator's CA): certificates and tokens go "
+                              "over TLS only"));
     }
     if (!IsLoopbackAddress(coordinator)) {
       return Usage(error, absl::InvalidArgumentError(absl::StrCat(
@@ -125,6 +130,12 @@ absl::StatusOr<ClientSecurity> ClientSecurityFromFlags(const ArgParser& a,
        a.Get("tls-ca")});
   if (!tls.ok()) return Input(error, tls.status());
   sec.tls = std::move(*tls);
+  if (a.Has("tls-server-name")) {
+    if (a.Get("tls-server-name").empty()) {
+      return Usage(error, absl::InvalidArgumentError("--tls-server-name is empty"));
+    }
+    sec.server_name = a.Get("tls-server-name");
+  }
   if (!worker) {
     absl::StatusOr<std::string> token =
         LoadAuthToken(a.Has("auth-token-file") ? a.Get("auth-token-file") : "");

@@ -59,6 +59,9 @@ struct ClientSecurity {
   bool insecure = false;  // plaintext: loopback coordinators only
   TlsMaterial tls;        // ca: the coordinator's CA; cert + key: a worker's client certificate
   std::string token;      // bearer token sent with every call (job clients); empty = none
+  // With TLS: the name the coordinator's certificate must carry, checked instead of the host
+  // of the address dialled (a port-forward to localhost, a pod dialled by IP); "": the host.
+  std::string server_name;
 };
 
 // True for 127.0.0.0/8, ::1 and localhost, with or without a port ("127.0.0.1:0",

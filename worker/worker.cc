@@ -48,6 +48,7 @@ Worker::Worker(WorkerOptions options)
   // (GRPC_ARG_MIN_RECONNECT_BACKOFF_MS is the connect and TLS handshake timeout, not a backoff:
   // ClientChannelArgs sets it.)
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+  if (!opt_.coordinator_tls_name.empty()) args.SetSslTargetNameOverride(opt_.coordinator_tls_name);
   channel_ = grpc::CreateCustomChannel(
       opt_.coordinator,
       opt_.credentials ? opt_.credentials : grpc::InsecureChannelCredentials(), args);

@@ -66,6 +66,9 @@ struct WorkerOptions {
   std::string coordinator;  // HOST:PORT of the coordinator's TaskService
   // TLS with the worker's client certificate (proto/credentials.h); null: plaintext.
   std::shared_ptr<grpc::ChannelCredentials> credentials;
+  // With TLS: the name the coordinator's certificate carries, checked instead of the host of
+  // `coordinator` (--tls-server-name); "": the host.
+  std::string coordinator_tls_name;
   std::string name;         // RegisterWorker.worker_name; empty = the host name
   uint64_t memory_bytes = 0;  // RegisterWorker.memory_bytes; 0 = physical memory
   int64_t log_every = 100;    // progress line every this many finished tasks; 0 = never

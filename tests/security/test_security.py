@@ -38,7 +38,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))  # tests/
 from harness import SMALL_SHAPE as SHAPE, SMALL_TRAIN_FLAGS as TRAIN_FLAGS  # noqa: E402
-from harness import final_files, run_process_test  # noqa: E402
+from harness import final_files, run_process_test, wait_for  # noqa: E402
 
 def body(adjsh, tmp, procs, record):
     certs = os.path.join(tmp, "certs")
@@ -279,6 +279,31 @@ def body(adjsh, tmp, procs, record):
     record("watch stream to a stopped coordinator ends (keepalive), exit 1",
            t_end == 1 and "ended before the job did" in err, (t_end, err))
     coord.send_signal(signal.SIGCONT)
+
+    # --- --tls-server-name: a coordinator whose certificate names only adjsh-worker (as a pod's
+    # service name), dialled at 127.0.0.1 (as through kubectl port-forward) -------------------
+    named_tls = ["--tls-cert", C("peer2.pem"), "--tls-key", C("peer2.key"), "--tls-ca",
+                 C("ca.pem"), "--auth-token-file", C("token")]
+    _, named = procs.coordinator(os.path.join(tmp, "named"), flags=named_tls, log="named")
+    record("TLS coordinator with a certificate for adjsh-worker only starts", named is not None)
+    if named is None:
+        return
+    r = run("status", "--coordinator", named, "--tls-ca", C("ca.pem"), "--auth-token-file",
+            C("token"), timeout=30)
+    record("status to 127.0.0.1 without --tls-server-name: refused (the name does not match)",
+           r.returncode == 1, (r.returncode, r.stderr))
+    r = run("status", "--coordinator", named, "--tls-ca", C("ca.pem"), "--auth-token-file",
+            C("token"), "--tls-server-name", "adjsh-worker", timeout=30)
+    record("status with --tls-server-name adjsh-worker: answered", r.returncode == 0,
+           (r.returncode, r.stderr))
+    procs.worker(named, "named-w", log="", flags=[*worker_tls, "--tls-server-name",
+                                                   "adjsh-worker"])
+    registered = wait_for(lambda: "registered with" in tail("worker-named-w.log"), 20)
+    record("a worker with --tls-server-name adjsh-worker registers", registered,
+           tail("worker-named-w.log")[-600:])
+    r = run("status", "--coordinator", "127.0.0.1:1", "--tls-server-name", "x", timeout=30)
+    record("--tls-server-name without --tls-ca: bad usage",
+           r.returncode == 2 and "--tls-server-name" in r.stderr, r.stderr)
 
 
 if __name__ == "__main__":
