@@ -271,6 +271,18 @@ def check_k8s(adjsh):
             if "configMap" in v:
                 check(v["configMap"]["name"] in configmaps,
                       f"{what}: ConfigMap {v['configMap']['name']} is defined")
+        # Restricted Pod Security on every pod and container.
+        psc = tmpl["spec"].get("securityContext", {})
+        check(psc.get("runAsNonRoot") is True and
+              psc.get("seccompProfile", {}).get("type") == "RuntimeDefault",
+              f"{what}: pod runs as non-root with the RuntimeDefault seccomp profile")
+        for c in tmpl["spec"]["containers"]:
+            csc = c.get("securityContext", {})
+            check(csc.get("allowPrivilegeEscalation") is False and
+                  csc.get("readOnlyRootFilesystem") is True and
+                  "ALL" in csc.get("capabilities", {}).get("drop", []),
+                  f"{what} container {c['name']}: no privilege escalation, a read-only root "
+                  f"filesystem, every capability dropped")
         for c in tmpl["spec"]["containers"]:
             if c["image"].startswith("adjsh-"):
                 check_adjsh_args(adjsh, c["args"], f"{what} container {c['name']}")
@@ -300,6 +312,28 @@ def check_k8s(adjsh):
             check(expr["key"] == "node.kubernetes.io/instance-type" and
                   {"p4d.24xlarge", "p4de.24xlarge"} <= set(expr["values"]),
                   f"{what}: scheduled on p4d/p4de nodes only")
+    # A PodDisruptionBudget and a NetworkPolicy for the coordinator and the workers, each
+    # selecting their pods; the coordinator's admits the workers on gRPC.
+    for kind in ("PodDisruptionBudget", "NetworkPolicy"):
+        for name in ("adjsh-coordinator", "adjsh-worker"):
+            found = [d for _, d in objs if d["kind"] == kind and d["metadata"]["name"] == name]
+            sel = (found[0]["spec"].get("selector") or found[0]["spec"].get("podSelector", {})
+                   ).get("matchLabels", {}) if found else {}
+            target = [d["spec"]["template"]["metadata"]["labels"] for _, d in workloads
+                      if d["metadata"]["name"] == name]
+            check(found and target and sel.items() <= target[0].items(),
+                  f"{kind} {name} selects the {name} pods")
+    netpol = [d for _, d in objs if d["kind"] == "NetworkPolicy" and
+              d["metadata"]["name"] == "adjsh-coordinator"]
+    admits_workers = netpol and any(
+        any(f.get("podSelector", {}).get("matchLabels", {}).get("app.kubernetes.io/component") ==
+            "worker" for f in rule.get("from", [])) and
+        any(p.get("port") == 50051 for p in rule.get("ports", []))
+        for rule in netpol[0]["spec"]["ingress"])
+    check(admits_workers, "the coordinator's NetworkPolicy admits the workers on gRPC 50051")
+    claims = {d["metadata"]["name"] for _, d in objs if d["kind"] == "PersistentVolumeClaim"}
+    check({"adjsh-state", "adjsh-data", "adjsh-prometheus"} <= claims,
+          f"volumes for the job state, the data and models, and Prometheus: {sorted(claims)}")
     prom = yaml.safe_load(open(os.path.join(ROOT, "deploy", "prometheus", "prometheus-k8s.yml")))
     jobs = {j["job_name"]: j for j in prom["scrape_configs"]}
     services = {d["metadata"]["name"]: d for _, d in objs if d["kind"] == "Service"}
