@@ -229,6 +229,22 @@ def check_compose(adjsh):
     workers = sorted(n for n in metrics if n.startswith("worker-"))
     check(sorted(sd["names"]) == workers and all(metrics[w] == sd["port"] for w in workers),
           f"prometheus.yml scrapes every compose worker on port {sd['port']}")
+    # The alerts reach the compose host's Alertmanager, which has a route to a receiver.
+    am = c["services"].get("alertmanager", {})
+    targets = [t for a in prom.get("alerting", {}).get("alertmanagers", [])
+               for sc in a.get("static_configs", []) for t in sc.get("targets", [])]
+    amc = yaml.safe_load(open(os.path.join(ROOT, "deploy", "alertmanager", "alertmanager.yml")))
+    receivers = {r["name"] for r in amc.get("receivers", [])}
+    check(am and targets == ["alertmanager:9093"] and
+          any(str(p).endswith(":9093") for p in am.get("ports", [])) and
+          amc["route"]["receiver"] in receivers,
+          f"prometheus.yml sends the alerts to the compose Alertmanager ({targets}), whose route "
+          f"has a receiver")
+    coord_cmd = c["services"]["coordinator"]["command"]
+    check("--data-root" in coord_cmd and
+          any(coord_cmd[coord_cmd.index("--data-root") + 1] in v.split(":")[1:]
+              for v in c["services"]["coordinator"]["volumes"]),
+          "compose coordinator: --data-root is a mounted volume (the models and data)")
 
 
 def k8s_objects():
