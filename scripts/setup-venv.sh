@@ -22,6 +22,10 @@ STAMP="$VENV/.adjsh-stamp"
 TOKENIZERS_VERSION=0.19.1
 TRANSFORMERS_VERSION=4.44.2
 PYARROW_VERSION=18.1.0
+# The Python client (clients/python): gRPC and its stub generator; grpcio-tools 1.62 needs
+# protobuf 4.21.6 to 4.x.
+GRPC_VERSION=1.62.3
+PROTOBUF_VERSION=4.25.8
 # Their dependencies that Debian does not provide, pinned for reproducible installs.
 DEP_PINS="huggingface-hub==0.36.2 safetensors==0.8.0 regex==2026.11.19 tqdm==4.70.1
 fsspec==2026.9.0 filelock==4.3.1 hf-xet==1.8.0"
@@ -51,6 +55,7 @@ STAMP_TEXT="python=$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])
 tokenizers==$TOKENIZERS_VERSION
 transformers==$TRANSFORMERS_VERSION
 pyarrow==$PYARROW_VERSION
+grpcio==$GRPC_VERSION grpcio-tools==$GRPC_VERSION protobuf==$PROTOBUF_VERSION
 $DEP_PINS
 numpy==$SYS_NUMPY (system)
 torch==$SYS_TORCH (system)"
@@ -58,9 +63,10 @@ torch==$SYS_TORCH (system)"
 # Fast path: the stamp matches and the pinned packages import at their pinned versions.
 if [ -x "$VENV/bin/python" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$STAMP_TEXT" ] &&
    "$VENV/bin/python" - "$TOKENIZERS_VERSION" "$TRANSFORMERS_VERSION" "$PYARROW_VERSION" \
-     >/dev/null 2>&1 <<'EOF'
-import sys, tokenizers, transformers, pyarrow
-assert (tokenizers.__version__, transformers.__version__, pyarrow.__version__) == tuple(sys.argv[1:4])
+     "$GRPC_VERSION" >/dev/null 2>&1 <<'EOF'
+import sys, tokenizers, transformers, pyarrow, grpc, grpc_tools
+assert (tokenizers.__version__, transformers.__version__, pyarrow.__version__,
+        grpc.__version__) == tuple(sys.argv[1:5])
 EOF
 then
   exit 0
@@ -94,15 +100,16 @@ printf 'numpy==%s\ntorch==%s\n%s\n' "$SYS_NUMPY" "$SYS_TORCH" "$DEP_PINS" | tr '
   > "$CONSTRAINTS"
 
 log "installing tokenizers==$TOKENIZERS_VERSION transformers==$TRANSFORMERS_VERSION" \
-    "pyarrow==$PYARROW_VERSION"
+    "pyarrow==$PYARROW_VERSION grpcio==$GRPC_VERSION"
 PIP_DISABLE_PIP_VERSION_CHECK=1 "$VENV/bin/python" -m pip install -q --constraint "$CONSTRAINTS" \
   "tokenizers==$TOKENIZERS_VERSION" "transformers==$TRANSFORMERS_VERSION" \
-  "pyarrow==$PYARROW_VERSION"
+  "pyarrow==$PYARROW_VERSION" "grpcio==$GRPC_VERSION" "grpcio-tools==$GRPC_VERSION" \
+  "protobuf==$PROTOBUF_VERSION"
 
 # Verify: everything imports, numpy and torch are still the system ones, Mamba is importable.
 if ! "$VENV/bin/python" - "$SYS_NUMPY" "$SYS_TORCH" <<'EOF'
 import sys
-import tokenizers, pyarrow, transformers, torch, numpy
+import tokenizers, pyarrow, transformers, torch, numpy, grpc, grpc_tools
 from importlib.metadata import version
 from transformers import MambaForCausalLM, MambaConfig
 for mod, want in ((numpy, sys.argv[1]), (torch, sys.argv[2])):
