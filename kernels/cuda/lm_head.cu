@@ -117,6 +117,22 @@ int DeviceCount(std::string* error) {
   const cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess) {
     if (error) *error = cudaGetErrorString(err);
+    if (err == cudaErrorInsufficientDriver && error) {
+      // The most common failure on a fleet: a driver older than the CUDA the binary was built
+      // with. Say which versions, and what to do.
+      int driver = 0, runtime = 0;
+      cudaDriverGetVersion(&driver);
+      cudaRuntimeGetVersion(&runtime);
+      const std::string rt = std::to_string(runtime / 1000) + "." + std::to_string(runtime % 1000 / 10);
+      *error = driver == 0
+                   ? "no NVIDIA driver is installed (this adjsh uses the CUDA " + rt +
+                         " runtime)"
+                   : "the NVIDIA driver supports CUDA " + std::to_string(driver / 1000) + "." +
+                         std::to_string(driver % 1000 / 10) + ", older than this adjsh's CUDA " +
+                         rt + " runtime: update the driver, or use a worker built for an older "
+                         "CUDA (docker/Dockerfile.worker --build-arg CUDA_MAJOR=12 "
+                         "--build-arg CUDA_MINOR=4)";
+    }
     cudaGetLastError();  // clear the sticky error state for later calls
     return 0;
   }

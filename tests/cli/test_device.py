@@ -201,6 +201,11 @@ def main():
         else:
             check("grad --device cuda:0 without a usable GPU: exit 1, no crash",
                   rc == 1 and "cuda:0" in err and no_crash(rc, err), f"rc={rc} stderr={err!r}")
+            # A missing or too old driver is said as that, with the runtime's CUDA version.
+            if "driver" in err:
+                check("a missing or old NVIDIA driver is named, with the CUDA runtime version",
+                      "no NVIDIA driver is installed" in err or "older than this adjsh's CUDA"
+                      in err, err)
 
     failed = results.count(False)
     print(f"{len(results) - failed} passed, {failed} failed")
