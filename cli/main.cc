@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "cli/commands.h"
-#include "kernels/backend.h"
+#include "common/build_info.h"
 
 namespace {
 
@@ -69,8 +69,8 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (command == "--version" || command == "version") {
-    std::printf("adjsh %s (revision %s, %s)\n", ADJSH_VERSION, ADJSH_REVISION,
-                adjsh::CudaBuilt() ? "CUDA backend built" : "CPU only");
+    std::printf("adjsh %s (revision %s, %s)\n", adjsh::kAdjshVersion, adjsh::kAdjshRevision,
+                adjsh::kAdjshCuda ? "CUDA backend built" : "CPU only");
     return 0;
   }
   const std::vector<std::string> args(argv + 2, argv + argc);

@@ -17,6 +17,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/build_info.h"
 #include "prometheus/text_serializer.h"
 
 namespace adjsh::metrics {
@@ -229,6 +230,13 @@ void MetricsServer::Answer(int fd) {
     if (n <= 0) return;
     sent += static_cast<size_t>(n);
   }
+}
+
+Labels BuildInfoLabels(const std::string& component) {
+  return {{"component", component},
+          {"version", kAdjshVersion},
+          {"revision", kAdjshRevision},
+          {"cuda", kAdjshCuda ? "true" : "false"}};
 }
 
 }  // namespace adjsh::metrics

@@ -51,6 +51,8 @@ using Labels = std::vector<std::pair<std::string, std::string>>;
 prometheus::MetricFamily Family(const MetricDef& def);
 // Adds one counter or gauge sample (by the family's type) with `labels`.
 void AddSample(prometheus::MetricFamily& family, double value, const Labels& labels = {});
+// The labels of adjsh_build_info: component, version, revision, cuda (common/build_info.h).
+Labels BuildInfoLabels(const std::string& component);
 // Adds the current state of `histogram` with `labels`.
 void AddHistogram(prometheus::MetricFamily& family, const prometheus::Histogram& histogram,
                   const Labels& labels = {});

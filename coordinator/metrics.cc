@@ -19,7 +19,7 @@ enum Index {
   kJobStep, kJobSteps, kLoss, kTokensPerSecond, kLastProgress,
   kRebuilds, kRestarts, kRoots,
   kStepTaskSeconds, kStepCriticalPath, kStepParallelism, kStepWireBytes,
-  kGradNorm, kLearningRate, kValLoss, kCount
+  kGradNorm, kLearningRate, kValLoss, kBuildInfo, kCount
 };
 
 const std::vector<MetricDef>& Table() {
@@ -76,6 +76,8 @@ const std::vector<MetricDef>& Table() {
        "Learning rate of the running job's last step."},
       {"adjsh_coordinator_val_loss", Kind::kGauge,
        "Held-out loss of the running job's last evaluation."},
+      {"adjsh_build_info", Kind::kGauge,
+       "Always 1; labels: the component, the version, the source revision, CUDA built."},
   };
   return table;
 }
@@ -92,7 +94,7 @@ CoordinatorMetrics::CoordinatorMetrics(const TaskServiceImpl* tasks)
     : tasks_(tasks),
       // 50 ms .. ~27 min, doubling: a small model's step to a 1M-token step.
       step_duration_(metrics::ExponentialBuckets(0.05, 2, 16)) {
-  static_assert(kCount == 31, "one Index per table entry");
+  static_assert(kCount == 32, "one Index per table entry");
 }
 
 void CoordinatorMetrics::JobStarted(const std::string& job_id, int64_t step, int64_t steps) {
@@ -162,6 +164,7 @@ std::vector<prometheus::MetricFamily> CoordinatorMetrics::Collect() const {
                          {{"state", absl::AsciiStrToLower(v1::Job::State_Name(state))}});
     }
   }
+  add(kBuildInfo, 1, metrics::BuildInfoLabels("coordinator"));
   add(kResident, NonNegative(ResidentBytes()));
   add(kPeak, NonNegative(PeakResidentBytes()));
   out.push_back(metrics::Family(Table()[kStepDuration]));

@@ -15,7 +15,7 @@ using metrics::MetricDef;
 
 enum Index {
   kInfo, kDone, kFailed, kRejected, kTokens, kDuration, kReceived, kSent,
-  kResident, kPeak, kLimit, kGpuUsed, kGpuPeak, kCount
+  kResident, kPeak, kLimit, kGpuUsed, kGpuPeak, kBuildInfo, kCount
 };
 
 const std::vector<MetricDef>& Table() {
@@ -44,6 +44,8 @@ const std::vector<MetricDef>& Table() {
        "Accelerator memory adjsh holds now: weights, workspaces (absent on the CPU)."},
       {"adjsh_worker_gpu_memory_peak_bytes", Kind::kGauge,
        "Most accelerator memory adjsh has held since the worker started (absent on the CPU)."},
+      {"adjsh_build_info", Kind::kGauge,
+       "Always 1; labels: the component, the version, the source revision, CUDA built."},
   };
   return table;
 }
@@ -76,7 +78,7 @@ WorkerMetrics::WorkerMetrics(WorkerMetricsOptions options)
       }()),
       // 1 ms .. ~131 s, doubling: a task is milliseconds on a small chunk, seconds on a big one.
       duration_(metrics::ExponentialBuckets(0.001, 2, 18)) {
-  static_assert(kCount == 13, "one Index per table entry");
+  static_assert(kCount == 14, "one Index per table entry");
 }
 
 void WorkerMetrics::TaskDone(double seconds, int64_t tokens, uint64_t bytes_received,
@@ -105,6 +107,8 @@ std::vector<prometheus::MetricFamily> WorkerMetrics::Collect() const {
   };
   out.push_back(metrics::Family(Table()[kInfo]));
   metrics::AddSample(out.back(), 1, {{"device", opt_.device}, {"worker", opt_.name}});
+  out.push_back(metrics::Family(Table()[kBuildInfo]));
+  metrics::AddSample(out.back(), 1, metrics::BuildInfoLabels("worker"));
   {
     std::lock_guard<std::mutex> lock(mu_);
     add(kDone, static_cast<double>(done_));

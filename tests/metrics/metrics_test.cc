@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
+#include "common/build_info.h"
 #include "common/metrics_server.h"
 #include "common/proc_stats.h"
 #include "coordinator/job_service.h"
@@ -88,6 +89,10 @@ TEST(WorkerMetricsTest, ExportsItsTableAndCountsTasks) {
   expected.erase("adjsh_worker_gpu_memory_peak_bytes");
   EXPECT_EQ(Keys(f), expected);
   ExpectConventional(f);
+  const prometheus::ClientMetric& build = f.at("adjsh_build_info").metric.at(0);
+  EXPECT_EQ(Label(build, "component"), "worker");
+  EXPECT_EQ(Label(build, "version"), kAdjshVersion);
+  EXPECT_FALSE(Label(build, "revision").empty());
   auto value = [&](const std::string& name) {
     const prometheus::ClientMetric& c = f.at(name).metric.at(0);
     EXPECT_EQ(Label(c, "device"), "cpu") << name;
