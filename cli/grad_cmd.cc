@@ -1,6 +1,5 @@
 // adjsh grad: loss and gradient of the mean next-token loss of one sequence (DESIGN.md §6).
 #include <chrono>
-#include <cstring>
 #include <cstdio>
 #include <thread>
 
@@ -9,7 +8,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/device_flags.h"
-#include "common/file_io.h"
+#include "common/token_data.h"
 #include "common/model.h"
 #include "coordinator/local_cluster.h"
 #include "common/proc_stats.h"
@@ -34,22 +33,10 @@ absl::Status RunGrad(const ArgParser& a, const GradOptions& opt, bool quiet, int
 
   std::vector<int64_t> doc_starts;
   if (a.Has("doc-starts")) {
-    absl::StatusOr<std::string> raw = ReadFileToString(a.Get("doc-starts"));
-    if (!raw.ok()) return raw.status();
-    if (raw->size() % 8 != 0) {
-      return absl::InvalidArgumentError(a.Get("doc-starts") +
-                                        ": not a whole number of uint64 offsets");
-    }
-    for (size_t i = 0; i < raw->size(); i += 8) {
-      uint64_t v;
-      std::memcpy(&v, raw->data() + i, 8);
-      if (v >= tokens->size() || (!doc_starts.empty() && v <= uint64_t(doc_starts.back()))) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            a.Get("doc-starts"), ": offset ", i / 8, " (", v,
-            ") is out of order or past the sequence's ", tokens->size(), " tokens"));
-      }
-      doc_starts.push_back(static_cast<int64_t>(v));
-    }
+    absl::StatusOr<std::vector<int64_t>> starts =
+        ReadTokenOffsets(a.Get("doc-starts"), static_cast<int64_t>(tokens->size()));
+    if (!starts.ok()) return starts.status();
+    doc_starts = *std::move(starts);
   }
   auto start = std::chrono::steady_clock::now();
   absl::StatusOr<GradResult<T>> result;

@@ -132,13 +132,14 @@ std::vector<uint32_t> TokenData::Slice(int64_t start, int64_t n) const {
   return ids;
 }
 
-absl::Status TokenData::CheckInVocab(int64_t vocab_size) const {
+absl::Status TokenData::CheckInVocab(int64_t vocab_size, int64_t n) const {
+  const int64_t end = n < 0 ? size_ : std::min(n, size_);
   constexpr int64_t kBlock = int64_t{1} << 20;
-  std::vector<uint32_t> block(static_cast<size_t>(std::min(kBlock, size_)));
-  for (int64_t start = 0; start < size_; start += kBlock) {
-    const int64_t n = std::min(kBlock, size_ - start);
-    Copy(start, n, block.data());
-    for (int64_t i = 0; i < n; ++i) {
+  std::vector<uint32_t> block(static_cast<size_t>(std::min(kBlock, end)));
+  for (int64_t start = 0; start < end; start += kBlock) {
+    const int64_t m = std::min(kBlock, end - start);
+    Copy(start, m, block.data());
+    for (int64_t i = 0; i < m; ++i) {
       if (static_cast<int64_t>(block[i]) >= vocab_size) {
         return absl::InvalidArgumentError(absl::StrCat("token id ", block[i], " at position ",
                                                        start + i, " is not below vocab_size ",
@@ -149,23 +150,64 @@ absl::Status TokenData::CheckInVocab(int64_t vocab_size) const {
   return absl::OkStatus();
 }
 
-std::string TokenData::Fingerprint() const {
+namespace {
+
+// The sampled FNV-1a of Fingerprint over `size` ids, visit(start, n, add) handing the ids of
+// [start, start + n) to add(id) in order.
+template <typename Visit>
+std::string SampledFingerprint(int64_t size, Visit&& visit) {
   uint64_t h = kFnv1aBasis;
   auto add = [&h](uint64_t v) {
     for (int b = 0; b < 8; ++b) h = Fnv1a(h, static_cast<uint8_t>(v >> (8 * b)));
   };
-  add(static_cast<uint64_t>(size_));
+  add(static_cast<uint64_t>(size));
   constexpr int64_t kBlock = int64_t{1} << 20;
+  const int64_t starts[3] = {0, std::max<int64_t>(0, size / 2 - kBlock / 2),
+                             std::max<int64_t>(0, size - kBlock)};
+  for (int64_t start : starts) visit(start, std::min(kBlock, size - start), add);
+  return absl::StrCat("n:", size, ":fnv1a64:", absl::Hex(h, absl::kZeroPad16));
+}
+
+}  // namespace
+
+std::string TokenData::Fingerprint() const {
   std::vector<uint32_t> ids;
-  const int64_t starts[3] = {0, std::max<int64_t>(0, size_ / 2 - kBlock / 2),
-                             std::max<int64_t>(0, size_ - kBlock)};
-  for (int64_t start : starts) {
-    const int64_t n = std::min(kBlock, size_ - start);
+  return SampledFingerprint(size_, [&](int64_t start, int64_t n, auto& add) {
     ids.resize(static_cast<size_t>(n));
     Copy(start, n, ids.data());
     for (uint32_t id : ids) add(id);
+  });
+}
+
+std::string FingerprintBytes(std::span<const uint8_t> bytes) {
+  return SampledFingerprint(static_cast<int64_t>(bytes.size()),
+                            [&](int64_t start, int64_t n, auto& add) {
+                              for (uint8_t b : bytes.subspan(start, n)) add(b);
+                            });
+}
+
+absl::StatusOr<std::vector<int64_t>> ReadTokenOffsets(const std::string& path, int64_t limit) {
+  absl::StatusOr<std::string> raw = ReadFileToString(path);
+  if (!raw.ok()) return raw.status();
+  if (raw->size() % 8 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": size ", raw->size(), " bytes is not a whole number of uint64 offsets "
+        "(truncated?)"));
   }
-  return absl::StrCat("n:", size_, ":fnv1a64:", absl::Hex(h, absl::kZeroPad16));
+  std::vector<int64_t> offsets;
+  offsets.reserve(raw->size() / 8);
+  for (size_t i = 0; i < raw->size(); i += 8) {
+    uint64_t v;
+    std::memcpy(&v, raw->data() + i, 8);  // little-endian host (tensor.cc)
+    if (v >= static_cast<uint64_t>(limit) ||
+        (!offsets.empty() && v <= static_cast<uint64_t>(offsets.back()))) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": offset ", i / 8, " (", v,
+                                                     ") is out of order or past the ", limit,
+                                                     " tokens"));
+    }
+    offsets.push_back(static_cast<int64_t>(v));
+  }
+  return offsets;
 }
 
 }  // namespace adjsh

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -41,8 +42,9 @@ class TokenData {
   void Copy(int64_t start, int64_t n, uint32_t* out) const;
   std::vector<uint32_t> Slice(int64_t start, int64_t n) const;
 
-  // INVALID_ARGUMENT naming the first position whose id is >= vocab_size (one pass, in blocks).
-  absl::Status CheckInVocab(int64_t vocab_size) const;
+  // INVALID_ARGUMENT naming the first position whose id is >= vocab_size, among the first `n`
+  // ids (-1: all of them; one pass, in blocks).
+  absl::Status CheckInVocab(int64_t vocab_size, int64_t n = -1) const;
 
   // "n:<size>:fnv1a64:<16 hex digits>", FNV-1a over the size and the ids of three blocks of up
   // to 1M ids (the first, the middle and the last): what a resumed run checks it trains on the
@@ -58,6 +60,15 @@ class TokenData {
   int64_t size_ = 0;
   std::string path_;
 };
+
+// Fingerprint() of bytes taken as ids (a loss mask: one byte per token), without a copy.
+std::string FingerprintBytes(std::span<const uint8_t> bytes);
+
+// A file of token offsets (a document index, `adjsh grad --doc-starts`): raw little-endian
+// uint64, strictly increasing, each below `limit`. INVALID_ARGUMENT naming the file for a size
+// that is not a whole number of them or an offset out of order or past the limit; the read's
+// errors.
+absl::StatusOr<std::vector<int64_t>> ReadTokenOffsets(const std::string& path, int64_t limit);
 
 }  // namespace adjsh
 

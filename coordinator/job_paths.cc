@@ -4,9 +4,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "common/file_io.h"
 #include "common/strings.h"
-#include "nlohmann/json.hpp"
+#include "train/dataset.h"
 
 namespace adjsh::coordinator {
 namespace fs = std::filesystem;
@@ -86,21 +85,12 @@ absl::Status ConfineJobPaths(v1::JobSpec& spec, const PathRoots& roots) {
                                  [&](const std::string& p) { spec.set_prepared_data(p); });
         !s.ok())
       return s;
-    // The files it names lie beside it (plain names: train/dataset.h), and could be links out
-    // of the root. A manifest that cannot be read here is ValidateJobSpec's to refuse.
-    absl::StatusOr<std::string> text =
-        ReadFileToString(spec.prepared_data(), {.regular_only = true, .max_bytes = 1 << 24});
-    const nlohmann::json js =
-        text.ok() ? nlohmann::json::parse(*text, nullptr, false) : nlohmann::json();
-    for (const char* split : {"train", "val"}) {
-      if (!js.is_object() || !js.contains(split) || !js[split].is_object()) continue;
-      for (const char* key : {"file", "docs"}) {
-        if (!js[split].contains(key) || !js[split][key].is_string()) continue;
-        const std::string p = (fs::path(spec.prepared_data()).parent_path() /
-                               js[split][key].get<std::string>()).string();
-        if (absl::Status s = confine("prepared_data", p, [](const std::string&) {}); !s.ok())
-          return s;
-      }
+    // The files it names lie beside it (train/dataset.h), and could be links out of the root.
+    // A manifest that cannot be read here is ValidateJobSpec's to refuse.
+    absl::StatusOr<std::vector<std::string>> files = train::PreparedFiles(spec.prepared_data());
+    for (const std::string& p : files.ok() ? *files : std::vector<std::string>{}) {
+      if (absl::Status s = confine("prepared_data", p, [](const std::string&) {}); !s.ok())
+        return s;
     }
   }
   if (!spec.val_token_file().empty()) {

@@ -78,9 +78,9 @@ absl::Status ValidateGradientInputs(const MambaConfig& config, std::span<const u
 template <typename T>
 absl::Status CheckDevice(const MambaConfig& config, const GradOptions& options) {
   if (options.device.is_cpu() && !options.device.bf16_storage) return absl::OkStatus();
-  absl::StatusOr<std::unique_ptr<Backend<T>>> backend = MakeBackend<T>(options.device);
+  absl::StatusOr<std::unique_ptr<Backend<T>>> backend =
+      MakeBackendFor<T>(options.device, config, {});  // the ops below, each named if lacking
   if (!backend.ok()) return backend.status();
-  if (absl::Status s = (*backend)->CheckConfig(config); !s.ok()) return s;
   std::vector<Op> ops = {Op::kHead};
   // (push_back, not insert of a list: GCC 12 misreads the latter as an overflow.)
   const auto add = [&ops](std::initializer_list<Op> more) {

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/layer_stream.h"
+#include "engine/span_work.h"
 #include "engine/thread_pool.h"
 
 namespace adjsh {
@@ -125,32 +126,15 @@ absl::StatusOr<EvalResult> Evaluate(const ModelParams<T>& params, const TokenDat
     return absl::InvalidArgumentError(
         absl::StrFormat("evaluation needs at least 2 tokens, got %d", n));
   }
-  absl::StatusOr<std::unique_ptr<Backend<T>>> backend = MakeBackend<T>(options.device);
+  absl::StatusOr<std::unique_ptr<Backend<T>>> backend =
+      MakeBackendFor<T>(options.device, params.config, {Op::kForward, Op::kHead});
   if (!backend.ok()) return backend.status();
-  if (absl::Status s = (*backend)->CheckConfig(params.config); !s.ok()) return s;
-  for (Op op : {Op::kForward, Op::kHead})
-    if (absl::Status s = (*backend)->Require(op); !s.ok()) return s;
-  // The ids, once, in blocks (the corpus may be a mapped file larger than memory).
-  {
-    constexpr int64_t kBlock = int64_t{1} << 20;
-    std::vector<uint32_t> block(static_cast<size_t>(std::min(kBlock, n)));
-    for (int64_t s = 0; s < n; s += kBlock) {
-      const int64_t m = std::min(kBlock, n - s);
-      tokens.Copy(s, m, block.data());
-      for (int64_t i = 0; i < m; ++i)
-        if (static_cast<int64_t>(block[i]) >= params.config.vocab_size) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "token id ", block[i], " at position ", s + i, " is not below vocab_size ",
-              params.config.vocab_size));
-        }
-    }
-  }
-  std::vector<std::unique_ptr<BlockBackend<T>>> blocks;
-  for (const LayerParams<T>& layer : params.layers)
-    blocks.push_back((*backend)->MakeBlock(params.config, layer));
+  // The ids, once (the corpus may be a mapped file larger than memory).
+  if (absl::Status s = tokens.CheckInVocab(params.config.vocab_size, n); !s.ok()) return s;
+  BackendModel<T> model = BackendModel<T>::Make(params, **backend);
 
   ThreadPool pool(options.threads);
-  SequenceEval<T> eval(params, **backend, blocks, tokens, options.chunk);
+  SequenceEval<T> eval(params, **backend, model.blocks, tokens, options.chunk);
   const int64_t T_seq = options.context > 0 ? options.context : n;
   EvalResult result;
   int64_t done = 0;

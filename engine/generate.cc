@@ -8,7 +8,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/tokens.h"
 #include "engine/layer_stream.h"
+#include "engine/span_work.h"
 
 namespace adjsh {
 namespace {
@@ -56,29 +58,22 @@ absl::StatusOr<std::vector<uint32_t>> Generate(const ModelParams<T>& params,
                                                const std::function<bool(uint32_t)>& on_token) {
   const MambaConfig& c = params.config;
   if (prompt.empty()) return absl::InvalidArgumentError("the prompt is empty");
-  for (size_t i = 0; i < prompt.size(); ++i) {
-    if (static_cast<int64_t>(prompt[i]) >= c.vocab_size) {
-      return absl::InvalidArgumentError(absl::StrCat("prompt token ", prompt[i], " at position ",
-                                                     i, " is not below vocab_size ",
-                                                     c.vocab_size));
-    }
+  if (absl::Status s = CheckTokensInVocab(prompt, c.vocab_size); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("prompt: ", s.message()));
   }
   if (!(o.temperature >= 0) || o.top_k < 0 || o.max_new_tokens < 0 || o.chunk < 1) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "need temperature >= 0, top_k >= 0, max_new_tokens >= 0 and chunk >= 1 (got %g, %d, "
         "%d, %d)", o.temperature, o.top_k, o.max_new_tokens, o.chunk));
   }
-  absl::StatusOr<std::unique_ptr<Backend<T>>> backend = MakeBackend<T>(o.device);
+  // The head's logits are computed on the host (Backend::HeadLogits): the layers' forward is all
+  // the device must do.
+  absl::StatusOr<std::unique_ptr<Backend<T>>> backend =
+      MakeBackendFor<T>(o.device, c, {Op::kForward});
   if (!backend.ok()) return backend.status();
-  if (absl::Status s = (*backend)->CheckConfig(c); !s.ok()) return s;
-  if (absl::Status s = (*backend)->Require(Op::kForward); !s.ok()) return s;
   const int64_t K = c.num_hidden_layers, D = c.hidden_size, H = c.conv_kernel - 1;
-  std::vector<std::unique_ptr<BlockBackend<T>>> blocks;
-  std::vector<LayerStream<T>> layers;
-  for (int64_t k = 0; k < K; ++k) {
-    blocks.push_back((*backend)->MakeBlock(c, params.layers[k]));
-    layers.emplace_back(D, H, c.inner() * c.state_size);
-  }
+  const BackendModel<T> model = BackendModel<T>::Make(params, **backend);
+  std::vector<LayerStream<T>> layers(K, LayerStream<T>(D, H, c.inner() * c.state_size));
   // Runs rows (embedding lookups of ids) through every layer; returns u^K of the last row.
   const int64_t C = o.chunk;
   std::vector<T> x((H + C) * D), y((H + C) * D), last(D);
@@ -90,7 +85,7 @@ absl::StatusOr<std::vector<uint32_t>> Generate(const ModelParams<T>& params,
         std::copy(row, row + D, x.begin() + (H + t) * D);
       }
       for (int64_t k = 0; k < K; ++k) {
-        layers[k].Advance(*blocks[k], x.data(), len, y.data() + H * D);
+        layers[k].Advance(*model.blocks[k], x.data(), len, y.data() + H * D);
         std::swap(x, y);
       }
       std::copy(x.begin() + (H + len - 1) * D, x.begin() + (H + len) * D, last.begin());

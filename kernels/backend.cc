@@ -196,9 +196,25 @@ absl::StatusOr<std::unique_ptr<Backend<T>>> MakeBackend(const Device& device) {
   }
 }
 
+template <typename T>
+absl::StatusOr<std::unique_ptr<Backend<T>>> MakeBackendFor(const Device& device,
+                                                           const MambaConfig& config,
+                                                           std::initializer_list<Op> ops) {
+  absl::StatusOr<std::unique_ptr<Backend<T>>> backend = MakeBackend<T>(device);
+  if (!backend.ok()) return backend.status();
+  if (absl::Status s = (*backend)->CheckConfig(config); !s.ok()) return s;
+  for (Op op : ops)
+    if (absl::Status s = (*backend)->Require(op); !s.ok()) return s;
+  return backend;
+}
+
 template class Backend<float>;
 template class Backend<double>;
 template absl::StatusOr<std::unique_ptr<Backend<float>>> MakeBackend<float>(const Device&);
 template absl::StatusOr<std::unique_ptr<Backend<double>>> MakeBackend<double>(const Device&);
+template absl::StatusOr<std::unique_ptr<Backend<float>>> MakeBackendFor<float>(
+    const Device&, const MambaConfig&, std::initializer_list<Op>);
+template absl::StatusOr<std::unique_ptr<Backend<double>>> MakeBackendFor<double>(
+    const Device&, const MambaConfig&, std::initializer_list<Op>);
 
 }  // namespace adjsh

@@ -7,6 +7,7 @@
 #define ADJSH_KERNELS_BACKEND_H_
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -106,6 +107,13 @@ class Backend {
 // absent (no device, or the ordinal out of range).
 template <typename T>
 absl::StatusOr<std::unique_ptr<Backend<T>>> MakeBackend(const Device& device);
+
+// The backend of `device` for T, checked to take `config` and to run each of `ops`: MakeBackend's
+// errors, CheckConfig's, or Require's UNIMPLEMENTED naming the first op it lacks.
+template <typename T>
+absl::StatusOr<std::unique_ptr<Backend<T>>> MakeBackendFor(const Device& device,
+                                                           const MambaConfig& config,
+                                                           std::initializer_list<Op> ops);
 
 // Whether this build has the CUDA backend.
 bool CudaBuilt();

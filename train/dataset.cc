@@ -17,70 +17,95 @@ absl::Status Bad(const std::string& path, const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat(path, ": ", what));
 }
 
+// The path of a split's `key` ("file" or "docs"): a plain name beside the manifest, never a
+// path (so that the manifest names nothing outside its folder).
+absl::StatusOr<std::string> SplitPath(const std::string& manifest, const fs::path& dir,
+                                      const nlohmann::json& js, const char* name,
+                                      const char* key) {
+  if (!js.is_object() || !js.contains(key) || !js[key].is_string()) {
+    return Bad(manifest, absl::StrCat("the ", name, " split's entry is malformed"));
+  }
+  const std::string v = js[key].get<std::string>();
+  if (v.empty() || v.find('/') != std::string::npos || v == "." || v == "..") {
+    return Bad(manifest, absl::StrCat("the ", name, " split's ", key,
+                                      " must be a file name beside the manifest"));
+  }
+  return (dir / v).string();
+}
+
+// The manifest's JSON, its format checked.
+absl::StatusOr<nlohmann::json> ReadManifest(const std::string& path) {
+  absl::StatusOr<std::string> text = ReadFileToString(path, {.max_bytes = 1 << 24});
+  if (!text.ok()) return text.status();
+  nlohmann::json js = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (!js.is_object() || js.value("format", "") != "adjsh-tokens-1") {
+    return Bad(path, "not a manifest of adjsh prepare (format adjsh-tokens-1)");
+  }
+  return js;
+}
+
+// Whether the manifest has a held-out split (prepared with --val-fraction 0 it has none).
+bool HasVal(const nlohmann::json& js) { return js.contains("val") && !js["val"].is_null(); }
+
 // One split: {"file", "docs", "tokens", "documents"} beside the manifest.
 absl::StatusOr<PreparedSplit> LoadSplit(const std::string& manifest, const fs::path& dir,
                                         const nlohmann::json& js, const char* name) {
-  const bool ok = js.is_object() && js.contains("file") && js["file"].is_string() &&
-                  js.contains("docs") && js["docs"].is_string() && js.contains("tokens") &&
-                  js["tokens"].is_number_integer() && js.contains("documents") &&
-                  js["documents"].is_number_integer();
-  if (!ok) return Bad(manifest, absl::StrCat("the ", name, " split's entry is malformed"));
-  for (const char* key : {"file", "docs"}) {  // names beside the manifest, never paths
-    const std::string v = js[key].get<std::string>();
-    if (v.empty() || v.find('/') != std::string::npos || v == "." || v == "..") {
-      return Bad(manifest, absl::StrCat("the ", name, " split's ", key,
-                                        " must be a file name beside the manifest"));
-    }
+  absl::StatusOr<std::string> file = SplitPath(manifest, dir, js, name, "file");
+  if (!file.ok()) return file.status();
+  absl::StatusOr<std::string> docs_path = SplitPath(manifest, dir, js, name, "docs");
+  if (!docs_path.ok()) return docs_path.status();
+  if (!js.contains("tokens") || !js["tokens"].is_number_integer() ||
+      !js.contains("documents") || !js["documents"].is_number_integer()) {
+    return Bad(manifest, absl::StrCat("the ", name, " split's entry is malformed"));
   }
   PreparedSplit split;
-  const std::string file = (dir / js["file"].get<std::string>()).string();
-  absl::StatusOr<TokenData> tokens = TokenData::Map(file);
+  absl::StatusOr<TokenData> tokens = TokenData::Map(*file);
   if (!tokens.ok()) return tokens.status();
   const int64_t want_tokens = js["tokens"].get<int64_t>();
   if (tokens->size() != want_tokens) {
-    return Bad(file, absl::StrCat("holds ", tokens->size(), " tokens, the manifest says ",
-                                  want_tokens, " (truncated or replaced?)"));
+    return Bad(*file, absl::StrCat("holds ", tokens->size(), " tokens, the manifest says ",
+                                   want_tokens, " (truncated or replaced?)"));
   }
   split.tokens = *std::move(tokens);
   split.documents = js["documents"].get<int64_t>();
-  const std::string docs_path = (dir / js["docs"].get<std::string>()).string();
-  absl::StatusOr<std::string> docs = ReadFileToString(docs_path);
-  if (!docs.ok()) return docs.status();
-  if (docs->size() % 8 != 0) {
-    return Bad(docs_path, absl::StrCat("size ", docs->size(),
-                                       " bytes is not a whole number of uint64 offsets "
-                                       "(truncated?)"));
+  absl::StatusOr<std::vector<int64_t>> starts = ReadTokenOffsets(*docs_path, split.tokens.size());
+  if (!starts.ok()) return starts.status();
+  if (static_cast<int64_t>(starts->size()) != split.documents) {
+    return Bad(*docs_path, absl::StrCat("holds ", starts->size(),
+                                        " document offsets, the manifest says ",
+                                        split.documents, " (truncated?)"));
   }
-  const int64_t n = static_cast<int64_t>(docs->size() / 8);
-  if (n != split.documents) {
-    return Bad(docs_path, absl::StrCat("holds ", n, " document offsets, the manifest says ",
-                                       split.documents, " (truncated?)"));
+  if (!starts->empty() && starts->front() != 0) {
+    return Bad(*docs_path, absl::StrCat("the first document starts at ", starts->front(),
+                                        ", not 0"));
   }
-  uint64_t prev = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    uint64_t off;
-    std::memcpy(&off, docs->data() + 8 * i, 8);  // little-endian host (tensor.cc)
-    if ((i == 0 && off != 0) || (i > 0 && off <= prev) ||
-        off >= static_cast<uint64_t>(split.tokens.size())) {
-      return Bad(docs_path, absl::StrCat("offset ", i, " (", off,
-                                         ") is out of order or past the split's ",
-                                         split.tokens.size(), " tokens"));
-    }
-    prev = off;
-    split.starts.push_back(static_cast<int64_t>(off));
-  }
+  split.starts = *std::move(starts);
   return split;
 }
 
 }  // namespace
 
-absl::StatusOr<PreparedData> LoadPrepared(const std::string& manifest_path) {
-  absl::StatusOr<std::string> text = ReadFileToString(manifest_path, {.max_bytes = 1 << 24});
-  if (!text.ok()) return text.status();
-  const nlohmann::json js = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
-  if (!js.is_object() || js.value("format", "") != "adjsh-tokens-1") {
-    return Bad(manifest_path, "not a manifest of adjsh prepare (format adjsh-tokens-1)");
+absl::StatusOr<std::vector<std::string>> PreparedFiles(const std::string& manifest_path) {
+  absl::StatusOr<nlohmann::json> js = ReadManifest(manifest_path);
+  if (!js.ok()) return js.status();
+  const fs::path dir = fs::path(manifest_path).parent_path();
+  std::vector<std::string> files;
+  for (const char* split : {"train", "val"}) {
+    if (split == std::string("val") && !HasVal(*js)) continue;
+    for (const char* key : {"file", "docs"}) {
+      absl::StatusOr<std::string> p =
+          SplitPath(manifest_path, dir, js->value(split, nlohmann::json()), split, key);
+      if (!p.ok()) return p.status();
+      files.push_back(*std::move(p));
+    }
   }
+  return files;
+}
+
+absl::StatusOr<PreparedData> LoadPrepared(const std::string& manifest_path) {
+  absl::StatusOr<nlohmann::json> manifest = ReadManifest(manifest_path);
+  if (!manifest.ok()) return manifest.status();
+  const nlohmann::json& js = *manifest;
   if (!js.contains("vocab_size") || !js["vocab_size"].is_number_integer() ||
       !js.contains("eos_id") || !js["eos_id"].is_number_integer() || !js.contains("train")) {
     return Bad(manifest_path, "vocab_size, eos_id or train is missing");
@@ -94,7 +119,7 @@ absl::StatusOr<PreparedData> LoadPrepared(const std::string& manifest_path) {
   absl::StatusOr<PreparedSplit> train = LoadSplit(manifest_path, dir, js["train"], "train");
   if (!train.ok()) return train.status();
   data.train = *std::move(train);
-  if (js.contains("val") && !js["val"].is_null()) {
+  if (HasVal(js)) {
     absl::StatusOr<PreparedSplit> val = LoadSplit(manifest_path, dir, js["val"], "val");
     if (!val.ok()) return val.status();
     data.val = *std::move(val);

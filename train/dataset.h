@@ -35,6 +35,10 @@ struct PreparedData {
 // manifest's documents) or out of order; NOT_FOUND for a missing file.
 absl::StatusOr<PreparedData> LoadPrepared(const std::string& manifest_path);
 
+// The files a manifest names (each split's token file and document index), as paths beside it;
+// the manifest's errors as LoadPrepared's. For a caller that must vet paths before reading them.
+absl::StatusOr<std::vector<std::string>> PreparedFiles(const std::string& manifest_path);
+
 // OK when the data's vocabulary fits a model of vocab_size ids; else INVALID_ARGUMENT naming
 // both (a tokenizer larger than the model would index past its embedding).
 absl::Status CheckVocabulary(const PreparedData& data, int64_t model_vocab_size);

@@ -64,16 +64,13 @@ absl::Status Trainer::Init() {
   if (absl::Status s = corpus_.CheckInVocab(params_.config.vocab_size); !s.ok()) return s;
   sampler_ = std::make_unique<SequenceSampler>(corpus_.size(), opt_.context, opt_.order,
                                                opt_.data_seed);
-  data_fingerprint_ = corpus_.Fingerprint();
-  if (!opt_.loss_mask.empty()) {
-    std::vector<uint32_t> bytes(opt_.loss_mask.begin(), opt_.loss_mask.end());
-    mask_fingerprint_ = TokenData::FromIds(std::move(bytes)).Fingerprint();
-  }
   if (!opt_.loss_mask.empty() && static_cast<int64_t>(opt_.loss_mask.size()) != corpus_.size()) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "the loss mask has %d entries for a corpus of %d tokens", opt_.loss_mask.size(),
         corpus_.size()));
   }
+  data_fingerprint_ = corpus_.Fingerprint();
+  if (!opt_.loss_mask.empty()) mask_fingerprint_ = FingerprintBytes(opt_.loss_mask);
   if (opt_.eval_every < 0 || opt_.eval_tokens < 0) {
     return absl::InvalidArgumentError("eval_every and eval_tokens must be >= 0");
   }
@@ -87,7 +84,9 @@ absl::Status Trainer::Init() {
       return absl::Status(s.code(), absl::StrCat("validation data: ", s.message()));
     }
   }
-  state_.definition = Definition().dump();
+  const nlohmann::json definition = Definition();
+  const std::string definition_text = definition.dump();
+  state_.definition = definition_text;
   if (opt_.checkpoint_dir.empty()) {
     if (opt_.resume == ResumeMode::kMust) {
       return absl::InvalidArgumentError("resume must: there is no checkpoint directory");
@@ -116,22 +115,20 @@ absl::Status Trainer::Init() {
   }
   if (!ck->state.definition.empty()) {  // checkpoints before it was recorded are not checked
     const nlohmann::json was = nlohmann::json::parse(ck->state.definition, nullptr, false);
-    const nlohmann::json now = Definition();
     for (const auto& [key, value] : was.items()) {
-      const auto it = now.find(key);
-      if (it != now.end() && *it == value) continue;
+      const auto it = definition.find(key);
+      if (it != definition.end() && *it == value) continue;
       return absl::FailedPreconditionError(absl::StrCat(
           "cannot resume from ", ck->path, ": it was trained with a different ", key, " (",
-          value.dump(), "; now ", it == now.end() ? "none" : it->dump(),
+          value.dump(), "; now ", it == definition.end() ? "none" : it->dump(),
           "). Resume with the same options, or start afresh in another checkpoint directory "
           "(--resume never)"));
     }
   }
   params_ = std::move(ck->params);
   adamw_ = std::move(ck->optimizer);
-  const std::string definition = state_.definition;
   state_ = ck->state;
-  state_.definition = definition;
+  state_.definition = definition_text;
   // A checkpoint from before the sequence count: its data position in windows of the context.
   if (state_.sequence < 0) state_.sequence = state_.data_position / opt_.context;
   saved_step_ = state_.step;

@@ -356,34 +356,44 @@ inline int64_t ScanBackwardScratchImpl(int64_t len, int64_t Di, int64_t N) {
   return BackwardScratch::Size(len, Di, N, Blocks(Di, Lanes(N)));
 }
 
+// The launch shape of a chunk's scan: L lanes per channel, `blocks` blocks of channels, `segs`
+// segments of `rows` rows; grid = (blocks, segs), grid_x = (blocks) for the combine.
+struct Geometry {
+  int L;
+  int64_t blocks, segs, rows;
+  dim3 grid, grid_x;
+  template <typename S>
+  explicit Geometry(const ScanArgs<S>& a)
+      : L(Lanes(a.N)),
+        blocks(Blocks(a.Di, L)),
+        segs(Segments(a.len)),
+        rows(SegmentRows(a.len)),
+        grid(static_cast<unsigned>(blocks), static_cast<unsigned>(segs)),
+        grid_x(static_cast<unsigned>(blocks)) {}
+};
+
 template <typename S>
 void ScanForwardImpl(cudaStream_t s, const ScanArgs<S>& a, const float* h0, float* h_end, S* o,
                      float* scratch) {
   (void)s;  // used by ADJSH_LAUNCH on the GPU only
-  const int L = Lanes(a.N);
-  const int64_t segs = Segments(a.len), rows = SegmentRows(a.len);
-  const dim3 grid(static_cast<unsigned>(Blocks(a.Di, L)), static_cast<unsigned>(segs));
-  const dim3 grid_x(grid.x);
-  ForwardScratch w(scratch, segs, a.Di, a.N);
-  ADJSH_LAUNCH(SegmentSummaryKernel<S>, grid, kThreads, s, a, L, rows, nullptr, w.hloc, nullptr,
-               w.dtsum);
-  ADJSH_LAUNCH(SegmentCombineKernel, grid_x, kThreads, s, a.Di, a.N, L, segs, a.A, h0, nullptr,
-               w.hloc, nullptr, w.dtsum, w.h_start, h_end, nullptr, nullptr, nullptr);
-  if (o) ADJSH_LAUNCH(ScanForwardKernel<S>, grid, kThreads, s, a, L, rows, w.h_start, o);
+  const Geometry g(a);
+  ForwardScratch w(scratch, g.segs, a.Di, a.N);
+  ADJSH_LAUNCH(SegmentSummaryKernel<S>, g.grid, kThreads, s, a, g.L, g.rows, nullptr, w.hloc,
+               nullptr, w.dtsum);
+  ADJSH_LAUNCH(SegmentCombineKernel, g.grid_x, kThreads, s, a.Di, a.N, g.L, g.segs, a.A, h0,
+               nullptr, w.hloc, nullptr, w.dtsum, w.h_start, h_end, nullptr, nullptr, nullptr);
+  if (o) ADJSH_LAUNCH(ScanForwardKernel<S>, g.grid, kThreads, s, a, g.L, g.rows, w.h_start, o);
 }
 
 template <typename S>
 void ScanSummaryImpl(cudaStream_t s, const ScanArgs<S>& a, const float* d_o, float* h_local,
                      float* m, float* dt_total, float* scratch) {
   (void)s;  // used by ADJSH_LAUNCH on the GPU only
-  const int L = Lanes(a.N);
-  const int64_t segs = Segments(a.len), rows = SegmentRows(a.len);
-  const dim3 grid(static_cast<unsigned>(Blocks(a.Di, L)), static_cast<unsigned>(segs));
-  const dim3 grid_x(grid.x);
-  SummaryScratch w(scratch, segs, a.Di, a.N);
-  ADJSH_LAUNCH(SegmentSummaryKernel<S>, grid, kThreads, s, a, L, rows, d_o, w.hloc,
+  const Geometry g(a);
+  SummaryScratch w(scratch, g.segs, a.Di, a.N);
+  ADJSH_LAUNCH(SegmentSummaryKernel<S>, g.grid, kThreads, s, a, g.L, g.rows, d_o, w.hloc,
                d_o ? w.m : nullptr, w.dtsum);
-  ADJSH_LAUNCH(SegmentCombineKernel, grid_x, kThreads, s, a.Di, a.N, L, segs, a.A, nullptr,
+  ADJSH_LAUNCH(SegmentCombineKernel, g.grid_x, kThreads, s, a.Di, a.N, g.L, g.segs, a.A, nullptr,
                nullptr, w.hloc, d_o ? w.m : nullptr, w.dtsum, w.h_start, h_local, w.carry_in,
                d_o ? m : nullptr, dt_total);
 }
@@ -391,21 +401,18 @@ void ScanSummaryImpl(cudaStream_t s, const ScanArgs<S>& a, const float* d_o, flo
 template <typename S>
 void ScanBackwardImpl(cudaStream_t s, const ScanArgs<S>& a, const ScanBackwardArgs<S>& b) {
   (void)s;  // used by ADJSH_LAUNCH on the GPU only
-  const int L = Lanes(a.N);
-  const int64_t blocks = Blocks(a.Di, L), segs = Segments(a.len), rows = SegmentRows(a.len);
-  const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(segs));
-  const dim3 grid_x(grid.x);
-  BackwardScratch w(b.scratch, a.len, a.Di, a.N, blocks);
-  ADJSH_LAUNCH(SegmentSummaryKernel<S>, grid, kThreads, s, a, L, rows, b.d_o, w.hloc, w.m,
+  const Geometry g(a);
+  BackwardScratch w(b.scratch, a.len, a.Di, a.N, g.blocks);
+  ADJSH_LAUNCH(SegmentSummaryKernel<S>, g.grid, kThreads, s, a, g.L, g.rows, b.d_o, w.hloc, w.m,
                w.dtsum);
-  ADJSH_LAUNCH(SegmentCombineKernel, grid_x, kThreads, s, a.Di, a.N, L, segs, a.A, b.h0, b.mu,
-               w.hloc, w.m, w.dtsum, w.h_start, nullptr, w.carry_in, nullptr, nullptr);
-  ADJSH_LAUNCH(ScanBackwardKernel<S>, grid, kThreads, s, a, b, L, rows, w.h_start, w.carry_in,
-               w.ckpt, w.partial, w.dA_part, w.dD_part, w.dtb_part);
+  ADJSH_LAUNCH(SegmentCombineKernel, g.grid_x, kThreads, s, a.Di, a.N, g.L, g.segs, a.A, b.h0,
+               b.mu, w.hloc, w.m, w.dtsum, w.h_start, nullptr, w.carry_in, nullptr, nullptr);
+  ADJSH_LAUNCH(ScanBackwardKernel<S>, g.grid, kThreads, s, a, b, g.L, g.rows, w.h_start,
+               w.carry_in, w.ckpt, w.partial, w.dA_part, w.dD_part, w.dtb_part);
   ADJSH_LAUNCH(ReduceBCKernel<S>, dim3(GridFor(a.len * 2 * a.N, kThreads)), kThreads, s,
-               w.partial, blocks, a.len, a.N, a.R, b.ddbc);
+               w.partial, g.blocks, a.len, a.N, a.R, b.ddbc);
   ADJSH_LAUNCH(ReduceSegmentsKernel, dim3(GridFor(a.Di * a.N, kThreads)), kThreads, s,
-               w.dA_part, w.dD_part, w.dtb_part, segs, a.Di, a.N, a.A, b.dA_log, b.dD, b.ddt_b);
+               w.dA_part, w.dD_part, w.dtb_part, g.segs, a.Di, a.N, a.A, b.dA_log, b.dD, b.ddt_b);
 }
 
 }  // namespace adjsh::cuda::scan_internal
