@@ -84,6 +84,9 @@ constexpr JobFlag kJobFlags[] = {
      "coordinator's --state-dir/JOB_ID)"},
     {"checkpoint-every", "S", "steps between checkpoints, 0: only at the end (default 20)"},
     {"keep-checkpoints", "N", "the newest step folders of the run that are kept (default 2)"},
+    {"expected-workers", "N",
+     "workers the job should have; fewer for 5 minutes fires the AdjshWorkerShortfall alert "
+     "(default: adjsh train's --workers, else none)"},
     {"save-dtype", "f32|bf16",
      "of each checkpoint's model.safetensors; bf16: half the bytes, a resume then starts from "
      "the rounded weights (default f32)"},
@@ -190,7 +193,8 @@ absl::StatusOr<v1::JobSpec> SpecFromFlags(const ArgParser& a) {
         Int{"window", 0, 1, &v1::JobSpec::set_window},
         Int{"eval-every", held_out ? 10 : 0, 0, &v1::JobSpec::set_eval_every},
         Int{"eval-tokens", 0, 0, &v1::JobSpec::set_eval_tokens},
-        Int{"keep-checkpoints", 2, 1, &v1::JobSpec::set_keep_checkpoints}}) {
+        Int{"keep-checkpoints", 2, 1, &v1::JobSpec::set_keep_checkpoints},
+        Int{"expected-workers", 0, 0, &v1::JobSpec::set_expected_workers}}) {
     absl::StatusOr<int64_t> v = integer(f.name, f.def, f.min);
     if (!v.ok()) return v.status();
     (spec.*f.set)(*v);

@@ -252,7 +252,10 @@ int TrainCommand(const std::vector<std::string>& args) {
     if (!opened.ok()) return Fail("train", opened.status());
     log.emplace(*std::move(opened));
   }
-  if (cluster_metrics) cluster_metrics->JobStarted("train", trainer.state().step, opt.steps);
+  if (cluster_metrics) {  // the workers expected: the spec's, else the local cluster's
+    cluster_metrics->JobStarted("train", trainer.state().step, opt.steps,
+                                spec->expected_workers() > 0 ? spec->expected_workers() : workers);
+  }
   const absl::Status trained = trainer.Run([&](const train::StepReport& r) {
     if (cluster_metrics) cluster_metrics->StepDone("train", r, opt.context);
     PrintProgress(r);

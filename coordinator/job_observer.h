@@ -14,8 +14,10 @@ namespace adjsh::coordinator {
 class JobObserver {
  public:
   virtual ~JobObserver() = default;
-  // The job starts (or resumes) at `step` of `steps`.
-  virtual void JobStarted(const std::string& job_id, int64_t step, int64_t steps) = 0;
+  // The job starts (or resumes) at `step` of `steps`, expecting `expected_workers` workers
+  // (JobSpec.expected_workers; 0: none stated).
+  virtual void JobStarted(const std::string& job_id, int64_t step, int64_t steps,
+                          int64_t expected_workers) = 0;
   // A step of `tokens` tokens is done.
   virtual void StepDone(const std::string& job_id, const train::StepReport& report,
                         int64_t tokens) = 0;

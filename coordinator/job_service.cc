@@ -465,7 +465,8 @@ absl::Status JobServiceImpl::RunJob(JobRecord& rec) {
   }
 
   if (opt_.observer != nullptr) {
-    opt_.observer->JobStarted(job_id, trainer.state().step, opt.steps);
+    opt_.observer->JobStarted(job_id, trainer.state().step, opt.steps,
+                              spec.expected_workers());
   }
   const std::string task_job_id = absl::StrCat(job_id, "@", instance_);
   int64_t step = trainer.state().step;

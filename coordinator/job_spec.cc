@@ -284,7 +284,8 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const JobLimits& limits, b
   for (const NonNegative& f : {NonNegative{"batch_size", spec.batch_size()},
                                NonNegative{"eval_every", spec.eval_every()},
                                NonNegative{"eval_tokens", spec.eval_tokens()},
-                               NonNegative{"keep_checkpoints", spec.keep_checkpoints()}}) {
+                               NonNegative{"keep_checkpoints", spec.keep_checkpoints()},
+                               NonNegative{"expected_workers", spec.expected_workers()}}) {
     if (f.value < 0) return Invalid(f.field, absl::StrCat("must be >= 0, got ", f.value));
   }
   if (!spec.data_order().empty() && !train::DataOrderFromName(spec.data_order()).ok()) {

@@ -19,7 +19,7 @@ enum Index {
   kJobStep, kJobSteps, kLoss, kTokensPerSecond, kLastProgress,
   kRebuilds, kRestarts, kRoots,
   kStepTaskSeconds, kStepCriticalPath, kStepParallelism, kStepWireBytes,
-  kGradNorm, kLearningRate, kValLoss, kBuildInfo, kCount
+  kGradNorm, kLearningRate, kValLoss, kBuildInfo, kExpectedWorkers, kCount
 };
 
 const std::vector<MetricDef>& Table() {
@@ -78,6 +78,8 @@ const std::vector<MetricDef>& Table() {
        "Held-out loss of the running job's last evaluation."},
       {"adjsh_build_info", Kind::kGauge,
        "Always 1; labels: the component, the version, the source revision, CUDA built."},
+      {"adjsh_coordinator_job_expected_workers", Kind::kGauge,
+       "Workers the running job expects (its spec's expected_workers; absent when not stated)."},
   };
   return table;
 }
@@ -94,10 +96,11 @@ CoordinatorMetrics::CoordinatorMetrics(const TaskServiceImpl* tasks)
     : tasks_(tasks),
       // 50 ms .. ~27 min, doubling: a small model's step to a 1M-token step.
       step_duration_(metrics::ExponentialBuckets(0.05, 2, 16)) {
-  static_assert(kCount == 32, "one Index per table entry");
+  static_assert(kCount == 33, "one Index per table entry");
 }
 
-void CoordinatorMetrics::JobStarted(const std::string& job_id, int64_t step, int64_t steps) {
+void CoordinatorMetrics::JobStarted(const std::string& job_id, int64_t step, int64_t steps,
+                                    int64_t expected_workers) {
   std::lock_guard<std::mutex> lock(mu_);
   running_ = true;
   stepped_ = false;
@@ -105,6 +108,7 @@ void CoordinatorMetrics::JobStarted(const std::string& job_id, int64_t step, int
   job_ = job_id;
   job_step_ = step;
   job_steps_ = steps;
+  expected_workers_ = expected_workers;
   last_progress_ = Now();
 }
 
@@ -183,6 +187,7 @@ std::vector<prometheus::MetricFamily> CoordinatorMetrics::Collect() const {
     add(kJobStep, static_cast<double>(job_step_), job);
     add(kJobSteps, static_cast<double>(job_steps_), job);
     add(kLastProgress, last_progress_, job);
+    if (expected_workers_ > 0) add(kExpectedWorkers, static_cast<double>(expected_workers_), job);
     if (stepped_) {
       add(kLoss, loss_, job);
       add(kTokensPerSecond, tokens_per_s_, job);

@@ -34,6 +34,9 @@
 // Prometheus gives the scrape job):
 //   adjsh_coordinator_job_step{job_id}                  steps done
 //   adjsh_coordinator_job_steps{job_id}                 steps the job asks for
+//   adjsh_coordinator_job_expected_workers{job_id}      workers the job expects (only when
+//                                                       its spec states them; the worker
+//                                                       shortfall alert)
 //   adjsh_coordinator_loss{job_id}                      loss of the last step
 //   adjsh_coordinator_tokens_per_second{job_id}         throughput of the last step
 //   adjsh_coordinator_grad_norm{job_id}                 gradient norm of the last step
@@ -69,7 +72,8 @@ class CoordinatorMetrics final : public prometheus::Collectable, public JobObser
   // that family is not exported. Set it before the metrics are served; it must outlive them.
   void set_jobs(const JobServiceImpl* jobs) { jobs_ = jobs; }
 
-  void JobStarted(const std::string& job_id, int64_t step, int64_t steps) override;
+  void JobStarted(const std::string& job_id, int64_t step, int64_t steps,
+                  int64_t expected_workers) override;
   void StepDone(const std::string& job_id, const train::StepReport& report,
                 int64_t tokens) override;
   void JobEnded(const std::string& job_id) override;
@@ -88,7 +92,7 @@ class CoordinatorMetrics final : public prometheus::Collectable, public JobObser
   // The running job, if any (guarded by mu_).
   bool running_ = false;
   std::string job_;
-  int64_t job_step_ = 0, job_steps_ = 0;
+  int64_t job_step_ = 0, job_steps_ = 0, expected_workers_ = 0;
   double loss_ = 0, tokens_per_s_ = 0, last_progress_ = 0, grad_norm_ = 0, lr_ = 0;
   double val_loss_ = 0;
   bool stepped_ = false;    // loss, tokens/s, grad norm and learning rate are known

@@ -206,7 +206,7 @@ TEST(CoordinatorMetricsTest, ExportsItsTableAndTheRunningJob) {
       "adjsh_coordinator_job_step", "adjsh_coordinator_job_steps", "adjsh_coordinator_loss",
       "adjsh_coordinator_tokens_per_second", "adjsh_coordinator_last_progress_timestamp_seconds",
       "adjsh_coordinator_grad_norm", "adjsh_coordinator_learning_rate",
-      "adjsh_coordinator_val_loss"};
+      "adjsh_coordinator_val_loss", "adjsh_coordinator_job_expected_workers"};
   // The step profile's gauges appear with the first span-scheduled step and stay.
   const std::set<std::string> per_step = {
       "adjsh_coordinator_step_task_seconds", "adjsh_coordinator_step_critical_path_seconds",
@@ -226,8 +226,10 @@ TEST(CoordinatorMetricsTest, ExportsItsTableAndTheRunningJob) {
   for (const auto& c : f.at("adjsh_coordinator_tasks").metric) states.insert(Label(c, "state"));
   EXPECT_EQ(states, (std::set<std::string>{"waiting", "ready", "leased", "done"}));
 
-  m.JobStarted("job-7", 3, 10);  // resumed at step 3: no loss yet
+  m.JobStarted("job-7", 3, 10, 4);  // resumed at step 3: no loss yet; 4 workers expected
   f = ByName(m.Collect());
+  EXPECT_EQ(f.at("adjsh_coordinator_job_expected_workers").metric.at(0).gauge.value, 4);
+  EXPECT_EQ(Label(f.at("adjsh_coordinator_job_expected_workers").metric[0], "job_id"), "job-7");
   EXPECT_EQ(f.at("adjsh_coordinator_job_step").metric.at(0).gauge.value, 3);
   EXPECT_EQ(Label(f.at("adjsh_coordinator_job_step").metric[0], "job_id"), "job-7");
   EXPECT_FALSE(f.contains("adjsh_coordinator_loss"));
@@ -260,6 +262,10 @@ TEST(CoordinatorMetricsTest, ExportsItsTableAndTheRunningJob) {
   after.insert(per_step.begin(), per_step.end());
   EXPECT_EQ(Keys(f), after);
   EXPECT_EQ(f.at("adjsh_coordinator_steps_total").metric.at(0).counter.value, 1);
+  m.JobStarted("job-8", 0, 5, 0);  // no workers stated: no expectation exported
+  f = ByName(m.Collect());
+  EXPECT_TRUE(f.contains("adjsh_coordinator_job_step"));
+  EXPECT_FALSE(f.contains("adjsh_coordinator_job_expected_workers"));
 }
 
 // One HTTP exchange with 127.0.0.1:port; the whole answer.

@@ -105,6 +105,8 @@ def train_with_metrics(adjsh, tmp, worker_listen):
               value(c, "adjsh_coordinator_workers_connected") == 2 and
               'job_id="train"' in c and "adjsh_coordinator_jobs" not in c,
               f"coordinator metrics of adjsh train at {coord}: steps, loss, 2 workers, job train")
+        check(value(c, "adjsh_coordinator_job_expected_workers") == 2,
+              "adjsh train --workers 2 expects 2 workers (the AdjshWorkerShortfall gauge)")
         names = sorted(re.search(r'worker="([^"]*)"', t).group(1) for t in w)
         check(names == ["local-0", "local-1"] and
               all((value(t, "adjsh_worker_tasks_done_total") or 0) > 0 for t in w),

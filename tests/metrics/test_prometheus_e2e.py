@@ -43,7 +43,8 @@ DEPLOY = os.path.join(ROOT, "deploy")
 GPU_PREFIX = "adjsh_worker_gpu_"
 LEASE_MS = 1500
 JOB = ["--hidden-size", "32", "--layers", "2", "--state-size", "8", "--context", "2048",
-       "--chunk", "256", "--steps", "100000", "--warmup", "2", "--checkpoint-every", "0"]
+       "--chunk", "256", "--steps", "100000", "--warmup", "2", "--checkpoint-every", "0",
+       "--expected-workers", "2"]  # AdjshWorkerShortfall's gauge
 
 
 def die_with_parent():
