@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Creates or updates the project virtual environment .venv at the repository root, used by the
-# data-preparation tool (scripts/adjsh_data.py) and its test (tests/data/test_prepare.py).
+# data-preparation tool (scripts/adjsh_data.py), the Python client and the venv tests
+# (tests/CMakeLists.txt: adjsh_venv_test).
 # Idempotent: when .venv already holds the pinned versions nothing is installed and nothing is
 # printed. The pinned versions are written to .venv/.adjsh-stamp; changing a pin reinstalls.
 #
@@ -26,9 +27,15 @@ PYARROW_VERSION=18.1.0
 # protobuf 4.21.6 to 4.x.
 GRPC_VERSION=1.62.3
 PROTOBUF_VERSION=4.25.8
-# Their dependencies that Debian does not provide, pinned for reproducible installs.
+# The manifests' schema check (tests/deploy/test_k8s_schemas.py): the Kubernetes API schemas,
+# bundled, with a strict validator.
+KUBERNETES_VALIDATE_VERSION=1.37.0
+# Their dependencies that Debian does not provide (or too old: jsonschema 4.10), pinned for
+# reproducible installs.
 DEP_PINS="huggingface-hub==0.36.2 safetensors==0.8.0 regex==2026.11.19 tqdm==4.70.1
-fsspec==2026.9.0 filelock==4.3.1 hf-xet==1.8.0"
+fsspec==2026.9.0 filelock==4.3.1 hf-xet==1.8.0 jsonschema==4.26.0
+jsonschema-specifications==2025.9.1 referencing==0.37.0 rpds-py==2026.9.1
+importlib_resources==7.1.0"
 
 log() { echo "setup-venv: $*" >&2; }
 
@@ -56,6 +63,7 @@ tokenizers==$TOKENIZERS_VERSION
 transformers==$TRANSFORMERS_VERSION
 pyarrow==$PYARROW_VERSION
 grpcio==$GRPC_VERSION grpcio-tools==$GRPC_VERSION protobuf==$PROTOBUF_VERSION
+kubernetes-validate==$KUBERNETES_VALIDATE_VERSION
 $DEP_PINS
 numpy==$SYS_NUMPY (system)
 torch==$SYS_TORCH (system)"
@@ -63,10 +71,11 @@ torch==$SYS_TORCH (system)"
 # Fast path: the stamp matches and the pinned packages import at their pinned versions.
 if [ -x "$VENV/bin/python" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$STAMP_TEXT" ] &&
    "$VENV/bin/python" - "$TOKENIZERS_VERSION" "$TRANSFORMERS_VERSION" "$PYARROW_VERSION" \
-     "$GRPC_VERSION" >/dev/null 2>&1 <<'EOF'
-import sys, tokenizers, transformers, pyarrow, grpc, grpc_tools
+     "$GRPC_VERSION" "$KUBERNETES_VALIDATE_VERSION" >/dev/null 2>&1 <<'EOF'
+import sys, tokenizers, transformers, pyarrow, grpc, grpc_tools, kubernetes_validate
+from importlib.metadata import version
 assert (tokenizers.__version__, transformers.__version__, pyarrow.__version__,
-        grpc.__version__) == tuple(sys.argv[1:5])
+        grpc.__version__, version("kubernetes-validate")) == tuple(sys.argv[1:6])
 EOF
 then
   exit 0
@@ -100,16 +109,17 @@ printf 'numpy==%s\ntorch==%s\n%s\n' "$SYS_NUMPY" "$SYS_TORCH" "$DEP_PINS" | tr '
   > "$CONSTRAINTS"
 
 log "installing tokenizers==$TOKENIZERS_VERSION transformers==$TRANSFORMERS_VERSION" \
-    "pyarrow==$PYARROW_VERSION grpcio==$GRPC_VERSION"
+    "pyarrow==$PYARROW_VERSION grpcio==$GRPC_VERSION" \
+    "kubernetes-validate==$KUBERNETES_VALIDATE_VERSION"
 PIP_DISABLE_PIP_VERSION_CHECK=1 "$VENV/bin/python" -m pip install -q --constraint "$CONSTRAINTS" \
   "tokenizers==$TOKENIZERS_VERSION" "transformers==$TRANSFORMERS_VERSION" \
   "pyarrow==$PYARROW_VERSION" "grpcio==$GRPC_VERSION" "grpcio-tools==$GRPC_VERSION" \
-  "protobuf==$PROTOBUF_VERSION"
+  "protobuf==$PROTOBUF_VERSION" "kubernetes-validate==$KUBERNETES_VALIDATE_VERSION"
 
 # Verify: everything imports, numpy and torch are still the system ones, Mamba is importable.
 if ! "$VENV/bin/python" - "$SYS_NUMPY" "$SYS_TORCH" <<'EOF'
 import sys
-import tokenizers, pyarrow, transformers, torch, numpy, grpc, grpc_tools
+import tokenizers, pyarrow, transformers, torch, numpy, grpc, grpc_tools, kubernetes_validate
 from importlib.metadata import version
 from transformers import MambaForCausalLM, MambaConfig
 for mod, want in ((numpy, sys.argv[1]), (torch, sys.argv[2])):

@@ -129,9 +129,10 @@ int DeviceCount(std::string* error) {
                          " runtime)"
                    : "the NVIDIA driver supports CUDA " + std::to_string(driver / 1000) + "." +
                          std::to_string(driver % 1000 / 10) + ", older than this adjsh's CUDA " +
-                         rt + " runtime: update the driver, or use a worker built for an older "
-                         "CUDA (docker/Dockerfile.worker --build-arg CUDA_MAJOR=12 "
-                         "--build-arg CUDA_MINOR=4)";
+                         rt + " runtime: update the driver (CUDA 12 needs 525.60.13 or later, "
+                         "CUDA 13 580 or later), or build the worker for the CUDA the driver "
+                         "supports (docker/Dockerfile.worker --build-arg CUDA_MAJOR=M "
+                         "--build-arg CUDA_MINOR=N)";
     }
     cudaGetLastError();  // clear the sticky error state for later calls
     return 0;
