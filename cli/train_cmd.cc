@@ -213,10 +213,14 @@ int TrainCommand(const std::vector<std::string>& args) {
                  cluster->address().c_str(), static_cast<long long>(workers));
     int64_t step = trainer.state().step;
     first_step = step;
-    trainer.set_gradient_source([&](const ModelParams<float>& p, std::span<const uint32_t> t,
-                                    const GradOptions& options) {
+    // The gradients, and the held-out loss (forward-only steps), on the workers.
+    const train::GradientSource on_workers = [&](const ModelParams<float>& p,
+                                                 std::span<const uint32_t> t,
+                                                 const GradOptions& options) {
       return cluster->service().ComputeGradient(p, t, options, "train", step++);
-    });
+    };
+    trainer.set_gradient_source(on_workers);
+    trainer.set_evaluation_source(on_workers);
   }
   if (a.Has("metrics-listen")) {  // through workers with the task families, else without
     absl::StatusOr<std::unique_ptr<metrics::MetricsServer>> served =

@@ -470,15 +470,18 @@ absl::Status JobServiceImpl::RunJob(JobRecord& rec) {
   }
   const std::string task_job_id = absl::StrCat(job_id, "@", instance_);
   int64_t step = trainer.state().step;
-  trainer.set_gradient_source(
+  // The gradients, and the held-out loss (forward-only steps), on the workers.
+  const train::GradientSource on_workers =
       [&](const ModelParams<float>& p, std::span<const uint32_t> tokens,
           const GradOptions& options) -> absl::StatusOr<GradResult<float>> {
-        if (rec.cancel.load()) return cancelled;
-        absl::StatusOr<GradResult<float>> g =
-            tasks_.ComputeGradient(p, tokens, options, task_job_id, step++);
-        if (rec.cancel.load()) return cancelled;
-        return g;
-      });
+    if (rec.cancel.load()) return cancelled;
+    absl::StatusOr<GradResult<float>> g =
+        tasks_.ComputeGradient(p, tokens, options, task_job_id, step++);
+    if (rec.cancel.load()) return cancelled;
+    return g;
+  };
+  trainer.set_gradient_source(on_workers);
+  trainer.set_evaluation_source(on_workers);
 
   absl::Status trained = trainer.Run([&](const train::StepReport& r) {
     const bool wrote =

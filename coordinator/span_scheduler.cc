@@ -24,7 +24,7 @@ absl::StatusOr<std::unique_ptr<SpanScheduler>> SpanScheduler::Make(
   const MambaConfig& c = params.config;
   absl::StatusOr<SpanPlan> plan =
       SpanPlan::Make(static_cast<int64_t>(tokens.size()), options.chunk, options.spans,
-                     c.num_hidden_layers, c.conv_kernel);
+                     c.num_hidden_layers, c.conv_kernel, options.forward_only);
   if (!plan.ok()) return plan.status();
   std::unique_ptr<SpanScheduler> s(new SpanScheduler());
   s->params_ = &params;

@@ -213,7 +213,8 @@ absl::StatusOr<GradResult<float>> TaskServiceImpl::ComputeGradient(
                                                      current_->wire_at_start);
   result.profile.tree_workers = static_cast<int64_t>(current_->tree_workers.size());
   result.profile.restarts = current_->restarts;
-  if (!opt_.trace_path.empty()) WriteTrace(*current_);
+  // The trace is of gradient steps (bench/fleet_sim.py); an evaluation's is not written.
+  if (!opt_.trace_path.empty() && !current_->options.forward_only) WriteTrace(*current_);
   RetireStep();
   current_.reset();
   return result;
@@ -226,7 +227,9 @@ void TaskServiceImpl::BeginStep() {
   step.sched->Begin(owners_, step.job_id, live);
   step.tree.Clear();
   step.tree_workers.clear();
-  if (!opt_.worker_tree || step.star_only || live.empty()) return;
+  // A forward-only step (evaluation) has no partials to reduce: never a tree.
+  if (!opt_.worker_tree || step.star_only || live.empty() || step.sched->plan().forward_only())
+    return;
   // A tree needs every span owned by a worker that serves a peer endpoint.
   std::map<std::string, int32_t> index;
   for (const std::string& o : owners_.owner) {

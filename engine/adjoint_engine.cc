@@ -65,6 +65,11 @@ absl::Status ValidateGradientInputs(const MambaConfig& config, std::span<const u
     return absl::InvalidArgumentError(
         absl::StrFormat("spans must be >= 1 (or 0 for the default), got %d", options.spans));
   }
+  if (options.forward_only && (options.schedule != Schedule::kSpans || options.window != 0 ||
+                               options.cotangent != Cotangent::kExact)) {
+    return absl::InvalidArgumentError(
+        "forward_only (the loss alone) runs the span schedule of the exact gradient only");
+  }
   if (options.schedule == Schedule::kSpans && options.window == 0 &&
       options.cotangent == Cotangent::kExact) {
     absl::StatusOr<SpanPlan> plan =

@@ -81,6 +81,10 @@ struct GradOptions {
   // Where every kernel call runs (kernels/backend.h). CUDA takes f32 and the exact gradient
   // (any schedule and span count), without a loss mask (CheckDevice).
   Device device;
+  // The loss only: the span schedule's forward (SpanPlan forward_only) and no backward; the
+  // result's loss, targets and correct are those of the full step, bit for bit, and its grad is
+  // empty. Evaluation through the workers (Trainer::set_evaluation_source). kSpans only.
+  bool forward_only = false;
 };
 
 // "full" (the compute type) or "bf16"; INVALID_ARGUMENT otherwise.

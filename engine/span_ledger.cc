@@ -248,6 +248,10 @@ template <typename T>
 GradResult<T> SpanLedger<T>::Finish() {
   GradResult<T> r;
   r.grad.config = p_.config;
+  if (plan_.forward_only()) {  // the loss alone: no partial was sent
+    FinishLoss(r);
+    return r;
+  }
   for (int64_t k = 0; k < K_; ++k) {
     ADJSH_CHECK(layer_sums_[k].Complete(), "Finish before every partial arrived");
     r.grad.layers.push_back(layer_sums_[k].TakeRoot());
@@ -265,13 +269,18 @@ GradResult<T> SpanLedger<T>::Finish() {
       for (int64_t d = 0; d < D_; ++d) e[d] += row[d];
     }
   }
+  FinishLoss(r);
+  return r;
+}
+
+template <typename T>
+void SpanLedger<T>::FinishLoss(GradResult<T>& r) const {
   double loss = 0;
   int64_t correct = 0;
   for (int64_t s = 0; s < S_; ++s) loss += loss_[s], correct += correct_[s];
   r.loss = loss / static_cast<double>(n_targets_);
   r.targets = n_targets_;
   r.correct = mask_.empty() ? -1 : correct;
-  return r;
 }
 
 template <typename T>

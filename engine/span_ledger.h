@@ -80,12 +80,13 @@ class SpanLedger {
   absl::Status SetReduced(int32_t group, GroupValue<T>&& value);
   bool Reduced(int32_t group) const;
   bool AllReduced() const;
-  // After every task: the loss, the gradient, the counts.
+  // After every task: the loss, the gradient (none for a forward-only plan), the counts.
   GradResult<T> Finish();
   // Bytes held now (summaries, halos, partials waiting in the trees).
   int64_t held_bytes() const;
 
  private:
+  void FinishLoss(GradResult<T>& r) const;  // the loss, targets and correct of r
   void ExtendH0(int64_t k);
   void ExtendMu(int64_t k);
 

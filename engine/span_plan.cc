@@ -46,13 +46,14 @@ int64_t SpanPlan::DefaultSpans(int64_t T, int64_t chunk, int64_t W) {
 }
 
 absl::StatusOr<SpanPlan> SpanPlan::Make(int64_t T, int64_t chunk, int64_t spans, int64_t K,
-                                        int64_t W) {
+                                        int64_t W, bool forward_only) {
   if (T < 1 || chunk < 1 || K < 1 || W < 1 || spans < 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "span plan: T=%d chunk=%d spans=%d K=%d W=%d out of range", T, chunk, spans, K, W));
   }
   SpanPlan p;
   p.T_ = T, p.C_ = std::min(chunk, T), p.K_ = K, p.W_ = W;
+  p.forward_only_ = forward_only;
   p.nC_ = (T + p.C_ - 1) / p.C_;
   const int64_t S = spans == 0 ? DefaultSpans(T, chunk, W) : spans;
   if (S > p.nC_) {
@@ -114,7 +115,7 @@ void SpanPlan::Build() {
     for (int64_t s = 0; s + 1 < S; ++s) add(SpanPhase::kForwardSummary, k, s);
     for (int64_t s = 0; s < S; ++s) add(SpanPhase::kForward, k, s);
   }
-  for (int64_t k = K - 1; k >= 0; --k) {
+  for (int64_t k = K - 1; k >= 0 && !forward_only_; --k) {
     for (int64_t s = S - 1; s > 0; --s) add(SpanPhase::kBackwardSummary, k, s);
     for (int64_t s = S - 1; s >= 0; --s) add(SpanPhase::kBackward, k, s);
   }

@@ -49,8 +49,11 @@ class SpanPlan {
   // K layers with conv kernel W. INVALID_ARGUMENT when S is more than the chunks, or when a
   // span after the first is shorter than W - 1 tokens (its conv halo would reach past the
   // previous span).
+  // forward_only: the forward's tasks alone (kForwardSummary, kForward), for a step that
+  // wants the loss only (GradOptions::forward_only: evaluation through the workers); its tasks
+  // have the ids they have in the full plan.
   static absl::StatusOr<SpanPlan> Make(int64_t T, int64_t chunk, int64_t spans, int64_t K,
-                                       int64_t W);
+                                       int64_t W, bool forward_only = false);
 
   // About one span per 16384 tokens, at least 8, at most one per chunk, and no more than keep
   // every span after the first at W - 1 tokens or longer.
@@ -61,6 +64,7 @@ class SpanPlan {
   int64_t chunks() const { return nC_; }
   int64_t spans() const { return static_cast<int64_t>(ranges_.size()); }
   int64_t layers() const { return K_; }
+  bool forward_only() const { return forward_only_; }
   const SpanRange& range(int64_t s) const { return ranges_[s]; }
   // Chunk c's tokens [t0, t0 + len) and conv halo.
   SpanRange Chunk(int64_t c) const;
@@ -80,6 +84,7 @@ class SpanPlan {
  private:
   void Build();
   int64_t T_ = 0, C_ = 0, nC_ = 0, K_ = 0, W_ = 0;
+  bool forward_only_ = false;
   std::vector<SpanRange> ranges_;
   std::vector<SpanTask> tasks_;
   std::vector<int64_t> index_;  // (phase, layer, span) -> id or -1

@@ -22,7 +22,7 @@ absl::StatusOr<GradResult<T>> RunSpanStep(const ModelParams<T>& params,
   const MambaConfig& c = params.config;
   const int64_t K = c.num_hidden_layers;
   absl::StatusOr<SpanPlan> plan = SpanPlan::Make(static_cast<int64_t>(tokens.size()), opt.chunk,
-                                                 opt.spans, K, c.conv_kernel);
+                                                 opt.spans, K, c.conv_kernel, opt.forward_only);
   if (!plan.ok()) return plan.status();
   absl::StatusOr<std::unique_ptr<Backend<T>>> backend = MakeBackend<T>(opt.device);
   if (!backend.ok()) return backend.status();
@@ -65,7 +65,10 @@ absl::StatusOr<GradResult<T>> RunSpanStep(const ModelParams<T>& params,
             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         ADJSH_CHECK(s.ok(), std::string(s.message()).c_str());
         const int64_t bytes = w->kept_bytes();
-        if (task.phase == SpanPhase::kBackward && task.layer == 0) w.reset();
+        // The span's last task: its rows go.
+        if ((task.phase == SpanPhase::kBackward && task.layer == 0) ||
+            (plan->forward_only() && task.phase == SpanPhase::kForward && task.layer == K - 1))
+          w.reset();
         std::lock_guard<std::mutex> lock(mu);
         TaskRecord& rec = records[id];
         rec.compute_s = seconds;

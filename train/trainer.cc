@@ -9,6 +9,7 @@
 #include "common/tokens.h"
 #include "engine/evaluate.h"
 #include "engine/segments.h"
+#include "engine/span_plan.h"
 
 namespace adjsh::train {
 
@@ -186,6 +187,41 @@ absl::StatusOr<GradResult<float>> Trainer::BatchGradient() {
   return CombineGradients(std::move(parts));
 }
 
+absl::StatusOr<EvalResult> Trainer::HeldOutLoss() {
+  if (!eval_source_) {
+    EvalOptions eo;
+    eo.chunk = opt_.grad.chunk;
+    eo.context = opt_.context;
+    eo.max_tokens = opt_.eval_tokens;
+    eo.threads = opt_.grad.threads;
+    eo.device = opt_.grad.device;
+    return Evaluate<float>(params_, val_, eo);
+  }
+  // As Evaluate cuts it: sequences of the context from the start, the last one shorter, one of a
+  // single token left out (it predicts nothing); their losses weighted by their targets.
+  const int64_t n = opt_.eval_tokens > 0 ? std::min(opt_.eval_tokens, val_.size()) : val_.size();
+  const MambaConfig& c = params_.config;
+  EvalResult r;
+  for (int64_t start = 0; n - start >= 2; start += opt_.context) {
+    const int64_t len = std::min(opt_.context, n - start);
+    GradOptions options = opt_.grad;
+    options.forward_only = true;
+    options.loss_mask = {};
+    options.progress = nullptr;
+    if (!SpanPlan::Make(len, options.chunk, options.spans, c.num_hidden_layers, c.conv_kernel)
+             .ok())
+      options.spans = 0;  // a short last sequence: the default spans for its length
+    const std::vector<uint32_t> tokens = val_.Slice(start, len);
+    absl::StatusOr<GradResult<float>> g = eval_source_(params_, tokens, options);
+    if (!g.ok()) return g.status();
+    r.loss_sum += g->loss * static_cast<double>(g->targets);
+    r.targets += g->targets;
+    r.sequences += 1;
+    r.tokens += len;
+  }
+  return r;
+}
+
 absl::Status Trainer::Run(const std::function<void(const StepReport&)>& on_step) {
   const int64_t T = opt_.context * opt_.batch_size;
   const auto run_start = std::chrono::steady_clock::now();
@@ -217,13 +253,7 @@ absl::Status Trainer::Run(const std::function<void(const StepReport&)>& on_step)
     StepReport r;
     if (opt_.eval_every > 0 && (last || state_.step % opt_.eval_every == 0)) {
       const auto eval_start = std::chrono::steady_clock::now();
-      EvalOptions eo;
-      eo.chunk = opt_.grad.chunk;
-      eo.context = opt_.context;
-      eo.max_tokens = opt_.eval_tokens;
-      eo.threads = opt_.grad.threads;
-      eo.device = opt_.grad.device;
-      absl::StatusOr<EvalResult> val = Evaluate<float>(params_, val_, eo);
+      absl::StatusOr<EvalResult> val = HeldOutLoss();
       if (!val.ok()) {
         return absl::Status(val.status().code(), absl::StrCat("step ", state_.step,
                                                               " evaluation: ",

@@ -21,6 +21,7 @@
 #include "common/model.h"
 #include "common/token_data.h"
 #include "engine/adjoint_engine.h"
+#include "engine/evaluate.h"
 #include "nlohmann/json.hpp"
 #include "train/checkpoint.h"
 #include "train/optimizer.h"
@@ -97,6 +98,11 @@ class Trainer {
   // (then `resumed()` is true and the step count continues from it).
   absl::Status Init();
   void set_gradient_source(GradientSource source) { source_ = std::move(source); }
+  // The held-out loss through this source instead of engine/evaluate.h: each sequence of the
+  // validation data as one forward-only span step (GradOptions::forward_only; the gradient's
+  // chunk and spans, the default spans where the last, shorter sequence cannot have them). For
+  // the workers: their loss is bitwise the same for any number of them.
+  void set_evaluation_source(GradientSource source) { eval_source_ = std::move(source); }
   // The held-out data of TrainOptions::eval_every (before Init, which checks it).
   void set_validation(TokenData val) { val_ = std::move(val); }
 
@@ -127,10 +133,13 @@ class Trainer {
   TrainOptions opt_;
   AdamWState adamw_;
   TrainerState state_;
-  GradientSource source_;
+  GradientSource source_, eval_source_;
   std::string resume_note_;
   // The GradResult of a step's B sequences (the first batch_size from state_.sequence).
   absl::StatusOr<GradResult<float>> BatchGradient();
+  // The held-out loss (TrainOptions::eval_tokens of val_ in sequences of the context): through
+  // eval_source_ when set, else engine/evaluate.h in-process.
+  absl::StatusOr<EvalResult> HeldOutLoss();
   std::unique_ptr<SequenceSampler> sampler_;
   std::string data_fingerprint_, mask_fingerprint_;
   std::vector<int64_t> written_;  // the step folders this run saved, oldest first

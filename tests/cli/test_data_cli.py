@@ -12,6 +12,8 @@ Usage:
   * a resume with a changed context or batch is refused naming the field, nothing changed;
   * --batch-size 2: the weights through 2 local workers equal the in-process ones byte for byte
     (checked twice), and differ from --batch-size 1's;
+  * the held-out loss through workers is bitwise the same for 1, 2 and 3 of them, and the
+    in-process one to f32 rounding;
   * one job definition: a JobSpec run by `adjsh train --spec` and by a coordinator (adjsh
     submit, a worker on loopback) trains the weights of `adjsh train` with the same flags.
 Prints PASS/FAIL per case and `N passed, N failed`; exits 1 on any failure.
@@ -20,6 +22,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -159,6 +162,45 @@ def main():
         rc, _, err = run(a.adjsh, base + ["--data", prefix + ".json", "--eval-every", "0",
                                           "--checkpoint-dir", P("b1")])
         check("--batch-size 1 trains other weights", rc == 0 and digest(P("b1")) != ref, err)
+
+        # The held-out loss through workers (forward-only span steps on them): bitwise the same
+        # for 1, 2 and 3 workers, and the in-process one (engine/evaluate.h's chunk order) to f32
+        # rounding. 700 held-out tokens in sequences of 256: two of them and one of 188, which
+        # cannot have --spans 4 (3 chunks of 64) and takes its default.
+        val = P("val700.u16")
+        with open(val, "wb") as f:
+            f.write(struct.pack("<700H", *[(i * 7 + i // 5) % V for i in range(700)]))
+        ev = base + ["--data", prefix + ".json", "--val-data", val, "--eval-every", "2",
+                     "--spans", "4"]
+
+        def val_losses(ck, workers):
+            log = P(ck + ".jsonl")
+            extra = ["--workers", str(workers)] if workers else []
+            rc, _, err = run(a.adjsh, ev + ["--checkpoint-dir", P(ck), "--log-jsonl", log] + extra)
+            if rc != 0:
+                return None, err
+            lines = [json.loads(x) for x in open(log).read().splitlines()]
+            return [(x["step"], x["val_loss"], x["val_tokens"]) for x in lines
+                    if "val_loss" in x], err
+
+        inproc, err0 = val_losses("e-in", 0)
+        check("held-out loss in-process: steps 2 and 4, 700 tokens",
+              inproc is not None and [(s, n) for s, _, n in inproc] == [(2, 700), (4, 700)],
+              f"{inproc} {err0[-300:]}")
+        through = {w: val_losses(f"e-w{w}", w) for w in (1, 2, 3)}
+        first = through[1][0]
+        check("held-out loss through 1, 2 and 3 workers: bitwise the same",
+              first is not None and all(through[w][0] == first for w in (2, 3)),
+              f"{ {w: v for w, (v, _) in through.items()} } {through[3][1][-300:]}")
+        # The evaluations ran on the workers: 4 steps of 2 layers x 4 spans (28 tasks each) and
+        # 2 evaluations of two 14-task sequences and one of 10 (3 spans): 112 + 76 results.
+        accepted = re.search(r"(\d+) results accepted", through[2][1])
+        check("the evaluations ran as tasks on the workers (at least 188 results)",
+              accepted is not None and int(accepted.group(1)) >= 188, through[2][1][-300:])
+        check("held-out loss through workers = in-process to f32 rounding (< 1e-5 relative)",
+              first is not None and inproc is not None and len(first) == len(inproc) and
+              all(abs(x[1] - y[1]) <= 1e-5 * abs(y[1]) for x, y in zip(first, inproc)),
+              f"{first} vs {inproc}")
 
         # --doc-boundaries reset: trains, other weights than cross, the same through workers;
         # refused without a document index.

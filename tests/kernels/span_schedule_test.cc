@@ -99,6 +99,51 @@ TEST(SpanScheduleTest, ThreadsDoNotChangeTheBits) {
     }
 }
 
+// A forward-only step (evaluation) is the full step's forward: its loss, targets and correct
+// count are the full step's bit for bit, for every span count, with no gradient and no backward
+// task; its plan's tasks keep their full-plan ids.
+TEST(SpanScheduleTest, ForwardOnlyGivesTheFullStepsLossBitwise) {
+  const MambaConfig config = testing::SmallConfig(3, 16, 8, 4, 3, 31);
+  const ModelParams<float> params = InitParams<float>(config, 11);
+  const std::vector<uint32_t> tokens = testing::RandomTokens(700, config.vocab_size, 12);
+  std::vector<uint8_t> mask(tokens.size(), 1);
+  for (size_t t = 0; t < mask.size(); t += 3) mask[t] = 0;
+  for (bool masked : {false, true})
+    for (int64_t spans : {1, 3, 7}) {
+      GradOptions opt;
+      opt.chunk = 50;
+      opt.spans = spans;
+      opt.threads = 2;
+      if (masked) opt.loss_mask = mask;
+      const GradResult<float> full = ComputeGradient<float>(params, tokens, opt).value();
+      opt.forward_only = true;
+      const GradResult<float> fwd = ComputeGradient<float>(params, tokens, opt).value();
+      EXPECT_EQ(std::memcmp(&fwd.loss, &full.loss, sizeof(double)), 0)
+          << "spans " << spans << ": " << fwd.loss << " vs " << full.loss;
+      EXPECT_EQ(fwd.targets, full.targets);
+      EXPECT_EQ(fwd.correct, full.correct);
+      EXPECT_TRUE(fwd.grad.layers.empty());
+      EXPECT_TRUE(fwd.grad.embed.empty());
+      const SpanPlan all = SpanPlan::Make(700, 50, spans, 3, config.conv_kernel).value();
+      const SpanPlan f = SpanPlan::Make(700, 50, spans, 3, config.conv_kernel, true).value();
+      EXPECT_TRUE(f.forward_only());
+      EXPECT_EQ(f.num_tasks(), 3 * (2 * spans - 1));
+      for (int64_t id = 0; id < f.num_tasks(); ++id) {
+        const SpanTask& t = f.task(id);
+        EXPECT_NE(t.phase, SpanPhase::kBackward);
+        EXPECT_NE(t.phase, SpanPhase::kBackwardSummary);
+        EXPECT_EQ(all.Id(t.phase, t.layer, t.span), id);
+        EXPECT_EQ(f.Dependencies(id), all.Dependencies(id));
+      }
+      EXPECT_EQ(f.Id(SpanPhase::kBackward, 0, 0), -1);
+    }
+  GradOptions wavefront;
+  wavefront.schedule = Schedule::kWavefront;
+  wavefront.forward_only = true;
+  EXPECT_EQ(ComputeGradient<float>(params, tokens, wavefront).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 // A span lost at any task is rebuilt by a fresh SpanWork replaying the ledger's inputs, and the
 // step ends bitwise as the undisturbed one.
 TEST(SpanScheduleTest, ARebuiltSpanGivesTheSameBits) {
