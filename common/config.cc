@@ -103,10 +103,6 @@ absl::Status ValidateConfig(const MambaConfig& c) {
   }
   if (c.use_bias) return BadKey("use_bias", "adjsh supports use_bias = false only");
   if (!c.use_conv_bias) return BadKey("use_conv_bias", "adjsh supports use_conv_bias = true only");
-  if (!c.tie_word_embeddings) {
-    return BadKey("tie_word_embeddings",
-                  "adjsh supports tie_word_embeddings = true only (the LM head is the embedding)");
-  }
   return absl::OkStatus();
 }
 

@@ -33,8 +33,9 @@ struct MambaConfig {
   int64_t inner() const { return expand * hidden_size; }  // Di
 };
 
-// Checks ranges and the features adjsh supports (use_bias = false, use_conv_bias = true,
-// tie_word_embeddings = true); INVALID_ARGUMENT naming the key otherwise.
+// Checks ranges and the features adjsh supports (use_bias = false, use_conv_bias = true; the
+// LM head tied to the embedding or untied, lm_head.weight); INVALID_ARGUMENT naming the key
+// otherwise.
 absl::Status ValidateConfig(const MambaConfig& config);
 
 // Parses and validates config.json text. A model_type other than "mamba" (the one adjsh

@@ -28,8 +28,8 @@ using Shape = std::vector<int64_t>;
 Shape EmbedShape(const MambaConfig& c) { return {c.vocab_size, c.hidden_size}; }  // (V, D)
 Shape NormFShape(const MambaConfig& c) { return {c.hidden_size}; }                // (D)
 
-// Calls f(name, shape, values) for every parameter in HF order (embedding, layers, norm_f),
-// stopping at the first error. P is ModelParams<T> or const ModelParams<T>.
+// Calls f(name, shape, values) for every parameter in HF order (embedding, layers, norm_f,
+// lm_head when untied), stopping at the first error. P is ModelParams<T> or const ModelParams<T>.
 template <typename T, typename P, typename F>
 absl::Status VisitParams(P& params, F&& f) {
   const MambaConfig& c = params.config;
@@ -41,7 +41,9 @@ absl::Status VisitParams(P& params, F&& f) {
       if (!s.ok()) return s;
     }
   }
-  return f(std::string(kNormFName), NormFShape(c), params.norm_f);
+  if (absl::Status s = f(std::string(kNormFName), NormFShape(c), params.norm_f); !s.ok()) return s;
+  if (c.tie_word_embeddings) return absl::OkStatus();
+  return f(std::string(kLmHeadName), EmbedShape(c), params.lm_head);  // (V, D), as the embedding
 }
 
 absl::Status WithPrefix(const absl::Status& s, absl::string_view prefix) {
@@ -148,7 +150,8 @@ uint64_t ParamBytesF32(const MambaConfig& c) {
   uint64_t layer = 0;
   for (const LayerParamSlot<float>& slot : LayerParamSlots<float>())
     layer = SatAdd(layer, SatNumel(slot.shape(c)));
-  const uint64_t n = SatAdd(SatAdd(SatNumel(EmbedShape(c)), SatNumel(NormFShape(c))),
+  const uint64_t head = c.tie_word_embeddings ? 0 : SatNumel(EmbedShape(c));
+  const uint64_t n = SatAdd(SatAdd(SatAdd(SatNumel(EmbedShape(c)), SatNumel(NormFShape(c))), head),
                             SatMul(layer, static_cast<uint64_t>(std::max<int64_t>(
                                               c.num_hidden_layers, 0))));
   return SatMul(n, sizeof(float));
@@ -174,6 +177,8 @@ ModelParams<T> ZeroParams(const MambaConfig& config) {
   p.embed.assign(static_cast<size_t>(ShapeNumel(EmbedShape(config))), T{0});
   p.layers.assign(static_cast<size_t>(config.num_hidden_layers), ZeroLayer<T>(config));
   p.norm_f.assign(static_cast<size_t>(ShapeNumel(NormFShape(config))), T{0});
+  if (!config.tie_word_embeddings)
+    p.lm_head.assign(static_cast<size_t>(ShapeNumel(EmbedShape(config))), T{0});
   return p;
 }
 
@@ -223,11 +228,8 @@ absl::StatusOr<ModelParams<T>> ParamsFromTensors(const MambaConfig& config,
   for (const auto& [name, tensor] : tensors) {
     if (expected.contains(name)) continue;
     // An explicit LM head in a tied checkpoint duplicates the embedding; it is not used.
-    if (name == "lm_head.weight" && config.tie_word_embeddings &&
-        tensor.shape == EmbedShape(config)) {
-      continue;
-    }
-    if (name == "lm_head.weight") {
+    if (name == kLmHeadName && tensor.shape == EmbedShape(config)) continue;
+    if (name == kLmHeadName) {
       return absl::InvalidArgumentError(absl::StrCat(
           "tensor \"lm_head.weight\" has shape ", ShapeString(tensor.shape),
           " but the tied embedding has shape ", ShapeString(EmbedShape(config))));

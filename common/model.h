@@ -13,6 +13,8 @@
 //   Dskip      (Di)            backbone.layers.{k}.mixer.D
 //   out_proj   (D, Di)         backbone.layers.{k}.mixer.out_proj.weight
 //   norm_f     (D)             backbone.norm_f.weight
+//   lm_head    (V, D)          lm_head.weight, only when tie_word_embeddings is false (an untied
+//                              LM head); tied, the head is the embedding and lm_head is empty
 // Gradients use the same structs.
 #ifndef ADJSH_COMMON_MODEL_H_
 #define ADJSH_COMMON_MODEL_H_
@@ -39,6 +41,11 @@ struct ModelParams {
   std::vector<T> embed;
   std::vector<LayerParams<T>> layers;
   std::vector<T> norm_f;
+  std::vector<T> lm_head;  // untied models only (config.tie_word_embeddings false)
+
+  // The LM head's (V, D) matrix: lm_head when untied, else the embedding.
+  const std::vector<T>& head() const { return config.tie_word_embeddings ? embed : lm_head; }
+  std::vector<T>& head() { return config.tie_word_embeddings ? embed : lm_head; }
 };
 
 // One row of the parameter table: the HF name suffix within a layer (or the global name), its
@@ -55,8 +62,10 @@ const std::vector<LayerParamSlot<T>>& LayerParamSlots();
 std::string LayerParamName(int64_t layer, const char* suffix);  // "backbone.layers.{k}.{suffix}"
 inline constexpr const char* kEmbedName = "backbone.embeddings.weight";
 inline constexpr const char* kNormFName = "backbone.norm_f.weight";
+inline constexpr const char* kLmHeadName = "lm_head.weight";
 
-// Every parameter tensor of a model in HF order (embedding, layers, norm_f), by reference: the
+// Every parameter tensor of a model in HF order (embedding, layers, norm_f, and lm_head when
+// untied), by reference: the
 // way to walk several same-config models (parameters, gradients, optimizer moments) in step.
 template <typename T>
 struct ParamRef {
@@ -86,8 +95,9 @@ template <typename T>
 void AddInto(LayerParams<T>& a, const LayerParams<T>& b);
 
 // Builds parameters from named tensors: every expected name present with its exact shape, no
-// unexpected names (an untied "lm_head.weight" equal in shape to the embedding is accepted and
-// ignored only when tie_word_embeddings is true). Errors name the tensor and both shapes.
+// unexpected names ("lm_head.weight" is a parameter when tie_word_embeddings is false; in a tied
+// checkpoint one equal in shape to the embedding is accepted and ignored). Errors name the
+// tensor and both shapes.
 template <typename T>
 absl::StatusOr<ModelParams<T>> ParamsFromTensors(const MambaConfig& config, const TensorMap& tensors);
 

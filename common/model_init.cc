@@ -5,7 +5,8 @@
 // in, and layer k's values do not change when layers are added.
 //
 // Choices (std 0.02 for matrices, as GPT-2 and the model.h contract say):
-//   embed (V, D), in_proj (2*Di, D), x_proj (R+2N, Di)   normal(0, 0.02)
+//   embed (V, D), lm_head (V, D) when untied,
+//   in_proj (2*Di, D), x_proj (R+2N, Di)                normal(0, 0.02)
 //   out_proj (D, Di)                                    normal(0, 0.02 / sqrt(K))  (residual)
 //   conv1d weight (Di, 1, W) and bias (Di)              uniform(+-1/sqrt(W))  (PyTorch Conv1d
 //                                                       default: fan_in = W per channel)
@@ -109,6 +110,10 @@ ModelParams<T> InitParams(const MambaConfig& config, uint64_t seed) {
   ModelParams<T> p = ZeroParams<T>(config);
   Rng embed_rng(StreamSeed(seed, kEmbedName));
   FillNormal(p.embed, embed_rng, 0.02);
+  if (!config.tie_word_embeddings) {  // an untied head: its own stream, as the embedding's
+    Rng head_rng(StreamSeed(seed, kLmHeadName));
+    FillNormal(p.lm_head, head_rng, 0.02);
+  }
   std::fill(p.norm_f.begin(), p.norm_f.end(), T{1});
   for (size_t k = 0; k < p.layers.size(); ++k) {
     for (const LayerParamSlot<T>& slot : LayerParamSlots<T>()) {

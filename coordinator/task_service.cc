@@ -414,6 +414,7 @@ bool TaskServiceImpl::TryLease(const std::string& worker_id, Worker& worker,
       t->set_chunk(plan.chunk());
       t->set_targets(current_->sched->n_targets());
       t->set_masked(!current_->options.loss_mask.empty());
+      t->set_forward_only(current_->options.forward_only);
       t->set_storage(std::string(StorageName(current_->options.storage)));
       t->set_dtype(v1::F32);
       t->set_params_version(static_cast<uint64_t>(current_->version));

@@ -87,7 +87,7 @@ class SequenceEval {
     for (int64_t t = 0; t < known; ++t) targets[t] = ids[t];
     const MambaConfig& cfg = p_.config;
     cpu::LmHeadArgs<T> args{len,           D_,          cfg.vocab_size, cfg.layer_norm_epsilon,
-                            p_.embed.data(), p_.norm_f.data(), Input(K_, c) + H_ * D_,
+                            p_.head().data(), p_.norm_f.data(), Input(K_, c) + H_ * D_,
                             targets.data(), T(1)};
     loss_ += backend_.HeadLoss(args);
   }

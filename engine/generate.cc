@@ -97,7 +97,7 @@ absl::StatusOr<std::vector<uint32_t>> Generate(const ModelParams<T>& params,
   feed(prompt);
   while (static_cast<int64_t>(out.size()) < o.max_new_tokens) {
     (*backend)->HeadLogits(last.data(), 1, D, c.vocab_size, c.layer_norm_epsilon,
-                           params.embed.data(), params.norm_f.data(), logits.data());
+                           params.head().data(), params.norm_f.data(), logits.data());
     const uint32_t id = Sample(logits, o, rng);
     out.push_back(id);
     if (on_token && !on_token(id)) break;

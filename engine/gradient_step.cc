@@ -179,7 +179,8 @@ void GradientStep<T>::ForwardTwoPass() {
   }
 }
 
-// Loss and dL/du^{K+1} (into top_, replacing u^{K+1}); dE and dw_f from the backend's head,
+// Loss and dL/du^{K+1} (into top_, replacing u^{K+1}); the head matrix's gradient (the
+// embedding's when tied: before the lookups' part) and dw_f from the backend's head,
 // which blocks rows and vocabulary itself. Targets the loss mask leaves out are -1.
 template <typename T>
 double GradientStep<T>::Head() {
@@ -192,10 +193,10 @@ double GradientStep<T>::Head() {
     n_targets = std::count_if(mask.begin() + 1, mask.end(), [](uint8_t m) { return m != 0; });
   std::vector<T> du(T_ * D_);
   int64_t correct = 0;
-  cpu::LmHeadArgs<T> args{T_, D_, cfg_.vocab_size, cfg_.layer_norm_epsilon, p_.embed.data(),
+  cpu::LmHeadArgs<T> args{T_, D_, cfg_.vocab_size, cfg_.layer_norm_epsilon, p_.head().data(),
                           p_.norm_f.data(), top_.data(), targets.data(), T(1) / T(n_targets)};
   if (!mask.empty()) args.correct = &correct;
-  const double loss = backend_->HeadForwardBackward(args, du.data(), result_.grad.embed.data(),
+  const double loss = backend_->HeadForwardBackward(args, du.data(), result_.grad.head().data(),
                                                     result_.grad.norm_f.data());
   top_ = std::move(du);
   Progress("head", 1, 1);

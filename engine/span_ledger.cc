@@ -191,7 +191,7 @@ void SpanLedger<T>::Apply(int64_t id, SpanOutputs<T>&& out) {
       } else {
         loss_[s] = out.loss_sum;
         correct_[s] = out.correct;
-        if (elsewhere_) break;
+        if (elsewhere_ || plan_.forward_only()) break;
         head_embed_sum_.Add(s, std::move(out.embed));
         norm_f_sum_.Add(s, std::move(out.norm_f));
       }
@@ -256,8 +256,13 @@ GradResult<T> SpanLedger<T>::Finish() {
     ADJSH_CHECK(layer_sums_[k].Complete(), "Finish before every partial arrived");
     r.grad.layers.push_back(layer_sums_[k].TakeRoot());
   }
-  r.grad.embed = head_embed_sum_.TakeRoot();  // the head's part, then the lookups'
-  AddVector(r.grad.embed, lookup_embed_sum_.TakeRoot());
+  if (p_.config.tie_word_embeddings) {
+    r.grad.embed = head_embed_sum_.TakeRoot();  // the head's part, then the lookups'
+    AddVector(r.grad.embed, lookup_embed_sum_.TakeRoot());
+  } else {  // an untied head: its partials are lm_head's gradient, the lookups the embedding's
+    r.grad.lm_head = head_embed_sum_.TakeRoot();
+    r.grad.embed = lookup_embed_sum_.TakeRoot();
+  }
   r.grad.norm_f = norm_f_sum_.TakeRoot();
   // The halo parts of dL/du^0 that span s sent for span s - 1's last rows: their lookups.
   for (int64_t s = 1; s < S_; ++s) {

@@ -63,7 +63,7 @@ std::vector<Slot<T>> OutputSlots(const MambaConfig& c, const SpanPlan& plan, con
     case SpanPhase::kForward:
       if (k + 1 < K) {
         slots.push_back({"halo_next", {std::min(c.conv_kernel - 1, r.len), D}, &out.halo_next});
-      } else if (partials) {
+      } else if (partials && !plan.forward_only()) {  // a forward-only head: the loss alone
         slots.push_back({kEmbedName, {V, D}, &out.embed});
         slots.push_back({kNormFName, {D}, &out.norm_f});
       }

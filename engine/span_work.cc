@@ -165,14 +165,25 @@ void SpanWork<T>::Head(SpanOutputs<T>& out) {
     const int64_t next = t + 1 - base;  // position of token t + 1 in tokens_
     if (t + 1 < T_ && (mask_.empty() || mask_[next] != 0)) targets[t - r_.t0] = tokens_[next];
   }
+  int64_t correct = 0;
+  if (plan_.forward_only()) {  // the loss alone (an evaluation): no dL/du, no partials
+    cpu::LmHeadArgs<T> args{r_.len, D_, V, cfg_.layer_norm_epsilon, model_.params->head().data(),
+                            model_.params->norm_f.data(), g_.data(), targets.data(),
+                            T(1) / T(n_targets_)};
+    if (!mask_.empty()) args.correct = &correct;
+    out.loss_sum = model_.backend->HeadLoss(args);
+    out.correct = correct;
+    g_layer_ = cfg_.num_hidden_layers;
+    next_halo_added_ = true;
+    return;
+  }
   out.embed.assign(V * D_, T(0));
   out.norm_f.assign(D_, T(0));
   // The next g goes into the thread's spare buffer, and the old g becomes the spare: one spare
   // per thread, not per span (a fresh (len, D) buffer per task costs page faults).
   thread_local std::vector<T> du;
   du.resize(r_.len * D_);
-  int64_t correct = 0;
-  cpu::LmHeadArgs<T> args{r_.len, D_, V, cfg_.layer_norm_epsilon, model_.params->embed.data(),
+  cpu::LmHeadArgs<T> args{r_.len, D_, V, cfg_.layer_norm_epsilon, model_.params->head().data(),
                           model_.params->norm_f.data(), g_.data(), targets.data(),
                           T(1) / T(n_targets_)};
   if (!mask_.empty()) args.correct = &correct;

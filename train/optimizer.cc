@@ -21,7 +21,8 @@ double LearningRate(const AdamWOptions& opt, int64_t step, int64_t total_steps) 
 
 bool DecaysWeight(const std::string& name) {
   for (const char* suffix : {"in_proj.weight", "conv1d.weight", "x_proj.weight",
-                             "dt_proj.weight", "out_proj.weight", "embeddings.weight"}) {
+                             "dt_proj.weight", "out_proj.weight", "embeddings.weight",
+                             "lm_head.weight"}) {
     const std::string s(suffix);
     if (name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0) {
       return true;

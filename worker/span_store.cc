@@ -33,7 +33,8 @@ absl::Status CheckTask(const v1::Task& task, const MambaConfig& cfg) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "compute dtype %s: workers compute in F32", v1::DType_Name(task.dtype())));
   }
-  return SpanPlan::Make(task.context_length(), task.chunk(), task.spans(), K, cfg.conv_kernel)
+  return SpanPlan::Make(task.context_length(), task.chunk(), task.spans(), K, cfg.conv_kernel,
+                        task.forward_only())
       .status();
 }
 
@@ -57,7 +58,8 @@ absl::StatusOr<SpanStore::Job*> SpanStore::JobFor(const v1::Task& task) {
   if (absl::Status s = CheckTask(task, *job.config); !s.ok()) return s;
   const bool same_plan = job.plan != nullptr && job.plan->T() == task.context_length() &&
                          job.plan->chunk() == std::min(task.chunk(), task.context_length()) &&
-                         job.plan->spans() == task.spans();
+                         job.plan->spans() == task.spans() &&
+                         job.plan->forward_only() == task.forward_only();
   if (task.params_version() > job.version || !same_plan) {
     job.spans.clear();  // before the model they point into
     if (task.params_version() > job.version) {
@@ -67,7 +69,8 @@ absl::StatusOr<SpanStore::Job*> SpanStore::JobFor(const v1::Task& task) {
     job.version = task.params_version();
     job.plan = std::make_unique<SpanPlan>(*SpanPlan::Make(task.context_length(), task.chunk(),
                                                           task.spans(), job.config->num_hidden_layers,
-                                                          job.config->conv_kernel));
+                                                          job.config->conv_kernel,
+                                                          task.forward_only()));
   }
   job.last_used = ++clock_;
   while (jobs_.size() > static_cast<size_t>(max_jobs_)) {

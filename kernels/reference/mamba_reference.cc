@@ -122,7 +122,7 @@ class Reference {
       T mx = -INFINITY;
       for (int64_t v = 0; v < V_; ++v) {
         T acc = 0;
-        for (int64_t d = 0; d < D_; ++d) acc += p_.embed[v * D_ + d] * nf[d];
+        for (int64_t d = 0; d < D_; ++d) acc += p_.head()[v * D_ + d] * nf[d];
         logits[v] = acc;
         mx = std::max(mx, acc);
       }
@@ -134,8 +134,8 @@ class Reference {
       for (int64_t v = 0; v < V_; ++v) {
         const T dl = scale * (std::exp(logits[v] - mx) / sum - (v == target ? T(1) : T(0)));
         for (int64_t d = 0; d < D_; ++d) {
-          res.grad.embed[v * D_ + d] += dl * nf[d];
-          dnf[d] += dl * p_.embed[v * D_ + d];
+          res.grad.head()[v * D_ + d] += dl * nf[d];
+          dnf[d] += dl * p_.head()[v * D_ + d];
         }
       }
       T dot = 0;

@@ -765,7 +765,9 @@ def run_cases(r, work):
         ("hidden_size as a string", cfg(hidden_size="8"), ["hidden_size"]),
         ("hidden_size as a float", cfg(hidden_size=8.5), ["hidden_size"]),
         ("use_bias true", cfg(use_bias=True), ["use_bias"]),
-        ("tie_word_embeddings false", cfg(tie_word_embeddings=False), ["tie_word_embeddings"]),
+        # An untied head is a parameter of its own: without lm_head.weight the model is refused.
+        ("tie_word_embeddings false without lm_head.weight", cfg(tie_word_embeddings=False),
+         ["lm_head.weight"]),
         ("layer_norm_epsilon -1", cfg(layer_norm_epsilon=-1), ["layer_norm_epsilon"]),
         ("layer_norm_epsilon as a string", cfg(layer_norm_epsilon="1e-5"),
          ["layer_norm_epsilon"]),

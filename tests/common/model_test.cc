@@ -38,6 +38,7 @@ template <typename T>
 void ExpectSameParams(const ModelParams<T>& a, const ModelParams<T>& b) {
   EXPECT_EQ(a.embed, b.embed);
   EXPECT_EQ(a.norm_f, b.norm_f);
+  EXPECT_EQ(a.lm_head, b.lm_head);
   ASSERT_EQ(a.layers.size(), b.layers.size());
   for (size_t k = 0; k < a.layers.size(); ++k) {
     for (const LayerParamSlot<T>& slot : LayerParamSlots<T>()) {
@@ -157,6 +158,43 @@ TEST(ModelTest, TiedLmHeadIsIgnoredOnlyWithTheEmbeddingShape) {
   EXPECT_TRUE(ParamsFromTensors<float>(c, t).ok());
   t["lm_head.weight"] = HostTensor::From<float>(std::vector<float>(8), {1, 8}, DType::kF32);
   EXPECT_TRUE(IsInvalid(ParamsFromTensors<float>(c, t), "lm_head.weight", "(1, 8)", "(11, 8)"));
+}
+
+// An untied head (tie_word_embeddings false) is a parameter of its own: lm_head.weight, last in
+// HF order, required with the embedding's shape, initialised from its own stream, kept through
+// a save and a load, counted in the model's bytes.
+TEST(ModelTest, UntiedLmHeadIsAParameterOfItsOwn) {
+  MambaConfig c = TinyConfig();
+  c.tie_word_embeddings = false;
+  ModelParams<float> p = InitParams<float>(c, 3);
+  ASSERT_EQ(p.lm_head.size(), p.embed.size());
+  EXPECT_NE(p.lm_head, p.embed);
+  EXPECT_EQ(&p.head(), &p.lm_head);
+  const std::vector<ParamRef<float>> refs = ListParams(p);
+  EXPECT_EQ(refs.back().name, "lm_head.weight");
+  EXPECT_EQ(refs.back().shape, (std::vector<int64_t>{11, 8}));
+  MambaConfig tied = c;
+  tied.tie_word_embeddings = true;
+  EXPECT_EQ(ParamBytesF32(c) - ParamBytesF32(tied), 11u * 8u * 4u);
+  EXPECT_TRUE(ZeroParams<float>(tied).lm_head.empty());
+  const ModelParams<float> tp = InitParams<float>(tied, 3);
+  EXPECT_EQ(&tp.head(), &tp.embed);
+  EXPECT_EQ(tp.embed, p.embed);  // the embedding's stream does not depend on the head
+
+  TensorMap t = ParamsToTensors(p, DType::kF32);
+  ASSERT_TRUE(t.contains("lm_head.weight"));
+  absl::StatusOr<ModelParams<float>> back = ParamsFromTensors<float>(c, t);
+  ASSERT_TRUE(back.ok()) << back.status();
+  ExpectSameParams(p, *back);
+  t.erase("lm_head.weight");
+  EXPECT_TRUE(IsInvalid(ParamsFromTensors<float>(c, t), "missing tensor \"lm_head.weight\""));
+
+  const std::string dir = ScratchDir("untied_rt") + "/ckpt";
+  ASSERT_TRUE(SaveModelDir(dir, p, DType::kF32).ok());
+  absl::StatusOr<ModelParams<float>> loaded = LoadModelDir<float>(dir);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_FALSE(loaded->config.tie_word_embeddings);
+  ExpectSameParams(p, *loaded);
 }
 
 TEST(ModelTest, SaveLoadRoundTrip) {

@@ -118,13 +118,12 @@ def normalize_config(c):
         raise ValueError(f"intermediate_size {Di} != expand*hidden_size {E * D}")
     cfg = dict(D=D, K=int(c["num_hidden_layers"]), N=int(c.get("state_size", 16)),
                W=int(c.get("conv_kernel", 4)), E=E, Di=Di, R=R, V=int(c["vocab_size"]),
-               eps=float(c.get("layer_norm_epsilon", 1e-5)))
+               eps=float(c.get("layer_norm_epsilon", 1e-5)),
+               tied=bool(c.get("tie_word_embeddings", True)))
     if c.get("use_bias", False):
         raise ValueError("use_bias=true is not part of the DESIGN.md model")
     if not c.get("use_conv_bias", True):
         raise ValueError("use_conv_bias=false is not part of the DESIGN.md model")
-    if not c.get("tie_word_embeddings", True):
-        raise ValueError("untied LM head is not part of the DESIGN.md model")
     return cfg
 
 
@@ -140,16 +139,17 @@ def hf_config(cfg):
             "conv_kernel": cfg["W"], "expand": cfg["E"], "intermediate_size": cfg["Di"],
             "time_step_rank": cfg["R"], "vocab_size": cfg["V"],
             "layer_norm_epsilon": cfg["eps"], "use_bias": False, "use_conv_bias": True,
-            "tie_word_embeddings": True}
+            "tie_word_embeddings": cfg.get("tied", True)}
 
 
-def make_config(D, K, N, W, E, R, V, eps=1e-5):
+def make_config(D, K, N, W, E, R, V, eps=1e-5, tied=True):
     R = math.ceil(D / 16) if R in ("auto", None) else int(R)
-    return dict(D=D, K=K, N=N, W=W, E=E, Di=E * D, R=R, V=V, eps=eps)
+    return dict(D=D, K=K, N=N, W=W, E=E, Di=E * D, R=R, V=V, eps=eps, tied=tied)
 
 
 def param_shapes(cfg):
-    """OrderedDict name -> shape, exactly the HF MambaForCausalLM layout (tied LM head)."""
+    """OrderedDict name -> shape, exactly the HF MambaForCausalLM layout (lm_head.weight last
+    when the head is untied)."""
     D, N, W, Di, R, V = cfg["D"], cfg["N"], cfg["W"], cfg["Di"], cfg["R"], cfg["V"]
     s = OrderedDict()
     s["backbone.embeddings.weight"] = (V, D)
@@ -166,6 +166,8 @@ def param_shapes(cfg):
         s[p + "mixer.D"] = (Di,)
         s[p + "mixer.out_proj.weight"] = (D, Di)
     s["backbone.norm_f.weight"] = (D,)
+    if not cfg.get("tied", True):
+        s["lm_head.weight"] = (V, D)
     return s
 
 
@@ -184,8 +186,8 @@ def init_params(cfg, seed=0, dtype=torch.float64, perturb=True):
 
     p = OrderedDict()
     for name, shape in param_shapes(cfg).items():
-        if name.endswith("embeddings.weight"):
-            t = rn(*shape, std=D ** -0.5)  # tied head: logits ~ O(1)
+        if name.endswith("embeddings.weight") or name == "lm_head.weight":
+            t = rn(*shape, std=D ** -0.5)  # the head: logits ~ O(1)
         elif name.endswith("norm.weight") or name.endswith("norm_f.weight"):
             t = 1.0 + (0.2 * rn(*shape) if perturb else torch.zeros(shape, dtype=torch.float64))
         elif name.endswith("in_proj.weight"):
@@ -320,8 +322,9 @@ def layer(u, p, k, cfg, starts=()):
 
 
 def logits_fn(u, p, cfg):
-    # tied LM head: logits = E rmsnorm(u; w_norm_f), (T, V)
-    return rmsnorm(u, p["backbone.norm_f.weight"], cfg["eps"]) @ p["backbone.embeddings.weight"].t()
+    # logits = H rmsnorm(u; w_norm_f), (T, V), H = lm_head.weight when untied, else the embedding
+    head = p["backbone.embeddings.weight"] if cfg.get("tied", True) else p["lm_head.weight"]
+    return rmsnorm(u, p["backbone.norm_f.weight"], cfg["eps"]) @ head.t()
 
 
 def loss_fn(p, cfg, tokens, checkpoint_layers=False, starts=()):

@@ -148,6 +148,41 @@ def main():
         else:
             check("--save-dtype bf16", False, err)
 
+        # An untied LM head (tie_word_embeddings false: lm_head.weight of its own) read, trained
+        # and written: transformers' loss before and after, and the head stays untied.
+        usrc = os.path.join(tmp, "hf-untied")
+        ucfg = MambaConfig(vocab_size=V, hidden_size=16, num_hidden_layers=2, state_size=4,
+                           expand=2, conv_kernel=4, time_step_rank=2, tie_word_embeddings=False)
+        MambaForCausalLM(ucfg).save_pretrained(usrc, safe_serialization=True)
+        gu = os.path.join(tmp, "gu.safetensors")
+        rc, _, err = run([a.adjsh, "grad", "--model", usrc, "--tokens", tokens, "--dtype", "f64",
+                          "--chunk", "32", "--out", gu, "--quiet"])
+        want, m = hf_loss(usrc, ids)
+        got = read_scalar(gu) if rc == 0 else float("nan")
+        untied = not torch.equal(m.lm_head.weight, m.backbone.embeddings.weight)
+        check(f"untied head: adjsh's loss {got!r} = transformers' {want!r} (< 1e-10)",
+              rc == 0 and untied and abs(got - want) <= 1e-10 * abs(want), err)
+        cku = os.path.join(tmp, "cku")
+        rc, _, err = run([a.adjsh, "train", "--model", usrc, "--tokens", tokens, "--context",
+                          "100", "--steps", "2", "--checkpoint-dir", cku, "--lr", "1e-2"])
+        if rc == 0:
+            step = os.path.join(cku, open(os.path.join(cku, "latest")).read().strip())
+            g2 = os.path.join(tmp, "g2.safetensors")
+            rc2, _, err2 = run([a.adjsh, "grad", "--model", step, "--tokens", tokens, "--dtype",
+                                "f64", "--chunk", "32", "--out", g2, "--quiet"])
+            want2, m2 = hf_loss(step, ids)
+            got2 = read_scalar(g2) if rc2 == 0 else float("nan")
+            conf = json.load(open(os.path.join(step, "config.json")))
+            moved = (m2.lm_head.weight - m.lm_head.weight).abs().max().item()
+            check(f"untied head: adjsh train's checkpoint loads in transformers with adjsh's loss "
+                  f"({got2!r} vs {want2!r}), tie_word_embeddings false, lm_head trained "
+                  f"(moved {moved:.1e})",
+                  rc2 == 0 and abs(got2 - want2) <= 1e-10 * abs(want2) and
+                  conf.get("tie_word_embeddings") is False and moved > 0 and
+                  not torch.equal(m2.lm_head.weight, m2.backbone.embeddings.weight), err2)
+        else:
+            check("untied head: adjsh train", False, err)
+
         # Another model_type is refused by name.
         bad = os.path.join(tmp, "mamba2")
         os.makedirs(bad)
