@@ -39,6 +39,8 @@ constexpr JobFlag kJobFlags[] = {
     {"dt-rank", "R", "dt rank of a new model, or auto = ceil(D/16) (default auto)"},
     {"layer-norm-epsilon", "EPS", "RMSNorm epsilon of a new model (default 1e-5)"},
     {"seed", "S", "initialisation seed of a new model (default 0)"},
+    {"untied-head", "",
+     "a new model with an LM head of its own (lm_head.weight) instead of the embedding"},
     {"data", "PREFIX.json",
      "corpus prepared by adjsh prepare (its manifest): its train split, and its held-out split "
      "as --val-data"},
@@ -99,7 +101,13 @@ constexpr JobFlag kJobFlags[] = {
 }  // namespace
 
 void AddJobFlags(ArgParser& a) {
-  for (const JobFlag& f : kJobFlags) a.Add(f.name, f.value, f.help);
+  for (const JobFlag& f : kJobFlags) {
+    if (*f.value == '\0') {
+      a.AddBool(f.name, f.help);  // a switch
+    } else {
+      a.Add(f.name, f.value, f.help);
+    }
+  }
 }
 
 bool AnyJobFlag(const ArgParser& a) {
@@ -116,7 +124,8 @@ absl::StatusOr<v1::JobSpec> SpecFromFlags(const ArgParser& a) {
   };
   static constexpr const char* kShape[] = {"hidden-size", "layers",  "vocab-size",
                                            "state-size",  "conv-kernel", "expand",
-                                           "dt-rank",     "seed",   "layer-norm-epsilon"};
+                                           "dt-rank",     "seed",   "layer-norm-epsilon",
+                                           "untied-head"};
   if (a.Has("model")) {
     for (const char* f : kShape) {
       if (a.Has(f)) {
@@ -150,6 +159,7 @@ absl::StatusOr<v1::JobSpec> SpecFromFlags(const ArgParser& a) {
     absl::StatusOr<int64_t> seed = integer("seed", 0, 0);
     if (!seed.ok()) return seed.status();
     init->set_seed(static_cast<uint64_t>(*seed));
+    init->set_untied_head(a.GetBool("untied-head"));
     if (a.Has("layer-norm-epsilon")) {
       absl::StatusOr<double> eps = a.GetDouble("layer-norm-epsilon");
       if (!eps.ok()) return eps.status();

@@ -11,6 +11,7 @@ void AddModelFlags(ArgParser& a, const ModelFlagDefaults& d) {
   a.Add("expand", "E", "inner width factor (Di = E*D)", "2");
   a.Add("dt-rank", "R", "dt projection rank, or auto = ceil(D/16)", "auto");
   a.Add("layer-norm-epsilon", "EPS", "RMSNorm epsilon", "1e-5");
+  a.AddBool("untied-head", "an LM head of its own (lm_head.weight) instead of the embedding");
 }
 
 absl::StatusOr<MambaConfig> ConfigFromFlags(const ArgParser& a) {
@@ -38,6 +39,7 @@ absl::StatusOr<MambaConfig> ConfigFromFlags(const ArgParser& a) {
   absl::StatusOr<double> eps = a.GetDouble("layer-norm-epsilon");
   if (!eps.ok()) return eps.status();
   c.layer_norm_epsilon = *eps;
+  c.tie_word_embeddings = !a.GetBool("untied-head");
   if (absl::Status s = ValidateConfig(c); !s.ok()) return s;
   return c;
 }

@@ -147,6 +147,7 @@ absl::StatusOr<MambaConfig> ConfigFromInit(const v1::InitConfig& init) {
   if (init.expand() > 0) c.expand = init.expand();
   c.time_step_rank = init.dt_rank() > 0 ? init.dt_rank() : (c.hidden_size + 15) / 16;
   if (init.layer_norm_epsilon() != 0) c.layer_norm_epsilon = init.layer_norm_epsilon();
+  c.tie_word_embeddings = !init.untied_head();
   if (absl::Status s = ValidateConfig(c); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("init: ", s.message()));
   }

@@ -917,6 +917,31 @@ def run_cases(r, work):
                 check(a.read() == b.read(), "%s differs between two runs with one seed" % f)
     r.case("init/deterministic for a seed", init_deterministic)
 
+    def init_untied_and_train():
+        # --untied-head: lm_head.weight of its own, tie_word_embeddings false; adjsh train
+        # --untied-head trains one from scratch and its checkpoint keeps the head untied.
+        r.expect(["init", "--out", P("untied")] + INIT_ARGS + ["--untied-head"], 0)
+        conf = json.load(open(P("untied", "config.json")))
+        header, _, _ = st_read(P("untied", "model.safetensors"))
+        shapes = expected_shapes()
+        check(conf.get("tie_word_embeddings") is False and
+              header.get("lm_head.weight", {}).get("shape") ==
+              shapes["backbone.embeddings.weight"] and len(header) == len(shapes) + 1,
+              "untied init: config %s, tensors %s" % (conf.get("tie_word_embeddings"),
+                                                      sorted(header)))
+        ck = P("untied_train")
+        r.expect(["train", "--untied-head", "--hidden-size", "8", "--layers", "1",
+                  "--vocab-size", str(V), "--state-size", "2", "--context", "16", "--chunk", "8",
+                  "--steps", "2", "--tokens", tok32, "--checkpoint-dir", ck], 0)
+        step = os.path.join(ck, open(os.path.join(ck, "latest")).read().strip())
+        header, _, _ = st_read(os.path.join(step, "model.safetensors"))
+        check("lm_head.weight" in header, "adjsh train --untied-head: checkpoint tensors %s"
+              % sorted(header))
+        r.expect(["train", "--model", P("untied"), "--untied-head", "--tokens", tok32, "--steps",
+                  "1", "--checkpoint-dir", P("untied_x")], BAD_VALUE_RC,
+                 err_has=["--model and --untied-head"])
+    r.case("init/--untied-head, and adjsh train --untied-head", init_untied_and_train)
+
     # --- adjsh tokenize ---------------------------------------------------------------------------
     r.case("tokenize/missing text file",
            lambda o=fresh_out(".u32"):
