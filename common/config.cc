@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/file_io.h"
+#include "common/python_json.h"
 
 namespace adjsh {
 namespace {
@@ -106,7 +107,9 @@ absl::Status ValidateConfig(const MambaConfig& c) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<MambaConfig> ParseConfigJson(std::string_view json_text) {
+absl::StatusOr<MambaConfig> ParseConfigJson(std::string_view python_json_text) {
+  // As transformers writes it: Infinity and NaN may appear (common/python_json.h).
+  const std::string json_text = PythonJsonToStrict(python_json_text);
   Json j = Json::parse(json_text.begin(), json_text.end(), /*cb=*/nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return absl::InvalidArgumentError("config.json is not valid JSON");
   if (!j.is_object()) return absl::InvalidArgumentError("config.json is not a JSON object");
@@ -201,7 +204,7 @@ std::string ConfigToJson(const MambaConfig& c) {
       for (const auto& [key, value] : extra.items())
         if (!IsShapeKey(key)) j[key] = value;
   }
-  return j.dump(2) + "\n";
+  return StrictJsonToPython(j.dump(2)) + "\n";  // Infinity and NaN kept as Python wrote them
 }
 
 }  // namespace adjsh

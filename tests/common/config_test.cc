@@ -150,6 +150,35 @@ TEST(ConfigTest, NotJsonOrNotObject) {
   EXPECT_TRUE(IsInvalid(ParseConfigJson(""), "not valid JSON"));
 }
 
+// config.json as Python's json module writes it: Infinity, -Infinity and NaN are read (a
+// Mamba-2 config's time_step_limit is [0.0, Infinity]) and written back as the same words;
+// the same words inside strings are left alone.
+TEST(ConfigTest, ReadsAndWritesPythonsInfinityAndNaN) {
+  const std::string text = R"({"hidden_size": 16, "num_hidden_layers": 2, "vocab_size": 7,
+      "time_step_limit": [0.0, Infinity], "lo": -Infinity, "odd": NaN,
+      "note": "Infinity and NaN in a string", "quote": "a \"NaN\" quoted"})";
+  absl::StatusOr<MambaConfig> c = ParseConfigJson(text);
+  ASSERT_TRUE(c.ok()) << c.status();
+  const std::string out = ConfigToJson(*c);
+  EXPECT_NE(out.find("Infinity\n"), std::string::npos) << out;  // the list's last value
+  EXPECT_NE(out.find("\"lo\": -Infinity"), std::string::npos) << out;
+  EXPECT_NE(out.find("\"odd\": NaN"), std::string::npos) << out;
+  EXPECT_NE(out.find("\"note\": \"Infinity and NaN in a string\""), std::string::npos) << out;
+  EXPECT_NE(out.find(R"("quote": "a \"NaN\" quoted")"), std::string::npos) << out;
+  EXPECT_EQ(out.find("@adjsh-json"), std::string::npos) << out;
+  absl::StatusOr<MambaConfig> again = ParseConfigJson(out);  // and it reads back the same
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(ConfigToJson(*again), out);
+  // A Mamba-2 config is refused by its model_type, no longer as "not valid JSON".
+  EXPECT_TRUE(IsInvalid(
+      ParseConfigJson(R"({"model_type": "mamba2", "time_step_limit": [0.0, Infinity]})"),
+      "\"model_type\"", "mamba2"));
+  // Bad text is still bad, and a number field that is Infinity names its key.
+  EXPECT_TRUE(IsInvalid(ParseConfigJson("{\"hidden_size\": Infinityx}"), "not valid JSON"));
+  EXPECT_TRUE(IsInvalid(ParseConfigJson(R"({"hidden_size": 16, "num_hidden_layers": 2,
+      "vocab_size": 7, "layer_norm_epsilon": Infinity})"), "layer_norm_epsilon"));
+}
+
 TEST(ConfigTest, ToJsonRoundTripsAndIsHfShaped) {
   MambaConfig c = *ParseConfigJson(kMamba130m);
   c.time_step_rank = 5;

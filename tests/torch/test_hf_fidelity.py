@@ -29,7 +29,7 @@ from harness import Results, read_scalar  # noqa: E402
 
 try:
     import torch
-    from transformers import MambaConfig, MambaForCausalLM
+    from transformers import Mamba2Config, Mamba2ForCausalLM, MambaConfig, MambaForCausalLM
 except ImportError as e:  # pragma: no cover - the suite's setup installs them
     sys.exit(f"test_hf_fidelity: needs transformers and torch ({e}): run scripts/setup-venv.sh")
 
@@ -194,6 +194,19 @@ def main():
         rc, _, err = run([a.adjsh, "grad", "--model", bad, "--tokens", tokens, "--out", out])
         check("model_type mamba2 refused by name, nothing written",
               rc == 1 and "model_type" in err and "mamba2" in err and not os.path.exists(out), err)
+
+        # A real Mamba-2 folder from save_pretrained: its config.json holds Infinity (the
+        # default time_step_limit), which Python's json writes and strict JSON has not; adjsh
+        # reads it and refuses the model by its type, not as "not valid JSON".
+        m2 = os.path.join(tmp, "hf-mamba2")
+        Mamba2ForCausalLM(Mamba2Config(vocab_size=V, hidden_size=16, num_heads=4, head_dim=8,
+                                       n_groups=1, state_size=8, num_hidden_layers=1,
+                                       expand=2)).save_pretrained(m2, safe_serialization=True)
+        has_inf = "Infinity" in open(os.path.join(m2, "config.json")).read()
+        rc, _, err = run([a.adjsh, "grad", "--model", m2, "--tokens", tokens, "--out", out])
+        check("a save_pretrained Mamba-2 (config.json with Infinity): refused by its model_type",
+              has_inf and rc == 1 and "model_type" in err and "mamba2" in err and
+              "not valid JSON" not in err and not os.path.exists(out), err)
 
     return res.summary()
 
