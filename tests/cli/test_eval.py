@@ -76,6 +76,24 @@ def main():
         else:
             check("grad f64", False, err2)
 
+        # An untied head (its own lm_head.weight): the same agreement, and another loss than
+        # the tied model's (so eval reads lm_head, not the embedding).
+        untied = os.path.join(tmp, "mu")
+        run(a.adjsh, ["init", "--hidden-size", "16", "--layers", "2", "--vocab-size", "50",
+                      "--state-size", "4", "--untied-head", "--out", untied])
+        rc, out, err = run(a.adjsh, ["eval", "--model", untied, "--tokens", tokens, "--dtype",
+                                     "f64", "--chunk", "64", "--quiet"])
+        mu = RESULT.match(out.strip())
+        gu = os.path.join(tmp, "gu.safetensors")
+        rc2, _, err2 = run(a.adjsh, ["grad", "--model", untied, "--tokens", tokens, "--dtype",
+                                     "f64", "--chunk", "64", "--out", gu, "--quiet"])
+        ok = rc == 0 and mu is not None and rc2 == 0 and m is not None
+        lu = float(mu.group(1)) if ok else float("nan")
+        want = read_scalar(gu) if ok else float("nan")
+        check(f"untied head: eval loss = grad loss in f64 ({lu!r} vs {want!r}), not the tied "
+              f"model's", ok and abs(lu - want) <= 1e-12 * abs(want) and
+              lu != float(m.group(1)), err + err2)
+
         rc, out, err = run(a.adjsh, ["eval", "--model", model, "--tokens", tokens, "--context",
                                      "1000", "--max-tokens", "2500", "--quiet"])
         m = RESULT.match(out.strip())
