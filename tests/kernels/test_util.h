@@ -39,7 +39,7 @@ template <typename T, typename U, typename Fn>
 void ForEachTensor(const ModelParams<T>& a, const ModelParams<U>& b, Fn fn) {
   fn(std::string(kEmbedName), a.embed, b.embed);
   fn(std::string(kNormFName), a.norm_f, b.norm_f);
-  fn(std::string(kLmHeadName), a.lm_head, b.lm_head);  // empty for tied heads
+  if (!a.config.tie_word_embeddings) fn(std::string(kLmHeadName), a.lm_head, b.lm_head);
   const auto& slots_a = LayerParamSlots<T>();
   const auto& slots_b = LayerParamSlots<U>();
   for (size_t k = 0; k < a.layers.size(); ++k)
