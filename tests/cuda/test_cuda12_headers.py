@@ -112,18 +112,15 @@ def main():
         check(not ok and "host_only" in why,
               f"clang: a kernel calling a host function is refused ({why or 'it compiled'})")
 
-        sources = sorted(glob.glob(os.path.join(ROOT, "kernels", "cuda", "*.cu")))
-        check(len(sources) >= 5, f"{len(sources)} .cu files in kernels/cuda")
-        for path in sources:
-            ok, why = compiles(clang, path)
-            check(ok, f"{os.path.relpath(path, ROOT)}: host and sm_80 device code against "
-                      f"CUDA 12.8{': ' + why if why else ''}")
-        hosts = sorted(glob.glob(os.path.join(ROOT, "kernels", "cuda", "*.cc")))
-        check(len(hosts) >= 2, f"host files: {[os.path.relpath(h, ROOT) for h in hosts]}")
-        for path in hosts:
-            ok, why = compiles(gxx, path)
-            check(ok, f"{os.path.relpath(path, ROOT)}: g++ against CUDA 12.8"
-                      f"{': ' + why if why else ''}")
+        # The kernels through clang (host and device), the host files through g++.
+        for ext, cmd, least, what in ((".cu", clang, 5, "host and sm_80 device code"),
+                                      (".cc", gxx, 2, "g++")):
+            paths = sorted(glob.glob(os.path.join(ROOT, "kernels", "cuda", "*" + ext)))
+            check(len(paths) >= least, f"{len(paths)} {ext} files in kernels/cuda")
+            for path in paths:
+                ok, why = compiles(cmd, path)
+                check(ok, f"{os.path.relpath(path, ROOT)}: {what} against CUDA 12.8"
+                          f"{': ' + why if why else ''}")
 
     print(f"{len(failures)} failed")
     return 1 if failures else 0
