@@ -106,6 +106,14 @@ class SequenceEval {
 
 }  // namespace
 
+std::vector<std::pair<int64_t, int64_t>> EvalSequences(int64_t n, int64_t context) {
+  const int64_t T_seq = context > 0 ? context : n;
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for (int64_t start = 0; start + 1 < n; start += T_seq)  // a last lone token predicts nothing
+    out.emplace_back(start, std::min(T_seq, n - start));
+  return out;
+}
+
 template <typename T>
 absl::StatusOr<EvalResult> Evaluate(const ModelParams<T>& params, const TokenData& tokens,
                                     const EvalOptions& options) {
@@ -135,11 +143,9 @@ absl::StatusOr<EvalResult> Evaluate(const ModelParams<T>& params, const TokenDat
 
   ThreadPool pool(options.threads);
   SequenceEval<T> eval(params, **backend, model.blocks, tokens, options.chunk);
-  const int64_t T_seq = options.context > 0 ? options.context : n;
   EvalResult result;
   int64_t done = 0;
-  for (int64_t start = 0; start + 1 < n; start += T_seq) {  // a last lone token predicts nothing
-    const int64_t len = std::min(T_seq, n - start);
+  for (const auto& [start, len] : EvalSequences(n, options.context)) {
     result.loss_sum += eval.Run(start, len, pool, [&](int64_t rows) {
       done += rows;
       if (options.progress) options.progress(done, n);

@@ -9,6 +9,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/model.h"
@@ -34,6 +36,11 @@ struct EvalResult {
   int64_t tokens = 0;
   double loss() const { return targets > 0 ? loss_sum / static_cast<double>(targets) : 0; }
 };
+
+// The sequences an evaluation of the first `n` tokens cuts them into, {first token, tokens}:
+// `context` tokens each (0: one sequence of all n), the last one shorter; a last sequence of
+// one token predicts nothing and is left out. Evaluate's, and the trainer's through workers.
+std::vector<std::pair<int64_t, int64_t>> EvalSequences(int64_t n, int64_t context);
 
 // A last sequence of one token predicts nothing and is left out. INVALID_ARGUMENT for fewer than
 // 2 tokens to evaluate, an id >= V, chunk < 1 or context 1; the device's errors (UNIMPLEMENTED /

@@ -156,7 +156,8 @@ void SpanWork<T>::Forward(int64_t k, const SpanInputs<T>& in, SpanOutputs<T>& ou
   out.halo_next.assign(last, last + n * D_);
 }
 
-// The LM head over the span's rows: loss sum, dL/du^K into g, the head's partials kept.
+// The LM head over the span's rows: loss sum, dL/du^K into g, the head's partials kept (a
+// forward-only plan: the loss sum alone).
 template <typename T>
 void SpanWork<T>::Head(SpanOutputs<T>& out) {
   const int64_t T_ = plan_.T(), base = r_.t0 - r_.halo, V = cfg_.vocab_size;
@@ -166,31 +167,24 @@ void SpanWork<T>::Head(SpanOutputs<T>& out) {
     if (t + 1 < T_ && (mask_.empty() || mask_[next] != 0)) targets[t - r_.t0] = tokens_[next];
   }
   int64_t correct = 0;
-  if (plan_.forward_only()) {  // the loss alone (an evaluation): no dL/du, no partials
-    cpu::LmHeadArgs<T> args{r_.len, D_, V, cfg_.layer_norm_epsilon, model_.params->head().data(),
-                            model_.params->norm_f.data(), g_.data(), targets.data(),
-                            T(1) / T(n_targets_)};
-    if (!mask_.empty()) args.correct = &correct;
-    out.loss_sum = model_.backend->HeadLoss(args);
-    out.correct = correct;
-    g_layer_ = cfg_.num_hidden_layers;
-    next_halo_added_ = true;
-    return;
-  }
-  out.embed.assign(V * D_, T(0));
-  out.norm_f.assign(D_, T(0));
-  // The next g goes into the thread's spare buffer, and the old g becomes the spare: one spare
-  // per thread, not per span (a fresh (len, D) buffer per task costs page faults).
-  thread_local std::vector<T> du;
-  du.resize(r_.len * D_);
   cpu::LmHeadArgs<T> args{r_.len, D_, V, cfg_.layer_norm_epsilon, model_.params->head().data(),
                           model_.params->norm_f.data(), g_.data(), targets.data(),
                           T(1) / T(n_targets_)};
   if (!mask_.empty()) args.correct = &correct;
-  out.loss_sum = model_.backend->HeadForwardBackward(args, du.data(), out.embed.data(),
-                                                     out.norm_f.data());
+  if (plan_.forward_only()) {  // the loss alone (an evaluation): no dL/du, no partials
+    out.loss_sum = model_.backend->HeadLoss(args);
+  } else {
+    out.embed.assign(V * D_, T(0));
+    out.norm_f.assign(D_, T(0));
+    // The next g goes into the thread's spare buffer, and the old g becomes the spare: one
+    // spare per thread, not per span (a fresh (len, D) buffer per task costs page faults).
+    thread_local std::vector<T> du;
+    du.resize(r_.len * D_);
+    out.loss_sum = model_.backend->HeadForwardBackward(args, du.data(), out.embed.data(),
+                                                       out.norm_f.data());
+    std::swap(g_, du);
+  }
   out.correct = correct;
-  std::swap(g_, du);
   g_layer_ = cfg_.num_hidden_layers;
   next_halo_added_ = true;  // nothing after the head feeds g
 }

@@ -197,13 +197,11 @@ absl::StatusOr<EvalResult> Trainer::HeldOutLoss() {
     eo.device = opt_.grad.device;
     return Evaluate<float>(params_, val_, eo);
   }
-  // As Evaluate cuts it: sequences of the context from the start, the last one shorter, one of a
-  // single token left out (it predicts nothing); their losses weighted by their targets.
+  // The sequences Evaluate would cut, their losses weighted by their targets.
   const int64_t n = opt_.eval_tokens > 0 ? std::min(opt_.eval_tokens, val_.size()) : val_.size();
   const MambaConfig& c = params_.config;
   EvalResult r;
-  for (int64_t start = 0; n - start >= 2; start += opt_.context) {
-    const int64_t len = std::min(opt_.context, n - start);
+  for (const auto& [start, len] : EvalSequences(n, opt_.context)) {
     GradOptions options = opt_.grad;
     options.forward_only = true;
     options.loss_mask = {};

@@ -7,7 +7,7 @@
 
 namespace adjsh::worker {
 
-absl::Status CheckTask(const v1::Task& task, const MambaConfig& cfg) {
+absl::StatusOr<SpanPlan> CheckTask(const v1::Task& task, const MambaConfig& cfg) {
   const int64_t K = cfg.num_hidden_layers;
   if (task.layer() < 0 || task.layer() >= K) {
     return absl::InvalidArgumentError(absl::StrFormat("layer %d outside 0..%d", task.layer(), K - 1));
@@ -34,8 +34,7 @@ absl::Status CheckTask(const v1::Task& task, const MambaConfig& cfg) {
         "compute dtype %s: workers compute in F32", v1::DType_Name(task.dtype())));
   }
   return SpanPlan::Make(task.context_length(), task.chunk(), task.spans(), K, cfg.conv_kernel,
-                        task.forward_only())
-      .status();
+                        task.forward_only());
 }
 
 absl::StatusOr<SpanStore::Job*> SpanStore::JobFor(const v1::Task& task) {
@@ -55,7 +54,8 @@ absl::StatusOr<SpanStore::Job*> SpanStore::JobFor(const v1::Task& task) {
     it = jobs_.insert_or_assign(task.job_id(), std::move(fresh)).first;
   }
   Job& job = it->second;
-  if (absl::Status s = CheckTask(task, *job.config); !s.ok()) return s;
+  absl::StatusOr<SpanPlan> plan = CheckTask(task, *job.config);
+  if (!plan.ok()) return plan.status();
   const bool same_plan = job.plan != nullptr && job.plan->T() == task.context_length() &&
                          job.plan->chunk() == std::min(task.chunk(), task.context_length()) &&
                          job.plan->spans() == task.spans() &&
@@ -67,10 +67,7 @@ absl::StatusOr<SpanStore::Job*> SpanStore::JobFor(const v1::Task& task) {
       job.params.reset();
     }
     job.version = task.params_version();
-    job.plan = std::make_unique<SpanPlan>(*SpanPlan::Make(task.context_length(), task.chunk(),
-                                                          task.spans(), job.config->num_hidden_layers,
-                                                          job.config->conv_kernel,
-                                                          task.forward_only()));
+    job.plan = std::make_unique<SpanPlan>(*std::move(plan));
   }
   job.last_used = ++clock_;
   while (jobs_.size() > static_cast<size_t>(max_jobs_)) {

@@ -21,10 +21,10 @@
 
 namespace adjsh::worker {
 
-// OK when the task fits its config and its plan can be made: layer in 0..K-1, span in
-// 0..spans-1, T >= 2, chunk >= 1, targets >= 1, storage "full" or "bf16", dtype F32.
-// INVALID_ARGUMENT saying what does not fit otherwise.
-absl::Status CheckTask(const v1::Task& task, const MambaConfig& cfg);
+// The task's step plan, when the task fits its config and the plan can be made: layer in
+// 0..K-1, span in 0..spans-1, T >= 2, chunk >= 1, targets >= 1, storage "full" or "bf16",
+// dtype F32. INVALID_ARGUMENT saying what does not fit otherwise.
+absl::StatusOr<SpanPlan> CheckTask(const v1::Task& task, const MambaConfig& cfg);
 
 class SpanStore {
  public:

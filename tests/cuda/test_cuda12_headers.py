@@ -66,7 +66,7 @@ def main():
         resource = subprocess.run(["clang++", "-print-resource-dir"], capture_output=True,
                                   text=True).stdout.strip()
         isystem = [os.path.join(resource, "include", "cuda_wrappers")]
-        isystem += [d for d in system_includes("clang++")]
+        isystem += system_includes("clang++")
         # The CUDA headers after the compiler's own and before /usr/include, as clang orders
         # an installation it finds itself.
         pos = next(i for i, d in enumerate(isystem) if d.startswith("/usr/include/x86_64"))
