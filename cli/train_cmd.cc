@@ -54,7 +54,8 @@ int TrainCommand(const std::vector<std::string>& args) {
   a.Add("spec", "FILE.json", "the job as a JobSpec in JSON (excludes the job flags)");
   AddJobFlags(a);
   a.Add("trace", "FILE",
-        "with --workers: append one JSON line per span task and step (bench/fleet_sim.py)");
+        "with --workers: append one JSON line per span task and step (bench/fleet_sim.py); steps "
+        "of several sequences (a batch, documents reset) are not traced");
   a.Add("cotangent", "exact|top-of-stack",
         "each layer's output cotangent: exact, or dL/du^{K+1} for every layer (the paper's "
         "Proposition 3, an approximation for K > 1; in-process only)",
@@ -215,9 +216,8 @@ int TrainCommand(const std::vector<std::string>& args) {
     first_step = step;
     // The gradients, and the held-out loss (forward-only steps), on the workers.
     const train::GradientSource on_workers = [&](const ModelParams<float>& p,
-                                                 std::span<const uint32_t> t,
-                                                 const GradOptions& options) {
-      return cluster->service().ComputeGradient(p, t, options, "train", step++);
+                                                 std::span<const GradPiece> pieces) {
+      return cluster->service().ComputeGradients(p, pieces, "train", step++);
     };
     trainer.set_gradient_source(on_workers);
     trainer.set_evaluation_source(on_workers);

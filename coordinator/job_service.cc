@@ -472,11 +472,11 @@ absl::Status JobServiceImpl::RunJob(JobRecord& rec) {
   int64_t step = trainer.state().step;
   // The gradients, and the held-out loss (forward-only steps), on the workers.
   const train::GradientSource on_workers =
-      [&](const ModelParams<float>& p, std::span<const uint32_t> tokens,
-          const GradOptions& options) -> absl::StatusOr<GradResult<float>> {
+      [&](const ModelParams<float>& p,
+          std::span<const GradPiece> pieces) -> absl::StatusOr<std::vector<GradResult<float>>> {
     if (rec.cancel.load()) return cancelled;
-    absl::StatusOr<GradResult<float>> g =
-        tasks_.ComputeGradient(p, tokens, options, task_job_id, step++);
+    absl::StatusOr<std::vector<GradResult<float>>> g =
+        tasks_.ComputeGradients(p, pieces, task_job_id, step++);
     if (rec.cancel.load()) return cancelled;
     return g;
   };

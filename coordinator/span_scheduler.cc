@@ -42,11 +42,8 @@ absl::StatusOr<std::unique_ptr<SpanScheduler>> SpanScheduler::Make(
   return s;
 }
 
-void SpanScheduler::Begin(SpanOwners& owners, const std::string& job_id,
-                          const std::vector<std::string>& live_workers) {
-  owners_ = &owners;
-  start_ = absl::Now();
-  const int64_t S = plan_->spans();
+void DealSpans(SpanOwners& owners, const std::string& job_id, int64_t S,
+               const std::vector<std::string>& live_workers) {
   if (owners.job_id != job_id || owners.spans != S ||
       static_cast<int64_t>(owners.owner.size()) != S) {
     owners.job_id = job_id;
@@ -82,28 +79,36 @@ void SpanScheduler::Begin(SpanOwners& owners, const std::string& job_id,
   }
 }
 
-std::optional<LeasedTask> SpanScheduler::Next(const std::string& worker, const Live& live,
-                                              int64_t live_count, absl::Duration lease) {
+void SpanScheduler::Begin(SpanOwners& owners, int64_t span_base) {
+  owners_ = &owners;
+  span_base_ = span_base;
+  start_ = absl::Now();
+}
+
+std::optional<LeasedTask> SpanScheduler::NextOwned(const std::string& worker,
+                                                   absl::Duration lease) {
+  const std::vector<std::string>& owner = owners_->owner;
+  auto own = [&](int64_t id) { return owner[span_base_ + plan_->task(id).span] == worker; };
+  absl::StatusOr<LeaseResult> got = queue_->Lease(worker, lease, own);
+  return got.ok() && got->task ? got->task : std::nullopt;
+}
+
+std::optional<LeasedTask> SpanScheduler::Claim(const std::string& worker, const Live& live,
+                                               int64_t live_count, absl::Duration lease) {
+  // The tree names the owners of this version: no claims (a lost one begins the step again,
+  // coordinator/task_service.h).
+  if (among_workers()) return std::nullopt;
   std::vector<std::string>& owner = owners_->owner;
-  const int64_t S = plan_->spans();
-  auto own = [&](int64_t id) { return owner[plan_->task(id).span] == worker; };
-  if (among_workers()) {  // the tree names the owners of this version: no claims (a lost one
-                          // begins the step again, coordinator/task_service.h)
-    absl::StatusOr<LeaseResult> got = queue_->Lease(worker, lease, own);
-    return got.ok() && got->task ? got->task : std::nullopt;
-  }
   int64_t mine = 0;
   for (std::string& o : owner) {
     if (!o.empty() && o != worker && !live(o)) o.clear();  // lost: its spans are free
     mine += o == worker ? 1 : 0;
   }
-  absl::StatusOr<LeaseResult> got = queue_->Lease(worker, lease, own);
-  if (got.ok() && got->task) return got->task;
-  if (mine >= Quota(S, live_count)) return std::nullopt;
-  auto unowned = [&](int64_t id) { return owner[plan_->task(id).span].empty(); };
-  got = queue_->Lease(worker, lease, unowned);
+  if (mine >= Quota(owners_->spans, live_count)) return std::nullopt;
+  auto unowned = [&](int64_t id) { return owner[span_base_ + plan_->task(id).span].empty(); };
+  absl::StatusOr<LeaseResult> got = queue_->Lease(worker, lease, unowned);
   if (!got.ok() || !got->task) return std::nullopt;
-  owner[plan_->task(got->task->task_id).span] = worker;
+  owner[span_base_ + plan_->task(got->task->task_id).span] = worker;
   return got->task;
 }
 

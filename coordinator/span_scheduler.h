@@ -1,12 +1,14 @@
-// One span-scheduled gradient step on the coordinator (docs/ARCHITECTURE.md "A step through
-// workers"): its plan, its ledger (engine/span_ledger.h), its task queue, who owns which span,
-// and what each task cost. The TaskService calls it under its own lock; nothing here locks.
+// One span-scheduled sequence of a gradient step on the coordinator (docs/ARCHITECTURE.md "A
+// step through workers"): its plan, its ledger (engine/span_ledger.h), its task queue, who owns
+// which span, and what each task cost. A step of a batch has one per sequence, all sharing one
+// SpanOwners (sequence b's span s is entry span_base + s). The TaskService calls it under its
+// own lock; nothing here locks.
 //
-// Ownership: a span's tasks go to its owner only. At a step's start the owners that live keep
-// their spans (trimmed to the quota ceil(S / live workers), so that a late worker gets its
-// share) and the others are dealt round-robin to the live workers. During the step a worker
-// with no ready task of its own spans claims an unowned span's ready task if it owns fewer than
-// the quota. An owner not heard from for a lease loses its spans (their leased tasks expire
+// Ownership: a span's tasks go to its owner only. At a step's start (DealSpans) the owners that
+// live keep their spans (trimmed to the quota ceil(spans of the step / live workers), so that a
+// late worker gets its share) and the others are dealt round-robin to the live workers. During
+// the step a worker with no ready task of its own spans claims an unowned span's ready task if
+// it owns fewer than the quota. An owner not heard from for a lease loses its spans (their leased tasks expire
 // with the lease), and whoever claims them next rebuilds them from the tokens and the ledger's
 // summaries (SpanLedger::Replay). With the worker tree (ReduceAmongWorkers) the owners are
 // fixed for the step: nobody claims, and the TaskService begins a step that lost one again.
@@ -33,12 +35,18 @@
 
 namespace adjsh::coordinator {
 
-// Who owns span s (worker id, "" for none), kept by the service across steps of one shape.
+// Who owns span s (worker id, "" for none), kept by the service across steps of one shape:
+// every span of every sequence of the step, sequence after sequence.
 struct SpanOwners {
   std::string job_id;
   int64_t spans = 0;
   std::vector<std::string> owner;
 };
+
+// Starts a step of `spans` spans in all with `owners` (reset when they were for another job or
+// span count) and the live workers.
+void DealSpans(SpanOwners& owners, const std::string& job_id, int64_t spans,
+               const std::vector<std::string>& live_workers);
 
 class SpanScheduler {
  public:
@@ -49,15 +57,16 @@ class SpanScheduler {
                                                              std::span<const uint32_t> tokens,
                                                              const GradOptions& options);
 
-  // Starts the step with `owners` (reset when they were for another job or span count) and
-  // the live workers.
-  void Begin(SpanOwners& owners, const std::string& job_id,
-             const std::vector<std::string>& live_workers);
+  // Starts the sequence with `owners` (dealt by DealSpans), its spans from span_base on.
+  void Begin(SpanOwners& owners, int64_t span_base);
 
-  // The next task for `worker` (its own spans' first, else a claim within its quota), leased
-  // for `lease`; nullopt when none is ready for it.
-  std::optional<LeasedTask> Next(const std::string& worker, const Live& live,
-                                 int64_t live_count, absl::Duration lease);
+  // The next ready task of `worker`'s own spans, leased for `lease`; nullopt when none.
+  std::optional<LeasedTask> NextOwned(const std::string& worker, absl::Duration lease);
+  // Else a ready task of an unowned span, which `worker` then owns, when it owns fewer spans
+  // of the step than the quota (never with the worker tree). Spans of owners no longer live
+  // are freed first.
+  std::optional<LeasedTask> Claim(const std::string& worker, const Live& live,
+                                  int64_t live_count, absl::Duration lease);
 
   // The tensors FetchInputs streams for task `id` (engine/span_tensors.h).
   TensorMap Inputs(int64_t id, bool include_params, bool include_span) const;
@@ -101,6 +110,7 @@ class SpanScheduler {
   std::unique_ptr<SpanLedger<float>> ledger_;
   std::unique_ptr<TaskQueue> queue_;
   SpanOwners* owners_ = nullptr;
+  int64_t span_base_ = 0;
   std::vector<TaskRecord> records_;
   absl::Time start_;
 };

@@ -71,7 +71,7 @@ absl::Status TaskServiceImpl::ParseTaskName(const std::string& name, int64_t* ve
     return absl::FailedPreconditionError(
         absl::StrCat("task ", Echo(name), " belongs to a finished or cancelled step"));
   }
-  if (!current || *task < 0 || *task >= current_->sched->plan().num_tasks()) {
+  if (!current || *task < 0 || *task >= current_->num_tasks()) {
     return absl::NotFoundError(absl::StrCat("task ", Echo(name), " is not part of the current step"));
   }
   return absl::OkStatus();
@@ -125,7 +125,8 @@ absl::Status TaskServiceImpl::CheckLease(const grpc::ServerContext* ctx,
   const bool secret_ok = secret != current_->lease_secrets.end() &&
                          secret->second.first == *lease &&
                          secret->second.second == lease_id.substr(dot + 1);
-  absl::StatusOr<TaskInfo> info = current_->sched->queue().GetTask(*task);
+  int64_t local = 0;
+  absl::StatusOr<TaskInfo> info = current_->Locate(*task, &local).queue().GetTask(local);
   if (!info.ok()) return info.status();
   if (!secret_ok || info->state != TaskState::kLeased || info->lease_id != *lease ||
       info->worker_id != worker_id || info->expiry <= absl::Now()) {
@@ -135,24 +136,94 @@ absl::Status TaskServiceImpl::CheckLease(const grpc::ServerContext* ctx,
   return absl::OkStatus();
 }
 
+int64_t TaskServiceImpl::Step::SequenceOf(int64_t id) const {
+  return static_cast<int64_t>(std::upper_bound(first.begin(), first.end(), id) - first.begin()) -
+         1;
+}
+
+SpanScheduler& TaskServiceImpl::Step::Locate(int64_t id, int64_t* local) const {
+  const int64_t b = SequenceOf(id);
+  *local = id - first[b];
+  return *seqs[b];
+}
+
+bool TaskServiceImpl::Step::Done() const {
+  for (const auto& s : seqs)
+    if (!s->Done()) return false;
+  return true;
+}
+
+QueueStats TaskServiceImpl::Step::Stats() const {
+  QueueStats t;
+  for (const auto& seq : seqs) {
+    const QueueStats s = seq->queue().Stats();
+    t.total += s.total, t.waiting += s.waiting, t.ready += s.ready, t.leased += s.leased;
+    t.done += s.done;
+    t.leases_granted_total += s.leases_granted_total;
+    t.leases_expired_total += s.leases_expired_total;
+    t.leases_released_total += s.leases_released_total;
+    t.results_rejected_total += s.results_rejected_total;
+  }
+  return t;
+}
+
+absl::Status TaskServiceImpl::MakeSchedulers(const ModelParams<float>& params, Step& step) {
+  std::vector<std::unique_ptr<SpanScheduler>> seqs;
+  std::vector<int64_t> first{0};
+  for (const GradPiece& p : step.pieces) {
+    absl::StatusOr<std::unique_ptr<SpanScheduler>> sched =
+        SpanScheduler::Make(params, p.tokens, p.options);
+    if (!sched.ok()) return sched.status();
+    first.push_back(first.back() + (*sched)->plan().num_tasks());
+    seqs.push_back(*std::move(sched));
+  }
+  step.seqs = std::move(seqs);
+  step.first = std::move(first);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<GradResult<float>> TaskServiceImpl::ComputeGradient(
     const ModelParams<float>& params, std::span<const uint32_t> tokens, const GradOptions& options,
     const std::string& job_id, int64_t step_index) {
-  if (absl::Status s = ValidateGradientInputs(params.config, tokens, options); !s.ok()) return s;
-  if (options.window != 0) {
-    return absl::UnimplementedError(
-        "workers compute the exact gradient only: a truncated window's chunks read rows of "
-        "later spans (--window runs in-process)");
-  }
-  if (options.cotangent != Cotangent::kExact || options.schedule != Schedule::kSpans) {
-    return absl::UnimplementedError(
-        "workers run the span schedule of the exact gradient only (no top-of-stack cotangent, "
-        "no in-process chunk schedule)");
-  }
-  if (!options.device.is_cpu()) {
-    return absl::InvalidArgumentError(
-        "the coordinator computes nothing itself: give the device to the workers (adjsh worker "
-        "--device)");
+  const GradPiece piece{tokens, options};
+  absl::StatusOr<std::vector<GradResult<float>>> r =
+      ComputeGradients(params, std::span(&piece, 1), job_id, step_index);
+  if (!r.ok()) return r.status();
+  return std::move(r->front());
+}
+
+absl::StatusOr<std::vector<GradResult<float>>> TaskServiceImpl::ComputeGradients(
+    const ModelParams<float>& params, std::span<const GradPiece> pieces, const std::string& job_id,
+    int64_t step_index) {
+  if (pieces.empty()) return absl::InvalidArgumentError("no sequence to compute a gradient of");
+  for (size_t b = 0; b < pieces.size(); ++b) {
+    const GradOptions& options = pieces[b].options;
+    auto in_sequence = [&](const absl::Status& s) {
+      return pieces.size() == 1
+                 ? s
+                 : absl::Status(s.code(), absl::StrCat("sequence ", b, " of the step: ", s.message()));
+    };
+    if (absl::Status s = ValidateGradientInputs(params.config, pieces[b].tokens, options); !s.ok())
+      return in_sequence(s);
+    if (options.window != 0) {
+      return absl::UnimplementedError(
+          "workers compute the exact gradient only: a truncated window's chunks read rows of "
+          "later spans (--window runs in-process)");
+    }
+    if (options.cotangent != Cotangent::kExact || options.schedule != Schedule::kSpans) {
+      return absl::UnimplementedError(
+          "workers run the span schedule of the exact gradient only (no top-of-stack cotangent, "
+          "no in-process chunk schedule)");
+    }
+    if (!options.device.is_cpu()) {
+      return absl::InvalidArgumentError(
+          "the coordinator computes nothing itself: give the device to the workers (adjsh worker "
+          "--device)");
+    }
+    if (options.forward_only != pieces[0].options.forward_only) {
+      return absl::InvalidArgumentError(
+          "the sequences of one step are all evaluations (forward_only) or none");
+    }
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -162,21 +233,16 @@ absl::StatusOr<GradResult<float>> TaskServiceImpl::ComputeGradient(
   }
   auto step = std::make_unique<Step>();
   try {  // an allocation failure here ends this gradient (and its job), not the service
-    step->options = options;
-    absl::StatusOr<std::unique_ptr<SpanScheduler>> sched =
-        SpanScheduler::Make(params, tokens, step->options);
-    if (!sched.ok()) {
+    step->pieces.assign(pieces.begin(), pieces.end());
+    if (absl::Status s = MakeSchedulers(params, *step); !s.ok()) {
       std::lock_guard<std::mutex> lock(mu_);
       running_ = false;
-      return sched.status();
+      return s;
     }
-    step->sched = *std::move(sched);
     step->params = &params;
-    step->tokens_in = tokens;
     step->job_id = job_id;
     step->config_json = ConfigToJson(params.config);
     step->step = step_index;
-    step->tokens = static_cast<int64_t>(tokens.size());
   } catch (...) {
     std::lock_guard<std::mutex> lock(mu_);
     running_ = false;
@@ -193,7 +259,7 @@ absl::StatusOr<GradResult<float>> TaskServiceImpl::ComputeGradient(
     // nobody pulls.
     const auto tick = std::max(std::chrono::milliseconds(20),
                                absl::ToChronoMilliseconds(opt_.lease) / 4);
-    while (!(cancelled_ || !aborted_.ok() || current_->sched->Done())) {
+    while (!(cancelled_ || !aborted_.ok() || current_->Done())) {
       done_cv_.wait_for(lock, tick);
       if (!cancelled_ && aborted_.ok() && current_) RestartIfTreeLost();
     }
@@ -209,26 +275,41 @@ absl::StatusOr<GradResult<float>> TaskServiceImpl::ComputeGradient(
     current_.reset();  // CancelCurrent already withdrew it; nothing of it is applied now
     return absl::CancelledError("the gradient was cancelled");
   }
-  GradResult<float> result = current_->sched->Finish(bytes_sent_.load() + bytes_received_.load() -
-                                                     current_->wire_at_start);
-  result.profile.tree_workers = static_cast<int64_t>(current_->tree_workers.size());
-  result.profile.restarts = current_->restarts;
-  // The trace is of gradient steps (bench/fleet_sim.py); an evaluation's is not written.
-  if (!opt_.trace_path.empty() && !current_->options.forward_only) WriteTrace(*current_);
+  // The step's wire bytes go to its first sequence's profile (a combination adds them up).
+  const uint64_t wire = bytes_sent_.load() + bytes_received_.load() - current_->wire_at_start;
+  std::vector<GradResult<float>> results;
+  for (size_t b = 0; b < current_->seqs.size(); ++b) {
+    results.push_back(current_->seqs[b]->Finish(b == 0 ? wire : 0));
+    results.back().profile.tree_workers = static_cast<int64_t>(current_->tree_workers.size());
+    results.back().profile.restarts = current_->restarts;
+  }
+  // The trace is of one sequence's gradient steps (bench/fleet_sim.py); an evaluation's is
+  // not written, nor is a batch's.
+  if (!opt_.trace_path.empty() && !current_->pieces[0].options.forward_only &&
+      current_->seqs.size() == 1)
+    WriteTrace(*current_);
   RetireStep();
   current_.reset();
-  return result;
+  return results;
 }
 
 void TaskServiceImpl::BeginStep() {
   Step& step = *current_;
   for (auto& [id, worker] : workers_) worker.leases.clear();  // of earlier versions
   const std::vector<std::string> live = LiveWorkers();
-  step.sched->Begin(owners_, step.job_id, live);
+  int64_t spans = 0;
+  for (const auto& seq : step.seqs) spans += seq->plan().spans();
+  DealSpans(owners_, step.job_id, spans, live);
+  for (int64_t b = 0, base = 0; b < static_cast<int64_t>(step.seqs.size()); ++b) {
+    step.seqs[b]->Begin(owners_, base);
+    base += step.seqs[b]->plan().spans();
+  }
   step.tree.Clear();
   step.tree_workers.clear();
-  // A forward-only step (evaluation) has no partials to reduce: never a tree.
-  if (!opt_.worker_tree || step.star_only || live.empty() || step.sched->plan().forward_only())
+  // A forward-only step (evaluation) has no partials to reduce: never a tree. Nor has a step
+  // of several sequences (the tree sums the partials of one).
+  if (!opt_.worker_tree || step.star_only || live.empty() || step.seqs.size() != 1 ||
+      step.seqs[0]->plan().forward_only())
     return;
   // A tree needs every span owned by a worker that serves a peer endpoint.
   std::map<std::string, int32_t> index;
@@ -246,11 +327,11 @@ void TaskServiceImpl::BeginStep() {
   }
   for (const std::string& o : owners_.owner) step.tree.add_span_owner(index.at(o));
   for (const std::string& id : step.tree_workers) step.tree.add_peer(workers_.at(id).peer_address);
-  step.sched->ReduceAmongWorkers();
+  step.seqs[0]->ReduceAmongWorkers();
 }
 
 void TaskServiceImpl::RestartIfTreeLost() {
-  if (!current_ || current_->tree_workers.empty() || current_->sched->Done()) return;
+  if (!current_ || current_->tree_workers.empty() || current_->Done()) return;
   const absl::Time now = absl::Now(), since = now - opt_.lease;
   std::string lost;
   for (const std::string& id : current_->tree_workers) {
@@ -264,20 +345,17 @@ void TaskServiceImpl::RestartIfTreeLost() {
   // through (a peer unreachable from another, a refused push). Again, through the coordinator.
   bool roots_stuck = false;
   if (lost.empty()) {
-    if (!current_->sched->queue().Finished()) return;
+    if (!current_->seqs[0]->queue().Finished()) return;
     if (current_->tasks_done_at == absl::InfiniteFuture()) current_->tasks_done_at = now;
     if (now - current_->tasks_done_at < kRootsDeadlineLeases * opt_.lease) return;
     roots_stuck = true;
   }
-  absl::StatusOr<std::unique_ptr<SpanScheduler>> sched =
-      SpanScheduler::Make(*current_->params, current_->tokens_in, current_->options);
-  if (!sched.ok()) {  // it was made once for these inputs: not expected
-    aborted_ = sched.status();
+  RetireStep();
+  if (absl::Status s = MakeSchedulers(*current_->params, *current_); !s.ok()) {
+    aborted_ = s;  // they were made once for these inputs: not expected
     done_cv_.notify_all();
     return;
   }
-  RetireStep();
-  current_->sched = *std::move(sched);
   current_->version = ++next_version_;
   current_->lease_secrets.clear();
   current_->leased_at.clear();
@@ -305,8 +383,8 @@ void TaskServiceImpl::RestartIfTreeLost() {
 }
 
 void TaskServiceImpl::WriteTrace(const Step& step) {
-  const absl::Status s =
-      AppendTrace(opt_.trace_path, step.sched->plan(), step.step, step.sched->records());
+  const SpanScheduler& seq = *step.seqs[0];
+  const absl::Status s = AppendTrace(opt_.trace_path, seq.plan(), step.step, seq.records());
   if (!s.ok()) std::fprintf(stderr, "adjsh coordinator: %s\n", std::string(s.message()).c_str());
 }
 
@@ -391,12 +469,20 @@ bool TaskServiceImpl::TryLease(const std::string& worker_id, Worker& worker,
     };
     int64_t live_count = 0;
     for (const auto& [id, w] : workers_) live_count += Live(w, since) ? 1 : 0;
-    std::optional<LeasedTask> leased =
-        current_->sched->Next(worker_id, live, live_count, opt_.lease);
+    // The worker's own spans first, sequence by sequence; else a claim, likewise.
+    const std::vector<std::unique_ptr<SpanScheduler>>& seqs = current_->seqs;
+    std::optional<LeasedTask> leased;
+    size_t b = 0;
+    for (; b < seqs.size() && !leased; ++b) leased = seqs[b]->NextOwned(worker_id, opt_.lease);
+    if (!leased)
+      for (b = 0; b < seqs.size() && !leased; ++b)
+        leased = seqs[b]->Claim(worker_id, live, live_count, opt_.lease);
     if (leased) {
-      const int64_t id = leased->task_id;
-      const SpanTask& task = current_->sched->task(id);
-      const SpanPlan& plan = current_->sched->plan();
+      const SpanScheduler& seq = *seqs[--b];
+      const GradOptions& options = current_->pieces[b].options;
+      const SpanTask& task = seq.task(leased->task_id);
+      const SpanPlan& plan = seq.plan();
+      const int64_t id = current_->first[b] + leased->task_id;
       v1::Task* t = resp->mutable_task();
       t->set_task_id(TaskName(current_->version, id));
       const std::string secret = Unguessable().substr(0, 16);
@@ -412,13 +498,15 @@ bool TaskServiceImpl::TryLease(const std::string& worker_id, Worker& worker,
       t->set_span(task.span);
       t->set_spans(plan.spans());
       t->set_chunk(plan.chunk());
-      t->set_targets(current_->sched->n_targets());
-      t->set_masked(!current_->options.loss_mask.empty());
-      t->set_forward_only(current_->options.forward_only);
-      t->set_storage(std::string(StorageName(current_->options.storage)));
+      t->set_targets(seq.n_targets());
+      t->set_masked(!options.loss_mask.empty());
+      t->set_forward_only(options.forward_only);
+      t->set_storage(std::string(StorageName(options.storage)));
       t->set_dtype(v1::F32);
       t->set_params_version(static_cast<uint64_t>(current_->version));
-      t->set_context_length(current_->tokens);
+      t->set_context_length(plan.T());
+      t->set_sequence(static_cast<int64_t>(b));
+      t->set_sequences(static_cast<int64_t>(seqs.size()));
       t->set_config_json(current_->config_json);
       if (!current_->tree_workers.empty()) {
         const auto& members = current_->tree_workers;
@@ -449,8 +537,9 @@ grpc::Status TaskServiceImpl::Heartbeat(grpc::ServerContext* ctx, const v1::Hear
     bool renewed = false;
     if (ParseTaskName(name, &version, &task).ok()) {
       auto l = w->second.leases.find(task);
+      int64_t local = 0;
       renewed = l != w->second.leases.end() &&
-                current_->sched->queue().Renew(task, l->second, req->worker_id()).ok();
+                current_->Locate(task, &local).queue().Renew(local, l->second, req->worker_id()).ok();
     }
     if (!renewed) resp->add_cancelled_task_ids(name);
   }
@@ -469,7 +558,9 @@ grpc::Status TaskServiceImpl::FetchInputs(grpc::ServerContext* ctx,
                                     &lease);
         !s.ok())
       return Error(s);
-    inputs = current_->sched->Inputs(task, req->include_params(), req->include_span());
+    int64_t local = 0;
+    inputs = current_->Locate(task, &local).Inputs(local, req->include_params(),
+                                                    req->include_span());
     version = current_->version;
   }
   // Streamed outside the lock: the tensors are this call's own copies.
@@ -504,8 +595,9 @@ grpc::Status TaskServiceImpl::PushResult(grpc::ServerContext* ctx,
     }
     // Twice the right size (and at least 64 KiB): a slightly wrong result still reaches the
     // shape checks and their clearer message; a hostile size is refused at its header.
-    limits.max_total_bytes =
-        std::min<uint64_t>(opt_.max_result_bytes, current_->sched->MaxResultBytes(task));
+    int64_t local = 0;
+    const SpanScheduler& seq = current_->Locate(task, &local);
+    limits.max_total_bytes = std::min<uint64_t>(opt_.max_result_bytes, seq.MaxResultBytes(local));
     limits.max_tensor_bytes = limits.max_total_bytes;
     // The result's tensors, and one more so that an extra one is named in the error.
     limits.max_tensors = LayerParamSlots<float>().size() + 8;
@@ -529,13 +621,14 @@ grpc::Status TaskServiceImpl::PushResult(grpc::ServerContext* ctx,
     resp->set_reason(std::string(s.message()));
     return grpc::Status::OK;
   }
+  int64_t local = 0;
+  SpanScheduler& seq = current_->Locate(task, &local);
   SpanResult<float> result;
   std::string bad;
-  if (absl::Status s = current_->sched->CheckResult(task, tensors, result, &bad); !s.ok())
-    return Error(s);
+  if (absl::Status s = seq.CheckResult(local, tensors, result, &bad); !s.ok()) return Error(s);
   if (!bad.empty()) {
     // Refused before anything is applied: the task goes back to the queue for another try.
-    current_->sched->queue().Release(task, lease).IgnoreError();
+    seq.queue().Release(local, lease).IgnoreError();
     work_cv_.notify_all();
     Worker& w = workers_[header.worker_id()];
     w.leases.erase(task);
@@ -547,7 +640,7 @@ grpc::Status TaskServiceImpl::PushResult(grpc::ServerContext* ctx,
                                   "); task ", header.task_id(), " is handed out again"));
     return grpc::Status::OK;
   }
-  if (absl::Status s = current_->sched->queue().Complete(task, lease); !s.ok()) {
+  if (absl::Status s = seq.queue().Complete(local, lease); !s.ok()) {
     ++rejected_;
     resp->set_accepted(false);
     resp->set_reason(std::string(s.message()));
@@ -555,13 +648,12 @@ grpc::Status TaskServiceImpl::PushResult(grpc::ServerContext* ctx,
   }
   Worker& w = workers_[header.worker_id()];
   rebuilds_ += result.rebuild_seconds > 0 ? 1 : 0;
-  current_->sched->Apply(task, std::move(result), w.name.empty() ? header.worker_id() : w.name,
-                         current_->fetched[task], result_bytes,
-                         current_->leased_at[task]);
+  seq.Apply(local, std::move(result), w.name.empty() ? header.worker_id() : w.name,
+            current_->fetched[task], result_bytes, current_->leased_at[task]);
   w.leases.erase(task);
   ++accepted_;
   resp->set_accepted(true);
-  if (current_->sched->Done()) done_cv_.notify_all();
+  if (current_->Done()) done_cv_.notify_all();
   work_cv_.notify_all();  // its successors may be ready
   return grpc::Status::OK;
 }
@@ -604,11 +696,11 @@ grpc::Status TaskServiceImpl::PushReduced(grpc::ServerContext* ctx,
     if (absl::Status s = CheckRegistered(ctx, header.worker_id()); !s.ok()) return s;
     if (!current_ || current_->job_id != header.job_id() ||
         static_cast<uint64_t>(current_->version) != header.params_version() ||
-        !current_->sched->among_workers()) {
+        !current_->seqs[0]->among_workers()) {  // a tree's step has one sequence
       return false;
     }
-    const int64_t S = current_->sched->plan().spans();
-    const int64_t K = current_->sched->plan().layers();
+    const int64_t S = current_->seqs[0]->plan().spans();
+    const int64_t K = current_->seqs[0]->plan().layers();
     if (header.group() < 0 || header.group() >= NumGroups(K) || header.lo() != 0 ||
         header.hi() != S) {
       return absl::InvalidArgumentError(
@@ -624,7 +716,7 @@ grpc::Status TaskServiceImpl::PushReduced(grpc::ServerContext* ctx,
     absl::StatusOr<bool> ok = check();
     if (!ok.ok()) return Error(ok.status());
     if (!*ok) return refuse("not a root of the current step's worker tree");
-    limits.max_total_bytes = 2 * current_->sched->GroupBytes(header.group()) + (1 << 16);
+    limits.max_total_bytes = 2 * current_->seqs[0]->GroupBytes(header.group()) + (1 << 16);
     limits.max_tensor_bytes = limits.max_total_bytes;
     limits.max_tensors = LayerParamSlots<float>().size() + 1;
   }
@@ -638,13 +730,13 @@ grpc::Status TaskServiceImpl::PushReduced(grpc::ServerContext* ctx,
   absl::StatusOr<bool> ok = check();
   if (!ok.ok()) return Error(ok.status());
   if (!*ok) return refuse("not a root of the current step's worker tree");
-  if (absl::Status s = current_->sched->SetReduced(header.group(), tensors); !s.ok()) {
+  if (absl::Status s = current_->seqs[0]->SetReduced(header.group(), tensors); !s.ok()) {
     if (absl::IsFailedPrecondition(s)) return refuse(std::string(s.message()));
     return Error(s);
   }
   ++roots_;
   resp->set_accepted(true);
-  if (current_->sched->Done()) done_cv_.notify_all();
+  if (current_->Done()) done_cv_.notify_all();
   return grpc::Status::OK;
 }
 
@@ -670,7 +762,7 @@ void TaskServiceImpl::Abort(absl::Status why) {
 
 void TaskServiceImpl::RetireStep() {
   if (!current_) return;
-  const QueueStats s = current_->sched->queue().Stats();
+  const QueueStats s = current_->Stats();
   past_.leases_granted_total += s.leases_granted_total;
   past_.leases_expired_total += s.leases_expired_total;
   past_.leases_released_total += s.leases_released_total;
@@ -680,7 +772,7 @@ void TaskServiceImpl::RetireStep() {
 QueueStats TaskServiceImpl::queue_stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   QueueStats s;
-  if (current_) s = current_->sched->queue().Stats();
+  if (current_) s = current_->Stats();
   s.leases_granted_total += past_.leases_granted_total;
   s.leases_expired_total += past_.leases_expired_total;
   s.leases_released_total += past_.leases_released_total;

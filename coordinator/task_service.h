@@ -23,6 +23,7 @@
 #include "coordinator/task_queue.h"
 #include "coordinator/span_scheduler.h"
 #include "engine/adjoint_engine.h"
+#include "engine/segments.h"
 #include "engine/step_profile.h"
 #include "proto/adjsh.grpc.pb.h"
 
@@ -38,8 +39,9 @@ struct TaskServiceOptions {
   int64_t max_workers = 10000;  // registered at once; RegisterWorker is refused past it
   // A worker unheard of this long (at least 4 leases) is forgotten; it re-registers if it lives.
   absl::Duration reap_after = absl::Minutes(2);
-  // Non-empty: every finished step appends one line per task here (engine/step_profile.h
-  // TraceLine), for bench/fleet_sim.py.
+  // Non-empty: every finished step of one sequence appends one line per task here
+  // (engine/step_profile.h TraceLine), for bench/fleet_sim.py, which replays one plan: a step
+  // of several sequences (ComputeGradients) is not traced.
   std::string trace_path;
   // Reduce among the workers (the worker tree: proto/adjsh.proto WorkerTree) when every worker
   // the step starts with serves a peer endpoint; false: always through the coordinator (the
@@ -65,6 +67,15 @@ class TaskServiceImpl final : public v1::TaskService::Service {
                                                     std::span<const uint32_t> tokens,
                                                     const GradOptions& options,
                                                     const std::string& job_id, int64_t step);
+  // The gradients of several sequences at once (a batch, or held-out sequences): one step
+  // whose tasks are every sequence's (layer, span) tasks, so that the sequences are more spans
+  // to spread over the workers; each result is bitwise that sequence's ComputeGradient. The
+  // pieces (at least one, all of one kind: forward_only alike) and their tokens outlive the
+  // call. With more than one sequence the step reduces through the coordinator (the worker
+  // tree sums one sequence's partials).
+  absl::StatusOr<std::vector<GradResult<float>>> ComputeGradients(
+      const ModelParams<float>& params, std::span<const GradPiece> pieces,
+      const std::string& job_id, int64_t step);
 
   grpc::Status RegisterWorker(grpc::ServerContext*, const v1::RegisterWorkerRequest*,
                               v1::RegisterWorkerResponse*) override;
@@ -120,16 +131,18 @@ class TaskServiceImpl final : public v1::TaskService::Service {
  private:
   // The gradient being computed: published while its span tasks are out.
   struct Step {
-    GradOptions options;  // the step's own copy
-    std::unique_ptr<SpanScheduler> sched;
+    std::vector<GradPiece> pieces;  // its sequences, with their own copies of the options
+    // One per sequence; sequence b's task t is the step's task first[b] + t (first has B + 1
+    // entries: the last is the step's task count).
+    std::vector<std::unique_ptr<SpanScheduler>> seqs;
+    std::vector<int64_t> first;
     const ModelParams<float>* params = nullptr;
-    std::span<const uint32_t> tokens_in;
     std::string job_id, config_json;
     // The worker tree of this version (empty peer list: the star), and its workers' ids in
     // tree order.
     v1::WorkerTree tree;
     std::vector<std::string> tree_workers;
-    int64_t step = 0, version = 0, tokens = 0;
+    int64_t step = 0, version = 0;
     uint64_t wire_at_start = 0;  // bytes_sent + bytes_received when the step began
     int64_t restarts = 0;        // begun again after losing a tree worker
     absl::Time tasks_done_at = absl::InfiniteFuture();  // with a tree: every task done, roots
@@ -139,7 +152,16 @@ class TaskServiceImpl final : public v1::TaskService::Service {
     std::map<int64_t, std::pair<int64_t, std::string>> lease_secrets;
     std::map<int64_t, absl::Time> leased_at;  // task -> when its current lease was granted
     std::map<int64_t, uint64_t> fetched;      // task -> bytes fetched under its current lease
+
+    int64_t num_tasks() const { return first.back(); }
+    // The sequence of the step's task `id` (0 <= id < num_tasks()), and its id there.
+    int64_t SequenceOf(int64_t id) const;
+    SpanScheduler& Locate(int64_t id, int64_t* local) const;
+    bool Done() const;  // every sequence's tasks done (and roots in)
+    QueueStats Stats() const;  // summed over the sequences
   };
+  // The sequences' schedulers for pieces, and the task offsets.
+  static absl::Status MakeSchedulers(const ModelParams<float>& params, Step& step);
   struct Worker {
     std::string name;
     std::map<int64_t, int64_t> leases;  // task -> lease id, for heartbeats

@@ -1,5 +1,7 @@
 #include "engine/segments.h"
 
+#include <algorithm>
+
 #include "common/check.h"
 
 namespace adjsh {
@@ -41,8 +43,19 @@ GradResult<T> CombineGradients(std::vector<GradResult<T>> parts) {
     }
     if (total.correct >= 0) total.correct += p.correct;
     total.stored_bytes = std::max(total.stored_bytes, p.stored_bytes);
-    total.profile.tasks += p.profile.tasks;
-    total.profile.wire_bytes += p.profile.wire_bytes;
+    // The parts are independent: their tasks add up, and the chain of dependent tasks that
+    // bounds them all is the longest of theirs (parallelism: what they allow together, whether
+    // they ran at once, as a batch through workers does, or one after another). Wall seconds:
+    // the longest part's.
+    StepProfile& t = total.profile;
+    const StepProfile& q = p.profile;
+    t.tasks += q.tasks, t.spans += q.spans, t.rebuilt_spans += q.rebuilt_spans;
+    t.tokens += q.tokens, t.task_seconds += q.task_seconds, t.wire_bytes += q.wire_bytes;
+    t.critical_path_seconds = std::max(t.critical_path_seconds, q.critical_path_seconds);
+    t.parallelism = t.critical_path_seconds > 0 ? t.task_seconds / t.critical_path_seconds : 0;
+    t.wall_seconds = std::max(t.wall_seconds, q.wall_seconds);
+    t.tree_workers = std::max(t.tree_workers, q.tree_workers);
+    t.restarts = std::max(t.restarts, q.restarts);
   }
   total.loss = loss / static_cast<double>(targets);
   total.targets = targets;

@@ -22,6 +22,13 @@
 
 namespace adjsh {
 
+// One sequence of a batch, as a gradient source takes it (train/trainer.h, the TaskService's
+// ComputeGradients): its tokens and its own options (a loss mask is the piece's slice).
+struct GradPiece {
+  std::span<const uint32_t> tokens;
+  GradOptions options;
+};
+
 // The pieces of a sequence of T tokens cut at `starts` (document starts relative to the
 // sequence, ascending; those outside (0, T) are ignored): {first token, token count} of each
 // piece's gradient call, in order. Pieces that would predict nothing (one token at the end) are

@@ -26,8 +26,16 @@ Trainer::Trainer(ModelParams<float> params, TokenData corpus, TrainOptions optio
       corpus_(std::move(corpus)),
       opt_(std::move(options)),
       adamw_(NewAdamWState(params_.config)) {
-  source_ = [](const ModelParams<float>& p, std::span<const uint32_t> tokens,
-                const GradOptions& options) { return ComputeGradient<float>(p, tokens, options); };
+  source_ = [](const ModelParams<float>& p, std::span<const GradPiece> pieces)
+      -> absl::StatusOr<std::vector<GradResult<float>>> {
+    std::vector<GradResult<float>> out;
+    for (const GradPiece& piece : pieces) {
+      absl::StatusOr<GradResult<float>> g = ComputeGradient<float>(p, piece.tokens, piece.options);
+      if (!g.ok()) return g.status();
+      out.push_back(*std::move(g));
+    }
+    return out;
+  };
 }
 
 absl::Status Trainer::SaveCheckpointNow() {
@@ -162,7 +170,8 @@ nlohmann::json Trainer::Definition() const {
 
 absl::StatusOr<GradResult<float>> Trainer::BatchGradient() {
   const int64_t T = opt_.context;
-  std::vector<GradResult<float>> parts;
+  std::vector<std::vector<uint32_t>> tokens;  // each piece's
+  std::vector<GradPiece> pieces;
   std::vector<int64_t> cuts;  // document starts inside the window, relative to it
   for (int64_t b = 0; b < opt_.batch_size; ++b) {
     const int64_t start = sampler_->Start(state_.sequence + b);
@@ -172,19 +181,24 @@ absl::StatusOr<GradResult<float>> Trainer::BatchGradient() {
       for (; it != opt_.doc_starts.end() && *it < start + T; ++it) cuts.push_back(*it - start);
     }
     for (const auto& [first, len] : PiecesAtStarts(T, cuts)) {
-      const std::vector<uint32_t> tokens = corpus_.Slice(start + first, len);
+      tokens.push_back(corpus_.Slice(start + first, len));
       GradOptions options = opt_.grad;
       if (!opt_.loss_mask.empty()) {  // the piece's slice, for whichever gradient source
         options.loss_mask = std::span<const uint8_t>(opt_.loss_mask).subspan(start + first, len);
       }
-      absl::StatusOr<GradResult<float>> g = source_(params_, tokens, options);
-      if (!g.ok()) return g.status();
-      parts.push_back(*std::move(g));
+      pieces.push_back(GradPiece{{}, options});
     }
+  }
+  for (size_t i = 0; i < pieces.size(); ++i) pieces[i].tokens = tokens[i];  // no more moves
+  absl::StatusOr<std::vector<GradResult<float>>> parts = source_(params_, pieces);
+  if (!parts.ok()) return parts.status();
+  if (parts->size() != pieces.size()) {
+    return absl::InternalError(absl::StrFormat("%d gradients for %d sequences", parts->size(),
+                                               pieces.size()));
   }
   // The mean over every counted target of the batch (engine/segments.h): each piece's mean loss
   // and gradient weighted by its share of the targets, added in order.
-  return CombineGradients(std::move(parts));
+  return CombineGradients(*std::move(parts));
 }
 
 absl::StatusOr<EvalResult> Trainer::HeldOutLoss() {
@@ -201,21 +215,37 @@ absl::StatusOr<EvalResult> Trainer::HeldOutLoss() {
   const int64_t n = opt_.eval_tokens > 0 ? std::min(opt_.eval_tokens, val_.size()) : val_.size();
   const MambaConfig& c = params_.config;
   EvalResult r;
-  for (const auto& [start, len] : EvalSequences(n, opt_.context)) {
-    GradOptions options = opt_.grad;
-    options.forward_only = true;
-    options.loss_mask = {};
-    options.progress = nullptr;
-    if (!SpanPlan::Make(len, options.chunk, options.spans, c.num_hidden_layers, c.conv_kernel)
-             .ok())
-      options.spans = 0;  // a short last sequence: the default spans for its length
-    const std::vector<uint32_t> tokens = val_.Slice(start, len);
-    absl::StatusOr<GradResult<float>> g = eval_source_(params_, tokens, options);
+  const std::vector<std::pair<int64_t, int64_t>> sequences = EvalSequences(n, opt_.context);
+  // batch_size sequences at a time: as many spans in flight as a training step has.
+  for (size_t first = 0; first < sequences.size(); first += opt_.batch_size) {
+    const size_t end = std::min(sequences.size(), first + static_cast<size_t>(opt_.batch_size));
+    std::vector<std::vector<uint32_t>> tokens;
+    std::vector<GradPiece> pieces;
+    for (size_t i = first; i < end; ++i) {
+      const auto [start, len] = sequences[i];
+      GradOptions options = opt_.grad;
+      options.forward_only = true;
+      options.loss_mask = {};
+      options.progress = nullptr;
+      if (!SpanPlan::Make(len, options.chunk, options.spans, c.num_hidden_layers, c.conv_kernel)
+               .ok())
+        options.spans = 0;  // a short last sequence: the default spans for its length
+      tokens.push_back(val_.Slice(start, len));
+      pieces.push_back(GradPiece{{}, options});
+    }
+    for (size_t i = 0; i < pieces.size(); ++i) pieces[i].tokens = tokens[i];
+    absl::StatusOr<std::vector<GradResult<float>>> g = eval_source_(params_, pieces);
     if (!g.ok()) return g.status();
-    r.loss_sum += g->loss * static_cast<double>(g->targets);
-    r.targets += g->targets;
-    r.sequences += 1;
-    r.tokens += len;
+    if (g->size() != pieces.size()) {
+      return absl::InternalError(
+          absl::StrFormat("%d losses for %d held-out sequences", g->size(), pieces.size()));
+    }
+    for (size_t i = 0; i < pieces.size(); ++i) {  // in sequence order, as Evaluate adds them
+      r.loss_sum += (*g)[i].loss * static_cast<double>((*g)[i].targets);
+      r.targets += (*g)[i].targets;
+      r.sequences += 1;
+      r.tokens += static_cast<int64_t>(pieces[i].tokens.size());
+    }
   }
   return r;
 }

@@ -22,6 +22,7 @@
 #include "common/token_data.h"
 #include "engine/adjoint_engine.h"
 #include "engine/evaluate.h"
+#include "engine/segments.h"
 #include "nlohmann/json.hpp"
 #include "train/checkpoint.h"
 #include "train/optimizer.h"
@@ -81,10 +82,12 @@ struct StepReport {
   int64_t val_tokens = 0;
 };
 
-// The step's tokens and options (TrainOptions::grad with the step's slice of the loss mask).
-using GradientSource = std::function<absl::StatusOr<GradResult<float>>(
-    const ModelParams<float>& params, std::span<const uint32_t> tokens,
-    const GradOptions& options)>;
+// The gradients of one optimizer step's pieces (its sequences, cut at document starts when they
+// reset; each with TrainOptions::grad and its slice of the loss mask), one result per piece in
+// order: in-process one after the other by default, through the workers all at once
+// (coordinator/task_service.h ComputeGradients). The trainer combines them (engine/segments.h).
+using GradientSource = std::function<absl::StatusOr<std::vector<GradResult<float>>>(
+    const ModelParams<float>& params, std::span<const GradPiece> pieces)>;
 
 class Trainer {
  public:
@@ -98,10 +101,10 @@ class Trainer {
   // (then `resumed()` is true and the step count continues from it).
   absl::Status Init();
   void set_gradient_source(GradientSource source) { source_ = std::move(source); }
-  // The held-out loss through this source instead of engine/evaluate.h: each sequence of the
-  // validation data as one forward-only span step (GradOptions::forward_only; the gradient's
-  // chunk and spans, the default spans where the last, shorter sequence cannot have them). For
-  // the workers: their loss is bitwise the same for any number of them.
+  // The held-out loss through this source instead of engine/evaluate.h: the sequences of the
+  // validation data as forward-only span steps (GradOptions::forward_only; the gradient's chunk
+  // and spans, the default spans where the last, shorter sequence cannot have them), batch_size
+  // sequences per call. For the workers: their loss is bitwise the same for any number of them.
   void set_evaluation_source(GradientSource source) { eval_source_ = std::move(source); }
   // The held-out data of TrainOptions::eval_every (before Init, which checks it).
   void set_validation(TokenData val) { val_ = std::move(val); }

@@ -1,5 +1,6 @@
 #include "worker/span_store.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_format.h"
@@ -24,6 +25,11 @@ absl::StatusOr<SpanPlan> CheckTask(const v1::Task& task, const MambaConfig& cfg)
   if (task.targets() < 1 || task.targets() >= task.context_length()) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "%d targets for a context of %d tokens", task.targets(), task.context_length()));
+  }
+  const int64_t sequences = std::max<int64_t>(1, task.sequences());
+  if (task.sequence() < 0 || task.sequence() >= sequences) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("sequence %d outside 0..%d", task.sequence(), sequences - 1));
   }
   if (task.storage() != "full" && task.storage() != "bf16") {
     return absl::InvalidArgumentError(
@@ -56,18 +62,23 @@ absl::StatusOr<SpanStore::Job*> SpanStore::JobFor(const v1::Task& task) {
   Job& job = it->second;
   absl::StatusOr<SpanPlan> plan = CheckTask(task, *job.config);
   if (!plan.ok()) return plan.status();
-  const bool same_plan = job.plan != nullptr && job.plan->T() == task.context_length() &&
-                         job.plan->chunk() == std::min(task.chunk(), task.context_length()) &&
-                         job.plan->spans() == task.spans() &&
-                         job.plan->forward_only() == task.forward_only();
-  if (task.params_version() > job.version || !same_plan) {
+  if (task.params_version() > job.version) {
     job.spans.clear();  // before the model they point into
-    if (task.params_version() > job.version) {
-      job.model.reset();
-      job.params.reset();
-    }
+    job.plans.clear();
+    job.model.reset();
+    job.params.reset();
     job.version = task.params_version();
-    job.plan = std::make_unique<SpanPlan>(*std::move(plan));
+  }
+  const int64_t b = task.sequence();
+  const auto held = job.plans.find(b);
+  const bool same_plan = held != job.plans.end() && held->second->T() == task.context_length() &&
+                         held->second->chunk() == std::min(task.chunk(), task.context_length()) &&
+                         held->second->spans() == task.spans() &&
+                         held->second->forward_only() == task.forward_only();
+  if (!same_plan) {
+    // The sequence's spans belong to the plan replaced.
+    job.spans.erase(job.spans.lower_bound({b, 0}), job.spans.lower_bound({b + 1, 0}));
+    job.plans[b] = std::make_unique<SpanPlan>(*std::move(plan));
   }
   job.last_used = ++clock_;
   while (jobs_.size() > static_cast<size_t>(max_jobs_)) {

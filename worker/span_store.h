@@ -1,7 +1,8 @@
 // What a worker keeps between the tasks it pulls, per job: the newest parameter version's model
-// on the worker's backend, the plan of that version's step, and the spans it owns there
-// (engine/span_work.h). A task of a newer version drops all of it first (a new step: new
-// parameters, and every span starts again from its tokens). At most max_jobs jobs are kept, the
+// on the worker's backend, the plans of that version's step (one per sequence of the step: a
+// batch's sequences run at once, proto/adjsh.proto Task.sequence), and the spans it owns there
+// (engine/span_work.h), by (sequence, span). A task of a newer version drops all of it first (a
+// new step: new parameters, and every span starts again from its tokens). At most max_jobs jobs are kept, the
 // least recently used dropped. Main thread only.
 #ifndef ADJSH_WORKER_SPAN_STORE_H_
 #define ADJSH_WORKER_SPAN_STORE_H_
@@ -10,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -21,9 +23,10 @@
 
 namespace adjsh::worker {
 
-// The task's step plan, when the task fits its config and the plan can be made: layer in
-// 0..K-1, span in 0..spans-1, T >= 2, chunk >= 1, targets >= 1, storage "full" or "bf16",
-// dtype F32. INVALID_ARGUMENT saying what does not fit otherwise.
+// The plan of the task's sequence, when the task fits its config and the plan can be made:
+// layer in 0..K-1, span in 0..spans-1, sequence in 0..sequences-1, T >= 2, chunk >= 1,
+// targets >= 1, storage "full" or "bf16", dtype F32. INVALID_ARGUMENT saying what does not fit
+// otherwise.
 absl::StatusOr<SpanPlan> CheckTask(const v1::Task& task, const MambaConfig& cfg);
 
 class SpanStore {
@@ -34,15 +37,18 @@ class SpanStore {
     uint64_t version = 0;
     std::unique_ptr<ModelParams<float>> params;   // null until fetched for `version`
     std::unique_ptr<BackendModel<float>> model;   // params on the backend
-    std::unique_ptr<SpanPlan> plan;               // of `version`'s step
-    std::map<int64_t, std::unique_ptr<SpanWork<float>>> spans;  // the spans owned, by index
+    // Of `version`'s step, by sequence.
+    std::map<int64_t, std::unique_ptr<SpanPlan>> plans;
+    // The spans owned, by (sequence, span).
+    std::map<std::pair<int64_t, int64_t>, std::unique_ptr<SpanWork<float>>> spans;
     uint64_t last_used = 0;
   };
 
   explicit SpanStore(int max_jobs) : max_jobs_(max_jobs) {}
 
-  // The task's job, at the task's version: made (again) from its config_json and plan when
-  // those or the version changed. FAILED_PRECONDITION for a task older than the version held
+  // The task's job, at the task's version, with the plan of the task's sequence: made (again)
+  // from its config_json and plan when those or the version changed (a changed plan drops that
+  // sequence's spans only). FAILED_PRECONDITION for a task older than the version held
   // (a stale task); the config parser's or the plan's error for a bad task.
   absl::StatusOr<Job*> JobFor(const v1::Task& task);
 

@@ -114,11 +114,12 @@ TaskRunner::Outcome TaskRunner::Run(const v1::Task& task, const TaskState& held)
   SpanStore::Job& job = **found;
   const MambaConfig& cfg = *job.config;
   if (absl::Status st = backend_->CheckConfig(cfg); !st.ok()) return skip(st.message());
-  const SpanPlan& plan = *job.plan;
+  const SpanPlan& plan = *job.plans.at(task.sequence());
+  const std::pair<int64_t, int64_t> key{task.sequence(), task.span()};
   const SpanTask span_task{*phase, task.layer(), task.span()};
   const int64_t id = plan.Id(span_task.phase, span_task.layer, span_task.span);
   if (id < 0) return skip(absl::StrCat("the plan has no such task"));
-  auto owned = job.spans.find(task.span());
+  auto owned = job.spans.find(key);
   // With a worker tree the parameters come down the tree, and the partials go up it.
   const bool tree = task.has_tree();
   if (tree) {
@@ -196,7 +197,7 @@ TaskRunner::Outcome TaskRunner::Run(const v1::Task& task, const TaskState& held)
       if (absl::Status st = work->Run(plan.task(r), *in, discard); !st.ok())
         return skip(st.message());
     }
-    job.spans[task.span()] = std::move(work);
+    job.spans[key] = std::move(work);
     // A span's first task makes it from its tokens: that is the task's own work, not a rebuild.
     if (!plan.ReplayIds(id).empty()) {
       rebuild_s = std::chrono::duration<double>(Clock::now() - started).count();
@@ -214,7 +215,7 @@ TaskRunner::Outcome TaskRunner::Run(const v1::Task& task, const TaskState& held)
   if (!state_.TaskAlive(held, &why)) return drop(why);
   if (state_.Stopping()) return drop("stopping");
 
-  SpanWork<float>& work = *job.spans.at(task.span());
+  SpanWork<float>& work = *job.spans.at(key);
   const Clock::time_point computing = rebuild_s > 0 ? Clock::now() : started;
   SpanResult<float> result;
   if (absl::Status st = work.Run(span_task, *in, result.out); !st.ok()) return skip(st.message());
@@ -222,7 +223,7 @@ TaskRunner::Outcome TaskRunner::Run(const v1::Task& task, const TaskState& held)
   result.rebuild_seconds = rebuild_s;
   rows_ = plan.range(task.span()).len;
   // The span's last task: its rows are of no more use.
-  if (span_task.phase == SpanPhase::kBackward && span_task.layer == 0) job.spans.erase(task.span());
+  if (span_task.phase == SpanPhase::kBackward && span_task.layer == 0) job.spans.erase(key);
 
   // With a tree, finite partials become leaves of it here; non-finite ones travel in the
   // result, which the coordinator refuses as it would any.

@@ -6,7 +6,8 @@
 // has been handed (engine/span_work.h), fetches the model once per params_version and a span's
 // start (tokens and replay) only when it lacks the span or the span is not Ready for the task,
 // and returns PutSpanResult's tensors (engine/span_tensors.h). Included by
-// task_service_test.cc and task_service_hostile_test.cc (one test binary each).
+// task_service_test.cc, task_service_hostile_test.cc and task_service_batch_test.cc (one test
+// binary each).
 #ifndef ADJSH_TESTS_COORDINATOR_TASK_SERVICE_FIXTURE_H_
 #define ADJSH_TESTS_COORDINATOR_TASK_SERVICE_FIXTURE_H_
 
@@ -147,8 +148,8 @@ struct FakeWorker {
   std::unique_ptr<MambaConfig> config;
   std::unique_ptr<ModelParams<float>> params;
   std::unique_ptr<BackendModel<float>> model;
-  std::unique_ptr<SpanPlan> plan;
-  std::map<int64_t, std::unique_ptr<SpanWork<float>>> spans;
+  std::map<int64_t, std::unique_ptr<SpanPlan>> plans;  // by sequence of the step
+  std::map<std::pair<int64_t, int64_t>, std::unique_ptr<SpanWork<float>>> spans;  // (b, s)
   std::vector<FetchRecord> fetches;
   std::vector<int64_t> rebuilt_spans;  // spans rebuilt with a non-empty replay, in order
 };
@@ -362,25 +363,30 @@ class TaskServiceWireTest : public ::testing::Test {
       absl::StatusOr<MambaConfig> config = ParseConfigJson(task.config_json());
       EXPECT_TRUE(config.ok()) << config.status();
       if (!config.ok()) return config.status();
-      absl::StatusOr<SpanPlan> plan =
-          SpanPlan::Make(task.context_length(), task.chunk(), task.spans(),
-                         config->num_hidden_layers, config->conv_kernel);
-      EXPECT_TRUE(plan.ok()) << plan.status();
-      if (!plan.ok()) return plan.status();
-      fw.spans.clear();  // before the model and plan they point into
+      fw.spans.clear();  // before the model and plans they point into
+      fw.plans.clear();
       fw.model.reset();
       fw.params.reset();
-      fw.plan = std::make_unique<SpanPlan>(*std::move(plan));
       fw.config = std::make_unique<MambaConfig>(*config);
       fw.version = task.params_version();
     }
     const MambaConfig& c = *fw.config;
-    const SpanPlan& plan = *fw.plan;
+    std::unique_ptr<SpanPlan>& seq_plan = fw.plans[task.sequence()];
+    if (seq_plan == nullptr) {  // each sequence of the step has a plan of its own
+      absl::StatusOr<SpanPlan> plan = SpanPlan::Make(task.context_length(), task.chunk(),
+                                                     task.spans(), c.num_hidden_layers,
+                                                     c.conv_kernel, task.forward_only());
+      EXPECT_TRUE(plan.ok()) << plan.status();
+      if (!plan.ok()) return plan.status();
+      seq_plan = std::make_unique<SpanPlan>(*std::move(plan));
+    }
+    const SpanPlan& plan = *seq_plan;
+    const std::pair<int64_t, int64_t> key{task.sequence(), task.span()};
     const SpanTask span_task{*phase, task.layer(), task.span()};
     const int64_t id = plan.Id(span_task.phase, span_task.layer, span_task.span);
     EXPECT_GE(id, 0);
     if (id < 0) return absl::InvalidArgumentError("no such task in the plan");
-    const auto held = fw.spans.find(task.span());
+    const auto held = fw.spans.find(key);
     const bool include_params = fw.model == nullptr;
     const bool include_span = held == fw.spans.end() || !held->second->Ready(span_task);
 
@@ -430,7 +436,7 @@ class TaskServiceWireTest : public ::testing::Test {
         EXPECT_TRUE(run.ok()) << run;
         if (!run.ok()) return run;
       }
-      fw.spans[task.span()] = std::move(work);
+      fw.spans[key] = std::move(work);
       // A span's first task makes it from its tokens: that is no rebuild (task_runner.cc).
       if (!replay.empty()) {
         rebuild_s = std::max(
@@ -444,7 +450,7 @@ class TaskServiceWireTest : public ::testing::Test {
     EXPECT_TRUE(got.empty()) << "unexpected input \"" << got.begin()->first << "\"";
     SpanResult<float> result;
     const auto computing = SteadyClock::now();
-    const absl::Status run = fw.spans.at(task.span())->Run(span_task, *in, result.out);
+    const absl::Status run = fw.spans.at(key)->Run(span_task, *in, result.out);
     EXPECT_TRUE(run.ok()) << run;
     if (!run.ok()) return run;
     result.compute_seconds =
@@ -452,7 +458,7 @@ class TaskServiceWireTest : public ::testing::Test {
     result.rebuild_seconds = rebuild_s;
     // The span's last task: its rows are of no more use.
     if (span_task.phase == SpanPhase::kBackward && span_task.layer == 0)
-      fw.spans.erase(task.span());
+      fw.spans.erase(key);
     const TensorMap out = PutSpanResult<float>(c, plan, span_task, result);
     return Named(out.begin(), out.end());
   }

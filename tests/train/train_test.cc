@@ -197,17 +197,26 @@ TEST(TrainerTest, BatchOfTwoIsTheFixedOrderSumOfItsSequences) {
   std::vector<double> losses;
   std::vector<std::vector<uint32_t>> seen;
   Trainer t(init, corpus, o);
-  t.set_gradient_source([&](const ModelParams<float>& p, std::span<const uint32_t> tokens,
-                            const GradOptions& options) -> absl::StatusOr<GradResult<float>> {
-    seen.emplace_back(tokens.begin(), tokens.end());
-    absl::StatusOr<GradResult<float>> g = ComputeGradient<float>(p, tokens, options);
-    if (g.ok()) grads.push_back(g->grad), losses.push_back(g->loss);
-    return g;
+  int calls = 0;  // the batch's sequences come in one call
+  t.set_gradient_source([&](const ModelParams<float>& p, std::span<const GradPiece> pieces)
+                            -> absl::StatusOr<std::vector<GradResult<float>>> {
+    ++calls;
+    std::vector<GradResult<float>> out;
+    for (const GradPiece& piece : pieces) {
+      seen.emplace_back(piece.tokens.begin(), piece.tokens.end());
+      absl::StatusOr<GradResult<float>> g =
+          ComputeGradient<float>(p, piece.tokens, piece.options);
+      if (!g.ok()) return g.status();
+      grads.push_back(g->grad), losses.push_back(g->loss);
+      out.push_back(*std::move(g));
+    }
+    return out;
   });
   ASSERT_TRUE(t.Init().ok());
   std::vector<StepReport> reports;
   ASSERT_TRUE(t.Run([&](const StepReport& r) { reports.push_back(r); }).ok());
   ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(calls, 1);
   const SequenceSampler sampler(static_cast<int64_t>(corpus.size()), o.context, o.order, 5);
   for (int b = 0; b < 2; ++b) {
     const int64_t start = sampler.Start(b);
@@ -296,10 +305,13 @@ TEST(TrainerTest, ResumedRunEndsWithBitwiseIdenticalWeights) {
   Trainer b(init, Corpus(), broken);
   ASSERT_TRUE(b.Init().ok());
   int calls = 0;
-  b.set_gradient_source([&](const ModelParams<float>& p, std::span<const uint32_t> tokens,
-                            const GradOptions& options) -> absl::StatusOr<GradResult<float>> {
+  b.set_gradient_source([&](const ModelParams<float>& p, std::span<const GradPiece> pieces)
+                            -> absl::StatusOr<std::vector<GradResult<float>>> {
     if (++calls == 5) return absl::UnavailableError("worker lost");
-    return ComputeGradient<float>(p, tokens, options);
+    std::vector<GradResult<float>> out;
+    for (const GradPiece& piece : pieces)
+      out.push_back(ComputeGradient<float>(p, piece.tokens, piece.options).value());
+    return out;
   });
   EXPECT_EQ(b.Run(nullptr).code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(b.state().step, 4);

@@ -607,6 +607,53 @@ TEST_F(WorkerTest, TheModelIsFetchedOncePerVersionAndASpansTokensOncePerSpan) {
   EXPECT_EQ(service_.results_.count("stale-t2"), 0u);
 }
 
+// A step of two sequences (a batch: proto/adjsh.proto Task.sequence), their tasks interleaved:
+// the worker keeps a plan and spans per sequence, so span s of one is never taken for span s
+// of the other; each result is bitwise the local run, the model comes once and each
+// sequence's span starts once. A task of a sequence outside the step's is skipped.
+TEST_F(WorkerTest, TheSequencesOfAStepKeepTheirOwnSpans) {
+  auto of_sequence = [](int64_t id, int64_t b) {
+    TaskCase tc = Renamed(id, absl::StrCat("s", b, "-t", id), 7);
+    tc.task.set_sequence(b);
+    tc.task.set_sequences(2);
+    return tc;
+  };
+  FakeTaskService::Entry outside;
+  outside.kind = FakeTaskService::Entry::kTask;
+  outside.tc = of_sequence(0, 0);
+  outside.tc.task.set_task_id("seq-2-of-2");
+  outside.tc.task.set_sequence(2);
+  service_.Add(outside);
+  std::vector<TaskCase> cases;
+  for (int64_t id = 0; id < kTasks; ++id) {
+    for (int64_t b = 0; b < 2; ++b) {
+      cases.push_back(of_sequence(id, b));
+      service_.AddTask(cases.back());
+    }
+  }
+  StartWorker();
+  for (const TaskCase& tc : cases) {
+    ASSERT_TRUE(WaitForResult(tc.task.task_id())) << tc.task.task_id();
+    ExpectBitwise(tc);
+    EXPECT_EQ(RebuildSeconds(tc.task.task_id()), 0.0) << tc.task.task_id();
+  }
+  StopWorker();
+  // Each sequence's span starts with its first task (span 0: t0, span 1: t1, span 2: t4).
+  std::vector<std::pair<bool, bool>> want;
+  for (int64_t id = 0; id < kTasks; ++id) {
+    for (int64_t b = 0; b < 2; ++b) {
+      const bool start = id == 0 || id == 1 || id == 4;
+      want.push_back({id == 0 && b == 0, start});
+    }
+  }
+  EXPECT_EQ(Includes(), want);
+  const worker::WorkerStats st = worker_->stats();
+  EXPECT_EQ(st.params_fetched, 1);
+  EXPECT_EQ(st.tasks_dropped, 1);
+  std::lock_guard<std::mutex> lock(service_.mu_);
+  EXPECT_EQ(service_.results_.count("seq-2-of-2"), 0u);
+}
+
 // A span the worker holds but not ready for its task (here: span 2 after layer 0's forward,
 // handed its backward of layer 1) is fetched with its start and rebuilt by replaying the
 // forward of both layers; its result is still bitwise the local run, with rebuild_seconds > 0,
