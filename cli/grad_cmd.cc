@@ -8,6 +8,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/device_flags.h"
+#include "cli/mamba2_grad.h"
 #include "common/token_data.h"
 #include "common/model.h"
 #include "coordinator/local_cluster.h"
@@ -220,6 +221,27 @@ int GradCommand(const std::vector<std::string>& args) {
   }
   if (absl::StatusOr<bool> tree = ReduceFromFlags(a); !tree.ok()) {
     return BadUsage("grad", tree.status());
+  }
+  if (ModelTypeOfDir(a.Get("model")) == "mamba2") {
+    // Mamba-2: the exact gradient in-process on the CPU, chunked states; the rest is Mamba-1's.
+    for (const char* flag : {"window", "doc-starts", "trace", "spill-dir", "worker-device"}) {
+      if (a.Has(flag)) {
+        return BadUsage("grad", absl::InvalidArgumentError(absl::StrCat(
+                                    "--", flag, " is not available for Mamba-2 models, whose "
+                                    "gradient adjsh computes in-process on the CPU")));
+      }
+    }
+    if (*workers > 0 || opt.spans != 0 || opt.schedule != Schedule::kSpans ||
+        opt.cotangent != Cotangent::kExact || opt.storage != Storage::kCompute ||
+        !opt.device.is_cpu()) {
+      return BadUsage("grad", absl::InvalidArgumentError(
+                                  "a Mamba-2 model's gradient is the exact one, in-process on "
+                                  "the CPU in full storage (no --workers, --spans, --schedule, "
+                                  "--cotangent, --storage bf16 or --device for it yet)"));
+    }
+    const absl::Status s = RunMamba2Grad(a.Get("model"), a.Get("tokens"), a.Get("out"),
+                                         dtype == "f64", opt.chunk, quiet);
+    return s.ok() ? 0 : Fail("grad", s);
   }
   if (absl::Status s = CheckDeviceUsable(opt.device); !s.ok()) return Fail("grad", s);
   const int w = static_cast<int>(*workers);

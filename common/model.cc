@@ -50,9 +50,13 @@ absl::Status WithPrefix(const absl::Status& s, absl::string_view prefix) {
   return absl::Status(s.code(), absl::StrCat(prefix, ": ", s.message()));
 }
 
+
+}  // namespace
+
 // model.safetensors, or the shards listed in model.safetensors.index.json (larger HF
 // checkpoints are split: {"weight_map": {"tensor name": "model-00001-of-00002.safetensors"}}).
-absl::StatusOr<TensorMap> ReadCheckpointTensors(const std::filesystem::path& dir) {
+absl::StatusOr<TensorMap> ReadCheckpointTensors(const std::string& dir_path) {
+  const std::filesystem::path dir(dir_path);
   const std::filesystem::path single = dir / "model.safetensors";
   const std::filesystem::path index = dir / "model.safetensors.index.json";
   if (std::filesystem::exists(single) || !std::filesystem::exists(index)) {
@@ -96,8 +100,6 @@ absl::StatusOr<TensorMap> ReadCheckpointTensors(const std::filesystem::path& dir
   }
   return all;
 }
-
-}  // namespace
 
 template <typename T>
 const std::vector<LayerParamSlot<T>>& LayerParamSlots() {
@@ -280,7 +282,7 @@ absl::StatusOr<ModelParams<T>> LoadModelDir(const std::string& dir) {
     return absl::NotFoundError(absl::StrCat("model directory ", dir, " has no config.json"));
   }
   if (!config.ok()) return config.status();
-  absl::StatusOr<TensorMap> tensors = ReadCheckpointTensors(d);
+  absl::StatusOr<TensorMap> tensors = ReadCheckpointTensors(dir);
   if (!tensors.ok()) return tensors.status();
   absl::StatusOr<ModelParams<T>> params = ParamsFromTensors<T>(*config, *tensors);
   if (!params.ok()) return WithPrefix(params.status(), dir);

@@ -105,6 +105,11 @@ absl::StatusOr<ModelParams<T>> ParamsFromTensors(const MambaConfig& config, cons
 template <typename T>
 TensorMap ParamsToTensors(const ModelParams<T>& params, DType dtype);
 
+// A model directory's tensors: model.safetensors, or the shards listed in
+// model.safetensors.index.json (larger HF checkpoints are split). NOT_FOUND naming the
+// directory when it has neither.
+absl::StatusOr<TensorMap> ReadCheckpointTensors(const std::string& dir);
+
 // A model directory holds config.json and model.safetensors.
 template <typename T>
 absl::StatusOr<ModelParams<T>> LoadModelDir(const std::string& dir);

@@ -12,7 +12,9 @@ config keys and pad/bos/eos ids of its own, and a tokenizer.json beside it); the
     same tokens (< 1e-10 relative) and the weights are the ones adjsh saved;
   * transformers' loss of the model it saved equals adjsh's before training (< 1e-10);
   * --save-dtype bf16 writes BF16 tensors that transformers loads;
-  * a config.json of another model_type (mamba2) is refused naming model_type, nothing written.
+  * a config.json of another model_type (jamba) is refused naming model_type, nothing written;
+    a Mamba-2 model from save_pretrained (model_type mamba2) has transformers' loss in adjsh
+    grad.
 Prints PASS/FAIL per case and `N passed, N failed`; exits 1 on any failure.
 """
 import argparse
@@ -184,29 +186,36 @@ def main():
             check("untied head: adjsh train", False, err)
 
         # Another model_type is refused by name.
-        bad = os.path.join(tmp, "mamba2")
+        bad = os.path.join(tmp, "jamba")
         os.makedirs(bad)
         conf = json.load(open(os.path.join(src, "config.json")))
-        conf["model_type"] = "mamba2"
+        conf["model_type"] = "jamba"
         json.dump(conf, open(os.path.join(bad, "config.json"), "w"))
         os.link(os.path.join(src, "model.safetensors"), os.path.join(bad, "model.safetensors"))
         out = os.path.join(tmp, "x.safetensors")
         rc, _, err = run([a.adjsh, "grad", "--model", bad, "--tokens", tokens, "--out", out])
-        check("model_type mamba2 refused by name, nothing written",
-              rc == 1 and "model_type" in err and "mamba2" in err and not os.path.exists(out), err)
+        check("model_type jamba refused by name, nothing written",
+              rc == 1 and "model_type" in err and "jamba" in err and not os.path.exists(out), err)
 
         # A real Mamba-2 folder from save_pretrained: its config.json holds Infinity (the
         # default time_step_limit), which Python's json writes and strict JSON has not; adjsh
-        # reads it and refuses the model by its type, not as "not valid JSON".
+        # reads it and computes its gradient, with transformers' loss (T = 200 is inside one
+        # of its 256-token chunks, G = 1: where its torch path is Mamba-2's definition; it
+        # rounds parts to f32 even in an f64 model).
         m2 = os.path.join(tmp, "hf-mamba2")
         Mamba2ForCausalLM(Mamba2Config(vocab_size=V, hidden_size=16, num_heads=4, head_dim=8,
                                        n_groups=1, state_size=8, num_hidden_layers=1,
                                        expand=2)).save_pretrained(m2, safe_serialization=True)
         has_inf = "Infinity" in open(os.path.join(m2, "config.json")).read()
-        rc, _, err = run([a.adjsh, "grad", "--model", m2, "--tokens", tokens, "--out", out])
-        check("a save_pretrained Mamba-2 (config.json with Infinity): refused by its model_type",
-              has_inf and rc == 1 and "model_type" in err and "mamba2" in err and
-              "not valid JSON" not in err and not os.path.exists(out), err)
+        rc, _, err = run([a.adjsh, "grad", "--model", m2, "--tokens", tokens, "--out", out,
+                          "--dtype", "f64", "--quiet"])
+        hf = Mamba2ForCausalLM.from_pretrained(m2).to(torch.float64)
+        with torch.no_grad():
+            want = float(hf(torch.tensor([ids]), labels=torch.tensor([ids])).loss)
+        got = read_scalar(out) if rc == 0 else float("nan")
+        check(f"a save_pretrained Mamba-2 (config.json with Infinity): adjsh grad's loss "
+              f"{got:.9f} = transformers' {want:.9f} (f32 rounding)",
+              has_inf and rc == 0 and abs(got - want) <= 1e-5 * abs(want), err)
 
     return res.summary()
 

@@ -1,0 +1,24 @@
+// adjsh grad for Mamba-2 models (model_type "mamba2"): the exact gradient in-process on the CPU
+// (engine/mamba2_grad.h), written as adjsh grad writes a Mamba-1 model's (HF names, 'loss').
+#ifndef ADJSH_CLI_MAMBA2_GRAD_H_
+#define ADJSH_CLI_MAMBA2_GRAD_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace adjsh::cli {
+
+// The model_type of DIR/config.json; "" when it cannot be read (the model loader then says
+// why).
+std::string ModelTypeOfDir(const std::string& dir);
+
+// f64 when f64, else f32. Prints the summary line unless quiet.
+absl::Status RunMamba2Grad(const std::string& model_dir, const std::string& tokens_path,
+                           const std::string& out_path, bool f64, int64_t chunk, bool quiet);
+
+}  // namespace adjsh::cli
+
+#endif  // ADJSH_CLI_MAMBA2_GRAD_H_

@@ -1,0 +1,31 @@
+// Reading config.json keys with errors that name them: shared by the Mamba-1 config
+// (common/config.h) and the Mamba-2 one (common/mamba2_config.h).
+#ifndef ADJSH_COMMON_CONFIG_KEYS_H_
+#define ADJSH_COMMON_CONFIG_KEYS_H_
+
+#include <cstdint>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+
+namespace adjsh::config_keys {
+
+using Json = nlohmann::json;
+
+// INVALID_ARGUMENT "config key \"key\": detail".
+absl::Status BadKey(absl::string_view key, absl::string_view detail);
+
+// Each reads key into *out; an absent key keeps *out (ReadInt: unless required) and a value of
+// another type is refused naming the key.
+absl::Status ReadInt(const Json& j, const char* key, bool required, int64_t* out);
+absl::Status ReadDouble(const Json& j, const char* key, double* out);
+absl::Status ReadBool(const Json& j, const char* key, bool* out);
+
+// value in [lo, hi], else BadKey.
+absl::Status CheckRange(const char* key, int64_t value, int64_t lo, int64_t hi);
+
+}  // namespace adjsh::config_keys
+
+#endif  // ADJSH_COMMON_CONFIG_KEYS_H_

@@ -1,0 +1,153 @@
+#include "engine/mamba2_model.h"
+
+#include <filesystem>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "common/file_io.h"
+#include "common/model.h"
+
+namespace adjsh {
+
+template <typename T>
+absl::Status VisitMamba2Params(
+    Mamba2Params<T>& p,
+    const std::function<absl::Status(const std::string&, const std::vector<int64_t>&,
+                                     std::vector<T>&)>& visit) {
+  const Mamba2Config& c = p.config;
+  const int64_t D = c.hidden_size, Di = c.inner(), H = c.num_heads, Cc = c.conv_channels();
+  if (absl::Status s = visit("backbone.embeddings.weight", {c.vocab_size, D}, p.embed); !s.ok())
+    return s;
+  for (size_t k = 0; k < p.layers.size(); ++k) {
+    Mamba2Layer<T>& l = p.layers[k];
+    const std::string b = absl::StrCat("backbone.layers.", k, ".");
+    const std::string m = b + "mixer.";
+    const struct {
+      std::string name;
+      std::vector<int64_t> shape;
+      std::vector<T>* values;
+    } items[] = {
+        {b + "norm.weight", {D}, &l.norm},
+        {m + "in_proj.weight", {c.in_proj_rows(), D}, &l.in_proj},
+        {m + "conv1d.weight", {Cc, 1, c.conv_kernel}, &l.conv_w},
+        {m + "conv1d.bias", {Cc}, &l.conv_b},
+        {m + "dt_bias", {H}, &l.dt_bias},
+        {m + "A_log", {H}, &l.A_log},
+        {m + "D", {H}, &l.D},
+        {m + "norm.weight", {Di}, &l.gnorm},
+        {m + "out_proj.weight", {D, Di}, &l.out_proj},
+    };
+    for (const auto& it : items)
+      if (absl::Status s = visit(it.name, it.shape, *it.values); !s.ok()) return s;
+  }
+  if (absl::Status s = visit("backbone.norm_f.weight", {D}, p.norm_f); !s.ok()) return s;
+  if (c.tie_word_embeddings) return absl::OkStatus();
+  return visit("lm_head.weight", {c.vocab_size, D}, p.lm_head);
+}
+
+template <typename T>
+Mamba2Params<T> ZeroMamba2Params(const Mamba2Config& config) {
+  Mamba2Params<T> p;
+  p.config = config;
+  p.layers.resize(config.num_hidden_layers);
+  VisitMamba2Params<T>(p, [](const std::string&, const std::vector<int64_t>& shape,
+                             std::vector<T>& v) {
+    v.assign(ShapeNumel(shape), T(0));
+    return absl::OkStatus();
+  }).IgnoreError();
+  return p;
+}
+
+template <typename T>
+absl::StatusOr<Mamba2Params<T>> Mamba2ParamsFromTensors(const Mamba2Config& config,
+                                                        const TensorMap& tensors) {
+  if (absl::Status s = ValidateMamba2Config(config); !s.ok()) return s;
+  Mamba2Params<T> p;
+  p.config = config;
+  p.layers.resize(config.num_hidden_layers);
+  std::set<std::string> expected;
+  absl::Status s = VisitMamba2Params<T>(
+      p, [&](const std::string& name, const std::vector<int64_t>& shape,
+             std::vector<T>& values) -> absl::Status {
+        expected.insert(name);
+        auto it = tensors.find(name);
+        if (it == tensors.end()) {
+          return absl::NotFoundError(absl::StrCat("missing tensor \"", name,
+                                                  "\" (expected shape ", ShapeString(shape), ")"));
+        }
+        if (it->second.shape != shape) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "tensor \"", name, "\" has shape ", ShapeString(it->second.shape),
+              " but the config expects ", ShapeString(shape)));
+        }
+        absl::StatusOr<std::vector<T>> v = it->second.template To<T>();
+        if (!v.ok()) {
+          return absl::InvalidArgumentError(absl::StrCat("tensor \"", name, "\": ",
+                                                         v.status().message()));
+        }
+        values = *std::move(v);
+        return absl::OkStatus();
+      });
+  if (!s.ok()) return s;
+  for (const auto& [name, tensor] : tensors) {
+    if (expected.contains(name)) continue;
+    if (name == "lm_head.weight") {  // transformers writes a tied head too: it must be the same
+      absl::StatusOr<std::vector<T>> v = tensor.template To<T>();
+      if (v.ok() && tensor.shape == std::vector<int64_t>{config.vocab_size, config.hidden_size} &&
+          *v == p.embed)
+        continue;
+      return absl::InvalidArgumentError(
+          "tensor \"lm_head.weight\" differs from the embedding but tie_word_embeddings is true");
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat("unexpected tensor \"", name, "\" for a Mamba-2 model of this config"));
+  }
+  return p;
+}
+
+template <typename T>
+TensorMap Mamba2ParamsToTensors(Mamba2Params<T>& params, DType dtype) {
+  TensorMap out;
+  VisitMamba2Params<T>(params, [&](const std::string& name, const std::vector<int64_t>& shape,
+                                   std::vector<T>& v) {
+    out[name] = HostTensor::From<T>(v, shape, dtype);
+    return absl::OkStatus();
+  }).IgnoreError();
+  return out;
+}
+
+template <typename T>
+absl::StatusOr<Mamba2Params<T>> LoadMamba2ModelDir(const std::string& dir) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) {
+    return absl::NotFoundError(absl::StrCat("model directory ", dir, " does not exist"));
+  }
+  const std::string config_path = (std::filesystem::path(dir) / "config.json").string();
+  absl::StatusOr<std::string> text = ReadFileToString(config_path);
+  if (!text.ok()) return text.status();
+  absl::StatusOr<Mamba2Config> config = ParseMamba2ConfigJson(*text);
+  if (!config.ok()) {
+    return absl::Status(config.status().code(),
+                        absl::StrCat(config_path, ": ", config.status().message()));
+  }
+  absl::StatusOr<TensorMap> tensors = ReadCheckpointTensors(dir);
+  if (!tensors.ok()) return tensors.status();
+  absl::StatusOr<Mamba2Params<T>> p = Mamba2ParamsFromTensors<T>(*config, *tensors);
+  if (!p.ok()) return absl::Status(p.status().code(), absl::StrCat(dir, ": ", p.status().message()));
+  return p;
+}
+
+#define ADJSH_INSTANTIATE(T)                                                                  \
+  template absl::Status VisitMamba2Params<T>(                                                 \
+      Mamba2Params<T>&, const std::function<absl::Status(                                     \
+                            const std::string&, const std::vector<int64_t>&, std::vector<T>&)>&); \
+  template Mamba2Params<T> ZeroMamba2Params<T>(const Mamba2Config&);                          \
+  template absl::StatusOr<Mamba2Params<T>> Mamba2ParamsFromTensors<T>(const Mamba2Config&,    \
+                                                                      const TensorMap&);      \
+  template TensorMap Mamba2ParamsToTensors<T>(Mamba2Params<T>&, DType);                       \
+  template absl::StatusOr<Mamba2Params<T>> LoadMamba2ModelDir<T>(const std::string&);
+ADJSH_INSTANTIATE(float)
+ADJSH_INSTANTIATE(double)
+#undef ADJSH_INSTANTIATE
+
+}  // namespace adjsh
