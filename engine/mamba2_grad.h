@@ -1,9 +1,10 @@
 // The exact gradient of a Mamba-2 model's mean next-token loss over one token sequence,
 // in-process on the CPU (docs/MATH.md "Mamba-2"). The forward keeps each layer's input u^k
-// (T, D); the backward runs the layers from the top down, recomputing a layer's activations
-// from its input and carrying the SSM's adjoint backwards chunk by chunk: the forward scan
-// keeps each head's state at every chunk start, and the backward recomputes a chunk's states
-// from there, so the states held are (T / C) H P N plus one chunk's C P N.
+// (T, D); the backward runs the layers from the top down, each chunk by chunk in reverse
+// (engine/mamba2_layer.h): a forward sweep of the layer keeps its heads' states at the chunk
+// starts ((T / C) H P N numbers), and each chunk recomputes its own activations from its input
+// rows and its start states. Memory: (K + 3) T D numbers, those states, and one chunk's
+// activations.
 #ifndef ADJSH_ENGINE_MAMBA2_GRAD_H_
 #define ADJSH_ENGINE_MAMBA2_GRAD_H_
 

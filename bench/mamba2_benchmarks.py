@@ -1,0 +1,116 @@
+#!/work/main/.venv/bin/python
+"""Mamba-2's exact gradient (`adjsh grad` on a model_type "mamba2" folder) against PyTorch
+autograd of the reference (tests/torch/mamba2_ref.py) on this CPU, and its memory in T.
+
+  .venv/bin/python bench/mamba2_benchmarks.py [--build build] [--lengths 4096,16384]
+      [--torch-lengths 4096] [--memory-lengths 16384,65536] [--json FILE]
+
+Model: D=256, K=4, N=64, head_dim 32 (H=16), G=1, W=4, V=256, synthetic weights; chunk 256.
+  adjsh s        `adjsh grad`'s own time of the gradient (f32, one thread: OpenBLAS runs
+                 single-threaded inside adjsh)
+  torch s        loss.backward() of the reference after its forward, f32, torch.set_num_threads(1)
+                 (the reference's scan is a loop over tokens, as the minimal definition is)
+  ratio          torch s / adjsh s, both in this run
+  GFLOP/s        the gradient's GEMM and scan FLOPs (counted below) over adjsh s
+  peak MiB       `adjsh grad`'s peak RSS; the slope between the two memory lengths is the
+                 memory per token
+FLOPs counted per token and layer: the in_proj, out_proj and LM-head GEMMs (2 m n each) three
+times for the layers (forward, the state sweep, the chunk's recompute) and twice more for their
+backward, the head three times; the scan 4 H P N per pass forward, 10 H P N backward.
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tests", "torch"))
+import mamba2_ref as ref  # noqa: E402
+import mamba_ref as m1  # noqa: E402
+
+GRAD = re.compile(r"loss ([\d.]+)\s+tokens (\d+)\s+([\d.]+) s .* peak RSS ([\d.]+) MiB")
+SHAPE = dict(D=256, K=4, N=64, W=4, E=2, P=32, G=1, V=256)
+
+
+def flops_per_token(cfg):
+    D, Di, H, P, G, N, Cc = ref.dims(cfg)
+    Dp, V, K = 2 * Di + 2 * G * N + H, cfg["vocab_size"], cfg["num_hidden_layers"]
+    gemm = 2 * (Dp * D + D * Di)
+    layer = 3 * gemm + 2 * gemm + (3 * 4 + 10) * H * P * N
+    return K * layer + 3 * 2 * V * D
+
+
+def adjsh_grad(adjsh, model, tokens, out):
+    p = subprocess.run([adjsh, "grad", "--model", model, "--tokens", tokens, "--out", out,
+                        "--chunk", "256"], capture_output=True, text=True)
+    g = GRAD.search(p.stderr)
+    if p.returncode != 0 or not g:
+        sys.exit(f"adjsh grad failed ({p.returncode}):\n{p.stderr[-2000:]}")
+    return float(g.group(3)), float(g.group(4)), float(g.group(1))
+
+
+def torch_grad(cfg, params, tok):
+    torch.set_num_threads(1)
+    p = {n: v.float().requires_grad_(True) for n, v in params.items()}
+    t0 = time.perf_counter()
+    loss = ref.loss_fn(p, cfg, torch.tensor(tok))
+    loss.backward()
+    return time.perf_counter() - t0, float(loss)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--lengths", default="4096,16384")
+    ap.add_argument("--torch-lengths", default="4096,16384")
+    ap.add_argument("--memory-lengths", default="16384,65536")
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    adjsh = os.path.join(args.build, "cli", "adjsh")
+    cfg = ref.make_config(**SHAPE)
+    params = ref.init_params(cfg, seed=1)
+    work = tempfile.mkdtemp(prefix="adjsh_mamba2_bench_")
+    model = os.path.join(work, "model")
+    ref.save_model(model, cfg, {n: v.float() for n, v in params.items()})
+    lengths = sorted({int(x) for x in (args.lengths + "," + args.memory_lengths).split(",")})
+    torch_lengths = {int(x) for x in args.torch_lengths.split(",") if x}
+    fpt = flops_per_token(cfg)
+    rows = []
+    for T in lengths:
+        g = torch.Generator().manual_seed(T)
+        tok = torch.randint(0, cfg["vocab_size"], (T,), generator=g).tolist()
+        tpath = os.path.join(work, f"t{T}.u32")
+        m1.write_tokens(tpath, tok)
+        secs, mib, loss = adjsh_grad(adjsh, model, tpath, os.path.join(work, "g.safetensors"))
+        row = {"T": T, "adjsh_s": secs, "peak_mib": mib, "gflops": fpt * T / secs / 1e9,
+               "loss": loss}
+        if T in torch_lengths:
+            row["torch_s"], row["torch_loss"] = torch_grad(cfg, params, tok)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    print("\n| T | adjsh s | torch s | ratio | GFLOP/s | peak MiB |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        ts = f"{r['torch_s']:.2f}" if "torch_s" in r else "-"
+        ratio = f"{r['torch_s'] / r['adjsh_s']:.1f}x" if "torch_s" in r else "-"
+        print(f"| {r['T']:,} | {r['adjsh_s']:.2f} | {ts} | {ratio} | {r['gflops']:.1f} | "
+              f"{r['peak_mib']:.0f} |")
+    mem = [int(x) for x in args.memory_lengths.split(",")]
+    if len(mem) == 2:
+        a = next(r for r in rows if r["T"] == mem[0])
+        b = next(r for r in rows if r["T"] == mem[1])
+        slope = (b["peak_mib"] - a["peak_mib"]) * 1048576 / (b["T"] - a["T"])
+        print(f"\npeak RSS slope {slope:.0f} B/token ({mem[0]} to {mem[1]} tokens)")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

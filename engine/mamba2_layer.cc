@@ -1,0 +1,270 @@
+// A Mamba-2 layer on a chunk (engine/mamba2_layer.h). Per row t, with u the layer input:
+//   xn = rmsnorm(u; norm)                         zx = xn in_proj^T = [z | xBC_in | dt_raw]
+//   pre = causal depthwise conv(xBC_in) + bias    xbc = silu(pre) = [x | B | C]
+//   dt = softplus(dt_raw + dt_bias) (clamped)     A = -exp(A_log)
+//   per head h (group g = h / (H / G)): S_t = exp(dt_t A) S_{t-1} + dt_t x_t B_t^T,
+//                                       y_t = S_t C_t + D_h x_t
+//   gv = y * silu(z); n = rmsnorm per group of Di / G channels (gnorm); out = n out_proj^T
+// The backward of the scan, per head, in reverse: G_t = dy_t C_t^T + exp(dt_{t+1} A) G_{t+1}
+// (P, N) is dL/dS_t, from which dC_t = S_t^T dy_t, dx_t = D dy_t + dt_t G_t B_t,
+// dB_t = dt_t G_t^T x_t, ddt_t = x_t^T G_t B_t + A exp(dt_t A) <G_t, S_{t-1}>.
+#include "engine/mamba2_layer.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/cpu/blas.h"
+#include "kernels/cpu/rmsnorm.h"
+
+namespace adjsh {
+namespace {
+
+using cpu::Gemm;
+using cpu::Trans;
+
+template <typename T>
+T Sigmoid(T x) {
+  return T(1) / (T(1) + std::exp(-x));
+}
+template <typename T>
+T Softplus(T x) {
+  return x > T(20) ? x : std::log1p(std::exp(x));
+}
+
+}  // namespace
+
+Mamba2Dims::Mamba2Dims(const Mamba2Config& c)
+    : D(c.hidden_size), Di(c.inner()), H(c.num_heads), P(c.head_dim), G(c.n_groups),
+      N(c.state_size), W(c.conv_kernel), Cc(c.conv_channels()), Dp(c.in_proj_rows()) {}
+
+template <typename T>
+void Mamba2ChunkForward(const Mamba2Layer<T>& l, const Mamba2Config& cfg, const T* u,
+                        int64_t t0, int64_t t1, T* S, Mamba2ChunkActs<T>& a, T* out) {
+  const Mamba2Dims d(cfg);
+  const int64_t L = t1 - t0, hb = std::min(d.W - 1, t0), R = hb + L;
+  a.t0 = t0, a.t1 = t1, a.hb = hb;
+  a.xn.resize(R * d.D), a.r1.resize(R), a.zx.resize(R * d.Dp);
+  cpu::RmsNormForward(u + (t0 - hb) * d.D, R, d.D, l.norm.data(), cfg.layer_norm_epsilon,
+                      a.xn.data(), a.r1.data());
+  Gemm<T>(Trans::kNo, Trans::kYes, R, d.Dp, d.D, T(1), a.xn.data(), d.D, l.in_proj.data(), d.D,
+          T(0), a.zx.data(), d.Dp);
+  // The causal conv over the xBC channels (zx columns [Di, Di + Cc)), then silu. Row i of the
+  // chunk is zx row hb + i; before the sequence's start the conv reads zeros.
+  a.pre.resize(L * d.Cc), a.xbc.resize(L * d.Cc);
+  for (int64_t i = 0; i < L; ++i) {
+    for (int64_t c = 0; c < d.Cc; ++c) {
+      T acc = l.conv_b[c];
+      for (int64_t j = 0; j < d.W; ++j) {
+        const int64_t s = hb + i - (d.W - 1) + j;
+        if (s >= 0) acc += l.conv_w[c * d.W + j] * a.zx[s * d.Dp + d.Di + c];
+      }
+      a.pre[i * d.Cc + c] = acc;
+      a.xbc[i * d.Cc + c] = acc * Sigmoid(acc);
+    }
+  }
+  a.dt.resize(L * d.H);
+  for (int64_t i = 0; i < L; ++i) {
+    for (int64_t h = 0; h < d.H; ++h) {
+      T v = Softplus(a.zx[(hb + i) * d.Dp + d.Di + d.Cc + h] + l.dt_bias[h]);
+      if (cfg.dt_clamped())
+        v = std::clamp(v, T(cfg.time_step_min_limit), T(cfg.time_step_max_limit));
+      a.dt[i * d.H + h] = v;
+    }
+  }
+  // The scan, head by head, from the states before t0.
+  const int64_t PN = d.P * d.N, rep = d.H / d.G;
+  a.S0.assign(S, S + d.H * PN);
+  a.y.resize(L * d.Di);
+  for (int64_t h = 0; h < d.H; ++h) {
+    const int64_t g = h / rep;
+    const T A = -std::exp(l.A_log[h]);
+    T* Sh = S + h * PN;
+    for (int64_t i = 0; i < L; ++i) {
+      const T dt = a.dt[i * d.H + h], decay = std::exp(dt * A);
+      const T* x = &a.xbc[i * d.Cc + h * d.P];
+      const T* B = &a.xbc[i * d.Cc + d.Di + g * d.N];
+      const T* C = &a.xbc[i * d.Cc + d.Di + d.G * d.N + g * d.N];
+      for (int64_t p = 0; p < d.P; ++p) {
+        const T xv = dt * x[p];
+        T* Sp = Sh + p * d.N;
+        T acc = 0;
+        for (int64_t n = 0; n < d.N; ++n) {
+          Sp[n] = decay * Sp[n] + xv * B[n];
+          acc += Sp[n] * C[n];
+        }
+        a.y[i * d.Di + h * d.P + p] = acc + l.D[h] * x[p];
+      }
+    }
+  }
+  // The gated norm: gv = y * silu(z), normalised per group of M = Di / G channels.
+  const int64_t M = d.Di / d.G;
+  a.gv.resize(L * d.Di), a.r2.resize(L * d.G), a.n.resize(L * d.Di);
+  for (int64_t i = 0; i < L; ++i) {
+    for (int64_t c = 0; c < d.Di; ++c) {
+      const T z = a.zx[(hb + i) * d.Dp + c];
+      a.gv[i * d.Di + c] = a.y[i * d.Di + c] * z * Sigmoid(z);
+    }
+    for (int64_t j = 0; j < d.G; ++j) {
+      const T* gv = &a.gv[i * d.Di + j * M];
+      T ss = 0;
+      for (int64_t c = 0; c < M; ++c) ss += gv[c] * gv[c];
+      const T r = T(1) / std::sqrt(ss / T(M) + T(cfg.layer_norm_epsilon));
+      a.r2[i * d.G + j] = r;
+      for (int64_t c = 0; c < M; ++c) a.n[i * d.Di + j * M + c] = gv[c] * r * l.gnorm[j * M + c];
+    }
+  }
+  Gemm<T>(Trans::kNo, Trans::kYes, L, d.D, d.Di, T(1), a.n.data(), d.Di, l.out_proj.data(), d.Di,
+          T(0), out, d.D);
+}
+
+template <typename T>
+void Mamba2ChunkBackward(const Mamba2Layer<T>& l, const Mamba2Config& cfg, const T* u,
+                         const Mamba2ChunkActs<T>& a, const T* dout, T* carry, T* halo,
+                         Mamba2Layer<T>& gl, T* du) {
+  const Mamba2Dims d(cfg);
+  const int64_t t0 = a.t0, t1 = a.t1, L = t1 - t0, hb = a.hb, M = d.Di / d.G;
+  std::vector<T> dn(L * d.Di);
+  Gemm<T>(Trans::kNo, Trans::kNo, L, d.Di, d.D, T(1), dout, d.D, l.out_proj.data(), d.Di, T(0),
+          dn.data(), d.Di);
+  Gemm<T>(Trans::kYes, Trans::kNo, d.D, d.Di, L, T(1), dout, d.D, a.n.data(), d.Di, T(1),
+          gl.out_proj.data(), d.Di);
+  // The gated norm, back to dy and dz (dzx's z columns). dzx holds the chunk's rows only.
+  std::vector<T> dzx(L * d.Dp, T(0)), dy(L * d.Di);
+  for (int64_t i = 0; i < L; ++i) {
+    for (int64_t j = 0; j < d.G; ++j) {
+      const int64_t o = i * d.Di + j * M;
+      const T r = a.r2[i * d.G + j];
+      T dot = 0;
+      for (int64_t c = 0; c < M; ++c) {
+        gl.gnorm[j * M + c] += dn[o + c] * a.gv[o + c] * r;
+        dot += dn[o + c] * l.gnorm[j * M + c] * a.gv[o + c];
+      }
+      const T coef = r * r * r * dot / T(M);
+      for (int64_t c = 0; c < M; ++c) {
+        const T dg = r * dn[o + c] * l.gnorm[j * M + c] - a.gv[o + c] * coef;
+        const T z = a.zx[(hb + i) * d.Dp + j * M + c], s = Sigmoid(z);
+        dy[o + c] = dg * z * s;
+        dzx[i * d.Dp + j * M + c] = dg * a.y[o + c] * s * (T(1) + z * (T(1) - s));
+      }
+    }
+  }
+  // The scan, per head in reverse, its states recomputed from S0: buf[i + 1] = S_{t0 + i}.
+  const int64_t PN = d.P * d.N, rep = d.H / d.G;
+  std::vector<T> dxbc(L * d.Cc, T(0)), ddt(L * d.H, T(0));
+  std::vector<T> buf((L + 1) * PN), G(PN);
+  for (int64_t h = 0; h < d.H; ++h) {
+    const int64_t g = h / rep;
+    const T A = -std::exp(l.A_log[h]), Dh = l.D[h];
+    T dA = 0, dD = 0;
+    T* ch = carry + h * PN;
+    std::copy_n(a.S0.begin() + h * PN, PN, buf.begin());
+    for (int64_t i = 0; i < L; ++i) {
+      const T dt = a.dt[i * d.H + h], decay = std::exp(dt * A);
+      const T* x = &a.xbc[i * d.Cc + h * d.P];
+      const T* B = &a.xbc[i * d.Cc + d.Di + g * d.N];
+      const T* prev = &buf[i * PN];
+      T* next = &buf[(i + 1) * PN];
+      for (int64_t p = 0; p < d.P; ++p)
+        for (int64_t n = 0; n < d.N; ++n)
+          next[p * d.N + n] = decay * prev[p * d.N + n] + dt * x[p] * B[n];
+    }
+    for (int64_t i = L - 1; i >= 0; --i) {
+      const T dt = a.dt[i * d.H + h], decay = std::exp(dt * A);
+      const T* x = &a.xbc[i * d.Cc + h * d.P];
+      const T* B = &a.xbc[i * d.Cc + d.Di + g * d.N];
+      const T* C = &a.xbc[i * d.Cc + d.Di + d.G * d.N + g * d.N];
+      const T* dyt = &dy[i * d.Di + h * d.P];
+      const T* St = &buf[(i + 1) * PN];
+      const T* Sprev = &buf[i * PN];
+      T* dx = &dxbc[i * d.Cc + h * d.P];
+      T* dB = &dxbc[i * d.Cc + d.Di + g * d.N];
+      T* dC = &dxbc[i * d.Cc + d.Di + d.G * d.N + g * d.N];
+      T xGB = 0, GS = 0;
+      for (int64_t p = 0; p < d.P; ++p) {
+        T GB = 0;
+        for (int64_t n = 0; n < d.N; ++n) {
+          const T Gv = ch[p * d.N + n] + dyt[p] * C[n];
+          G[p * d.N + n] = Gv;
+          dC[n] += St[p * d.N + n] * dyt[p];
+          dB[n] += dt * Gv * x[p];
+          GB += Gv * B[n];
+          GS += Gv * Sprev[p * d.N + n];
+        }
+        dx[p] += Dh * dyt[p] + dt * GB;
+        xGB += x[p] * GB;
+        dD += dyt[p] * x[p];
+      }
+      ddt[i * d.H + h] += xGB + A * decay * GS;
+      dA += decay * dt * GS;
+      for (int64_t q = 0; q < PN; ++q) ch[q] = decay * G[q];  // dL/dS_{t-1}
+    }
+    gl.A_log[h] += dA * A;  // A = -exp(A_log): dA/dA_log = A
+    gl.D[h] += dD;
+  }
+  // dt = softplus(dt_raw + dt_bias), clamped: zero where the clamp held it.
+  for (int64_t i = 0; i < L; ++i) {
+    for (int64_t h = 0; h < d.H; ++h) {
+      const T x = a.zx[(hb + i) * d.Dp + d.Di + d.Cc + h] + l.dt_bias[h];
+      bool pass = true;
+      if (cfg.dt_clamped()) {
+        const T v = Softplus(x);
+        pass = v >= T(cfg.time_step_min_limit) && v <= T(cfg.time_step_max_limit);
+      }
+      const T draw = pass ? ddt[i * d.H + h] * Sigmoid(x) : T(0);
+      dzx[i * d.Dp + d.Di + d.Cc + h] = draw;
+      gl.dt_bias[h] += draw;
+    }
+  }
+  // The conv input rows [t1 - W + 1, t1) from the later chunks: those inside this chunk join
+  // its dzx, those before t0 move to the outgoing halo, rows [t0 - W + 1, t0).
+  const int64_t H1 = d.W - 1;
+  std::vector<T> out_halo(H1 * d.Cc, T(0));
+  for (int64_t q = 0; q < H1; ++q) {
+    const int64_t row = t1 - H1 + q;
+    if (row < 0) continue;
+    const T* src = halo + q * d.Cc;
+    T* dst = row >= t0 ? &dzx[(row - t0) * d.Dp + d.Di] : &out_halo[(row - (t0 - H1)) * d.Cc];
+    for (int64_t c = 0; c < d.Cc; ++c) dst[c] += src[c];
+  }
+  // silu, then the conv back to its input: rows of this chunk, or of the halo before it.
+  for (int64_t i = 0; i < L; ++i) {
+    for (int64_t c = 0; c < d.Cc; ++c) {
+      const T p = a.pre[i * d.Cc + c], s = Sigmoid(p);
+      const T dp = dxbc[i * d.Cc + c] * s * (T(1) + p * (T(1) - s));
+      gl.conv_b[c] += dp;
+      for (int64_t j = 0; j < d.W; ++j) {
+        const int64_t row = t0 + i - H1 + j;  // the input row read
+        if (row < 0) continue;
+        gl.conv_w[c * d.W + j] += dp * a.zx[(row - (t0 - hb)) * d.Dp + d.Di + c];
+        const T v = dp * l.conv_w[c * d.W + j];
+        if (row >= t0) {
+          dzx[(row - t0) * d.Dp + d.Di + c] += v;
+        } else {
+          out_halo[(row - (t0 - H1)) * d.Cc + c] += v;
+        }
+      }
+    }
+  }
+  std::copy(out_halo.begin(), out_halo.end(), halo);
+  const T* xn = a.xn.data() + hb * d.D;  // the chunk's own rows
+  Gemm<T>(Trans::kYes, Trans::kNo, d.Dp, d.D, L, T(1), dzx.data(), d.Dp, xn, d.D, T(1),
+          gl.in_proj.data(), d.D);
+  std::vector<T> dxn(L * d.D);
+  Gemm<T>(Trans::kNo, Trans::kNo, L, d.D, d.Dp, T(1), dzx.data(), d.Dp, l.in_proj.data(), d.D,
+          T(0), dxn.data(), d.D);
+  cpu::RmsNormBackward(u + t0 * d.D, L, d.D, l.norm.data(), a.r1.data() + hb, dxn.data(),
+                       gl.norm.data(), dxn.data());
+  for (int64_t i = 0; i < L * d.D; ++i) du[i] = dout[i] + dxn[i];
+}
+
+#define ADJSH_INSTANTIATE(T)                                                                    \
+  template void Mamba2ChunkForward<T>(const Mamba2Layer<T>&, const Mamba2Config&, const T*,     \
+                                      int64_t, int64_t, T*, Mamba2ChunkActs<T>&, T*);           \
+  template void Mamba2ChunkBackward<T>(const Mamba2Layer<T>&, const Mamba2Config&, const T*,    \
+                                       const Mamba2ChunkActs<T>&, const T*, T*, T*,             \
+                                       Mamba2Layer<T>&, T*);
+ADJSH_INSTANTIATE(float)
+ADJSH_INSTANTIATE(double)
+#undef ADJSH_INSTANTIATE
+
+}  // namespace adjsh

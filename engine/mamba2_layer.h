@@ -1,0 +1,54 @@
+// One Mamba-2 layer over one chunk of tokens [t0, t1), forward and backward
+// (docs/MATH.md "Mamba-2"). What crosses chunks is small: each head's SSM state (H, P, N) going
+// forward, its adjoint (H, P, N) going backward, and the causal conv's halo: the chunk reads the
+// layer input's W - 1 rows before t0 (recomputing their in_proj), and its backward hands their
+// gradient to the chunks before. A layer's gradient is thus any chunking's, up to rounding, with
+// memory for one chunk's activations.
+#ifndef ADJSH_ENGINE_MAMBA2_LAYER_H_
+#define ADJSH_ENGINE_MAMBA2_LAYER_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/mamba2_model.h"
+
+namespace adjsh {
+
+struct Mamba2Dims {
+  int64_t D, Di, H, P, G, N, W, Cc, Dp;
+  explicit Mamba2Dims(const Mamba2Config& c);
+};
+
+// A chunk's activations, rows of the chunk (L = t1 - t0) or, for xn, r1 and zx, of the halo rows
+// [t0 - hb, t0) (hb = min(W - 1, t0)) and then the chunk's.
+template <typename T>
+struct Mamba2ChunkActs {
+  int64_t t0 = 0, t1 = 0, hb = 0;
+  std::vector<T> xn, r1, zx;   // (hb + L, D), (hb + L), (hb + L, Dp): [z | xBC_in | dt_raw]
+  std::vector<T> pre, xbc;     // (L, Cc): conv + bias, silu of it = [x | B | C]
+  std::vector<T> dt;           // (L, H): softplus, clamped
+  std::vector<T> y, gv, n;     // (L, Di): the scan's output, y silu(z), the gated norm's output
+  std::vector<T> r2;           // (L, G): the gated norm's 1 / rms per group
+  std::vector<T> S0;           // (H, P, N): the states before t0
+};
+
+// The chunk's forward: u is the layer input (rows [t0 - hb, t1) are read, row t at u + t D);
+// S (H, P, N) holds the states before t0 and is left holding those after t1 - 1; out (L, D) gets
+// the layer's addition to its rows (u^{k+1} = u + out). a keeps what the backward reads.
+template <typename T>
+void Mamba2ChunkForward(const Mamba2Layer<T>& l, const Mamba2Config& cfg, const T* u,
+                        int64_t t0, int64_t t1, T* S, Mamba2ChunkActs<T>& a, T* out);
+
+// The chunk's backward after its forward (a): dout (L, D) = dL/du^{k+1} of its rows; carry
+// (H, P, N) = dL/dS_{t1-1} from the later chunks (zero for the last), left as dL/dS_{t0-1};
+// halo (W - 1, Cc) = the gradient of the conv input rows [t1 - W + 1, t1) from the later
+// chunks, left as that of rows [t0 - W + 1, t0). Accumulates the layer's gradient into g and
+// writes du (L, D) = dL/du^k of the chunk's rows (the residual's dout and the mixer's part).
+template <typename T>
+void Mamba2ChunkBackward(const Mamba2Layer<T>& l, const Mamba2Config& cfg, const T* u,
+                         const Mamba2ChunkActs<T>& a, const T* dout, T* carry, T* halo,
+                         Mamba2Layer<T>& g, T* du);
+
+}  // namespace adjsh
+
+#endif  // ADJSH_ENGINE_MAMBA2_LAYER_H_
