@@ -8,18 +8,32 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/device_flags.h"
+#include "cli/mamba2_grad.h"
 #include "common/model.h"
 #include "common/proc_stats.h"
 #include "common/token_data.h"
 #include "engine/evaluate.h"
+#include "engine/mamba2_eval.h"
 
 namespace adjsh::cli {
 namespace {
 
+// The loss of a Mamba-1 model (engine/evaluate.h) or a Mamba-2 one (engine/mamba2_eval.h).
 template <typename T>
-absl::Status RunEval(const ArgParser& a, const EvalOptions& opt, bool quiet) {
-  absl::StatusOr<ModelParams<T>> params = LoadModelDir<T>(a.Get("model"));
+absl::StatusOr<EvalResult> EvaluateDir(const std::string& dir, bool mamba2,
+                                       const TokenData& tokens, const EvalOptions& o) {
+  if (mamba2) {
+    absl::StatusOr<Mamba2Params<T>> params = LoadMamba2ModelDir<T>(dir);
+    if (!params.ok()) return params.status();
+    return Mamba2Evaluate<T>(*params, tokens, o);
+  }
+  absl::StatusOr<ModelParams<T>> params = LoadModelDir<T>(dir);
   if (!params.ok()) return params.status();
+  return Evaluate<T>(*params, tokens, o);
+}
+
+template <typename T>
+absl::Status RunEval(const ArgParser& a, const EvalOptions& opt, bool mamba2, bool quiet) {
   absl::StatusOr<TokenData> tokens = TokenData::Map(a.Get("tokens"));
   if (!tokens.ok()) return tokens.status();
   EvalOptions o = opt;
@@ -37,7 +51,7 @@ absl::Status RunEval(const ArgParser& a, const EvalOptions& opt, bool quiet) {
                    static_cast<double>(done) / std::max(s, 1e-9));
     };
   }
-  absl::StatusOr<EvalResult> r = Evaluate<T>(*params, *tokens, o);
+  absl::StatusOr<EvalResult> r = EvaluateDir<T>(a.Get("model"), mamba2, *tokens, o);
   if (!r.ok()) return r.status();
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -99,10 +113,15 @@ int EvalCommand(const std::vector<std::string>& args) {
     return BadUsage("eval", absl::InvalidArgumentError("--dtype must be f32 or f64, got '" +
                                                        dtype + "'"));
   }
+  const bool mamba2 = ModelTypeOfDir(a.Get("model")) == "mamba2";
+  if (mamba2 && !opt.device.is_cpu()) {
+    return BadUsage("eval", absl::InvalidArgumentError(
+                                "a Mamba-2 model is evaluated on the CPU (no --device for it yet)"));
+  }
   if (absl::Status s = CheckDeviceUsable(opt.device); !s.ok()) return Fail("eval", s);
   const bool quiet = a.GetBool("quiet");
-  const absl::Status status =
-      dtype == "f32" ? RunEval<float>(a, opt, quiet) : RunEval<double>(a, opt, quiet);
+  const absl::Status status = dtype == "f32" ? RunEval<float>(a, opt, mamba2, quiet)
+                                             : RunEval<double>(a, opt, mamba2, quiet);
   return status.ok() ? 0 : Fail("eval", status);
 }
 

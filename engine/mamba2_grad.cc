@@ -14,6 +14,15 @@
 #include "kernels/cpu/lm_head.h"
 
 namespace adjsh {
+namespace {
+
+// The rows a chunk starting at t0 reads of a layer input (T, D): from its conv halo on.
+template <typename T>
+const T* Rows(const std::vector<T>& u, int64_t t0, const Mamba2Dims& d) {
+  return u.data() + (t0 - std::min(d.W - 1, t0)) * d.D;
+}
+
+}  // namespace
 
 template <typename T>
 absl::StatusOr<Mamba2GradResult<T>> Mamba2Gradient(const Mamba2Params<T>& params,
@@ -46,7 +55,7 @@ absl::StatusOr<Mamba2GradResult<T>> Mamba2Gradient(const Mamba2Params<T>& params
     for (int64_t t0 = 0; t0 < T_; t0 += C) {
       const int64_t t1 = std::min(T_, t0 + C);
       T* out = u[k + 1].data() + t0 * d.D;
-      Mamba2ChunkForward(params.layers[k], cfg, u[k].data(), t0, t1, S.data(), acts, out);
+      Mamba2ChunkForward(params.layers[k], cfg, Rows(u[k], t0, d), t0, t1, S.data(), acts, out);
       const T* in = u[k].data() + t0 * d.D;
       for (int64_t i = 0; i < (t1 - t0) * d.D; ++i) out[i] += in[i];
     }
@@ -82,16 +91,17 @@ absl::StatusOr<Mamba2GradResult<T>> Mamba2Gradient(const Mamba2Params<T>& params
     std::fill(S.begin(), S.end(), T(0));
     for (int64_t c = 0; c < chunks; ++c) {  // the states at the chunk starts
       std::copy(S.begin(), S.end(), starts.begin() + c * HPN);
-      Mamba2ChunkForward(l, cfg, u[k].data(), c * C, std::min(T_, (c + 1) * C), S.data(), acts,
-                         scratch.data());
+      Mamba2ChunkForward(l, cfg, Rows(u[k], c * C, d), c * C, std::min(T_, (c + 1) * C),
+                         S.data(), acts, scratch.data());
     }
     std::fill(carry.begin(), carry.end(), T(0));
     std::fill(halo.begin(), halo.end(), T(0));
     for (int64_t c = chunks - 1; c >= 0; --c) {
       const int64_t t0 = c * C, t1 = std::min(T_, t0 + C);
       std::copy_n(starts.begin() + c * HPN, HPN, S.begin());
-      Mamba2ChunkForward(l, cfg, u[k].data(), t0, t1, S.data(), acts, scratch.data());
-      Mamba2ChunkBackward(l, cfg, u[k].data(), acts, du.data() + t0 * d.D, carry.data(),
+      const T* rows = Rows(u[k], t0, d);
+      Mamba2ChunkForward(l, cfg, rows, t0, t1, S.data(), acts, scratch.data());
+      Mamba2ChunkBackward(l, cfg, rows, acts, du.data() + t0 * d.D, carry.data(),
                           halo.data(), r.grad.layers[k], ddu.data() + t0 * d.D);
     }
     std::swap(du, ddu);

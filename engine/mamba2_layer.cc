@@ -44,7 +44,7 @@ void Mamba2ChunkForward(const Mamba2Layer<T>& l, const Mamba2Config& cfg, const 
   const int64_t L = t1 - t0, hb = std::min(d.W - 1, t0), R = hb + L;
   a.t0 = t0, a.t1 = t1, a.hb = hb;
   a.xn.resize(R * d.D), a.r1.resize(R), a.zx.resize(R * d.Dp);
-  cpu::RmsNormForward(u + (t0 - hb) * d.D, R, d.D, l.norm.data(), cfg.layer_norm_epsilon,
+  cpu::RmsNormForward(u, R, d.D, l.norm.data(), cfg.layer_norm_epsilon,
                       a.xn.data(), a.r1.data());
   Gemm<T>(Trans::kNo, Trans::kYes, R, d.Dp, d.D, T(1), a.xn.data(), d.D, l.in_proj.data(), d.D,
           T(0), a.zx.data(), d.Dp);
@@ -252,7 +252,7 @@ void Mamba2ChunkBackward(const Mamba2Layer<T>& l, const Mamba2Config& cfg, const
   std::vector<T> dxn(L * d.D);
   Gemm<T>(Trans::kNo, Trans::kNo, L, d.D, d.Dp, T(1), dzx.data(), d.Dp, l.in_proj.data(), d.D,
           T(0), dxn.data(), d.D);
-  cpu::RmsNormBackward(u + t0 * d.D, L, d.D, l.norm.data(), a.r1.data() + hb, dxn.data(),
+  cpu::RmsNormBackward(u + hb * d.D, L, d.D, l.norm.data(), a.r1.data() + hb, dxn.data(),
                        gl.norm.data(), dxn.data());
   for (int64_t i = 0; i < L * d.D; ++i) du[i] = dout[i] + dxn[i];
 }

@@ -32,14 +32,16 @@ struct Mamba2ChunkActs {
   std::vector<T> S0;           // (H, P, N): the states before t0
 };
 
-// The chunk's forward: u is the layer input (rows [t0 - hb, t1) are read, row t at u + t D);
+// The chunk's forward: u holds the layer input's rows [t0 - hb, t1), hb = min(W - 1, t0) (the
+// conv halo, then the chunk's own rows);
 // S (H, P, N) holds the states before t0 and is left holding those after t1 - 1; out (L, D) gets
 // the layer's addition to its rows (u^{k+1} = u + out). a keeps what the backward reads.
 template <typename T>
 void Mamba2ChunkForward(const Mamba2Layer<T>& l, const Mamba2Config& cfg, const T* u,
                         int64_t t0, int64_t t1, T* S, Mamba2ChunkActs<T>& a, T* out);
 
-// The chunk's backward after its forward (a): dout (L, D) = dL/du^{k+1} of its rows; carry
+// The chunk's backward after its forward (a), with the same u: dout (L, D) = dL/du^{k+1} of
+// its rows; carry
 // (H, P, N) = dL/dS_{t1-1} from the later chunks (zero for the last), left as dL/dS_{t0-1};
 // halo (W - 1, Cc) = the gradient of the conv input rows [t1 - W + 1, t1) from the later
 // chunks, left as that of rows [t0 - W + 1, t0). Accumulates the layer's gradient into g and

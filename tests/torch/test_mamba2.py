@@ -16,6 +16,8 @@ Checks:
     a few hundred terms: ~1e-6 expected; a tensor whose gradient cancels to a small sum, where
     torch's own f32 errs above 1e-5, within 10x of torch's f32 error), over G in {1, 2}, head_dim in {4, 16}, tied and
     untied heads, a clamped time_step_limit, T in {2, 97, 300} and chunk in {1, 7, 64, T};
+  * `adjsh eval` (forward only, chunk by chunk) gives the reference's loss to < 1e-12 in f64,
+    the file as one sequence and in sequences of --context, at chunks 1, 7 and 256;
   * a config.json written by Python's json (time_step_limit [0.0, Infinity]) is read;
   * bad input exits 1 naming the problem and writes nothing: num_heads x head_dim != expand x
     hidden_size, n_groups not dividing num_heads, a missing tensor, a misshapen one; a flag a
@@ -156,6 +158,33 @@ def check_gradients(adjsh, tmp, quick):
                           f"{tol(where):.0e})", ok, worst)
 
 
+def check_eval(adjsh, tmp):
+    """adjsh eval (forward only, chunk by chunk) gives the reference's loss, for the whole file
+    as one sequence and cut into sequences of --context."""
+    cfg = ref.make_config(**CONFIGS[1][1])
+    params = ref.init_params(cfg, seed=21)
+    mdir = os.path.join(tmp, "eval_model")
+    ref.save_model(mdir, cfg, params)
+    T, ctx = 250, 97
+    tok = tokens(cfg["vocab_size"], T, 77)
+    tpath = os.path.join(tmp, "eval.u32")
+    m1.write_tokens(tpath, tok)
+    whole, _ = ref.grads_params(cfg, params, tok)
+    parts = [tok[s:s + ctx] for s in range(0, T, ctx)]
+    cut = sum(ref.grads_params(cfg, params, p)[0] * (len(p) - 1) for p in parts) / (T - len(parts))
+    for context, want in ((0, whole), (ctx, cut)):
+        for chunk in (1, 7, 256):
+            r = run(adjsh, ["eval", "--model", mdir, "--tokens", tpath, "--dtype", "f64",
+                            "--chunk", str(chunk), "--context", str(context), "--quiet"])
+            words = r.stdout.split()
+            ok = r.returncode == 0 and len(words) == 6 and words[0] == "loss" and words[4] == "tokens"
+            got = float(words[1]) if ok else float("nan")
+            check(f"adjsh eval context {context} chunk {chunk}: loss {got:.15f} = reference "
+                  f"{want:.15f} (< 1e-12 relative)",
+                  ok and abs(got - want) <= 1e-12 * abs(want) and words[5] == str(T),
+                  (r.returncode, r.stdout, r.stderr[-300:]))
+
+
 def check_bad_input(adjsh, tmp):
     cfg = ref.make_config(D=8, K=1, N=4, W=4, E=2, P=4, G=2, V=13)
     params = ref.init_params(cfg, seed=3)
@@ -208,6 +237,7 @@ def main():
         check_reference()
         check_transformers(tmp)
         check_gradients(args.adjsh, tmp, args.quick)
+        check_eval(args.adjsh, tmp)
         check_bad_input(args.adjsh, tmp)
     print(f"{'FAILED' if FAILS else 'OK'}: {len(FAILS)} failed")
     return 1 if FAILS else 0

@@ -1,0 +1,96 @@
+#include "engine/mamba2_eval.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "engine/mamba2_layer.h"
+#include "kernels/cpu/lm_head.h"
+
+namespace adjsh {
+namespace {
+
+// One sequence's loss sum, chunk by chunk through every layer.
+template <typename T>
+double SequenceLoss(const Mamba2Params<T>& p, const TokenData& tokens, int64_t start, int64_t len,
+                    int64_t chunk, const std::function<void(int64_t)>& rows_done) {
+  const Mamba2Config& cfg = p.config;
+  const Mamba2Dims d(cfg);
+  const int64_t K = cfg.num_hidden_layers, H1 = d.W - 1, C = std::min(chunk, len);
+  std::vector<std::vector<T>> S(K, std::vector<T>(d.H * d.P * d.N, T(0)));
+  // halo[k]: layer k's input rows [t0 - hb, t0) before the chunk at t0 (hb = min(W - 1, t0)).
+  std::vector<std::vector<T>> halo(K);
+  std::vector<T> rows, out(C * d.D), logits(C * cfg.vocab_size), nf(C * d.D);
+  std::vector<int64_t> targets(C);
+  Mamba2ChunkActs<T> acts;
+  double loss = 0;
+  std::vector<uint32_t> ids;
+  for (int64_t t0 = 0; t0 < len; t0 += C) {
+    const int64_t t1 = std::min(len, t0 + C), L = t1 - t0;
+    // The chunk's ids and one more (the last row's target, when the sequence goes on).
+    ids = tokens.Slice(start + t0, std::min(L + 1, len - t0));
+    std::vector<T> x(L * d.D);
+    for (int64_t i = 0; i < L; ++i)
+      std::copy_n(p.embed.begin() + ids[i] * d.D, d.D, x.begin() + i * d.D);
+    for (int64_t k = 0; k < K; ++k) {
+      rows.assign(halo[k].begin(), halo[k].end());  // hb rows, then the chunk's
+      rows.insert(rows.end(), x.begin(), x.end());
+      Mamba2ChunkForward(p.layers[k], cfg, rows.data(), t0, t1, S[k].data(), acts, out.data());
+      const int64_t keep = std::min(H1, t1);  // the next chunk's halo: the last rows read
+      halo[k].assign(rows.end() - keep * d.D, rows.end());
+      for (int64_t i = 0; i < L * d.D; ++i) x[i] += out[i];
+    }
+    for (int64_t i = 0; i < L; ++i)
+      targets[i] = t0 + i + 1 < len ? static_cast<int64_t>(ids[i + 1]) : int64_t{-1};
+    cpu::LmHeadArgs<T> args;
+    args.M = L, args.D = d.D, args.V = cfg.vocab_size, args.eps = cfg.layer_norm_epsilon;
+    args.E = p.head().data(), args.w_f = p.norm_f.data(), args.u = x.data();
+    args.targets = targets.data();
+    loss += cpu::LmHeadLoss(args, logits.data(), nf.data());
+    rows_done(L);
+  }
+  return loss;
+}
+
+}  // namespace
+
+template <typename T>
+absl::StatusOr<EvalResult> Mamba2Evaluate(const Mamba2Params<T>& params, const TokenData& tokens,
+                                          const EvalOptions& options) {
+  if (options.chunk < 1) {
+    return absl::InvalidArgumentError(absl::StrFormat("chunk must be >= 1, got %d", options.chunk));
+  }
+  if (options.context == 1 || options.context < 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "context must be >= 2 tokens (or 0: the whole corpus), got %d", options.context));
+  }
+  if (options.max_tokens < 0) {
+    return absl::InvalidArgumentError("max_tokens must be >= 0 (0: every token)");
+  }
+  const int64_t n = options.max_tokens > 0 ? std::min(tokens.size(), options.max_tokens)
+                                           : tokens.size();
+  if (n < 2) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("evaluation needs at least 2 tokens, got %d", n));
+  }
+  if (absl::Status s = tokens.CheckInVocab(params.config.vocab_size, n); !s.ok()) return s;
+  EvalResult result;
+  int64_t done = 0;
+  for (const auto& [start, len] : EvalSequences(n, options.context)) {
+    result.loss_sum += SequenceLoss(params, tokens, start, len, options.chunk, [&](int64_t rows) {
+      done += rows;
+      if (options.progress) options.progress(done, n);
+    });
+    result.targets += len - 1;
+    result.tokens += len;
+    ++result.sequences;
+  }
+  return result;
+}
+
+template absl::StatusOr<EvalResult> Mamba2Evaluate<float>(const Mamba2Params<float>&,
+                                                          const TokenData&, const EvalOptions&);
+template absl::StatusOr<EvalResult> Mamba2Evaluate<double>(const Mamba2Params<double>&,
+                                                           const TokenData&, const EvalOptions&);
+
+}  // namespace adjsh
