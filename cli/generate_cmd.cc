@@ -5,6 +5,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
+#include <span>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -13,9 +15,11 @@
 #include "cli/commands.h"
 #include "cli/data_tool.h"
 #include "cli/device_flags.h"
+#include "cli/mamba2_grad.h"
 #include "common/model.h"
 #include "common/tokens.h"
 #include "engine/generate.h"
+#include "engine/mamba2_generate.h"
 
 namespace adjsh::cli {
 namespace {
@@ -35,9 +39,26 @@ struct TempDir {
   }
 };
 
-absl::Status RunGenerate(const ArgParser& a, const GenerateOptions& opt) {
-  absl::StatusOr<ModelParams<float>> params = LoadModelDir<float>(a.Get("model"));
+// A Mamba-1 model's tokens (engine/generate.h) or a Mamba-2 one's (engine/mamba2_generate.h).
+absl::StatusOr<std::vector<uint32_t>> GenerateFromDir(const std::string& dir,
+                                                      std::span<const uint32_t> prompt,
+                                                      const GenerateOptions& opt,
+                                                      const std::function<bool(uint32_t)>& on) {
+  if (ModelTypeOfDir(dir) == "mamba2") {
+    if (!opt.device.is_cpu()) {
+      return absl::InvalidArgumentError(
+          "a Mamba-2 model decodes on the CPU (no --device for it yet)");
+    }
+    absl::StatusOr<Mamba2Params<float>> params = LoadMamba2ModelDir<float>(dir);
+    if (!params.ok()) return params.status();
+    return Mamba2Generate<float>(*params, prompt, opt, on);
+  }
+  absl::StatusOr<ModelParams<float>> params = LoadModelDir<float>(dir);
   if (!params.ok()) return params.status();
+  return Generate<float>(*params, prompt, opt, on);
+}
+
+absl::Status RunGenerate(const ArgParser& a, const GenerateOptions& opt) {
   TempDir tmp;
   if (tmp.path.empty()) return absl::InternalError("cannot create a temporary directory");
   const bool text = a.Has("prompt");
@@ -52,8 +73,8 @@ absl::Status RunGenerate(const ArgParser& a, const GenerateOptions& opt) {
   absl::StatusOr<std::vector<uint32_t>> prompt = ReadTokenFile(prompt_path);
   if (!prompt.ok()) return prompt.status();
   const auto start = std::chrono::steady_clock::now();
-  absl::StatusOr<std::vector<uint32_t>> ids = Generate<float>(
-      *params, *prompt, opt, [&](uint32_t id) {
+  absl::StatusOr<std::vector<uint32_t>> ids = GenerateFromDir(
+      a.Get("model"), *prompt, opt, [&](uint32_t id) {
         if (!text) std::printf("%u\n", id), std::fflush(stdout);
         return true;
       });

@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
-#include "engine/mamba2_layer.h"
+#include "engine/mamba2_stream.h"
 #include "kernels/cpu/lm_head.h"
 
 namespace adjsh {
@@ -15,35 +15,21 @@ template <typename T>
 double SequenceLoss(const Mamba2Params<T>& p, const TokenData& tokens, int64_t start, int64_t len,
                     int64_t chunk, const std::function<void(int64_t)>& rows_done) {
   const Mamba2Config& cfg = p.config;
-  const Mamba2Dims d(cfg);
-  const int64_t K = cfg.num_hidden_layers, H1 = d.W - 1, C = std::min(chunk, len);
-  std::vector<std::vector<T>> S(K, std::vector<T>(d.H * d.P * d.N, T(0)));
-  // halo[k]: layer k's input rows [t0 - hb, t0) before the chunk at t0 (hb = min(W - 1, t0)).
-  std::vector<std::vector<T>> halo(K);
-  std::vector<T> rows, out(C * d.D), logits(C * cfg.vocab_size), nf(C * d.D);
+  const int64_t C = std::min(chunk, len);
+  Mamba2Stream<T> stream(p);
+  std::vector<T> x, logits(C * cfg.vocab_size), nf(C * cfg.hidden_size);
   std::vector<int64_t> targets(C);
-  Mamba2ChunkActs<T> acts;
   double loss = 0;
-  std::vector<uint32_t> ids;
   for (int64_t t0 = 0; t0 < len; t0 += C) {
-    const int64_t t1 = std::min(len, t0 + C), L = t1 - t0;
+    const int64_t L = std::min(len, t0 + C) - t0;
     // The chunk's ids and one more (the last row's target, when the sequence goes on).
-    ids = tokens.Slice(start + t0, std::min(L + 1, len - t0));
-    std::vector<T> x(L * d.D);
-    for (int64_t i = 0; i < L; ++i)
-      std::copy_n(p.embed.begin() + ids[i] * d.D, d.D, x.begin() + i * d.D);
-    for (int64_t k = 0; k < K; ++k) {
-      rows.assign(halo[k].begin(), halo[k].end());  // hb rows, then the chunk's
-      rows.insert(rows.end(), x.begin(), x.end());
-      Mamba2ChunkForward(p.layers[k], cfg, rows.data(), t0, t1, S[k].data(), acts, out.data());
-      const int64_t keep = std::min(H1, t1);  // the next chunk's halo: the last rows read
-      halo[k].assign(rows.end() - keep * d.D, rows.end());
-      for (int64_t i = 0; i < L * d.D; ++i) x[i] += out[i];
-    }
+    const std::vector<uint32_t> ids = tokens.Slice(start + t0, std::min(L + 1, len - t0));
+    stream.Advance(std::span(ids).first(L), x);
     for (int64_t i = 0; i < L; ++i)
       targets[i] = t0 + i + 1 < len ? static_cast<int64_t>(ids[i + 1]) : int64_t{-1};
     cpu::LmHeadArgs<T> args;
-    args.M = L, args.D = d.D, args.V = cfg.vocab_size, args.eps = cfg.layer_norm_epsilon;
+    args.M = L, args.D = cfg.hidden_size, args.V = cfg.vocab_size;
+    args.eps = cfg.layer_norm_epsilon;
     args.E = p.head().data(), args.w_f = p.norm_f.data(), args.u = x.data();
     args.targets = targets.data();
     loss += cpu::LmHeadLoss(args, logits.data(), nf.data());

@@ -138,16 +138,19 @@ def mixer(x, p, b, cfg):
     return y @ p[b + "out_proj.weight"].T
 
 
-def loss_fn(p, cfg, tokens):
+def logits_fn(p, cfg, tokens):
+    """(T, V) logits of every row."""
     eps = cfg["layer_norm_epsilon"]
     h = p["backbone.embeddings.weight"][tokens]
     for k in range(cfg["num_hidden_layers"]):
         b = f"backbone.layers.{k}."
         h = h + mixer(rmsnorm(h, p[b + "norm.weight"], eps), p, b + "mixer.", cfg)
     h = rmsnorm(h, p["backbone.norm_f.weight"], eps)
-    head = p.get("lm_head.weight", p["backbone.embeddings.weight"])
-    logits = h[:-1] @ head.T
-    return F.cross_entropy(logits, tokens[1:])
+    return h @ p.get("lm_head.weight", p["backbone.embeddings.weight"]).T
+
+
+def loss_fn(p, cfg, tokens):
+    return F.cross_entropy(logits_fn(p, cfg, tokens)[:-1], tokens[1:])
 
 
 def grads_params(cfg, params, tokens, dtype=torch.float64):

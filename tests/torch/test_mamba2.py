@@ -18,6 +18,8 @@ Checks:
     untied heads, a clamped time_step_limit, T in {2, 97, 300} and chunk in {1, 7, 64, T};
   * `adjsh eval` (forward only, chunk by chunk) gives the reference's loss to < 1e-12 in f64,
     the file as one sequence and in sequences of --context, at chunks 1, 7 and 256;
+  * `adjsh generate` decodes recurrently: greedy, the reference's argmax tokens; sampled, the
+    same seed gives the same tokens;
   * a config.json written by Python's json (time_step_limit [0.0, Infinity]) is read;
   * bad input exits 1 naming the problem and writes nothing: num_heads x head_dim != expand x
     hidden_size, n_groups not dividing num_heads, a missing tensor, a misshapen one; a flag a
@@ -185,6 +187,35 @@ def check_eval(adjsh, tmp):
                   (r.returncode, r.stdout, r.stderr[-300:]))
 
 
+def check_generate(adjsh, tmp):
+    """adjsh generate decodes recurrently: greedy, it gives the reference's argmax tokens (a full
+    forward per step); sampled, a seed fixes the tokens."""
+    cfg = ref.make_config(**CONFIGS[0][1])
+    params = ref.init_params(cfg, seed=31)
+    mdir = os.path.join(tmp, "gen_model")
+    ref.save_model(mdir, cfg, params)
+    prompt = tokens(cfg["vocab_size"], 20, 5)
+    ppath = os.path.join(tmp, "prompt.u32")
+    m1.write_tokens(ppath, prompt)
+    seq = list(prompt)
+    with torch.no_grad():
+        for _ in range(12):
+            seq.append(int(ref.logits_fn(params, cfg, torch.tensor(seq))[-1].argmax()))
+    want = seq[len(prompt):]
+
+    def gen(*extra):
+        r = run(adjsh, ["generate", "--model", mdir, "--prompt-tokens", ppath,
+                        "--max-new-tokens", "12", "--quiet"] + list(extra))
+        return r.returncode, [int(w) for w in r.stdout.split()], r.stderr
+
+    rc, got, err = gen("--temperature", "0")
+    check(f"adjsh generate greedy = the reference's argmax tokens ({got})", rc == 0 and got == want,
+          (want, err[-300:]))
+    a, b, c = gen("--seed", "3"), gen("--seed", "3"), gen("--seed", "4")
+    check("adjsh generate: the same seed, the same tokens; another seed, others",
+          a[0] == 0 and a[1] == b[1] and len(a[1]) == 12 and a[1] != c[1], (a, b, c))
+
+
 def check_bad_input(adjsh, tmp):
     cfg = ref.make_config(D=8, K=1, N=4, W=4, E=2, P=4, G=2, V=13)
     params = ref.init_params(cfg, seed=3)
@@ -238,6 +269,7 @@ def main():
         check_transformers(tmp)
         check_gradients(args.adjsh, tmp, args.quick)
         check_eval(args.adjsh, tmp)
+        check_generate(args.adjsh, tmp)
         check_bad_input(args.adjsh, tmp)
     print(f"{'FAILED' if FAILS else 'OK'}: {len(FAILS)} failed")
     return 1 if FAILS else 0
