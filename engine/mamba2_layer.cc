@@ -87,12 +87,8 @@ void Mamba2ChunkForward(const Mamba2Layer<T>& l, const Mamba2Config& cfg, const 
       for (int64_t p = 0; p < d.P; ++p) {
         const T xv = dt * x[p];
         T* Sp = Sh + p * d.N;
-        T acc = 0;
-        for (int64_t n = 0; n < d.N; ++n) {
-          Sp[n] = decay * Sp[n] + xv * B[n];
-          acc += Sp[n] * C[n];
-        }
-        a.y[i * d.Di + h * d.P + p] = acc + l.D[h] * x[p];
+        for (int64_t n = 0; n < d.N; ++n) Sp[n] = decay * Sp[n] + xv * B[n];
+        a.y[i * d.Di + h * d.P + p] = cpu::RowDot(Sp, C, d.N) + l.D[h] * x[p];
       }
     }
   }
@@ -179,18 +175,22 @@ void Mamba2ChunkBackward(const Mamba2Layer<T>& l, const Mamba2Config& cfg, const
       T* dx = &dxbc[i * d.Cc + h * d.P];
       T* dB = &dxbc[i * d.Cc + d.Di + g * d.N];
       T* dC = &dxbc[i * d.Cc + d.Di + d.G * d.N + g * d.N];
+      // Row by row of the (P, N) state: the element-wise updates vectorise, and the sums over
+      // N are RowDot's fixed lane order (kernels/cpu/rmsnorm.h).
       T xGB = 0, GS = 0;
       for (int64_t p = 0; p < d.P; ++p) {
-        T GB = 0;
+        T* Gp = &G[p * d.N];
+        const T* cp = ch + p * d.N;
+        const T* Sp = St + p * d.N;
+        const T dyp = dyt[p], dtx = dt * x[p];
         for (int64_t n = 0; n < d.N; ++n) {
-          const T Gv = ch[p * d.N + n] + dyt[p] * C[n];
-          G[p * d.N + n] = Gv;
-          dC[n] += St[p * d.N + n] * dyt[p];
-          dB[n] += dt * Gv * x[p];
-          GB += Gv * B[n];
-          GS += Gv * Sprev[p * d.N + n];
+          Gp[n] = cp[n] + dyp * C[n];
+          dC[n] += Sp[n] * dyp;
+          dB[n] += dtx * Gp[n];
         }
-        dx[p] += Dh * dyt[p] + dt * GB;
+        const T GB = cpu::RowDot(Gp, B, d.N);
+        GS += cpu::RowDot(Gp, Sprev + p * d.N, d.N);
+        dx[p] += Dh * dyp + dt * GB;
         xGB += x[p] * GB;
         dD += dyt[p] * x[p];
       }
