@@ -68,7 +68,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--lengths", default="4096,16384")
-    ap.add_argument("--torch-lengths", default="4096,16384")
+    ap.add_argument("--torch-lengths", default="4096",
+                    help="lengths PyTorch runs too (its autograd keeps every token's state: 16K "
+                    "needs about 32 GiB)")
     ap.add_argument("--memory-lengths", default="16384,65536")
     ap.add_argument("--json")
     args = ap.parse_args()

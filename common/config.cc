@@ -9,7 +9,6 @@
 #include "absl/strings/str_cat.h"
 #include "common/config_keys.h"
 #include "common/file_io.h"
-#include "common/python_json.h"
 
 namespace adjsh {
 namespace {
@@ -64,20 +63,18 @@ absl::Status ValidateConfig(const MambaConfig& c) {
 
 absl::StatusOr<MambaConfig> ParseConfigJson(std::string_view python_json_text) {
   // As transformers writes it: Infinity and NaN may appear (common/python_json.h).
-  const std::string json_text = PythonJsonToStrict(python_json_text);
-  Json j = Json::parse(json_text.begin(), json_text.end(), /*cb=*/nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return absl::InvalidArgumentError("config.json is not valid JSON");
-  if (!j.is_object()) return absl::InvalidArgumentError("config.json is not a JSON object");
+  std::string json_text;
+  absl::StatusOr<Json> parsed = config_keys::ParseConfigObject(python_json_text, &json_text);
+  if (!parsed.ok()) return parsed.status();
+  const Json& j = *parsed;
 
   if (auto type = j.find("model_type"); type != j.end() && *type != "mamba") {
     return BadKey("model_type",
                   absl::StrCat(type->dump(), " is not supported: adjsh implements \"mamba\" "
                                "(MambaForCausalLM), and \"mamba2\" (Mamba2ForCausalLM) for "
-                               "adjsh grad"));
+                               "adjsh grad, eval and generate"));
   }
-  if (auto act = j.find("hidden_act"); act != j.end() && *act != "silu") {
-    return BadKey("hidden_act", absl::StrCat(act->dump(), " is not supported (silu only)"));
-  }
+  if (absl::Status s = config_keys::CheckHiddenAct(j); !s.ok()) return s;
   MambaConfig c;
   absl::Status s;
   if (s = ReadInt(j, "hidden_size", true, &c.hidden_size); !s.ok()) return s;
@@ -110,12 +107,7 @@ absl::StatusOr<MambaConfig> ParseConfigJson(std::string_view python_json_text) {
                                c.inner(), "; adjsh supports intermediate_size = expand * "
                                "hidden_size only"));
   }
-  nlohmann::ordered_json extra = nlohmann::ordered_json::object();
-  const nlohmann::ordered_json ordered =
-      nlohmann::ordered_json::parse(json_text.begin(), json_text.end(), nullptr, false);
-  for (const auto& [key, value] : ordered.items())
-    if (!IsShapeKey(key)) extra[key] = value;
-  if (!extra.empty()) c.extra = extra.dump();
+  c.extra = config_keys::ExtraKeys(json_text, IsShapeKey);
   return c;
 }
 
@@ -155,13 +147,7 @@ std::string ConfigToJson(const MambaConfig& c) {
   j["pad_token_id"] = 0;
   j["bos_token_id"] = 0;
   j["eos_token_id"] = 0;
-  if (!c.extra.empty()) {
-    const nlohmann::ordered_json extra = nlohmann::ordered_json::parse(c.extra, nullptr, false);
-    if (extra.is_object())
-      for (const auto& [key, value] : extra.items())
-        if (!IsShapeKey(key)) j[key] = value;
-  }
-  return StrictJsonToPython(j.dump(2)) + "\n";  // Infinity and NaN kept as Python wrote them
+  return config_keys::WriteWithExtra(std::move(j), c.extra, IsShapeKey);
 }
 
 }  // namespace adjsh

@@ -3,6 +3,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "common/python_json.h"
 
 namespace adjsh::config_keys {
 namespace {
@@ -57,6 +58,40 @@ absl::Status CheckRange(const char* key, int64_t value, int64_t lo, int64_t hi) 
     return BadKey(key, absl::StrCat("value ", value, " is outside [", lo, ", ", hi, "]"));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<Json> ParseConfigObject(std::string_view python_json_text, std::string* strict) {
+  *strict = PythonJsonToStrict(python_json_text);
+  Json j = Json::parse(strict->begin(), strict->end(), /*cb=*/nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return absl::InvalidArgumentError("config.json is not valid JSON");
+  if (!j.is_object()) return absl::InvalidArgumentError("config.json is not a JSON object");
+  return j;
+}
+
+absl::Status CheckHiddenAct(const Json& j) {
+  if (auto act = j.find("hidden_act"); act != j.end() && *act != "silu") {
+    return BadKey("hidden_act", absl::StrCat(act->dump(), " is not supported (silu only)"));
+  }
+  return absl::OkStatus();
+}
+
+std::string ExtraKeys(const std::string& strict, KeyFilter is_read) {
+  nlohmann::ordered_json extra = nlohmann::ordered_json::object();
+  const nlohmann::ordered_json ordered =
+      nlohmann::ordered_json::parse(strict.begin(), strict.end(), nullptr, false);
+  for (const auto& [key, value] : ordered.items())
+    if (!is_read(key)) extra[key] = value;
+  return extra.empty() ? "" : extra.dump();
+}
+
+std::string WriteWithExtra(nlohmann::ordered_json j, const std::string& extra, KeyFilter is_read) {
+  if (!extra.empty()) {
+    const nlohmann::ordered_json e = nlohmann::ordered_json::parse(extra, nullptr, false);
+    if (e.is_object())
+      for (const auto& [key, value] : e.items())
+        if (!is_read(key)) j[key] = value;
+  }
+  return StrictJsonToPython(j.dump(2)) + "\n";  // Infinity and NaN as Python wrote them
 }
 
 }  // namespace adjsh::config_keys

@@ -4,10 +4,13 @@
 #define ADJSH_COMMON_CONFIG_KEYS_H_
 
 #include <cstdint>
+#include <string>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
 namespace adjsh::config_keys {
@@ -25,6 +28,21 @@ absl::Status ReadBool(const Json& j, const char* key, bool* out);
 
 // value in [lo, hi], else BadKey.
 absl::Status CheckRange(const char* key, int64_t value, int64_t lo, int64_t hi);
+
+// config.json text as transformers writes it (common/python_json.h) into *strict and its JSON
+// object; INVALID_ARGUMENT when it is not valid JSON or not an object.
+absl::StatusOr<Json> ParseConfigObject(std::string_view python_json_text, std::string* strict);
+
+// hidden_act absent or "silu", else BadKey.
+absl::Status CheckHiddenAct(const Json& j);
+
+// The keys of the strict text's object that is_read does not claim, as a JSON object in file
+// order ("" when none): a config's `extra`.
+using KeyFilter = bool (*)(const std::string& key);
+std::string ExtraKeys(const std::string& strict, KeyFilter is_read);
+
+// j then extra's keys that is_read does not claim, as Python's json writes them back.
+std::string WriteWithExtra(nlohmann::ordered_json j, const std::string& extra, KeyFilter is_read);
 
 }  // namespace adjsh::config_keys
 

@@ -50,10 +50,10 @@ bool ReadLimit(const Json& v, double* out) {
 }  // namespace
 
 absl::StatusOr<std::string> ModelTypeOf(std::string_view python_json_text) {
-  const std::string text = PythonJsonToStrict(python_json_text);
-  const Json j = Json::parse(text.begin(), text.end(), nullptr, false);
-  if (j.is_discarded()) return absl::InvalidArgumentError("config.json is not valid JSON");
-  if (!j.is_object()) return absl::InvalidArgumentError("config.json is not a JSON object");
+  std::string text;
+  absl::StatusOr<Json> parsed = config_keys::ParseConfigObject(python_json_text, &text);
+  if (!parsed.ok()) return parsed.status();
+  const Json& j = *parsed;
   auto type = j.find("model_type");
   if (type == j.end()) return std::string();
   if (!type->is_string()) return BadKey("model_type", "must be a string");
@@ -101,17 +101,15 @@ absl::Status ValidateMamba2Config(const Mamba2Config& c) {
 }
 
 absl::StatusOr<Mamba2Config> ParseMamba2ConfigJson(std::string_view python_json_text) {
-  const std::string json_text = PythonJsonToStrict(python_json_text);
-  Json j = Json::parse(json_text.begin(), json_text.end(), nullptr, false);
-  if (j.is_discarded()) return absl::InvalidArgumentError("config.json is not valid JSON");
-  if (!j.is_object()) return absl::InvalidArgumentError("config.json is not a JSON object");
+  std::string json_text;
+  absl::StatusOr<Json> parsed = config_keys::ParseConfigObject(python_json_text, &json_text);
+  if (!parsed.ok()) return parsed.status();
+  const Json& j = *parsed;
   if (auto type = j.find("model_type"); type == j.end() || *type != "mamba2") {
     return BadKey("model_type", absl::StrCat(type == j.end() ? "missing" : type->dump(),
                                              ": a Mamba-2 model is \"mamba2\""));
   }
-  if (auto act = j.find("hidden_act"); act != j.end() && *act != "silu") {
-    return BadKey("hidden_act", absl::StrCat(act->dump(), " is not supported (silu only)"));
-  }
+  if (absl::Status s = config_keys::CheckHiddenAct(j); !s.ok()) return s;
   Mamba2Config c;
   absl::Status s;
   if (s = ReadInt(j, "hidden_size", true, &c.hidden_size); !s.ok()) return s;
@@ -142,12 +140,7 @@ absl::StatusOr<Mamba2Config> ParseMamba2ConfigJson(std::string_view python_json_
     }
   }
   if (s = ValidateMamba2Config(c); !s.ok()) return s;
-  nlohmann::ordered_json extra = nlohmann::ordered_json::object();
-  const nlohmann::ordered_json ordered =
-      nlohmann::ordered_json::parse(json_text.begin(), json_text.end(), nullptr, false);
-  for (const auto& [key, value] : ordered.items())
-    if (!IsShapeKey(key)) extra[key] = value;
-  if (!extra.empty()) c.extra = extra.dump();
+  c.extra = config_keys::ExtraKeys(json_text, IsShapeKey);
   return c;
 }
 
@@ -175,13 +168,7 @@ std::string Mamba2ConfigToJson(const Mamba2Config& c) {
   j["use_conv_bias"] = true;
   j["rms_norm"] = true;
   j["tie_word_embeddings"] = c.tie_word_embeddings;
-  if (!c.extra.empty()) {
-    const nlohmann::ordered_json extra = nlohmann::ordered_json::parse(c.extra, nullptr, false);
-    if (extra.is_object())
-      for (const auto& [key, value] : extra.items())
-        if (!IsShapeKey(key)) j[key] = value;
-  }
-  return StrictJsonToPython(j.dump(2)) + "\n";
+  return config_keys::WriteWithExtra(std::move(j), c.extra, IsShapeKey);
 }
 
 }  // namespace adjsh

@@ -195,6 +195,31 @@ void AddInto(LayerParams<T>& a, const LayerParams<T>& b) {
 }
 
 template <typename T>
+absl::Status TakeParamTensor(const TensorMap& tensors, const std::string& name,
+                             const std::vector<int64_t>& shape, std::vector<T>& values) {
+  auto it = tensors.find(name);
+  if (it == tensors.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("missing tensor \"", name, "\" (expected shape ", ShapeString(shape), ")"));
+  }
+  if (it->second.shape != shape) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor \"", name, "\" has shape ", ShapeString(it->second.shape),
+        " but the config expects ", ShapeString(shape)));
+  }
+  absl::StatusOr<std::vector<T>> v = it->second.template To<T>();
+  if (!v.ok()) return WithPrefix(v.status(), absl::StrCat("tensor \"", name, "\""));
+  for (size_t i = 0; i < v->size(); ++i) {
+    if (!std::isfinite((*v)[i])) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor \"", name, "\" has a non-finite value (",
+                                                     (*v)[i], ") at flat index ", i));
+    }
+  }
+  values = *std::move(v);
+  return absl::OkStatus();
+}
+
+template <typename T>
 absl::StatusOr<ModelParams<T>> ParamsFromTensors(const MambaConfig& config,
                                                  const TensorMap& tensors) {
   if (absl::Status s = ValidateConfig(config); !s.ok()) return s;
@@ -205,26 +230,7 @@ absl::StatusOr<ModelParams<T>> ParamsFromTensors(const MambaConfig& config,
   absl::Status s = VisitParams<T>(p, [&](const std::string& name, const Shape& shape,
                                          std::vector<T>& values) -> absl::Status {
     expected.insert(name);
-    auto it = tensors.find(name);
-    if (it == tensors.end()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("missing tensor \"", name, "\" (expected shape ", ShapeString(shape), ")"));
-    }
-    if (it->second.shape != shape) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "tensor \"", name, "\" has shape ", ShapeString(it->second.shape),
-          " but the config expects ", ShapeString(shape)));
-    }
-    absl::StatusOr<std::vector<T>> v = it->second.template To<T>();
-    if (!v.ok()) return WithPrefix(v.status(), absl::StrCat("tensor \"", name, "\""));
-    for (size_t i = 0; i < v->size(); ++i) {
-      if (!std::isfinite((*v)[i])) {
-        return absl::InvalidArgumentError(absl::StrCat("tensor \"", name, "\" has a non-finite value (",
-                                                       (*v)[i], ") at flat index ", i));
-      }
-    }
-    values = *std::move(v);
-    return absl::OkStatus();
+    return TakeParamTensor<T>(tensors, name, shape, values);
   });
   if (!s.ok()) return s;
   for (const auto& [name, tensor] : tensors) {
@@ -321,6 +327,8 @@ absl::Status SaveModelDir(const std::string& dir, const ModelParams<T>& params, 
   template TensorMap ParamsToTensors<T>(const ModelParams<T>&, DType);                        \
   template std::vector<ParamRef<T>> ListParams<T>(ModelParams<T>&);                          \
   template absl::StatusOr<ModelParams<T>> LoadModelDir<T>(const std::string&);                \
+  template absl::Status TakeParamTensor<T>(const TensorMap&, const std::string&,              \
+                                           const std::vector<int64_t>&, std::vector<T>&);                \
   template absl::Status SaveModelDir<T>(const std::string&, const ModelParams<T>&, DType);
 ADJSH_INSTANTIATE(float)
 ADJSH_INSTANTIATE(double)

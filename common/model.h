@@ -105,6 +105,12 @@ absl::StatusOr<ModelParams<T>> ParamsFromTensors(const MambaConfig& config, cons
 template <typename T>
 TensorMap ParamsToTensors(const ModelParams<T>& params, DType dtype);
 
+// tensors[name] as T into values: INVALID_ARGUMENT naming the tensor when it is missing, of
+// another shape than `shape`, not a float tensor, or holds a NaN or infinity.
+template <typename T>
+absl::Status TakeParamTensor(const TensorMap& tensors, const std::string& name,
+                             const std::vector<int64_t>& shape, std::vector<T>& values);
+
 // A model directory's tensors: model.safetensors, or the shards listed in
 // model.safetensors.index.json (larger HF checkpoints are split). NOT_FOUND naming the
 // directory when it has neither.

@@ -114,9 +114,7 @@ std::vector<std::pair<int64_t, int64_t>> EvalSequences(int64_t n, int64_t contex
   return out;
 }
 
-template <typename T>
-absl::StatusOr<EvalResult> Evaluate(const ModelParams<T>& params, const TokenData& tokens,
-                                    const EvalOptions& options) {
+absl::StatusOr<int64_t> EvalTokenCount(const TokenData& tokens, const EvalOptions& options) {
   if (options.chunk < 1) {
     return absl::InvalidArgumentError(absl::StrFormat("chunk must be >= 1, got %d",
                                                       options.chunk));
@@ -134,6 +132,15 @@ absl::StatusOr<EvalResult> Evaluate(const ModelParams<T>& params, const TokenDat
     return absl::InvalidArgumentError(
         absl::StrFormat("evaluation needs at least 2 tokens, got %d", n));
   }
+  return n;
+}
+
+template <typename T>
+absl::StatusOr<EvalResult> Evaluate(const ModelParams<T>& params, const TokenData& tokens,
+                                    const EvalOptions& options) {
+  absl::StatusOr<int64_t> count = EvalTokenCount(tokens, options);
+  if (!count.ok()) return count.status();
+  const int64_t n = *count;
   absl::StatusOr<std::unique_ptr<Backend<T>>> backend =
       MakeBackendFor<T>(options.device, params.config, {Op::kForward, Op::kHead});
   if (!backend.ok()) return backend.status();

@@ -42,6 +42,11 @@ struct EvalResult {
 // one token predicts nothing and is left out. Evaluate's, and the trainer's through workers.
 std::vector<std::pair<int64_t, int64_t>> EvalSequences(int64_t n, int64_t context);
 
+// The tokens an evaluation with `options` reads (the first max_tokens, or all): INVALID_ARGUMENT
+// for chunk < 1, context 1 or negative, max_tokens < 0, or fewer than 2 tokens. Evaluate's and
+// Mamba2Evaluate's (engine/mamba2_eval.h) check.
+absl::StatusOr<int64_t> EvalTokenCount(const TokenData& tokens, const EvalOptions& options);
+
 // A last sequence of one token predicts nothing and is left out. INVALID_ARGUMENT for fewer than
 // 2 tokens to evaluate, an id >= V, chunk < 1 or context 1; the device's errors (UNIMPLEMENTED /
 // FAILED_PRECONDITION).

@@ -21,15 +21,7 @@ absl::StatusOr<std::vector<uint32_t>> Generate(const ModelParams<T>& params,
                                                const GenerateOptions& o,
                                                const std::function<bool(uint32_t)>& on_token) {
   const MambaConfig& c = params.config;
-  if (prompt.empty()) return absl::InvalidArgumentError("the prompt is empty");
-  if (absl::Status s = CheckTokensInVocab(prompt, c.vocab_size); !s.ok()) {
-    return absl::Status(s.code(), absl::StrCat("prompt: ", s.message()));
-  }
-  if (!(o.temperature >= 0) || o.top_k < 0 || o.max_new_tokens < 0 || o.chunk < 1) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "need temperature >= 0, top_k >= 0, max_new_tokens >= 0 and chunk >= 1 (got %g, %d, "
-        "%d, %d)", o.temperature, o.top_k, o.max_new_tokens, o.chunk));
-  }
+  if (absl::Status s = CheckGenerateInputs(prompt, c.vocab_size, o); !s.ok()) return s;
   // The head's logits are computed on the host (Backend::HeadLogits): the layers' forward is all
   // the device must do.
   absl::StatusOr<std::unique_ptr<Backend<T>>> backend =
@@ -55,20 +47,14 @@ absl::StatusOr<std::vector<uint32_t>> Generate(const ModelParams<T>& params,
       std::copy(x.begin() + (H + len - 1) * D, x.begin() + (H + len) * D, last.begin());
     }
   };
-  std::mt19937_64 rng(o.seed);
-  std::vector<T> logits(c.vocab_size);
-  std::vector<uint32_t> out;
   feed(prompt);
-  while (static_cast<int64_t>(out.size()) < o.max_new_tokens) {
-    (*backend)->HeadLogits(last.data(), 1, D, c.vocab_size, c.layer_norm_epsilon,
-                           params.head().data(), params.norm_f.data(), logits.data());
-    const uint32_t id = SampleToken(logits, o, rng);
-    out.push_back(id);
-    if (on_token && !on_token(id)) break;
-    if (o.stop_id >= 0 && id == o.stop_id) break;
-    if (static_cast<int64_t>(out.size()) < o.max_new_tokens) feed(std::span(&out.back(), 1));
-  }
-  return out;
+  return DecodeTokens<T>(
+      o, c.vocab_size,
+      [&](std::vector<T>& logits) {
+        (*backend)->HeadLogits(last.data(), 1, D, c.vocab_size, c.layer_norm_epsilon,
+                               params.head().data(), params.norm_f.data(), logits.data());
+      },
+      [&](uint32_t id) { feed(std::span(&id, 1)); }, on_token);
 }
 
 template absl::StatusOr<std::vector<uint32_t>> Generate<float>(

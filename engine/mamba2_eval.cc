@@ -43,22 +43,9 @@ double SequenceLoss(const Mamba2Params<T>& p, const TokenData& tokens, int64_t s
 template <typename T>
 absl::StatusOr<EvalResult> Mamba2Evaluate(const Mamba2Params<T>& params, const TokenData& tokens,
                                           const EvalOptions& options) {
-  if (options.chunk < 1) {
-    return absl::InvalidArgumentError(absl::StrFormat("chunk must be >= 1, got %d", options.chunk));
-  }
-  if (options.context == 1 || options.context < 0) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "context must be >= 2 tokens (or 0: the whole corpus), got %d", options.context));
-  }
-  if (options.max_tokens < 0) {
-    return absl::InvalidArgumentError("max_tokens must be >= 0 (0: every token)");
-  }
-  const int64_t n = options.max_tokens > 0 ? std::min(tokens.size(), options.max_tokens)
-                                           : tokens.size();
-  if (n < 2) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("evaluation needs at least 2 tokens, got %d", n));
-  }
+  absl::StatusOr<int64_t> count = EvalTokenCount(tokens, options);
+  if (!count.ok()) return count.status();
+  const int64_t n = *count;
   if (absl::Status s = tokens.CheckInVocab(params.config.vocab_size, n); !s.ok()) return s;
   EvalResult result;
   int64_t done = 0;

@@ -70,35 +70,16 @@ absl::StatusOr<Mamba2Params<T>> Mamba2ParamsFromTensors(const Mamba2Config& conf
       p, [&](const std::string& name, const std::vector<int64_t>& shape,
              std::vector<T>& values) -> absl::Status {
         expected.insert(name);
-        auto it = tensors.find(name);
-        if (it == tensors.end()) {
-          return absl::NotFoundError(absl::StrCat("missing tensor \"", name,
-                                                  "\" (expected shape ", ShapeString(shape), ")"));
-        }
-        if (it->second.shape != shape) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "tensor \"", name, "\" has shape ", ShapeString(it->second.shape),
-              " but the config expects ", ShapeString(shape)));
-        }
-        absl::StatusOr<std::vector<T>> v = it->second.template To<T>();
-        if (!v.ok()) {
-          return absl::InvalidArgumentError(absl::StrCat("tensor \"", name, "\": ",
-                                                         v.status().message()));
-        }
-        values = *std::move(v);
-        return absl::OkStatus();
+        return TakeParamTensor<T>(tensors, name, shape, values);
       });
   if (!s.ok()) return s;
   for (const auto& [name, tensor] : tensors) {
     if (expected.contains(name)) continue;
-    if (name == "lm_head.weight") {  // transformers writes a tied head too: it must be the same
-      absl::StatusOr<std::vector<T>> v = tensor.template To<T>();
-      if (v.ok() && tensor.shape == std::vector<int64_t>{config.vocab_size, config.hidden_size} &&
-          *v == p.embed)
-        continue;
-      return absl::InvalidArgumentError(
-          "tensor \"lm_head.weight\" differs from the embedding but tie_word_embeddings is true");
-    }
+    // An explicit LM head in a tied checkpoint duplicates the embedding; it is not used (as
+    // for Mamba-1, common/model.h).
+    if (name == "lm_head.weight" &&
+        tensor.shape == std::vector<int64_t>{config.vocab_size, config.hidden_size})
+      continue;
     return absl::InvalidArgumentError(
         absl::StrCat("unexpected tensor \"", name, "\" for a Mamba-2 model of this config"));
   }

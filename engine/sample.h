@@ -4,9 +4,12 @@
 #define ADJSH_ENGINE_SAMPLE_H_
 
 #include <cstdint>
+#include <functional>
 #include <random>
+#include <span>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "engine/generate.h"
 
 namespace adjsh {
@@ -16,6 +19,20 @@ namespace adjsh {
 // of rng.
 template <typename T>
 uint32_t SampleToken(const std::vector<T>& logits, const GenerateOptions& o, std::mt19937_64& rng);
+
+// What every decoder checks first: INVALID_ARGUMENT for an empty prompt, an id >= vocab_size,
+// temperature < 0, top_k < 0, max_new_tokens < 0 or chunk < 1.
+absl::Status CheckGenerateInputs(std::span<const uint32_t> prompt, int64_t vocab_size,
+                                 const GenerateOptions& o);
+
+// The decoding after the prompt was fed: logits(v) writes the next token's logits (V), feed(id)
+// runs a drawn token through the model; each drawn id goes to on_token (if set; false stops),
+// up to max_new_tokens, or through stop_id.
+template <typename T>
+std::vector<uint32_t> DecodeTokens(const GenerateOptions& o, int64_t vocab_size,
+                                   const std::function<void(std::vector<T>&)>& logits,
+                                   const std::function<void(uint32_t)>& feed,
+                                   const std::function<bool(uint32_t)>& on_token);
 
 }  // namespace adjsh
 

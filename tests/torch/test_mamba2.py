@@ -22,7 +22,8 @@ Checks:
     same seed gives the same tokens;
   * a config.json written by Python's json (time_step_limit [0.0, Infinity]) is read;
   * bad input exits 1 naming the problem and writes nothing: num_heads x head_dim != expand x
-    hidden_size, n_groups not dividing num_heads, a missing tensor, a misshapen one; a flag a
+    hidden_size, n_groups not dividing num_heads, a missing tensor, a misshapen one, a NaN in
+    one; a flag a
     Mamba-2 gradient does not take (--workers) is bad usage (exit 2).
 """
 import argparse
@@ -251,6 +252,9 @@ def check_bad_input(adjsh, tmp):
     refused("a misshapen tensor", variant("shape", edit_params=lambda p: p.update({
         "backbone.layers.0.mixer.A_log": torch.zeros(5, dtype=torch.float64)})),
         "backbone.layers.0.mixer.A_log\" has shape (5)")
+    refused("a NaN in a tensor", variant("nan", edit_params=lambda p: p.update({
+        "backbone.layers.0.mixer.D": torch.full((4,), float("nan"), dtype=torch.float64)})),
+        "non-finite value")
     good = variant("good")
     refused("--workers (bad usage)", good, "no --workers", ["--workers", "2"], code=2)
     with open(os.path.join(good, "config.json")) as f:
