@@ -82,6 +82,14 @@ struct QueueStats {
   int64_t results_rejected_total = 0;  // Complete() refusals: late, duplicate, superseded
 };
 
+// into's *_total counters += from's (the lease counters kept across steps).
+inline void AddLeaseCounters(const QueueStats& from, QueueStats& into) {
+  into.leases_granted_total += from.leases_granted_total;
+  into.leases_expired_total += from.leases_expired_total;
+  into.leases_released_total += from.leases_released_total;
+  into.results_rejected_total += from.results_rejected_total;
+}
+
 class TaskQueue {
  public:
   using Clock = std::function<absl::Time()>;

@@ -285,7 +285,8 @@ grpc::Status TaskServiceImpl::Heartbeat(grpc::ServerContext* ctx, const v1::Hear
       auto l = w->second.leases.find(task);
       int64_t local = 0;
       renewed = l != w->second.leases.end() &&
-                current_->Locate(task, &local).queue().Renew(local, l->second, req->worker_id()).ok();
+                current_->Locate(task, &local).queue().Renew(local, l->second, req->worker_id())
+                    .ok();
     }
     if (!renewed) resp->add_cancelled_task_ids(name);
   }
@@ -490,10 +491,7 @@ QueueStats TaskServiceImpl::queue_stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   QueueStats s;
   if (current_) s = current_->Stats();
-  s.leases_granted_total += past_.leases_granted_total;
-  s.leases_expired_total += past_.leases_expired_total;
-  s.leases_released_total += past_.leases_released_total;
-  s.results_rejected_total += past_.results_rejected_total;
+  AddLeaseCounters(past_, s);
   return s;
 }
 

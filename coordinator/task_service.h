@@ -160,8 +160,13 @@ class TaskServiceImpl final : public v1::TaskService::Service {
     bool Done() const;  // every sequence's tasks done (and roots in)
     QueueStats Stats() const;  // summed over the sequences
   };
-  // The sequences' schedulers for pieces, and the task offsets.
-  static absl::Status MakeSchedulers(const ModelParams<float>& params, Step& step);
+  // The schedulers of the step's pieces, and their task offsets (Step::seqs, Step::first).
+  struct Sequences {
+    std::vector<std::unique_ptr<SpanScheduler>> seqs;
+    std::vector<int64_t> first;
+  };
+  static absl::StatusOr<Sequences> MakeSchedulers(const ModelParams<float>& params,
+                                                  std::span<const GradPiece> pieces);
   struct Worker {
     std::string name;
     std::map<int64_t, int64_t> leases;  // task -> lease id, for heartbeats

@@ -34,27 +34,23 @@ QueueStats TaskServiceImpl::Step::Stats() const {
     const QueueStats s = seq->queue().Stats();
     t.total += s.total, t.waiting += s.waiting, t.ready += s.ready, t.leased += s.leased;
     t.done += s.done;
-    t.leases_granted_total += s.leases_granted_total;
-    t.leases_expired_total += s.leases_expired_total;
-    t.leases_released_total += s.leases_released_total;
-    t.results_rejected_total += s.results_rejected_total;
+    AddLeaseCounters(s, t);
   }
   return t;
 }
 
-absl::Status TaskServiceImpl::MakeSchedulers(const ModelParams<float>& params, Step& step) {
-  std::vector<std::unique_ptr<SpanScheduler>> seqs;
-  std::vector<int64_t> first{0};
-  for (const GradPiece& p : step.pieces) {
+absl::StatusOr<TaskServiceImpl::Sequences> TaskServiceImpl::MakeSchedulers(
+    const ModelParams<float>& params, std::span<const GradPiece> pieces) {
+  Sequences out;
+  out.first.push_back(0);
+  for (const GradPiece& p : pieces) {
     absl::StatusOr<std::unique_ptr<SpanScheduler>> sched =
         SpanScheduler::Make(params, p.tokens, p.options);
     if (!sched.ok()) return sched.status();
-    first.push_back(first.back() + (*sched)->plan().num_tasks());
-    seqs.push_back(*std::move(sched));
+    out.first.push_back(out.first.back() + (*sched)->plan().num_tasks());
+    out.seqs.push_back(*std::move(sched));
   }
-  step.seqs = std::move(seqs);
-  step.first = std::move(first);
-  return absl::OkStatus();
+  return out;
 }
 
 absl::StatusOr<GradResult<float>> TaskServiceImpl::ComputeGradient(
@@ -74,9 +70,8 @@ absl::StatusOr<std::vector<GradResult<float>>> TaskServiceImpl::ComputeGradients
   for (size_t b = 0; b < pieces.size(); ++b) {
     const GradOptions& options = pieces[b].options;
     auto in_sequence = [&](const absl::Status& s) {
-      return pieces.size() == 1
-                 ? s
-                 : absl::Status(s.code(), absl::StrCat("sequence ", b, " of the step: ", s.message()));
+      if (pieces.size() == 1) return s;
+      return absl::Status(s.code(), absl::StrCat("sequence ", b, " of the step: ", s.message()));
     };
     if (absl::Status s = ValidateGradientInputs(params.config, pieces[b].tokens, options); !s.ok())
       return in_sequence(s);
@@ -109,11 +104,14 @@ absl::StatusOr<std::vector<GradResult<float>>> TaskServiceImpl::ComputeGradients
   auto step = std::make_unique<Step>();
   try {  // an allocation failure here ends this gradient (and its job), not the service
     step->pieces.assign(pieces.begin(), pieces.end());
-    if (absl::Status s = MakeSchedulers(params, *step); !s.ok()) {
+    absl::StatusOr<Sequences> made = MakeSchedulers(params, step->pieces);
+    if (!made.ok()) {
       std::lock_guard<std::mutex> lock(mu_);
       running_ = false;
-      return s;
+      return made.status();
     }
+    step->seqs = std::move(made->seqs);
+    step->first = std::move(made->first);
     step->params = &params;
     step->job_id = job_id;
     step->config_json = ConfigToJson(params.config);
@@ -225,12 +223,15 @@ void TaskServiceImpl::RestartIfTreeLost() {
     if (now - current_->tasks_done_at < kRootsDeadlineLeases * opt_.lease) return;
     roots_stuck = true;
   }
-  RetireStep();
-  if (absl::Status s = MakeSchedulers(*current_->params, *current_); !s.ok()) {
-    aborted_ = s;  // they were made once for these inputs: not expected
+  absl::StatusOr<Sequences> made = MakeSchedulers(*current_->params, current_->pieces);
+  if (!made.ok()) {  // they were made once for these inputs: not expected
+    aborted_ = made.status();
     done_cv_.notify_all();
     return;
   }
+  RetireStep();  // the old schedulers' lease counters, before they go
+  current_->seqs = std::move(made->seqs);
+  current_->first = std::move(made->first);
   current_->version = ++next_version_;
   current_->lease_secrets.clear();
   current_->leased_at.clear();
@@ -285,11 +286,7 @@ void TaskServiceImpl::Abort(absl::Status why) {
 
 void TaskServiceImpl::RetireStep() {
   if (!current_) return;
-  const QueueStats s = current_->Stats();
-  past_.leases_granted_total += s.leases_granted_total;
-  past_.leases_expired_total += s.leases_expired_total;
-  past_.leases_released_total += s.leases_released_total;
-  past_.results_rejected_total += s.results_rejected_total;
+  AddLeaseCounters(current_->Stats(), past_);
 }
 
 }  // namespace adjsh::coordinator
