@@ -57,8 +57,8 @@ int CoordinatorCommand(const std::vector<std::string>& args) {
         "directories whose files jobs may read (models, tokens, text) and where they may write "
         "checkpoints, besides --state-dir; any other path in a spec is PERMISSION_DENIED");
   a.Add("trace", "FILE",
-        "append one JSON line per span task of every step of one sequence (bench/fleet_sim.py replays "
-        "them)");
+        "append one JSON line per span task of every step of one sequence (bench/fleet_sim.py "
+        "replays them)");
   a.Add("lease-ms", "MS", "a task's lease; a lost worker's task is handed out again after it",
         "5000");
   AddReduceFlag(a, "");

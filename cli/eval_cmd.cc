@@ -115,8 +115,8 @@ int EvalCommand(const std::vector<std::string>& args) {
   }
   const bool mamba2 = ModelTypeOfDir(a.Get("model")) == "mamba2";
   if (mamba2 && !opt.device.is_cpu()) {
-    return BadUsage("eval", absl::InvalidArgumentError(
-                                "a Mamba-2 model is evaluated on the CPU (no --device for it yet)"));
+    return BadUsage("eval", absl::InvalidArgumentError("a Mamba-2 model is evaluated on the CPU "
+                                                       "(no --device for it yet)"));
   }
   if (absl::Status s = CheckDeviceUsable(opt.device); !s.ok()) return Fail("eval", s);
   const bool quiet = a.GetBool("quiet");

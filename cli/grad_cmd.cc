@@ -8,12 +8,11 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/device_flags.h"
+#include "cli/grad_output.h"
 #include "cli/mamba2_grad.h"
 #include "common/token_data.h"
 #include "common/model.h"
 #include "coordinator/local_cluster.h"
-#include "common/proc_stats.h"
-#include "common/safetensors.h"
 #include "common/tokens.h"
 #include "engine/adjoint_engine.h"
 #include "engine/segments.h"
@@ -79,17 +78,12 @@ absl::Status RunGrad(const ArgParser& a, const GradOptions& opt, bool quiet, int
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
   const DType dtype = std::is_same_v<T, double> ? DType::kF64 : DType::kF32;
-  TensorMap out = ParamsToTensors(result->grad, dtype);
-  const T loss = static_cast<T>(result->loss);
-  out["loss"] = HostTensor::From<T>(std::span<const T>(&loss, 1), {}, dtype);
-  if (absl::Status s = WriteSafetensors(a.Get("out"), out); !s.ok()) return s;
+  if (absl::Status s = WriteGradOutput(a.Get("out"), ParamsToTensors(result->grad, dtype),
+                                       result->loss, dtype);
+      !s.ok())
+    return s;
   if (!quiet) {
-    const double n = static_cast<double>(tokens->size());
-    std::fprintf(stderr,
-                 "loss %.6f  tokens %zu  %.2f s  %.0f tokens/s  peak RSS %.1f MiB (%.0f B/token)"
-                 "  -> %s\n",
-                 result->loss, tokens->size(), seconds, n / seconds,
-                 PeakResidentBytes() / 1048576.0, PeakResidentBytes() / n, a.Get("out").c_str());
+    PrintGradSummary(result->loss, tokens->size(), seconds, a.Get("out"));
     if (result->profile.tasks > 0)
       std::fprintf(stderr, "%s\n", ProfileSummary(result->profile).c_str());
   }
@@ -226,9 +220,10 @@ int GradCommand(const std::vector<std::string>& args) {
     // Mamba-2: the exact gradient in-process on the CPU, chunked states; the rest is Mamba-1's.
     for (const char* flag : {"window", "doc-starts", "trace", "spill-dir", "worker-device"}) {
       if (a.Has(flag)) {
-        return BadUsage("grad", absl::InvalidArgumentError(absl::StrCat(
-                                    "--", flag, " is not available for Mamba-2 models, whose "
-                                    "gradient adjsh computes in-process on the CPU")));
+        return BadUsage("grad",
+                        absl::InvalidArgumentError(absl::StrCat(
+                            "--", flag, " is not available for Mamba-2 models, whose gradient "
+                            "adjsh computes in-process on the CPU")));
       }
     }
     if (*workers > 0 || opt.spans != 0 || opt.schedule != Schedule::kSpans ||

@@ -1,12 +1,10 @@
 #include "cli/mamba2_grad.h"
 
 #include <chrono>
-#include <cstdio>
 
+#include "cli/grad_output.h"
 #include "common/file_io.h"
 #include "common/mamba2_config.h"
-#include "common/proc_stats.h"
-#include "common/safetensors.h"
 #include "common/tokens.h"
 #include "engine/mamba2_grad.h"
 
@@ -18,26 +16,20 @@ absl::Status Run(const std::string& model_dir, const std::string& tokens_path,
                  const std::string& out_path, int64_t chunk, bool quiet) {
   absl::StatusOr<Mamba2Params<T>> params = LoadMamba2ModelDir<T>(model_dir);
   if (!params.ok()) return params.status();
-  absl::StatusOr<std::vector<uint32_t>> tokens = ReadTokenFile(tokens_path);
-  if (!tokens.ok()) return tokens.status();
-  if (absl::Status s = CheckTokensInVocab(*tokens, params->config.vocab_size); !s.ok()) return s;
+  absl::StatusOr<std::vector<uint32_t>> tokens = ReadTokenFile(tokens_path);  // ids checked
+  if (!tokens.ok()) return tokens.status();                                   // by the gradient
   const auto start = std::chrono::steady_clock::now();
   absl::StatusOr<Mamba2GradResult<T>> g = Mamba2Gradient<T>(*params, *tokens, chunk);
   if (!g.ok()) return g.status();
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const DType dtype = std::is_same_v<T, double> ? DType::kF64 : DType::kF32;
-  TensorMap out = Mamba2ParamsToTensors(g->grad, dtype);
-  const T loss = static_cast<T>(g->loss);
-  out["loss"] = HostTensor::From<T>(std::span<const T>(&loss, 1), {}, dtype);
-  if (absl::Status s = WriteSafetensors(out_path, out); !s.ok()) return s;
+  if (absl::Status s =
+          WriteGradOutput(out_path, Mamba2ParamsToTensors(g->grad, dtype), g->loss, dtype);
+      !s.ok())
+    return s;
   if (!quiet) {
-    const double n = static_cast<double>(tokens->size());
-    std::fprintf(stderr,
-                 "loss %.6f  tokens %zu  %.2f s  %.0f tokens/s  peak RSS %.1f MiB (%.0f B/token)"
-                 "  -> %s (Mamba-2, in-process)\n",
-                 g->loss, tokens->size(), seconds, n / seconds, PeakResidentBytes() / 1048576.0,
-                 PeakResidentBytes() / n, out_path.c_str());
+    PrintGradSummary(g->loss, tokens->size(), seconds, out_path, "(Mamba-2, in-process)");
   }
   return absl::OkStatus();
 }

@@ -211,8 +211,8 @@ absl::Status TakeParamTensor(const TensorMap& tensors, const std::string& name,
   if (!v.ok()) return WithPrefix(v.status(), absl::StrCat("tensor \"", name, "\""));
   for (size_t i = 0; i < v->size(); ++i) {
     if (!std::isfinite((*v)[i])) {
-      return absl::InvalidArgumentError(absl::StrCat("tensor \"", name, "\" has a non-finite value (",
-                                                     (*v)[i], ") at flat index ", i));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor \"", name, "\" has a non-finite value (", (*v)[i], ") at flat index ", i));
     }
   }
   values = *std::move(v);
@@ -328,7 +328,7 @@ absl::Status SaveModelDir(const std::string& dir, const ModelParams<T>& params, 
   template std::vector<ParamRef<T>> ListParams<T>(ModelParams<T>&);                          \
   template absl::StatusOr<ModelParams<T>> LoadModelDir<T>(const std::string&);                \
   template absl::Status TakeParamTensor<T>(const TensorMap&, const std::string&,              \
-                                           const std::vector<int64_t>&, std::vector<T>&);                \
+                                           const std::vector<int64_t>&, std::vector<T>&);     \
   template absl::Status SaveModelDir<T>(const std::string&, const ModelParams<T>&, DType);
 ADJSH_INSTANTIATE(float)
 ADJSH_INSTANTIATE(double)

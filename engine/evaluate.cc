@@ -135,6 +135,22 @@ absl::StatusOr<int64_t> EvalTokenCount(const TokenData& tokens, const EvalOption
   return n;
 }
 
+EvalResult SumSequenceLosses(int64_t n, const EvalOptions& options,
+                             const SequenceLossFn& sequence_loss) {
+  EvalResult result;
+  int64_t done = 0;
+  for (const auto& [start, len] : EvalSequences(n, options.context)) {
+    result.loss_sum += sequence_loss(start, len, [&](int64_t rows) {
+      done += rows;
+      if (options.progress) options.progress(done, n);
+    });
+    result.targets += len - 1;
+    result.tokens += len;
+    ++result.sequences;
+  }
+  return result;
+}
+
 template <typename T>
 absl::StatusOr<EvalResult> Evaluate(const ModelParams<T>& params, const TokenData& tokens,
                                     const EvalOptions& options) {
@@ -150,18 +166,9 @@ absl::StatusOr<EvalResult> Evaluate(const ModelParams<T>& params, const TokenDat
 
   ThreadPool pool(options.threads);
   SequenceEval<T> eval(params, **backend, model.blocks, tokens, options.chunk);
-  EvalResult result;
-  int64_t done = 0;
-  for (const auto& [start, len] : EvalSequences(n, options.context)) {
-    result.loss_sum += eval.Run(start, len, pool, [&](int64_t rows) {
-      done += rows;
-      if (options.progress) options.progress(done, n);
-    });
-    result.targets += len - 1;
-    result.tokens += len;
-    ++result.sequences;
-  }
-  return result;
+  return SumSequenceLosses(n, options, [&](int64_t start, int64_t len, const auto& rows_done) {
+    return eval.Run(start, len, pool, rows_done);
+  });
 }
 
 template absl::StatusOr<EvalResult> Evaluate<float>(const ModelParams<float>&, const TokenData&,

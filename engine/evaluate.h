@@ -47,6 +47,15 @@ std::vector<std::pair<int64_t, int64_t>> EvalSequences(int64_t n, int64_t contex
 // Mamba2Evaluate's (engine/mamba2_eval.h) check.
 absl::StatusOr<int64_t> EvalTokenCount(const TokenData& tokens, const EvalOptions& options);
 
+// The loss of the first n tokens in EvalSequences(n, options.context): sequence_loss(start,
+// len, rows_done) returns one sequence's loss sum and calls rows_done(rows) as it goes (which
+// reports options.progress); the sums are added in sequence order. Evaluate's and
+// Mamba2Evaluate's loop.
+using SequenceLossFn = std::function<double(int64_t start, int64_t len,
+                                            const std::function<void(int64_t rows)>& rows_done)>;
+EvalResult SumSequenceLosses(int64_t n, const EvalOptions& options,
+                             const SequenceLossFn& sequence_loss);
+
 // A last sequence of one token predicts nothing and is left out. INVALID_ARGUMENT for fewer than
 // 2 tokens to evaluate, an id >= V, chunk < 1 or context 1; the device's errors (UNIMPLEMENTED /
 // FAILED_PRECONDITION).

@@ -47,18 +47,9 @@ absl::StatusOr<EvalResult> Mamba2Evaluate(const Mamba2Params<T>& params, const T
   if (!count.ok()) return count.status();
   const int64_t n = *count;
   if (absl::Status s = tokens.CheckInVocab(params.config.vocab_size, n); !s.ok()) return s;
-  EvalResult result;
-  int64_t done = 0;
-  for (const auto& [start, len] : EvalSequences(n, options.context)) {
-    result.loss_sum += SequenceLoss(params, tokens, start, len, options.chunk, [&](int64_t rows) {
-      done += rows;
-      if (options.progress) options.progress(done, n);
-    });
-    result.targets += len - 1;
-    result.tokens += len;
-    ++result.sequences;
-  }
-  return result;
+  return SumSequenceLosses(n, options, [&](int64_t start, int64_t len, const auto& rows_done) {
+    return SequenceLoss(params, tokens, start, len, options.chunk, rows_done);
+  });
 }
 
 template absl::StatusOr<EvalResult> Mamba2Evaluate<float>(const Mamba2Params<float>&,

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/tokens.h"
 #include "engine/mamba2_layer.h"
 #include "kernels/cpu/blas.h"
 #include "kernels/cpu/lm_head.h"
@@ -35,12 +36,7 @@ absl::StatusOr<Mamba2GradResult<T>> Mamba2Gradient(const Mamba2Params<T>& params
         absl::StrCat("a gradient needs at least 2 tokens (one next-token target), got ", T_));
   }
   if (chunk < 1) return absl::InvalidArgumentError(absl::StrCat("chunk must be >= 1, got ", chunk));
-  for (int64_t t = 0; t < T_; ++t) {
-    if (tokens[t] >= static_cast<uint64_t>(cfg.vocab_size)) {
-      return absl::InvalidArgumentError(absl::StrCat("token ", t, " is ", tokens[t],
-                                                     ", not below vocab_size ", cfg.vocab_size));
-    }
-  }
+  if (absl::Status s = CheckTokensInVocab(tokens, cfg.vocab_size); !s.ok()) return s;
   const Mamba2Dims d(cfg);
   const int64_t K = cfg.num_hidden_layers, V = cfg.vocab_size, C = std::min(chunk, T_);
   const int64_t chunks = (T_ + C - 1) / C, HPN = d.H * d.P * d.N;

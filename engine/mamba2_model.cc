@@ -42,7 +42,7 @@ absl::Status VisitMamba2Params(
   }
   if (absl::Status s = visit("backbone.norm_f.weight", {D}, p.norm_f); !s.ok()) return s;
   if (c.tie_word_embeddings) return absl::OkStatus();
-  return visit("lm_head.weight", {c.vocab_size, D}, p.lm_head);
+  return visit(std::string(kLmHeadName), {c.vocab_size, D}, p.lm_head);
 }
 
 template <typename T>
@@ -77,7 +77,7 @@ absl::StatusOr<Mamba2Params<T>> Mamba2ParamsFromTensors(const Mamba2Config& conf
     if (expected.contains(name)) continue;
     // An explicit LM head in a tied checkpoint duplicates the embedding; it is not used (as
     // for Mamba-1, common/model.h).
-    if (name == "lm_head.weight" &&
+    if (name == kLmHeadName &&
         tensor.shape == std::vector<int64_t>{config.vocab_size, config.hidden_size})
       continue;
     return absl::InvalidArgumentError(
@@ -114,7 +114,9 @@ absl::StatusOr<Mamba2Params<T>> LoadMamba2ModelDir(const std::string& dir) {
   absl::StatusOr<TensorMap> tensors = ReadCheckpointTensors(dir);
   if (!tensors.ok()) return tensors.status();
   absl::StatusOr<Mamba2Params<T>> p = Mamba2ParamsFromTensors<T>(*config, *tensors);
-  if (!p.ok()) return absl::Status(p.status().code(), absl::StrCat(dir, ": ", p.status().message()));
+  if (!p.ok()) {
+    return absl::Status(p.status().code(), absl::StrCat(dir, ": ", p.status().message()));
+  }
   return p;
 }
 

@@ -168,10 +168,23 @@ nlohmann::json Trainer::Definition() const {
       {"grad_clip", o.grad_clip}};
 }
 
+absl::StatusOr<std::vector<GradResult<float>>> Trainer::Gradients(
+    const GradientSource& source, const std::vector<std::vector<uint32_t>>& tokens,
+    const std::vector<GradOptions>& options) const {
+  std::vector<GradPiece> pieces;
+  for (size_t i = 0; i < tokens.size(); ++i) pieces.push_back(GradPiece{tokens[i], options[i]});
+  absl::StatusOr<std::vector<GradResult<float>>> r = source(params_, pieces);
+  if (r.ok() && r->size() != pieces.size()) {
+    return absl::InternalError(
+        absl::StrFormat("%d results for %d sequences", r->size(), pieces.size()));
+  }
+  return r;
+}
+
 absl::StatusOr<GradResult<float>> Trainer::BatchGradient() {
   const int64_t T = opt_.context;
   std::vector<std::vector<uint32_t>> tokens;  // each piece's
-  std::vector<GradPiece> pieces;
+  std::vector<GradOptions> options;
   std::vector<int64_t> cuts;  // document starts inside the window, relative to it
   for (int64_t b = 0; b < opt_.batch_size; ++b) {
     const int64_t start = sampler_->Start(state_.sequence + b);
@@ -182,20 +195,15 @@ absl::StatusOr<GradResult<float>> Trainer::BatchGradient() {
     }
     for (const auto& [first, len] : PiecesAtStarts(T, cuts)) {
       tokens.push_back(corpus_.Slice(start + first, len));
-      GradOptions options = opt_.grad;
+      options.push_back(opt_.grad);
       if (!opt_.loss_mask.empty()) {  // the piece's slice, for whichever gradient source
-        options.loss_mask = std::span<const uint8_t>(opt_.loss_mask).subspan(start + first, len);
+        options.back().loss_mask =
+            std::span<const uint8_t>(opt_.loss_mask).subspan(start + first, len);
       }
-      pieces.push_back(GradPiece{{}, options});
     }
   }
-  for (size_t i = 0; i < pieces.size(); ++i) pieces[i].tokens = tokens[i];  // no more moves
-  absl::StatusOr<std::vector<GradResult<float>>> parts = source_(params_, pieces);
+  absl::StatusOr<std::vector<GradResult<float>>> parts = Gradients(source_, tokens, options);
   if (!parts.ok()) return parts.status();
-  if (parts->size() != pieces.size()) {
-    return absl::InternalError(absl::StrFormat("%d gradients for %d sequences", parts->size(),
-                                               pieces.size()));
-  }
   // The mean over every counted target of the batch (engine/segments.h): each piece's mean loss
   // and gradient weighted by its share of the targets, added in order.
   return CombineGradients(*std::move(parts));
@@ -220,31 +228,24 @@ absl::StatusOr<EvalResult> Trainer::HeldOutLoss() {
   for (size_t first = 0; first < sequences.size(); first += opt_.batch_size) {
     const size_t end = std::min(sequences.size(), first + static_cast<size_t>(opt_.batch_size));
     std::vector<std::vector<uint32_t>> tokens;
-    std::vector<GradPiece> pieces;
+    std::vector<GradOptions> options;
     for (size_t i = first; i < end; ++i) {
       const auto [start, len] = sequences[i];
-      GradOptions options = opt_.grad;
-      options.forward_only = true;
-      options.loss_mask = {};
-      options.progress = nullptr;
-      if (!SpanPlan::Make(len, options.chunk, options.spans, c.num_hidden_layers, c.conv_kernel)
-               .ok())
-        options.spans = 0;  // a short last sequence: the default spans for its length
+      GradOptions& o = options.emplace_back(opt_.grad);
+      o.forward_only = true;
+      o.loss_mask = {};
+      o.progress = nullptr;
+      if (!SpanPlan::Make(len, o.chunk, o.spans, c.num_hidden_layers, c.conv_kernel).ok())
+        o.spans = 0;  // a short last sequence: the default spans for its length
       tokens.push_back(val_.Slice(start, len));
-      pieces.push_back(GradPiece{{}, options});
     }
-    for (size_t i = 0; i < pieces.size(); ++i) pieces[i].tokens = tokens[i];
-    absl::StatusOr<std::vector<GradResult<float>>> g = eval_source_(params_, pieces);
+    absl::StatusOr<std::vector<GradResult<float>>> g = Gradients(eval_source_, tokens, options);
     if (!g.ok()) return g.status();
-    if (g->size() != pieces.size()) {
-      return absl::InternalError(
-          absl::StrFormat("%d losses for %d held-out sequences", g->size(), pieces.size()));
-    }
-    for (size_t i = 0; i < pieces.size(); ++i) {  // in sequence order, as Evaluate adds them
+    for (size_t i = 0; i < tokens.size(); ++i) {  // in sequence order, as Evaluate adds them
       r.loss_sum += (*g)[i].loss * static_cast<double>((*g)[i].targets);
       r.targets += (*g)[i].targets;
       r.sequences += 1;
-      r.tokens += static_cast<int64_t>(pieces[i].tokens.size());
+      r.tokens += static_cast<int64_t>(tokens[i].size());
     }
   }
   return r;

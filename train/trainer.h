@@ -143,6 +143,11 @@ class Trainer {
   // The held-out loss (TrainOptions::eval_tokens of val_ in sequences of the context): through
   // eval_source_ when set, else engine/evaluate.h in-process.
   absl::StatusOr<EvalResult> HeldOutLoss();
+  // source's results for the pieces tokens[i] with options[i] (same sizes): one per piece, or
+  // INTERNAL when the source returns another count.
+  absl::StatusOr<std::vector<GradResult<float>>> Gradients(
+      const GradientSource& source, const std::vector<std::vector<uint32_t>>& tokens,
+      const std::vector<GradOptions>& options) const;
   std::unique_ptr<SequenceSampler> sampler_;
   std::string data_fingerprint_, mask_fingerprint_;
   std::vector<int64_t> written_;  // the step folders this run saved, oldest first

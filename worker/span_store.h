@@ -2,8 +2,8 @@
 // on the worker's backend, the plans of that version's step (one per sequence of the step: a
 // batch's sequences run at once, proto/adjsh.proto Task.sequence), and the spans it owns there
 // (engine/span_work.h), by (sequence, span). A task of a newer version drops all of it first (a
-// new step: new parameters, and every span starts again from its tokens). At most max_jobs jobs are kept, the
-// least recently used dropped. Main thread only.
+// new step: new parameters, and every span starts again from its tokens). At most max_jobs jobs
+// are kept, the least recently used dropped. Main thread only.
 #ifndef ADJSH_WORKER_SPAN_STORE_H_
 #define ADJSH_WORKER_SPAN_STORE_H_
 
