@@ -14,9 +14,11 @@ Model: D=256, K=4, N=64, head_dim 32 (H=16), G=1, W=4, V=256, synthetic weights;
   GFLOP/s        the gradient's GEMM and scan FLOPs (counted below) over adjsh s
   peak MiB       `adjsh grad`'s peak RSS; the slope between the two memory lengths is the
                  memory per token
-FLOPs counted per token and layer: the in_proj, out_proj and LM-head GEMMs (2 m n each) three
-times for the layers (forward, the state sweep, the chunk's recompute) and twice more for their
-backward, the head three times; the scan 4 H P N per pass forward, 10 H P N backward.
+FLOPs counted per token and layer, as engine/mamba2_grad.cc runs them: the in_proj GEMM
+(2 Dp D) three times (the forward, the backward's state sweep, the chunk's recompute), the
+out_proj GEMM (2 D Di) twice (the sweep keeps states only), both twice more for their
+backward; the scan 4 H P N per forward pass (2 H P N in the sweep) and 10 H P N backward; the
+LM head (2 V D) three times.
 """
 import argparse
 import json
@@ -41,8 +43,9 @@ SHAPE = dict(D=256, K=4, N=64, W=4, E=2, P=32, G=1, V=256)
 def flops_per_token(cfg):
     D, Di, H, P, G, N, Cc = ref.dims(cfg)
     Dp, V, K = 2 * Di + 2 * G * N + H, cfg["vocab_size"], cfg["num_hidden_layers"]
-    gemm = 2 * (Dp * D + D * Di)
-    layer = 3 * gemm + 2 * gemm + (3 * 4 + 10) * H * P * N
+    in_proj, out_proj = 2 * Dp * D, 2 * D * Di
+    layer = (3 * in_proj + 2 * out_proj + 2 * (in_proj + out_proj) +
+             (4 + 2 + 4 + 10) * H * P * N)
     return K * layer + 3 * 2 * V * D
 
 

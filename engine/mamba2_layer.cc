@@ -88,10 +88,12 @@ void Mamba2ChunkForward(const Mamba2Layer<T>& l, const Mamba2Config& cfg, const 
         const T xv = dt * x[p];
         T* Sp = Sh + p * d.N;
         for (int64_t n = 0; n < d.N; ++n) Sp[n] = decay * Sp[n] + xv * B[n];
+        if (out == nullptr) continue;
         a.y[i * d.Di + h * d.P + p] = cpu::RowDot(Sp, C, d.N) + l.D[h] * x[p];
       }
     }
   }
+  if (out == nullptr) return;  // the states alone
   // The gated norm: gv = y * silu(z), normalised per group of M = Di / G channels.
   const int64_t M = d.Di / d.G;
   a.gv.resize(L * d.Di), a.r2.resize(L * d.G), a.n.resize(L * d.Di);

@@ -35,7 +35,8 @@ struct Mamba2ChunkActs {
 // The chunk's forward: u holds the layer input's rows [t0 - hb, t1), hb = min(W - 1, t0) (the
 // conv halo, then the chunk's own rows);
 // S (H, P, N) holds the states before t0 and is left holding those after t1 - 1; out (L, D) gets
-// the layer's addition to its rows (u^{k+1} = u + out). a keeps what the backward reads.
+// the layer's addition to its rows (u^{k+1} = u + out). a keeps what the backward reads. With
+// out null only the states are computed (and a is no backward's input).
 template <typename T>
 void Mamba2ChunkForward(const Mamba2Layer<T>& l, const Mamba2Config& cfg, const T* u,
                         int64_t t0, int64_t t1, T* S, Mamba2ChunkActs<T>& a, T* out);
