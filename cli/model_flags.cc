@@ -1,5 +1,7 @@
 #include "cli/model_flags.h"
 
+#include "absl/strings/str_cat.h"
+
 namespace adjsh::cli {
 
 void AddModelFlags(ArgParser& a, const ModelFlagDefaults& d) {
@@ -41,6 +43,45 @@ absl::StatusOr<MambaConfig> ConfigFromFlags(const ArgParser& a) {
   c.layer_norm_epsilon = *eps;
   c.tie_word_embeddings = !a.GetBool("untied-head");
   if (absl::Status s = ValidateConfig(c); !s.ok()) return s;
+  return c;
+}
+
+void AddMamba2Flags(ArgParser& a) {
+  a.Add("head-dim", "P", "with --model-type mamba2: channels per head (E*D / P heads)", "64");
+  a.Add("groups", "G", "with --model-type mamba2: groups sharing B and C (G divides the heads)",
+        "1");
+}
+
+absl::StatusOr<Mamba2Config> Mamba2ConfigFromFlags(const ArgParser& a) {
+  if (a.Get("dt-rank") != "auto") {
+    return absl::InvalidArgumentError("--dt-rank is Mamba-1's: a Mamba-2 model has no dt "
+                                      "projection (one dt per head from in_proj)");
+  }
+  Mamba2Config c;
+  struct IntFlag {
+    const char* name;
+    int64_t* field;
+  };
+  for (const IntFlag& f : {IntFlag{"hidden-size", &c.hidden_size},
+                           IntFlag{"layers", &c.num_hidden_layers},
+                           IntFlag{"state-size", &c.state_size},
+                           IntFlag{"conv-kernel", &c.conv_kernel}, IntFlag{"expand", &c.expand},
+                           IntFlag{"vocab-size", &c.vocab_size},
+                           IntFlag{"head-dim", &c.head_dim}, IntFlag{"groups", &c.n_groups}}) {
+    absl::StatusOr<int64_t> v = a.GetInt(f.name, 1, int64_t{1} << 31);
+    if (!v.ok()) return v.status();
+    *f.field = *v;
+  }
+  if (c.inner() % c.head_dim != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--head-dim ", c.head_dim, " does not divide the inner width E*D = ", c.inner()));
+  }
+  c.num_heads = c.inner() / c.head_dim;
+  absl::StatusOr<double> eps = a.GetDouble("layer-norm-epsilon");
+  if (!eps.ok()) return eps.status();
+  c.layer_norm_epsilon = *eps;
+  c.tie_word_embeddings = !a.GetBool("untied-head");
+  if (absl::Status s = ValidateMamba2Config(c); !s.ok()) return s;
   return c;
 }
 

@@ -7,6 +7,7 @@
 #include "absl/status/statusor.h"
 #include "cli/args.h"
 #include "common/config.h"
+#include "common/mamba2_config.h"
 
 namespace adjsh::cli {
 
@@ -18,6 +19,12 @@ void AddModelFlags(ArgParser& a, const ModelFlagDefaults& defaults);
 
 // A validated config from the flags; INVALID_ARGUMENT naming the flag or key otherwise.
 absl::StatusOr<MambaConfig> ConfigFromFlags(const ArgParser& a);
+
+// `adjsh init`'s Mamba-2 flags: --head-dim P and --groups G (H = E D / P heads).
+void AddMamba2Flags(ArgParser& a);
+// A validated Mamba-2 config from the shape flags (--dt-rank must stay auto: Mamba-2 has no dt
+// projection) and the Mamba-2 flags; INVALID_ARGUMENT naming the flag or key otherwise.
+absl::StatusOr<Mamba2Config> Mamba2ConfigFromFlags(const ArgParser& a);
 
 }  // namespace adjsh::cli
 

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <optional>
+#include <type_traits>
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
@@ -11,9 +12,11 @@
 #include "cli/commands.h"
 #include "cli/device_flags.h"
 #include "cli/job_flags.h"
+#include "cli/mamba2_grad.h"
 #include "cli/train_report.h"
 #include "common/metrics_server.h"
 #include "common/model.h"
+#include "engine/mamba2_model.h"
 #include "common/token_data.h"
 #include "common/tokens.h"
 #include "coordinator/job_spec.h"
@@ -36,6 +39,104 @@ absl::StatusOr<std::vector<uint8_t>> LoadLossMask(const std::string& path) {
   std::fclose(f);
   if (failed) return absl::DataLossError(absl::StrFormat("cannot read loss mask %s", path));
   return mask;
+}
+
+// Runs the trainer (set up, Init done) with the progress line, --log-jsonl and
+// --metrics-listen, for either model type; cluster: the local workers, or null in-process.
+template <typename P>
+int RunTrainer(train::BasicTrainer<P>& trainer, const ArgParser& a, const v1::JobSpec& spec,
+               const train::TrainOptions& opt, coordinator::LocalCluster* cluster,
+               int64_t workers, int64_t first_step) {
+  const auto& c = trainer.params().config;
+  std::shared_ptr<coordinator::CoordinatorMetrics> cluster_metrics;
+  std::unique_ptr<metrics::MetricsServer> metrics_server;
+  if (a.Has("metrics-listen")) {  // through workers with the task families, else without
+    absl::StatusOr<std::unique_ptr<metrics::MetricsServer>> served =
+        metrics::MetricsServer::Start(a.Get("metrics-listen"));
+    if (!served.ok()) return Fail("train", served.status());
+    metrics_server = std::move(*served);
+    cluster_metrics = std::make_shared<coordinator::CoordinatorMetrics>(
+        cluster ? &cluster->service() : nullptr);
+    metrics_server->Add(cluster_metrics);
+    std::fprintf(stderr, "metrics on %s\n", metrics_server->address().c_str());
+  }
+  std::fprintf(stderr,
+               "%smodel D=%lld K=%lld N=%lld V=%lld | context %lld tokens x batch %lld, %s | %s "
+               "gradient, chunk %lld | %lld steps%s\n",
+               std::is_same_v<P, Mamba2Params<float>> ? "Mamba-2 " : "",
+               static_cast<long long>(c.hidden_size), static_cast<long long>(c.num_hidden_layers),
+               static_cast<long long>(c.state_size), static_cast<long long>(c.vocab_size),
+               static_cast<long long>(opt.context), static_cast<long long>(opt.batch_size),
+               std::string(train::DataOrderName(opt.order)).c_str(),
+               (std::string(opt.grad.window > 0
+                                    ? absl::StrFormat("window-%d", opt.grad.window)
+                                    : "exact") +
+                (opt.grad.cotangent == Cotangent::kTopOfStack ? " top-of-stack" : ""))
+                   .c_str(),
+               static_cast<long long>(opt.grad.chunk), static_cast<long long>(opt.steps),
+               trainer.resumed()
+                   ? absl::StrFormat(" | resumed at step %d", trainer.state().step).c_str()
+                   : "");
+  if (!trainer.resume_note().empty())
+    std::fprintf(stderr, "adjsh train: %s\n", trainer.resume_note().c_str());
+  std::optional<StepLog> log;
+  if (a.Has("log-jsonl")) {
+    absl::StatusOr<StepLog> opened = StepLog::Open(a.Get("log-jsonl"));
+    if (!opened.ok()) return Fail("train", opened.status());
+    log.emplace(*std::move(opened));
+  }
+  if (cluster_metrics) {  // the workers expected: the spec's, else the local cluster's
+    cluster_metrics->JobStarted("train", trainer.state().step, opt.steps,
+                                spec.expected_workers() > 0 ? spec.expected_workers() : workers);
+  }
+  const absl::Status trained = trainer.Run([&](const train::StepReport& r) {
+    if (cluster_metrics) cluster_metrics->StepDone("train", r, opt.context);
+    PrintProgress(r);
+    if (log) log->Write(r);
+  });
+  if (log && !log->status().ok()) return Fail("train", log->status());
+  if (cluster_metrics) cluster_metrics->JobEnded("train");
+  if (!trained.ok()) return Fail("train", trained);
+  if (cluster) {
+    const double token_steps = static_cast<double>(opt.context) *
+                               static_cast<double>(trainer.state().step - first_step);
+    const double sent = static_cast<double>(cluster->service().bytes_sent());
+    const double received = static_cast<double>(cluster->service().bytes_received());
+    std::fprintf(stderr,
+                 "wire: %.1f MiB to workers, %.1f MiB back; per token per step %.0f B out, "
+                 "%.0f B back; %lld results accepted, %lld refused, %d worker restarts\n",
+                 sent / 1048576, received / 1048576, sent / std::max(1.0, token_steps),
+                 received / std::max(1.0, token_steps),
+                 static_cast<long long>(cluster->service().results_accepted()),
+                 static_cast<long long>(cluster->service().results_rejected()),
+                 cluster->restarts());
+  }
+  std::fprintf(stderr, "done: step %lld, loss %.4f; checkpoint in %s/latest\n",
+               static_cast<long long>(trainer.state().step), trainer.state().last_loss,
+               opt.checkpoint_dir.c_str());
+  return 0;
+}
+
+// adjsh train for a Mamba-2 model folder (model_type mamba2): in-process, the options its
+// gradient lacks refused by the trainer (train/model_family.h).
+int TrainMamba2(const ArgParser& a, const v1::JobSpec& spec, const train::TrainOptions& opt_in,
+                int64_t workers) {
+  if (workers > 0) {
+    return BadUsage("train", absl::UnimplementedError(
+                                 "a Mamba-2 model trains in-process: span tasks through workers "
+                                 "are not built for Mamba-2 (drop --workers)"));
+  }
+  train::TrainOptions opt = opt_in;
+  absl::StatusOr<Mamba2Params<float>> params = LoadMamba2ModelDir<float>(spec.model_dir());
+  if (!params.ok()) return Fail("train", params.status());
+  absl::StatusOr<coordinator::JobDataSet> data =
+      coordinator::JobData(spec, coordinator::NoJobLimits(), params->config.vocab_size);
+  if (!data.ok()) return Fail("train", data.status());
+  if (opt.reset_at_documents) opt.doc_starts = std::move(data->doc_starts);
+  train::Mamba2Trainer trainer(*std::move(params), std::move(data->corpus), opt);
+  if (data->val) trainer.set_validation(*std::move(data->val));
+  if (absl::Status s = trainer.Init(); !s.ok()) return Fail("train", s);
+  return RunTrainer(trainer, a, spec, opt, nullptr, 0, trainer.state().step);
 }
 
 }  // namespace
@@ -173,6 +274,9 @@ int TrainCommand(const std::vector<std::string>& args) {
     if (!config.ok()) return Fail("train", config.status());
     if (absl::Status s = CheckModelFitsInMemory(*config, 4); !s.ok()) return Fail("train", s);
   }
+  if (spec->model_case() == v1::JobSpec::kModelDir &&
+      ModelTypeOfDir(spec->model_dir()) == "mamba2")
+    return TrainMamba2(a, *spec, opt, workers);
   absl::StatusOr<ModelParams<float>> params = coordinator::JobModelParams(*spec);
   if (!params.ok()) return Fail("train", params.status());
   absl::StatusOr<coordinator::JobDataSet> data =
@@ -180,13 +284,10 @@ int TrainCommand(const std::vector<std::string>& args) {
   if (!data.ok()) return Fail("train", data.status());
 
   if (opt.reset_at_documents) opt.doc_starts = std::move(data->doc_starts);
-  const MambaConfig c = params->config;
   train::Trainer trainer(*std::move(params), std::move(data->corpus), opt);
   if (data->val) trainer.set_validation(*std::move(data->val));
   if (absl::Status s = trainer.Init(); !s.ok()) return Fail("train", s);
   std::unique_ptr<coordinator::LocalCluster> cluster;
-  std::shared_ptr<coordinator::CoordinatorMetrics> cluster_metrics;
-  std::unique_ptr<metrics::MetricsServer> metrics_server;
   int64_t first_step = 0;
   if (workers > 0) {
     if (!opt.grad.device.is_cpu()) {
@@ -222,70 +323,7 @@ int TrainCommand(const std::vector<std::string>& args) {
     trainer.set_gradient_source(on_workers);
     trainer.set_evaluation_source(on_workers);
   }
-  if (a.Has("metrics-listen")) {  // through workers with the task families, else without
-    absl::StatusOr<std::unique_ptr<metrics::MetricsServer>> served =
-        metrics::MetricsServer::Start(a.Get("metrics-listen"));
-    if (!served.ok()) return Fail("train", served.status());
-    metrics_server = std::move(*served);
-    cluster_metrics = std::make_shared<coordinator::CoordinatorMetrics>(
-        cluster ? &cluster->service() : nullptr);
-    metrics_server->Add(cluster_metrics);
-    std::fprintf(stderr, "metrics on %s\n", metrics_server->address().c_str());
-  }
-  std::fprintf(stderr,
-               "model D=%lld K=%lld N=%lld V=%lld | context %lld tokens x batch %lld, %s | %s "
-               "gradient, chunk %lld | %lld steps%s\n",
-               static_cast<long long>(c.hidden_size), static_cast<long long>(c.num_hidden_layers),
-               static_cast<long long>(c.state_size), static_cast<long long>(c.vocab_size),
-               static_cast<long long>(opt.context), static_cast<long long>(opt.batch_size),
-               std::string(train::DataOrderName(opt.order)).c_str(),
-               (std::string(opt.grad.window > 0
-                                    ? absl::StrFormat("window-%d", opt.grad.window)
-                                    : "exact") +
-                (opt.grad.cotangent == Cotangent::kTopOfStack ? " top-of-stack" : ""))
-                   .c_str(),
-               static_cast<long long>(opt.grad.chunk), static_cast<long long>(opt.steps),
-               trainer.resumed()
-                   ? absl::StrFormat(" | resumed at step %d", trainer.state().step).c_str()
-                   : "");
-  if (!trainer.resume_note().empty())
-    std::fprintf(stderr, "adjsh train: %s\n", trainer.resume_note().c_str());
-  std::optional<StepLog> log;
-  if (a.Has("log-jsonl")) {
-    absl::StatusOr<StepLog> opened = StepLog::Open(a.Get("log-jsonl"));
-    if (!opened.ok()) return Fail("train", opened.status());
-    log.emplace(*std::move(opened));
-  }
-  if (cluster_metrics) {  // the workers expected: the spec's, else the local cluster's
-    cluster_metrics->JobStarted("train", trainer.state().step, opt.steps,
-                                spec->expected_workers() > 0 ? spec->expected_workers() : workers);
-  }
-  const absl::Status trained = trainer.Run([&](const train::StepReport& r) {
-    if (cluster_metrics) cluster_metrics->StepDone("train", r, opt.context);
-    PrintProgress(r);
-    if (log) log->Write(r);
-  });
-  if (log && !log->status().ok()) return Fail("train", log->status());
-  if (cluster_metrics) cluster_metrics->JobEnded("train");
-  if (!trained.ok()) return Fail("train", trained);
-  if (cluster) {
-    const double token_steps = static_cast<double>(opt.context) *
-                               static_cast<double>(trainer.state().step - first_step);
-    const double sent = static_cast<double>(cluster->service().bytes_sent());
-    const double received = static_cast<double>(cluster->service().bytes_received());
-    std::fprintf(stderr,
-                 "wire: %.1f MiB to workers, %.1f MiB back; per token per step %.0f B out, "
-                 "%.0f B back; %lld results accepted, %lld refused, %d worker restarts\n",
-                 sent / 1048576, received / 1048576, sent / std::max(1.0, token_steps),
-                 received / std::max(1.0, token_steps),
-                 static_cast<long long>(cluster->service().results_accepted()),
-                 static_cast<long long>(cluster->service().results_rejected()),
-                 cluster->restarts());
-  }
-  std::fprintf(stderr, "done: step %lld, loss %.4f; checkpoint in %s/latest\n",
-               static_cast<long long>(trainer.state().step), trainer.state().last_loss,
-               opt.checkpoint_dir.c_str());
-  return 0;
+  return RunTrainer(trainer, a, *spec, opt, cluster.get(), workers, first_step);
 }
 
 }  // namespace adjsh::cli

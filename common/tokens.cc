@@ -73,6 +73,22 @@ absl::Status CheckTokensInVocab(std::span<const uint32_t> tokens, int64_t vocab_
   return absl::OkStatus();
 }
 
+absl::Status CheckLossMask(std::span<const uint8_t> mask, int64_t T) {
+  if (mask.empty()) return absl::OkStatus();
+  if (static_cast<int64_t>(mask.size()) != T) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the loss mask has ", mask.size(), " entries for ", T, " tokens"));
+  }
+  if (CountedTargets(mask, T) == 0)
+    return absl::InvalidArgumentError("the loss mask counts no target (all zero after token 0)");
+  return absl::OkStatus();
+}
+
+int64_t CountedTargets(std::span<const uint8_t> mask, int64_t T) {
+  if (mask.empty()) return T - 1;
+  return std::count_if(mask.begin() + 1, mask.end(), [](uint8_t m) { return m != 0; });
+}
+
 absl::StatusOr<std::vector<uint32_t>> ReadTextAsBytes(std::span<const std::string> paths,
                                                       const ReadOptions& options) {
   std::vector<uint32_t> tokens;

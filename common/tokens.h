@@ -26,6 +26,13 @@ absl::Status WriteTokenFile(const std::string& path, std::span<const uint32_t> t
 // INVALID_ARGUMENT naming the first position whose id is >= vocab_size.
 absl::Status CheckTokensInVocab(std::span<const uint32_t> tokens, int64_t vocab_size);
 
+// A loss mask for a sequence of T tokens (the target at t counts iff mask[t] != 0; mask[0] has
+// no target): empty (every target counts) or T entries counting at least one target;
+// INVALID_ARGUMENT saying which otherwise.
+absl::Status CheckLossMask(std::span<const uint8_t> mask, int64_t T);
+// The next-token targets a mask counts: T - 1 when it is empty.
+int64_t CountedTargets(std::span<const uint8_t> mask, int64_t T);
+
 // Byte-level tokens (id = byte value, vocabulary 256) of text files, concatenated in order.
 // NOT_FOUND naming a missing file; INVALID_ARGUMENT when the result is empty.
 absl::StatusOr<std::vector<uint32_t>> ReadTextAsBytes(std::span<const std::string> paths,

@@ -11,6 +11,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/config.h"
+#include "common/file_io.h"
+#include "common/mamba2_config.h"
 #include "common/saturating.h"
 #include "common/strings.h"
 #include "common/tokens.h"
@@ -217,7 +219,27 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const JobLimits& limits, b
         if (absl::Status s = CheckFile("model_dir", (fs::path(dir) / file).string()); !s.ok())
           return s;
       }
-      absl::StatusOr<MambaConfig> c = LoadConfigFile((fs::path(dir) / "config.json").string());
+      const std::string config_path = (fs::path(dir) / "config.json").string();
+      if (absl::StatusOr<std::string> text = ReadFileToString(config_path);
+          text.ok() && ModelTypeOf(*text).value_or("") == "mamba2") {
+        // Mamba-2 (engine/mamba2_grad.h): the trainer's in-process source only.
+        if (!in_process) {
+          return absl::UnimplementedError(
+              "model_dir: a Mamba-2 model (model_type mamba2) trains in-process with `adjsh "
+              "train` (no --workers); span tasks through workers are not built for Mamba-2");
+        }
+        absl::StatusOr<Mamba2Config> m2 = ParseMamba2ConfigJson(*text);
+        if (!m2.ok()) {
+          return absl::Status(m2.status().code(),
+                              absl::StrCat("model_dir: ", config_path, ": ", m2.status().message()));
+        }
+        if (m2->num_hidden_layers > limits.max_layers || m2->hidden_size > limits.max_hidden) {
+          return Invalid("model_dir", "the Mamba-2 model is over the layer or width limit");
+        }
+        vocab = m2->vocab_size;
+        break;
+      }
+      absl::StatusOr<MambaConfig> c = LoadConfigFile(config_path);
       if (!c.ok())
         return absl::Status(c.status().code(), absl::StrCat("model_dir: ", c.status().message()));
       if (absl::Status s = CheckModelLimits(*c, "model_dir", limits); !s.ok()) return s;

@@ -46,16 +46,9 @@ absl::Status ValidateGradientInputs(const MambaConfig& config, std::span<const u
     return absl::InvalidArgumentError(
         absl::StrFormat("window must be >= 1 (or 0 for exact), got %d", options.window));
   }
-  if (!options.loss_mask.empty()) {
-    if (options.loss_mask.size() != tokens.size()) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "the loss mask has %d entries for %d tokens", options.loss_mask.size(), tokens.size()));
-    }
-    if (std::all_of(options.loss_mask.begin() + 1, options.loss_mask.end(),
-                    [](uint8_t m) { return m == 0; })) {
-      return absl::InvalidArgumentError("the loss mask counts no target (all zero after token 0)");
-    }
-  }
+  if (absl::Status s = CheckLossMask(options.loss_mask, static_cast<int64_t>(tokens.size()));
+      !s.ok())
+    return s;
   if (!options.spill_dir.empty() && access(options.spill_dir.c_str(), W_OK | X_OK) != 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "spill directory %s does not exist or is not writable", options.spill_dir));

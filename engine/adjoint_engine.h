@@ -35,6 +35,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/model.h"
+#include "engine/grad_result.h"
 #include "engine/step_profile.h"
 #include "kernels/backend.h"
 
@@ -90,20 +91,6 @@ struct GradOptions {
 // "full" (the compute type) or "bf16"; INVALID_ARGUMENT otherwise.
 absl::StatusOr<Storage> ParseStorage(std::string_view name);
 std::string_view StorageName(Storage storage);
-
-template <typename T>
-struct GradResult {
-  double loss = 0;
-  ModelParams<T> grad;
-  int64_t stored_bytes = 0;  // layer inputs, adjoint buffers and chunk states held at the peak
-  int64_t targets = 0;       // next-token targets counted in the loss
-  // With a loss mask: how many counted targets have the largest logit (greedy decoding is
-  // right); -1 without one.
-  int64_t correct = -1;
-  // The span schedule's cost, task by task (tasks = 0 for the other schedules).
-  StepProfile profile;
-  std::vector<TaskRecord> records;  // per task id, when the runner keeps them
-};
 
 // "exact" | "top-of-stack" (the command-line names); INVALID_ARGUMENT for anything else.
 absl::StatusOr<Cotangent> CotangentFromName(std::string_view name);

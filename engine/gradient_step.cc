@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "common/check.h"
+#include "common/tokens.h"
 #include "engine/decay.h"
 #include "kernels/cpu/lm_head.h"
 
@@ -188,9 +189,7 @@ double GradientStep<T>::Head() {
   std::vector<int64_t> targets(T_, -1);
   for (int64_t t = 0; t + 1 < T_; ++t)
     if (mask.empty() || mask[t + 1] != 0) targets[t] = int64_t{tokens_[t + 1]};
-  int64_t n_targets = T_ - 1;
-  if (!mask.empty())
-    n_targets = std::count_if(mask.begin() + 1, mask.end(), [](uint8_t m) { return m != 0; });
+  const int64_t n_targets = CountedTargets(mask, T_);
   std::vector<T> du(T_ * D_);
   int64_t correct = 0;
   cpu::LmHeadArgs<T> args{T_, D_, cfg_.vocab_size, cfg_.layer_norm_epsilon, p_.head().data(),

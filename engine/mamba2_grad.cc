@@ -28,7 +28,8 @@ const T* Rows(const std::vector<T>& u, int64_t t0, const Mamba2Dims& d) {
 template <typename T>
 absl::StatusOr<Mamba2GradResult<T>> Mamba2Gradient(const Mamba2Params<T>& params,
                                                    std::span<const uint32_t> tokens,
-                                                   int64_t chunk) {
+                                                   int64_t chunk,
+                                                   std::span<const uint8_t> loss_mask) {
   const Mamba2Config& cfg = params.config;
   const int64_t T_ = static_cast<int64_t>(tokens.size());
   if (T_ < 2) {
@@ -37,6 +38,7 @@ absl::StatusOr<Mamba2GradResult<T>> Mamba2Gradient(const Mamba2Params<T>& params
   }
   if (chunk < 1) return absl::InvalidArgumentError(absl::StrCat("chunk must be >= 1, got ", chunk));
   if (absl::Status s = CheckTokensInVocab(tokens, cfg.vocab_size); !s.ok()) return s;
+  if (absl::Status s = CheckLossMask(loss_mask, T_); !s.ok()) return s;
   const Mamba2Dims d(cfg);
   const int64_t K = cfg.num_hidden_layers, V = cfg.vocab_size, C = std::min(chunk, T_);
   const int64_t chunks = (T_ + C - 1) / C, HPN = d.H * d.P * d.N;
@@ -58,7 +60,8 @@ absl::StatusOr<Mamba2GradResult<T>> Mamba2Gradient(const Mamba2Params<T>& params
   }
   Mamba2GradResult<T> r;
   r.grad = ZeroMamba2Params<T>(cfg);
-  r.targets = T_ - 1;
+  r.targets = CountedTargets(loss_mask, T_);
+  if (!loss_mask.empty()) r.correct = 0;
   // The head, 64 rows at a time: dL/du^K into du, dE += dlogits^T nf in row-block order.
   std::vector<T> du(T_ * d.D), ddu(T_ * d.D);
   std::vector<T>& dhead = cfg.tie_word_embeddings ? r.grad.embed : r.grad.lm_head;
@@ -69,12 +72,15 @@ absl::StatusOr<Mamba2GradResult<T>> Mamba2Gradient(const Mamba2Params<T>& params
   for (int64_t t0 = 0; t0 < T_; t0 += kRows) {
     const int64_t m = std::min(kRows, T_ - t0);
     for (int64_t i = 0; i < m; ++i)
-      targets[i] = t0 + i + 1 < T_ ? static_cast<int64_t>(tokens[t0 + i + 1]) : int64_t{-1};
+      targets[i] = t0 + i + 1 < T_ && (loss_mask.empty() || loss_mask[t0 + i + 1] != 0)
+                       ? static_cast<int64_t>(tokens[t0 + i + 1])
+                       : int64_t{-1};
     cpu::LmHeadArgs<T> args;
     args.M = m, args.D = d.D, args.V = V, args.eps = cfg.layer_norm_epsilon;
     args.E = params.head().data(), args.w_f = params.norm_f.data();
     args.u = u[K].data() + t0 * d.D, args.targets = targets.data();
     args.scale = T(1) / T(r.targets);
+    if (!loss_mask.empty()) args.correct = &r.correct;
     loss += cpu::LmHeadForwardBackward(args, du.data() + t0 * d.D, dlogits.data(), nf.data(),
                                        r.grad.norm_f.data());
     cpu::Gemm<T>(cpu::Trans::kYes, cpu::Trans::kNo, V, d.D, m, T(1), dlogits.data(), V,
@@ -110,8 +116,8 @@ absl::StatusOr<Mamba2GradResult<T>> Mamba2Gradient(const Mamba2Params<T>& params
 }
 
 template absl::StatusOr<Mamba2GradResult<float>> Mamba2Gradient<float>(
-    const Mamba2Params<float>&, std::span<const uint32_t>, int64_t);
+    const Mamba2Params<float>&, std::span<const uint32_t>, int64_t, std::span<const uint8_t>);
 template absl::StatusOr<Mamba2GradResult<double>> Mamba2Gradient<double>(
-    const Mamba2Params<double>&, std::span<const uint32_t>, int64_t);
+    const Mamba2Params<double>&, std::span<const uint32_t>, int64_t, std::span<const uint8_t>);
 
 }  // namespace adjsh

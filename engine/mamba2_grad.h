@@ -12,23 +12,25 @@
 #include <span>
 
 #include "absl/status/statusor.h"
+#include "engine/grad_result.h"
 #include "engine/mamba2_model.h"
 
 namespace adjsh {
 
+// loss: the mean over the counted next-token targets; grad: dloss/dparam, every parameter;
+// correct: with a loss mask, the counted targets whose logit is the largest (else -1).
 template <typename T>
-struct Mamba2GradResult {
-  double loss = 0;       // mean over the T - 1 next-token targets
-  int64_t targets = 0;
-  Mamba2Params<T> grad;  // dloss/dparam, every parameter
-};
+using Mamba2GradResult = GradResult<T, Mamba2Params>;
 
-// tokens: at least 2, each below vocab_size; chunk >= 1 (clamped to T). INVALID_ARGUMENT
-// naming the problem otherwise.
+// tokens: at least 2, each below vocab_size; chunk >= 1 (clamped to T). loss_mask: empty (every
+// target counts) or one entry per token, the target at t counting iff loss_mask[t] != 0, as
+// for Mamba-1 (engine/adjoint_engine.h GradOptions). INVALID_ARGUMENT naming the problem
+// otherwise.
 template <typename T>
 absl::StatusOr<Mamba2GradResult<T>> Mamba2Gradient(const Mamba2Params<T>& params,
                                                    std::span<const uint32_t> tokens,
-                                                   int64_t chunk);
+                                                   int64_t chunk,
+                                                   std::span<const uint8_t> loss_mask = {});
 
 }  // namespace adjsh
 

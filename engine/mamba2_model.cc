@@ -46,6 +46,17 @@ absl::Status VisitMamba2Params(
 }
 
 template <typename T>
+std::vector<ParamRef<T>> ListParams(Mamba2Params<T>& params) {
+  std::vector<ParamRef<T>> out;
+  VisitMamba2Params<T>(params, [&](const std::string& name, const std::vector<int64_t>& shape,
+                                   std::vector<T>& v) {
+    out.push_back(ParamRef<T>{name, shape, &v});
+    return absl::OkStatus();
+  }).IgnoreError();
+  return out;
+}
+
+template <typename T>
 Mamba2Params<T> ZeroMamba2Params(const Mamba2Config& config) {
   Mamba2Params<T> p;
   p.config = config;
@@ -98,6 +109,31 @@ TensorMap Mamba2ParamsToTensors(Mamba2Params<T>& params, DType dtype) {
 }
 
 template <typename T>
+absl::Status SaveMamba2ModelDir(const std::string& dir, const Mamba2Params<T>& params,
+                                DType dtype) {
+  if (dtype != DType::kF32 && dtype != DType::kF64 && dtype != DType::kBF16) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot save parameters as ", std::string(DTypeName(dtype)), "; use F32, F64 or BF16"));
+  }
+  if (absl::Status s = ValidateMamba2Config(params.config); !s.ok()) return s;
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) {
+    return absl::ErrnoToStatus(ec.value(), absl::StrCat("cannot create model directory ", dir));
+  }
+  const std::filesystem::path d(dir);
+  if (absl::Status s =
+          WriteFileAtomic((d / "config.json").string(), Mamba2ConfigToJson(params.config));
+      !s.ok())
+    return s;
+  // The visit needs a mutable model; the tensors are copies.
+  Mamba2Params<T>& p = const_cast<Mamba2Params<T>&>(params);
+  // transformers refuses safetensors files without {"format": "pt"} metadata.
+  return WriteSafetensors((d / "model.safetensors").string(), Mamba2ParamsToTensors(p, dtype),
+                          {{"format", "pt"}});
+}
+
+template <typename T>
 absl::StatusOr<Mamba2Params<T>> LoadMamba2ModelDir(const std::string& dir) {
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec)) {
@@ -124,7 +160,10 @@ absl::StatusOr<Mamba2Params<T>> LoadMamba2ModelDir(const std::string& dir) {
   template absl::Status VisitMamba2Params<T>(                                                 \
       Mamba2Params<T>&, const std::function<absl::Status(                                     \
                             const std::string&, const std::vector<int64_t>&, std::vector<T>&)>&); \
+  template std::vector<ParamRef<T>> ListParams<T>(Mamba2Params<T>&);                         \
   template Mamba2Params<T> ZeroMamba2Params<T>(const Mamba2Config&);                          \
+  template absl::Status SaveMamba2ModelDir<T>(const std::string&, const Mamba2Params<T>&,     \
+                                              DType);                                         \
   template absl::StatusOr<Mamba2Params<T>> Mamba2ParamsFromTensors<T>(const Mamba2Config&,    \
                                                                       const TensorMap&);      \
   template TensorMap Mamba2ParamsToTensors<T>(Mamba2Params<T>&, DType);                       \

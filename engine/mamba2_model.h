@@ -17,6 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/mamba2_config.h"
+#include "common/model.h"
 #include "common/safetensors.h"
 
 namespace adjsh {
@@ -52,6 +53,11 @@ absl::Status VisitMamba2Params(
     const std::function<absl::Status(const std::string& name, const std::vector<int64_t>& shape,
                                      std::vector<T>& values)>& visit);
 
+// The same walk as a list (common/model.h ParamRef), for code written for either model type
+// (the optimizer, checkpoints, gradient combines).
+template <typename T>
+std::vector<ParamRef<T>> ListParams(Mamba2Params<T>& params);
+
 // Zeros of every parameter's shape (a gradient's accumulator).
 template <typename T>
 Mamba2Params<T> ZeroMamba2Params(const Mamba2Config& config);
@@ -63,6 +69,12 @@ absl::StatusOr<Mamba2Params<T>> Mamba2ParamsFromTensors(const Mamba2Config& conf
                                                         const TensorMap& tensors);
 template <typename T>
 TensorMap Mamba2ParamsToTensors(Mamba2Params<T>& params, DType dtype);
+
+// Writes config.json (as transformers writes it, common/mamba2_config.h) and model.safetensors
+// in dtype (F32, F64 or BF16) into dir, creating it.
+template <typename T>
+absl::Status SaveMamba2ModelDir(const std::string& dir, const Mamba2Params<T>& params,
+                                DType dtype);
 
 // The directory's config.json and model.safetensors. Errors name the directory and the file.
 template <typename T>

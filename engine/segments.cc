@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/check.h"
+#include "engine/mamba2_model.h"
 
 namespace adjsh {
 
@@ -19,20 +20,20 @@ std::vector<std::pair<int64_t, int64_t>> PiecesAtStarts(int64_t T,
   return pieces;
 }
 
-template <typename T>
-GradResult<T> CombineGradients(std::vector<GradResult<T>> parts) {
+template <typename T, template <typename> class Params>
+GradResult<T, Params> CombineGradients(std::vector<GradResult<T, Params>> parts) {
   ADJSH_CHECK(!parts.empty(), "no gradient to combine");
   if (parts.size() == 1) return std::move(parts[0]);
   int64_t targets = 0;
-  for (const GradResult<T>& p : parts) targets += p.targets;
-  GradResult<T> total = std::move(parts[0]);
+  for (const GradResult<T, Params>& p : parts) targets += p.targets;
+  GradResult<T, Params> total = std::move(parts[0]);
   const T w0 = static_cast<T>(static_cast<double>(total.targets) / static_cast<double>(targets));
   double loss = total.loss * static_cast<double>(total.targets);
   const std::vector<ParamRef<T>> dst = ListParams(total.grad);
   for (const ParamRef<T>& t : dst)
     for (T& v : *t.values) v *= w0;
   for (size_t b = 1; b < parts.size(); ++b) {
-    GradResult<T>& p = parts[b];
+    GradResult<T, Params>& p = parts[b];
     const T w = static_cast<T>(static_cast<double>(p.targets) / static_cast<double>(targets));
     loss += p.loss * static_cast<double>(p.targets);
     const std::vector<ParamRef<T>> src = ListParams(p.grad);
@@ -62,7 +63,9 @@ GradResult<T> CombineGradients(std::vector<GradResult<T>> parts) {
   return total;
 }
 
-template GradResult<float> CombineGradients<float>(std::vector<GradResult<float>>);
-template GradResult<double> CombineGradients<double>(std::vector<GradResult<double>>);
+template GradResult<float> CombineGradients(std::vector<GradResult<float>>);
+template GradResult<double> CombineGradients(std::vector<GradResult<double>>);
+template GradResult<float, Mamba2Params> CombineGradients(
+    std::vector<GradResult<float, Mamba2Params>>);
 
 }  // namespace adjsh

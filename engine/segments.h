@@ -36,8 +36,9 @@ struct GradPiece {
 std::vector<std::pair<int64_t, int64_t>> PiecesAtStarts(int64_t T, std::span<const int64_t> starts);
 
 // The parts' combination (at least one part; parts are consumed). One part is returned as it is.
-template <typename T>
-GradResult<T> CombineGradients(std::vector<GradResult<T>> parts);
+// For either model type (ModelParams, Mamba2Params: engine/mamba2_model.h).
+template <typename T, template <typename> class Params>
+GradResult<T, Params> CombineGradients(std::vector<GradResult<T, Params>> parts);
 
 }  // namespace adjsh
 

@@ -11,6 +11,7 @@
 #include "common/file_io.h"
 #include "common/safetensors.h"
 #include "nlohmann/json.hpp"
+#include "train/model_family.h"
 
 namespace adjsh::train {
 namespace fs = std::filesystem;
@@ -25,24 +26,31 @@ absl::Status FromErrorCode(const std::error_code& ec, const std::string& what) {
   return ec ? absl::InternalError(absl::StrCat(what, ": ", ec.message())) : absl::OkStatus();
 }
 
+// A moment's tensors (f32), each named prefix + the parameter's name.
+template <typename P>
+void AddMoments(const char* prefix, const P& moment, TensorMap& out) {
+  for (const ParamRef<float>& p : ListParams(const_cast<P&>(moment)))
+    out.emplace(prefix + p.name, HostTensor::From<float>(*p.values, p.shape, DType::kF32));
+}
+
 // Writes the step folder under its temporary name and renames it into place.
-absl::Status WriteStepDir(const fs::path& tmp_dir, const fs::path& final_dir,
-                          const ModelParams<float>& params, const AdamWState& optimizer,
+template <typename P>
+absl::Status WriteStepDir(const fs::path& tmp_dir, const fs::path& final_dir, const P& params,
+                          const AdamWState<P>& optimizer,
                           const TrainerState& state, DType model_dtype,
                           const std::vector<std::string>& side_files) {
   std::error_code ec;
   fs::remove_all(tmp_dir, ec);
-  if (absl::Status s = SaveModelDir(tmp_dir.string(), params, model_dtype); !s.ok()) return s;
+  if (absl::Status s = ModelFamily<P>::Save(tmp_dir.string(), params, model_dtype); !s.ok())
+    return s;
   for (const std::string& file : side_files) {
     fs::copy_file(file, tmp_dir / fs::path(file).filename(), fs::copy_options::overwrite_existing,
                   ec);
     if (ec) return FromErrorCode(ec, "cannot copy " + file);
   }
   TensorMap moments;
-  for (auto& [name, t] : ParamsToTensors(optimizer.m, DType::kF32))
-    moments.emplace(kAvg + name, std::move(t));
-  for (auto& [name, t] : ParamsToTensors(optimizer.v, DType::kF32))
-    moments.emplace(kAvgSq + name, std::move(t));
+  AddMoments(kAvg, optimizer.m, moments);
+  AddMoments(kAvgSq, optimizer.v, moments);
   if (absl::Status s = WriteSafetensors((tmp_dir / "optimizer.safetensors").string(), moments);
       !s.ok())
     return s;
@@ -72,8 +80,9 @@ int64_t StepOf(const std::string& name) {
 
 }  // namespace
 
-absl::Status SaveCheckpoint(const std::string& root, const ModelParams<float>& params,
-                            const AdamWState& optimizer, const TrainerState& state,
+template <typename P>
+absl::Status SaveCheckpoint(const std::string& root, const P& params,
+                            const AdamWState<P>& optimizer, const TrainerState& state,
                             std::vector<int64_t>& written, int keep, DType model_dtype,
                             const std::vector<std::string>& side_files) {
   std::error_code ec;
@@ -123,8 +132,9 @@ std::vector<std::string> ModelSideFiles(const std::string& model_dir) {
 namespace {
 
 // One step folder: the model, the optimizer state and the trainer state, each checked.
-absl::StatusOr<Checkpoint> LoadStepDir(const std::string& path) {
-  Checkpoint ck;
+template <typename P>
+absl::StatusOr<Checkpoint<P>> LoadStepDir(const std::string& path) {
+  Checkpoint<P> ck;
   ck.path = path;
   std::error_code ec;
   if (!fs::is_directory(path, ec)) return absl::NotFoundError(path + " is not there");
@@ -133,7 +143,7 @@ absl::StatusOr<Checkpoint> LoadStepDir(const std::string& path) {
     if (!fs::is_regular_file(fs::path(path) / file, ec))
       return absl::NotFoundError(absl::StrCat(path, " has no ", file));
   }
-  absl::StatusOr<ModelParams<float>> params = LoadModelDir<float>(ck.path);
+  absl::StatusOr<P> params = ModelFamily<P>::Load(ck.path);
   if (!params.ok()) return params.status();
   ck.params = std::move(*params);
   absl::StatusOr<TensorMap> moments =
@@ -147,7 +157,7 @@ absl::StatusOr<Checkpoint> LoadStepDir(const std::string& path) {
         return absl::InvalidArgumentError(absl::StrCat(ck.path, ": optimizer state for ", p.name,
                                                        " is missing or has the wrong shape"));
       }
-      absl::StatusOr<std::vector<float>> values = it->second.To<float>();
+      absl::StatusOr<std::vector<float>> values = it->second.template To<float>();
       if (!values.ok()) return values.status();
       *p.values = std::move(*values);
     }
@@ -179,8 +189,9 @@ absl::StatusOr<Checkpoint> LoadStepDir(const std::string& path) {
 
 }  // namespace
 
-absl::StatusOr<Checkpoint> LoadLatestCheckpoint(const std::string& root, ResumeFallback fallback,
-                                                std::string* note) {
+template <typename P>
+absl::StatusOr<Checkpoint<P>> LoadLatestCheckpoint(const std::string& root,
+                                                   ResumeFallback fallback, std::string* note) {
   std::error_code ec;
   std::vector<int64_t> steps;  // the step folders there, newest first
   for (const auto& e : fs::directory_iterator(root, ec)) {
@@ -208,7 +219,7 @@ absl::StatusOr<Checkpoint> LoadLatestCheckpoint(const std::string& root, ResumeF
       why = absl::StrCat(latest_path.string(), " names \"", name,
                          "\", not a step folder (step-NNNNNNNN)");
     } else {
-      absl::StatusOr<Checkpoint> ck = LoadStepDir((fs::path(root) / name).string());
+      absl::StatusOr<Checkpoint<P>> ck = LoadStepDir<P>((fs::path(root) / name).string());
       if (ck.ok()) return ck;
       why = absl::StrCat(latest_path.string(), " names ", name, ", which does not load: ",
                          ck.status().message());
@@ -220,7 +231,8 @@ absl::StatusOr<Checkpoint> LoadLatestCheckpoint(const std::string& root, ResumeF
              "complete step folder with the fallback option"));
   }
   for (int64_t step : steps) {
-    absl::StatusOr<Checkpoint> ck = LoadStepDir((fs::path(root) / StepName(step)).string());
+    absl::StatusOr<Checkpoint<P>> ck =
+        LoadStepDir<P>((fs::path(root) / StepName(step)).string());
     if (!ck.ok()) continue;
     if (note) *note = absl::StrCat(why, "; resuming from ", StepName(step), " instead");
     return ck;
@@ -228,5 +240,15 @@ absl::StatusOr<Checkpoint> LoadLatestCheckpoint(const std::string& root, ResumeF
   return absl::FailedPreconditionError(
       absl::StrCat(why, ", and no step folder in ", root, " loads. Nothing was started or deleted"));
 }
+
+#define ADJSH_INSTANTIATE(P)                                                                  \
+  template absl::Status SaveCheckpoint<P>(const std::string&, const P&, const AdamWState<P>&,  \
+                                          const TrainerState&, std::vector<int64_t>&, int,    \
+                                          DType, const std::vector<std::string>&);            \
+  template absl::StatusOr<Checkpoint<P>> LoadLatestCheckpoint<P>(const std::string&,          \
+                                                                 ResumeFallback, std::string*);
+ADJSH_INSTANTIATE(ModelParams<float>)
+ADJSH_INSTANTIATE(Mamba2Params<float>)
+#undef ADJSH_INSTANTIATE
 
 }  // namespace adjsh::train

@@ -33,10 +33,12 @@ struct TrainerState {
   std::string definition;
 };
 
+// P: the model type's parameter struct (train/model_family.h), Mamba-1's by default.
+template <typename P = ModelParams<float>>
 struct Checkpoint {
   std::string path;  // the step folder
-  ModelParams<float> params;
-  AdamWState optimizer;
+  P params;
+  AdamWState<P> optimizer;
   TrainerState state;
 };
 
@@ -46,8 +48,9 @@ struct Checkpoint {
 // model_dtype: of model.safetensors (f32, or bf16 for a smaller model; the optimizer state and
 // a resume's weights then come from bf16-rounded values). side_files: copied into the folder
 // (the source model's tokenizer files, so that each checkpoint is a complete model folder).
-absl::Status SaveCheckpoint(const std::string& root, const ModelParams<float>& params,
-                            const AdamWState& optimizer, const TrainerState& state,
+template <typename P>
+absl::Status SaveCheckpoint(const std::string& root, const P& params,
+                            const AdamWState<P>& optimizer, const TrainerState& state,
                             std::vector<int64_t>& written, int keep = 2,
                             DType model_dtype = DType::kF32,
                             const std::vector<std::string>& side_files = {});
@@ -66,9 +69,10 @@ enum class ResumeFallback {
 
 // The checkpoint `latest` points to (surrounding whitespace in it is ignored). NOT_FOUND only
 // when root holds no checkpoint at all (no `latest` and no step folder): a fresh start.
-// FAILED_PRECONDITION (with kRefuse) when it holds one but no loadable latest one. *note, if
-// non-null, says which folder a fallback took and why.
-absl::StatusOr<Checkpoint> LoadLatestCheckpoint(const std::string& root,
+// FAILED_PRECONDITION (with kRefuse) when it holds one but no loadable latest one (a model of
+// another type does not load). *note, if non-null, says which folder a fallback took and why.
+template <typename P = ModelParams<float>>
+absl::StatusOr<Checkpoint<P>> LoadLatestCheckpoint(const std::string& root,
                                                 ResumeFallback fallback = ResumeFallback::kRefuse,
                                                 std::string* note = nullptr);
 

@@ -31,19 +31,25 @@ bool DecaysWeight(const std::string& name) {
   return false;
 }
 
-double GradNorm(ModelParams<float>& grad) {
+template <typename P>
+double GradNorm(P& grad) {
   double sum = 0;
   for (const ParamRef<float>& g : ListParams(grad))
     for (float x : *g.values) sum += double(x) * double(x);
   return std::sqrt(sum);
 }
 
-AdamWState NewAdamWState(const MambaConfig& config) {
-  return AdamWState{0, ZeroParams<float>(config), ZeroParams<float>(config)};
+AdamWState<ModelParams<float>> NewAdamWState(const MambaConfig& config) {
+  return {0, ZeroParams<float>(config), ZeroParams<float>(config)};
 }
 
-absl::Status AdamWStep(const AdamWOptions& opt, double lr, float clip_scale,
-                       ModelParams<float>& params, ModelParams<float>& grad, AdamWState& state) {
+AdamWState<Mamba2Params<float>> NewAdamWState(const Mamba2Config& config) {
+  return {0, ZeroMamba2Params<float>(config), ZeroMamba2Params<float>(config)};
+}
+
+template <typename P>
+absl::Status AdamWStep(const AdamWOptions& opt, double lr, float clip_scale, P& params, P& grad,
+                       AdamWState<P>& state) {
   const int64_t t = state.step + 1;
   const double bc1 = 1.0 - std::pow(opt.beta1, static_cast<double>(t));
   const double bc2 = 1.0 - std::pow(opt.beta2, static_cast<double>(t));
@@ -79,5 +85,13 @@ absl::Status AdamWStep(const AdamWOptions& opt, double lr, float clip_scale,
   state.step = t;
   return absl::OkStatus();
 }
+
+#define ADJSH_INSTANTIATE(P)                                                                  \
+  template double GradNorm<P>(P&);                                                            \
+  template absl::Status AdamWStep<P>(const AdamWOptions&, double, float, P&, P&,              \
+                                     AdamWState<P>&);
+ADJSH_INSTANTIATE(ModelParams<float>)
+ADJSH_INSTANTIATE(Mamba2Params<float>)
+#undef ADJSH_INSTANTIATE
 
 }  // namespace adjsh::train

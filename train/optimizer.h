@@ -1,5 +1,6 @@
 // AdamW with PyTorch's semantics, the warmup + cosine learning-rate schedule, and global
-// gradient-norm clipping. Parameters and moments are f32.
+// gradient-norm clipping. Parameters and moments are f32, in either model type's parameter
+// struct P (ModelParams<float>, Mamba2Params<float>), walked as its ListParams list.
 #ifndef ADJSH_TRAIN_OPTIMIZER_H_
 #define ADJSH_TRAIN_OPTIMIZER_H_
 
@@ -8,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "common/model.h"
+#include "engine/mamba2_model.h"
 
 namespace adjsh::train {
 
@@ -28,21 +30,25 @@ double LearningRate(const AdamWOptions& opt, int64_t step, int64_t total_steps);
 bool DecaysWeight(const std::string& name);
 
 // Global L2 norm of a gradient, accumulated in double in parameter order.
-double GradNorm(ModelParams<float>& grad);
+template <typename P>
+double GradNorm(P& grad);
 
+template <typename P>
 struct AdamWState {
   int64_t step = 0;  // updates applied so far
-  ModelParams<float> m, v;
+  P m, v;
 };
 
-AdamWState NewAdamWState(const MambaConfig& config);
+AdamWState<ModelParams<float>> NewAdamWState(const MambaConfig& config);
+AdamWState<Mamba2Params<float>> NewAdamWState(const Mamba2Config& config);
 
 // One update with learning rate lr: grad is scaled by clip_scale first (1: no clipping).
 // Per element, in PyTorch's order: p *= 1 - lr wd; m = b1 m + (1 - b1) g;
 // v = b2 v + (1 - b2) g^2; p -= lr (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps).
 // FAILED_PRECONDITION, with nothing changed, when any new value would be NaN or Inf.
-absl::Status AdamWStep(const AdamWOptions& opt, double lr, float clip_scale,
-                       ModelParams<float>& params, ModelParams<float>& grad, AdamWState& state);
+template <typename P>
+absl::Status AdamWStep(const AdamWOptions& opt, double lr, float clip_scale, P& params, P& grad,
+                       AdamWState<P>& state);
 
 }  // namespace adjsh::train
 

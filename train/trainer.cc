@@ -21,16 +21,17 @@ absl::StatusOr<ResumeMode> ResumeModeFromName(std::string_view name) {
       absl::StrCat("resume must be auto, never or must, got '", std::string(name), "'"));
 }
 
-Trainer::Trainer(ModelParams<float> params, TokenData corpus, TrainOptions options)
+template <typename P>
+BasicTrainer<P>::BasicTrainer(P params, TokenData corpus, TrainOptions options)
     : params_(std::move(params)),
       corpus_(std::move(corpus)),
       opt_(std::move(options)),
       adamw_(NewAdamWState(params_.config)) {
-  source_ = [](const ModelParams<float>& p, std::span<const GradPiece> pieces)
-      -> absl::StatusOr<std::vector<GradResult<float>>> {
-    std::vector<GradResult<float>> out;
+  source_ = [](const P& p, std::span<const GradPiece> pieces)
+      -> absl::StatusOr<std::vector<Grad>> {
+    std::vector<Grad> out;
     for (const GradPiece& piece : pieces) {
-      absl::StatusOr<GradResult<float>> g = ComputeGradient<float>(p, piece.tokens, piece.options);
+      absl::StatusOr<Grad> g = ModelFamily<P>::Gradient(p, piece);
       if (!g.ok()) return g.status();
       out.push_back(*std::move(g));
     }
@@ -38,7 +39,8 @@ Trainer::Trainer(ModelParams<float> params, TokenData corpus, TrainOptions optio
   };
 }
 
-absl::Status Trainer::SaveCheckpointNow() {
+template <typename P>
+absl::Status BasicTrainer<P>::SaveCheckpointNow() {
   if (opt_.checkpoint_dir.empty() || state_.step == saved_step_) return absl::OkStatus();
   const std::vector<std::string> side =
       opt_.source_model_dir.empty() ? std::vector<std::string>{}
@@ -51,7 +53,8 @@ absl::Status Trainer::SaveCheckpointNow() {
   return absl::OkStatus();
 }
 
-absl::Status Trainer::Init() {
+template <typename P>
+absl::Status BasicTrainer<P>::Init() {
   if (opt_.steps < 1) return absl::InvalidArgumentError("steps must be >= 1");
   if (opt_.context < 2) return absl::InvalidArgumentError("context must be >= 2 tokens");
   if (static_cast<int64_t>(corpus_.size()) < opt_.context) {
@@ -67,6 +70,7 @@ absl::Status Trainer::Init() {
         "grad clip >= 0, warmup >= 0, 0 <= min lr ratio <= 1)");
   }
   if (opt_.batch_size < 1) return absl::InvalidArgumentError("batch size must be >= 1");
+  if (absl::Status s = ModelFamily<P>::CheckOptions(opt_.grad); !s.ok()) return s;
   if (opt_.keep_checkpoints < 1) {
     return absl::InvalidArgumentError("keep_checkpoints must be >= 1 (the newest is always kept)");
   }
@@ -102,8 +106,8 @@ absl::Status Trainer::Init() {
     }
     return absl::OkStatus();
   }
-  absl::StatusOr<Checkpoint> ck =
-      LoadLatestCheckpoint(opt_.checkpoint_dir, opt_.resume_fallback, &resume_note_);
+  absl::StatusOr<Checkpoint<P>> ck =
+      LoadLatestCheckpoint<P>(opt_.checkpoint_dir, opt_.resume_fallback, &resume_note_);
   if (absl::IsNotFound(ck.status())) {
     if (opt_.resume == ResumeMode::kMust) {
       return absl::FailedPreconditionError(absl::StrCat(
@@ -118,7 +122,7 @@ absl::Status Trainer::Init() {
         "; choose another checkpoint directory, or remove them"));
   }
   if (!ck.ok()) return ck.status();
-  if (ShapeJson(ck->params.config) != ShapeJson(params_.config)) {
+  if (ModelFamily<P>::Shape(ck->params.config) != ModelFamily<P>::Shape(params_.config)) {
     return absl::FailedPreconditionError(absl::StrCat(
         "the checkpoint in ", ck->path, " is of a different model configuration"));
   }
@@ -145,10 +149,11 @@ absl::Status Trainer::Init() {
   return absl::OkStatus();
 }
 
-nlohmann::json Trainer::Definition() const {
+template <typename P>
+nlohmann::json BasicTrainer<P>::Definition() const {
   const AdamWOptions& o = opt_.adamw;
   return nlohmann::json{
-      {"model", nlohmann::json::parse(ShapeJson(params_.config), nullptr, false)},
+      {"model", nlohmann::json::parse(ModelFamily<P>::Shape(params_.config), nullptr, false)},
       {"data", data_fingerprint_},
       {"loss_mask", mask_fingerprint_},
       {"context", opt_.context},
@@ -168,12 +173,13 @@ nlohmann::json Trainer::Definition() const {
       {"grad_clip", o.grad_clip}};
 }
 
-absl::StatusOr<std::vector<GradResult<float>>> Trainer::Gradients(
-    const GradientSource& source, const std::vector<std::vector<uint32_t>>& tokens,
+template <typename P>
+absl::StatusOr<std::vector<typename BasicTrainer<P>::Grad>> BasicTrainer<P>::Gradients(
+    const Source& source, const std::vector<std::vector<uint32_t>>& tokens,
     const std::vector<GradOptions>& options) const {
   std::vector<GradPiece> pieces;
   for (size_t i = 0; i < tokens.size(); ++i) pieces.push_back(GradPiece{tokens[i], options[i]});
-  absl::StatusOr<std::vector<GradResult<float>>> r = source(params_, pieces);
+  absl::StatusOr<std::vector<Grad>> r = source(params_, pieces);
   if (r.ok() && r->size() != pieces.size()) {
     return absl::InternalError(
         absl::StrFormat("%d results for %d sequences", r->size(), pieces.size()));
@@ -181,7 +187,8 @@ absl::StatusOr<std::vector<GradResult<float>>> Trainer::Gradients(
   return r;
 }
 
-absl::StatusOr<GradResult<float>> Trainer::BatchGradient() {
+template <typename P>
+absl::StatusOr<typename BasicTrainer<P>::Grad> BasicTrainer<P>::BatchGradient() {
   const int64_t T = opt_.context;
   std::vector<std::vector<uint32_t>> tokens;  // each piece's
   std::vector<GradOptions> options;
@@ -202,14 +209,15 @@ absl::StatusOr<GradResult<float>> Trainer::BatchGradient() {
       }
     }
   }
-  absl::StatusOr<std::vector<GradResult<float>>> parts = Gradients(source_, tokens, options);
+  absl::StatusOr<std::vector<Grad>> parts = Gradients(source_, tokens, options);
   if (!parts.ok()) return parts.status();
   // The mean over every counted target of the batch (engine/segments.h): each piece's mean loss
   // and gradient weighted by its share of the targets, added in order.
   return CombineGradients(*std::move(parts));
 }
 
-absl::StatusOr<EvalResult> Trainer::HeldOutLoss() {
+template <typename P>
+absl::StatusOr<EvalResult> BasicTrainer<P>::HeldOutLoss() {
   if (!eval_source_) {
     EvalOptions eo;
     eo.chunk = opt_.grad.chunk;
@@ -217,11 +225,11 @@ absl::StatusOr<EvalResult> Trainer::HeldOutLoss() {
     eo.max_tokens = opt_.eval_tokens;
     eo.threads = opt_.grad.threads;
     eo.device = opt_.grad.device;
-    return Evaluate<float>(params_, val_, eo);
+    return ModelFamily<P>::Evaluate(params_, val_, eo);
   }
   // The sequences Evaluate would cut, their losses weighted by their targets.
   const int64_t n = opt_.eval_tokens > 0 ? std::min(opt_.eval_tokens, val_.size()) : val_.size();
-  const MambaConfig& c = params_.config;
+  const auto& c = params_.config;
   EvalResult r;
   const std::vector<std::pair<int64_t, int64_t>> sequences = EvalSequences(n, opt_.context);
   // batch_size sequences at a time: as many spans in flight as a training step has.
@@ -239,7 +247,7 @@ absl::StatusOr<EvalResult> Trainer::HeldOutLoss() {
         o.spans = 0;  // a short last sequence: the default spans for its length
       tokens.push_back(val_.Slice(start, len));
     }
-    absl::StatusOr<std::vector<GradResult<float>>> g = Gradients(eval_source_, tokens, options);
+    absl::StatusOr<std::vector<Grad>> g = Gradients(eval_source_, tokens, options);
     if (!g.ok()) return g.status();
     for (size_t i = 0; i < tokens.size(); ++i) {  // in sequence order, as Evaluate adds them
       r.loss_sum += (*g)[i].loss * static_cast<double>((*g)[i].targets);
@@ -251,13 +259,14 @@ absl::StatusOr<EvalResult> Trainer::HeldOutLoss() {
   return r;
 }
 
-absl::Status Trainer::Run(const std::function<void(const StepReport&)>& on_step) {
+template <typename P>
+absl::Status BasicTrainer<P>::Run(const std::function<void(const StepReport&)>& on_step) {
   const int64_t T = opt_.context * opt_.batch_size;
   const auto run_start = std::chrono::steady_clock::now();
   const int64_t first_step = state_.step;
   while (state_.step < opt_.steps) {
     const auto start = std::chrono::steady_clock::now();
-    absl::StatusOr<GradResult<float>> g = BatchGradient();
+    absl::StatusOr<Grad> g = BatchGradient();
     if (!g.ok()) return g.status();
     const double norm = GradNorm(g->grad);
     if (!std::isfinite(norm) || !std::isfinite(g->loss)) {
@@ -308,5 +317,8 @@ absl::Status Trainer::Run(const std::function<void(const StepReport&)>& on_step)
   }
   return absl::OkStatus();
 }
+
+template class BasicTrainer<ModelParams<float>>;
+template class BasicTrainer<Mamba2Params<float>>;
 
 }  // namespace adjsh::train

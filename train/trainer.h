@@ -25,6 +25,7 @@
 #include "engine/segments.h"
 #include "nlohmann/json.hpp"
 #include "train/checkpoint.h"
+#include "train/model_family.h"
 #include "train/optimizer.h"
 #include "train/sampler.h"
 
@@ -86,26 +87,35 @@ struct StepReport {
 // reset; each with TrainOptions::grad and its slice of the loss mask), one result per piece in
 // order: in-process one after the other by default, through the workers all at once
 // (coordinator/task_service.h ComputeGradients). The trainer combines them (engine/segments.h).
-using GradientSource = std::function<absl::StatusOr<std::vector<GradResult<float>>>(
-    const ModelParams<float>& params, std::span<const GradPiece> pieces)>;
+// P: the model type's parameter struct (train/model_family.h).
+template <typename P>
+using GradientSourceFor =
+    std::function<absl::StatusOr<std::vector<typename ModelFamily<P>::Grad>>(
+        const P& params, std::span<const GradPiece> pieces)>;
+using GradientSource = GradientSourceFor<ModelParams<float>>;
 
-class Trainer {
+// The loop for either model type: Trainer (Mamba-1) and Mamba2Trainer below. Mamba-2 has only
+// the in-process source (the options it cannot take are refused by Init: ModelFamily).
+template <typename P>
+class BasicTrainer {
  public:
+  using Source = GradientSourceFor<P>;
   // corpus: at least context tokens, all < vocab_size (checked by Init); a mapped token file
   // is read one step's slice at a time.
-  Trainer(ModelParams<float> params, TokenData corpus, TrainOptions options);
-  Trainer(ModelParams<float> params, std::vector<uint32_t> corpus, TrainOptions options)
-      : Trainer(std::move(params), TokenData::FromIds(std::move(corpus)), std::move(options)) {}
+  BasicTrainer(P params, TokenData corpus, TrainOptions options);
+  BasicTrainer(P params, std::vector<uint32_t> corpus, TrainOptions options)
+      : BasicTrainer(std::move(params), TokenData::FromIds(std::move(corpus)),
+                     std::move(options)) {}
 
   // Validates options and data; resumes from checkpoint_dir's latest checkpoint if there is one
   // (then `resumed()` is true and the step count continues from it).
   absl::Status Init();
-  void set_gradient_source(GradientSource source) { source_ = std::move(source); }
+  void set_gradient_source(Source source) { source_ = std::move(source); }
   // The held-out loss through this source instead of engine/evaluate.h: the sequences of the
   // validation data as forward-only span steps (GradOptions::forward_only; the gradient's chunk
   // and spans, the default spans where the last, shorter sequence cannot have them), batch_size
   // sequences per call. For the workers: their loss is bitwise the same for any number of them.
-  void set_evaluation_source(GradientSource source) { eval_source_ = std::move(source); }
+  void set_evaluation_source(Source source) { eval_source_ = std::move(source); }
   // The held-out data of TrainOptions::eval_every (before Init, which checks it).
   void set_validation(TokenData val) { val_ = std::move(val); }
 
@@ -117,7 +127,7 @@ class Trainer {
   // between steps (a shutdown): resuming from it continues exactly where it stopped.
   absl::Status SaveCheckpointNow();
 
-  const ModelParams<float>& params() const { return params_; }
+  const P& params() const { return params_; }
   const TrainerState& state() const { return state_; }
   // The training definition a checkpoint records and a resume must match (TrainerState's
   // options): the model config, the data's fingerprint and size, context, batch, order, seed,
@@ -130,23 +140,24 @@ class Trainer {
   const std::string& resume_note() const { return resume_note_; }
 
  private:
-  ModelParams<float> params_;
+  using Grad = typename ModelFamily<P>::Grad;
+  P params_;
   TokenData corpus_;
   TokenData val_;
   TrainOptions opt_;
-  AdamWState adamw_;
+  AdamWState<P> adamw_;
   TrainerState state_;
-  GradientSource source_, eval_source_;
+  Source source_, eval_source_;
   std::string resume_note_;
   // The GradResult of a step's B sequences (the first batch_size from state_.sequence).
-  absl::StatusOr<GradResult<float>> BatchGradient();
+  absl::StatusOr<Grad> BatchGradient();
   // The held-out loss (TrainOptions::eval_tokens of val_ in sequences of the context): through
   // eval_source_ when set, else engine/evaluate.h in-process.
   absl::StatusOr<EvalResult> HeldOutLoss();
   // source's results for the pieces tokens[i] with options[i] (same sizes): one per piece, or
   // INTERNAL when the source returns another count.
-  absl::StatusOr<std::vector<GradResult<float>>> Gradients(
-      const GradientSource& source, const std::vector<std::vector<uint32_t>>& tokens,
+  absl::StatusOr<std::vector<Grad>> Gradients(
+      const Source& source, const std::vector<std::vector<uint32_t>>& tokens,
       const std::vector<GradOptions>& options) const;
   std::unique_ptr<SequenceSampler> sampler_;
   std::string data_fingerprint_, mask_fingerprint_;
@@ -154,6 +165,11 @@ class Trainer {
   int64_t saved_step_ = 0;        // the step of the newest checkpoint this run saved or resumed
   bool resumed_ = false;
 };
+
+using Trainer = BasicTrainer<ModelParams<float>>;
+using Mamba2Trainer = BasicTrainer<Mamba2Params<float>>;
+extern template class BasicTrainer<ModelParams<float>>;
+extern template class BasicTrainer<Mamba2Params<float>>;
 
 }  // namespace adjsh::train
 

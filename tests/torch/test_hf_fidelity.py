@@ -14,7 +14,8 @@ config keys and pad/bos/eos ids of its own, and a tokenizer.json beside it); the
   * --save-dtype bf16 writes BF16 tensors that transformers loads;
   * a config.json of another model_type (jamba) is refused naming model_type, nothing written;
     a Mamba-2 model from save_pretrained (model_type mamba2) has transformers' loss in adjsh
-    grad.
+    grad; adjsh trains an untied one, and its checkpoint loads in transformers with adjsh's
+    loss, keeping the config's keys.
 Prints PASS/FAIL per case and `N passed, N failed`; exits 1 on any failure.
 """
 import argparse
@@ -216,6 +217,41 @@ def main():
         check(f"a save_pretrained Mamba-2 (config.json with Infinity): adjsh grad's loss "
               f"{got:.9f} = transformers' {want:.9f} (f32 rounding)",
               has_inf and rc == 0 and abs(got - want) <= 1e-5 * abs(want), err)
+
+        # adjsh trains that Mamba-2 model (untied head, two layers, extra keys and token ids of
+        # its own); its checkpoint loads in transformers with adjsh's loss (f32 rounding, as
+        # above) and keeps the keys, the head and Infinity.
+        m2u = os.path.join(tmp, "hf-mamba2-untied")
+        cfg2 = Mamba2Config(vocab_size=V, hidden_size=16, num_heads=4, head_dim=8, n_groups=1,
+                            state_size=8, num_hidden_layers=2, expand=2,
+                            tie_word_embeddings=False, pad_token_id=3, eos_token_id=5)
+        cfg2.custom_note = "kept by adjsh"
+        Mamba2ForCausalLM(cfg2).save_pretrained(m2u, safe_serialization=True)
+        ck2 = os.path.join(tmp, "ck-mamba2")
+        rc, _, err = run([a.adjsh, "train", "--model", m2u, "--tokens", tokens, "--context",
+                          "100", "--steps", "3", "--checkpoint-dir", ck2, "--lr", "1e-2"])
+        check("adjsh train --model (a save_pretrained Mamba-2 folder)", rc == 0, err)
+        if rc == 0:
+            step = os.path.join(ck2, open(os.path.join(ck2, "latest")).read().strip())
+            text = open(os.path.join(step, "config.json")).read()
+            conf = json.loads(text)
+            check("Mamba-2 checkpoint: model_type, untied head, extra keys, ids and Infinity kept",
+                  conf.get("model_type") == "mamba2" and conf.get("tie_word_embeddings") is False
+                  and conf.get("custom_note") == "kept by adjsh" and conf.get("pad_token_id") == 3
+                  and conf.get("eos_token_id") == 5 and "Infinity" in text, text)
+            rc, _, err = run([a.adjsh, "grad", "--model", step, "--tokens", tokens, "--out", out,
+                              "--dtype", "f64", "--quiet"])
+            hf = Mamba2ForCausalLM.from_pretrained(step).to(torch.float64)
+            start = Mamba2ForCausalLM.from_pretrained(m2u).to(torch.float64)
+            with torch.no_grad():
+                want = float(hf(torch.tensor([ids]), labels=torch.tensor([ids])).loss)
+                before = float(start(torch.tensor([ids]), labels=torch.tensor([ids])).loss)
+                heads_differ = not torch.equal(hf.lm_head.weight, hf.backbone.embeddings.weight)
+            got = read_scalar(out) if rc == 0 else float("nan")
+            check(f"the Mamba-2 checkpoint loads in transformers with adjsh's loss ({got:.9f} vs "
+                  f"{want:.9f}), untied, and trained (loss {before:.6f} before)",
+                  rc == 0 and abs(got - want) <= 1e-5 * abs(want) and heads_differ
+                  and abs(want - before) > 1e-4, err)
 
     return res.summary()
 

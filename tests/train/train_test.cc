@@ -360,7 +360,7 @@ TEST(CheckpointTest, LatestIsCompleteAndLeftoversAreIgnored) {
   ASSERT_TRUE(SaveCheckpoint(dir, p, st, ts, written).ok());
   // A crash while writing the next one leaves a .tmp folder; it is never read.
   std::filesystem::create_directories(dir + "/step-00000008.tmp");
-  absl::StatusOr<Checkpoint> ck = LoadLatestCheckpoint(dir);
+  absl::StatusOr<Checkpoint<>> ck = LoadLatestCheckpoint(dir);
   ASSERT_TRUE(ck.ok()) << ck.status();
   EXPECT_EQ(ck->state.step, 7);
   EXPECT_EQ(ck->state.data_position, 1234);
@@ -461,13 +461,13 @@ TEST(CheckpointTest, BrokenLatestIsAnErrorOrAnExplicitFallback) {
     std::vector<int64_t> written;
     for (int64_t step : {4, 6}) ASSERT_TRUE(SaveCheckpoint(dir, p, st, {step, 0, 1.0, 0, ""}, written).ok());
     k.damage(dir);
-    const absl::StatusOr<Checkpoint> refused = LoadLatestCheckpoint(dir);
+    const absl::StatusOr<Checkpoint<>> refused = LoadLatestCheckpoint(dir);
     EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition) << k.name;
     EXPECT_NE(refused.status().message().find(k.message), std::string::npos)
         << k.name << ": " << refused.status();
     EXPECT_TRUE(fs::exists(dir + "/step-00000004/model.safetensors")) << k.name;
     std::string note;
-    const absl::StatusOr<Checkpoint> fell_back =
+    const absl::StatusOr<Checkpoint<>> fell_back =
         LoadLatestCheckpoint(dir, ResumeFallback::kNewestComplete, &note);
     ASSERT_TRUE(fell_back.ok()) << k.name << ": " << fell_back.status();
     const bool six_loads = fs::exists(dir + "/step-00000006/model.safetensors") &&

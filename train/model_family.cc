@@ -1,0 +1,77 @@
+#include "train/model_family.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/config.h"
+#include "common/mamba2_config.h"
+#include "common/python_json.h"
+#include "engine/mamba2_eval.h"
+
+namespace adjsh::train {
+
+using Mamba1 = ModelFamily<ModelParams<float>>;
+using Mamba2 = ModelFamily<Mamba2Params<float>>;
+
+std::string Mamba1::Shape(const MambaConfig& config) { return ShapeJson(config); }
+
+absl::Status Mamba1::Save(const std::string& dir, const Params& params, DType dtype) {
+  return SaveModelDir(dir, params, dtype);
+}
+
+absl::StatusOr<Mamba1::Params> Mamba1::Load(const std::string& dir) {
+  return LoadModelDir<float>(dir);
+}
+
+absl::Status Mamba1::CheckOptions(const GradOptions&) { return absl::OkStatus(); }
+
+absl::StatusOr<Mamba1::Grad> Mamba1::Gradient(const Params& params, const GradPiece& piece) {
+  return ComputeGradient<float>(params, piece.tokens, piece.options);
+}
+
+absl::StatusOr<EvalResult> Mamba1::Evaluate(const Params& params, const TokenData& tokens,
+                                            const EvalOptions& options) {
+  return adjsh::Evaluate<float>(params, tokens, options);
+}
+
+std::string Mamba2::Shape(const Mamba2Config& config) {
+  Mamba2Config shape = config;
+  shape.extra.clear();
+  // Strict JSON (the trainer parses it into its definition): time_step_limit's Infinity as
+  // common/python_json.h's marker string.
+  return PythonJsonToStrict(Mamba2ConfigToJson(shape));
+}
+
+absl::Status Mamba2::Save(const std::string& dir, const Params& params, DType dtype) {
+  return SaveMamba2ModelDir(dir, params, dtype);
+}
+
+absl::StatusOr<Mamba2::Params> Mamba2::Load(const std::string& dir) {
+  return LoadMamba2ModelDir<float>(dir);
+}
+
+absl::Status Mamba2::CheckOptions(const GradOptions& o) {
+  const char* missing = nullptr;
+  if (o.window != 0) missing = "a truncated window (--window)";
+  else if (o.cotangent != Cotangent::kExact) missing = "the top-of-stack cotangent";
+  else if (o.spans != 0) missing = "the span schedule (--spans)";
+  else if (o.storage != Storage::kCompute) missing = "bf16 storage (--storage bf16)";
+  else if (!o.spill_dir.empty()) missing = "a spill directory (--spill-dir)";
+  else if (!o.device.is_cpu()) missing = "a device other than the CPU";
+  else if (o.forward_only) missing = "forward-only span steps";
+  if (!missing) return absl::OkStatus();
+  return absl::UnimplementedError(absl::StrCat(
+      "a Mamba-2 model (model_type mamba2) trains with the exact gradient in-process on the "
+      "CPU; ", missing, " is not built for Mamba-2"));
+}
+
+absl::StatusOr<Mamba2::Grad> Mamba2::Gradient(const Params& params, const GradPiece& piece) {
+  if (absl::Status s = CheckOptions(piece.options); !s.ok()) return s;
+  return Mamba2Gradient<float>(params, piece.tokens, piece.options.chunk,
+                               piece.options.loss_mask);
+}
+
+absl::StatusOr<EvalResult> Mamba2::Evaluate(const Params& params, const TokenData& tokens,
+                                            const EvalOptions& options) {
+  return Mamba2Evaluate<float>(params, tokens, options);
+}
+
+}  // namespace adjsh::train
