@@ -3,17 +3,21 @@
 autograd of the reference (tests/torch/mamba2_ref.py) on this CPU, and its memory in T.
 
   .venv/bin/python bench/mamba2_benchmarks.py [--build build] [--lengths 4096,16384]
-      [--torch-lengths 4096] [--memory-lengths 16384,65536] [--json FILE]
+      [--torch-lengths 4096] [--torch-checkpoint-lengths 4096,16384] [--checkpoint-every 256]
+      [--memory-lengths 16384,65536] [--json FILE]
 
 Model: D=256, K=4, N=64, head_dim 32 (H=16), G=1, W=4, V=256, synthetic weights; chunk 256.
   adjsh s        `adjsh grad`'s own time of the gradient (f32, one thread: OpenBLAS runs
                  single-threaded inside adjsh)
   torch s        loss.backward() of the reference after its forward, f32, torch.set_num_threads(1)
                  (the reference's scan is a loop over tokens, as the minimal definition is)
-  ratio          torch s / adjsh s, both in this run
+  ckpt s         the same with the reference's scan checkpointed every 256 tokens
+                 (torch.utils.checkpoint: only the states between runs are kept, each run is
+                 recomputed in the backward, as adjsh recomputes each chunk): what fits at 16K
+  ratio          torch s / adjsh s and ckpt s / adjsh s, all in this run
   GFLOP/s        the gradient's GEMM and scan FLOPs (counted below) over adjsh s
   peak MiB       `adjsh grad`'s peak RSS; the slope between the two memory lengths is the
-                 memory per token
+                 memory per token (at those lengths also with --storage bf16)
 FLOPs counted per token and layer, as engine/mamba2_grad.cc runs them: the in_proj GEMM
 (2 Dp D) three times (the forward, the backward's state sweep, the chunk's recompute), the
 out_proj GEMM (2 D Di) twice (the sweep keeps states only), both twice more for their
@@ -49,17 +53,18 @@ def flops_per_token(cfg):
     return K * layer + 3 * 2 * V * D
 
 
-def adjsh_grad(adjsh, model, tokens, out):
+def adjsh_grad(adjsh, model, tokens, out, storage="full"):
     p = subprocess.run([adjsh, "grad", "--model", model, "--tokens", tokens, "--out", out,
-                        "--chunk", "256"], capture_output=True, text=True)
+                        "--chunk", "256", "--storage", storage], capture_output=True, text=True)
     g = GRAD.search(p.stderr)
     if p.returncode != 0 or not g:
         sys.exit(f"adjsh grad failed ({p.returncode}):\n{p.stderr[-2000:]}")
     return float(g.group(3)), float(g.group(4)), float(g.group(1))
 
 
-def torch_grad(cfg, params, tok):
+def torch_grad(cfg, params, tok, checkpoint_every=0):
     torch.set_num_threads(1)
+    cfg = dict(cfg, checkpoint_every=checkpoint_every)
     p = {n: v.float().requires_grad_(True) for n, v in params.items()}
     t0 = time.perf_counter()
     loss = ref.loss_fn(p, cfg, torch.tensor(tok))
@@ -74,6 +79,9 @@ def main():
     ap.add_argument("--torch-lengths", default="4096",
                     help="lengths PyTorch runs too (its autograd keeps every token's state: 16K "
                     "needs about 32 GiB)")
+    ap.add_argument("--torch-checkpoint-lengths", default="",
+                    help="lengths PyTorch runs with its scan checkpointed (fits at 16K)")
+    ap.add_argument("--checkpoint-every", type=int, default=256)
     ap.add_argument("--memory-lengths", default="16384,65536")
     ap.add_argument("--json")
     args = ap.parse_args()
@@ -85,7 +93,9 @@ def main():
     ref.save_model(model, cfg, {n: v.float() for n, v in params.items()})
     lengths = sorted({int(x) for x in (args.lengths + "," + args.memory_lengths).split(",")})
     torch_lengths = {int(x) for x in args.torch_lengths.split(",") if x}
+    ckpt_lengths = {int(x) for x in args.torch_checkpoint_lengths.split(",") if x}
     fpt = flops_per_token(cfg)
+    mem_lengths = {int(x) for x in args.memory_lengths.split(",") if x}
     rows = []
     for T in lengths:
         g = torch.Generator().manual_seed(T)
@@ -95,23 +105,31 @@ def main():
         secs, mib, loss = adjsh_grad(adjsh, model, tpath, os.path.join(work, "g.safetensors"))
         row = {"T": T, "adjsh_s": secs, "peak_mib": mib, "gflops": fpt * T / secs / 1e9,
                "loss": loss}
+        if T in mem_lengths:  # the layer inputs in bf16 (--storage bf16)
+            row["bf16_s"], row["bf16_peak_mib"], _ = adjsh_grad(
+                adjsh, model, tpath, os.path.join(work, "g.safetensors"), "bf16")
         if T in torch_lengths:
             row["torch_s"], row["torch_loss"] = torch_grad(cfg, params, tok)
+        if T in ckpt_lengths:
+            row["ckpt_s"], row["ckpt_loss"] = torch_grad(cfg, params, tok, args.checkpoint_every)
         rows.append(row)
         print(json.dumps(row), flush=True)
-    print("\n| T | adjsh s | torch s | ratio | GFLOP/s | peak MiB |")
-    print("|---|---|---|---|---|---|")
+    print("\n| T | adjsh s | torch s | ratio | ckpt s | ratio | GFLOP/s | peak MiB |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
-        ts = f"{r['torch_s']:.2f}" if "torch_s" in r else "-"
-        ratio = f"{r['torch_s'] / r['adjsh_s']:.1f}x" if "torch_s" in r else "-"
-        print(f"| {r['T']:,} | {r['adjsh_s']:.2f} | {ts} | {ratio} | {r['gflops']:.1f} | "
+        cells = []
+        for key in ("torch_s", "ckpt_s"):
+            cells += ([f"{r[key]:.2f}", f"{r[key] / r['adjsh_s']:.1f}x"] if key in r
+                      else ["-", "-"])
+        print(f"| {r['T']:,} | {r['adjsh_s']:.2f} | {' | '.join(cells)} | {r['gflops']:.1f} | "
               f"{r['peak_mib']:.0f} |")
     mem = [int(x) for x in args.memory_lengths.split(",")]
     if len(mem) == 2:
         a = next(r for r in rows if r["T"] == mem[0])
         b = next(r for r in rows if r["T"] == mem[1])
-        slope = (b["peak_mib"] - a["peak_mib"]) * 1048576 / (b["T"] - a["T"])
-        print(f"\npeak RSS slope {slope:.0f} B/token ({mem[0]} to {mem[1]} tokens)")
+        for key, what in (("peak_mib", "full storage"), ("bf16_peak_mib", "--storage bf16")):
+            slope = (b[key] - a[key]) * 1048576 / (b["T"] - a["T"])
+            print(f"peak RSS slope {slope:.0f} B/token ({mem[0]} to {mem[1]} tokens, {what})")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

@@ -218,7 +218,7 @@ int GradCommand(const std::vector<std::string>& args) {
   }
   if (ModelTypeOfDir(a.Get("model")) == "mamba2") {
     // Mamba-2: the exact gradient in-process on the CPU, chunked states; the rest is Mamba-1's.
-    for (const char* flag : {"window", "doc-starts", "trace", "spill-dir", "worker-device"}) {
+    for (const char* flag : {"window", "doc-starts", "trace", "worker-device"}) {
       if (a.Has(flag)) {
         return BadUsage("grad",
                         absl::InvalidArgumentError(absl::StrCat(
@@ -227,15 +227,16 @@ int GradCommand(const std::vector<std::string>& args) {
       }
     }
     if (*workers > 0 || opt.spans != 0 || opt.schedule != Schedule::kSpans ||
-        opt.cotangent != Cotangent::kExact || opt.storage != Storage::kCompute ||
-        !opt.device.is_cpu()) {
+        opt.cotangent != Cotangent::kExact || !opt.device.is_cpu()) {
       return BadUsage("grad", absl::InvalidArgumentError(
                                   "a Mamba-2 model's gradient is the exact one, in-process on "
-                                  "the CPU in full storage (no --workers, --spans, --schedule, "
-                                  "--cotangent, --storage bf16 or --device for it yet)"));
+                                  "the CPU (no --workers, --spans, --schedule, --cotangent or "
+                                  "--device for it yet)"));
     }
+    Mamba2GradOptions m2;
+    m2.chunk = opt.chunk, m2.storage = opt.storage, m2.spill_dir = opt.spill_dir;
     const absl::Status s = RunMamba2Grad(a.Get("model"), a.Get("tokens"), a.Get("out"),
-                                         dtype == "f64", opt.chunk, quiet);
+                                         dtype == "f64", m2, quiet);
     return s.ok() ? 0 : Fail("grad", s);
   }
   if (absl::Status s = CheckDeviceUsable(opt.device); !s.ok()) return Fail("grad", s);

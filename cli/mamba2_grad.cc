@@ -13,13 +13,13 @@ namespace {
 
 template <typename T>
 absl::Status Run(const std::string& model_dir, const std::string& tokens_path,
-                 const std::string& out_path, int64_t chunk, bool quiet) {
+                 const std::string& out_path, const Mamba2GradOptions& options, bool quiet) {
   absl::StatusOr<Mamba2Params<T>> params = LoadMamba2ModelDir<T>(model_dir);
   if (!params.ok()) return params.status();
   absl::StatusOr<std::vector<uint32_t>> tokens = ReadTokenFile(tokens_path);  // ids checked
   if (!tokens.ok()) return tokens.status();                                   // by the gradient
   const auto start = std::chrono::steady_clock::now();
-  absl::StatusOr<Mamba2GradResult<T>> g = Mamba2Gradient<T>(*params, *tokens, chunk);
+  absl::StatusOr<Mamba2GradResult<T>> g = Mamba2Gradient<T>(*params, *tokens, options);
   if (!g.ok()) return g.status();
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -44,9 +44,10 @@ std::string ModelTypeOfDir(const std::string& dir) {
 }
 
 absl::Status RunMamba2Grad(const std::string& model_dir, const std::string& tokens_path,
-                           const std::string& out_path, bool f64, int64_t chunk, bool quiet) {
-  return f64 ? Run<double>(model_dir, tokens_path, out_path, chunk, quiet)
-             : Run<float>(model_dir, tokens_path, out_path, chunk, quiet);
+                           const std::string& out_path, bool f64,
+                           const Mamba2GradOptions& options, bool quiet) {
+  return f64 ? Run<double>(model_dir, tokens_path, out_path, options, quiet)
+             : Run<float>(model_dir, tokens_path, out_path, options, quiet);
 }
 
 }  // namespace adjsh::cli

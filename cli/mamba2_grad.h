@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "engine/mamba2_grad.h"
 
 namespace adjsh::cli {
 
@@ -17,7 +18,8 @@ std::string ModelTypeOfDir(const std::string& dir);
 
 // f64 when f64, else f32. Prints the summary line unless quiet.
 absl::Status RunMamba2Grad(const std::string& model_dir, const std::string& tokens_path,
-                           const std::string& out_path, bool f64, int64_t chunk, bool quiet);
+                           const std::string& out_path, bool f64,
+                           const Mamba2GradOptions& options, bool quiet);
 
 }  // namespace adjsh::cli
 

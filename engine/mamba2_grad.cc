@@ -1,6 +1,6 @@
 // Mamba-2's exact gradient (engine/mamba2_grad.h): the embedding, the layers chunk by chunk
-// (engine/mamba2_layer.h), the LM head. Kept for the backward: every layer's input (T, D) and
-// dL/du (T, D); per layer in turn, the states at its chunk starts, (T / C) H P N numbers,
+// (engine/mamba2_layer.h), the LM head. Kept for the backward: every layer's input (T, D), as
+// stored (engine/stored_rows.h), and dL/du (T, D) twice (in and out of a layer); per layer in turn, the states at its chunk starts, (T / C) H P N numbers,
 // rebuilt by a forward sweep of that layer before its backward runs its chunks in reverse,
 // each recomputing its own activations from its input and its start states.
 #include "engine/mamba2_grad.h"
@@ -11,16 +11,20 @@
 #include "absl/strings/str_cat.h"
 #include "common/tokens.h"
 #include "engine/mamba2_layer.h"
+#include "engine/stored_rows.h"
 #include "kernels/cpu/blas.h"
 #include "kernels/cpu/lm_head.h"
 
 namespace adjsh {
 namespace {
 
-// The rows a chunk starting at t0 reads of a layer input (T, D): from its conv halo on.
+// The rows a chunk [t0, t1) reads of a stored layer input (T, D): from its conv halo on.
 template <typename T>
-const T* Rows(const std::vector<T>& u, int64_t t0, const Mamba2Dims& d) {
-  return u.data() + (t0 - std::min(d.W - 1, t0)) * d.D;
+const T* Rows(const StoredRows<T>& u, int64_t t0, int64_t t1, const Mamba2Dims& d,
+              std::vector<T>& scratch) {
+  const int64_t first = t0 - std::min(d.W - 1, t0);
+  return u.Read(static_cast<size_t>(first * d.D), static_cast<size_t>((t1 - first) * d.D),
+                scratch);
 }
 
 }  // namespace
@@ -28,45 +32,66 @@ const T* Rows(const std::vector<T>& u, int64_t t0, const Mamba2Dims& d) {
 template <typename T>
 absl::StatusOr<Mamba2GradResult<T>> Mamba2Gradient(const Mamba2Params<T>& params,
                                                    std::span<const uint32_t> tokens,
-                                                   int64_t chunk,
-                                                   std::span<const uint8_t> loss_mask) {
+                                                   const Mamba2GradOptions& options) {
   const Mamba2Config& cfg = params.config;
   const int64_t T_ = static_cast<int64_t>(tokens.size());
+  const std::span<const uint8_t> loss_mask = options.loss_mask;
   if (T_ < 2) {
     return absl::InvalidArgumentError(
         absl::StrCat("a gradient needs at least 2 tokens (one next-token target), got ", T_));
   }
-  if (chunk < 1) return absl::InvalidArgumentError(absl::StrCat("chunk must be >= 1, got ", chunk));
+  if (options.chunk < 1)
+    return absl::InvalidArgumentError(absl::StrCat("chunk must be >= 1, got ", options.chunk));
   if (absl::Status s = CheckTokensInVocab(tokens, cfg.vocab_size); !s.ok()) return s;
   if (absl::Status s = CheckLossMask(loss_mask, T_); !s.ok()) return s;
   const Mamba2Dims d(cfg);
-  const int64_t K = cfg.num_hidden_layers, V = cfg.vocab_size, C = std::min(chunk, T_);
+  const int64_t K = cfg.num_hidden_layers, V = cfg.vocab_size, C = std::min(options.chunk, T_);
   const int64_t chunks = (T_ + C - 1) / C, HPN = d.H * d.P * d.N;
-  // u[k]: the input of layer k; u[K] the last layer's output.
-  std::vector<std::vector<T>> u(K + 1, std::vector<T>(T_ * d.D));
-  for (int64_t t = 0; t < T_; ++t)
-    std::copy_n(params.embed.begin() + tokens[t] * d.D, d.D, u[0].begin() + t * d.D);
+  const size_t TD = static_cast<size_t>(T_ * d.D);
+  // u[k]: the input of layer k, as stored; top: the last layer's output, in T.
+  std::vector<StoredRows<T>> u;
+  for (int64_t k = 0; k < K; ++k) {
+    absl::StatusOr<StoredRows<T>> rows =
+        StoredRows<T>::Create(TD, options.storage, options.spill_dir);
+    if (!rows.ok()) return rows.status();
+    u.push_back(*std::move(rows));
+  }
+  std::vector<T> top(TD), rows_scratch, in_scratch, out_scratch;
+  for (int64_t t0 = 0; t0 < T_; t0 += C) {  // the embedding's rows, chunk by chunk
+    const int64_t m = std::min(C, T_ - t0);
+    const size_t at = static_cast<size_t>(t0 * d.D), n = static_cast<size_t>(m * d.D);
+    T* dst = K > 0 ? u[0].WriteBuffer(at, n, out_scratch) : top.data() + at;
+    for (int64_t t = 0; t < m; ++t)
+      std::copy_n(params.embed.begin() + tokens[t0 + t] * d.D, d.D, dst + t * d.D);
+    if (K > 0) u[0].Commit(at, n, dst);
+  }
   Mamba2ChunkActs<T> acts;
   std::vector<T> S(HPN);
   for (int64_t k = 0; k < K; ++k) {
     std::fill(S.begin(), S.end(), T(0));
     for (int64_t t0 = 0; t0 < T_; t0 += C) {
       const int64_t t1 = std::min(T_, t0 + C);
-      T* out = u[k + 1].data() + t0 * d.D;
-      Mamba2ChunkForward(params.layers[k], cfg, Rows(u[k], t0, d), t0, t1, S.data(), acts, out);
-      const T* in = u[k].data() + t0 * d.D;
-      for (int64_t i = 0; i < (t1 - t0) * d.D; ++i) out[i] += in[i];
+      const size_t at = static_cast<size_t>(t0 * d.D), n = static_cast<size_t>((t1 - t0) * d.D);
+      T* out = k + 1 < K ? u[k + 1].WriteBuffer(at, n, out_scratch) : top.data() + at;
+      Mamba2ChunkForward(params.layers[k], cfg, Rows(u[k], t0, t1, d, rows_scratch), t0, t1,
+                         S.data(), acts, out);
+      const T* in = u[k].Read(at, n, in_scratch);  // the residual: the stored (read) input
+      for (size_t i = 0; i < n; ++i) out[i] += in[i];
+      if (k + 1 < K) u[k + 1].Commit(at, n, out);
     }
   }
   Mamba2GradResult<T> r;
   r.grad = ZeroMamba2Params<T>(cfg);
   r.targets = CountedTargets(loss_mask, T_);
   if (!loss_mask.empty()) r.correct = 0;
+  r.stored_bytes = static_cast<int64_t>(K * TD * StoredRows<T>::ValueBytes(options.storage) +
+                                        2 * TD * sizeof(T) + chunks * HPN * sizeof(T));
   // The head, 64 rows at a time: dL/du^K into du, dE += dlogits^T nf in row-block order.
-  std::vector<T> du(T_ * d.D), ddu(T_ * d.D);
+  std::vector<T>& du = top;  // each head block reads its rows of u^K, then writes dL/du there
+  std::vector<T> ddu(TD);
   std::vector<T>& dhead = cfg.tie_word_embeddings ? r.grad.embed : r.grad.lm_head;
   constexpr int64_t kRows = 64;
-  std::vector<T> dlogits(kRows * V), nf(kRows * d.D);
+  std::vector<T> dlogits(kRows * V), nf(kRows * d.D), urows(kRows * d.D);
   std::vector<int64_t> targets(kRows);
   double loss = 0;
   for (int64_t t0 = 0; t0 < T_; t0 += kRows) {
@@ -75,10 +100,11 @@ absl::StatusOr<Mamba2GradResult<T>> Mamba2Gradient(const Mamba2Params<T>& params
       targets[i] = t0 + i + 1 < T_ && (loss_mask.empty() || loss_mask[t0 + i + 1] != 0)
                        ? static_cast<int64_t>(tokens[t0 + i + 1])
                        : int64_t{-1};
+    std::copy_n(top.begin() + t0 * d.D, m * d.D, urows.begin());
     cpu::LmHeadArgs<T> args;
     args.M = m, args.D = d.D, args.V = V, args.eps = cfg.layer_norm_epsilon;
     args.E = params.head().data(), args.w_f = params.norm_f.data();
-    args.u = u[K].data() + t0 * d.D, args.targets = targets.data();
+    args.u = urows.data(), args.targets = targets.data();
     args.scale = T(1) / T(r.targets);
     if (!loss_mask.empty()) args.correct = &r.correct;
     loss += cpu::LmHeadForwardBackward(args, du.data() + t0 * d.D, dlogits.data(), nf.data(),
@@ -92,16 +118,17 @@ absl::StatusOr<Mamba2GradResult<T>> Mamba2Gradient(const Mamba2Params<T>& params
     const Mamba2Layer<T>& l = params.layers[k];
     std::fill(S.begin(), S.end(), T(0));
     for (int64_t c = 0; c < chunks; ++c) {  // the states at the chunk starts
+      const int64_t t0 = c * C, t1 = std::min(T_, t0 + C);
       std::copy(S.begin(), S.end(), starts.begin() + c * HPN);
-      Mamba2ChunkForward(l, cfg, Rows(u[k], c * C, d), c * C, std::min(T_, (c + 1) * C),
-                         S.data(), acts, static_cast<T*>(nullptr));
+      Mamba2ChunkForward(l, cfg, Rows(u[k], t0, t1, d, rows_scratch), t0, t1, S.data(), acts,
+                         static_cast<T*>(nullptr));
     }
     std::fill(carry.begin(), carry.end(), T(0));
     std::fill(halo.begin(), halo.end(), T(0));
     for (int64_t c = chunks - 1; c >= 0; --c) {
       const int64_t t0 = c * C, t1 = std::min(T_, t0 + C);
       std::copy_n(starts.begin() + c * HPN, HPN, S.begin());
-      const T* rows = Rows(u[k], t0, d);
+      const T* rows = Rows(u[k], t0, t1, d, rows_scratch);
       Mamba2ChunkForward(l, cfg, rows, t0, t1, S.data(), acts, scratch.data());
       Mamba2ChunkBackward(l, cfg, rows, acts, du.data() + t0 * d.D, carry.data(),
                           halo.data(), r.grad.layers[k], ddu.data() + t0 * d.D);
@@ -116,8 +143,8 @@ absl::StatusOr<Mamba2GradResult<T>> Mamba2Gradient(const Mamba2Params<T>& params
 }
 
 template absl::StatusOr<Mamba2GradResult<float>> Mamba2Gradient<float>(
-    const Mamba2Params<float>&, std::span<const uint32_t>, int64_t, std::span<const uint8_t>);
+    const Mamba2Params<float>&, std::span<const uint32_t>, const Mamba2GradOptions&);
 template absl::StatusOr<Mamba2GradResult<double>> Mamba2Gradient<double>(
-    const Mamba2Params<double>&, std::span<const uint32_t>, int64_t, std::span<const uint8_t>);
+    const Mamba2Params<double>&, std::span<const uint32_t>, const Mamba2GradOptions&);
 
 }  // namespace adjsh

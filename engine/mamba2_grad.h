@@ -3,15 +3,17 @@
 // (T, D); the backward runs the layers from the top down, each chunk by chunk in reverse
 // (engine/mamba2_layer.h): a forward sweep of the layer keeps its heads' states at the chunk
 // starts ((T / C) H P N numbers), and each chunk recomputes its own activations from its input
-// rows and its start states. Memory: (K + 3) T D numbers, those states, and one chunk's
-// activations.
+// rows and its start states. Memory: K T D stored numbers (T or bf16), 2 T D in T, those
+// states, and one chunk's activations.
 #ifndef ADJSH_ENGINE_MAMBA2_GRAD_H_
 #define ADJSH_ENGINE_MAMBA2_GRAD_H_
 
 #include <cstdint>
 #include <span>
+#include <string>
 
 #include "absl/status/statusor.h"
+#include "engine/adjoint_engine.h"
 #include "engine/grad_result.h"
 #include "engine/mamba2_model.h"
 
@@ -22,15 +24,26 @@ namespace adjsh {
 template <typename T>
 using Mamba2GradResult = GradResult<T, Mamba2Params>;
 
-// tokens: at least 2, each below vocab_size; chunk >= 1 (clamped to T). loss_mask: empty (every
-// target counts) or one entry per token, the target at t counting iff loss_mask[t] != 0, as
-// for Mamba-1 (engine/adjoint_engine.h GradOptions). INVALID_ARGUMENT naming the problem
+struct Mamba2GradOptions {
+  int64_t chunk = 256;  // C: tokens per chunk (clamped to T)
+  // Empty (every target counts) or one entry per token, the target at t counting iff
+  // loss_mask[t] != 0, as for Mamba-1 (engine/adjoint_engine.h GradOptions). Must outlive the
+  // call.
+  std::span<const uint8_t> loss_mask;
+  // How the layer inputs are kept (engine/stored_rows.h): in T, or rounded to bf16, in which
+  // case every reader, the forward's next layer included, reads the rounded rows, and the
+  // gradient is the exact one of the model that rounds there. A spill directory keeps them in
+  // memory-mapped files there (the same values).
+  Storage storage = Storage::kCompute;
+  std::string spill_dir;
+};
+
+// tokens: at least 2, each below vocab_size; chunk >= 1. INVALID_ARGUMENT naming the problem
 // otherwise.
 template <typename T>
 absl::StatusOr<Mamba2GradResult<T>> Mamba2Gradient(const Mamba2Params<T>& params,
                                                    std::span<const uint32_t> tokens,
-                                                   int64_t chunk,
-                                                   std::span<const uint8_t> loss_mask = {});
+                                                   const Mamba2GradOptions& options);
 
 }  // namespace adjsh
 

@@ -53,8 +53,6 @@ absl::Status Mamba2::CheckOptions(const GradOptions& o) {
   if (o.window != 0) missing = "a truncated window (--window)";
   else if (o.cotangent != Cotangent::kExact) missing = "the top-of-stack cotangent";
   else if (o.spans != 0) missing = "the span schedule (--spans)";
-  else if (o.storage != Storage::kCompute) missing = "bf16 storage (--storage bf16)";
-  else if (!o.spill_dir.empty()) missing = "a spill directory (--spill-dir)";
   else if (!o.device.is_cpu()) missing = "a device other than the CPU";
   else if (o.forward_only) missing = "forward-only span steps";
   if (!missing) return absl::OkStatus();
@@ -65,8 +63,12 @@ absl::Status Mamba2::CheckOptions(const GradOptions& o) {
 
 absl::StatusOr<Mamba2::Grad> Mamba2::Gradient(const Params& params, const GradPiece& piece) {
   if (absl::Status s = CheckOptions(piece.options); !s.ok()) return s;
-  return Mamba2Gradient<float>(params, piece.tokens, piece.options.chunk,
-                               piece.options.loss_mask);
+  Mamba2GradOptions o;
+  o.chunk = piece.options.chunk;
+  o.loss_mask = piece.options.loss_mask;
+  o.storage = piece.options.storage;
+  o.spill_dir = piece.options.spill_dir;
+  return Mamba2Gradient<float>(params, piece.tokens, o);
 }
 
 absl::StatusOr<EvalResult> Mamba2::Evaluate(const Params& params, const TokenData& tokens,

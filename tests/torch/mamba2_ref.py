@@ -108,6 +108,34 @@ def gated_norm(y, z, w, G, eps, norm_before_gate):
     return n * F.silu(z) if norm_before_gate else n
 
 
+def scan_tokens(S, dt, A, xs, Bh, Ch, Dh):
+    """The recurrence over the tokens of dt (t, H), xs (t, H, P), Bh and Ch (t, H, N) from the
+    state S (H, P, N): the outputs (t, H P) and the last state."""
+    ys = []
+    for t in range(dt.shape[0]):
+        dA = torch.exp(dt[t] * A)
+        S = dA[:, None, None] * S + (dt[t][:, None] * xs[t])[:, :, None] * Bh[t][:, None, :]
+        ys.append(((S * Ch[t][:, None, :]).sum(-1) + Dh[:, None] * xs[t]).reshape(-1))
+    return torch.stack(ys), S
+
+
+def scan(dt, A, xs, Bh, Ch, Dh, checkpoint_every=0):
+    """y (T, H P). checkpoint_every > 0: autograd keeps only the states between runs of that
+    many tokens and recomputes each run in the backward (torch.utils.checkpoint), so that
+    long sequences fit in memory; the same values."""
+    T, H, P = xs.shape
+    S = torch.zeros(H, P, Bh.shape[-1], dtype=xs.dtype)
+    if checkpoint_every <= 0:
+        return scan_tokens(S, dt, A, xs, Bh, Ch, Dh)[0]
+    from torch.utils.checkpoint import checkpoint
+    ys = []
+    for t0 in range(0, T, checkpoint_every):
+        sl = slice(t0, t0 + checkpoint_every)
+        y, S = checkpoint(scan_tokens, S, dt[sl], A, xs[sl], Bh[sl], Ch[sl], Dh)
+        ys.append(y)
+    return torch.cat(ys)
+
+
 def mixer(x, p, b, cfg):
     D, Di, H, P, G, N, Cc = dims(cfg)
     T, W = x.shape[0], cfg["conv_kernel"]
@@ -126,13 +154,7 @@ def mixer(x, p, b, cfg):
     rep = H // G
     Bh = B.reshape(T, G, N).repeat_interleave(rep, dim=1)  # (T, H, N)
     Ch = C.reshape(T, G, N).repeat_interleave(rep, dim=1)
-    S = torch.zeros(H, P, N, dtype=x.dtype)
-    ys = []
-    for t in range(T):
-        dA = torch.exp(dt[t] * A)
-        S = dA[:, None, None] * S + (dt[t][:, None] * xs[t])[:, :, None] * Bh[t][:, None, :]
-        ys.append(((S * Ch[t][:, None, :]).sum(-1) + p[b + "D"][:, None] * xs[t]).reshape(Di))
-    y = torch.stack(ys)
+    y = scan(dt, A, xs, Bh, Ch, p[b + "D"], cfg.get("checkpoint_every", 0))
     y = gated_norm(y, z, p[b + "norm.weight"], G, cfg["layer_norm_epsilon"],
                    cfg.get("norm_before_gate", False))
     return y @ p[b + "out_proj.weight"].T
@@ -144,6 +166,8 @@ def logits_fn(p, cfg, tokens):
     h = p["backbone.embeddings.weight"][tokens]
     for k in range(cfg["num_hidden_layers"]):
         b = f"backbone.layers.{k}."
+        if cfg.get("round_inputs_bf16"):  # adjsh's --storage bf16: each layer reads its input
+            h = h + (h.to(torch.bfloat16).to(h.dtype) - h).detach()  # rounded (derivative 1)
         h = h + mixer(rmsnorm(h, p[b + "norm.weight"], eps), p, b + "mixer.", cfg)
     h = rmsnorm(h, p["backbone.norm_f.weight"], eps)
     return h @ p.get("lm_head.weight", p["backbone.embeddings.weight"]).T

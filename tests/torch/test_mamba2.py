@@ -16,6 +16,9 @@ Checks:
     a few hundred terms: ~1e-6 expected; a tensor whose gradient cancels to a small sum, where
     torch's own f32 errs above 1e-5, within 10x of torch's f32 error), over G in {1, 2}, head_dim in {4, 16}, tied and
     untied heads, a clamped time_step_limit, T in {2, 97, 300} and chunk in {1, 7, 64, T};
+  * --storage bf16: in f64 the exact gradient of the model that rounds each layer's input to
+    bf16 (< 1e-9), in f32 within bf16 rounding of the plain one (< 2e-2); --spill-dir gives
+    the same bytes;
   * `adjsh eval` (forward only, chunk by chunk) gives the reference's loss to < 1e-12 in f64,
     the file as one sequence and in sequences of --context, at chunks 1, 7 and 256;
   * `adjsh generate` decodes recurrently: greedy, the reference's argmax tokens; sampled, the
@@ -161,6 +164,52 @@ def check_gradients(adjsh, tmp, quick):
                           f"{tol(where):.0e})", ok, worst)
 
 
+def check_storage(adjsh, tmp):
+    """--storage bf16: the exact gradient of the model that rounds each layer's input to bf16
+    (the reference with round_inputs_bf16, in f64): < 1e-9 in f64; < 1e-3 in f32 (f32's own
+    rounding, ~1e-6, and a stored value whose f32 and f64 forwards round to neighbouring
+    bf16 numbers: 2^-8 relative in one element). How far that is from the unrounded model's
+    gradient is printed (bf16's 2^-9 per stored value, more on a gradient that cancels). A
+    spill directory gives the same bytes as memory."""
+    label, kw = CONFIGS[1]
+    cfg = ref.make_config(**kw)
+    params = ref.init_params(cfg, seed=11)
+    mdir = os.path.join(tmp, "m-storage")
+    ref.save_model(mdir, cfg, params)
+    T = 97
+    tok = tokens(cfg["vocab_size"], T, 5)
+    tpath = os.path.join(tmp, "t-storage.u32")
+    m1.write_tokens(tpath, tok)
+    _, plain = ref.grads_params(cfg, params, tok)
+    _, rounded = ref.grads_params(dict(cfg, round_inputs_bf16=True), params, tok)
+    spill = os.path.join(tmp, "spill")
+    os.makedirs(spill, exist_ok=True)
+    outs = {}
+    for dt, bound in (("f64", 1e-9), ("f32", 1e-3)):
+        for chunk in (7, T):
+            out = os.path.join(tmp, f"g-bf16-{dt}-{chunk}.safetensors")
+            r = run(adjsh, ["grad", "--model", mdir, "--tokens", tpath, "--out", out, "--chunk",
+                            str(chunk), "--dtype", dt, "--storage", "bf16", "--quiet"])
+            if r.returncode != 0:
+                check(f"--storage bf16 {dt} chunk {chunk}", False, r.stderr[-400:])
+                continue
+            got = m1.load_safetensors(out)
+            got.pop("loss")
+            worst, where = max((rel_l2(got[n], v), n) for n, v in rounded.items())
+            off, off_at = max((rel_l2(got[n], v), n) for n, v in plain.items())
+            check(f"{label} T={T} chunk {chunk} {dt} --storage bf16: worst relative L2 "
+                  f"{worst:.1e} ({where}) against the rounding model's gradient (bound "
+                  f"{bound:.0e}); {off:.1e} ({off_at}) from the unrounded model's",
+                  worst < bound, worst)
+            outs[(dt, chunk)] = out
+    out = os.path.join(tmp, "g-bf16-spill.safetensors")
+    r = run(adjsh, ["grad", "--model", mdir, "--tokens", tpath, "--out", out, "--chunk", "7",
+                    "--dtype", "f64", "--storage", "bf16", "--spill-dir", spill, "--quiet"])
+    same = (r.returncode == 0 and ("f64", 7) in outs
+            and open(out, "rb").read() == open(outs[("f64", 7)], "rb").read())
+    check("--spill-dir: the same bytes as in memory", same, r.stderr[-400:])
+
+
 def check_eval(adjsh, tmp):
     """adjsh eval (forward only, chunk by chunk) gives the reference's loss, for the whole file
     as one sequence and cut into sequences of --context."""
@@ -272,6 +321,7 @@ def main():
         check_reference()
         check_transformers(tmp)
         check_gradients(args.adjsh, tmp, args.quick)
+        check_storage(args.adjsh, tmp)
         check_eval(args.adjsh, tmp)
         check_generate(args.adjsh, tmp)
         check_bad_input(args.adjsh, tmp)
