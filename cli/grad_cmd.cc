@@ -226,15 +226,16 @@ int GradCommand(const std::vector<std::string>& args) {
                             "adjsh computes in-process on the CPU")));
       }
     }
-    if (*workers > 0 || opt.spans != 0 || opt.schedule != Schedule::kSpans ||
-        opt.cotangent != Cotangent::kExact || !opt.device.is_cpu()) {
+    if (*workers > 0 || opt.schedule != Schedule::kSpans || opt.cotangent != Cotangent::kExact ||
+        !opt.device.is_cpu()) {
       return BadUsage("grad", absl::InvalidArgumentError(
                                   "a Mamba-2 model's gradient is the exact one, in-process on "
-                                  "the CPU (no --workers, --spans, --schedule, --cotangent or "
-                                  "--device for it yet)"));
+                                  "the CPU by the span schedule (no --workers, --schedule, "
+                                  "--cotangent or --device for it yet)"));
     }
     Mamba2GradOptions m2;
-    m2.chunk = opt.chunk, m2.storage = opt.storage, m2.spill_dir = opt.spill_dir;
+    m2.chunk = opt.chunk, m2.spans = opt.spans, m2.threads = opt.threads;
+    m2.storage = opt.storage, m2.spill_dir = opt.spill_dir;
     const absl::Status s = RunMamba2Grad(a.Get("model"), a.Get("tokens"), a.Get("out"),
                                          dtype == "f64", m2, quiet);
     return s.ok() ? 0 : Fail("grad", s);

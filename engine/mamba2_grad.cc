@@ -1,5 +1,5 @@
 // Mamba-2's exact gradient (engine/mamba2_grad.h): the embedding, the layers chunk by chunk
-// (engine/mamba2_layer.h), the LM head. Kept for the backward: every layer's input (T, D), as
+// (engine/mamba2_layer.h) in the spans of engine/mamba2_spans.h, the LM head. Kept for the backward: every layer's input (T, D), as
 // stored (engine/stored_rows.h), and dL/du (T, D) twice (in and out of a layer); per layer in turn, the states at its chunk starts, (T / C) H P N numbers,
 // rebuilt by a forward sweep of that layer before its backward runs its chunks in reverse,
 // each recomputing its own activations from its input and its start states.
@@ -11,23 +11,14 @@
 #include "absl/strings/str_cat.h"
 #include "common/tokens.h"
 #include "engine/mamba2_layer.h"
+#include "engine/mamba2_spans.h"
+#include "engine/span_plan.h"
+#include "engine/thread_pool.h"
 #include "engine/stored_rows.h"
 #include "kernels/cpu/blas.h"
 #include "kernels/cpu/lm_head.h"
 
 namespace adjsh {
-namespace {
-
-// The rows a chunk [t0, t1) reads of a stored layer input (T, D): from its conv halo on.
-template <typename T>
-const T* Rows(const StoredRows<T>& u, int64_t t0, int64_t t1, const Mamba2Dims& d,
-              std::vector<T>& scratch) {
-  const int64_t first = t0 - std::min(d.W - 1, t0);
-  return u.Read(static_cast<size_t>(first * d.D), static_cast<size_t>((t1 - first) * d.D),
-                scratch);
-}
-
-}  // namespace
 
 template <typename T>
 absl::StatusOr<Mamba2GradResult<T>> Mamba2Gradient(const Mamba2Params<T>& params,
@@ -46,8 +37,11 @@ absl::StatusOr<Mamba2GradResult<T>> Mamba2Gradient(const Mamba2Params<T>& params
   if (absl::Status s = CheckLossMask(loss_mask, T_); !s.ok()) return s;
   const Mamba2Dims d(cfg);
   const int64_t K = cfg.num_hidden_layers, V = cfg.vocab_size, C = std::min(options.chunk, T_);
-  const int64_t chunks = (T_ + C - 1) / C, HPN = d.H * d.P * d.N;
   const size_t TD = static_cast<size_t>(T_ * d.D);
+  absl::StatusOr<SpanPlan> plan = SpanPlan::Make(T_, C, options.spans, K, d.W);
+  if (!plan.ok()) return plan.status();
+  ThreadPool pool(options.threads);
+  Mamba2SpanSchedule<T> schedule(cfg, *plan, pool);
   // u[k]: the input of layer k, as stored; top: the last layer's output, in T.
   std::vector<StoredRows<T>> u;
   for (int64_t k = 0; k < K; ++k) {
@@ -56,7 +50,7 @@ absl::StatusOr<Mamba2GradResult<T>> Mamba2Gradient(const Mamba2Params<T>& params
     if (!rows.ok()) return rows.status();
     u.push_back(*std::move(rows));
   }
-  std::vector<T> top(TD), rows_scratch, in_scratch, out_scratch;
+  std::vector<T> top(TD), out_scratch;
   for (int64_t t0 = 0; t0 < T_; t0 += C) {  // the embedding's rows, chunk by chunk
     const int64_t m = std::min(C, T_ - t0);
     const size_t at = static_cast<size_t>(t0 * d.D), n = static_cast<size_t>(m * d.D);
@@ -65,27 +59,14 @@ absl::StatusOr<Mamba2GradResult<T>> Mamba2Gradient(const Mamba2Params<T>& params
       std::copy_n(params.embed.begin() + tokens[t0 + t] * d.D, d.D, dst + t * d.D);
     if (K > 0) u[0].Commit(at, n, dst);
   }
-  Mamba2ChunkActs<T> acts;
-  std::vector<T> S(HPN);
-  for (int64_t k = 0; k < K; ++k) {
-    std::fill(S.begin(), S.end(), T(0));
-    for (int64_t t0 = 0; t0 < T_; t0 += C) {
-      const int64_t t1 = std::min(T_, t0 + C);
-      const size_t at = static_cast<size_t>(t0 * d.D), n = static_cast<size_t>((t1 - t0) * d.D);
-      T* out = k + 1 < K ? u[k + 1].WriteBuffer(at, n, out_scratch) : top.data() + at;
-      Mamba2ChunkForward(params.layers[k], cfg, Rows(u[k], t0, t1, d, rows_scratch), t0, t1,
-                         S.data(), acts, out);
-      const T* in = u[k].Read(at, n, in_scratch);  // the residual: the stored (read) input
-      for (size_t i = 0; i < n; ++i) out[i] += in[i];
-      if (k + 1 < K) u[k + 1].Commit(at, n, out);
-    }
-  }
+  for (int64_t k = 0; k < K; ++k)
+    schedule.Forward(k, params.layers[k], u[k], k + 1 < K ? &u[k + 1] : nullptr, top.data());
   Mamba2GradResult<T> r;
   r.grad = ZeroMamba2Params<T>(cfg);
   r.targets = CountedTargets(loss_mask, T_);
   if (!loss_mask.empty()) r.correct = 0;
   r.stored_bytes = static_cast<int64_t>(K * TD * StoredRows<T>::ValueBytes(options.storage) +
-                                        2 * TD * sizeof(T) + chunks * HPN * sizeof(T));
+                                        (2 * TD + schedule.kept_values()) * sizeof(T));
   // The head, 64 rows at a time: dL/du^K into du, dE += dlogits^T nf in row-block order.
   std::vector<T>& du = top;  // each head block reads its rows of u^K, then writes dL/du there
   std::vector<T> ddu(TD);
@@ -113,26 +94,8 @@ absl::StatusOr<Mamba2GradResult<T>> Mamba2Gradient(const Mamba2Params<T>& params
                  nf.data(), d.D, T(1), dhead.data(), d.D);
   }
   r.loss = loss / static_cast<double>(r.targets);
-  std::vector<T> starts(chunks * HPN), scratch(C * d.D), carry(HPN), halo((d.W - 1) * d.Cc);
   for (int64_t k = K - 1; k >= 0; --k) {
-    const Mamba2Layer<T>& l = params.layers[k];
-    std::fill(S.begin(), S.end(), T(0));
-    for (int64_t c = 0; c < chunks; ++c) {  // the states at the chunk starts
-      const int64_t t0 = c * C, t1 = std::min(T_, t0 + C);
-      std::copy(S.begin(), S.end(), starts.begin() + c * HPN);
-      Mamba2ChunkForward(l, cfg, Rows(u[k], t0, t1, d, rows_scratch), t0, t1, S.data(), acts,
-                         static_cast<T*>(nullptr));
-    }
-    std::fill(carry.begin(), carry.end(), T(0));
-    std::fill(halo.begin(), halo.end(), T(0));
-    for (int64_t c = chunks - 1; c >= 0; --c) {
-      const int64_t t0 = c * C, t1 = std::min(T_, t0 + C);
-      std::copy_n(starts.begin() + c * HPN, HPN, S.begin());
-      const T* rows = Rows(u[k], t0, t1, d, rows_scratch);
-      Mamba2ChunkForward(l, cfg, rows, t0, t1, S.data(), acts, scratch.data());
-      Mamba2ChunkBackward(l, cfg, rows, acts, du.data() + t0 * d.D, carry.data(),
-                          halo.data(), r.grad.layers[k], ddu.data() + t0 * d.D);
-    }
+    schedule.Backward(k, params.layers[k], u[k], du.data(), ddu.data(), r.grad.layers[k]);
     std::swap(du, ddu);
   }
   for (int64_t t = 0; t < T_; ++t) {

@@ -26,6 +26,11 @@ using Mamba2GradResult = GradResult<T, Mamba2Params>;
 
 struct Mamba2GradOptions {
   int64_t chunk = 256;  // C: tokens per chunk (clamped to T)
+  // S: the step's spans (engine/mamba2_spans.h; 0: SpanPlan::DefaultSpans), run on `threads`
+  // threads (0: one per core). The result depends on S (its combines round), never on the
+  // threads.
+  int64_t spans = 0;
+  int threads = 0;
   // Empty (every target counts) or one entry per token, the target at t counting iff
   // loss_mask[t] != 0, as for Mamba-1 (engine/adjoint_engine.h GradOptions). Must outlive the
   // call.

@@ -31,6 +31,32 @@ T Softplus(T x) {
   return x > T(20) ? x : std::log1p(std::exp(x));
 }
 
+// The gated norm's backward for a chunk's L rows: dy (L, Di) from dn = dL/dn; with gl and dzx
+// non-null also the gnorm weight's gradient and dz into dzx's z columns (rows of Dp).
+template <typename T>
+void GatedNormBackward(const Mamba2Layer<T>& l, const Mamba2Dims& d, const Mamba2ChunkActs<T>& a,
+                       const T* dn, T* dy, Mamba2Layer<T>* gl, T* dzx) {
+  const int64_t L = a.t1 - a.t0, hb = a.hb, M = d.Di / d.G;
+  for (int64_t i = 0; i < L; ++i) {
+    for (int64_t j = 0; j < d.G; ++j) {
+      const int64_t o = i * d.Di + j * M;
+      const T r = a.r2[i * d.G + j];
+      T dot = 0;
+      for (int64_t c = 0; c < M; ++c) {
+        if (gl) gl->gnorm[j * M + c] += dn[o + c] * a.gv[o + c] * r;
+        dot += dn[o + c] * l.gnorm[j * M + c] * a.gv[o + c];
+      }
+      const T coef = r * r * r * dot / T(M);
+      for (int64_t c = 0; c < M; ++c) {
+        const T dg = r * dn[o + c] * l.gnorm[j * M + c] - a.gv[o + c] * coef;
+        const T z = a.zx[(hb + i) * d.Dp + j * M + c], s = Sigmoid(z);
+        dy[o + c] = dg * z * s;
+        if (dzx) dzx[i * d.Dp + j * M + c] = dg * a.y[o + c] * s * (T(1) + z * (T(1) - s));
+      }
+    }
+  }
+}
+
 }  // namespace
 
 Mamba2Dims::Mamba2Dims(const Mamba2Config& c)
@@ -120,7 +146,7 @@ void Mamba2ChunkBackward(const Mamba2Layer<T>& l, const Mamba2Config& cfg, const
                          const Mamba2ChunkActs<T>& a, const T* dout, T* carry, T* halo,
                          Mamba2Layer<T>& gl, T* du) {
   const Mamba2Dims d(cfg);
-  const int64_t t0 = a.t0, t1 = a.t1, L = t1 - t0, hb = a.hb, M = d.Di / d.G;
+  const int64_t t0 = a.t0, t1 = a.t1, L = t1 - t0, hb = a.hb;
   std::vector<T> dn(L * d.Di);
   Gemm<T>(Trans::kNo, Trans::kNo, L, d.Di, d.D, T(1), dout, d.D, l.out_proj.data(), d.Di, T(0),
           dn.data(), d.Di);
@@ -128,24 +154,7 @@ void Mamba2ChunkBackward(const Mamba2Layer<T>& l, const Mamba2Config& cfg, const
           gl.out_proj.data(), d.Di);
   // The gated norm, back to dy and dz (dzx's z columns). dzx holds the chunk's rows only.
   std::vector<T> dzx(L * d.Dp, T(0)), dy(L * d.Di);
-  for (int64_t i = 0; i < L; ++i) {
-    for (int64_t j = 0; j < d.G; ++j) {
-      const int64_t o = i * d.Di + j * M;
-      const T r = a.r2[i * d.G + j];
-      T dot = 0;
-      for (int64_t c = 0; c < M; ++c) {
-        gl.gnorm[j * M + c] += dn[o + c] * a.gv[o + c] * r;
-        dot += dn[o + c] * l.gnorm[j * M + c] * a.gv[o + c];
-      }
-      const T coef = r * r * r * dot / T(M);
-      for (int64_t c = 0; c < M; ++c) {
-        const T dg = r * dn[o + c] * l.gnorm[j * M + c] - a.gv[o + c] * coef;
-        const T z = a.zx[(hb + i) * d.Dp + j * M + c], s = Sigmoid(z);
-        dy[o + c] = dg * z * s;
-        dzx[i * d.Dp + j * M + c] = dg * a.y[o + c] * s * (T(1) + z * (T(1) - s));
-      }
-    }
-  }
+  GatedNormBackward(l, d, a, dn.data(), dy.data(), &gl, dzx.data());
   // The scan, per head in reverse, its states recomputed from S0: buf[i + 1] = S_{t0 + i}.
   const int64_t PN = d.P * d.N, rep = d.H / d.G;
   std::vector<T> dxbc(L * d.Cc, T(0)), ddt(L * d.H, T(0));
@@ -259,12 +268,60 @@ void Mamba2ChunkBackward(const Mamba2Layer<T>& l, const Mamba2Config& cfg, const
   for (int64_t i = 0; i < L * d.D; ++i) du[i] = dout[i] + dxn[i];
 }
 
+template <typename T>
+void Mamba2ChunkAdjoint(const Mamba2Layer<T>& l, const Mamba2Config& cfg,
+                        const Mamba2ChunkActs<T>& a, const T* dout, T* carry) {
+  const Mamba2Dims d(cfg);
+  const int64_t L = a.t1 - a.t0, PN = d.P * d.N, rep = d.H / d.G;
+  std::vector<T> dn(L * d.Di), dy(L * d.Di);
+  Gemm<T>(Trans::kNo, Trans::kNo, L, d.Di, d.D, T(1), dout, d.D, l.out_proj.data(), d.Di, T(0),
+          dn.data(), d.Di);
+  GatedNormBackward<T>(l, d, a, dn.data(), dy.data(), nullptr, nullptr);
+  for (int64_t h = 0; h < d.H; ++h) {  // G_t = carry + dy_t C_t^T, carry = exp(dt_t A) G_t
+    const int64_t g = h / rep;
+    const T A = -std::exp(l.A_log[h]);
+    T* ch = carry + h * PN;
+    for (int64_t i = L - 1; i >= 0; --i) {
+      const T decay = std::exp(a.dt[i * d.H + h] * A);
+      const T* C = &a.xbc[i * d.Cc + d.Di + d.G * d.N + g * d.N];
+      const T* dyt = &dy[i * d.Di + h * d.P];
+      for (int64_t p = 0; p < d.P; ++p) {
+        T* cp = ch + p * d.N;
+        for (int64_t n = 0; n < d.N; ++n) cp[n] = decay * (cp[n] + dyt[p] * C[n]);
+      }
+    }
+  }
+}
+
+template <typename T>
+void Mamba2HaloBackward(const Mamba2Layer<T>& l, const Mamba2Config& cfg, const T* u,
+                        int64_t t0, const T* halo, Mamba2Layer<T>& gl, T* du) {
+  const Mamba2Dims d(cfg);
+  const int64_t n = std::min(d.W - 1, t0), skip = (d.W - 1) - n;  // halo rows before row 0
+  if (n == 0) return;
+  std::vector<T> xn(n * d.D), r1(n), dzx(n * d.Dp, T(0)), dxn(n * d.D);
+  cpu::RmsNormForward(u, n, d.D, l.norm.data(), cfg.layer_norm_epsilon, xn.data(), r1.data());
+  for (int64_t i = 0; i < n; ++i)
+    std::copy_n(halo + (skip + i) * d.Cc, d.Cc, &dzx[i * d.Dp + d.Di]);
+  Gemm<T>(Trans::kYes, Trans::kNo, d.Dp, d.D, n, T(1), dzx.data(), d.Dp, xn.data(), d.D, T(1),
+          gl.in_proj.data(), d.D);
+  Gemm<T>(Trans::kNo, Trans::kNo, n, d.D, d.Dp, T(1), dzx.data(), d.Dp, l.in_proj.data(), d.D,
+          T(0), dxn.data(), d.D);
+  cpu::RmsNormBackward(u, n, d.D, l.norm.data(), r1.data(), dxn.data(), gl.norm.data(),
+                       dxn.data());
+  for (int64_t i = 0; i < n * d.D; ++i) du[i] += dxn[i];
+}
+
 #define ADJSH_INSTANTIATE(T)                                                                    \
   template void Mamba2ChunkForward<T>(const Mamba2Layer<T>&, const Mamba2Config&, const T*,     \
                                       int64_t, int64_t, T*, Mamba2ChunkActs<T>&, T*);           \
   template void Mamba2ChunkBackward<T>(const Mamba2Layer<T>&, const Mamba2Config&, const T*,    \
                                        const Mamba2ChunkActs<T>&, const T*, T*, T*,             \
-                                       Mamba2Layer<T>&, T*);
+                                       Mamba2Layer<T>&, T*);                                    \
+  template void Mamba2ChunkAdjoint<T>(const Mamba2Layer<T>&, const Mamba2Config&,               \
+                                      const Mamba2ChunkActs<T>&, const T*, T*);                 \
+  template void Mamba2HaloBackward<T>(const Mamba2Layer<T>&, const Mamba2Config&, const T*,     \
+                                      int64_t, const T*, Mamba2Layer<T>&, T*);
 ADJSH_INSTANTIATE(float)
 ADJSH_INSTANTIATE(double)
 #undef ADJSH_INSTANTIATE

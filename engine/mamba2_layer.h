@@ -52,6 +52,23 @@ void Mamba2ChunkBackward(const Mamba2Layer<T>& l, const Mamba2Config& cfg, const
                          const Mamba2ChunkActs<T>& a, const T* dout, T* carry, T* halo,
                          Mamba2Layer<T>& g, T* du);
 
+// The span schedule's adjoint summary (engine/mamba2_grad.cc): the chunk's dy from dout and
+// its forward (a), then only the heads' adjoint recursion: carry (H, P, N) = dL/dS_{t1-1}
+// from the later tokens is left as dL/dS_{t0-1}, with nothing else computed. Affine in the
+// incoming carry, with the chunk's decay product as its slope.
+template <typename T>
+void Mamba2ChunkAdjoint(const Mamba2Layer<T>& l, const Mamba2Config& cfg,
+                        const Mamba2ChunkActs<T>& a, const T* dout, T* carry);
+
+// The gradient a later span's conv hands back to the input rows [t0 - n, t0) before it
+// (n = min(W - 1, t0); halo (W - 1, Cc) as Mamba2ChunkBackward leaves it, rows [t0 - W + 1, t0)):
+// through in_proj and the pre-norm, recomputed from u (those n rows, (n, D)), into gl, and
+// added to du (n, D). What Mamba2ChunkBackward does with an incoming halo, for the rows of
+// another span, after it ran.
+template <typename T>
+void Mamba2HaloBackward(const Mamba2Layer<T>& l, const Mamba2Config& cfg, const T* u,
+                        int64_t t0, const T* halo, Mamba2Layer<T>& gl, T* du);
+
 }  // namespace adjsh
 
 #endif  // ADJSH_ENGINE_MAMBA2_LAYER_H_

@@ -52,7 +52,6 @@ absl::Status Mamba2::CheckOptions(const GradOptions& o) {
   const char* missing = nullptr;
   if (o.window != 0) missing = "a truncated window (--window)";
   else if (o.cotangent != Cotangent::kExact) missing = "the top-of-stack cotangent";
-  else if (o.spans != 0) missing = "the span schedule (--spans)";
   else if (!o.device.is_cpu()) missing = "a device other than the CPU";
   else if (o.forward_only) missing = "forward-only span steps";
   if (!missing) return absl::OkStatus();
@@ -65,6 +64,8 @@ absl::StatusOr<Mamba2::Grad> Mamba2::Gradient(const Params& params, const GradPi
   if (absl::Status s = CheckOptions(piece.options); !s.ok()) return s;
   Mamba2GradOptions o;
   o.chunk = piece.options.chunk;
+  o.spans = piece.options.spans;
+  o.threads = piece.options.threads;
   o.loss_mask = piece.options.loss_mask;
   o.storage = piece.options.storage;
   o.spill_dir = piece.options.spill_dir;

@@ -10,7 +10,7 @@ same bytes for the same seed); train runs it in-process on the built-in corpus a
 down; its step-12 checkpoint, resumed alone, ends with bitwise the straight run's files;
 the checkpoint is a Mamba-2 model folder that adjsh grad, eval and generate read, with
 `adjsh eval` equal to adjsh grad's loss in f64 (< 1e-12 relative); a loss mask runs and
-reports the accuracy; --storage bf16 runs; what Mamba-2 lacks (--workers, --window, --spans,
+reports the accuracy; --storage bf16 runs; what Mamba-2 lacks (--workers, --window,
 --device) and
 bad shapes are refused by name, exit 1 or 2, nothing written. Prints PASS/FAIL per case and
 `N passed, N failed` last; exits 1 if any case failed.
@@ -139,7 +139,6 @@ def main():
         # What Mamba-2 lacks, refused by name, nothing written.
         for args, words in [(["--workers", "2"], ("Mamba-2", "workers")),
                             (["--window", "64"], ("Mamba-2", "window")),
-                            (["--spans", "2"], ("Mamba-2", "--spans")),
                             (["--device", "cuda:0"], ("cuda",))]:
             ck = os.path.join(tmp, "refused")
             r = run(["train", "--model", model, "--steps", "2", "--checkpoint-dir", ck, *TRAIN,

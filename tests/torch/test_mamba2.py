@@ -16,9 +16,11 @@ Checks:
     a few hundred terms: ~1e-6 expected; a tensor whose gradient cancels to a small sum, where
     torch's own f32 errs above 1e-5, within 10x of torch's f32 error), over G in {1, 2}, head_dim in {4, 16}, tied and
     untied heads, a clamped time_step_limit, T in {2, 97, 300} and chunk in {1, 7, 64, T};
-  * --storage bf16: in f64 the exact gradient of the model that rounds each layer's input to
-    bf16 (< 1e-9), in f32 within bf16 rounding of the plain one (< 2e-2); --spill-dir gives
-    the same bytes;
+  * the span schedule: --spans 1, 2, 5, 43 (chunk 7), 3 (chunk 100) and 150 (chunk 1: spans of
+    W - 1 tokens, the shortest the conv halo allows) give the reference's
+    gradient (< 1e-9 in f64), and the same bytes on 1, 2 and 3 threads;
+  * --storage bf16: the exact gradient of the model that rounds each layer's input to bf16
+    (< 1e-9 in f64, < 1e-3 in f32); --spill-dir gives the same bytes;
   * `adjsh eval` (forward only, chunk by chunk) gives the reference's loss to < 1e-12 in f64,
     the file as one sequence and in sequences of --context, at chunks 1, 7 and 256;
   * `adjsh generate` decodes recurrently: greedy, the reference's argmax tokens; sampled, the
@@ -162,6 +164,42 @@ def check_gradients(adjsh, tmp, quick):
                             worst, where = e, n
                     check(f"{name}: worst relative L2 {worst:.1e} ({where}, bound "
                           f"{tol(where):.0e})", ok, worst)
+
+
+def check_spans(adjsh, tmp):
+    """The span schedule (engine/mamba2_spans.h): every span count gives the reference's
+    gradient (< 1e-9 in f64), and the same bytes on 1, 2 and 3 threads (f32, 3 runs each)."""
+    label, kw = CONFIGS[1]
+    cfg = ref.make_config(**kw)
+    params = ref.init_params(cfg, seed=12)
+    mdir = os.path.join(tmp, "m-spans")
+    ref.save_model(mdir, cfg, params)
+    T = 300
+    tok = tokens(cfg["vocab_size"], T, 9)
+    tpath = os.path.join(tmp, "t-spans.u32")
+    m1.write_tokens(tpath, tok)
+    l64, g64 = ref.grads_params(cfg, params, tok)
+    for spans, chunk in ((1, 7), (2, 7), (5, 7), (43, 7), (3, 100), (150, 1)):
+        out = os.path.join(tmp, f"g-spans-{spans}.safetensors")
+        r = run(adjsh, ["grad", "--model", mdir, "--tokens", tpath, "--out", out, "--chunk",
+                        str(chunk), "--spans", str(spans), "--dtype", "f64", "--quiet"])
+        if r.returncode != 0:
+            check(f"--spans {spans}", False, r.stderr[-400:])
+            continue
+        got = m1.load_safetensors(out)
+        loss = abs(float(got.pop("loss")) - l64) / abs(l64)
+        worst, where = max((rel_l2(got[n], v), n) for n, v in g64.items())
+        check(f"{label} T={T} chunk {chunk} --spans {spans} f64: worst relative L2 {worst:.1e} "
+              f"({where}), loss {loss:.1e} (bound 1e-9)", max(worst, loss) < 1e-9, worst)
+    outs = set()
+    for threads in (1, 2, 3):
+        for rep in range(3):
+            out = os.path.join(tmp, f"g-threads-{threads}-{rep}.safetensors")
+            r = run(adjsh, ["grad", "--model", mdir, "--tokens", tpath, "--out", out, "--chunk",
+                            "7", "--spans", "5", "--threads", str(threads), "--quiet"])
+            outs.add(open(out, "rb").read() if r.returncode == 0 else r.stderr)
+    check("--spans 5 in f32: the same bytes on 1, 2 and 3 threads, 3 runs each", len(outs) == 1,
+          len(outs))
 
 
 def check_storage(adjsh, tmp):
@@ -321,6 +359,7 @@ def main():
         check_reference()
         check_transformers(tmp)
         check_gradients(args.adjsh, tmp, args.quick)
+        check_spans(args.adjsh, tmp)
         check_storage(args.adjsh, tmp)
         check_eval(args.adjsh, tmp)
         check_generate(args.adjsh, tmp)

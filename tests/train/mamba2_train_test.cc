@@ -180,7 +180,6 @@ TEST(Mamba2TrainerTest, RefusesTheOptionsItsGradientLacksByName) {
   const std::pair<std::function<void(TrainOptions&)>, const char*> cases[] = {
       {[](TrainOptions& o) { o.grad.window = 16; }, "window"},
       {[](TrainOptions& o) { o.grad.cotangent = Cotangent::kTopOfStack; }, "top-of-stack"},
-      {[](TrainOptions& o) { o.grad.spans = 2; }, "spans"},
   };
   for (const auto& [change, name] : cases) {
     TrainOptions o = SmallRun(2);
