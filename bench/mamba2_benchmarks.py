@@ -7,8 +7,9 @@ autograd of the reference (tests/torch/mamba2_ref.py) on this CPU, and its memor
       [--memory-lengths 16384,65536] [--json FILE]
 
 Model: D=256, K=4, N=64, head_dim 32 (H=16), G=1, W=4, V=256, synthetic weights; chunk 256.
-  adjsh s        `adjsh grad`'s own time of the gradient (f32, one thread: OpenBLAS runs
-                 single-threaded inside adjsh)
+  adjsh s        `adjsh grad`'s own time of the gradient, f32, one span on one thread (the
+                 plain chunk-by-chunk pass; OpenBLAS runs single-threaded inside adjsh)
+  spans s        the same with the default spans (engine/mamba2_spans.h) on 1 and 2 threads
   torch s        loss.backward() of the reference after its forward, f32, torch.set_num_threads(1)
                  (the reference's scan is a loop over tokens, as the minimal definition is)
   ckpt s         the same with the reference's scan checkpointed every 256 tokens
@@ -53,9 +54,10 @@ def flops_per_token(cfg):
     return K * layer + 3 * 2 * V * D
 
 
-def adjsh_grad(adjsh, model, tokens, out, storage="full"):
+def adjsh_grad(adjsh, model, tokens, out, storage="full", spans=1, threads=1):
     p = subprocess.run([adjsh, "grad", "--model", model, "--tokens", tokens, "--out", out,
-                        "--chunk", "256", "--storage", storage], capture_output=True, text=True)
+                        "--chunk", "256", "--storage", storage, "--spans", str(spans),
+                        "--threads", str(threads)], capture_output=True, text=True)
     g = GRAD.search(p.stderr)
     if p.returncode != 0 or not g:
         sys.exit(f"adjsh grad failed ({p.returncode}):\n{p.stderr[-2000:]}")
@@ -83,6 +85,8 @@ def main():
                     help="lengths PyTorch runs with its scan checkpointed (fits at 16K)")
     ap.add_argument("--checkpoint-every", type=int, default=256)
     ap.add_argument("--memory-lengths", default="16384,65536")
+    ap.add_argument("--span-lengths", default="4096,16384",
+                    help="lengths also run with the default spans on 1 and 2 threads")
     ap.add_argument("--json")
     args = ap.parse_args()
     adjsh = os.path.join(args.build, "cli", "adjsh")
@@ -96,6 +100,7 @@ def main():
     ckpt_lengths = {int(x) for x in args.torch_checkpoint_lengths.split(",") if x}
     fpt = flops_per_token(cfg)
     mem_lengths = {int(x) for x in args.memory_lengths.split(",") if x}
+    span_lengths = {int(x) for x in args.span_lengths.split(",") if x}
     rows = []
     for T in lengths:
         g = torch.Generator().manual_seed(T)
@@ -105,6 +110,11 @@ def main():
         secs, mib, loss = adjsh_grad(adjsh, model, tpath, os.path.join(work, "g.safetensors"))
         row = {"T": T, "adjsh_s": secs, "peak_mib": mib, "gflops": fpt * T / secs / 1e9,
                "loss": loss}
+        if T in span_lengths:  # the span schedule's default spans, on 1 and on 2 threads
+            for threads in (1, 2):
+                row[f"spans_{threads}t_s"], _, _ = adjsh_grad(
+                    adjsh, model, tpath, os.path.join(work, "g.safetensors"), spans=0,
+                    threads=threads)
         if T in mem_lengths:  # the layer inputs in bf16 (--storage bf16)
             row["bf16_s"], row["bf16_peak_mib"], _ = adjsh_grad(
                 adjsh, model, tpath, os.path.join(work, "g.safetensors"), "bf16")
@@ -114,15 +124,17 @@ def main():
             row["ckpt_s"], row["ckpt_loss"] = torch_grad(cfg, params, tok, args.checkpoint_every)
         rows.append(row)
         print(json.dumps(row), flush=True)
-    print("\n| T | adjsh s | torch s | ratio | ckpt s | ratio | GFLOP/s | peak MiB |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("\n| T | adjsh s | torch s | ratio | ckpt s | ratio | GFLOP/s | peak MiB | "
+          "spans 1 thread s | spans 2 threads s |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         cells = []
         for key in ("torch_s", "ckpt_s"):
             cells += ([f"{r[key]:.2f}", f"{r[key] / r['adjsh_s']:.1f}x"] if key in r
                       else ["-", "-"])
+        spans = [f"{r[k]:.2f}" if k in r else "-" for k in ("spans_1t_s", "spans_2t_s")]
         print(f"| {r['T']:,} | {r['adjsh_s']:.2f} | {' | '.join(cells)} | {r['gflops']:.1f} | "
-              f"{r['peak_mib']:.0f} |")
+              f"{r['peak_mib']:.0f} | {' | '.join(spans)} |")
     mem = [int(x) for x in args.memory_lengths.split(",")]
     if len(mem) == 2:
         a = next(r for r in rows if r["T"] == mem[0])
