@@ -7,12 +7,12 @@ Usage:
 
 Standard library only. init writes a Mamba2ForCausalLM folder (config.json with Infinity, the
 same bytes for the same seed); train runs it in-process on the built-in corpus and the loss goes
-down; its step-12 checkpoint, resumed alone, ends with bitwise the straight run's files;
-the checkpoint is a Mamba-2 model folder that adjsh grad, eval and generate read, with
-`adjsh eval` equal to adjsh grad's loss in f64 (< 1e-12 relative); a loss mask runs and
-reports the accuracy; --storage bf16 runs; what Mamba-2 lacks (--workers, --window,
---device) and
-bad shapes are refused by name, exit 1 or 2, nothing written. Prints PASS/FAIL per case and
+down; the span schedule gives the same files on 1, 2 and 3 threads; its step-12 checkpoint,
+resumed alone, ends with bitwise the straight run's files; the checkpoint is a Mamba-2 model
+folder that adjsh grad, eval and generate read, with `adjsh eval` equal to adjsh grad's loss in
+f64 (< 1e-12 relative); the held-out loss is `adjsh eval`'s; a loss mask runs and reports the
+accuracy; --storage bf16 runs; what Mamba-2 lacks (--workers, --window, --device) and bad
+shapes are refused by name, exit 1 or 2, nothing written. Prints PASS/FAIL per case and
 `N passed, N failed` last; exits 1 if any case failed.
 """
 import argparse
@@ -102,6 +102,16 @@ def main():
               r2.returncode == 0 and "resumed at step 12" in r2.stderr
               and final_files(straight) is not None
               and final_files(part) == final_files(straight), r2.stderr)
+        # The span schedule on 1, 2 and 3 threads: bitwise the same run (twice on 2).
+        files = []
+        for i, threads in enumerate(("1", "2", "3", "2")):
+            ck = os.path.join(tmp, f"threads-{i}")
+            r = run(["train", "--model", model, "--steps", "3", "--checkpoint-dir", ck,
+                     "--threads", threads, "--spans", "4", *TRAIN])
+            files.append(final_files(ck) if r.returncode == 0 else r.stderr)
+        check("--spans 4 on 1, 2, 3 and 2 threads: bitwise the same model and optimizer files",
+              files[0] is not None and all(f == files[0] for f in files), files[0])
+
         step = os.path.join(straight, "step-00000024")
 
         # The checkpoint is a model folder for grad, eval and generate.
@@ -123,7 +133,23 @@ def main():
                     "5", "--temperature", "0"])
         check("the checkpoint generates", rgen.returncode == 0, rgen.stderr)
 
-        # A loss mask, and document boundaries that reset.
+        # Held-out evaluation: the last step's val_loss is `adjsh eval`'s loss of the checkpoint
+        # on the same data in sequences of the context (f32, the same chunked forward).
+        log = os.path.join(tmp, "log.jsonl")
+        ev = os.path.join(tmp, "ev")
+        r = run(["train", "--model", model, "--tokens", corpus, "--val-data", corpus,
+                 "--eval-every", "2", "--steps", "2", "--context", "200", "--chunk", "64",
+                 "--checkpoint-dir", ev, "--log-jsonl", log])
+        val = json.loads(open(log).read().splitlines()[-1]).get("val_loss") if r.returncode == 0 \
+            else None
+        re2 = run(["eval", "--model", os.path.join(ev, "step-00000002"), "--tokens", corpus,
+                   "--context", "200", "--chunk", "64", "--quiet"])
+        m = re.match(r"loss (\S+)", re2.stdout)
+        want = float(m.group(1)) if m else math.nan
+        check(f"train --val-data: the held-out loss {val} = adjsh eval's {want}",
+              val is not None and abs(val - want) <= 1e-6 * abs(want), r.stderr + re2.stderr)
+
+        # A loss mask.
         mask = os.path.join(tmp, "mask.u8")
         with open(mask, "wb") as f:
             f.write(bytes(1 if i % 3 == 0 else 0 for i in range(len(ids))))
