@@ -1,5 +1,7 @@
 #include "cli/model_flags.h"
 
+#include <initializer_list>
+
 #include "absl/strings/str_cat.h"
 
 namespace adjsh::cli {
@@ -16,21 +18,36 @@ void AddModelFlags(ArgParser& a, const ModelFlagDefaults& d) {
   a.AddBool("untied-head", "an LM head of its own (lm_head.weight) instead of the embedding");
 }
 
-absl::StatusOr<MambaConfig> ConfigFromFlags(const ArgParser& a) {
-  MambaConfig c;
-  struct IntFlag {
-    const char* name;
-    int64_t* field;
-  };
-  for (const IntFlag& f : {IntFlag{"hidden-size", &c.hidden_size},
-                           IntFlag{"layers", &c.num_hidden_layers},
-                           IntFlag{"state-size", &c.state_size},
-                           IntFlag{"conv-kernel", &c.conv_kernel}, IntFlag{"expand", &c.expand},
-                           IntFlag{"vocab-size", &c.vocab_size}}) {
+namespace {
+
+struct IntFlag {
+  const char* name;
+  int64_t* field;
+};
+
+// Each flag's value (1 .. 2^31) into its field; the first bad one's error.
+absl::Status ReadIntFlags(const ArgParser& a, std::initializer_list<IntFlag> flags) {
+  for (const IntFlag& f : flags) {
     absl::StatusOr<int64_t> v = a.GetInt(f.name, 1, int64_t{1} << 31);
     if (!v.ok()) return v.status();
     *f.field = *v;
   }
+  return absl::OkStatus();
+}
+
+// The shape flags both model types share, into a config of either.
+template <typename Config>
+absl::Status ReadShapeFlags(const ArgParser& a, Config& c) {
+  return ReadIntFlags(a, {{"hidden-size", &c.hidden_size}, {"layers", &c.num_hidden_layers},
+                          {"state-size", &c.state_size}, {"conv-kernel", &c.conv_kernel},
+                          {"expand", &c.expand}, {"vocab-size", &c.vocab_size}});
+}
+
+}  // namespace
+
+absl::StatusOr<MambaConfig> ConfigFromFlags(const ArgParser& a) {
+  MambaConfig c;
+  if (absl::Status s = ReadShapeFlags(a, c); !s.ok()) return s;
   if (a.Get("dt-rank") == "auto") {
     c.time_step_rank = (c.hidden_size + 15) / 16;
   } else {
@@ -58,20 +75,10 @@ absl::StatusOr<Mamba2Config> Mamba2ConfigFromFlags(const ArgParser& a) {
                                       "projection (one dt per head from in_proj)");
   }
   Mamba2Config c;
-  struct IntFlag {
-    const char* name;
-    int64_t* field;
-  };
-  for (const IntFlag& f : {IntFlag{"hidden-size", &c.hidden_size},
-                           IntFlag{"layers", &c.num_hidden_layers},
-                           IntFlag{"state-size", &c.state_size},
-                           IntFlag{"conv-kernel", &c.conv_kernel}, IntFlag{"expand", &c.expand},
-                           IntFlag{"vocab-size", &c.vocab_size},
-                           IntFlag{"head-dim", &c.head_dim}, IntFlag{"groups", &c.n_groups}}) {
-    absl::StatusOr<int64_t> v = a.GetInt(f.name, 1, int64_t{1} << 31);
-    if (!v.ok()) return v.status();
-    *f.field = *v;
-  }
+  if (absl::Status s = ReadShapeFlags(a, c); !s.ok()) return s;
+  if (absl::Status s = ReadIntFlags(a, {{"head-dim", &c.head_dim}, {"groups", &c.n_groups}});
+      !s.ok())
+    return s;
   if (c.inner() % c.head_dim != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--head-dim ", c.head_dim, " does not divide the inner width E*D = ", c.inner()));

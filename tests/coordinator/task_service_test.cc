@@ -339,9 +339,18 @@ TEST_F(TaskServiceWireTest, ExpiredLeaseIsRefusedEverywhere) {
   std::this_thread::sleep_for(milliseconds(300));
   v1::Task again;
   bool accepted = false;
-  for (int attempt = 0; attempt < 5 && !accepted; ++attempt) {
+  int64_t others = 0;  // other tasks w2 got first, run and accepted
+  for (int attempt = 0; attempt < 10 && !accepted; ++attempt) {
     again = PullTaskWait(w2);
-    ASSERT_EQ(again.task_id(), t.task_id());
+    if (again.task_id() != t.task_id()) {
+      // On a loaded machine w1 can miss a lease before its first pull and claim both spans
+      // (it was then the only live worker); w2 then owns span 1 too and may get its task
+      // first. Run it honestly and pull again.
+      const PushOutcome other = Push(Messages(Header(w2, again), Work(w2, again)));
+      ASSERT_TRUE(other.status.ok()) << other.status;
+      others += other.response.accepted() ? 1 : 0;
+      continue;
+    }
     ASSERT_NE(again.lease_id(), t.lease_id());
     late = Push(Messages(Header(w1, t), good));
     ASSERT_TRUE(late.status.ok()) << late.status;
@@ -352,13 +361,13 @@ TEST_F(TaskServiceWireTest, ExpiredLeaseIsRefusedEverywhere) {
     accepted = p.response.accepted();  // false only if 200 ms passed since the pull
   }
   ASSERT_TRUE(accepted);
-  EXPECT_EQ(service_->results_accepted(), 1);
+  EXPECT_EQ(service_->results_accepted(), 1 + others);
   // A duplicate of the accepted result.
   const PushOutcome dup = Push(Messages(Header(w2, again), good));
   ASSERT_TRUE(dup.status.ok()) << dup.status;
   EXPECT_FALSE(dup.response.accepted());
   EXPECT_FALSE(dup.response.reason().empty());
-  EXPECT_EQ(service_->results_accepted(), 1);
+  EXPECT_EQ(service_->results_accepted(), 1 + others);
 
   FinishAndCheck(w2);
   EXPECT_EQ(service_->results_accepted(), kTasks);

@@ -112,12 +112,19 @@ def main():
                   abs(got - want) <= 1e-10 * abs(want), (got, want))
 
         # adjsh trains it; its checkpoint loads in transformers.
-        ck = os.path.join(tmp, "ck")
-        rc, _, err = run([a.adjsh, "train", "--model", src, "--tokens", tokens, "--context",
-                          "100", "--steps", "2", "--checkpoint-dir", ck, "--lr", "1e-2"])
+        def train(model, name, steps):
+            """adjsh train on the tokens: (rc, stderr, the latest step folder or None)."""
+            ck = os.path.join(tmp, name)
+            rc, _, err = run([a.adjsh, "train", "--model", model, "--tokens", tokens,
+                              "--context", "100", "--steps", str(steps), "--checkpoint-dir", ck,
+                              "--lr", "1e-2"])
+            latest = os.path.join(ck, "latest")
+            step = os.path.join(ck, open(latest).read().strip()) if rc == 0 else None
+            return rc, err, step
+
+        rc, err, step = train(src, "ck", 2)
         check("adjsh train --model (a save_pretrained folder)", rc == 0, err)
         if rc == 0:
-            step = os.path.join(ck, open(os.path.join(ck, "latest")).read().strip())
             conf = json.load(open(os.path.join(step, "config.json")))
             check("unknown config keys and pad/bos/eos ids kept",
                   conf.get("custom_note") == "kept by adjsh" and conf.get("pad_token_id") == 3
@@ -227,12 +234,9 @@ def main():
                             tie_word_embeddings=False, pad_token_id=3, eos_token_id=5)
         cfg2.custom_note = "kept by adjsh"
         Mamba2ForCausalLM(cfg2).save_pretrained(m2u, safe_serialization=True)
-        ck2 = os.path.join(tmp, "ck-mamba2")
-        rc, _, err = run([a.adjsh, "train", "--model", m2u, "--tokens", tokens, "--context",
-                          "100", "--steps", "3", "--checkpoint-dir", ck2, "--lr", "1e-2"])
+        rc, err, step = train(m2u, "ck-mamba2", 3)
         check("adjsh train --model (a save_pretrained Mamba-2 folder)", rc == 0, err)
         if rc == 0:
-            step = os.path.join(ck2, open(os.path.join(ck2, "latest")).read().strip())
             text = open(os.path.join(step, "config.json")).read()
             conf = json.loads(text)
             check("Mamba-2 checkpoint: model_type, untied head, extra keys, ids and Infinity kept",

@@ -166,18 +166,25 @@ def check_gradients(adjsh, tmp, quick):
                           f"{tol(where):.0e})", ok, worst)
 
 
+def test_model(tmp, name, seed, T, token_seed):
+    """CONFIGS[1]'s model with seed, saved as tmp/name, and T tokens written beside it:
+    (label, cfg, params, model dir, tokens, token file)."""
+    label, kw = CONFIGS[1]
+    cfg = ref.make_config(**kw)
+    params = ref.init_params(cfg, seed=seed)
+    mdir = os.path.join(tmp, name)
+    ref.save_model(mdir, cfg, params)
+    tok = tokens(cfg["vocab_size"], T, token_seed)
+    tpath = os.path.join(tmp, f"{name}.u32")
+    m1.write_tokens(tpath, tok)
+    return label, cfg, params, mdir, tok, tpath
+
+
 def check_spans(adjsh, tmp):
     """The span schedule (engine/mamba2_spans.h): every span count gives the reference's
     gradient (< 1e-9 in f64), and the same bytes on 1, 2 and 3 threads (f32, 3 runs each)."""
-    label, kw = CONFIGS[1]
-    cfg = ref.make_config(**kw)
-    params = ref.init_params(cfg, seed=12)
-    mdir = os.path.join(tmp, "m-spans")
-    ref.save_model(mdir, cfg, params)
     T = 300
-    tok = tokens(cfg["vocab_size"], T, 9)
-    tpath = os.path.join(tmp, "t-spans.u32")
-    m1.write_tokens(tpath, tok)
+    label, cfg, params, mdir, tok, tpath = test_model(tmp, "m-spans", 12, T, 9)
     l64, g64 = ref.grads_params(cfg, params, tok)
     for spans, chunk in ((1, 7), (2, 7), (5, 7), (43, 7), (3, 100), (150, 1)):
         out = os.path.join(tmp, f"g-spans-{spans}.safetensors")
@@ -209,15 +216,8 @@ def check_storage(adjsh, tmp):
     bf16 numbers: 2^-8 relative in one element). How far that is from the unrounded model's
     gradient is printed (bf16's 2^-9 per stored value, more on a gradient that cancels). A
     spill directory gives the same bytes as memory."""
-    label, kw = CONFIGS[1]
-    cfg = ref.make_config(**kw)
-    params = ref.init_params(cfg, seed=11)
-    mdir = os.path.join(tmp, "m-storage")
-    ref.save_model(mdir, cfg, params)
     T = 97
-    tok = tokens(cfg["vocab_size"], T, 5)
-    tpath = os.path.join(tmp, "t-storage.u32")
-    m1.write_tokens(tpath, tok)
+    label, cfg, params, mdir, tok, tpath = test_model(tmp, "m-storage", 11, T, 5)
     _, plain = ref.grads_params(cfg, params, tok)
     _, rounded = ref.grads_params(dict(cfg, round_inputs_bf16=True), params, tok)
     spill = os.path.join(tmp, "spill")
