@@ -295,26 +295,32 @@ absl::StatusOr<ModelParams<T>> LoadModelDir(const std::string& dir) {
   return params;
 }
 
-template <typename T>
-absl::Status SaveModelDir(const std::string& dir, const ModelParams<T>& params, DType dtype) {
-  if (dtype != DType::kF32 && dtype != DType::kF64 && dtype != DType::kBF16) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cannot save parameters as ", ToAbsl(DTypeName(dtype)), "; use F32, F64 or BF16"));
-  }
-  if (absl::Status s = ValidateConfig(params.config); !s.ok()) return s;
+absl::Status CheckSaveDType(DType dtype) {
+  if (dtype == DType::kF32 || dtype == DType::kF64 || dtype == DType::kBF16)
+    return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "cannot save parameters as ", ToAbsl(DTypeName(dtype)), "; use F32, F64 or BF16"));
+}
+
+absl::Status WriteModelFolder(const std::string& dir, const std::string& config_json,
+                              const TensorMap& tensors) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) {
     return absl::ErrnoToStatus(ec.value(), absl::StrCat("cannot create model directory ", dir));
   }
   const std::filesystem::path d(dir);
-  if (absl::Status s = WriteFileAtomic((d / "config.json").string(), ConfigToJson(params.config));
-      !s.ok()) {
+  if (absl::Status s = WriteFileAtomic((d / "config.json").string(), config_json); !s.ok())
     return s;
-  }
   // transformers refuses safetensors files without {"format": "pt"} metadata.
-  return WriteSafetensors((d / "model.safetensors").string(), ParamsToTensors(params, dtype),
-                          {{"format", "pt"}});
+  return WriteSafetensors((d / "model.safetensors").string(), tensors, {{"format", "pt"}});
+}
+
+template <typename T>
+absl::Status SaveModelDir(const std::string& dir, const ModelParams<T>& params, DType dtype) {
+  if (absl::Status s = CheckSaveDType(dtype); !s.ok()) return s;
+  if (absl::Status s = ValidateConfig(params.config); !s.ok()) return s;
+  return WriteModelFolder(dir, ConfigToJson(params.config), ParamsToTensors(params, dtype));
 }
 
 #define ADJSH_INSTANTIATE(T)                                                                  \

@@ -122,6 +122,13 @@ absl::StatusOr<ModelParams<T>> LoadModelDir(const std::string& dir);
 template <typename T>
 absl::Status SaveModelDir(const std::string& dir, const ModelParams<T>& params, DType dtype);
 
+// OK for F32, F64 and BF16 (what a model folder is saved in); INVALID_ARGUMENT naming another.
+absl::Status CheckSaveDType(DType dtype);
+// A model folder of either type: config_json as config.json and tensors as model.safetensors
+// (with the {"format": "pt"} metadata transformers requires), dir created.
+absl::Status WriteModelFolder(const std::string& dir, const std::string& config_json,
+                              const TensorMap& tensors);
+
 // Mamba's published initialisation (deterministic for a seed): A_log = log(1..N) per row, D = 1,
 // dt_proj bias = inverse softplus of dt ~ logUniform(1e-3, 1e-1), dt_proj weight uniform in
 // +-R^-0.5, other matrices normal with std 0.02 (out_proj rescaled by 1/sqrt(K)), norms 1.

@@ -222,7 +222,8 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const JobLimits& limits, b
       const std::string config_path = (fs::path(dir) / "config.json").string();
       if (absl::StatusOr<std::string> text = ReadFileToString(config_path);
           text.ok() && ModelTypeOf(*text).value_or("") == "mamba2") {
-        // Mamba-2 (engine/mamba2_grad.h): the trainer's in-process source only.
+        // Mamba-2 (engine/mamba2_grad.h): the trainer's in-process source only, which takes
+        // no job limits (NoJobLimits).
         if (!in_process) {
           return absl::UnimplementedError(
               "model_dir: a Mamba-2 model (model_type mamba2) trains in-process with `adjsh "
@@ -232,9 +233,6 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const JobLimits& limits, b
         if (!m2.ok()) {
           return absl::Status(m2.status().code(),
                               absl::StrCat("model_dir: ", config_path, ": ", m2.status().message()));
-        }
-        if (m2->num_hidden_layers > limits.max_layers || m2->hidden_size > limits.max_hidden) {
-          return Invalid("model_dir", "the Mamba-2 model is over the layer or width limit");
         }
         vocab = m2->vocab_size;
         break;

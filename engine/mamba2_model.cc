@@ -111,26 +111,12 @@ TensorMap Mamba2ParamsToTensors(Mamba2Params<T>& params, DType dtype) {
 template <typename T>
 absl::Status SaveMamba2ModelDir(const std::string& dir, const Mamba2Params<T>& params,
                                 DType dtype) {
-  if (dtype != DType::kF32 && dtype != DType::kF64 && dtype != DType::kBF16) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "cannot save parameters as ", std::string(DTypeName(dtype)), "; use F32, F64 or BF16"));
-  }
+  if (absl::Status s = CheckSaveDType(dtype); !s.ok()) return s;
   if (absl::Status s = ValidateMamba2Config(params.config); !s.ok()) return s;
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) {
-    return absl::ErrnoToStatus(ec.value(), absl::StrCat("cannot create model directory ", dir));
-  }
-  const std::filesystem::path d(dir);
-  if (absl::Status s =
-          WriteFileAtomic((d / "config.json").string(), Mamba2ConfigToJson(params.config));
-      !s.ok())
-    return s;
   // The visit needs a mutable model; the tensors are copies.
   Mamba2Params<T>& p = const_cast<Mamba2Params<T>&>(params);
-  // transformers refuses safetensors files without {"format": "pt"} metadata.
-  return WriteSafetensors((d / "model.safetensors").string(), Mamba2ParamsToTensors(p, dtype),
-                          {{"format", "pt"}});
+  return WriteModelFolder(dir, Mamba2ConfigToJson(params.config),
+                          Mamba2ParamsToTensors(p, dtype));
 }
 
 template <typename T>
