@@ -235,7 +235,7 @@ int GradCommand(const std::vector<std::string>& args) {
     }
     Mamba2GradOptions m2;
     m2.chunk = opt.chunk, m2.spans = opt.spans, m2.threads = opt.threads;
-    m2.storage = opt.storage, m2.spill_dir = opt.spill_dir;
+    m2.storage = opt.storage, m2.spill_dir = opt.spill_dir, m2.progress = opt.progress;
     const absl::Status s = RunMamba2Grad(a.Get("model"), a.Get("tokens"), a.Get("out"),
                                          dtype == "f64", m2, quiet);
     return s.ok() ? 0 : Fail("grad", s);

@@ -59,8 +59,13 @@ absl::StatusOr<Mamba2GradResult<T>> Mamba2Gradient(const Mamba2Params<T>& params
       std::copy_n(params.embed.begin() + tokens[t0 + t] * d.D, d.D, dst + t * d.D);
     if (K > 0) u[0].Commit(at, n, dst);
   }
-  for (int64_t k = 0; k < K; ++k)
+  const auto progress = [&](std::string_view phase, int64_t done, int64_t total) {
+    if (options.progress) options.progress(phase, done, total);
+  };
+  for (int64_t k = 0; k < K; ++k) {
     schedule.Forward(k, params.layers[k], u[k], k + 1 < K ? &u[k + 1] : nullptr, top.data());
+    progress("forward", k + 1, K);
+  }
   Mamba2GradResult<T> r;
   r.grad = ZeroMamba2Params<T>(cfg);
   r.targets = CountedTargets(loss_mask, T_);
@@ -94,9 +99,11 @@ absl::StatusOr<Mamba2GradResult<T>> Mamba2Gradient(const Mamba2Params<T>& params
                  nf.data(), d.D, T(1), dhead.data(), d.D);
   }
   r.loss = loss / static_cast<double>(r.targets);
+  progress("head", 1, 1);
   for (int64_t k = K - 1; k >= 0; --k) {
     schedule.Backward(k, params.layers[k], u[k], du.data(), ddu.data(), r.grad.layers[k]);
     std::swap(du, ddu);
+    progress("backward", K - k, K);
   }
   for (int64_t t = 0; t < T_; ++t) {
     T* row = r.grad.embed.data() + tokens[t] * d.D;

@@ -10,7 +10,9 @@
 
 #include <cstdint>
 #include <span>
+#include <functional>
 #include <string>
+#include <string_view>
 
 #include "absl/status/statusor.h"
 #include "engine/adjoint_engine.h"
@@ -41,6 +43,9 @@ struct Mamba2GradOptions {
   // memory-mapped files there (the same values).
   Storage storage = Storage::kCompute;
   std::string spill_dir;
+  // Progress: (phase, layers done, layers) after each layer's forward ("forward") and backward
+  // ("backward"), and once for the head ("head"), as Mamba-1's (GradOptions::progress).
+  std::function<void(std::string_view, int64_t, int64_t)> progress;
 };
 
 // tokens: at least 2, each below vocab_size; chunk >= 1. INVALID_ARGUMENT naming the problem

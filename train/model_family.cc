@@ -69,6 +69,7 @@ absl::StatusOr<Mamba2::Grad> Mamba2::Gradient(const Params& params, const GradPi
   o.loss_mask = piece.options.loss_mask;
   o.storage = piece.options.storage;
   o.spill_dir = piece.options.spill_dir;
+  o.progress = piece.options.progress;
   return Mamba2Gradient<float>(params, piece.tokens, o);
 }
 

@@ -10,10 +10,10 @@ same bytes for the same seed); train runs it in-process on the built-in corpus a
 down; the span schedule gives the same files on 1, 2 and 3 threads; its step-12 checkpoint,
 resumed alone, ends with bitwise the straight run's files; the checkpoint is a Mamba-2 model
 folder that adjsh grad, eval and generate read, with `adjsh eval` equal to adjsh grad's loss in
-f64 (< 1e-12 relative); the held-out loss is `adjsh eval`'s; a loss mask runs and reports the
-accuracy; --storage bf16 runs; what Mamba-2 lacks (--workers, --window, --device) and bad
-shapes are refused by name, exit 1 or 2, nothing written. Prints PASS/FAIL per case and
-`N passed, N failed` last; exits 1 if any case failed.
+f64 (< 1e-12 relative) and grad showing its progress; the held-out loss is `adjsh eval`'s; a
+loss mask runs and reports the accuracy; --storage bf16 runs; what Mamba-2 lacks (--workers,
+--window, --device) and bad shapes are refused by name, exit 1 or 2, nothing written. Prints
+PASS/FAIL per case and `N passed, N failed` last; exits 1 if any case failed.
 """
 import argparse
 import filecmp
@@ -129,6 +129,11 @@ def main():
         check(f"the checkpoint in grad and eval (f64): {got!r} = {want!r}",
               rg.returncode == 0 and re_.returncode == 0
               and abs(got - want) <= 1e-12 * abs(want), rg.stderr + re_.stderr)
+        rp = run(["grad", "--model", step, "--tokens", corpus, "--out", g])
+        check("adjsh grad shows its progress: each layer forward, the head, each layer backward",
+              rp.returncode == 0 and all(re.search(rf"{phase}\s+{n}/{k}", rp.stderr) for phase, n, k
+                                         in (("forward", 2, 2), ("head", 1, 1),
+                                             ("backward", 2, 2))), rp.stderr)
         rgen = run(["generate", "--model", step, "--prompt-tokens", corpus, "--max-new-tokens",
                     "5", "--temperature", "0"])
         check("the checkpoint generates", rgen.returncode == 0, rgen.stderr)
