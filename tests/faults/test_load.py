@@ -1,19 +1,19 @@
 #!/usr/bin/env python3
 """Load: 32 `adjsh worker` processes on loopback through a job of many small tasks.
 
-  test_load.py --adjsh build/cli/adjsh [--workers 32] [--steps 4] [--json FILE]
+  test_load.py --adjsh build/cli/adjsh [--workers 32] [--steps 8] [--json FILE]
 
 The job: D=8, K=4, N=4, context 8192, chunk 32, 64 spans (per layer 63 + 64 forward and
-63 + 64 backward span tasks: 1016 tasks per step), 4 steps,
+63 + 64 backward span tasks: 1016 tasks per step), 8 steps,
 through `adjsh coordinator` and the job API. Checks:
   * the final weights and optimizer state are bitwise those of `adjsh train --workers 1` with
     the same settings (no task lost or counted twice);
   * the results the workers had accepted (their `stopped:` lines: tasks done minus not
-    accepted) add up to exactly 1016 x 4;
-  * resident memory is steady: each process's RSS, sampled every 0.25 s, grows by at most
-    max(4 MiB, 10 %) from the end of the first step to its peak over the later steps (the first
-    step warms every cache and allocator arena; growth after it would be a leak per step:
-    4 MiB over the 3 later steps of a 4-step run is 1.3 KiB per task).
+    accepted) add up to exactly 1016 x 8;
+  * resident memory is steady: each process's RSS, sampled every 0.25 s, peaks at most
+    max(4 MiB, 10 %) higher over steps 3 to 8 than in step 2 (the first step warms every cache
+    and allocator arena; growth after it would be a leak per step: 4 MiB over the 6 steps
+    after step 2 is 0.7 KiB per task).
 Prints the RSS table (per step: coordinator, workers' min / median / max), the task counts and
 the wall time; --json writes them too. Every process runs on 127.0.0.1 and is stopped at the end.
 """
@@ -37,7 +37,7 @@ TASKS_PER_STEP = 4 * (4 * SPANS - 2)  # K x (S - 1 + S + S - 1 + S)
 SHAPE = {"hidden_size": 8, "layers": 4, "state_size": 4, "vocab_size": 256}
 TRAIN_FLAGS = ["--hidden-size", "8", "--layers", "4", "--state-size", "4", "--context", "8192",
                "--chunk", "32", "--spans", str(SPANS), "--checkpoint-every", "0"]
-STEPS = 4  # --steps
+STEPS = 8  # --steps (a leak of 1 MiB a step shows as 6 MiB over steps 2 to 8)
 MIB = 1048576.0
 
 
@@ -160,12 +160,16 @@ def body(adjsh, tmp, cluster, res, args):
             print(f"{row['step']:>4}  {row['samples']:>7}  {row['coordinator_mib']:>15}  "
                   f"{row['worker_min_mib']} / {row['worker_median_mib']} / "
                   f"{row['worker_max_mib']}")
+    # Each process's peak in step 2 (st == 1: one step done, everything allocated once)
+    # against its peaks in the later steps. Not step 2's first sample: the coordinator's RSS
+    # moves 2-3 MiB up and down within and between steps, with no trend over 12 steps, and a
+    # low first sample made a steady process look 4 MiB larger.
     growth = {}
     for pid in pids:
         first = [r[pid] for (_, st, r) in samples if st == 1 and r[pid]]
-        later = [r[pid] for (_, st, r) in samples if 1 <= st < STEPS and r[pid]]
+        later = [r[pid] for (_, st, r) in samples if 1 < st < STEPS and r[pid]]
         if first and later:
-            growth[pid] = (first[0], max(later))
+            growth[pid] = (max(first), max(later))
     worst = max(growth.items(), key=lambda kv: kv[1][1] - kv[1][0], default=None)
     ok = bool(growth) and all(b - a <= max(4 * MIB, 0.1 * a) for a, b in growth.values())
     res.record("RSS steady after the first step: growth <= max(4 MiB, 10 %) for every process "
