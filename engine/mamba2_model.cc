@@ -10,39 +10,49 @@
 namespace adjsh {
 
 template <typename T>
+const std::vector<Mamba2LayerSlot<T>>& Mamba2LayerSlots() {
+  using L = Mamba2Layer<T>;
+  using C = const Mamba2Config&;
+  static const std::vector<Mamba2LayerSlot<T>> slots = {
+      {"norm.weight", &L::norm, [](C c) { return std::vector<int64_t>{c.hidden_size}; }},
+      {"mixer.in_proj.weight", &L::in_proj,
+       [](C c) { return std::vector<int64_t>{c.in_proj_rows(), c.hidden_size}; }},
+      {"mixer.conv1d.weight", &L::conv_w,
+       [](C c) { return std::vector<int64_t>{c.conv_channels(), 1, c.conv_kernel}; }},
+      {"mixer.conv1d.bias", &L::conv_b,
+       [](C c) { return std::vector<int64_t>{c.conv_channels()}; }},
+      {"mixer.dt_bias", &L::dt_bias, [](C c) { return std::vector<int64_t>{c.num_heads}; }},
+      {"mixer.A_log", &L::A_log, [](C c) { return std::vector<int64_t>{c.num_heads}; }},
+      {"mixer.D", &L::D, [](C c) { return std::vector<int64_t>{c.num_heads}; }},
+      {"mixer.norm.weight", &L::gnorm, [](C c) { return std::vector<int64_t>{c.inner()}; }},
+      {"mixer.out_proj.weight", &L::out_proj,
+       [](C c) { return std::vector<int64_t>{c.hidden_size, c.inner()}; }},
+  };
+  return slots;
+}
+
+template <typename T>
 absl::Status VisitMamba2Params(
     Mamba2Params<T>& p,
     const std::function<absl::Status(const std::string&, const std::vector<int64_t>&,
                                      std::vector<T>&)>& visit) {
   const Mamba2Config& c = p.config;
-  const int64_t D = c.hidden_size, Di = c.inner(), H = c.num_heads, Cc = c.conv_channels();
-  if (absl::Status s = visit("backbone.embeddings.weight", {c.vocab_size, D}, p.embed); !s.ok())
+  if (absl::Status s = visit("backbone.embeddings.weight", {c.vocab_size, c.hidden_size},
+                             p.embed);
+      !s.ok())
     return s;
   for (size_t k = 0; k < p.layers.size(); ++k) {
-    Mamba2Layer<T>& l = p.layers[k];
     const std::string b = absl::StrCat("backbone.layers.", k, ".");
-    const std::string m = b + "mixer.";
-    const struct {
-      std::string name;
-      std::vector<int64_t> shape;
-      std::vector<T>* values;
-    } items[] = {
-        {b + "norm.weight", {D}, &l.norm},
-        {m + "in_proj.weight", {c.in_proj_rows(), D}, &l.in_proj},
-        {m + "conv1d.weight", {Cc, 1, c.conv_kernel}, &l.conv_w},
-        {m + "conv1d.bias", {Cc}, &l.conv_b},
-        {m + "dt_bias", {H}, &l.dt_bias},
-        {m + "A_log", {H}, &l.A_log},
-        {m + "D", {H}, &l.D},
-        {m + "norm.weight", {Di}, &l.gnorm},
-        {m + "out_proj.weight", {D, Di}, &l.out_proj},
-    };
-    for (const auto& it : items)
-      if (absl::Status s = visit(it.name, it.shape, *it.values); !s.ok()) return s;
+    for (const Mamba2LayerSlot<T>& slot : Mamba2LayerSlots<T>()) {
+      if (absl::Status s = visit(b + slot.suffix, slot.shape(c), p.layers[k].*slot.member);
+          !s.ok())
+        return s;
+    }
   }
-  if (absl::Status s = visit("backbone.norm_f.weight", {D}, p.norm_f); !s.ok()) return s;
+  if (absl::Status s = visit("backbone.norm_f.weight", {c.hidden_size}, p.norm_f); !s.ok())
+    return s;
   if (c.tie_word_embeddings) return absl::OkStatus();
-  return visit(std::string(kLmHeadName), {c.vocab_size, D}, p.lm_head);
+  return visit(std::string(kLmHeadName), {c.vocab_size, c.hidden_size}, p.lm_head);
 }
 
 template <typename T>
@@ -143,6 +153,7 @@ absl::StatusOr<Mamba2Params<T>> LoadMamba2ModelDir(const std::string& dir) {
 }
 
 #define ADJSH_INSTANTIATE(T)                                                                  \
+  template const std::vector<Mamba2LayerSlot<T>>& Mamba2LayerSlots<T>();                      \
   template absl::Status VisitMamba2Params<T>(                                                 \
       Mamba2Params<T>&, const std::function<absl::Status(                                     \
                             const std::string&, const std::vector<int64_t>&, std::vector<T>&)>&); \

@@ -45,6 +45,18 @@ struct Mamba2Params {
   const std::vector<T>& head() const { return config.tie_word_embeddings ? embed : lm_head; }
 };
 
+// One layer tensor: its HF name within the layer ("mixer.in_proj.weight" of
+// "backbone.layers.{k}."), its member and its shape for a config. The single list of a layer's
+// tensors, in file order: the visit below and whatever walks a layer's tensors read it.
+template <typename T>
+struct Mamba2LayerSlot {
+  const char* suffix;
+  std::vector<T> Mamba2Layer<T>::*member;
+  std::vector<int64_t> (*shape)(const Mamba2Config&);
+};
+template <typename T>
+const std::vector<Mamba2LayerSlot<T>>& Mamba2LayerSlots();
+
 // Every parameter with its HF name and shape, in file order (embedding, layers, norm_f, then
 // lm_head when untied). visit returns non-OK to stop.
 template <typename T>

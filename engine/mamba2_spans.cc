@@ -18,12 +18,6 @@ const T* Rows(const StoredRows<T>& u, int64_t t0, int64_t t1, const Mamba2Dims& 
                 scratch);
 }
 
-template <typename T>
-constexpr std::vector<T> Mamba2Layer<T>::*kLayerTensors[] = {
-    &Mamba2Layer<T>::norm,    &Mamba2Layer<T>::in_proj, &Mamba2Layer<T>::conv_w,
-    &Mamba2Layer<T>::conv_b,  &Mamba2Layer<T>::dt_bias, &Mamba2Layer<T>::A_log,
-    &Mamba2Layer<T>::D,       &Mamba2Layer<T>::gnorm,   &Mamba2Layer<T>::out_proj};
-
 }  // namespace
 
 template <typename T>
@@ -75,9 +69,10 @@ void Mamba2SpanSchedule<T>::SpanForward(const Mamba2Layer<T>& l, const StoredRow
       if (out_rows) out_rows->Commit(at, n, out);
     }
     if (lambda) {  // the decays the scan applied, multiplied in token order
-      for (int64_t i = 0; i < ch.len; ++i)
-        for (int64_t h = 0; h < d_.H; ++h)
-          lambda[h] *= std::exp(sc.acts.dt[i * d_.H + h] * -std::exp(l.A_log[h]));
+      for (int64_t h = 0; h < d_.H; ++h) {
+        const T A = -std::exp(l.A_log[h]);
+        for (int64_t i = 0; i < ch.len; ++i) lambda[h] *= std::exp(sc.acts.dt[i * d_.H + h] * A);
+      }
     }
   }
 }
@@ -100,10 +95,13 @@ void Mamba2SpanSchedule<T>::Forward(int64_t k, const Mamba2Layer<T>& l, const St
       for (int64_t q = h * PN; q < (h + 1) * PN; ++q)
         start[(s + 1) * HPN_ + q] = lambda[s * d_.H + h] * start[s * HPN_ + q] +
                                     local[s * HPN_ + q];
-  pool_.ParallelFor(S_, [&](int64_t s) {  // every span from its true start state
+  // Every span from its true start state; the last span's decays, which no local pass gave,
+  // for the backward's combine.
+  pool_.ParallelFor(S_, [&](int64_t s) {
     std::unique_ptr<Scratch> sc = TakeScratch();
     sc->S.assign(start + s * HPN_, start + (s + 1) * HPN_);
-    SpanForward(l, u, s, sc->S.data(), out_rows, top, &lambda[s * d_.H], *sc);
+    T* last = s == S_ - 1 && S_ > 1 ? &lambda[s * d_.H] : nullptr;
+    SpanForward(l, u, s, sc->S.data(), out_rows, top, last, *sc);
     GiveScratch(std::move(sc));
   });
 }
@@ -145,7 +143,8 @@ void Mamba2SpanSchedule<T>::Backward(int64_t k, const Mamba2Layer<T>& l, const S
   // One span: straight into g, as the plain chunk-by-chunk pass. Else a zero partial per span.
   std::vector<Mamba2Layer<T>> partial(S_ > 1 ? S_ : 0);
   for (Mamba2Layer<T>& p : partial)
-    for (auto m : kLayerTensors<T>) (p.*m).assign((l.*m).size(), T(0));
+    for (const Mamba2LayerSlot<T>& slot : Mamba2LayerSlots<T>())
+      (p.*slot.member).assign((l.*slot.member).size(), T(0));
   pool_.ParallelFor(S_, [&](int64_t s) {
     std::unique_ptr<Scratch> sc = TakeScratch();
     const SpanRange& r = plan_.range(s);
@@ -172,9 +171,9 @@ void Mamba2SpanSchedule<T>::Backward(int64_t k, const Mamba2Layer<T>& l, const S
                        din + (t0 - n) * d_.D);
   }
   for (const Mamba2Layer<T>& p : partial)  // the partials in span order
-    for (auto m : kLayerTensors<T>) {
-      std::vector<T>& dst = g.*m;
-      const std::vector<T>& src = p.*m;
+    for (const Mamba2LayerSlot<T>& slot : Mamba2LayerSlots<T>()) {
+      std::vector<T>& dst = g.*slot.member;
+      const std::vector<T>& src = p.*slot.member;
       for (size_t i = 0; i < dst.size(); ++i) dst[i] += src[i];
     }
 }
