@@ -220,8 +220,12 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const JobLimits& limits, b
           return s;
       }
       const std::string config_path = (fs::path(dir) / "config.json").string();
-      if (absl::StatusOr<std::string> text = ReadFileToString(config_path);
-          text.ok() && ModelTypeOf(*text).value_or("") == "mamba2") {
+      absl::StatusOr<std::string> text = ReadFileToString(config_path);
+      if (!text.ok()) {
+        return absl::Status(text.status().code(),
+                            absl::StrCat("model_dir: ", text.status().message()));
+      }
+      if (ModelTypeOf(*text).value_or("") == "mamba2") {
         // Mamba-2 (engine/mamba2_grad.h): the trainer's in-process source only, which takes
         // no job limits (NoJobLimits).
         if (!in_process) {
@@ -231,15 +235,17 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const JobLimits& limits, b
         }
         absl::StatusOr<Mamba2Config> m2 = ParseMamba2ConfigJson(*text);
         if (!m2.ok()) {
-          return absl::Status(m2.status().code(),
-                              absl::StrCat("model_dir: ", config_path, ": ", m2.status().message()));
+          return absl::Status(m2.status().code(), absl::StrCat("model_dir: ", config_path, ": ",
+                                                                m2.status().message()));
         }
         vocab = m2->vocab_size;
         break;
       }
-      absl::StatusOr<MambaConfig> c = LoadConfigFile(config_path);
-      if (!c.ok())
-        return absl::Status(c.status().code(), absl::StrCat("model_dir: ", c.status().message()));
+      absl::StatusOr<MambaConfig> c = ParseConfigJson(*text);  // LoadConfigFile's, read once
+      if (!c.ok()) {
+        return absl::Status(c.status().code(), absl::StrCat("model_dir: ", config_path, ": ",
+                                                            c.status().message()));
+      }
       if (absl::Status s = CheckModelLimits(*c, "model_dir", limits); !s.ok()) return s;
       vocab = c->vocab_size;
       break;
