@@ -10,8 +10,9 @@
 // the step a worker with no ready task of its own spans claims an unowned span's ready task if
 // it owns fewer than the quota. An owner not heard from for a lease loses its spans (their
 // leased tasks expire with the lease), and whoever claims them next rebuilds them from the
-// tokens and the ledger's summaries (SpanLedger::Replay). With the worker tree (ReduceAmongWorkers) the owners are
-// fixed for the step: nobody claims, and the TaskService begins a step that lost one again.
+// tokens and the ledger's summaries (SpanLedger::Replay). With the worker tree
+// (ReduceAmongWorkers) the owners are fixed for the step: nobody claims, and the TaskService
+// begins a step that lost one again.
 #ifndef ADJSH_COORDINATOR_SPAN_SCHEDULER_H_
 #define ADJSH_COORDINATOR_SPAN_SCHEDULER_H_
 

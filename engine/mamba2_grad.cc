@@ -1,8 +1,9 @@
-// Mamba-2's exact gradient (engine/mamba2_grad.h): the embedding, the layers chunk by chunk
-// (engine/mamba2_layer.h) in the spans of engine/mamba2_spans.h, the LM head. Kept for the backward: every layer's input (T, D), as
-// stored (engine/stored_rows.h), and dL/du (T, D) twice (in and out of a layer); per layer in turn, the states at its chunk starts, (T / C) H P N numbers,
-// rebuilt by a forward sweep of that layer before its backward runs its chunks in reverse,
-// each recomputing its own activations from its input and its start states.
+// Mamba-2's exact gradient (engine/mamba2_grad.h): the embedding, the layers in the spans of
+// engine/mamba2_spans.h (each span chunk by chunk, engine/mamba2_layer.h), the LM head. Kept for
+// the backward: every layer's input (T, D), as stored (engine/stored_rows.h), and dL/du (T, D)
+// twice (in and out of a layer); per layer in turn, the states at its chunk starts,
+// (T / C) H P N numbers, rebuilt by a forward sweep of that layer before its backward runs its
+// chunks in reverse, each recomputing its own activations from its input and its start states.
 #include "engine/mamba2_grad.h"
 
 #include <algorithm>
@@ -13,8 +14,8 @@
 #include "engine/mamba2_layer.h"
 #include "engine/mamba2_spans.h"
 #include "engine/span_plan.h"
-#include "engine/thread_pool.h"
 #include "engine/stored_rows.h"
+#include "engine/thread_pool.h"
 #include "kernels/cpu/blas.h"
 #include "kernels/cpu/lm_head.h"
 

@@ -14,11 +14,12 @@ Checks:
   * every parameter's gradient and the loss from `adjsh grad` equal the reference's:
     relative L2 < 1e-9 in f64 and < 1e-4 in f32 (f32 rounding over T = 300 tokens of sums of
     a few hundred terms: ~1e-6 expected; a tensor whose gradient cancels to a small sum, where
-    torch's own f32 errs above 1e-5, within 10x of torch's f32 error), over G in {1, 2}, head_dim in {4, 16}, tied and
-    untied heads, a clamped time_step_limit, T in {2, 97, 300} and chunk in {1, 7, 64, T};
+    torch's own f32 errs above 1e-5, within 10x of torch's f32 error), over G in {1, 2},
+    head_dim in {4, 16}, tied and untied heads, a clamped time_step_limit, T in {2, 97, 300}
+    and chunk in {1, 7, 64, T};
   * the span schedule: --spans 1, 2, 5, 43 (chunk 7), 3 (chunk 100) and 150 (chunk 1: spans of
-    W - 1 tokens, the shortest the conv halo allows) give the reference's
-    gradient (< 1e-9 in f64), and the same bytes on 1, 2 and 3 threads;
+    W - 1 tokens, the shortest the conv halo allows) give the reference's gradient (< 1e-9 in
+    f64), and the same bytes on 1, 2 and 3 threads;
   * --storage bf16: the exact gradient of the model that rounds each layer's input to bf16
     (< 1e-9 in f64, < 1e-3 in f32); --spill-dir gives the same bytes;
   * `adjsh eval` (forward only, chunk by chunk) gives the reference's loss to < 1e-12 in f64,
