@@ -233,11 +233,8 @@ int GradCommand(const std::vector<std::string>& args) {
                                   "the CPU by the span schedule (no --workers, --schedule, "
                                   "--cotangent or --device for it yet)"));
     }
-    Mamba2GradOptions m2;
-    m2.chunk = opt.chunk, m2.spans = opt.spans, m2.threads = opt.threads;
-    m2.storage = opt.storage, m2.spill_dir = opt.spill_dir, m2.progress = opt.progress;
     const absl::Status s = RunMamba2Grad(a.Get("model"), a.Get("tokens"), a.Get("out"),
-                                         dtype == "f64", m2, quiet);
+                                         dtype == "f64", Mamba2GradOptionsFrom(opt), quiet);
     return s.ok() ? 0 : Fail("grad", s);
   }
   if (absl::Status s = CheckDeviceUsable(opt.device); !s.ok()) return Fail("grad", s);

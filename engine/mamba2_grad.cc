@@ -21,6 +21,18 @@
 
 namespace adjsh {
 
+Mamba2GradOptions Mamba2GradOptionsFrom(const GradOptions& options) {
+  Mamba2GradOptions o;
+  o.chunk = options.chunk;
+  o.spans = options.spans;
+  o.threads = options.threads;
+  o.loss_mask = options.loss_mask;
+  o.storage = options.storage;
+  o.spill_dir = options.spill_dir;
+  o.progress = options.progress;
+  return o;
+}
+
 template <typename T>
 absl::StatusOr<Mamba2GradResult<T>> Mamba2Gradient(const Mamba2Params<T>& params,
                                                    std::span<const uint32_t> tokens,

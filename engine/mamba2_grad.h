@@ -48,6 +48,11 @@ struct Mamba2GradOptions {
   std::function<void(std::string_view, int64_t, int64_t)> progress;
 };
 
+// The Mamba-2 gradient's share of a Mamba-1 gradient's options (engine/adjoint_engine.h): the
+// chunk, spans, threads, loss mask, storage, spill directory and progress; the rest (window,
+// cotangent, schedule, device, forward_only) its callers check or refuse.
+Mamba2GradOptions Mamba2GradOptionsFrom(const GradOptions& options);
+
 // tokens: at least 2, each below vocab_size; chunk >= 1. INVALID_ARGUMENT naming the problem
 // otherwise.
 template <typename T>

@@ -62,15 +62,7 @@ absl::Status Mamba2::CheckOptions(const GradOptions& o) {
 
 absl::StatusOr<Mamba2::Grad> Mamba2::Gradient(const Params& params, const GradPiece& piece) {
   if (absl::Status s = CheckOptions(piece.options); !s.ok()) return s;
-  Mamba2GradOptions o;
-  o.chunk = piece.options.chunk;
-  o.spans = piece.options.spans;
-  o.threads = piece.options.threads;
-  o.loss_mask = piece.options.loss_mask;
-  o.storage = piece.options.storage;
-  o.spill_dir = piece.options.spill_dir;
-  o.progress = piece.options.progress;
-  return Mamba2Gradient<float>(params, piece.tokens, o);
+  return Mamba2Gradient<float>(params, piece.tokens, Mamba2GradOptionsFrom(piece.options));
 }
 
 absl::StatusOr<EvalResult> Mamba2::Evaluate(const Params& params, const TokenData& tokens,
