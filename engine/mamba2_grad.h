@@ -1,10 +1,12 @@
 // The exact gradient of a Mamba-2 model's mean next-token loss over one token sequence,
-// in-process on the CPU (docs/MATH.md "Mamba-2"). The forward keeps each layer's input u^k
-// (T, D); the backward runs the layers from the top down, each chunk by chunk in reverse
-// (engine/mamba2_layer.h): a forward sweep of the layer keeps its heads' states at the chunk
-// starts ((T / C) H P N numbers), and each chunk recomputes its own activations from its input
-// rows and its start states. Memory: K T D stored numbers (T or bf16), 2 T D in T, those
-// states, and one chunk's activations.
+// in-process on the CPU (docs/MATH.md "Mamba-2"), by the span schedule (engine/span_step.h,
+// engine/mamba2_span_work.h): each span keeps its rows of every layer's input u^k; the backward
+// runs the layers from the top down, each span's chunks in reverse (engine/mamba2_layer.h),
+// after a forward sweep of the span rebuilt its heads' states at the chunk starts; each chunk
+// recomputes its own activations from its input rows and its start state. Memory: K T D stored
+// numbers (T or bf16), about 2 T D in T (u^K, then dL/du, per span), each layer's span start
+// states, one layer's chunk-start states ((T / C) H P N), one chunk's activations per thread,
+// and the head's (V, D) partials waiting in the ledger's tree.
 #ifndef ADJSH_ENGINE_MAMBA2_GRAD_H_
 #define ADJSH_ENGINE_MAMBA2_GRAD_H_
 
@@ -28,7 +30,7 @@ using Mamba2GradResult = GradResult<T, Mamba2Params>;
 
 struct Mamba2GradOptions {
   int64_t chunk = 256;  // C: tokens per chunk (clamped to T)
-  // S: the step's spans (engine/mamba2_spans.h; 0: SpanPlan::DefaultSpans), run on `threads`
+  // S: the step's spans (engine/span_plan.h; 0: SpanPlan::DefaultSpans), run on `threads`
   // threads (0: one per core). The result depends on S (its combines round), never on the
   // threads.
   int64_t spans = 0;

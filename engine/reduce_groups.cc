@@ -41,7 +41,8 @@ std::string GroupName(int32_t group, int64_t K) {
 }
 
 template <typename T>
-std::vector<GroupLeaf<T>> TakeLeaves(const SpanTask& task, int64_t K, SpanOutputs<T>& out) {
+std::vector<GroupLeaf<T>> TakeLeaves(const SpanTask& task, int64_t K,
+                                     SpanOutputs<T, LayerParams<T>>& out) {
   std::vector<GroupLeaf<T>> leaves;
   if (task.phase == SpanPhase::kForward && task.layer + 1 == K) {
     leaves.push_back({HeadGroup(K), {std::move(out.embed)}});
@@ -135,7 +136,8 @@ uint64_t GroupBytes(const MambaConfig& c, int64_t K, int32_t group) {
 }
 
 #define ADJSH_REDUCE_GROUPS(T)                                                                 \
-  template std::vector<GroupLeaf<T>> TakeLeaves<T>(const SpanTask&, int64_t, SpanOutputs<T>&); \
+  template std::vector<GroupLeaf<T>> TakeLeaves<T>(const SpanTask&, int64_t,                   \
+                                                  SpanOutputs<T, LayerParams<T>>&);            \
   template void AddGroupValue<T>(GroupValue<T>&, const GroupValue<T>&);                        \
   template LayerParams<T> LayerFromGroup<T>(GroupValue<T> &&);
 ADJSH_REDUCE_GROUPS(float)

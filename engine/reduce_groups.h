@@ -23,7 +23,7 @@
 
 namespace adjsh {
 
-template <typename T>
+template <typename T, typename Layer>
 struct SpanOutputs;
 
 // A node's value: the group's tensors, flat, in the group's order.
@@ -44,7 +44,8 @@ struct GroupLeaf {
 
 // Moves the partials out of a task's outputs (summaries and forwards below the top carry none).
 template <typename T>
-std::vector<GroupLeaf<T>> TakeLeaves(const SpanTask& task, int64_t K, SpanOutputs<T>& out);
+std::vector<GroupLeaf<T>> TakeLeaves(const SpanTask& task, int64_t K,
+                                     SpanOutputs<T, LayerParams<T>>& out);
 
 // left += right, element by element, tensor by tensor: the ledger's adds (common/model.h
 // AddInto), so that a node has the same bits wherever it is computed.

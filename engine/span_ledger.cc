@@ -71,8 +71,8 @@ int64_t Bytes(const std::vector<std::vector<T>>& vs) {
 // ---------------------------------------------------------------------------------------------
 // SpanLedger
 
-template <typename T>
-SpanLedger<T>::SpanLedger(const ModelParams<T>& params, const SpanPlan& plan,
+template <typename T, template <typename> class P>
+SpanLedger<T, P>::SpanLedger(const P<T>& params, const SpanPlan& plan,
                           std::span<const uint32_t> tokens, std::span<const uint8_t> mask)
     : p_(params),
       plan_(plan),
@@ -81,7 +81,7 @@ SpanLedger<T>::SpanLedger(const ModelParams<T>& params, const SpanPlan& plan,
       S_(plan.spans()),
       K_(plan.layers()),
       D_(params.config.hidden_size),
-      DiN_(params.config.inner() * params.config.state_size),
+      DiN_(SpanFamily<P>::StateSize(params.config)),
       loss_(S_, 0.0),
       correct_(S_, 0),
       head_embed_sum_(S_, AddVector<T>),
@@ -92,7 +92,7 @@ SpanLedger<T>::SpanLedger(const ModelParams<T>& params, const SpanPlan& plan,
   if (!mask.empty()) n_targets_ = std::count_if(mask.begin() + 1, mask.end(), [](uint8_t m) {
                        return m != 0;
                      });
-  A_ = DecayRates(params);
+  A_ = SpanFamily<P>::template Rates<T>(params);
   for (auto* v : {&sigma_, &h_end_, &h0_, &halo_next_, &m_, &mu_, &du_halo_prev_})
     v->assign(K_ * S_, {});
   h0_ready_.assign(K_, 1);  // h0(k, 0) = 0
@@ -100,27 +100,27 @@ SpanLedger<T>::SpanLedger(const ModelParams<T>& params, const SpanPlan& plan,
   for (int64_t k = 0; k < K_; ++k) {
     h0_[k * S_].assign(DiN_, T(0));
     mu_[k * S_ + S_ - 1].clear();  // empty = zero
-    layer_sums_.emplace_back(S_, [](LayerParams<T>& a, const LayerParams<T>& b) { AddInto(a, b); });
+    layer_sums_.emplace_back(S_, [](Layer& a, const Layer& b) { SpanFamily<P>::Add(a, b); });
   }
 }
 
-template <typename T>
-std::vector<uint32_t> SpanLedger<T>::SpanTokens(int64_t s) const {
+template <typename T, template <typename> class P>
+std::vector<uint32_t> SpanLedger<T, P>::SpanTokens(int64_t s) const {
   const SpanRange& r = plan_.range(s);
   const int64_t end = std::min<int64_t>(plan_.T(), r.t0 + r.len + 1);
   return std::vector<uint32_t>(tokens_.begin() + (r.t0 - r.halo), tokens_.begin() + end);
 }
 
-template <typename T>
-std::vector<uint8_t> SpanLedger<T>::SpanMask(int64_t s) const {
+template <typename T, template <typename> class P>
+std::vector<uint8_t> SpanLedger<T, P>::SpanMask(int64_t s) const {
   if (mask_.empty()) return {};
   const SpanRange& r = plan_.range(s);
   const int64_t end = std::min<int64_t>(plan_.T(), r.t0 + r.len + 1);
   return std::vector<uint8_t>(mask_.begin() + (r.t0 - r.halo), mask_.begin() + end);
 }
 
-template <typename T>
-SpanInputs<T> SpanLedger<T>::Inputs(int64_t id) const {
+template <typename T, template <typename> class P>
+SpanInputs<T> SpanLedger<T, P>::Inputs(int64_t id) const {
   const auto [phase, k, s] = plan_.task(id);
   SpanInputs<T> in;
   const bool forward = phase == SpanPhase::kForwardSummary || phase == SpanPhase::kForward;
@@ -134,15 +134,15 @@ SpanInputs<T> SpanLedger<T>::Inputs(int64_t id) const {
   return in;
 }
 
-template <typename T>
-std::vector<std::pair<SpanTask, SpanInputs<T>>> SpanLedger<T>::Replay(int64_t id) const {
+template <typename T, template <typename> class P>
+std::vector<std::pair<SpanTask, SpanInputs<T>>> SpanLedger<T, P>::Replay(int64_t id) const {
   std::vector<std::pair<SpanTask, SpanInputs<T>>> steps;
   for (int64_t r : plan_.ReplayIds(id)) steps.push_back({plan_.task(r), Inputs(r)});
   return steps;
 }
 
-template <typename T>
-void SpanLedger<T>::ExtendH0(int64_t k) {
+template <typename T, template <typename> class P>
+void SpanLedger<T, P>::ExtendH0(int64_t k) {
   const int64_t N = p_.config.state_size;
   int64_t& s = h0_ready_[k];  // h0(k, s) = P_{s-1} . h0(k, s-1) + h~_{s-1}
   while (s < S_ && !h_end_[k * S_ + s - 1].empty()) {
@@ -156,8 +156,8 @@ void SpanLedger<T>::ExtendH0(int64_t k) {
   }
 }
 
-template <typename T>
-void SpanLedger<T>::ExtendMu(int64_t k) {
+template <typename T, template <typename> class P>
+void SpanLedger<T, P>::ExtendMu(int64_t k) {
   const int64_t N = p_.config.state_size;
   int64_t& s = mu_ready_[k];  // mu(k, s-1) = m_s + P_s . mu(k, s), known for s' >= s
   while (s > 0 && !m_[k * S_ + s].empty()) {
@@ -175,8 +175,8 @@ void SpanLedger<T>::ExtendMu(int64_t k) {
   }
 }
 
-template <typename T>
-void SpanLedger<T>::Apply(int64_t id, SpanOutputs<T>&& out) {
+template <typename T, template <typename> class P>
+void SpanLedger<T, P>::Apply(int64_t id, Outputs&& out) {
   const auto [phase, k, s] = plan_.task(id);
   const int64_t i = k * S_ + s;
   switch (phase) {
@@ -209,8 +209,8 @@ void SpanLedger<T>::Apply(int64_t id, SpanOutputs<T>&& out) {
   }
 }
 
-template <typename T>
-absl::Status SpanLedger<T>::SetReduced(int32_t group, GroupValue<T>&& value) {
+template <typename T, template <typename> class P>
+absl::Status SpanLedger<T, P>::SetReduced(int32_t group, GroupValue<T>&& value) {
   if (group < 0 || group >= NumGroups(K_)) {
     return absl::InvalidArgumentError(absl::StrCat("no reduction group ", group));
   }
@@ -219,7 +219,7 @@ absl::Status SpanLedger<T>::SetReduced(int32_t group, GroupValue<T>&& value) {
         absl::StrCat("the ", GroupName(group, K_), " group is reduced already"));
   }
   if (group < K_) {
-    layer_sums_[group].SetRoot(LayerFromGroup(std::move(value)));
+    layer_sums_[group].SetRoot(SpanFamily<P>::FromGroup(std::move(value)));
   } else {
     FixedTreeSum<std::vector<T>>& sum = group == HeadGroup(K_)     ? head_embed_sum_
                                         : group == LookupGroup(K_) ? lookup_embed_sum_
@@ -229,24 +229,24 @@ absl::Status SpanLedger<T>::SetReduced(int32_t group, GroupValue<T>&& value) {
   return absl::OkStatus();
 }
 
-template <typename T>
-bool SpanLedger<T>::Reduced(int32_t group) const {
+template <typename T, template <typename> class P>
+bool SpanLedger<T, P>::Reduced(int32_t group) const {
   if (group < K_) return layer_sums_[group].Complete();
   if (group == HeadGroup(K_)) return head_embed_sum_.Complete();
   if (group == LookupGroup(K_)) return lookup_embed_sum_.Complete();
   return norm_f_sum_.Complete();
 }
 
-template <typename T>
-bool SpanLedger<T>::AllReduced() const {
+template <typename T, template <typename> class P>
+bool SpanLedger<T, P>::AllReduced() const {
   for (int32_t g = 0; g < NumGroups(K_); ++g)
     if (!Reduced(g)) return false;
   return true;
 }
 
-template <typename T>
-GradResult<T> SpanLedger<T>::Finish() {
-  GradResult<T> r;
+template <typename T, template <typename> class P>
+GradResult<T, P> SpanLedger<T, P>::Finish() {
+  GradResult<T, P> r;
   r.grad.config = p_.config;
   if (plan_.forward_only()) {  // the loss alone: no partial was sent
     FinishLoss(r);
@@ -278,8 +278,8 @@ GradResult<T> SpanLedger<T>::Finish() {
   return r;
 }
 
-template <typename T>
-void SpanLedger<T>::FinishLoss(GradResult<T>& r) const {
+template <typename T, template <typename> class P>
+void SpanLedger<T, P>::FinishLoss(GradResult<T, P>& r) const {
   double loss = 0;
   int64_t correct = 0;
   for (int64_t s = 0; s < S_; ++s) loss += loss_[s], correct += correct_[s];
@@ -288,13 +288,12 @@ void SpanLedger<T>::FinishLoss(GradResult<T>& r) const {
   r.correct = mask_.empty() ? -1 : correct;
 }
 
-template <typename T>
-int64_t SpanLedger<T>::held_bytes() const {
+template <typename T, template <typename> class P>
+int64_t SpanLedger<T, P>::held_bytes() const {
   int64_t b = Bytes(sigma_) + Bytes(h_end_) + Bytes(h0_) + Bytes(halo_next_) + Bytes(m_) +
               Bytes(mu_) + Bytes(du_halo_prev_);
-  int64_t layer = 0;  // bytes of one layer's partial
-  for (const auto& slot : LayerParamSlots<T>())
-    layer += ShapeNumel(slot.shape(p_.config)) * static_cast<int64_t>(sizeof(T));
+  const int64_t layer =  // bytes of one layer's partial
+      SpanFamily<P>::template LayerNumel<T>(p_.config) * static_cast<int64_t>(sizeof(T));
   for (const auto& t : layer_sums_) b += t.held() * layer;
   b += (head_embed_sum_.held() + lookup_embed_sum_.held()) *
        static_cast<int64_t>(p_.embed.size() * sizeof(T));
@@ -307,7 +306,11 @@ template class FixedTreeSum<LayerParams<float>>;
 template class FixedTreeSum<LayerParams<double>>;
 template class FixedTreeSum<std::vector<float>>;
 template class FixedTreeSum<std::vector<double>>;
+template class FixedTreeSum<Mamba2Layer<float>>;
+template class FixedTreeSum<Mamba2Layer<double>>;
 template class SpanLedger<float>;
 template class SpanLedger<double>;
+template class SpanLedger<float, Mamba2Params>;
+template class SpanLedger<double, Mamba2Params>;
 
 }  // namespace adjsh

@@ -23,6 +23,7 @@
 #include "common/model.h"
 #include "engine/adjoint_engine.h"
 #include "engine/reduce_groups.h"
+#include "engine/span_family.h"
 #include "engine/span_plan.h"
 #include "engine/span_tree.h"
 #include "engine/span_work.h"
@@ -50,11 +51,14 @@ class FixedTreeSum {
   std::optional<V> root_;
 };
 
-template <typename T>
+// P: the model type's parameter struct (ModelParams, Mamba2Params: engine/span_family.h).
+template <typename T, template <typename> class P = ModelParams>
 class SpanLedger {
  public:
+  using Layer = typename SpanFamily<P>::template Layer<T>;
+  using Outputs = SpanOutputs<T, Layer>;
   // tokens and mask (empty or one per token) must outlive the ledger.
-  SpanLedger(const ModelParams<T>& params, const SpanPlan& plan, std::span<const uint32_t> tokens,
+  SpanLedger(const P<T>& params, const SpanPlan& plan, std::span<const uint32_t> tokens,
              std::span<const uint8_t> mask);
 
   int64_t n_targets() const { return n_targets_; }
@@ -71,7 +75,7 @@ class SpanLedger {
   std::vector<std::pair<SpanTask, SpanInputs<T>>> Replay(int64_t id) const;
   // Applies an accepted result, once per task. With ReduceElsewhere, its partials are not
   // read (the worker tree sums them; their roots come through SetReduced).
-  void Apply(int64_t id, SpanOutputs<T>&& out);
+  void Apply(int64_t id, Outputs&& out);
   // The partials are summed in the same tree elsewhere (the workers'): call before any Apply.
   void ReduceElsewhere() { elsewhere_ = true; }
   bool reduced_elsewhere() const { return elsewhere_; }
@@ -81,16 +85,16 @@ class SpanLedger {
   bool Reduced(int32_t group) const;
   bool AllReduced() const;
   // After every task: the loss, the gradient (none for a forward-only plan), the counts.
-  GradResult<T> Finish();
+  GradResult<T, P> Finish();
   // Bytes held now (summaries, halos, partials waiting in the trees).
   int64_t held_bytes() const;
 
  private:
-  void FinishLoss(GradResult<T>& r) const;  // the loss, targets and correct of r
+  void FinishLoss(GradResult<T, P>& r) const;  // the loss, targets and correct of r
   void ExtendH0(int64_t k);
   void ExtendMu(int64_t k);
 
-  const ModelParams<T>& p_;
+  const P<T>& p_;
   const SpanPlan& plan_;
   std::span<const uint32_t> tokens_;
   std::span<const uint8_t> mask_;
@@ -104,7 +108,7 @@ class SpanLedger {
   std::vector<double> loss_;
   std::vector<int64_t> correct_;
   bool elsewhere_ = false;
-  std::vector<FixedTreeSum<LayerParams<T>>> layer_sums_;
+  std::vector<FixedTreeSum<Layer>> layer_sums_;
   FixedTreeSum<std::vector<T>> head_embed_sum_, lookup_embed_sum_, norm_f_sum_;
 };
 

@@ -2,12 +2,15 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <memory>
-#include <string>
 #include <mutex>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/check.h"
+#include "engine/mamba2_span_work.h"
 #include "engine/span_ledger.h"
 #include "engine/span_plan.h"
 #include "engine/span_work.h"
@@ -15,38 +18,43 @@
 
 namespace adjsh {
 
-template <typename T>
-absl::StatusOr<GradResult<T>> RunSpanStep(const ModelParams<T>& params,
-                                          std::span<const uint32_t> tokens,
-                                          const GradOptions& opt) {
-  const MambaConfig& c = params.config;
-  const int64_t K = c.num_hidden_layers;
-  absl::StatusOr<SpanPlan> plan = SpanPlan::Make(static_cast<int64_t>(tokens.size()), opt.chunk,
-                                                 opt.spans, K, c.conv_kernel, opt.forward_only);
-  if (!plan.ok()) return plan.status();
-  absl::StatusOr<std::unique_ptr<Backend<T>>> backend = MakeBackend<T>(opt.device);
-  if (!backend.ok()) return backend.status();
-  const BackendModel<T> model = BackendModel<T>::Make(params, **backend);
-  SpanLedger<T> ledger(params, *plan, tokens, opt.loss_mask);
-  const int64_t S = plan->spans();
-  std::vector<std::unique_ptr<SpanWork<T>>> work(S);
+namespace {
+
+// What the runner takes of either model type's options.
+struct SpanRun {
+  int threads = 0;
+  std::span<const uint8_t> loss_mask;
+  Storage storage = Storage::kCompute;
+  std::string spill_dir;
+  std::function<void(std::string_view, int64_t, int64_t)> progress;
+};
+
+// The plan's tasks on the step's threads, each span's on its own Work (SpanWork,
+// Mamba2SpanWork, built from model), their results applied to one ledger.
+template <typename T, template <typename> class P, typename Work, typename Model>
+GradResult<T, P> RunSpans(const P<T>& params, const Model& model, const SpanPlan& plan,
+                          std::span<const uint32_t> tokens, const SpanRun& opt) {
+  const int64_t K = plan.layers();
+  SpanLedger<T, P> ledger(params, plan, tokens, opt.loss_mask);
+  const int64_t S = plan.spans();
+  std::vector<std::unique_ptr<Work>> work(S);
   std::mutex mu;  // the ledger, the progress counts and peak_bytes
   int64_t done_fwd = 0, done_bwd = 0, kept = 0, peak = 0;
   std::vector<int64_t> span_bytes(S, 0);
   ThreadPool pool(opt.threads);
-  std::vector<TaskRecord> records(plan->num_tasks());
+  std::vector<TaskRecord> records(plan.num_tasks());
   const auto start = std::chrono::steady_clock::now();
   RunDag(
-      pool, plan->num_tasks(), [&](int64_t id) { return plan->Successors(id); },
+      pool, plan.num_tasks(), [&](int64_t id) { return plan.Successors(id); },
       [&](int64_t id) {
-        const SpanTask& task = plan->task(id);
+        const SpanTask& task = plan.task(id);
         SpanInputs<T> in;
         {
           std::lock_guard<std::mutex> lock(mu);
           in = ledger.Inputs(id);
         }
         // A span's tasks form a chain (span_plan.h), so only this thread touches work[s] now.
-        std::unique_ptr<SpanWork<T>>& w = work[task.span];
+        std::unique_ptr<Work>& w = work[task.span];
         if (!w) {
           std::vector<uint32_t> toks;
           std::vector<uint8_t> mask;
@@ -54,11 +62,11 @@ absl::StatusOr<GradResult<T>> RunSpanStep(const ModelParams<T>& params,
             std::lock_guard<std::mutex> lock(mu);
             toks = ledger.SpanTokens(task.span), mask = ledger.SpanMask(task.span);
           }
-          w = std::make_unique<SpanWork<T>>(model, *plan, task.span, std::move(toks),
+          w = std::make_unique<Work>(model, plan, task.span, std::move(toks),
                                             std::move(mask), ledger.n_targets(), opt.storage,
                                             opt.spill_dir);
         }
-        SpanOutputs<T> out;
+        typename SpanLedger<T, P>::Outputs out;
         const auto t0 = std::chrono::steady_clock::now();
         const absl::Status s = w->Run(task, in, out);
         const double seconds =
@@ -67,7 +75,7 @@ absl::StatusOr<GradResult<T>> RunSpanStep(const ModelParams<T>& params,
         const int64_t bytes = w->kept_bytes();
         // The span's last task: its rows go.
         if ((task.phase == SpanPhase::kBackward && task.layer == 0) ||
-            (plan->forward_only() && task.phase == SpanPhase::kForward && task.layer == K - 1))
+            (plan.forward_only() && task.phase == SpanPhase::kForward && task.layer == K - 1))
           w.reset();
         std::lock_guard<std::mutex> lock(mu);
         TaskRecord& rec = records[id];
@@ -86,13 +94,47 @@ absl::StatusOr<GradResult<T>> RunSpanStep(const ModelParams<T>& params,
         if (task.phase == SpanPhase::kBackward && ++done_bwd % S == 0 && opt.progress)
           opt.progress("backward", done_bwd / S, K);
       });
-  GradResult<T> result = ledger.Finish();
+  GradResult<T, P> result = ledger.Finish();
   result.stored_bytes = peak;
   result.profile = ProfileStep(
-      *plan, records, 0,
+      plan, records, 0,
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   result.records = std::move(records);
   return result;
+}
+
+}  // namespace
+
+
+template <typename T>
+absl::StatusOr<GradResult<T>> RunSpanStep(const ModelParams<T>& params,
+                                          std::span<const uint32_t> tokens,
+                                          const GradOptions& opt) {
+  const MambaConfig& c = params.config;
+  absl::StatusOr<SpanPlan> plan =
+      SpanPlan::Make(static_cast<int64_t>(tokens.size()), opt.chunk, opt.spans,
+                     c.num_hidden_layers, c.conv_kernel, opt.forward_only);
+  if (!plan.ok()) return plan.status();
+  absl::StatusOr<std::unique_ptr<Backend<T>>> backend = MakeBackend<T>(opt.device);
+  if (!backend.ok()) return backend.status();
+  const BackendModel<T> model = BackendModel<T>::Make(params, **backend);
+  return RunSpans<T, ModelParams, SpanWork<T>>(
+      params, model, *plan, tokens,
+      {opt.threads, opt.loss_mask, opt.storage, opt.spill_dir, opt.progress});
+}
+
+template <typename T>
+absl::StatusOr<Mamba2GradResult<T>> RunMamba2SpanStep(const Mamba2Params<T>& params,
+                                                      std::span<const uint32_t> tokens,
+                                                      const Mamba2GradOptions& opt) {
+  const Mamba2Config& c = params.config;
+  absl::StatusOr<SpanPlan> plan =
+      SpanPlan::Make(static_cast<int64_t>(tokens.size()), opt.chunk, opt.spans,
+                     c.num_hidden_layers, c.conv_kernel);
+  if (!plan.ok()) return plan.status();
+  return RunSpans<T, Mamba2Params, Mamba2SpanWork<T>>(
+      params, params, *plan, tokens,
+      {opt.threads, opt.loss_mask, opt.storage, opt.spill_dir, opt.progress});
 }
 
 template absl::StatusOr<GradResult<float>> RunSpanStep<float>(const ModelParams<float>&,
@@ -101,5 +143,9 @@ template absl::StatusOr<GradResult<float>> RunSpanStep<float>(const ModelParams<
 template absl::StatusOr<GradResult<double>> RunSpanStep<double>(const ModelParams<double>&,
                                                                 std::span<const uint32_t>,
                                                                 const GradOptions&);
+template absl::StatusOr<Mamba2GradResult<float>> RunMamba2SpanStep<float>(
+    const Mamba2Params<float>&, std::span<const uint32_t>, const Mamba2GradOptions&);
+template absl::StatusOr<Mamba2GradResult<double>> RunMamba2SpanStep<double>(
+    const Mamba2Params<double>&, std::span<const uint32_t>, const Mamba2GradOptions&);
 
 }  // namespace adjsh

@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "common/model.h"
 #include "engine/adjoint_engine.h"
+#include "engine/mamba2_grad.h"
 
 namespace adjsh {
 
@@ -20,6 +21,14 @@ template <typename T>
 absl::StatusOr<GradResult<T>> RunSpanStep(const ModelParams<T>& params,
                                           std::span<const uint32_t> tokens,
                                           const GradOptions& options);
+
+// The same schedule for a Mamba-2 model (engine/mamba2_span_work.h), which Mamba2Gradient runs
+// (engine/mamba2_grad.h): the step's spans options.spans, on options.threads threads. Inputs
+// validated by the caller.
+template <typename T>
+absl::StatusOr<Mamba2GradResult<T>> RunMamba2SpanStep(const Mamba2Params<T>& params,
+                                                      std::span<const uint32_t> tokens,
+                                                      const Mamba2GradOptions& options);
 
 }  // namespace adjsh
 

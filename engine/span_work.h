@@ -47,8 +47,10 @@ struct SpanInputs {
   std::vector<T> mu;       // kBackward: (Di, N) the adjoint into the span's last token; empty = 0
 };
 
-// What a task returns.
-template <typename T>
+// What a task returns. Layer: the model type's layer struct (LayerParams for Mamba-1,
+// Mamba2Layer for Mamba-2, engine/mamba2_span_work.h); a Mamba-2 span's summaries have the same
+// shapes with Di = H P (sigma repeats each head's dt sum over its P channels).
+template <typename T, typename Layer = LayerParams<T>>
 struct SpanOutputs {
   std::vector<T> sigma, h_end;  // kForwardSummary: (Di) delta sums, (Di, N) end state from zero
   std::vector<T> halo_next;     // kForward, k < K-1: (min(W-1, len), D) the last rows of u^{k+1}
@@ -57,7 +59,7 @@ struct SpanOutputs {
   std::vector<T> embed, norm_f;  // its (V, D) and (D) partials; kBackward at k = 0: embed is
                                  // the (V, D) partial of the embedding lookup
   std::vector<T> m;             // kBackwardSummary: (Di, N)
-  LayerParams<T> grad;          // kBackward: layer k's partial over the span
+  Layer grad;                   // kBackward: layer k's partial over the span
   std::vector<T> du_halo_prev;  // kBackward, s > 0: (H, D) for span s - 1's last rows of dL/du^k
 };
 
