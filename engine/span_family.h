@@ -89,6 +89,27 @@ struct SpanFamily<Mamba2Params> {
   }
 };
 
+// A config's layer struct and the list of its tensors (HF names within a layer, shapes), for
+// the wire form of span tasks (engine/span_tensors.h), which takes the config alone.
+template <typename C, typename T>
+struct LayerOf;
+template <typename T>
+struct LayerOf<MambaConfig, T> {
+  using type = LayerParams<T>;
+};
+template <typename T>
+struct LayerOf<Mamba2Config, T> {
+  using type = Mamba2Layer<T>;
+};
+template <typename T>
+const std::vector<LayerParamSlot<T>>& LayerSlotsOf(const LayerParams<T>*) {
+  return LayerParamSlots<T>();
+}
+template <typename T>
+const std::vector<Mamba2LayerSlot<T>>& LayerSlotsOf(const Mamba2Layer<T>*) {
+  return Mamba2LayerSlots<T>();
+}
+
 }  // namespace adjsh
 
 #endif  // ADJSH_ENGINE_SPAN_FAMILY_H_

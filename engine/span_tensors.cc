@@ -30,8 +30,8 @@ struct Slot {
   std::vector<T>* values;
 };
 
-template <typename T>
-std::vector<Slot<T>> InputSlots(const MambaConfig& c, const SpanPlan& plan, const SpanTask& t,
+template <typename T, typename C>
+std::vector<Slot<T>> InputSlots(const C& c, const SpanPlan& plan, const SpanTask& t,
                                 SpanInputs<T>& in) {
   const int64_t D = c.hidden_size, Di = c.inner(), N = c.state_size;
   const int64_t K = plan.layers(), S = plan.spans(), k = t.layer, s = t.span;
@@ -48,9 +48,11 @@ std::vector<Slot<T>> InputSlots(const MambaConfig& c, const SpanPlan& plan, cons
   return slots;
 }
 
-template <typename T>
-std::vector<Slot<T>> OutputSlots(const MambaConfig& c, const SpanPlan& plan, const SpanTask& t,
-                                 SpanOutputs<T>& out, bool partials = true) {
+template <typename T, typename C>
+std::vector<Slot<T>> OutputSlots(const C& c, const SpanPlan& plan, const SpanTask& t,
+                                 SpanOutputs<T, typename LayerOf<C, T>::type>& out,
+                                 bool partials = true) {
+  using Layer = typename LayerOf<C, T>::type;
   const int64_t D = c.hidden_size, Di = c.inner(), N = c.state_size, V = c.vocab_size;
   const int64_t K = plan.layers(), k = t.layer;
   const SpanRange& r = plan.range(t.span);
@@ -73,7 +75,7 @@ std::vector<Slot<T>> OutputSlots(const MambaConfig& c, const SpanPlan& plan, con
       break;
     case SpanPhase::kBackward:
       if (partials) {
-        for (const auto& slot : LayerParamSlots<T>())
+        for (const auto& slot : LayerSlotsOf(static_cast<const Layer*>(nullptr)))
           slots.push_back(
               {LayerParamName(k, slot.suffix), slot.shape(c), &(out.grad.*slot.member)});
       }
@@ -141,16 +143,16 @@ std::string ReplayPrefix(const SpanTask& task) {
   return absl::StrCat("replay.", std::string(SpanPhaseName(task.phase)), ".", task.layer, ".");
 }
 
-template <typename T>
-void PutSpanInputs(const MambaConfig& c, const SpanPlan& plan, const SpanTask& task,
+template <typename T, typename C>
+void PutSpanInputs(const C& c, const SpanPlan& plan, const SpanTask& task,
                    const SpanInputs<T>& in, const std::string& prefix, TensorMap& out) {
   SpanInputs<T>& values = const_cast<SpanInputs<T>&>(in);  // read only: slots hold pointers
   for (const Slot<T>& slot : InputSlots(c, plan, task, values))
     out.emplace(prefix + slot.name, HostTensor::From<T>(*slot.values, slot.shape, DTypeOf<T>()));
 }
 
-template <typename T>
-absl::StatusOr<SpanInputs<T>> TakeSpanInputs(const MambaConfig& c, const SpanPlan& plan,
+template <typename T, typename C>
+absl::StatusOr<SpanInputs<T>> TakeSpanInputs(const C& c, const SpanPlan& plan,
                                              const SpanTask& task, const std::string& prefix,
                                              TensorMap& got) {
   SpanInputs<T> in;
@@ -181,7 +183,8 @@ void PutSpanStart(const std::vector<uint32_t>& tokens, const std::vector<uint8_t
   out.emplace(kMask, std::move(m));
 }
 
-absl::Status TakeSpanStart(const MambaConfig& c, const SpanPlan& plan, int64_t s, bool masked,
+template <typename C>
+absl::Status TakeSpanStart(const C& c, const SpanPlan& plan, int64_t s, bool masked,
                            TensorMap& got, std::vector<uint32_t>& tokens,
                            std::vector<uint8_t>& mask) {
   const SpanRange& r = plan.range(s);
@@ -218,11 +221,12 @@ absl::Status TakeSpanStart(const MambaConfig& c, const SpanPlan& plan, int64_t s
   return absl::OkStatus();
 }
 
-template <typename T>
-TensorMap PutSpanResult(const MambaConfig& c, const SpanPlan& plan, const SpanTask& task,
-                        const SpanResult<T>& r, bool partials) {
+template <typename T, typename C>
+TensorMap PutSpanResult(const C& c, const SpanPlan& plan, const SpanTask& task,
+                        const SpanResultOf<T, C>& r, bool partials) {
   TensorMap out;
-  SpanOutputs<T>& values = const_cast<SpanOutputs<T>&>(r.out);  // read only, as above
+  using Outputs = SpanOutputs<T, typename LayerOf<C, T>::type>;
+  Outputs& values = const_cast<Outputs&>(r.out);  // read only, as above
   for (const Slot<T>& slot : OutputSlots(c, plan, task, values, partials))
     out.emplace(slot.name, HostTensor::From<T>(*slot.values, slot.shape, DTypeOf<T>()));
   if (task.phase == SpanPhase::kForward && task.layer + 1 == plan.layers()) {
@@ -234,11 +238,11 @@ TensorMap PutSpanResult(const MambaConfig& c, const SpanPlan& plan, const SpanTa
   return out;
 }
 
-template <typename T>
-absl::StatusOr<SpanResult<T>> TakeSpanResult(const MambaConfig& c, const SpanPlan& plan,
-                                             const SpanTask& task, TensorMap& got,
-                                             bool partials) {
-  SpanResult<T> r;
+template <typename T, typename C>
+absl::StatusOr<SpanResultOf<T, C>> TakeSpanResult(const C& c, const SpanPlan& plan,
+                                                  const SpanTask& task, TensorMap& got,
+                                                  bool partials) {
+  SpanResultOf<T, C> r;
   for (const Slot<T>& slot : OutputSlots(c, plan, task, r.out, partials)) {
     if (absl::Status s = Take(got, slot.name, slot.shape, DTypeOf<T>(), *slot.values); !s.ok())
       return s;
@@ -262,9 +266,9 @@ absl::StatusOr<SpanResult<T>> TakeSpanResult(const MambaConfig& c, const SpanPla
   return r;
 }
 
-bool HasPartials(const MambaConfig& c, const SpanPlan& plan, const SpanTask& task,
-                 const TensorMap& got) {
-  SpanOutputs<float> probe;
+template <typename C>
+bool HasPartials(const C& c, const SpanPlan& plan, const SpanTask& task, const TensorMap& got) {
+  SpanOutputs<float, typename LayerOf<C, float>::type> probe;
   const std::vector<Slot<float>> all = OutputSlots(c, plan, task, probe, true);
   const std::vector<Slot<float>> without = OutputSlots(c, plan, task, probe, false);
   for (const Slot<float>& slot : all) {
@@ -275,41 +279,57 @@ bool HasPartials(const MambaConfig& c, const SpanPlan& plan, const SpanTask& tas
   return false;
 }
 
-uint64_t SpanResultBytes(const MambaConfig& c, const SpanPlan& plan, const SpanTask& task,
+template <typename C>
+uint64_t SpanResultBytes(const C& c, const SpanPlan& plan, const SpanTask& task,
                          int64_t value_bytes) {
-  SpanOutputs<double> probe;
+  SpanOutputs<double, typename LayerOf<C, double>::type> probe;
   uint64_t n = 64;  // the scalars
   for (const Slot<double>& slot : OutputSlots(c, plan, task, probe))
     n += static_cast<uint64_t>(ShapeNumel(slot.shape)) * static_cast<uint64_t>(value_bytes);
   return n;
 }
 
-template <typename T>
-std::string FirstNonFinite(const SpanOutputs<T>& o) {
+template <typename T, typename Layer>
+std::string FirstNonFinite(const SpanOutputs<T, Layer>& o) {
   for (auto [name, v] : {std::pair{"sigma", &o.sigma}, std::pair{"h_end", &o.h_end},
                          std::pair{"halo_next", &o.halo_next}, std::pair{"m", &o.m},
                          std::pair{"du_halo_prev", &o.du_halo_prev},
                          std::pair{"embed", &o.embed}, std::pair{"norm_f", &o.norm_f}})
     if (std::string bad = Scan(name, *v); !bad.empty()) return bad;
-  for (const auto& slot : LayerParamSlots<T>())
+  for (const auto& slot : LayerSlotsOf(static_cast<const Layer*>(nullptr)))
     if (std::string bad = Scan(slot.suffix, o.grad.*slot.member); !bad.empty()) return bad;
   if (!std::isfinite(o.loss_sum)) return absl::StrCat("loss_sum = ", o.loss_sum);
   return "";
 }
 
-#define ADJSH_SPAN_TENSORS(T)                                                                  \
-  template void PutSpanInputs<T>(const MambaConfig&, const SpanPlan&, const SpanTask&,         \
-                                 const SpanInputs<T>&, const std::string&, TensorMap&);        \
-  template absl::StatusOr<SpanInputs<T>> TakeSpanInputs<T>(                                    \
-      const MambaConfig&, const SpanPlan&, const SpanTask&, const std::string&, TensorMap&);   \
-  template TensorMap PutSpanResult<T>(const MambaConfig&, const SpanPlan&, const SpanTask&,    \
-                                      const SpanResult<T>&, bool);                             \
-  template absl::StatusOr<SpanResult<T>> TakeSpanResult<T>(const MambaConfig&,                 \
-                                                           const SpanPlan&, const SpanTask&,   \
-                                                           TensorMap&, bool);                  \
-  template std::string FirstNonFinite<T>(const SpanOutputs<T>&);
-ADJSH_SPAN_TENSORS(float)
-ADJSH_SPAN_TENSORS(double)
+#define ADJSH_SPAN_TENSORS(T, C)                                                               \
+  template void PutSpanInputs<T, C>(const C&, const SpanPlan&, const SpanTask&,                \
+                                    const SpanInputs<T>&, const std::string&, TensorMap&);     \
+  template absl::StatusOr<SpanInputs<T>> TakeSpanInputs<T, C>(                                 \
+      const C&, const SpanPlan&, const SpanTask&, const std::string&, TensorMap&);             \
+  template TensorMap PutSpanResult<T, C>(const C&, const SpanPlan&, const SpanTask&,           \
+                                         const SpanResultOf<T, C>&, bool);                     \
+  template absl::StatusOr<SpanResultOf<T, C>> TakeSpanResult<T, C>(                            \
+      const C&, const SpanPlan&, const SpanTask&, TensorMap&, bool);                           \
+  template std::string FirstNonFinite<T>(const SpanOutputs<T, LayerOf<C, T>::type>&);
+ADJSH_SPAN_TENSORS(float, MambaConfig)
+ADJSH_SPAN_TENSORS(double, MambaConfig)
+ADJSH_SPAN_TENSORS(float, Mamba2Config)
+ADJSH_SPAN_TENSORS(double, Mamba2Config)
 #undef ADJSH_SPAN_TENSORS
+template absl::Status TakeSpanStart<MambaConfig>(const MambaConfig&, const SpanPlan&, int64_t,
+                                                 bool, TensorMap&, std::vector<uint32_t>&,
+                                                 std::vector<uint8_t>&);
+template absl::Status TakeSpanStart<Mamba2Config>(const Mamba2Config&, const SpanPlan&, int64_t,
+                                                  bool, TensorMap&, std::vector<uint32_t>&,
+                                                  std::vector<uint8_t>&);
+template bool HasPartials<MambaConfig>(const MambaConfig&, const SpanPlan&, const SpanTask&,
+                                       const TensorMap&);
+template bool HasPartials<Mamba2Config>(const Mamba2Config&, const SpanPlan&, const SpanTask&,
+                                        const TensorMap&);
+template uint64_t SpanResultBytes<MambaConfig>(const MambaConfig&, const SpanPlan&,
+                                               const SpanTask&, int64_t);
+template uint64_t SpanResultBytes<Mamba2Config>(const Mamba2Config&, const SpanPlan&,
+                                                const SpanTask&, int64_t);
 
 }  // namespace adjsh

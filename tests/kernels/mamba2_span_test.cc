@@ -15,6 +15,7 @@
 #include "engine/mamba2_span_work.h"
 #include "engine/span_ledger.h"
 #include "engine/span_plan.h"
+#include "engine/span_tensors.h"
 
 namespace adjsh {
 namespace {
@@ -57,11 +58,13 @@ void ExpectSameBits(Mamba2GradResult<T> a, Mamba2GradResult<T> b) {
 }
 
 // Runs the plan's tasks in id order (a topological order) on one Mamba2SpanWork per span;
-// lose_at >= 0 drops that task's span just before it, to be rebuilt by replay.
+// lose_at >= 0 drops that task's span just before it, to be rebuilt by replay. wire: every
+// task's inputs and result go through their tensors (engine/span_tensors.h) and back.
 template <typename T>
 Mamba2GradResult<T> RunTasks(const Mamba2Params<T>& params, const std::vector<uint32_t>& tokens,
                              const SpanPlan& plan, std::span<const uint8_t> mask,
-                             int64_t lose_at = -1) {
+                             int64_t lose_at = -1, bool wire = false) {
+  const Mamba2Config& c = params.config;
   SpanLedger<T, Mamba2Params> ledger(params, plan, tokens, mask);
   std::vector<std::unique_ptr<Mamba2SpanWork<T>>> work(plan.spans());
   int64_t built = 0, lost = 0;
@@ -78,10 +81,24 @@ Mamba2GradResult<T> RunTasks(const Mamba2Params<T>& params, const std::vector<ui
       }
       built += 1;
     }
-    Mamba2SpanOutputs<T> out;
-    const absl::Status s = work[task.span]->Run(task, ledger.Inputs(id), out);
+    SpanInputs<T> in = ledger.Inputs(id);
+    if (wire) {
+      TensorMap sent;
+      PutSpanInputs<T>(c, plan, task, in, "", sent);
+      in = TakeSpanInputs<T>(c, plan, task, "", sent).value();
+      EXPECT_TRUE(sent.empty());
+    }
+    SpanResultOf<T, Mamba2Config> r;
+    const absl::Status s = work[task.span]->Run(task, in, r.out);
     EXPECT_TRUE(s.ok()) << s;
-    ledger.Apply(id, std::move(out));
+    if (wire) {
+      TensorMap sent = PutSpanResult<T>(c, plan, task, r);
+      EXPECT_EQ(HasPartials(c, plan, task, sent),
+                task.phase == SpanPhase::kBackward ||
+                    (task.phase == SpanPhase::kForward && task.layer + 1 == plan.layers()));
+      r = TakeSpanResult<T>(c, plan, task, sent).value();
+    }
+    ledger.Apply(id, std::move(r.out));
   }
   EXPECT_EQ(built, plan.spans() + lost);  // each span built once, the lost one again
   return ledger.Finish();
@@ -151,6 +168,46 @@ TEST(Mamba2SpanTest, AForwardOnlyPlanGivesTheFullPlansLoss) {
   EXPECT_EQ(std::memcmp(&a.loss, &b.loss, sizeof(double)), 0) << a.loss << " vs " << b.loss;
   EXPECT_EQ(a.correct, b.correct);
   EXPECT_EQ(a.targets, b.targets);
+}
+
+// Every task's tensors carry what the ledger reads: through them, the same bits.
+TEST(Mamba2SpanTest, TheWireFormCarriesEveryTaskExactly) {
+  const Mamba2Params<float> params = Init<float>(Config(), 11);
+  const std::vector<uint32_t> tokens = Tokens(180, 40, 12);
+  std::vector<uint8_t> mask(180, 1);
+  mask[9] = 0;
+  const SpanPlan plan = SpanPlan::Make(180, 16, 4, 3, 4).value();
+  ExpectSameBits(RunTasks(params, tokens, plan, mask),
+                 RunTasks(params, tokens, plan, mask, -1, /*wire=*/true));
+}
+
+// A Mamba-2 result is checked against Mamba-2's names and shapes: a Mamba-1 layer's names, a
+// misshapen partial or an extra tensor is refused, naming it.
+TEST(Mamba2SpanTest, AResultNotOfItsShapesIsRefusedByName) {
+  const Mamba2Params<float> params = Init<float>(Config(), 13);
+  const Mamba2Config& c = params.config;
+  const SpanPlan plan = SpanPlan::Make(60, 10, 2, 3, 4).value();
+  const SpanTask task{SpanPhase::kBackward, 2, 1};
+  SpanResultOf<float, Mamba2Config> r;
+  for (const Mamba2LayerSlot<float>& slot : Mamba2LayerSlots<float>())
+    (r.out.grad.*slot.member).assign(ShapeNumel(slot.shape(c)), 0.5f);
+  r.out.du_halo_prev.assign(3 * c.hidden_size, 0.25f);
+  const TensorMap good = PutSpanResult<float>(c, plan, task, r);
+  EXPECT_EQ(good.count("backbone.layers.2.mixer.dt_bias"), 1u);
+  TensorMap bad = good;
+  EXPECT_TRUE(TakeSpanResult<float>(c, plan, task, bad).ok());
+  bad = good;
+  bad.erase("backbone.layers.2.mixer.A_log");
+  absl::Status s = TakeSpanResult<float>(c, plan, task, bad).status();
+  EXPECT_NE(s.message().find("backbone.layers.2.mixer.A_log"), std::string::npos) << s;
+  bad = good;
+  bad["backbone.layers.2.mixer.D"].shape = {c.num_heads + 1};
+  s = TakeSpanResult<float>(c, plan, task, bad).status();
+  EXPECT_NE(s.message().find("backbone.layers.2.mixer.D"), std::string::npos) << s;
+  bad = good;
+  bad.emplace("backbone.layers.2.mixer.x_proj.weight", good.at("backbone.layers.2.mixer.D"));
+  s = TakeSpanResult<float>(c, plan, task, bad).status();
+  EXPECT_NE(s.message().find("x_proj"), std::string::npos) << s;
 }
 
 TEST(Mamba2SpanTest, ATaskOutOfOrderIsRefused) {
