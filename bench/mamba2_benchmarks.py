@@ -4,12 +4,15 @@ autograd of the reference (tests/torch/mamba2_ref.py) on this CPU, and its memor
 
   .venv/bin/python bench/mamba2_benchmarks.py [--build build] [--lengths 4096,16384]
       [--torch-lengths 4096] [--torch-checkpoint-lengths 4096,16384] [--checkpoint-every 256]
-      [--memory-lengths 16384,65536] [--json FILE]
+      [--memory-lengths 16384,65536] [--span-lengths 4096,16384] [--worker-lengths 16384]
+      [--json FILE]
 
 Model: D=256, K=4, N=64, head_dim 32 (H=16), G=1, W=4, V=256, synthetic weights; chunk 256.
   adjsh s        `adjsh grad`'s own time of the gradient, f32, one span on one thread (the
                  plain chunk-by-chunk pass; OpenBLAS runs single-threaded inside adjsh)
-  spans s        the same with the default spans (engine/mamba2_spans.h) on 1 and 2 threads
+  spans s        the same with the default spans (engine/mamba2_span_work.h) on 1 and 2 threads
+  workers s      the same default spans on 1 and 2 local worker processes (`--workers`, one
+                 thread each; the gradient's time, after the workers registered)
   torch s        loss.backward() of the reference after its forward, f32, torch.set_num_threads(1)
                  (the reference's scan is a loop over tokens, as the minimal definition is)
   ckpt s         the same with the reference's scan checkpointed every 256 tokens
@@ -54,10 +57,11 @@ def flops_per_token(cfg):
     return K * layer + 3 * 2 * V * D
 
 
-def adjsh_grad(adjsh, model, tokens, out, storage="full", spans=1, threads=1):
+def adjsh_grad(adjsh, model, tokens, out, storage="full", spans=1, threads=1, workers=0):
     p = subprocess.run([adjsh, "grad", "--model", model, "--tokens", tokens, "--out", out,
                         "--chunk", "256", "--storage", storage, "--spans", str(spans),
-                        "--threads", str(threads)], capture_output=True, text=True)
+                        "--threads", str(threads), "--workers", str(workers)],
+                       capture_output=True, text=True)
     g = GRAD.search(p.stderr)
     if p.returncode != 0 or not g:
         sys.exit(f"adjsh grad failed ({p.returncode}):\n{p.stderr[-2000:]}")
@@ -87,6 +91,8 @@ def main():
     ap.add_argument("--memory-lengths", default="16384,65536")
     ap.add_argument("--span-lengths", default="4096,16384",
                     help="lengths also run with the default spans on 1 and 2 threads")
+    ap.add_argument("--worker-lengths", default="16384",
+                    help="lengths also run with the default spans on 1 and 2 local workers")
     ap.add_argument("--json")
     args = ap.parse_args()
     adjsh = os.path.join(args.build, "cli", "adjsh")
@@ -101,6 +107,7 @@ def main():
     fpt = flops_per_token(cfg)
     mem_lengths = {int(x) for x in args.memory_lengths.split(",") if x}
     span_lengths = {int(x) for x in args.span_lengths.split(",") if x}
+    worker_lengths = {int(x) for x in args.worker_lengths.split(",") if x}
     rows = []
     for T in lengths:
         g = torch.Generator().manual_seed(T)
@@ -115,6 +122,11 @@ def main():
                 row[f"spans_{threads}t_s"], _, _ = adjsh_grad(
                     adjsh, model, tpath, os.path.join(work, "g.safetensors"), spans=0,
                     threads=threads)
+        if T in worker_lengths:  # the same spans on local worker processes
+            for workers in (1, 2):
+                row[f"workers_{workers}_s"], _, _ = adjsh_grad(
+                    adjsh, model, tpath, os.path.join(work, "g.safetensors"), spans=0,
+                    workers=workers)
         if T in mem_lengths:  # the layer inputs in bf16 (--storage bf16)
             row["bf16_s"], row["bf16_peak_mib"], _ = adjsh_grad(
                 adjsh, model, tpath, os.path.join(work, "g.safetensors"), "bf16")
@@ -125,14 +137,15 @@ def main():
         rows.append(row)
         print(json.dumps(row), flush=True)
     print("\n| T | adjsh s | torch s | ratio | ckpt s | ratio | GFLOP/s | peak MiB | "
-          "spans 1 thread s | spans 2 threads s |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "spans 1 thread s | spans 2 threads s | 1 worker s | 2 workers s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         cells = []
         for key in ("torch_s", "ckpt_s"):
             cells += ([f"{r[key]:.2f}", f"{r[key] / r['adjsh_s']:.1f}x"] if key in r
                       else ["-", "-"])
-        spans = [f"{r[k]:.2f}" if k in r else "-" for k in ("spans_1t_s", "spans_2t_s")]
+        spans = [f"{r[k]:.2f}" if k in r else "-"
+                 for k in ("spans_1t_s", "spans_2t_s", "workers_1_s", "workers_2_s")]
         print(f"| {r['T']:,} | {r['adjsh_s']:.2f} | {' | '.join(cells)} | {r['gflops']:.1f} | "
               f"{r['peak_mib']:.0f} | {' | '.join(spans)} |")
     mem = [int(x) for x in args.memory_lengths.split(",")]

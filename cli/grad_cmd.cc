@@ -217,24 +217,25 @@ int GradCommand(const std::vector<std::string>& args) {
     return BadUsage("grad", tree.status());
   }
   if (ModelTypeOfDir(a.Get("model")) == "mamba2") {
-    // Mamba-2: the exact gradient in-process on the CPU, chunked states; the rest is Mamba-1's.
+    // Mamba-2: the exact gradient on the CPU by the span schedule, in-process or on CPU
+    // workers; the rest is Mamba-1's.
     for (const char* flag : {"window", "doc-starts", "trace", "worker-device"}) {
       if (a.Has(flag)) {
         return BadUsage("grad",
                         absl::InvalidArgumentError(absl::StrCat(
                             "--", flag, " is not available for Mamba-2 models, whose gradient "
-                            "adjsh computes in-process on the CPU")));
+                            "adjsh computes on the CPU")));
       }
     }
-    if (*workers > 0 || opt.schedule != Schedule::kSpans || opt.cotangent != Cotangent::kExact ||
+    if (opt.schedule != Schedule::kSpans || opt.cotangent != Cotangent::kExact ||
         !opt.device.is_cpu()) {
       return BadUsage("grad", absl::InvalidArgumentError(
-                                  "a Mamba-2 model's gradient is the exact one, in-process on "
-                                  "the CPU by the span schedule (no --workers, --schedule, "
-                                  "--cotangent or --device for it yet)"));
+                                  "a Mamba-2 model's gradient is the exact one, on the CPU by "
+                                  "the span schedule (no --schedule, --cotangent or --device "
+                                  "for it yet)"));
     }
     const absl::Status s = RunMamba2Grad(a.Get("model"), a.Get("tokens"), a.Get("out"),
-                                         dtype == "f64", Mamba2GradOptionsFrom(opt), quiet);
+                                         dtype == "f64", opt, static_cast<int>(*workers), quiet);
     return s.ok() ? 0 : Fail("grad", s);
   }
   if (absl::Status s = CheckDeviceUsable(opt.device); !s.ok()) return Fail("grad", s);

@@ -1,25 +1,45 @@
 #include "cli/mamba2_grad.h"
 
 #include <chrono>
+#include <cstdio>
+#include <memory>
+#include <type_traits>
 
+#include "absl/strings/str_cat.h"
+#include "cli/args.h"
 #include "cli/grad_output.h"
+#include "coordinator/local_cluster.h"
 #include "common/file_io.h"
 #include "common/mamba2_config.h"
 #include "common/tokens.h"
 #include "engine/mamba2_grad.h"
+#include "engine/step_profile.h"
 
 namespace adjsh::cli {
 namespace {
 
 template <typename T>
 absl::Status Run(const std::string& model_dir, const std::string& tokens_path,
-                 const std::string& out_path, const Mamba2GradOptions& options, bool quiet) {
+                 const std::string& out_path, const GradOptions& options, int workers,
+                 bool quiet) {
   absl::StatusOr<Mamba2Params<T>> params = LoadMamba2ModelDir<T>(model_dir);
   if (!params.ok()) return params.status();
   absl::StatusOr<std::vector<uint32_t>> tokens = ReadTokenFile(tokens_path);  // ids checked
   if (!tokens.ok()) return tokens.status();                                   // by the gradient
-  const auto start = std::chrono::steady_clock::now();
-  absl::StatusOr<Mamba2GradResult<T>> g = Mamba2Gradient<T>(*params, *tokens, options);
+  auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<Mamba2GradResult<T>> g;
+  if constexpr (std::is_same_v<T, float>) {
+    if (workers > 0) {
+      if (absl::Status s = CheckTokensInVocab(*tokens, params->config.vocab_size); !s.ok())
+        return s;
+      absl::StatusOr<std::unique_ptr<coordinator::LocalCluster>> cluster =
+          coordinator::LocalCluster::Start(workers, SelfExe(), {});
+      if (!cluster.ok()) return cluster.status();
+      start = std::chrono::steady_clock::now();  // the gradient's time, not the workers' start
+      g = (*cluster)->service().ComputeGradient(*params, *tokens, options, "grad", 0);
+    }
+  }
+  if (workers == 0) g = Mamba2Gradient<T>(*params, *tokens, Mamba2GradOptionsFrom(options));
   if (!g.ok()) return g.status();
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -29,7 +49,11 @@ absl::Status Run(const std::string& model_dir, const std::string& tokens_path,
       !s.ok())
     return s;
   if (!quiet) {
-    PrintGradSummary(g->loss, tokens->size(), seconds, out_path, "(Mamba-2, in-process)");
+    const std::string where =
+        workers == 0 ? "in-process" : absl::StrCat(workers, workers == 1 ? " worker" : " workers");
+    PrintGradSummary(g->loss, tokens->size(), seconds, out_path,
+                     absl::StrCat("(Mamba-2, ", where, ")"));
+    if (workers > 0) std::fprintf(stderr, "%s\n", ProfileSummary(g->profile).c_str());
   }
   return absl::OkStatus();
 }
@@ -44,10 +68,10 @@ std::string ModelTypeOfDir(const std::string& dir) {
 }
 
 absl::Status RunMamba2Grad(const std::string& model_dir, const std::string& tokens_path,
-                           const std::string& out_path, bool f64,
-                           const Mamba2GradOptions& options, bool quiet) {
-  return f64 ? Run<double>(model_dir, tokens_path, out_path, options, quiet)
-             : Run<float>(model_dir, tokens_path, out_path, options, quiet);
+                           const std::string& out_path, bool f64, const GradOptions& options,
+                           int workers, bool quiet) {
+  return f64 ? Run<double>(model_dir, tokens_path, out_path, options, workers, quiet)
+             : Run<float>(model_dir, tokens_path, out_path, options, workers, quiet);
 }
 
 }  // namespace adjsh::cli

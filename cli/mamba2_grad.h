@@ -1,5 +1,6 @@
-// adjsh grad for Mamba-2 models (model_type "mamba2"): the exact gradient in-process on the CPU
-// (engine/mamba2_grad.h), written as adjsh grad writes a Mamba-1 model's (HF names, 'loss').
+// adjsh grad for Mamba-2 models (model_type "mamba2"): the exact gradient on the CPU, in-process
+// (engine/mamba2_grad.h) or on local workers, written as adjsh grad writes a Mamba-1 model's
+// (HF names, 'loss').
 #ifndef ADJSH_CLI_MAMBA2_GRAD_H_
 #define ADJSH_CLI_MAMBA2_GRAD_H_
 
@@ -16,10 +17,12 @@ namespace adjsh::cli {
 // why).
 std::string ModelTypeOfDir(const std::string& dir);
 
-// f64 when f64, else f32. Prints the summary line unless quiet.
+// f64 when f64, else f32. In-process (workers 0), or with workers > 0 (f32 only) on a local
+// cluster of that many CPU worker processes (coordinator/local_cluster.h), the same bits for
+// any number. Prints the summary line (and the step's profile with workers) unless quiet.
 absl::Status RunMamba2Grad(const std::string& model_dir, const std::string& tokens_path,
-                           const std::string& out_path, bool f64,
-                           const Mamba2GradOptions& options, bool quiet);
+                           const std::string& out_path, bool f64, const GradOptions& options,
+                           int workers, bool quiet);
 
 }  // namespace adjsh::cli
 

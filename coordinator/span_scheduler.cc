@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <map>
+#include <type_traits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/check.h"
 #include "engine/span_tensors.h"
 
 namespace adjsh::coordinator {
@@ -18,21 +20,18 @@ int64_t Quota(int64_t spans, int64_t live_workers) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<SpanScheduler>> SpanScheduler::Make(
-    const ModelParams<float>& params, std::span<const uint32_t> tokens,
-    const GradOptions& options) {
-  const MambaConfig& c = params.config;
+template <typename C>
+absl::StatusOr<std::unique_ptr<SpanScheduler>> SpanScheduler::MakeFor(
+    const C& c, std::span<const uint32_t> tokens, const GradOptions& options) {
   absl::StatusOr<SpanPlan> plan =
       SpanPlan::Make(static_cast<int64_t>(tokens.size()), options.chunk, options.spans,
                      c.num_hidden_layers, c.conv_kernel, options.forward_only);
   if (!plan.ok()) return plan.status();
   std::unique_ptr<SpanScheduler> s(new SpanScheduler());
-  s->params_ = &params;
   s->tokens_ = tokens;
   s->options_ = options;
   s->options_.progress = nullptr;
   s->plan_ = std::make_unique<SpanPlan>(*std::move(plan));
-  s->ledger_ = std::make_unique<SpanLedger<float>>(params, *s->plan_, tokens, options.loss_mask);
   s->queue_ = std::make_unique<TaskQueue>();
   for (int64_t id = 0; id < s->plan_->num_tasks(); ++id) {
     if (absl::Status st = s->queue_->AddTask(id, "", s->plan_->Dependencies(id)); !st.ok())
@@ -40,6 +39,38 @@ absl::StatusOr<std::unique_ptr<SpanScheduler>> SpanScheduler::Make(
   }
   s->records_.resize(s->plan_->num_tasks());
   return s;
+}
+
+absl::StatusOr<std::unique_ptr<SpanScheduler>> SpanScheduler::Make(
+    const ModelParams<float>& params, std::span<const uint32_t> tokens,
+    const GradOptions& options) {
+  absl::StatusOr<std::unique_ptr<SpanScheduler>> s = MakeFor(params.config, tokens, options);
+  if (!s.ok()) return s.status();
+  (*s)->params_ = &params;
+  (*s)->ledger_ = std::make_unique<SpanLedger<float>>(params, *(*s)->plan_, tokens,
+                                                      options.loss_mask);
+  return s;
+}
+
+absl::StatusOr<std::unique_ptr<SpanScheduler>> SpanScheduler::Make(
+    const Mamba2Params<float>& params, std::span<const uint32_t> tokens,
+    const GradOptions& options) {
+  absl::StatusOr<std::unique_ptr<SpanScheduler>> s = MakeFor(params.config, tokens, options);
+  if (!s.ok()) return s.status();
+  (*s)->mamba2_ = &params;
+  (*s)->ledger2_ = std::make_unique<SpanLedger<float, Mamba2Params>>(params, *(*s)->plan_,
+                                                                     tokens, options.loss_mask);
+  return s;
+}
+
+template <typename F>
+decltype(auto) SpanScheduler::WithLedger(F&& f) const {
+  return mamba2_ ? f(*ledger2_, mamba2_->config) : f(*ledger_, params_->config);
+}
+
+void SpanScheduler::ReduceAmongWorkers() {
+  ADJSH_CHECK(ledger_ != nullptr, "a Mamba-2 step reduces through the coordinator");
+  ledger_->ReduceElsewhere();
 }
 
 void DealSpans(SpanOwners& owners, const std::string& job_id, int64_t S,
@@ -113,38 +144,48 @@ std::optional<LeasedTask> SpanScheduler::Claim(const std::string& worker, const 
 }
 
 TensorMap SpanScheduler::Inputs(int64_t id, bool include_params, bool include_span) const {
-  const MambaConfig& c = params_->config;
   const SpanTask& task = plan_->task(id);
   TensorMap out;
-  PutSpanInputs<float>(c, *plan_, task, ledger_->Inputs(id), "", out);
-  if (include_params) out.merge(ParamsToTensors<float>(*params_, DType::kF32));
-  if (include_span) {
-    PutSpanStart(ledger_->SpanTokens(task.span), ledger_->SpanMask(task.span), out);
-    for (const auto& [step, in] : ledger_->Replay(id))
-      PutSpanInputs<float>(c, *plan_, step, in, ReplayPrefix(step), out);
+  WithLedger([&](const auto& ledger, const auto& c) {
+    PutSpanInputs<float>(c, *plan_, task, ledger.Inputs(id), "", out);
+    if (include_span) {
+      PutSpanStart(ledger.SpanTokens(task.span), ledger.SpanMask(task.span), out);
+      for (const auto& [step, in] : ledger.Replay(id))
+        PutSpanInputs<float>(c, *plan_, step, in, ReplayPrefix(step), out);
+    }
+  });
+  if (include_params) {
+    // const_cast: the visit walks a mutable struct, reading only.
+    out.merge(mamba2_ ? Mamba2ParamsToTensors<float>(const_cast<Mamba2Params<float>&>(*mamba2_),
+                                                     DType::kF32)
+                      : ParamsToTensors<float>(*params_, DType::kF32));
   }
   return out;
 }
 
-absl::Status SpanScheduler::CheckResult(int64_t id, TensorMap& tensors, SpanResult<float>& out,
+absl::Status SpanScheduler::CheckResult(int64_t id, TensorMap& tensors, Result& out,
                                         std::string* nonfinite) const {
   const SpanTask& task = plan_->task(id);
-  const bool partials =
-      !among_workers() || HasPartials(params_->config, *plan_, task, tensors);
-  absl::StatusOr<SpanResult<float>> r =
-      TakeSpanResult<float>(params_->config, *plan_, task, tensors, partials);
-  if (!r.ok()) return r.status();
-  *nonfinite = FirstNonFinite(r->out);
-  if (among_workers() && partials && nonfinite->empty()) {
-    return absl::InvalidArgumentError(
-        "the step reduces among the workers: a result carries its partials only when one of "
-        "them is not finite");
-  }
-  out = *std::move(r);
-  return absl::OkStatus();
+  return WithLedger([&](const auto&, const auto& c) -> absl::Status {
+    const bool partials = !among_workers() || HasPartials(c, *plan_, task, tensors);
+    auto r = TakeSpanResult<float>(c, *plan_, task, tensors, partials);
+    if (!r.ok()) return r.status();
+    *nonfinite = FirstNonFinite(r->out);
+    if (among_workers() && partials && nonfinite->empty()) {
+      return absl::InvalidArgumentError(
+          "the step reduces among the workers: a result carries its partials only when one of "
+          "them is not finite");
+    }
+    out.rebuild_seconds = r->rebuild_seconds;
+    out.value = *std::move(r);
+    return absl::OkStatus();
+  });
 }
 
 absl::Status SpanScheduler::SetReduced(int32_t group, TensorMap& tensors) {
+  if (!among_workers()) {
+    return absl::FailedPreconditionError("the step reduces through the coordinator");
+  }
   const int64_t K = plan_->layers();
   absl::StatusOr<GroupValue<float>> v = TakeGroup(params_->config, K, group, tensors);
   if (!v.ok()) return v.status();
@@ -156,33 +197,54 @@ absl::Status SpanScheduler::SetReduced(int32_t group, TensorMap& tensors) {
 }
 
 uint64_t SpanScheduler::GroupBytes(int32_t group) const {
-  return adjsh::GroupBytes(params_->config, plan_->layers(), group);
+  return among_workers() ? adjsh::GroupBytes(params_->config, plan_->layers(), group) : 0;
 }
 
-void SpanScheduler::Apply(int64_t id, SpanResult<float>&& result, const std::string& worker,
+void SpanScheduler::Apply(int64_t id, Result&& result, const std::string& worker,
                           uint64_t bytes_in, uint64_t bytes_out, absl::Time leased) {
   TaskRecord& rec = records_[id];
   rec.start_s = absl::ToDoubleSeconds(leased - start_);
   rec.end_s = absl::ToDoubleSeconds(absl::Now() - start_);
-  rec.compute_s = result.compute_seconds;
   rec.rebuild_s = result.rebuild_seconds;
   rec.worker = worker;
   rec.bytes_in = bytes_in;
   rec.bytes_out = bytes_out;
-  ledger_->Apply(id, std::move(result.out));
+  if (auto* r = std::get_if<SpanResult<float>>(&result.value)) {
+    rec.compute_s = r->compute_seconds;
+    ledger_->Apply(id, std::move(r->out));
+  } else {
+    auto& r2 = std::get<SpanResultOf<float, Mamba2Config>>(result.value);
+    rec.compute_s = r2.compute_seconds;
+    ledger2_->Apply(id, std::move(r2.out));
+  }
 }
 
 uint64_t SpanScheduler::MaxResultBytes(int64_t id) const {
-  return std::max<uint64_t>(2 * SpanResultBytes(params_->config, *plan_, plan_->task(id), 4),
-                            uint64_t{1} << 16);
+  const uint64_t most = WithLedger([&](const auto&, const auto& c) {
+    return SpanResultBytes(c, *plan_, plan_->task(id), 4);
+  });
+  return std::max<uint64_t>(2 * most, uint64_t{1} << 16);
 }
 
-GradResult<float> SpanScheduler::Finish(uint64_t wire_bytes) {
-  GradResult<float> r = ledger_->Finish();
-  r.profile = ProfileStep(*plan_, records_, wire_bytes, absl::ToDoubleSeconds(absl::Now() - start_));
-  r.stored_bytes = ledger_->held_bytes();
+template <template <typename> class P>
+GradResult<float, P> SpanScheduler::Finish(uint64_t wire_bytes) {
+  GradResult<float, P> r;
+  if constexpr (std::is_same_v<P<float>, Mamba2Params<float>>) {
+    ADJSH_CHECK(ledger2_ != nullptr, "Finish of a Mamba-1 sequence as Mamba-2's");
+    r = ledger2_->Finish();
+    r.stored_bytes = ledger2_->held_bytes();
+  } else {
+    ADJSH_CHECK(ledger_ != nullptr, "Finish of a Mamba-2 sequence as Mamba-1's");
+    r = ledger_->Finish();
+    r.stored_bytes = ledger_->held_bytes();
+  }
+  r.profile =
+      ProfileStep(*plan_, records_, wire_bytes, absl::ToDoubleSeconds(absl::Now() - start_));
   r.records = records_;
   return r;
 }
+
+template GradResult<float> SpanScheduler::Finish<ModelParams>(uint64_t);
+template GradResult<float, Mamba2Params> SpanScheduler::Finish<Mamba2Params>(uint64_t);
 
 }  // namespace adjsh::coordinator

@@ -22,12 +22,15 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/model.h"
 #include "common/safetensors.h"
+#include "engine/mamba2_grad.h"
+#include "engine/mamba2_model.h"
 #include "coordinator/task_queue.h"
 #include "engine/span_ledger.h"
 #include "engine/span_plan.h"
@@ -53,10 +56,22 @@ class SpanScheduler {
  public:
   using Live = std::function<bool(const std::string& worker_id)>;
 
+  // A checked result of either model type's task (CheckResult), for Apply.
+  struct Result {
+    std::variant<SpanResult<float>, SpanResultOf<float, Mamba2Config>> value;
+    double rebuild_seconds = 0;
+  };
+
   // Validated inputs (ValidateGradientInputs); params, tokens and options.loss_mask outlive it.
   static absl::StatusOr<std::unique_ptr<SpanScheduler>> Make(const ModelParams<float>& params,
                                                              std::span<const uint32_t> tokens,
                                                              const GradOptions& options);
+  // A Mamba-2 model's sequence (engine/mamba2_span_work.h): the same tasks and ledger; its
+  // step has no worker tree (ReduceAmongWorkers is refused).
+  static absl::StatusOr<std::unique_ptr<SpanScheduler>> Make(const Mamba2Params<float>& params,
+                                                             std::span<const uint32_t> tokens,
+                                                             const GradOptions& options);
+  bool mamba2() const { return mamba2_ != nullptr; }
 
   // Starts the sequence with `owners` (dealt by DealSpans), its spans from span_base on.
   void Begin(SpanOwners& owners, int64_t span_base);
@@ -75,36 +90,49 @@ class SpanScheduler {
   // Checks a result before it is applied: OK, or INVALID_ARGUMENT for a malformed one (with
   // the worker tree, also one whose partials are all finite: they belong in the tree).
   // *nonfinite names a NaN or infinity among its values ("" when none).
-  absl::Status CheckResult(int64_t id, TensorMap& tensors, SpanResult<float>& out,
+  absl::Status CheckResult(int64_t id, TensorMap& tensors, Result& out,
                            std::string* nonfinite) const;
 
   // The worker tree (proto/adjsh.proto WorkerTree) sums the partials: results carry none, and
   // each group's root comes through SetReduced. Call before any result.
-  void ReduceAmongWorkers() { ledger_->ReduceElsewhere(); }
-  bool among_workers() const { return ledger_->reduced_elsewhere(); }
+  void ReduceAmongWorkers();
+  bool among_workers() const { return ledger_ && ledger_->reduced_elsewhere(); }
   // A group's root from the tree: INVALID_ARGUMENT for a malformed one, FAILED_PRECONDITION
   // for a group reduced already.
   absl::Status SetReduced(int32_t group, TensorMap& tensors);
   uint64_t GroupBytes(int32_t group) const;
   // Every task done and, with the worker tree, every group's root in.
   bool Done() const { return queue_->Finished() && (!among_workers() || ledger_->AllReduced()); }
-  void Apply(int64_t id, SpanResult<float>&& result, const std::string& worker,
+  void Apply(int64_t id, Result&& result, const std::string& worker,
              uint64_t bytes_in, uint64_t bytes_out, absl::Time leased);
 
   // Limits for receiving a result of task `id`: twice its largest size, at least 64 KiB.
   uint64_t MaxResultBytes(int64_t id) const;
 
   TaskQueue& queue() { return *queue_; }
-  int64_t n_targets() const { return ledger_->n_targets(); }
+  int64_t n_targets() const { return ledger_ ? ledger_->n_targets() : ledger2_->n_targets(); }
   const SpanPlan& plan() const { return *plan_; }
   const SpanTask& task(int64_t id) const { return plan_->task(id); }
-  // After every task: the result, its profile filled (wire bytes given by the caller).
-  GradResult<float> Finish(uint64_t wire_bytes);
+  // After every task: the result, its profile filled (wire bytes given by the caller), for the
+  // model type the scheduler was made for (ModelParams or Mamba2Params).
+  template <template <typename> class P>
+  GradResult<float, P> Finish(uint64_t wire_bytes);
   const std::vector<TaskRecord>& records() const { return records_; }
 
  private:
   SpanScheduler() = default;
+  // The plan and task queue of a sequence of `config`'s model.
+  template <typename C>
+  static absl::StatusOr<std::unique_ptr<SpanScheduler>> MakeFor(const C& config,
+                                                                std::span<const uint32_t> tokens,
+                                                                const GradOptions& options);
+  // f(ledger, config) with the sequence's ledger and its model's config, of either type.
+  template <typename F>
+  decltype(auto) WithLedger(F&& f) const;
+  // One of the two (the other null): the model, its ledger.
   const ModelParams<float>* params_ = nullptr;
+  const Mamba2Params<float>* mamba2_ = nullptr;
+  std::unique_ptr<SpanLedger<float, Mamba2Params>> ledger2_;
   std::span<const uint32_t> tokens_;
   GradOptions options_;
   std::unique_ptr<SpanPlan> plan_;

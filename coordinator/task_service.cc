@@ -370,7 +370,7 @@ grpc::Status TaskServiceImpl::PushResult(grpc::ServerContext* ctx,
   }
   int64_t local = 0;
   SpanScheduler& seq = current_->Locate(task, &local);
-  SpanResult<float> result;
+  SpanScheduler::Result result;
   std::string bad;
   if (absl::Status s = seq.CheckResult(local, tensors, result, &bad); !s.ok()) return Error(s);
   if (!bad.empty()) {
@@ -418,7 +418,11 @@ grpc::Status TaskServiceImpl::FetchParams(grpc::ServerContext* ctx,
           absl::StrCat("parameters version ", req->params_version(), " of job \"",
                        Echo(req->job_id()), "\" are not the current step's")));
     }
-    params = ParamsToTensors<float>(*current_->params, DType::kF32);
+    // const_cast: the visit walks a mutable struct, reading only.
+    params = current_->mamba2
+                 ? Mamba2ParamsToTensors<float>(
+                       const_cast<Mamba2Params<float>&>(*current_->mamba2), DType::kF32)
+                 : ParamsToTensors<float>(*current_->params, DType::kF32);
   }
   uint64_t sent = 0;  // outside the lock: this call's own copies
   if (absl::Status s = StreamOut(params, writer, &sent); !s.ok()) return Error(s);

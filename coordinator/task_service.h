@@ -76,6 +76,16 @@ class TaskServiceImpl final : public v1::TaskService::Service {
   absl::StatusOr<std::vector<GradResult<float>>> ComputeGradients(
       const ModelParams<float>& params, std::span<const GradPiece> pieces,
       const std::string& job_id, int64_t step);
+  // The same for a Mamba-2 model (engine/mamba2_span_work.h): the same tasks, ledger, leases
+  // and rebuilds; reduced through the coordinator (no worker tree); CPU workers only.
+  absl::StatusOr<Mamba2GradResult<float>> ComputeGradient(const Mamba2Params<float>& params,
+                                                          std::span<const uint32_t> tokens,
+                                                          const GradOptions& options,
+                                                          const std::string& job_id,
+                                                          int64_t step);
+  absl::StatusOr<std::vector<Mamba2GradResult<float>>> ComputeGradients(
+      const Mamba2Params<float>& params, std::span<const GradPiece> pieces,
+      const std::string& job_id, int64_t step);
 
   grpc::Status RegisterWorker(grpc::ServerContext*, const v1::RegisterWorkerRequest*,
                               v1::RegisterWorkerResponse*) override;
@@ -136,7 +146,8 @@ class TaskServiceImpl final : public v1::TaskService::Service {
     // entries: the last is the step's task count).
     std::vector<std::unique_ptr<SpanScheduler>> seqs;
     std::vector<int64_t> first;
-    const ModelParams<float>* params = nullptr;
+    const ModelParams<float>* params = nullptr;   // a Mamba-1 model's step, or
+    const Mamba2Params<float>* mamba2 = nullptr;  // a Mamba-2 model's
     std::string job_id, config_json;
     // The worker tree of this version (empty peer list: the star), and its workers' ids in
     // tree order.
@@ -165,8 +176,15 @@ class TaskServiceImpl final : public v1::TaskService::Service {
     std::vector<std::unique_ptr<SpanScheduler>> seqs;
     std::vector<int64_t> first;
   };
-  static absl::StatusOr<Sequences> MakeSchedulers(const ModelParams<float>& params,
+  template <typename Params>
+  static absl::StatusOr<Sequences> MakeSchedulers(const Params& params,
                                                   std::span<const GradPiece> pieces);
+  // ComputeGradients for either model type (P: ModelParams, Mamba2Params).
+  template <template <typename> class P>
+  absl::StatusOr<std::vector<GradResult<float, P>>> RunStep(const P<float>& params,
+                                                            std::span<const GradPiece> pieces,
+                                                            const std::string& job_id,
+                                                            int64_t step);
   struct Worker {
     std::string name;
     std::map<int64_t, int64_t> leases;  // task -> lease id, for heartbeats

@@ -4,9 +4,11 @@
 // are in coordinator/task_service.cc.
 #include <algorithm>
 #include <cstdio>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "common/config.h"
+#include "common/mamba2_config.h"
 #include "coordinator/task_service.h"
 
 namespace adjsh::coordinator {
@@ -39,8 +41,9 @@ QueueStats TaskServiceImpl::Step::Stats() const {
   return t;
 }
 
+template <typename Params>
 absl::StatusOr<TaskServiceImpl::Sequences> TaskServiceImpl::MakeSchedulers(
-    const ModelParams<float>& params, std::span<const GradPiece> pieces) {
+    const Params& params, std::span<const GradPiece> pieces) {
   Sequences out;
   out.first.push_back(0);
   for (const GradPiece& p : pieces) {
@@ -66,6 +69,30 @@ absl::StatusOr<GradResult<float>> TaskServiceImpl::ComputeGradient(
 absl::StatusOr<std::vector<GradResult<float>>> TaskServiceImpl::ComputeGradients(
     const ModelParams<float>& params, std::span<const GradPiece> pieces, const std::string& job_id,
     int64_t step_index) {
+  return RunStep<ModelParams>(params, pieces, job_id, step_index);
+}
+
+absl::StatusOr<Mamba2GradResult<float>> TaskServiceImpl::ComputeGradient(
+    const Mamba2Params<float>& params, std::span<const uint32_t> tokens,
+    const GradOptions& options, const std::string& job_id, int64_t step_index) {
+  const GradPiece piece{tokens, options};
+  absl::StatusOr<std::vector<Mamba2GradResult<float>>> r =
+      ComputeGradients(params, std::span(&piece, 1), job_id, step_index);
+  if (!r.ok()) return r.status();
+  return std::move(r->front());
+}
+
+absl::StatusOr<std::vector<Mamba2GradResult<float>>> TaskServiceImpl::ComputeGradients(
+    const Mamba2Params<float>& params, std::span<const GradPiece> pieces,
+    const std::string& job_id, int64_t step_index) {
+  return RunStep<Mamba2Params>(params, pieces, job_id, step_index);
+}
+
+template <template <typename> class P>
+absl::StatusOr<std::vector<GradResult<float, P>>> TaskServiceImpl::RunStep(
+    const P<float>& params, std::span<const GradPiece> pieces, const std::string& job_id,
+    int64_t step_index) {
+  constexpr bool kMamba2 = std::is_same_v<P<float>, Mamba2Params<float>>;
   if (pieces.empty()) return absl::InvalidArgumentError("no sequence to compute a gradient of");
   for (size_t b = 0; b < pieces.size(); ++b) {
     const GradOptions& options = pieces[b].options;
@@ -112,9 +139,14 @@ absl::StatusOr<std::vector<GradResult<float>>> TaskServiceImpl::ComputeGradients
     }
     step->seqs = std::move(made->seqs);
     step->first = std::move(made->first);
-    step->params = &params;
+    if constexpr (kMamba2) {
+      step->mamba2 = &params;
+      step->config_json = Mamba2ConfigToJson(params.config);
+    } else {
+      step->params = &params;
+      step->config_json = ConfigToJson(params.config);
+    }
     step->job_id = job_id;
-    step->config_json = ConfigToJson(params.config);
     step->step = step_index;
   } catch (...) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -150,9 +182,9 @@ absl::StatusOr<std::vector<GradResult<float>>> TaskServiceImpl::ComputeGradients
   }
   // The step's wire bytes go to its first sequence's profile (a combination adds them up).
   const uint64_t wire = bytes_sent_.load() + bytes_received_.load() - current_->wire_at_start;
-  std::vector<GradResult<float>> results;
+  std::vector<GradResult<float, P>> results;
   for (size_t b = 0; b < current_->seqs.size(); ++b) {
-    results.push_back(current_->seqs[b]->Finish(b == 0 ? wire : 0));
+    results.push_back(current_->seqs[b]->template Finish<P>(b == 0 ? wire : 0));
     results.back().profile.tree_workers = static_cast<int64_t>(current_->tree_workers.size());
     results.back().profile.restarts = current_->restarts;
   }
@@ -180,9 +212,10 @@ void TaskServiceImpl::BeginStep() {
   step.tree.Clear();
   step.tree_workers.clear();
   // A forward-only step (evaluation) has no partials to reduce: never a tree. Nor has a step
-  // of several sequences (the tree sums the partials of one).
+  // of several sequences (the tree sums the partials of one), nor a Mamba-2 model's (its
+  // workers reduce through the coordinator: worker/mamba2_task.cc).
   if (!opt_.worker_tree || step.star_only || live.empty() || step.seqs.size() != 1 ||
-      step.seqs[0]->plan().forward_only())
+      step.seqs[0]->plan().forward_only() || step.mamba2 != nullptr)
     return;
   // A tree needs every span owned by a worker that serves a peer endpoint.
   std::map<std::string, int32_t> index;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -33,7 +34,8 @@ absl::StatusOr<Cotangent> CotangentFromName(std::string_view name) {
       absl::StrFormat("--cotangent must be exact or top-of-stack, got '%s'", name));
 }
 
-absl::Status ValidateGradientInputs(const MambaConfig& config, std::span<const uint32_t> tokens,
+template <typename C>
+absl::Status ValidateGradientInputs(const C& config, std::span<const uint32_t> tokens,
                                     const GradOptions& options) {
   if (tokens.size() < 2) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -70,8 +72,21 @@ absl::Status ValidateGradientInputs(const MambaConfig& config, std::span<const u
                        config.num_hidden_layers, config.conv_kernel);
     if (!plan.ok()) return plan.status();
   }
-  return CheckDevice<float>(config, options);
+  if constexpr (std::is_same_v<C, MambaConfig>) {
+    return CheckDevice<float>(config, options);
+  } else {
+    if (options.device.is_cpu() && !options.device.bf16_storage) return absl::OkStatus();
+    return absl::UnimplementedError(absl::StrFormat(
+        "a Mamba-2 model's gradient runs on the CPU only, not on %s", options.device.ToString()));
+  }
 }
+
+template absl::Status ValidateGradientInputs<MambaConfig>(const MambaConfig&,
+                                                          std::span<const uint32_t>,
+                                                          const GradOptions&);
+template absl::Status ValidateGradientInputs<Mamba2Config>(const Mamba2Config&,
+                                                           std::span<const uint32_t>,
+                                                           const GradOptions&);
 
 template <typename T>
 absl::Status CheckDevice(const MambaConfig& config, const GradOptions& options) {

@@ -34,6 +34,7 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
+#include "common/mamba2_config.h"
 #include "common/model.h"
 #include "engine/grad_result.h"
 #include "engine/step_profile.h"
@@ -98,8 +99,10 @@ absl::StatusOr<Cotangent> CotangentFromName(std::string_view name);
 // INVALID_ARGUMENT for fewer than 2 tokens, token ids >= V, chunk < 1, window < 0, a spill
 // directory that cannot be written, or a loss mask of the wrong length or counting no target;
 // the device's errors (CheckDevice<float>). Every entry point that computes a gradient checks
-// this.
-absl::Status ValidateGradientInputs(const MambaConfig& config, std::span<const uint32_t> tokens,
+// this. C: MambaConfig or Mamba2Config (whose gradient runs on the CPU only: UNIMPLEMENTED for a
+// device).
+template <typename C>
+absl::Status ValidateGradientInputs(const C& config, std::span<const uint32_t> tokens,
                                     const GradOptions& options);
 
 // OK on the CPU; else the device's backend must exist for T, take the config and support every

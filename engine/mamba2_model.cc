@@ -66,6 +66,16 @@ std::vector<ParamRef<T>> ListParams(Mamba2Params<T>& params) {
   return out;
 }
 
+uint64_t Mamba2ParamBytesF32(const Mamba2Config& c) {
+  int64_t layer = 0;
+  for (const Mamba2LayerSlot<float>& slot : Mamba2LayerSlots<float>())
+    layer += ShapeNumel(slot.shape(c));
+  const int64_t embed = c.vocab_size * c.hidden_size;
+  const int64_t n = embed * (c.tie_word_embeddings ? 1 : 2) + c.hidden_size +
+                    layer * c.num_hidden_layers;
+  return static_cast<uint64_t>(n) * sizeof(float);
+}
+
 template <typename T>
 Mamba2Params<T> ZeroMamba2Params(const Mamba2Config& config) {
   Mamba2Params<T> p;

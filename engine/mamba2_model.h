@@ -70,6 +70,9 @@ absl::Status VisitMamba2Params(
 template <typename T>
 std::vector<ParamRef<T>> ListParams(Mamba2Params<T>& params);
 
+// Bytes of every parameter in f32 (for a receiver's stream limits).
+uint64_t Mamba2ParamBytesF32(const Mamba2Config& config);
+
 // Zeros of every parameter's shape (a gradient's accumulator).
 template <typename T>
 Mamba2Params<T> ZeroMamba2Params(const Mamba2Config& config);

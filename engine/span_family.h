@@ -81,7 +81,8 @@ struct SpanFamily<Mamba2Params> {
   }
   template <typename T>
   static Layer<T> FromGroup(GroupValue<T>&& v) {  // the tensors in Mamba2LayerSlots order
-    ADJSH_CHECK(v.size() == Mamba2LayerSlots<T>().size(), "a Mamba-2 layer group of the wrong size");
+    ADJSH_CHECK(v.size() == Mamba2LayerSlots<T>().size(),
+                "a Mamba-2 layer group of the wrong size");
     Layer<T> l;
     size_t i = 0;
     for (const Mamba2LayerSlot<T>& slot : Mamba2LayerSlots<T>()) l.*slot.member = std::move(v[i++]);

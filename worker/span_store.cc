@@ -4,12 +4,12 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
+#include "common/mamba2_config.h"
 #include "common/strings.h"
 
 namespace adjsh::worker {
 
-absl::StatusOr<SpanPlan> CheckTask(const v1::Task& task, const MambaConfig& cfg) {
-  const int64_t K = cfg.num_hidden_layers;
+absl::StatusOr<SpanPlan> CheckTask(const v1::Task& task, int64_t K, int64_t W) {
   if (task.layer() < 0 || task.layer() >= K) {
     return absl::InvalidArgumentError(absl::StrFormat("layer %d outside 0..%d", task.layer(), K - 1));
   }
@@ -39,8 +39,18 @@ absl::StatusOr<SpanPlan> CheckTask(const v1::Task& task, const MambaConfig& cfg)
     return absl::InvalidArgumentError(absl::StrFormat(
         "compute dtype %s: workers compute in F32", v1::DType_Name(task.dtype())));
   }
-  return SpanPlan::Make(task.context_length(), task.chunk(), task.spans(), K, cfg.conv_kernel,
+  return SpanPlan::Make(task.context_length(), task.chunk(), task.spans(), K, W,
                         task.forward_only());
+}
+
+void SpanStore::Job::DropSpans(int64_t b) {
+  if (b < 0) {
+    spans.clear();
+    mamba2_spans.clear();
+    return;
+  }
+  spans.erase(spans.lower_bound({b, 0}), spans.lower_bound({b + 1, 0}));
+  mamba2_spans.erase(mamba2_spans.lower_bound({b, 0}), mamba2_spans.lower_bound({b + 1, 0}));
 }
 
 absl::StatusOr<SpanStore::Job*> SpanStore::JobFor(const v1::Task& task) {
@@ -51,22 +61,34 @@ absl::StatusOr<SpanStore::Job*> SpanStore::JobFor(const v1::Task& task) {
         it->second.version));
   }
   if (it == jobs_.end() || it->second.config_json != task.config_json()) {
-    absl::StatusOr<MambaConfig> config = ParseConfigJson(ToStd(task.config_json()));
-    if (!config.ok()) return config.status();
+    const std::string_view text = ToStd(task.config_json());
+    absl::StatusOr<std::string> type = ModelTypeOf(text);
+    if (!type.ok()) return type.status();
     Job fresh;
     fresh.config_json = task.config_json();
-    fresh.config = std::make_shared<const MambaConfig>(*config);
+    if (*type == "mamba2") {
+      absl::StatusOr<Mamba2Config> config = ParseMamba2ConfigJson(text);
+      if (!config.ok()) return config.status();
+      fresh.mamba2 = std::make_shared<const Mamba2Config>(*config);
+    } else {
+      absl::StatusOr<MambaConfig> config = ParseConfigJson(text);
+      if (!config.ok()) return config.status();
+      fresh.config = std::make_shared<const MambaConfig>(*config);
+    }
     fresh.version = task.params_version();
     it = jobs_.insert_or_assign(task.job_id(), std::move(fresh)).first;
   }
   Job& job = it->second;
-  absl::StatusOr<SpanPlan> plan = CheckTask(task, *job.config);
+  absl::StatusOr<SpanPlan> plan =
+      job.mamba2 ? CheckTask(task, job.mamba2->num_hidden_layers, job.mamba2->conv_kernel)
+                 : CheckTask(task, job.config->num_hidden_layers, job.config->conv_kernel);
   if (!plan.ok()) return plan.status();
   if (task.params_version() > job.version) {
-    job.spans.clear();  // before the model they point into
+    job.DropSpans(-1);  // before the model they point into
     job.plans.clear();
     job.model.reset();
     job.params.reset();
+    job.mamba2_params.reset();
     job.version = task.params_version();
   }
   const int64_t b = task.sequence();
@@ -76,8 +98,7 @@ absl::StatusOr<SpanStore::Job*> SpanStore::JobFor(const v1::Task& task) {
                          held->second->spans() == task.spans() &&
                          held->second->forward_only() == task.forward_only();
   if (!same_plan) {
-    // The sequence's spans belong to the plan replaced.
-    job.spans.erase(job.spans.lower_bound({b, 0}), job.spans.lower_bound({b + 1, 0}));
+    job.DropSpans(b);  // the sequence's spans belong to the plan replaced
     job.plans[b] = std::make_unique<SpanPlan>(*std::move(plan));
   }
   job.last_used = ++clock_;
@@ -94,6 +115,8 @@ int64_t SpanStore::kept_bytes() const {
   int64_t b = 0;
   for (const auto& [id, job] : jobs_)
     for (const auto& [s, w] : job.spans) b += w->kept_bytes();
+  for (const auto& [id, job] : jobs_)
+    for (const auto& [s, w] : job.mamba2_spans) b += w->kept_bytes();
   return b;
 }
 

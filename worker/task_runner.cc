@@ -112,6 +112,7 @@ TaskRunner::Outcome TaskRunner::Run(const v1::Task& task, const TaskState& held)
   absl::StatusOr<SpanStore::Job*> found = store_.JobFor(task);
   if (!found.ok()) return skip(absl::StrCat("job ", task.job_id(), ": ", found.status().message()));
   SpanStore::Job& job = **found;
+  if (job.mamba2) return RunMamba2(task, held, job);
   const MambaConfig& cfg = *job.config;
   if (absl::Status st = backend_->CheckConfig(cfg); !st.ok()) return skip(st.message());
   const SpanPlan& plan = *job.plans.at(task.sequence());
@@ -234,15 +235,21 @@ TaskRunner::Outcome TaskRunner::Run(const v1::Task& task, const TaskState& held)
         !st.ok())
       return skip(st.message());
   }
+  return PushResult(task, held, PutSpanResult<float>(cfg, plan, span_task, result, !leaves),
+                    result.compute_seconds);
+}
+
+TaskRunner::Outcome TaskRunner::PushResult(const v1::Task& task, const TaskState& held,
+                                           const TensorMap& results, double compute_seconds) {
+  const std::string& tid = task.task_id();
   v1::PushResultResponse response;
-  const TensorMap results = PutSpanResult<float>(cfg, plan, span_task, result, !leaves);
   if (std::optional<NoResult> no = io_.Push(held, results, response)) return End(tid, *no);
   for (const auto& [name, tensor] : results) bytes_sent_ += tensor.data.size();
   accepted_ = response.accepted();
   if (response.accepted()) {
     state_.Log(2, absl::StrFormat("task %s done: %s layer %d span %d, %.3f s compute", tid,
-                                  std::string(SpanPhaseName(span_task.phase)), task.layer(),
-                                  task.span(), result.compute_seconds));
+                                  std::string(SpanPhaseName(*PhaseOf(task.kind()))),
+                                  task.layer(), task.span(), compute_seconds));
   } else {
     // Normal: a late or duplicate result, or a stale lease.
     state_.Log(2, absl::StrCat("task ", tid, ": result not accepted (", response.reason(), ")"));

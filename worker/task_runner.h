@@ -3,8 +3,9 @@
 // not hold the task's parameter version, and with the span's tokens and replay when it does not
 // hold the span ready for the task: a new owner, or one that lost or moved past it), rebuilds
 // the span if so, runs the task on the worker's backend and pushes the outputs
-// (engine/span_tensors.h). Any invalid task is logged and skipped without a result (its lease
-// expires). Main thread only.
+// (engine/span_tensors.h). A task of a Mamba-2 model ("model_type": "mamba2") runs its span on
+// a Mamba2SpanWork (engine/mamba2_span_work.h), on the CPU. Any invalid task is logged and
+// skipped without a result (its lease expires). Main thread only.
 #ifndef ADJSH_WORKER_TASK_RUNNER_H_
 #define ADJSH_WORKER_TASK_RUNNER_H_
 
@@ -34,7 +35,13 @@ class TaskRunner {
   enum class Outcome { kDone, kDropped };
 
   Outcome Run(const v1::Task& task, const TaskState& state);
+  // Run's Mamba-2 half (worker/mamba2_task.cc): on the CPU, through the coordinator (no
+  // worker tree).
+  Outcome RunMamba2(const v1::Task& task, const TaskState& state, SpanStore::Job& job);
   Outcome End(const std::string& task_id, const NoResult& no_result) const;  // logs it
+  // Pushes a task's result tensors, counting their bytes and logging the answer.
+  Outcome PushResult(const v1::Task& task, const TaskState& state, const TensorMap& results,
+                     double compute_seconds);
   void LogProgress();
 
   const WorkerOptions& opt_;

@@ -62,9 +62,16 @@ void MambaBlockCpu<T>::Recompute(const T* u, int64_t halo, int64_t M, Acts& a,
   a.dtpre.resize(M * Di_), a.dt.resize(M * Di_);
 
   RmsNormForward(u, P, D_, p_.norm.data(), cfg_.layer_norm_epsilon, a.n.data(), a.r.data());
-  // [x; z] = W_in n, or x alone: W_in's first Di rows (its x half).
-  Gemm<T>(Trans::kNo, Trans::kYes, P, with_z ? Di2 : Di_, D_, 1, a.n.data(), D_,
-          p_.in_proj.data(), D_, 0, a.xz.data(), Di2);
+  // x = W_in's first Di rows (its x half) times n, then z = the other half, when wanted: two
+  // GEMMs of the same shape, never one of 2 Di columns. A BLAS may sum a product differently
+  // with the matrix's width (OpenBLAS's small-matrix kernels on AVX-512 machines do), and x
+  // must be the same bits with or without z (tests/kernels/mamba_block_test.cc).
+  Gemm<T>(Trans::kNo, Trans::kYes, P, Di_, D_, 1, a.n.data(), D_, p_.in_proj.data(), D_, 0,
+          a.xz.data(), Di2);
+  if (with_z) {
+    Gemm<T>(Trans::kNo, Trans::kYes, P, Di_, D_, 1, a.n.data(), D_,
+            p_.in_proj.data() + Di_ * D_, D_, 0, a.xz.data() + Di_, Di2);
+  }
   // Causal depthwise conv: c_t = b + sum_j w[:, j] x_{t - W + 1 + j}; x before the sequence is 0;
   // then x'_t = silu(c_t) while the row is in cache.
   for (int64_t t = 0; t < M; ++t) {

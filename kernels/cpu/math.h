@@ -12,12 +12,15 @@
 
 namespace adjsh::cpu {
 
+// Internal linkage (static inline), for the reason kernels/cpu/rmsnorm.h gives: each including
+// file keeps its own copy, compiled with its own flags.
+
 // a * b + c with one rounding where the target has a fused multiply-add instruction, else two.
 // The CPU kernels compile with -ffp-contract=off (kernels/CMakeLists.txt), so the compiler
 // never fuses on its own: a fusion it chose differently in a loop's vector body and its scalar
 // copies made a task's result depend on its buffers' addresses. Every fusion is written here.
 template <typename T>
-inline T MulAdd(T a, T b, T c) {
+static inline T MulAdd(T a, T b, T c) {
 #if defined(__FP_FAST_FMAF) && defined(__FP_FAST_FMA)
   return std::fma(a, b, c);
 #else
@@ -30,7 +33,7 @@ inline T MulAdd(T a, T b, T c) {
 // difference under f32's smallest normal). Cody-Waite range reduction x = k ln2 + r,
 // |r| <= ln2/2, then a degree-7 Taylor polynomial (remainder |r|^8/8! < 3e-9). Branch-free
 // (min/max only), so loops over it vectorise.
-inline float ExpFast(float x) {
+static inline float ExpFast(float x) {
   const float xlo = x < -87.3f ? -87.3f : x;
   const float xc = xlo > 88.7f ? 88.7f : xlo;
   const float kf = MulAdd(xc, 1.44269504088896341f, 12582912.0f) - 12582912.0f;  // round
@@ -53,7 +56,7 @@ inline float ExpFast(float x) {
 // |r| <= 1/2; then a degree-5 minimax polynomial for 2^r (approximation error 7.5e-8), and k
 // added to its exponent field. Cheaper than ExpFast (12 operations against 16), which is what
 // the scans' decays are made of.
-inline float Exp2Fast(float y) {
+static inline float Exp2Fast(float y) {
   const float ylo = y < -125.0f ? -125.0f : y;
   const float yc = ylo > 127.0f ? 127.0f : ylo;
   const float t = yc + 12582912.0f;  // 1.5 2^23 + k
@@ -71,7 +74,7 @@ inline float Exp2Fast(float y) {
 // The scans' decay a = exp(Delta A) from Delta and the channel's coefficient DecayCoef(A):
 // f32 2^(Delta (A log2 e)) through Exp2Fast; f64 exp(Delta A) exactly as libm (the check mode).
 template <typename T>
-inline T DecayCoef(T A) {
+static inline T DecayCoef(T A) {
   if constexpr (std::is_same_v<T, float>) {
     return A * 1.44269504088896341f;
   } else {
@@ -79,7 +82,7 @@ inline T DecayCoef(T A) {
   }
 }
 template <typename T>
-inline T Decay(T dt, T coef) {
+static inline T Decay(T dt, T coef) {
   if constexpr (std::is_same_v<T, float>) {
     return Exp2Fast(dt * coef);
   } else {
@@ -88,7 +91,7 @@ inline T Decay(T dt, T coef) {
 }
 
 template <typename T>
-inline T Exp(T x) {
+static inline T Exp(T x) {
   if constexpr (std::is_same_v<T, float>) {
     return ExpFast(x);
   } else {
@@ -97,25 +100,25 @@ inline T Exp(T x) {
 }
 
 template <typename T>
-inline T Sigmoid(T x) {
+static inline T Sigmoid(T x) {
   return T(1) / (T(1) + Exp<T>(-x));
 }
 
 template <typename T>
-inline T Silu(T x) {
+static inline T Silu(T x) {
   return x * Sigmoid(x);
 }
 
 // d silu / dx = s (1 + x (1 - s)), s = sigmoid(x).
 template <typename T>
-inline T SiluGrad(T x) {
+static inline T SiluGrad(T x) {
   const T s = Sigmoid(x);
   return s * (T(1) + x * (T(1) - s));
 }
 
 // log(1 + e) for e in [0, 1], float, branch-free: 2 atanh(s) with s = e / (2 + e) in [0, 1/3],
 // series to s^15 (remainder < 3^-17 / 17 < 5e-10 absolute), Horner with fused multiply-adds.
-inline float Log1pUnit(float e) {
+static inline float Log1pUnit(float e) {
   const float s = e / (2.0f + e), s2 = s * s;
   float p = 1.0f / 15.0f;
   p = MulAdd(p, s2, 1.0f / 13.0f);
@@ -132,7 +135,7 @@ inline float Log1pUnit(float e) {
 // smooth, vectorisable max(x, 0) + log(1 + e^-|x|), which differs from it by < 2.1e-9 (the value
 // of log(1 + e^-20)) above 20, far below f32 resolution there.
 template <typename T>
-inline T Softplus(T x) {
+static inline T Softplus(T x) {
   if constexpr (std::is_same_v<T, float>) {
     const float ax = x < 0.0f ? -x : x;
     return (x > 0.0f ? x : 0.0f) + Log1pUnit(ExpFast(-ax));

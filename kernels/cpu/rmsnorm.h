@@ -9,13 +9,20 @@
 
 namespace adjsh::cpu {
 
+// Every function here has internal linkage (static): each file that includes this header gets
+// its own copy, compiled with that file's flags. The CPU kernels compile with -march=native and
+// -ffp-contract=off (kernels/CMakeLists.txt) and other files without, so one shared (weak)
+// copy would make a kernel's bits depend on which copy the linker kept: a block's
+// LocalSummary and its Forward once differed in their last bits for that reason
+// (tests/kernels/mamba_block_test.cc).
+
 // sum_d a[d] b[d] (with w: sum_d (a[d] w[d]) b[d]) over a row of D, as 8 lane-wise partial
 // sums (element d in lane d mod 8, each lane in order) joined by the pairwise tree of
 // kernels/cpu/simd.h: the compiler vectorises it without reassociating anything, and the order
 // is fixed by D alone. (A plain running sum is one dependent chain of D adds, which could not
 // be vectorised.)
 template <typename T>
-T RowDot(const T* a, const T* b, int64_t D, const T* w = nullptr) {
+static T RowDot(const T* a, const T* b, int64_t D, const T* w = nullptr) {
   T acc[8] = {};
   const int64_t full = D / 8 * 8;
   auto f = [&](int64_t d) { return w ? a[d] * w[d] : a[d]; };
@@ -27,7 +34,7 @@ T RowDot(const T* a, const T* b, int64_t D, const T* w = nullptr) {
 
 // u, n: (rows, D); w: (D); r: (rows) written.
 template <typename T>
-void RmsNormForward(const T* u, int64_t rows, int64_t D, const T* w, double eps, T* n, T* r) {
+static void RmsNormForward(const T* u, int64_t rows, int64_t D, const T* w, double eps, T* n, T* r) {
   for (int64_t t = 0; t < rows; ++t) {
     const T* ut = u + t * D;
     const T ss = RowDot(ut, ut, D);
@@ -41,7 +48,7 @@ void RmsNormForward(const T* u, int64_t rows, int64_t D, const T* w, double eps,
 // Given dn = dL/dn (rows, D): dw (D) += sum_t dn . u r;  du (rows, D) = r v - u r^3 (v . u) / D
 // with v = dn . w. du is written (it may alias dn).
 template <typename T>
-void RmsNormBackward(const T* u, int64_t rows, int64_t D, const T* w, const T* r, const T* dn,
+static void RmsNormBackward(const T* u, int64_t rows, int64_t D, const T* w, const T* r, const T* dn,
                      T* dw, T* du) {
   for (int64_t t = 0; t < rows; ++t) {
     const T* ut = u + t * D;

@@ -15,6 +15,7 @@ to run, so a result that depends on which worker ran a task, on what it ran befo
 a result arrived shows up here as a differing byte. Runs alternate, four at a time, between the
 worker tree (--reduce tree: the partials summed among the workers, each run's progress lines
 must say "tree of") and the star (--reduce star: all through the coordinator, no "tree of").
+Mamba-2 models' gradients (MAMBA2_SHAPES) go through the same workers, always by the star.
 """
 import hashlib
 import os
@@ -38,13 +39,59 @@ SHAPES = {
 }
 WORKERS = [1, 2, 4, 8]
 
+# Mamba-2 models (adjsh init --model-type mamba2), `adjsh grad --workers W` only (their training
+# through workers is not built yet), through the coordinator (no worker tree): name: (flags, T,
+# C, S).
+MAMBA2_SHAPES = {
+    "Mamba-2, G=2, 16 spans": (["--hidden-size", "16", "--layers", "2", "--state-size", "8",
+                                "--head-dim", "4", "--groups", "2"], 2000, 32, 16),
+    "Mamba-2, one-token chunks": (["--hidden-size", "8", "--layers", "2", "--state-size", "4",
+                                   "--head-dim", "4"], 64, 1, 0),
+}
+
 
 def digest(files):
     return {name: hashlib.sha256(data).hexdigest()[:16] for name, data in files.items()}
 
 
+def mamba2_body(adjsh, tmp, record, repeats):
+    for s, (name, (shape_flags, T, C, S)) in enumerate(MAMBA2_SHAPES.items()):
+        d = os.path.join(tmp, f"mamba2-{s}")
+        os.makedirs(d)
+        model, tokens = os.path.join(d, "model"), os.path.join(d, "tokens.u32")
+        r = run_adjsh(adjsh, ["init", "--out", model, "--model-type", "mamba2", "--vocab-size",
+                              "256", "--seed", str(s), *shape_flags])
+        r2 = run_adjsh(adjsh, ["tokenize", "--text", CORPUS, "--out", tokens, "--length", str(T)])
+        if not record(f"{name}: model and tokens", r.returncode == 0 and r2.returncode == 0,
+                      r.stderr + r2.stderr):
+            continue
+        grad = ["grad", "--model", model, "--tokens", tokens, "--chunk", str(C), "--spans", str(S)]
+        ref_grad = os.path.join(d, "g0.safetensors")
+        r = run_adjsh(adjsh, [*grad, "--threads", "2", "--out", ref_grad])
+        if not record(f"{name}: in-process grad", r.returncode == 0, r.stderr):
+            continue
+        with open(ref_grad, "rb") as f:
+            want_grad = f.read()
+        bad, failed = [], []
+        for i in range(repeats):
+            workers = str(WORKERS[i % len(WORKERS)])
+            out = os.path.join(d, f"g{i + 1}.safetensors")
+            r = run_adjsh(adjsh, [*grad, "--workers", workers, "--out", out], timeout=300)
+            if r.returncode != 0 or "tree of " in r.stderr:
+                failed.append(f"grad --workers {workers}: {r.stderr.strip()[-300:]}")
+                continue
+            with open(out, "rb") as f:
+                if f.read() != want_grad:
+                    bad.append(f"run {i + 1} ({workers} workers)")
+            os.remove(out)
+        record(f"{name}: {repeats} grad runs through 1, 2, 4, 8 workers ran (through the "
+               "coordinator)", not failed, "; ".join(failed))
+        record(f"{name}: every gradient bitwise the in-process one", not bad, "; ".join(bad))
+
+
 def body(adjsh, tmp, cluster, record, repeats):
     del cluster  # adjsh starts and stops its own local workers
+    mamba2_body(adjsh, tmp, record, repeats)
     for s, (name, (shape_flags, T, C, S, steps)) in enumerate(SHAPES.items()):
         d = os.path.join(tmp, f"shape{s}")
         os.makedirs(d)

@@ -20,6 +20,7 @@ Checks:
   * the span schedule: --spans 1, 2, 5, 43 (chunk 7), 3 (chunk 100) and 150 (chunk 1: spans of
     W - 1 tokens, the shortest the conv halo allows) give the reference's gradient (< 1e-9 in
     f64), and the same bytes on 1, 2 and 3 threads;
+  * --workers 1, 2, 3 (local CPU worker processes): the in-process run's bytes, full and bf16;
   * --storage bf16: the exact gradient of the model that rounds each layer's input to bf16
     (< 1e-9 in f64, < 1e-3 in f32); --spill-dir gives the same bytes;
   * `adjsh eval` (forward only, chunk by chunk) gives the reference's loss to < 1e-12 in f64,
@@ -29,8 +30,8 @@ Checks:
   * a config.json written by Python's json (time_step_limit [0.0, Infinity]) is read;
   * bad input exits 1 naming the problem and writes nothing: num_heads x head_dim != expand x
     hidden_size, n_groups not dividing num_heads, a missing tensor, a misshapen one, a NaN in
-    one; a flag a
-    Mamba-2 gradient does not take (--workers) is bad usage (exit 2).
+    one; a flag a Mamba-2 gradient does not take (--workers with f64, --device) is bad usage
+    (exit 2).
 """
 import argparse
 import json
@@ -182,7 +183,7 @@ def test_model(tmp, name, seed, T, token_seed):
 
 
 def check_spans(adjsh, tmp):
-    """The span schedule (engine/mamba2_spans.h): every span count gives the reference's
+    """The span schedule (engine/mamba2_span_work.h): every span count gives the reference's
     gradient (< 1e-9 in f64), and the same bytes on 1, 2 and 3 threads (f32, 3 runs each)."""
     T = 300
     label, cfg, params, mdir, tok, tpath = test_model(tmp, "m-spans", 12, T, 9)
@@ -208,6 +209,35 @@ def check_spans(adjsh, tmp):
             outs.add(open(out, "rb").read() if r.returncode == 0 else r.stderr)
     check("--spans 5 in f32: the same bytes on 1, 2 and 3 threads, 3 runs each", len(outs) == 1,
           len(outs))
+
+
+def check_workers(adjsh, tmp):
+    """--workers N (local CPU worker processes, the span tasks of engine/mamba2_span_work.h
+    through the coordinator): the reference's gradient in f32 (< 1e-4), and bitwise the
+    in-process run on threads for 1, 2 and 3 workers, in full and in bf16 storage."""
+    T = 300
+    label, cfg, params, mdir, tok, tpath = test_model(tmp, "m-workers", 12, T, 11)
+    _, g64 = ref.grads_params(cfg, params, tok)
+    for storage in ("full", "bf16"):
+        base = ["grad", "--model", mdir, "--tokens", tpath, "--chunk", "7", "--spans", "6",
+                "--storage", storage, "--quiet"]
+        want = os.path.join(tmp, f"g-w0-{storage}.safetensors")
+        r = run(adjsh, base + ["--out", want, "--threads", "2"])
+        if r.returncode != 0:
+            check(f"in-process --storage {storage}", False, r.stderr[-400:])
+            continue
+        if storage == "full":
+            got = m1.load_safetensors(want)
+            got.pop("loss")
+            worst, where = max((rel_l2(got[n], v), n) for n, v in g64.items())
+            check(f"{label} T={T} chunk 7 --spans 6 f32: worst relative L2 {worst:.1e} ({where})"
+                  " (bound 1e-4)", worst < 1e-4, worst)
+        for workers in (1, 2, 3):
+            out = os.path.join(tmp, f"g-w{workers}-{storage}.safetensors")
+            r = run(adjsh, base + ["--out", out, "--workers", str(workers)])
+            same = r.returncode == 0 and open(out, "rb").read() == open(want, "rb").read()
+            check(f"--workers {workers} --storage {storage}: the in-process run's bytes", same,
+                  r.stderr[-400:])
 
 
 def check_storage(adjsh, tmp):
@@ -344,7 +374,10 @@ def check_bad_input(adjsh, tmp):
         "backbone.layers.0.mixer.D": torch.full((4,), float("nan"), dtype=torch.float64)})),
         "non-finite value")
     good = variant("good")
-    refused("--workers (bad usage)", good, "no --workers", ["--workers", "2"], code=2)
+    refused("--workers with --dtype f64 (bad usage)", good, "--workers computes the exact f32",
+            ["--workers", "2", "--dtype", "f64"], code=2)
+    refused("--device cuda:0 (bad usage)", good, "no --schedule, --cotangent or --device",
+            ["--device", "cuda:0"], code=2)
     with open(os.path.join(good, "config.json")) as f:
         text = f.read()
     check("config.json as Python writes it holds Infinity (time_step_limit)",
@@ -361,6 +394,7 @@ def main():
         check_transformers(tmp)
         check_gradients(args.adjsh, tmp, args.quick)
         check_spans(args.adjsh, tmp)
+        check_workers(args.adjsh, tmp)
         check_storage(args.adjsh, tmp)
         check_eval(args.adjsh, tmp)
         check_generate(args.adjsh, tmp)

@@ -25,7 +25,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/config.h"
+#include "common/mamba2_config.h"
 #include "common/model.h"
+#include "engine/mamba2_init.h"
+#include "engine/mamba2_model.h"
+#include "engine/mamba2_span_work.h"
 #include "engine/span_ledger.h"
 #include "engine/span_plan.h"
 #include "engine/span_tensors.h"
@@ -61,6 +65,7 @@ struct TaskCase {
   TensorMap inputs;      // the task's own inputs (PutSpanInputs)
   TensorMap span_start;  // "tokens" and the replay's inputs ("replay.<phase>.<k>.<name>")
   TensorMap expected;    // PutSpanResult of the local run, timings 0
+  const TensorMap* params = nullptr;  // its step's parameters (StepCases::params)
 };
 
 struct StepCases {
@@ -70,20 +75,18 @@ struct StepCases {
 
 // The step's tasks in id order (a topological order: every dependency has a lower id), each
 // one's inputs taken from a SpanLedger after the earlier results were applied, as a coordinator
-// does, and run on the span's SpanWork as its owner would.
-StepCases BuildCases() {
-  const MambaConfig config = TinyConfig();
-  const ModelParams<float> params = InitParams<float>(config, 1234);
+// does, and run on the span's work (SpanWork, Mamba2SpanWork: make_work) as its owner would.
+template <template <typename> class P, typename Config, typename MakeWork>
+StepCases BuildCasesOf(const Config& config, const P<float>& params, TensorMap param_tensors,
+                       const std::string& config_json, MakeWork make_work) {
   std::vector<uint32_t> tokens(kT);
   for (int64_t t = 0; t < kT; ++t) tokens[t] = static_cast<uint32_t>((t * 7 + 3) % 11);
   const SpanPlan plan =
       SpanPlan::Make(kT, kChunk, kSpans, config.num_hidden_layers, config.conv_kernel).value();
-  const std::unique_ptr<Backend<float>> backend = MakeBackend<float>(Device{}).value();
-  const BackendModel<float> model = BackendModel<float>::Make(params, *backend);
-  SpanLedger<float> ledger(params, plan, tokens, {});
-  std::vector<std::unique_ptr<SpanWork<float>>> work(kSpans);
+  SpanLedger<float, P> ledger(params, plan, tokens, {});
+  std::vector<decltype(make_work(plan, ledger, 0))> work(kSpans);
   StepCases cases;
-  cases.params = ParamsToTensors<float>(params, DType::kF32);
+  cases.params = std::move(param_tensors);
   const v1::Task::Kind kinds[] = {v1::Task::SPAN_FORWARD_SUMMARY, v1::Task::SPAN_FORWARD,
                                   v1::Task::SPAN_BACKWARD_SUMMARY, v1::Task::SPAN_BACKWARD};
   for (int64_t id = 0; id < plan.num_tasks(); ++id) {
@@ -107,18 +110,14 @@ StepCases BuildCases() {
     task.set_dtype(v1::F32);
     task.set_params_version(7);
     task.set_context_length(kT);
-    task.set_config_json(ConfigToJson(config));
+    task.set_config_json(config_json);
     const SpanInputs<float> in = ledger.Inputs(id);
     PutSpanInputs<float>(config, plan, st, in, "", tc.inputs);
     PutSpanStart(ledger.SpanTokens(s), ledger.SpanMask(s), tc.span_start);
     for (const auto& [step, step_in] : ledger.Replay(id))
       PutSpanInputs<float>(config, plan, step, step_in, ReplayPrefix(step), tc.span_start);
-    if (!work[s]) {
-      work[s] = std::make_unique<SpanWork<float>>(model, plan, s, ledger.SpanTokens(s),
-                                                  ledger.SpanMask(s), ledger.n_targets(),
-                                                  Storage::kCompute, "");
-    }
-    SpanResult<float> r;
+    if (!work[s]) work[s] = make_work(plan, ledger, s);
+    SpanResultOf<float, Config> r;
     const absl::Status run = work[s]->Run(st, in, r.out);
     EXPECT_TRUE(run.ok()) << run;
     tc.expected = PutSpanResult<float>(config, plan, st, r);
@@ -128,9 +127,53 @@ StepCases BuildCases() {
   return cases;
 }
 
-// Built once: every test serves the same step.
+StepCases BuildCases() {
+  const MambaConfig config = TinyConfig();
+  const ModelParams<float> params = InitParams<float>(config, 1234);
+  const std::unique_ptr<Backend<float>> backend = MakeBackend<float>(Device{}).value();
+  const BackendModel<float> model = BackendModel<float>::Make(params, *backend);
+  return BuildCasesOf<ModelParams>(
+      config, params, ParamsToTensors<float>(params, DType::kF32), ConfigToJson(config),
+      [&](const SpanPlan& plan, const SpanLedger<float>& ledger, int64_t s) {
+        return std::make_unique<SpanWork<float>>(model, plan, s, ledger.SpanTokens(s),
+                                                 ledger.SpanMask(s), ledger.n_targets(),
+                                                 Storage::kCompute, "");
+      });
+}
+
+// The same step of a tiny Mamba-2 model: D=8, K=2, N=4, head_dim 4 (H=4), G=2, W=4, V=11,
+// untied.
+StepCases BuildMamba2Cases() {
+  Mamba2Config config;
+  config.hidden_size = 8, config.num_hidden_layers = 2, config.state_size = 4;
+  config.head_dim = 4, config.num_heads = 4, config.n_groups = 2, config.vocab_size = 11;
+  Mamba2Params<float> params = InitMamba2Params<float>(config, 99).value();
+  TensorMap tensors = Mamba2ParamsToTensors<float>(params, DType::kF32);
+  return BuildCasesOf<Mamba2Params>(
+      config, params, std::move(tensors), Mamba2ConfigToJson(config),
+      [&](const SpanPlan& plan, const SpanLedger<float, Mamba2Params>& ledger, int64_t s) {
+        return std::make_unique<Mamba2SpanWork<float>>(params, plan, s, ledger.SpanTokens(s),
+                                                       ledger.SpanMask(s), ledger.n_targets(),
+                                                       Storage::kCompute, "");
+      });
+}
+
+// Built once: every test serves the same step (a Mamba-1 model's, or a Mamba-2 one's), each
+// task pointing at its step's parameters.
 const StepCases& Cases() {
-  static const StepCases* cases = new StepCases(BuildCases());
+  static const StepCases* cases = [] {
+    auto* c = new StepCases(BuildCases());
+    for (TaskCase& tc : c->tasks) tc.params = &c->params;
+    return c;
+  }();
+  return *cases;
+}
+const StepCases& Mamba2Cases() {
+  static const StepCases* cases = [] {
+    auto* c = new StepCases(BuildMamba2Cases());
+    for (TaskCase& tc : c->tasks) tc.params = &c->params;
+    return c;
+  }();
   return *cases;
 }
 
@@ -265,7 +308,7 @@ class FakeTaskService final : public v1::TaskService::Service {
       }
       for (const auto& [name, t] : e.tc.inputs) send.emplace_back(name, t);
       if (req->include_params()) {
-        for (const auto& [name, t] : Cases().params) send.emplace_back(name, t);
+        for (const auto& [name, t] : *e.tc.params) send.emplace_back(name, t);
       }
       if (req->include_span()) {
         for (const auto& [name, t] : e.tc.span_start) send.emplace_back(name, t);
@@ -676,6 +719,65 @@ TEST_F(WorkerTest, ASpanNotReadyForItsTaskIsRebuilt) {
   EXPECT_EQ(RebuildSeconds("t17"), 0.0);
   EXPECT_EQ(Includes(), (std::vector<std::pair<bool, bool>>{{true, true}, {false, true},
                                                             {false, false}}));
+}
+
+// A Mamba-2 model's step (its config_json's model_type "mamba2"): every task in order to one
+// worker, each result bitwise the local run of Mamba2SpanWork (engine/mamba2_span_work.h)
+// under Mamba-2's names; the model fetched once, each span's start with its first task.
+TEST_F(WorkerTest, AMamba2StepsTasksAreBitwiseTheLocalRun) {
+  ASSERT_EQ(static_cast<int64_t>(Mamba2Cases().tasks.size()), kTasks);
+  ASSERT_TRUE(Mamba2Cases().params.contains("lm_head.weight"));  // untied: shipped too
+  for (const TaskCase& tc : Mamba2Cases().tasks) service_.AddTask(tc);
+  StartWorker();
+  for (const TaskCase& tc : Mamba2Cases().tasks) {
+    ASSERT_TRUE(WaitForResult(tc.task.task_id())) << tc.task.task_id();
+    ExpectBitwise(tc);
+    EXPECT_EQ(RebuildSeconds(tc.task.task_id()), 0.0) << "the worker kept every span";
+  }
+  StopWorker();
+  std::vector<std::pair<bool, bool>> want(kTasks, {false, false});
+  want[0] = {true, true};
+  want[1] = {false, true};
+  want[4] = {false, true};
+  EXPECT_EQ(Includes(), want);
+  EXPECT_EQ(worker_->stats().params_fetched, 1);
+  EXPECT_EQ(worker_->stats().tasks_done, kTasks);
+}
+
+// As ASpanNotReadyForItsTaskIsRebuilt, for a Mamba-2 span: rebuilt from its tokens and the
+// replay's inputs, bitwise.
+TEST_F(WorkerTest, AMamba2SpanNotReadyForItsTaskIsRebuilt) {
+  const auto task = [](int64_t id) { return Mamba2Cases().tasks[id]; };
+  service_.AddTask(task(4));   // F(0, 2): span 2's first task
+  service_.AddTask(task(12));  // B(1, 2): needs layer 1's forward and the head first
+  service_.AddTask(task(17));  // B(0, 2)
+  StartWorker();
+  for (int64_t id : {4, 12, 17}) {
+    ASSERT_TRUE(WaitForResult(task(id).task.task_id())) << id;
+    ExpectBitwise(task(id));
+  }
+  EXPECT_EQ(RebuildSeconds("t4"), 0.0);
+  EXPECT_GT(RebuildSeconds("t12"), 0.0);
+  EXPECT_EQ(RebuildSeconds("t17"), 0.0);
+  EXPECT_EQ(Includes(), (std::vector<std::pair<bool, bool>>{{true, true}, {false, true},
+                                                            {false, false}}));
+}
+
+// A Mamba-2 step reduces through the coordinator: a task naming a worker tree is skipped
+// (no result), and the worker serves the next task.
+TEST_F(WorkerTest, AMamba2TaskWithAWorkerTreeIsSkipped) {
+  TaskCase treed = Mamba2Cases().tasks[0];
+  treed.task.set_task_id("treed");
+  treed.task.mutable_tree()->add_peer("127.0.0.1:1");
+  for (int64_t s = 0; s < kSpans; ++s) treed.task.mutable_tree()->add_span_owner(0);
+  service_.AddTask(treed);
+  service_.AddTask(Mamba2Cases().tasks[0]);
+  StartWorker();
+  ASSERT_TRUE(WaitForResult("t0"));
+  ExpectBitwise(Mamba2Cases().tasks[0]);
+  StopWorker();
+  std::lock_guard<std::mutex> lock(service_.mu_);
+  EXPECT_EQ(service_.results_.count("treed"), 0u);
 }
 
 TEST_F(WorkerTest, TaskCancelledByHeartbeatIsDropped) {

@@ -1,0 +1,128 @@
+// TaskRunner::RunMamba2 (worker/task_runner.h): a span task of a Mamba-2 model. The same steps
+// as a Mamba-1 task's (TaskRunner::Run): the model of the task's version from named tensors,
+// the span rebuilt from its tokens and the ledger's replay when this worker does not hold it
+// ready, the task run, its result pushed; on the CPU, and always through the coordinator (a
+// Mamba-2 step has no worker tree: coordinator/task_service_step.cc).
+#include <chrono>
+#include <memory>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "engine/span_tensors.h"
+#include "proto/span_kind.h"
+#include "worker/task_runner.h"
+
+namespace adjsh::worker {
+namespace {
+
+// The most a task's inputs can be: the model, the span's tokens and mask, and the summaries of
+// a replay of every layer (f64 at most, with room for the stream's own framing).
+AssemblerLimits Mamba2InputLimits(const Mamba2Config& c, const SpanPlan& plan, int64_t s) {
+  const uint64_t K = static_cast<uint64_t>(c.num_hidden_layers);
+  const uint64_t per_task = 8 * static_cast<uint64_t>(2 * c.inner() * c.state_size +
+                                                       2 * c.conv_kernel * c.hidden_size);
+  const uint64_t span = 9 * static_cast<uint64_t>(plan.range(s).len + c.conv_kernel + 1);
+  AssemblerLimits limits;
+  limits.max_total_bytes = 2 * Mamba2ParamBytesF32(c) + span + (2 * K + 2) * per_task + (1 << 20);
+  limits.max_tensor_bytes = limits.max_total_bytes;
+  limits.max_tensors = 16 * K + 64;
+  return limits;
+}
+
+}  // namespace
+
+TaskRunner::Outcome TaskRunner::RunMamba2(const v1::Task& task, const TaskState& held,
+                                          SpanStore::Job& job) {
+  const std::string& tid = task.task_id();
+  auto skip = [&](absl::string_view why) {
+    return End(tid, NoResult{.skipped = true, .why = std::string(why)});
+  };
+  const Mamba2Config& cfg = *job.mamba2;
+  if (!opt_.device.is_cpu()) {
+    return skip(absl::StrCat("a Mamba-2 model's tasks run on the CPU only, not on ",
+                             opt_.device.ToString()));
+  }
+  if (task.has_tree()) return skip("a Mamba-2 step reduces through the coordinator: no tree");
+  const SpanPhase phase = *PhaseOf(task.kind());  // Run checked it
+  const SpanPlan& plan = *job.plans.at(task.sequence());
+  const std::pair<int64_t, int64_t> key{task.sequence(), task.span()};
+  const SpanTask span_task{phase, task.layer(), task.span()};
+  const int64_t id = plan.Id(span_task.phase, span_task.layer, span_task.span);
+  if (id < 0) return skip("the plan has no such task");
+  auto owned = job.mamba2_spans.find(key);
+  const bool need_params = job.mamba2_params == nullptr;
+  const bool include_span = owned == job.mamba2_spans.end() || !owned->second->Ready(span_task);
+  TensorMap got;
+  if (std::optional<NoResult> no = io_.Fetch(held, need_params, include_span,
+                                             Mamba2InputLimits(cfg, plan, task.span()), got)) {
+    return End(tid, *no);
+  }
+  for (const auto& [name, tensor] : got) bytes_received_ += tensor.data.size();
+  if (need_params) {  // "backbone.*" and "lm_head.weight" are parameters (inputs have others)
+    TensorMap named;
+    for (auto it = got.begin(); it != got.end();) {
+      if (it->first.rfind("backbone.", 0) == 0 || it->first == kLmHeadName) {
+        named.insert(got.extract(it++));
+      } else {
+        ++it;
+      }
+    }
+    absl::StatusOr<Mamba2Params<float>> params = Mamba2ParamsFromTensors<float>(cfg, named);
+    if (!params.ok()) return skip(absl::StrCat("parameters: ", params.status().message()));
+    job.mamba2_spans.clear();  // they point into the model being replaced
+    job.mamba2_params = std::make_unique<Mamba2Params<float>>(*std::move(params));
+  }
+
+  const Clock::time_point started = Clock::now();
+  double rebuild_s = 0;
+  if (include_span) {  // a fresh span, replayed up to this task
+    std::vector<uint32_t> tokens;
+    std::vector<uint8_t> mask;
+    if (absl::Status st = TakeSpanStart(cfg, plan, task.span(), task.masked(), got, tokens, mask);
+        !st.ok())
+      return skip(st.message());
+    auto work = std::make_unique<Mamba2SpanWork<float>>(
+        *job.mamba2_params, plan, task.span(), std::move(tokens), std::move(mask),
+        task.targets(), task.storage() == "bf16" ? Storage::kBF16 : Storage::kCompute,
+        opt_.spill_dir);
+    for (int64_t r : plan.ReplayIds(id)) {
+      absl::StatusOr<SpanInputs<float>> in =
+          TakeSpanInputs<float>(cfg, plan, plan.task(r), ReplayPrefix(plan.task(r)), got);
+      if (!in.ok()) return skip(absl::StrCat("replay: ", in.status().message()));
+      Mamba2SpanOutputs<float> discard;
+      if (absl::Status st = work->Run(plan.task(r), *in, discard); !st.ok())
+        return skip(st.message());
+    }
+    job.mamba2_spans[key] = std::move(work);
+    if (!plan.ReplayIds(id).empty()) {  // a span's first task is its own work, not a rebuild
+      rebuild_s = std::chrono::duration<double>(Clock::now() - started).count();
+      state_.Log(1, absl::StrFormat("span %d of job %s rebuilt up to %s of layer %d (%.3f s)",
+                                    task.span(), task.job_id(),
+                                    std::string(SpanPhaseName(span_task.phase)), task.layer(),
+                                    rebuild_s));
+    }
+  }
+  absl::StatusOr<SpanInputs<float>> in = TakeSpanInputs<float>(cfg, plan, span_task, "", got);
+  if (!in.ok()) return skip(in.status().message());
+  if (!got.empty()) return skip(absl::StrCat("unexpected tensor \"", got.begin()->first, "\""));
+
+  std::string why;
+  if (!state_.TaskAlive(held, &why)) return End(tid, NoResult{.skipped = false, .why = why});
+  if (state_.Stopping()) return End(tid, NoResult{.skipped = false, .why = "stopping"});
+
+  Mamba2SpanWork<float>& work = *job.mamba2_spans.at(key);
+  const Clock::time_point computing = rebuild_s > 0 ? Clock::now() : started;
+  SpanResultOf<float, Mamba2Config> result;
+  if (absl::Status st = work.Run(span_task, *in, result.out); !st.ok()) return skip(st.message());
+  result.compute_seconds = std::chrono::duration<double>(Clock::now() - computing).count();
+  result.rebuild_seconds = rebuild_s;
+  rows_ = plan.range(task.span()).len;
+  // The span's last task: its rows are of no more use.
+  if (span_task.phase == SpanPhase::kBackward && span_task.layer == 0)
+    job.mamba2_spans.erase(key);
+  return PushResult(task, held, PutSpanResult<float>(cfg, plan, span_task, result),
+                    result.compute_seconds);
+}
+
+}  // namespace adjsh::worker
