@@ -1,28 +1,14 @@
 #include "engine/mamba2_span_work.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <utility>
 
-#include "absl/strings/str_cat.h"
 #include "common/check.h"
 #include "kernels/cpu/blas.h"
 #include "kernels/cpu/lm_head.h"
 
 namespace adjsh {
 namespace {
-
-// Rows on the heap, or spilled when a directory is given and the disk takes them.
-template <typename T>
-StoredRows<T> MakeRows(size_t n, Storage storage, const std::string& spill_dir) {
-  absl::StatusOr<StoredRows<T>> rows = StoredRows<T>::Create(n, storage, spill_dir);
-  if (!rows.ok()) {
-    std::fprintf(stderr, "adjsh: %s; keeping the rows in memory\n",
-                 std::string(rows.status().message()).c_str());
-    rows = StoredRows<T>::Create(n, storage, "");
-  }
-  return std::move(*rows);
-}
 
 // One chunk's activations and row buffers per thread, not per span: a step has many spans and
 // one chunk's activations are (C, 2 Di + 2 G N + H) and more.
@@ -59,7 +45,7 @@ Mamba2SpanWork<T>::Mamba2SpanWork(const Mamba2Params<T>& params, const SpanPlan&
       spill_dir_(std::move(spill_dir)) {
   const int64_t K = cfg_.num_hidden_layers, rows = r_.halo + r_.len;
   ADJSH_CHECK(static_cast<int64_t>(tokens_.size()) >= rows, "span tokens too short");
-  for (int64_t k = 0; k < K; ++k) u_.push_back(MakeRows<T>(rows * d_.D, storage_, spill_dir_));
+  for (int64_t k = 0; k < K; ++k) u_.push_back(MakeSpanRows<T>(rows * d_.D, storage_, spill_dir_));
   start_.resize(K);
   std::vector<T> scratch;
   for (int64_t t = 0; t < rows; ++t) {
@@ -71,28 +57,13 @@ Mamba2SpanWork<T>::Mamba2SpanWork(const Mamba2Params<T>& params, const SpanPlan&
 
 template <typename T>
 bool Mamba2SpanWork<T>::Ready(const SpanTask& task) const {
-  const int64_t K = cfg_.num_hidden_layers, k = task.layer;
-  switch (task.phase) {
-    case SpanPhase::kForwardSummary:  // reads u^k, which stays until layer k's backward
-      return forward_done_ >= k && (g_layer_ < 0 || g_layer_ > k);
-    case SpanPhase::kForward:  // rewrites u^{k+1} (or g): only before the backward began
-      return forward_done_ >= k && (g_layer_ < 0 || g_layer_ == K);
-    case SpanPhase::kBackwardSummary:
-    case SpanPhase::kBackward:
-      return forward_done_ == K && g_layer_ == k + 1;
-  }
-  return false;
+  return SpanTaskReady(task, cfg_.num_hidden_layers, forward_done_, g_layer_);
 }
 
 template <typename T>
 absl::Status Mamba2SpanWork<T>::Run(const SpanTask& task, const SpanInputs<T>& in,
                                     Mamba2SpanOutputs<T>& out) {
-  if (task.span != s_ || !Ready(task)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "span ", s_, " cannot run ", std::string(SpanPhaseName(task.phase)), " of layer ",
-        task.layer, " of span ", task.span, " from what it keeps (forward done to layer ",
-        forward_done_, ", cotangent of layer ", g_layer_, ")"));
-  }
+  if (task.span != s_ || !Ready(task)) return SpanNotReady(s_, task, forward_done_, g_layer_);
   switch (task.phase) {
     case SpanPhase::kForwardSummary: Forward(task.layer, in, out, true); break;
     case SpanPhase::kForward: Forward(task.layer, in, out, false); break;
@@ -209,10 +180,7 @@ template <typename T>
 void Mamba2SpanWork<T>::AddNextHalo(const SpanInputs<T>& in) {
   if (next_halo_added_) return;
   next_halo_added_ = true;
-  const int64_t n = static_cast<int64_t>(in.du_halo.size()) / d_.D;
-  ADJSH_CHECK(n <= r_.len, "du_halo longer than the span");
-  T* rows = g_.data() + (r_.len - n) * d_.D;
-  for (int64_t q = 0; q < n * d_.D; ++q) rows[q] += in.du_halo[q];
+  AddNextSpanHalo(in.du_halo, r_.len, d_.D, g_);
 }
 
 template <typename T>

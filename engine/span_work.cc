@@ -22,11 +22,30 @@ BackendModel<T> BackendModel<T>::Make(const ModelParams<T>& params, Backend<T>& 
   return m;
 }
 
-namespace {
+bool SpanTaskReady(const SpanTask& task, int64_t K, int64_t forward_done, int64_t g_layer) {
+  const int64_t k = task.layer;
+  switch (task.phase) {
+    case SpanPhase::kForwardSummary:  // reads u^k, which stays until layer k's backward
+      return forward_done >= k && (g_layer < 0 || g_layer > k);
+    case SpanPhase::kForward:  // rewrites u^{k+1} (or g): only before the backward began
+      return forward_done >= k && (g_layer < 0 || g_layer == K);
+    case SpanPhase::kBackwardSummary:
+    case SpanPhase::kBackward:
+      return forward_done == K && g_layer == k + 1;
+  }
+  return false;
+}
 
-// Rows on the heap, or spilled when a directory is given and the disk takes them.
+absl::Status SpanNotReady(int64_t span, const SpanTask& task, int64_t forward_done,
+                          int64_t g_layer) {
+  return absl::FailedPreconditionError(absl::StrCat(
+      "span ", span, " cannot run ", std::string(SpanPhaseName(task.phase)), " of layer ",
+      task.layer, " of span ", task.span, " from what it keeps (forward done to layer ",
+      forward_done, ", cotangent of layer ", g_layer, ")"));
+}
+
 template <typename T>
-StoredRows<T> MakeRows(size_t n, Storage storage, const std::string& spill_dir) {
+StoredRows<T> MakeSpanRows(size_t n, Storage storage, const std::string& spill_dir) {
   absl::StatusOr<StoredRows<T>> rows = StoredRows<T>::Create(n, storage, spill_dir);
   if (!rows.ok()) {
     std::fprintf(stderr, "adjsh: %s; keeping the rows in memory\n",
@@ -36,7 +55,13 @@ StoredRows<T> MakeRows(size_t n, Storage storage, const std::string& spill_dir) 
   return std::move(*rows);
 }
 
-}  // namespace
+template <typename T>
+void AddNextSpanHalo(const std::vector<T>& du_halo, int64_t len, int64_t D, std::vector<T>& g) {
+  const int64_t n = static_cast<int64_t>(du_halo.size()) / D;
+  ADJSH_CHECK(n <= len, "du_halo longer than the span");
+  T* rows = g.data() + (len - n) * D;
+  for (int64_t q = 0; q < n * D; ++q) rows[q] += du_halo[q];
+}
 
 template <typename T>
 SpanWork<T>::SpanWork(const BackendModel<T>& model, const SpanPlan& plan, int64_t span,
@@ -57,8 +82,8 @@ SpanWork<T>::SpanWork(const BackendModel<T>& model, const SpanPlan& plan, int64_
   const int64_t K = cfg_.num_hidden_layers, rows = r_.halo + r_.len;
   ADJSH_CHECK(static_cast<int64_t>(tokens_.size()) >= rows, "span tokens too short");
   for (int64_t k = 0; k < K; ++k) {
-    u_.push_back(MakeRows<T>(rows * D_, storage_, spill_dir_));
-    states_.push_back(MakeRows<T>((r_.c1 - r_.c0) * DiN_, storage_, ""));
+    u_.push_back(MakeSpanRows<T>(rows * D_, storage_, spill_dir_));
+    states_.push_back(MakeSpanRows<T>((r_.c1 - r_.c0) * DiN_, storage_, ""));
   }
   const std::vector<T>& E = model_.params->embed;
   for (int64_t t = 0; t < rows; ++t) u_[0].Commit(t * D_, D_, E.data() + int64_t{tokens_[t]} * D_);
@@ -66,27 +91,12 @@ SpanWork<T>::SpanWork(const BackendModel<T>& model, const SpanPlan& plan, int64_
 
 template <typename T>
 bool SpanWork<T>::Ready(const SpanTask& task) const {
-  const int64_t K = cfg_.num_hidden_layers, k = task.layer;
-  switch (task.phase) {
-    case SpanPhase::kForwardSummary:  // reads u^k, which stays until layer k's backward
-      return forward_done_ >= k && (g_layer_ < 0 || g_layer_ > k);
-    case SpanPhase::kForward:  // rewrites u^{k+1} (or g): only before the backward began
-      return forward_done_ >= k && (g_layer_ < 0 || g_layer_ == K);
-    case SpanPhase::kBackwardSummary:
-    case SpanPhase::kBackward:
-      return forward_done_ == K && g_layer_ == k + 1;
-  }
-  return false;
+  return SpanTaskReady(task, cfg_.num_hidden_layers, forward_done_, g_layer_);
 }
 
 template <typename T>
 absl::Status SpanWork<T>::Run(const SpanTask& task, const SpanInputs<T>& in, SpanOutputs<T>& out) {
-  if (task.span != s_ || !Ready(task)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "span ", s_, " cannot run ", std::string(SpanPhaseName(task.phase)), " of layer ", task.layer,
-        " of span ", task.span, " from what it keeps (forward done to layer ", forward_done_,
-        ", cotangent of layer ", g_layer_, ")"));
-  }
+  if (task.span != s_ || !Ready(task)) return SpanNotReady(s_, task, forward_done_, g_layer_);
   switch (task.phase) {
     case SpanPhase::kForwardSummary: Forward(task.layer, in, out, true); break;
     case SpanPhase::kForward: Forward(task.layer, in, out, false); break;
@@ -194,10 +204,7 @@ template <typename T>
 void SpanWork<T>::AddNextHalo(const SpanInputs<T>& in) {
   if (next_halo_added_) return;
   next_halo_added_ = true;
-  const int64_t n = static_cast<int64_t>(in.du_halo.size()) / D_;
-  ADJSH_CHECK(n <= r_.len, "du_halo longer than the span");
-  T* rows = g_.data() + (r_.len - n) * D_;
-  for (int64_t q = 0; q < n * D_; ++q) rows[q] += in.du_halo[q];
+  AddNextSpanHalo(in.du_halo, r_.len, D_, g_);
 }
 
 template <typename T>
@@ -283,6 +290,12 @@ int64_t SpanWork<T>::kept_bytes() const {
   return b;
 }
 
+template StoredRows<float> MakeSpanRows<float>(size_t, Storage, const std::string&);
+template StoredRows<double> MakeSpanRows<double>(size_t, Storage, const std::string&);
+template void AddNextSpanHalo<float>(const std::vector<float>&, int64_t, int64_t,
+                                     std::vector<float>&);
+template void AddNextSpanHalo<double>(const std::vector<double>&, int64_t, int64_t,
+                                      std::vector<double>&);
 template struct BackendModel<float>;
 template struct BackendModel<double>;
 template class SpanWork<float>;

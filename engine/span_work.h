@@ -63,6 +63,21 @@ struct SpanOutputs {
   std::vector<T> du_halo_prev;  // kBackward, s > 0: (H, D) for span s - 1's last rows of dL/du^k
 };
 
+// What a span's owner of either model type (SpanWork, Mamba2SpanWork) shares:
+// Whether a span whose forward has run layers [0, forward_done) and whose g holds
+// dL/du^{g_layer} (-1: not yet; K: from the head) keeps what `task` reads.
+bool SpanTaskReady(const SpanTask& task, int64_t K, int64_t forward_done, int64_t g_layer);
+// FAILED_PRECONDITION saying why span `span` cannot run `task`.
+absl::Status SpanNotReady(int64_t span, const SpanTask& task, int64_t forward_done,
+                          int64_t g_layer);
+// n stored values on the heap, or spilled when a directory is given and the disk takes them
+// (else in memory, saying so on stderr).
+template <typename T>
+StoredRows<T> MakeSpanRows(size_t n, Storage storage, const std::string& spill_dir);
+// Adds span s + 1's part of dL/du of this span's last rows, du_halo (n, D), into g (len, D).
+template <typename T>
+void AddNextSpanHalo(const std::vector<T>& du_halo, int64_t len, int64_t D, std::vector<T>& g);
+
 template <typename T>
 class SpanWork {
  public:

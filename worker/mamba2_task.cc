@@ -14,24 +14,6 @@
 #include "worker/task_runner.h"
 
 namespace adjsh::worker {
-namespace {
-
-// The most a task's inputs can be: the model, the span's tokens and mask, and the summaries of
-// a replay of every layer (f64 at most, with room for the stream's own framing).
-AssemblerLimits Mamba2InputLimits(const Mamba2Config& c, const SpanPlan& plan, int64_t s) {
-  const uint64_t K = static_cast<uint64_t>(c.num_hidden_layers);
-  const uint64_t per_task = 8 * static_cast<uint64_t>(2 * c.inner() * c.state_size +
-                                                       2 * c.conv_kernel * c.hidden_size);
-  const uint64_t span = 9 * static_cast<uint64_t>(plan.range(s).len + c.conv_kernel + 1);
-  AssemblerLimits limits;
-  limits.max_total_bytes = 2 * Mamba2ParamBytesF32(c) + span + (2 * K + 2) * per_task + (1 << 20);
-  limits.max_tensor_bytes = limits.max_total_bytes;
-  limits.max_tensors = 16 * K + 64;
-  return limits;
-}
-
-}  // namespace
-
 TaskRunner::Outcome TaskRunner::RunMamba2(const v1::Task& task, const TaskState& held,
                                           SpanStore::Job& job) {
   const std::string& tid = task.task_id();
@@ -55,19 +37,18 @@ TaskRunner::Outcome TaskRunner::RunMamba2(const v1::Task& task, const TaskState&
   const bool include_span = owned == job.mamba2_spans.end() || !owned->second->Ready(span_task);
   TensorMap got;
   if (std::optional<NoResult> no = io_.Fetch(held, need_params, include_span,
-                                             Mamba2InputLimits(cfg, plan, task.span()), got)) {
+                                             SpanInputLimits(cfg.num_hidden_layers,
+                                                             cfg.hidden_size,
+                                                             cfg.inner() * cfg.state_size,
+                                                             cfg.conv_kernel,
+                                                             Mamba2ParamBytesF32(cfg), plan,
+                                                             task.span()),
+                                             got)) {
     return End(tid, *no);
   }
   for (const auto& [name, tensor] : got) bytes_received_ += tensor.data.size();
-  if (need_params) {  // "backbone.*" and "lm_head.weight" are parameters (inputs have others)
-    TensorMap named;
-    for (auto it = got.begin(); it != got.end();) {
-      if (it->first.rfind("backbone.", 0) == 0 || it->first == kLmHeadName) {
-        named.insert(got.extract(it++));
-      } else {
-        ++it;
-      }
-    }
+  if (need_params) {
+    const TensorMap named = TakeParamTensors(got);
     absl::StatusOr<Mamba2Params<float>> params = Mamba2ParamsFromTensors<float>(cfg, named);
     if (!params.ok()) return skip(absl::StrCat("parameters: ", params.status().message()));
     job.mamba2_spans.clear();  // they point into the model being replaced

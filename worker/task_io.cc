@@ -12,6 +12,30 @@
 #include "worker/retry.h"
 
 namespace adjsh::worker {
+
+TensorMap TakeParamTensors(TensorMap& got) {
+  TensorMap named;
+  for (auto it = got.begin(); it != got.end();) {
+    if (it->first.rfind("backbone.", 0) == 0 || it->first == kLmHeadName) {
+      named.insert(got.extract(it++));
+    } else {
+      ++it;
+    }
+  }
+  return named;
+}
+
+AssemblerLimits SpanInputLimits(int64_t K, int64_t D, int64_t DiN, int64_t W,
+                                uint64_t param_bytes, const SpanPlan& plan, int64_t s) {
+  const uint64_t layers = static_cast<uint64_t>(K);
+  const uint64_t per_task = 8 * static_cast<uint64_t>(2 * DiN + 2 * W * D);
+  const uint64_t span = 9 * static_cast<uint64_t>(plan.range(s).len + W + 1);
+  AssemblerLimits limits;
+  limits.max_total_bytes = 2 * param_bytes + span + (2 * layers + 2) * per_task + (1 << 20);
+  limits.max_tensor_bytes = limits.max_total_bytes;
+  limits.max_tensors = 16 * layers + 64;
+  return limits;
+}
 namespace {
 
 NoResult Skipped(std::string why) { return NoResult{.skipped = true, .why = std::move(why)}; }

@@ -15,6 +15,7 @@
 #include "common/config.h"
 #include "common/safetensors.h"
 #include "common/tensor.h"
+#include "engine/span_plan.h"
 #include "proto/adjsh.grpc.pb.h"
 #include "proto/tensor_codec.h"
 #include "worker/shared_state.h"
@@ -28,6 +29,16 @@ struct NoResult {
   bool skipped = false;
   std::string why;
 };
+
+// The parameters among a task's inputs, moved out of `got`: every "backbone.*" tensor and
+// "lm_head.weight" (an untied head; a task's own inputs have other names).
+TensorMap TakeParamTensors(TensorMap& got);
+
+// The most a task's inputs can be, for span s of plan: the model (param_bytes in f32), the
+// span's tokens and mask, and the summaries of a replay of every layer (f64 at most, with room
+// for the stream's own framing). A model of K layers, width D, (Di, N) state, conv kernel W.
+AssemblerLimits SpanInputLimits(int64_t K, int64_t D, int64_t DiN, int64_t W,
+                                uint64_t param_bytes, const SpanPlan& plan, int64_t s);
 
 class TaskIo {
  public:

@@ -80,23 +80,6 @@ TaskRunner::Outcome TaskRunner::End(const std::string& task_id, const NoResult& 
   return Outcome::kDropped;
 }
 
-namespace {
-
-// The most a task's inputs can be: the model, the span's tokens and mask, and the summaries
-// of a replay of every layer (f64 at most, with room for the stream's own framing).
-AssemblerLimits InputLimits(const MambaConfig& c, const SpanPlan& plan, int64_t s) {
-  const uint64_t K = static_cast<uint64_t>(c.num_hidden_layers);
-  const uint64_t per_task = 8 * static_cast<uint64_t>(2 * c.inner() * c.state_size +
-                                                       2 * c.conv_kernel * c.hidden_size);
-  const uint64_t span = 9 * static_cast<uint64_t>(plan.range(s).len + c.conv_kernel + 1);
-  AssemblerLimits limits;
-  limits.max_total_bytes = 2 * ParamBytesF32(c) + span + (2 * K + 2) * per_task + (1 << 20);
-  limits.max_tensor_bytes = limits.max_total_bytes;
-  limits.max_tensors = 16 * K + 64;
-  return limits;
-}
-
-}  // namespace
 
 TaskRunner::Outcome TaskRunner::Run(const v1::Task& task, const TaskState& held) {
   const std::string& tid = task.task_id();
@@ -160,21 +143,18 @@ TaskRunner::Outcome TaskRunner::Run(const v1::Task& task, const TaskState& held)
       return skip(absl::StrCat("parameters: ", st.message()));
   }
   if (std::optional<NoResult> no = io_.Fetch(held, include_params, include_span,
-                                             InputLimits(cfg, plan, task.span()), got)) {
+                                             SpanInputLimits(cfg.num_hidden_layers,
+                                                             cfg.hidden_size,
+                                                             cfg.inner() * cfg.state_size,
+                                                             cfg.conv_kernel, ParamBytesF32(cfg),
+                                                             plan, task.span()),
+                                             got)) {
     return End(tid, *no);
   }
   for (const auto& [name, tensor] : got) bytes_received_ += tensor.data.size();
 
-  if (include_params) {  // every "backbone.*" tensor is a parameter (inputs have other names)
-    TensorMap named;
-    for (auto it = got.begin(); it != got.end();) {
-      if (it->first.rfind("backbone.", 0) == 0) {
-        named.insert(got.extract(it++));
-      } else {
-        ++it;
-      }
-    }
-    if (absl::Status st = take_model(named); !st.ok())
+  if (include_params) {
+    if (absl::Status st = take_model(TakeParamTensors(got)); !st.ok())
       return skip(absl::StrCat("parameters: ", st.message()));
   }
   if (job.model == nullptr) return skip("the parameters were not sent");

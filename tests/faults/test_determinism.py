@@ -4,18 +4,18 @@
   test_determinism.py --adjsh build/cli/adjsh [--repeats 12] [--keep]
 
 For each shape below, `adjsh grad --workers W` and `adjsh train --workers W` (5 steps) run
---repeats times each, W cycling through 1, 2, 4, 8, and every gradient file, and every final
-model and optimizer state, is compared byte for byte with the in-process run (`--workers 0`,
-the same span schedule on threads). The shapes stress what a task's result could wrongly depend
-on: 64 spans of many chunks of a tiny width (more spans than workers: owners hold several; short
-rows: vector loops that are all remainder), an uneven last chunk (with N = 16, the fixed-width
-scan), one-token chunks (a span's conv halo spans several chunks), and a chunk longer than the
-sequence (one span). Spans go to whichever workers claim them, in an order that changes from run
-to run, so a result that depends on which worker ran a task, on what it ran before, or on when
-a result arrived shows up here as a differing byte. Runs alternate, four at a time, between the
-worker tree (--reduce tree: the partials summed among the workers, each run's progress lines
-must say "tree of") and the star (--reduce star: all through the coordinator, no "tree of").
-Mamba-2 models' gradients (MAMBA2_SHAPES) go through the same workers, always by the star.
+--repeats times each, W cycling through 1, 2, 4, 8, and every gradient file, and every final model
+and optimizer state, is compared byte for byte with the in-process run (`--workers 0`, the same
+span schedule on threads). The shapes stress what a task's result could wrongly depend on: 64 spans
+of many chunks of a tiny width (more spans than workers: owners hold several; short rows: vector
+loops that are all remainder), an uneven last chunk (with N = 16, the fixed-width scan), one-token
+chunks (a span's conv halo spans several chunks), and a chunk longer than the sequence (one span),
+and an untied LM head. Spans go to whichever workers claim them, in an order that changes from run
+to run, so a result that depends on which worker ran a task, on what it ran before, or on when a
+result arrived shows up here as a differing byte. Runs alternate, four at a time, between the
+worker tree (--reduce tree: the partials summed among the workers, each run's progress lines must
+say "tree of") and the star (--reduce star: all through the coordinator, no "tree of"). Mamba-2
+models' gradients (MAMBA2_SHAPES) go through the same workers, always by the star.
 """
 import hashlib
 import os
@@ -36,6 +36,10 @@ SHAPES = {
                          0, 5),
     "chunk longer than T": (["--hidden-size", "12", "--layers", "3", "--state-size", "3"],
                             300, 512, 0, 5),
+    # lm_head.weight of its own: shipped to the workers with the other parameters (a star step
+    # once left it out, and its workers skipped every task).
+    "untied head": (["--hidden-size", "8", "--layers", "2", "--state-size", "4",
+                     "--untied-head"], 500, 64, 0, 3),
 }
 WORKERS = [1, 2, 4, 8]
 
