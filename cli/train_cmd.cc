@@ -117,14 +117,57 @@ int RunTrainer(train::BasicTrainer<P>& trainer, const ArgParser& a, const v1::Jo
   return 0;
 }
 
-// adjsh train for a Mamba-2 model folder (model_type mamba2): in-process, the options its
-// gradient lacks refused by the trainer (train/model_family.h).
+// Runs the trainer with its gradients and held-out loss on a local cluster of `workers` worker
+// processes (lease, trace, reduction, worker metrics, devices and logs from the flags), for
+// either model type.
+template <typename P>
+int RunOnWorkers(train::BasicTrainer<P>& trainer, const ArgParser& a, const v1::JobSpec& spec,
+                 const train::TrainOptions& opt, int64_t workers, int64_t lease_ms,
+                 std::vector<std::string> worker_devices) {
+  if (!opt.grad.device.is_cpu()) {
+    return BadUsage("train", absl::InvalidArgumentError(
+                                 "with --workers the coordinator computes nothing: give the "
+                                 "device to the workers with --worker-device"));
+  }
+  coordinator::LocalClusterOptions cluster_options;
+  cluster_options.service.lease = absl::Milliseconds(lease_ms);
+  cluster_options.service.trace_path = a.Get("trace");
+  absl::StatusOr<bool> tree = ReduceFromFlags(a);
+  if (!tree.ok()) return BadUsage("train", tree.status());
+  cluster_options.service.worker_tree = *tree;
+  cluster_options.worker_metrics = a.Get("worker-metrics-listen");
+  cluster_options.worker_devices = std::move(worker_devices);
+  const std::string log_dir =
+      a.Has("worker-log-dir") ? a.Get("worker-log-dir") : opt.checkpoint_dir + "/worker-logs";
+  if (log_dir != "-") cluster_options.log_dir = log_dir;
+  absl::StatusOr<std::unique_ptr<coordinator::LocalCluster>> started =
+      coordinator::LocalCluster::Start(static_cast<int>(workers), SelfExe(),
+                                       std::move(cluster_options));
+  if (!started.ok()) return Fail("train", started.status());
+  std::unique_ptr<coordinator::LocalCluster> cluster = std::move(*started);
+  std::fprintf(stderr, "coordinator on %s with %lld worker processes\n",
+               cluster->address().c_str(), static_cast<long long>(workers));
+  int64_t step = trainer.state().step;
+  const int64_t first_step = step;
+  // The gradients, and the held-out loss (forward-only steps), on the workers.
+  const train::GradientSourceFor<P> on_workers = [&](const P& p,
+                                                     std::span<const GradPiece> pieces) {
+    return cluster->service().ComputeGradients(p, pieces, "train", step++);
+  };
+  trainer.set_gradient_source(on_workers);
+  trainer.set_evaluation_source(on_workers);
+  return RunTrainer(trainer, a, spec, opt, cluster.get(), workers, first_step);
+}
+
+// adjsh train for a Mamba-2 model folder (model_type mamba2): in-process, or on local CPU
+// workers (reduced through the coordinator); the options its gradient lacks refused by the
+// trainer (train/model_family.h).
 int TrainMamba2(const ArgParser& a, const v1::JobSpec& spec, const train::TrainOptions& opt_in,
-                int64_t workers) {
-  if (workers > 0) {
+                int64_t workers, int64_t lease_ms) {
+  if (a.Has("worker-device")) {
     return BadUsage("train", absl::UnimplementedError(
-                                 "a Mamba-2 model trains in-process: span tasks through workers "
-                                 "are not built for Mamba-2 (drop --workers)"));
+                                 "--worker-device: a Mamba-2 model's span tasks run on CPU "
+                                 "workers only"));
   }
   train::TrainOptions opt = opt_in;
   absl::StatusOr<Mamba2Params<float>> params = LoadMamba2ModelDir<float>(spec.model_dir());
@@ -136,7 +179,8 @@ int TrainMamba2(const ArgParser& a, const v1::JobSpec& spec, const train::TrainO
   train::Mamba2Trainer trainer(*std::move(params), std::move(data->corpus), opt);
   if (data->val) trainer.set_validation(*std::move(data->val));
   if (absl::Status s = trainer.Init(); !s.ok()) return Fail("train", s);
-  return RunTrainer(trainer, a, spec, opt, nullptr, 0, trainer.state().step);
+  if (workers == 0) return RunTrainer(trainer, a, spec, opt, nullptr, 0, trainer.state().step);
+  return RunOnWorkers(trainer, a, spec, opt, workers, lease_ms, {});
 }
 
 }  // namespace
@@ -251,8 +295,9 @@ int TrainCommand(const std::vector<std::string>& args) {
   }
 
   // The job's checks, model, data and options, as a coordinator's runner takes them.
-  if (absl::Status s = coordinator::ValidateJobSpec(*spec, coordinator::NoJobLimits(),
-                                                    /*in_process=*/workers == 0);
+  if (absl::Status s = coordinator::ValidateJobSpec(
+          *spec, coordinator::NoJobLimits(),
+          workers == 0 ? coordinator::JobRunner::kInProcess : coordinator::JobRunner::kLocalWorkers);
       !s.ok())
     return Fail("train", s);
   train::TrainOptions opt =
@@ -276,7 +321,7 @@ int TrainCommand(const std::vector<std::string>& args) {
   }
   if (spec->model_case() == v1::JobSpec::kModelDir &&
       ModelTypeOfDir(spec->model_dir()) == "mamba2")
-    return TrainMamba2(a, *spec, opt, workers);
+    return TrainMamba2(a, *spec, opt, workers, lease_ms);
   absl::StatusOr<ModelParams<float>> params = coordinator::JobModelParams(*spec);
   if (!params.ok()) return Fail("train", params.status());
   absl::StatusOr<coordinator::JobDataSet> data =
@@ -287,43 +332,8 @@ int TrainCommand(const std::vector<std::string>& args) {
   train::Trainer trainer(*std::move(params), std::move(data->corpus), opt);
   if (data->val) trainer.set_validation(*std::move(data->val));
   if (absl::Status s = trainer.Init(); !s.ok()) return Fail("train", s);
-  std::unique_ptr<coordinator::LocalCluster> cluster;
-  int64_t first_step = 0;
-  if (workers > 0) {
-    if (!opt.grad.device.is_cpu()) {
-      return BadUsage("train", absl::InvalidArgumentError(
-                                   "with --workers the coordinator computes nothing: give the "
-                                   "device to the workers with --worker-device"));
-    }
-    coordinator::LocalClusterOptions cluster_options;
-    cluster_options.service.lease = absl::Milliseconds(lease_ms);
-    cluster_options.service.trace_path = a.Get("trace");
-    absl::StatusOr<bool> tree = ReduceFromFlags(a);
-    if (!tree.ok()) return BadUsage("train", tree.status());
-    cluster_options.service.worker_tree = *tree;
-    cluster_options.worker_metrics = a.Get("worker-metrics-listen");
-    cluster_options.worker_devices = *std::move(worker_devices);
-    const std::string log_dir =
-        a.Has("worker-log-dir") ? a.Get("worker-log-dir") : opt.checkpoint_dir + "/worker-logs";
-    if (log_dir != "-") cluster_options.log_dir = log_dir;
-    absl::StatusOr<std::unique_ptr<coordinator::LocalCluster>> started =
-        coordinator::LocalCluster::Start(static_cast<int>(workers), SelfExe(),
-                                         std::move(cluster_options));
-    if (!started.ok()) return Fail("train", started.status());
-    cluster = std::move(*started);
-    std::fprintf(stderr, "coordinator on %s with %lld worker processes\n",
-                 cluster->address().c_str(), static_cast<long long>(workers));
-    int64_t step = trainer.state().step;
-    first_step = step;
-    // The gradients, and the held-out loss (forward-only steps), on the workers.
-    const train::GradientSource on_workers = [&](const ModelParams<float>& p,
-                                                 std::span<const GradPiece> pieces) {
-      return cluster->service().ComputeGradients(p, pieces, "train", step++);
-    };
-    trainer.set_gradient_source(on_workers);
-    trainer.set_evaluation_source(on_workers);
-  }
-  return RunTrainer(trainer, a, *spec, opt, cluster.get(), workers, first_step);
+  if (workers == 0) return RunTrainer(trainer, a, *spec, opt, nullptr, 0, trainer.state().step);
+  return RunOnWorkers(trainer, a, *spec, opt, workers, lease_ms, *std::move(worker_devices));
 }
 
 }  // namespace adjsh::cli

@@ -197,7 +197,9 @@ absl::Status CheckSpecRequestSize(const v1::JobSpec& spec) {
   return absl::OkStatus();
 }
 
-absl::Status ValidateJobSpec(const v1::JobSpec& spec, const JobLimits& limits, bool in_process) {
+absl::Status ValidateJobSpec(const v1::JobSpec& spec, const JobLimits& limits,
+                             JobRunner runner) {
+  const bool in_process = runner == JobRunner::kInProcess;
   if (absl::Status s = CheckSpecRequestSize(spec); !s.ok()) return s;
 
   // The model.
@@ -226,12 +228,13 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const JobLimits& limits, b
                             absl::StrCat("model_dir: ", text.status().message()));
       }
       if (ModelTypeOf(*text).value_or("") == "mamba2") {
-        // Mamba-2 (engine/mamba2_grad.h): the trainer's in-process source only, which takes
-        // no job limits (NoJobLimits).
-        if (!in_process) {
+        // Mamba-2 (engine/mamba2_grad.h): `adjsh train`'s own trainer only (in-process or
+        // on its local workers), which takes no job limits (NoJobLimits).
+        if (runner == JobRunner::kCoordinator) {
           return absl::UnimplementedError(
-              "model_dir: a Mamba-2 model (model_type mamba2) trains in-process with `adjsh "
-              "train` (no --workers); span tasks through workers are not built for Mamba-2");
+              "model_dir: a Mamba-2 model (model_type mamba2) trains with `adjsh train` "
+              "(in-process, or on local workers with --workers), not as a coordinator's job: "
+              "the job runner is Mamba-1's");
         }
         absl::StatusOr<Mamba2Config> m2 = ParseMamba2ConfigJson(*text);
         if (!m2.ok()) {

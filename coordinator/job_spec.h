@@ -81,11 +81,16 @@ uint64_t LargestParamBytes(const MambaConfig& config);
 // naming the field, the value not echoed. The first of ValidateJobSpec's checks.
 absl::Status CheckSpecRequestSize(const v1::JobSpec& spec);
 
+// Who runs a job: a coordinator's JobService, `adjsh train --workers` (its own trainer on a
+// local cluster), or `adjsh train` without workers.
+enum class JobRunner { kCoordinator, kLocalWorkers, kInProcess };
+
 // The checks above, without loading the model or the data (the model_dir's config.json and a
-// prepared corpus's manifest and indexes are read). in_process: the spec runs in `adjsh train`
-// without workers, where the truncated window (window > 0) is allowed.
+// prepared corpus's manifest and indexes are read). The truncated window (window > 0) runs
+// in-process only; a Mamba-2 model_dir trains in `adjsh train` only (in-process or on its local
+// workers), never as a coordinator's job (UNIMPLEMENTED: its runner is Mamba-1's).
 absl::Status ValidateJobSpec(const v1::JobSpec& spec, const JobLimits& limits = {},
-                             bool in_process = false);
+                             JobRunner runner = JobRunner::kCoordinator);
 
 // The config of an InitConfig (its defaults applied); INVALID_ARGUMENT naming the field.
 absl::StatusOr<MambaConfig> ConfigFromInit(const v1::InitConfig& init);

@@ -11,8 +11,9 @@ down; the span schedule gives the same files on 1, 2 and 3 threads; its step-12 
 resumed alone, ends with bitwise the straight run's files; the checkpoint is a Mamba-2 model
 folder that adjsh grad, eval and generate read, with `adjsh eval` equal to adjsh grad's loss in
 f64 (< 1e-12 relative) and grad showing its progress; the held-out loss is `adjsh eval`'s; a
-loss mask runs and reports the accuracy; --storage bf16 runs; what Mamba-2 lacks (--workers,
---window, --device) and bad shapes are refused by name, exit 1 or 2, nothing written. Prints
+loss mask runs and reports the accuracy; --storage bf16 runs; through 2 and 3 local workers the
+files are bitwise the in-process run's; what Mamba-2 lacks (GPU workers, --window, --device) and
+bad shapes are refused by name, exit 1 or 2, nothing written. Prints
 PASS/FAIL per case and `N passed, N failed` last; exits 1 if any case failed.
 """
 import argparse
@@ -167,8 +168,25 @@ def main():
                  "--checkpoint-dir", os.path.join(tmp, "bf16"), *TRAIN])
         check("train --storage bf16 (the layer inputs kept in bf16)", r.returncode == 0, r.stderr)
 
+        # Through local workers (the span tasks of engine/mamba2_span_work.h): bitwise the
+        # in-process run on threads, for 2 and 3 workers, with the held-out loss on them too.
+        base = ["train", "--model", model, "--tokens", corpus, "--steps", "4", "--spans", "4",
+                "--val-data", corpus, "--eval-tokens", "1024",
+                "--eval-every", "2", *TRAIN]
+        r = run([*base, "--checkpoint-dir", os.path.join(tmp, "w0"), "--threads", "2"])
+        want = final_files(os.path.join(tmp, "w0")) if r.returncode == 0 else None
+        for workers in ("2", "3"):
+            ck = os.path.join(tmp, f"w{workers}")
+            r2 = run([*base, "--checkpoint-dir", ck, "--workers", workers])
+            got = final_files(ck) if r2.returncode == 0 else None
+            check(f"train --workers {workers}: the model and optimizer files of the in-process "
+                  "run, bitwise, the held-out loss reported",
+                  want is not None and got == want and "val" in r2.stderr,
+                  (r.stderr + r2.stderr)[-600:])
+
         # What Mamba-2 lacks, refused by name, nothing written.
-        for args, words in [(["--workers", "2"], ("Mamba-2", "workers")),
+        for args, words in [(["--workers", "2", "--worker-device", "cuda:0"],
+                             ("Mamba-2", "CPU workers")),
                             (["--window", "64"], ("Mamba-2", "window")),
                             (["--device", "cuda:0"], ("cuda",))]:
             ck = os.path.join(tmp, "refused")

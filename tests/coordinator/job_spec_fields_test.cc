@@ -2,10 +2,16 @@
 // data, evaluation, resume, checkpoints kept, save dtype, document boundaries, prepared data)
 // are checked by ValidateJobSpec naming the field, and JobTrainOptions maps them with adjsh
 // train's defaults for the unset ones; the truncated window is refused for jobs, allowed in
-// process; NoJobLimits admits what a coordinator's default limits refuse.
+// process; NoJobLimits admits what a coordinator's default limits refuse; a Mamba-2 model trains
+// in adjsh train only (in-process or on its local workers), never as a coordinator's job.
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
 #include <string>
 
+#include <unistd.h>
+
+#include "common/mamba2_config.h"
 #include "coordinator/job_spec.h"
 #include "gtest/gtest.h"
 
@@ -58,7 +64,7 @@ TEST(JobSpecFields, WindowIsForInProcessRunsOnly) {
   v1::JobSpec s = Spec();
   s.set_window(64);
   EXPECT_EQ(ValidateJobSpec(s).code(), absl::StatusCode::kUnimplemented);
-  EXPECT_TRUE(ValidateJobSpec(s, {}, /*in_process=*/true).ok());
+  EXPECT_TRUE(ValidateJobSpec(s, {}, JobRunner::kInProcess).ok());
   EXPECT_EQ(JobTrainOptions(s, 1, "").grad.window, 64);
 }
 
@@ -92,7 +98,26 @@ TEST(JobSpecFields, NoJobLimitsAdmitsWhatTheDefaultsRefuse) {
   v1::JobSpec s = Spec();
   s.set_context_length(int64_t{1} << 25);  // over the default --max-context of 2^24
   EXPECT_EQ(ValidateJobSpec(s).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(ValidateJobSpec(s, NoJobLimits(), true).ok());
+  EXPECT_TRUE(ValidateJobSpec(s, NoJobLimits(), JobRunner::kInProcess).ok());
+}
+
+TEST(JobSpecFields, AMamba2ModelIsNoCoordinatorsJob) {
+  const std::filesystem::path dir =
+      std::filesystem::path(::testing::TempDir()) / ("mamba2_spec_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  Mamba2Config c;
+  c.hidden_size = 16, c.num_hidden_layers = 2, c.state_size = 8, c.head_dim = 8;
+  c.num_heads = 4, c.n_groups = 1, c.vocab_size = 256;
+  std::ofstream(dir / "config.json") << Mamba2ConfigToJson(c);
+  std::ofstream(dir / "model.safetensors") << "not read by the checks";
+  v1::JobSpec s = Spec();
+  s.set_model_dir(dir.string());
+  const absl::Status job = ValidateJobSpec(s);
+  EXPECT_EQ(job.code(), absl::StatusCode::kUnimplemented) << job;
+  EXPECT_NE(std::string(job.message()).find("Mamba-2"), std::string::npos) << job;
+  EXPECT_TRUE(ValidateJobSpec(s, NoJobLimits(), JobRunner::kLocalWorkers).ok());
+  EXPECT_TRUE(ValidateJobSpec(s, NoJobLimits(), JobRunner::kInProcess).ok());
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

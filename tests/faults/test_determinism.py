@@ -15,7 +15,7 @@ to run, so a result that depends on which worker ran a task, on what it ran befo
 result arrived shows up here as a differing byte. Runs alternate, four at a time, between the
 worker tree (--reduce tree: the partials summed among the workers, each run's progress lines must
 say "tree of") and the star (--reduce star: all through the coordinator, no "tree of"). Mamba-2
-models' gradients (MAMBA2_SHAPES) go through the same workers, always by the star.
+models (MAMBA2_SHAPES) go through the same workers, grad and train, always by the star.
 """
 import hashlib
 import os
@@ -43,9 +43,8 @@ SHAPES = {
 }
 WORKERS = [1, 2, 4, 8]
 
-# Mamba-2 models (adjsh init --model-type mamba2), `adjsh grad --workers W` only (their training
-# through workers is not built yet), through the coordinator (no worker tree): name: (flags, T,
-# C, S).
+# Mamba-2 models (adjsh init --model-type mamba2), `adjsh grad --workers W` and `adjsh train
+# --workers W` (3 steps), through the coordinator (no worker tree): name: (flags, T, C, S).
 MAMBA2_SHAPES = {
     "Mamba-2, G=2, 16 spans": (["--hidden-size", "16", "--layers", "2", "--state-size", "8",
                                 "--head-dim", "4", "--groups", "2"], 2000, 32, 16),
@@ -70,13 +69,20 @@ def mamba2_body(adjsh, tmp, record, repeats):
                       r.stderr + r2.stderr):
             continue
         grad = ["grad", "--model", model, "--tokens", tokens, "--chunk", str(C), "--spans", str(S)]
+        train = ["train", "--model", model, "--tokens", tokens, "--context", str(T), "--chunk",
+                 str(C), "--spans", str(S), "--steps", "3", "--warmup", "1",
+                 "--checkpoint-every", "0"]
         ref_grad = os.path.join(d, "g0.safetensors")
         r = run_adjsh(adjsh, [*grad, "--threads", "2", "--out", ref_grad])
-        if not record(f"{name}: in-process grad", r.returncode == 0, r.stderr):
+        r2 = run_adjsh(adjsh, [*train, "--threads", "2", "--checkpoint-dir",
+                               os.path.join(d, "ckpt0")], timeout=300)
+        ref_state = final_files(os.path.join(d, "ckpt0")) if r2.returncode == 0 else None
+        if not record(f"{name}: in-process grad and train", r.returncode == 0 and ref_state,
+                      r.stderr + r2.stderr):
             continue
         with open(ref_grad, "rb") as f:
             want_grad = f.read()
-        bad, failed = [], []
+        bad, bad_train, failed = [], [], []
         for i in range(repeats):
             workers = str(WORKERS[i % len(WORKERS)])
             out = os.path.join(d, f"g{i + 1}.safetensors")
@@ -88,9 +94,22 @@ def mamba2_body(adjsh, tmp, record, repeats):
                 if f.read() != want_grad:
                     bad.append(f"run {i + 1} ({workers} workers)")
             os.remove(out)
-        record(f"{name}: {repeats} grad runs through 1, 2, 4, 8 workers ran (through the "
-               "coordinator)", not failed, "; ".join(failed))
+            if (i // len(WORKERS)) % 2:  # train in every other round of 1, 2, 4, 8 workers
+                continue
+            ckpt = os.path.join(d, f"ckpt{i + 1}")
+            r = run_adjsh(adjsh, [*train, "--workers", workers, "--checkpoint-dir", ckpt],
+                          timeout=300)
+            state = final_files(ckpt) if r.returncode == 0 else None
+            if state is None:
+                failed.append(f"train --workers {workers}: {r.stderr.strip()[-300:]}")
+            elif state != ref_state:
+                bad_train.append(f"run {i + 1} ({workers} workers)")
+        trains = sum(1 for i in range(repeats) if (i // len(WORKERS)) % 2 == 0)
+        record(f"{name}: {repeats} grad and {trains} train runs through 1, 2, 4, 8 "
+               "workers ran (through the coordinator)", not failed, "; ".join(failed))
         record(f"{name}: every gradient bitwise the in-process one", not bad, "; ".join(bad))
+        record(f"{name}: every final model and optimizer state bitwise in-process",
+               not bad_train, "; ".join(bad_train))
 
 
 def body(adjsh, tmp, cluster, record, repeats):
