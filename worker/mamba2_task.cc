@@ -76,13 +76,7 @@ TaskRunner::Outcome TaskRunner::RunMamba2(const v1::Task& task, const TaskState&
         return skip(st.message());
     }
     job.mamba2_spans[key] = std::move(work);
-    if (!plan.ReplayIds(id).empty()) {  // a span's first task is its own work, not a rebuild
-      rebuild_s = std::chrono::duration<double>(Clock::now() - started).count();
-      state_.Log(1, absl::StrFormat("span %d of job %s rebuilt up to %s of layer %d (%.3f s)",
-                                    task.span(), task.job_id(),
-                                    std::string(SpanPhaseName(span_task.phase)), task.layer(),
-                                    rebuild_s));
-    }
+    rebuild_s = NoteRebuild(task, plan, id, started);
   }
   absl::StatusOr<SpanInputs<float>> in = TakeSpanInputs<float>(cfg, plan, span_task, "", got);
   if (!in.ok()) return skip(in.status().message());

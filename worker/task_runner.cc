@@ -179,14 +179,7 @@ TaskRunner::Outcome TaskRunner::Run(const v1::Task& task, const TaskState& held)
         return skip(st.message());
     }
     job.spans[key] = std::move(work);
-    // A span's first task makes it from its tokens: that is the task's own work, not a rebuild.
-    if (!plan.ReplayIds(id).empty()) {
-      rebuild_s = std::chrono::duration<double>(Clock::now() - started).count();
-      state_.Log(1, absl::StrFormat("span %d of job %s rebuilt up to %s of layer %d (%.3f s)",
-                                    task.span(), task.job_id(),
-                                    std::string(SpanPhaseName(span_task.phase)), task.layer(),
-                                    rebuild_s));
-    }
+    rebuild_s = NoteRebuild(task, plan, id, started);
   }
   absl::StatusOr<SpanInputs<float>> in = TakeSpanInputs<float>(cfg, plan, span_task, "", got);
   if (!in.ok()) return skip(in.status().message());
@@ -217,6 +210,18 @@ TaskRunner::Outcome TaskRunner::Run(const v1::Task& task, const TaskState& held)
   }
   return PushResult(task, held, PutSpanResult<float>(cfg, plan, span_task, result, !leaves),
                     result.compute_seconds);
+}
+
+double TaskRunner::NoteRebuild(const v1::Task& task, const SpanPlan& plan, int64_t id,
+                               Clock::time_point started) {
+  // A span's first task makes it from its tokens: that is the task's own work, not a rebuild.
+  if (plan.ReplayIds(id).empty()) return 0;
+  const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
+  state_.Log(1, absl::StrFormat("span %d of job %s rebuilt up to %s of layer %d (%.3f s)",
+                                task.span(), task.job_id(),
+                                std::string(SpanPhaseName(plan.task(id).phase)), task.layer(),
+                                seconds));
+  return seconds;
 }
 
 TaskRunner::Outcome TaskRunner::PushResult(const v1::Task& task, const TaskState& held,

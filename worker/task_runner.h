@@ -39,6 +39,10 @@ class TaskRunner {
   // worker tree).
   Outcome RunMamba2(const v1::Task& task, const TaskState& state, SpanStore::Job& job);
   Outcome End(const std::string& task_id, const NoResult& no_result) const;  // logs it
+  // A span built for `task` (plan's task id) from its tokens: the seconds since `started` when
+  // it was replayed up to the task (a rebuild, logged), 0 when the task is the span's first.
+  double NoteRebuild(const v1::Task& task, const SpanPlan& plan, int64_t id,
+                     Clock::time_point started);
   // Pushes a task's result tensors, counting their bytes and logging the answer.
   Outcome PushResult(const v1::Task& task, const TaskState& state, const TensorMap& results,
                      double compute_seconds);
