@@ -1,8 +1,9 @@
 // One span-scheduled sequence of a gradient step on the coordinator (docs/ARCHITECTURE.md "A
 // step through workers"): its plan, its ledger (engine/span_ledger.h), its task queue, who owns
 // which span, and what each task cost. A step of a batch has one per sequence, all sharing one
-// SpanOwners (sequence b's span s is entry span_base + s). The TaskService calls it under its
-// own lock; nothing here locks.
+// SpanOwners (sequence b's span s is entry span_base + s). The sequence is of either model type:
+// a Mamba-1 or a Mamba-2 model's ledger (engine/span_family.h), the same tasks. The TaskService
+// calls it under its own lock; nothing here locks.
 //
 // Ownership: a span's tasks go to its owner only. At a step's start (DealSpans) the owners that
 // live keep their spans (trimmed to the quota ceil(spans of the step / live workers), so that a
