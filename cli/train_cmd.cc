@@ -297,7 +297,8 @@ int TrainCommand(const std::vector<std::string>& args) {
   // The job's checks, model, data and options, as a coordinator's runner takes them.
   if (absl::Status s = coordinator::ValidateJobSpec(
           *spec, coordinator::NoJobLimits(),
-          workers == 0 ? coordinator::JobRunner::kInProcess : coordinator::JobRunner::kLocalWorkers);
+          workers == 0 ? coordinator::JobRunner::kInProcess
+                       : coordinator::JobRunner::kLocalWorkers);
       !s.ok())
     return Fail("train", s);
   train::TrainOptions opt =

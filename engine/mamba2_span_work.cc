@@ -87,7 +87,8 @@ void Mamba2SpanWork<T>::Forward(int64_t k, const SpanInputs<T>& in, Mamba2SpanOu
   const Mamba2Layer<T>& l = p_.layers[k];
   Scratch<T>& sc = ThreadScratch<T>();
   if (k > 0 && r_.halo > 0) {  // rows [0, H) of u^k: the previous span's last rows
-    ADJSH_CHECK(static_cast<int64_t>(in.halo_u.size()) == r_.halo * D, "halo_u has the wrong size");
+    ADJSH_CHECK(static_cast<int64_t>(in.halo_u.size()) == r_.halo * D,
+                "halo_u has the wrong size");
     u_[k].Commit(0, r_.halo * D, in.halo_u.data());
   }
   if (summary) {  // from zero: the end state, and each head's dt summed over the span

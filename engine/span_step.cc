@@ -105,7 +105,6 @@ GradResult<T, P> RunSpans(const P<T>& params, const Model& model, const SpanPlan
 
 }  // namespace
 
-
 template <typename T>
 absl::StatusOr<GradResult<T>> RunSpanStep(const ModelParams<T>& params,
                                           std::span<const uint32_t> tokens,

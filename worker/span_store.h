@@ -61,8 +61,9 @@ class SpanStore {
 
   // The task's job, at the task's version, with the plan of the task's sequence: made (again)
   // from its config_json (Mamba-1's, or Mamba-2's by its model_type) and plan when those or
-  // the version changed (a changed plan drops that sequence's spans only). FAILED_PRECONDITION for a task older than the version held
-  // (a stale task); the config parser's or the plan's error for a bad task.
+  // the version changed (a changed plan drops that sequence's spans only).
+  // FAILED_PRECONDITION for a task older than the version held (a stale task); the config
+  // parser's or the plan's error for a bad task.
   absl::StatusOr<Job*> JobFor(const v1::Task& task);
 
   int64_t kept_bytes() const;  // every span's rows, for logs

@@ -34,7 +34,8 @@ static T RowDot(const T* a, const T* b, int64_t D, const T* w = nullptr) {
 
 // u, n: (rows, D); w: (D); r: (rows) written.
 template <typename T>
-static void RmsNormForward(const T* u, int64_t rows, int64_t D, const T* w, double eps, T* n, T* r) {
+static void RmsNormForward(const T* u, int64_t rows, int64_t D, const T* w, double eps, T* n,
+                           T* r) {
   for (int64_t t = 0; t < rows; ++t) {
     const T* ut = u + t * D;
     const T ss = RowDot(ut, ut, D);
@@ -48,8 +49,8 @@ static void RmsNormForward(const T* u, int64_t rows, int64_t D, const T* w, doub
 // Given dn = dL/dn (rows, D): dw (D) += sum_t dn . u r;  du (rows, D) = r v - u r^3 (v . u) / D
 // with v = dn . w. du is written (it may alias dn).
 template <typename T>
-static void RmsNormBackward(const T* u, int64_t rows, int64_t D, const T* w, const T* r, const T* dn,
-                     T* dw, T* du) {
+static void RmsNormBackward(const T* u, int64_t rows, int64_t D, const T* w, const T* r,
+                            const T* dn, T* dw, T* du) {
   for (int64_t t = 0; t < rows; ++t) {
     const T* ut = u + t * D;
     const T* gt = dn + t * D;
