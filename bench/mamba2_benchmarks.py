@@ -25,8 +25,12 @@ Model: D=256, K=4, N=64, head_dim 32 (H=16), G=1, W=4, V=256, synthetic weights;
 FLOPs counted per token and layer, as engine/mamba2_grad.cc runs them: the in_proj GEMM
 (2 Dp D) three times (the forward, the backward's state sweep, the chunk's recompute), the
 out_proj GEMM (2 D Di) twice (the sweep keeps states only), both twice more for their
-backward; the scan 4 H P N per forward pass (2 H P N in the sweep) and 10 H P N backward; the
-LM head (2 V D) three times.
+backward; the LM head (2 V D) three times; the scan in the block form that chunk 256 uses
+(engine/mamba2_scan_blocks.cc, blocks of Q = 64 rows), per token: forward 2 Q P + 4 P N per
+head and 2 Q N per group (C B^T), twice (the forward and the recompute); the states-only sweep
+2 P N per head; the backward 4 Q P + 4 Q N + 10 P N per head and 2 Q N per group. The block
+form does more FLOPs than the token-by-token recurrence (4 P N forward, 14 P N backward), as
+GEMMs.
 """
 import argparse
 import json
@@ -48,12 +52,14 @@ GRAD = re.compile(r"loss ([\d.]+)\s+tokens (\d+)\s+([\d.]+) s .* peak RSS ([\d.]
 SHAPE = dict(D=256, K=4, N=64, W=4, E=2, P=32, G=1, V=256)
 
 
-def flops_per_token(cfg):
+def flops_per_token(cfg, Q=64):
     D, Di, H, P, G, N, Cc = ref.dims(cfg)
     Dp, V, K = 2 * Di + 2 * G * N + H, cfg["vocab_size"], cfg["num_hidden_layers"]
     in_proj, out_proj = 2 * Dp * D, 2 * D * Di
+    scan_fwd = H * (2 * Q * P + 4 * P * N) + G * 2 * Q * N
+    scan_bwd = H * (4 * Q * P + 4 * Q * N + 10 * P * N) + G * 2 * Q * N
     layer = (3 * in_proj + 2 * out_proj + 2 * (in_proj + out_proj) +
-             (4 + 2 + 4 + 10) * H * P * N)
+             2 * scan_fwd + H * 2 * P * N + scan_bwd)
     return K * layer + 3 * 2 * V * D
 
 

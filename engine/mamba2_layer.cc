@@ -5,14 +5,13 @@
 //   per head h (group g = h / (H / G)): S_t = exp(dt_t A) S_{t-1} + dt_t x_t B_t^T,
 //                                       y_t = S_t C_t + D_h x_t
 //   gv = y * silu(z); n = rmsnorm per group of Di / G channels (gnorm); out = n out_proj^T
-// The backward of the scan, per head, in reverse: G_t = dy_t C_t^T + exp(dt_{t+1} A) G_{t+1}
-// (P, N) is dL/dS_t, from which dC_t = S_t^T dy_t, dx_t = D dy_t + dt_t G_t B_t,
-// dB_t = dt_t G_t^T x_t, ddt_t = x_t^T G_t B_t + A exp(dt_t A) <G_t, S_{t-1}>.
+// The scan and its backward are engine/mamba2_scan.h's, in the form Mamba2ScanFormFor(L) picks.
 #include "engine/mamba2_layer.h"
 
 #include <algorithm>
 #include <cmath>
 
+#include "engine/mamba2_scan.h"
 #include "kernels/cpu/blas.h"
 #include "kernels/cpu/rmsnorm.h"
 
@@ -57,6 +56,14 @@ void GatedNormBackward(const Mamba2Layer<T>& l, const Mamba2Dims& d, const Mamba
   }
 }
 
+// A = -exp(A_log) per head, what the scan reads.
+template <typename T>
+std::vector<T> Decay(const Mamba2Layer<T>& l, const Mamba2Dims& d) {
+  std::vector<T> A(d.H);
+  for (int64_t h = 0; h < d.H; ++h) A[h] = -std::exp(l.A_log[h]);
+  return A;
+}
+
 }  // namespace
 
 Mamba2Dims::Mamba2Dims(const Mamba2Config& c)
@@ -97,28 +104,12 @@ void Mamba2ChunkForward(const Mamba2Layer<T>& l, const Mamba2Config& cfg, const 
       a.dt[i * d.H + h] = v;
     }
   }
-  // The scan, head by head, from the states before t0.
-  const int64_t PN = d.P * d.N, rep = d.H / d.G;
-  a.S0.assign(S, S + d.H * PN);
-  a.y.resize(L * d.Di);
-  for (int64_t h = 0; h < d.H; ++h) {
-    const int64_t g = h / rep;
-    const T A = -std::exp(l.A_log[h]);
-    T* Sh = S + h * PN;
-    for (int64_t i = 0; i < L; ++i) {
-      const T dt = a.dt[i * d.H + h], decay = std::exp(dt * A);
-      const T* x = &a.xbc[i * d.Cc + h * d.P];
-      const T* B = &a.xbc[i * d.Cc + d.Di + g * d.N];
-      const T* C = &a.xbc[i * d.Cc + d.Di + d.G * d.N + g * d.N];
-      for (int64_t p = 0; p < d.P; ++p) {
-        const T xv = dt * x[p];
-        T* Sp = Sh + p * d.N;
-        for (int64_t n = 0; n < d.N; ++n) Sp[n] = decay * Sp[n] + xv * B[n];
-        if (out == nullptr) continue;
-        a.y[i * d.Di + h * d.P + p] = cpu::RowDot(Sp, C, d.N) + l.D[h] * x[p];
-      }
-    }
-  }
+  // The scan from the states before t0.
+  const std::vector<T> A = Decay(l, d);
+  const Mamba2ScanRows<T> rows{&d, L, a.dt.data(), a.xbc.data(), A.data(), l.D.data()};
+  a.S0.assign(S, S + d.H * d.P * d.N);
+  if (out) a.y.resize(L * d.Di);
+  Mamba2ScanForward(Mamba2ScanFormFor(L), rows, S, out ? a.y.data() : nullptr);
   if (out == nullptr) return;  // the states alone
   // The gated norm: gv = y * silu(z), normalised per group of M = Di / G channels.
   const int64_t M = d.Di / d.G;
@@ -155,62 +146,15 @@ void Mamba2ChunkBackward(const Mamba2Layer<T>& l, const Mamba2Config& cfg, const
   // The gated norm, back to dy and dz (dzx's z columns). dzx holds the chunk's rows only.
   std::vector<T> dzx(L * d.Dp, T(0)), dy(L * d.Di);
   GatedNormBackward(l, d, a, dn.data(), dy.data(), &gl, dzx.data());
-  // The scan, per head in reverse, its states recomputed from S0: buf[i + 1] = S_{t0 + i}.
-  const int64_t PN = d.P * d.N, rep = d.H / d.G;
-  std::vector<T> dxbc(L * d.Cc, T(0)), ddt(L * d.H, T(0));
-  std::vector<T> buf((L + 1) * PN), G(PN);
+  // The scan's backward, its states recomputed from S0.
+  const std::vector<T> A = Decay(l, d);
+  const Mamba2ScanRows<T> rows{&d, L, a.dt.data(), a.xbc.data(), A.data(), l.D.data()};
+  std::vector<T> dxbc(L * d.Cc, T(0)), ddt(L * d.H, T(0)), dA(d.H, T(0)), dD(d.H, T(0));
+  Mamba2ScanBackward(Mamba2ScanFormFor(L), rows, a.S0.data(), dy.data(), carry, dxbc.data(),
+                     ddt.data(), dA.data(), dD.data());
   for (int64_t h = 0; h < d.H; ++h) {
-    const int64_t g = h / rep;
-    const T A = -std::exp(l.A_log[h]), Dh = l.D[h];
-    T dA = 0, dD = 0;
-    T* ch = carry + h * PN;
-    std::copy_n(a.S0.begin() + h * PN, PN, buf.begin());
-    for (int64_t i = 0; i < L; ++i) {
-      const T dt = a.dt[i * d.H + h], decay = std::exp(dt * A);
-      const T* x = &a.xbc[i * d.Cc + h * d.P];
-      const T* B = &a.xbc[i * d.Cc + d.Di + g * d.N];
-      const T* prev = &buf[i * PN];
-      T* next = &buf[(i + 1) * PN];
-      for (int64_t p = 0; p < d.P; ++p)
-        for (int64_t n = 0; n < d.N; ++n)
-          next[p * d.N + n] = decay * prev[p * d.N + n] + dt * x[p] * B[n];
-    }
-    for (int64_t i = L - 1; i >= 0; --i) {
-      const T dt = a.dt[i * d.H + h], decay = std::exp(dt * A);
-      const T* x = &a.xbc[i * d.Cc + h * d.P];
-      const T* B = &a.xbc[i * d.Cc + d.Di + g * d.N];
-      const T* C = &a.xbc[i * d.Cc + d.Di + d.G * d.N + g * d.N];
-      const T* dyt = &dy[i * d.Di + h * d.P];
-      const T* St = &buf[(i + 1) * PN];
-      const T* Sprev = &buf[i * PN];
-      T* dx = &dxbc[i * d.Cc + h * d.P];
-      T* dB = &dxbc[i * d.Cc + d.Di + g * d.N];
-      T* dC = &dxbc[i * d.Cc + d.Di + d.G * d.N + g * d.N];
-      // Row by row of the (P, N) state: the element-wise updates vectorise, and the sums over
-      // N are RowDot's fixed lane order (kernels/cpu/rmsnorm.h).
-      T xGB = 0, GS = 0;
-      for (int64_t p = 0; p < d.P; ++p) {
-        T* Gp = &G[p * d.N];
-        const T* cp = ch + p * d.N;
-        const T* Sp = St + p * d.N;
-        const T dyp = dyt[p], dtx = dt * x[p];
-        for (int64_t n = 0; n < d.N; ++n) {
-          Gp[n] = cp[n] + dyp * C[n];
-          dC[n] += Sp[n] * dyp;
-          dB[n] += dtx * Gp[n];
-        }
-        const T GB = cpu::RowDot(Gp, B, d.N);
-        GS += cpu::RowDot(Gp, Sprev + p * d.N, d.N);
-        dx[p] += Dh * dyp + dt * GB;
-        xGB += x[p] * GB;
-        dD += dyt[p] * x[p];
-      }
-      ddt[i * d.H + h] += xGB + A * decay * GS;
-      dA += decay * dt * GS;
-      for (int64_t q = 0; q < PN; ++q) ch[q] = decay * G[q];  // dL/dS_{t-1}
-    }
-    gl.A_log[h] += dA * A;  // A = -exp(A_log): dA/dA_log = A
-    gl.D[h] += dD;
+    gl.A_log[h] += dA[h] * A[h];  // A = -exp(A_log): dA/dA_log = A
+    gl.D[h] += dD[h];
   }
   // dt = softplus(dt_raw + dt_bias), clamped: zero where the clamp held it.
   for (int64_t i = 0; i < L; ++i) {
@@ -272,25 +216,14 @@ template <typename T>
 void Mamba2ChunkAdjoint(const Mamba2Layer<T>& l, const Mamba2Config& cfg,
                         const Mamba2ChunkActs<T>& a, const T* dout, T* carry) {
   const Mamba2Dims d(cfg);
-  const int64_t L = a.t1 - a.t0, PN = d.P * d.N, rep = d.H / d.G;
+  const int64_t L = a.t1 - a.t0;
   std::vector<T> dn(L * d.Di), dy(L * d.Di);
   Gemm<T>(Trans::kNo, Trans::kNo, L, d.Di, d.D, T(1), dout, d.D, l.out_proj.data(), d.Di, T(0),
           dn.data(), d.Di);
   GatedNormBackward<T>(l, d, a, dn.data(), dy.data(), nullptr, nullptr);
-  for (int64_t h = 0; h < d.H; ++h) {  // G_t = carry + dy_t C_t^T, carry = exp(dt_t A) G_t
-    const int64_t g = h / rep;
-    const T A = -std::exp(l.A_log[h]);
-    T* ch = carry + h * PN;
-    for (int64_t i = L - 1; i >= 0; --i) {
-      const T decay = std::exp(a.dt[i * d.H + h] * A);
-      const T* C = &a.xbc[i * d.Cc + d.Di + d.G * d.N + g * d.N];
-      const T* dyt = &dy[i * d.Di + h * d.P];
-      for (int64_t p = 0; p < d.P; ++p) {
-        T* cp = ch + p * d.N;
-        for (int64_t n = 0; n < d.N; ++n) cp[n] = decay * (cp[n] + dyt[p] * C[n]);
-      }
-    }
-  }
+  const std::vector<T> A = Decay(l, d);
+  const Mamba2ScanRows<T> rows{&d, L, a.dt.data(), a.xbc.data(), A.data(), l.D.data()};
+  Mamba2ScanAdjoint(Mamba2ScanFormFor(L), rows, dy.data(), carry);
 }
 
 template <typename T>
