@@ -17,6 +17,7 @@
 #include "common/file_io.h"
 #include "common/model.h"
 #include "common/strings.h"
+#include "engine/mamba2_model.h"
 #include "coordinator/job_paths.h"
 #include "coordinator/job_spec.h"
 #include "coordinator/job_store.h"
@@ -435,18 +436,31 @@ absl::Status JobServiceImpl::RunJob(JobRecord& rec) {
     job_id = rec.job.job_id();
     ckpt = rec.checkpoint_dir;
   }
-  const absl::Status cancelled = absl::CancelledError("the job was cancelled");
-
+  absl::StatusOr<bool> mamba2 = JobIsMamba2(spec);
+  if (!mamba2.ok()) return mamba2.status();
+  if (*mamba2) {
+    absl::StatusOr<Mamba2Params<float>> params = LoadMamba2ModelDir<float>(spec.model_dir());
+    if (!params.ok()) return params.status();
+    return TrainJob(rec, spec, job_id, ckpt, *std::move(params));
+  }
   absl::StatusOr<ModelParams<float>> params = JobModelParams(spec);
   if (!params.ok()) return params.status();
+  return TrainJob(rec, spec, job_id, ckpt, *std::move(params));
+}
+
+template <typename P>
+absl::Status JobServiceImpl::TrainJob(JobRecord& rec, const v1::JobSpec& spec,
+                                      const std::string& job_id, const std::string& ckpt,
+                                      P params) {
+  const absl::Status cancelled = absl::CancelledError("the job was cancelled");
   if (rec.cancel.load()) return cancelled;
-  absl::StatusOr<JobDataSet> data = JobData(spec, opt_.limits, params->config.vocab_size);
+  absl::StatusOr<JobDataSet> data = JobData(spec, opt_.limits, params.config.vocab_size);
   if (!data.ok()) return data.status();
   if (rec.cancel.load()) return cancelled;
 
   train::TrainOptions opt = JobTrainOptions(spec, opt_.threads, ckpt);
   if (opt.reset_at_documents) opt.doc_starts = std::move(data->doc_starts);
-  train::Trainer trainer(std::move(*params), std::move(data->corpus), opt);
+  train::BasicTrainer<P> trainer(std::move(params), std::move(data->corpus), opt);
   // The held-out loss is measured in this process (the evaluation is not distributed yet).
   if (data->val) trainer.set_validation(*std::move(data->val));
   if (absl::Status s = trainer.Init(); !s.ok()) return s;
@@ -471,13 +485,12 @@ absl::Status JobServiceImpl::RunJob(JobRecord& rec) {
   const std::string task_job_id = absl::StrCat(job_id, "@", instance_);
   int64_t step = trainer.state().step;
   // The gradients, and the held-out loss (forward-only steps), on the workers.
-  const train::GradientSource on_workers =
-      [&](const ModelParams<float>& p,
-          std::span<const GradPiece> pieces) -> absl::StatusOr<std::vector<GradResult<float>>> {
-    if (rec.cancel.load()) return cancelled;
-    absl::StatusOr<std::vector<GradResult<float>>> g =
-        tasks_.ComputeGradients(p, pieces, task_job_id, step++);
-    if (rec.cancel.load()) return cancelled;
+  const train::GradientSourceFor<P> on_workers = [&](const P& p,
+                                                     std::span<const GradPiece> pieces) {
+    using Results = decltype(tasks_.ComputeGradients(p, pieces, task_job_id, step));
+    if (rec.cancel.load()) return Results(cancelled);
+    Results g = tasks_.ComputeGradients(p, pieces, task_job_id, step++);
+    if (rec.cancel.load()) return Results(cancelled);
     return g;
   };
   trainer.set_gradient_source(on_workers);

@@ -126,6 +126,11 @@ class JobServiceImpl final : public v1::JobService::Service {
   void RunLoop();
   // Loads the model and data and trains; returns when the job ends (any way).
   absl::Status RunJob(JobRecord& rec);
+  // The job's training with its model loaded, for either model type (P: ModelParams<float> or
+  // Mamba2Params<float>); defined in job_service.cc.
+  template <typename P>
+  absl::Status TrainJob(JobRecord& rec, const v1::JobSpec& spec, const std::string& job_id,
+                        const std::string& ckpt, P params);
   absl::Status RunJobGuarded(JobRecord& rec);
   void ForgetOldJobs();  // requires mu_
   void Persist(const JobRecord& rec);  // to store_ (a warning when it fails). Requires mu_.

@@ -17,6 +17,7 @@
 #include "common/strings.h"
 #include "common/tokens.h"
 #include "engine/adjoint_engine.h"
+#include "engine/mamba2_model.h"
 
 namespace adjsh::coordinator {
 namespace fs = std::filesystem;
@@ -98,7 +99,13 @@ absl::Status OverLimit(const std::string& what, const std::string& flag, uint64_
                                                  limit));
 }
 
-absl::Status CheckModelLimits(const MambaConfig& c, const std::string& field,
+uint64_t ModelBytesF32(const MambaConfig& c) { return ParamBytesF32(c); }
+uint64_t ModelBytesF32(const Mamba2Config& c) { return Mamba2ParamBytesF32(c); }
+
+// The job limits on a model of either type (the coordinator holds its parameters, gradient
+// and two AdamW moments).
+template <typename Config>
+absl::Status CheckModelLimits(const Config& c, const std::string& field,
                               const JobLimits& limits) {
   if (c.num_hidden_layers > limits.max_layers) {
     return OverLimit(absl::StrCat(field, ": layers (K)"), "--max-layers",
@@ -115,7 +122,7 @@ absl::Status CheckModelLimits(const MambaConfig& c, const std::string& field,
     return OverLimit(absl::StrCat(field, ": largest parameter tensor in bytes"),
                      "--max-tensor-bytes", bytes, limits.max_tensor_bytes);
   }
-  const uint64_t model = ParamBytesF32(c);
+  const uint64_t model = ModelBytesF32(c);
   if (model > limits.max_model_bytes) {
     return OverLimit(absl::StrCat(field, ": the model's parameters in f32 bytes"),
                      "--max-model-bytes", model, limits.max_model_bytes);
@@ -166,6 +173,19 @@ uint64_t LargestParamBytes(const MambaConfig& c) {
                      SatMul(di, u(c.time_step_rank)),              // dt_proj (Di, R)
                      SatMul(di, u(c.state_size)),                  // A_log (Di, N)
                      SatMul(di, u(c.conv_kernel))}) {              // conv1d (Di, 1, W)
+    largest = std::max(largest, n);
+  }
+  return SatMul(largest, sizeof(float));
+}
+
+uint64_t LargestParamBytes(const Mamba2Config& c) {
+  const auto u = [](int64_t v) { return static_cast<uint64_t>(std::max<int64_t>(v, 0)); };
+  const uint64_t d = u(c.hidden_size);
+  uint64_t largest = 0;
+  for (uint64_t n : {SatMul(u(c.vocab_size), d),                  // embeddings (V, D)
+                     SatMul(u(c.in_proj_rows()), d),              // in_proj (Dp, D)
+                     SatMul(d, u(c.inner())),                     // out_proj (D, Di)
+                     SatMul(u(c.conv_channels()), u(c.conv_kernel))}) {  // conv1d (Cc, 1, W)
     largest = std::max(largest, n);
   }
   return SatMul(largest, sizeof(float));
@@ -228,19 +248,12 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const JobLimits& limits,
                             absl::StrCat("model_dir: ", text.status().message()));
       }
       if (ModelTypeOf(*text).value_or("") == "mamba2") {
-        // Mamba-2 (engine/mamba2_grad.h): `adjsh train`'s own trainer only (in-process or
-        // on its local workers), which takes no job limits (NoJobLimits).
-        if (runner == JobRunner::kCoordinator) {
-          return absl::UnimplementedError(
-              "model_dir: a Mamba-2 model (model_type mamba2) trains with `adjsh train` "
-              "(in-process, or on local workers with --workers), not as a coordinator's job: "
-              "the job runner is Mamba-1's");
-        }
-        absl::StatusOr<Mamba2Config> m2 = ParseMamba2ConfigJson(*text);
+        absl::StatusOr<Mamba2Config> m2 = ParseMamba2ConfigJson(*text);  // Mamba-2
         if (!m2.ok()) {
           return absl::Status(m2.status().code(), absl::StrCat("model_dir: ", config_path, ": ",
                                                                 m2.status().message()));
         }
+        if (absl::Status s = CheckModelLimits(*m2, "model_dir", limits); !s.ok()) return s;
         vocab = m2->vocab_size;
         break;
       }
@@ -416,6 +429,16 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const JobLimits& limits,
     }
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<bool> JobIsMamba2(const v1::JobSpec& spec) {
+  if (spec.model_case() != v1::JobSpec::kModelDir) return false;  // init: Mamba-1's shapes
+  absl::StatusOr<std::string> text =
+      ReadFileToString((fs::path(spec.model_dir()) / "config.json").string());
+  if (!text.ok()) return text.status();
+  absl::StatusOr<std::string> type = ModelTypeOf(*text);
+  if (!type.ok()) return type.status();
+  return *type == "mamba2";
 }
 
 absl::StatusOr<ModelParams<float>> JobModelParams(const v1::JobSpec& spec) {

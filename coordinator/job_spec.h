@@ -39,6 +39,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/mamba2_config.h"
 #include "common/model.h"
 #include "common/token_data.h"
 #include "proto/adjsh.pb.h"
@@ -76,6 +77,7 @@ inline JobLimits NoJobLimits() {
 
 // Bytes of the model's largest parameter tensor in f32 (saturates at UINT64_MAX).
 uint64_t LargestParamBytes(const MambaConfig& config);
+uint64_t LargestParamBytes(const Mamba2Config& config);
 
 // The spec's sizes as a request (kMaxSpecBytes, kMaxPathBytes, kMaxTextFiles): INVALID_ARGUMENT
 // naming the field, the value not echoed. The first of ValidateJobSpec's checks.
@@ -87,13 +89,17 @@ enum class JobRunner { kCoordinator, kLocalWorkers, kInProcess };
 
 // The checks above, without loading the model or the data (the model_dir's config.json and a
 // prepared corpus's manifest and indexes are read). The truncated window (window > 0) runs
-// in-process only; a Mamba-2 model_dir trains in `adjsh train` only (in-process or on its local
-// workers), never as a coordinator's job (UNIMPLEMENTED: its runner is Mamba-1's).
+// in-process only. A model_dir of either model type (model_type mamba or mamba2) is checked
+// against the limits alike.
 absl::Status ValidateJobSpec(const v1::JobSpec& spec, const JobLimits& limits = {},
                              JobRunner runner = JobRunner::kCoordinator);
 
 // The config of an InitConfig (its defaults applied); INVALID_ARGUMENT naming the field.
 absl::StatusOr<MambaConfig> ConfigFromInit(const v1::InitConfig& init);
+
+// Whether the spec's model is a Mamba-2 model_dir (its config.json's model_type is "mamba2");
+// init makes Mamba-1 models only. Then JobMamba2Params loads it, else JobModelParams.
+absl::StatusOr<bool> JobIsMamba2(const v1::JobSpec& spec);
 
 // The spec's model: loaded from model_dir, or initialised from init (its seed).
 absl::StatusOr<ModelParams<float>> JobModelParams(const v1::JobSpec& spec);

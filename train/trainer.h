@@ -94,8 +94,9 @@ using GradientSourceFor =
         const P& params, std::span<const GradPiece> pieces)>;
 using GradientSource = GradientSourceFor<ModelParams<float>>;
 
-// The loop for either model type: Trainer (Mamba-1) and Mamba2Trainer below. Mamba-2 has only
-// the in-process source (the options it cannot take are refused by Init: ModelFamily).
+// The loop for either model type: Trainer (Mamba-1) and Mamba2Trainer below; the in-process
+// gradient source by default, a local cluster's or a coordinator's job's when set (the options
+// a model type cannot take are refused by Init: ModelFamily).
 template <typename P>
 class BasicTrainer {
  public:

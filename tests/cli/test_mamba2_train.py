@@ -12,7 +12,8 @@ resumed alone, ends with bitwise the straight run's files; the checkpoint is a M
 folder that adjsh grad, eval and generate read, with `adjsh eval` equal to adjsh grad's loss in
 f64 (< 1e-12 relative) and grad showing its progress; the held-out loss is `adjsh eval`'s; a
 loss mask runs and reports the accuracy; --storage bf16 runs; through 2 and 3 local workers the
-files are bitwise the in-process run's; what Mamba-2 lacks (GPU workers, --window, --device) and
+files are bitwise the in-process run's, and so are a coordinator's job's (adjsh submit, 2
+workers); what Mamba-2 lacks (GPU workers, --window, --device) and
 bad shapes are refused by name, exit 1 or 2, nothing written. Prints
 PASS/FAIL per case and `N passed, N failed` last; exits 1 if any case failed.
 """
@@ -28,7 +29,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/
-from harness import Results, final_files, read_scalar, run_adjsh  # noqa: E402
+from harness import Cluster, Results, final_files, read_scalar, run_adjsh  # noqa: E402
 
 CRASH_MARKERS = ("Segmentation fault", "terminate called", "Aborted", "core dumped",
                  "check failed", "ADJSH_CHECK")
@@ -183,6 +184,32 @@ def main():
                   "run, bitwise, the held-out loss reported",
                   want is not None and got == want and "val" in r2.stderr,
                   (r.stderr + r2.stderr)[-600:])
+
+        # A coordinator's job (adjsh submit to a coordinator with 2 workers on loopback):
+        # bitwise the same JobSpec run in-process by `adjsh train --spec`, the held-out loss
+        # in its events.
+        spec = {"model_dir": model, "token_file": corpus, "val_token_file": corpus,
+                "context_length": 256, "chunk": 64, "steps": 4, "spans": 4, "eval_every": 2,
+                "eval_tokens": 1024, "checkpoint_every": 0,
+                "optimizer": {"lr": 1e-2, "warmup_steps": 2}}
+        spec_path = os.path.join(tmp, "job.json")
+        with open(spec_path, "w") as f:
+            json.dump(dict(spec, checkpoint_dir=os.path.join(tmp, "j-spec")), f)
+        r = run(["train", "--spec", spec_path])
+        want = final_files(os.path.join(tmp, "j-spec")) if r.returncode == 0 else None
+        cluster = Cluster(adjsh, tmp)
+        try:
+            _, addr = cluster.coordinator(os.path.join(tmp, "state"))
+            for name in ("a", "b"):
+                cluster.worker(addr, name)
+            job, rs = cluster.submit(addr, dict(spec, checkpoint_dir=os.path.join(tmp, "j-api")))
+            w = cluster.watch(addr, job, timeout=300) if job else rs
+            got = final_files(os.path.join(tmp, "j-api")) if w.returncode == 0 else None
+            check("a Mamba-2 JobSpec through adjsh submit (a coordinator, 2 workers): SUCCEEDED "
+                  "with bitwise the files of `adjsh train --spec`",
+                  want is not None and got == want, (r.stderr + rs.stderr + w.stderr)[-800:])
+        finally:
+            cluster.stop()
 
         # What Mamba-2 lacks, refused by name, nothing written.
         for args, words in [(["--workers", "2", "--worker-device", "cuda:0"],

@@ -13,6 +13,7 @@
 
 #include "common/mamba2_config.h"
 #include "coordinator/job_spec.h"
+#include "engine/mamba2_model.h"
 #include "gtest/gtest.h"
 
 namespace adjsh::coordinator {
@@ -101,7 +102,9 @@ TEST(JobSpecFields, NoJobLimitsAdmitsWhatTheDefaultsRefuse) {
   EXPECT_TRUE(ValidateJobSpec(s, NoJobLimits(), JobRunner::kInProcess).ok());
 }
 
-TEST(JobSpecFields, AMamba2ModelIsNoCoordinatorsJob) {
+// A Mamba-2 model_dir is a job for every runner, under the same limits as a Mamba-1 model's,
+// counted on its own tensors: in_proj (Dp, D) with Dp = 2 Di + 2 G N + H.
+TEST(JobSpecFields, AMamba2ModelIsAJobUnderItsOwnLimits) {
   const std::filesystem::path dir =
       std::filesystem::path(::testing::TempDir()) / ("mamba2_spec_" + std::to_string(getpid()));
   std::filesystem::create_directories(dir);
@@ -112,11 +115,27 @@ TEST(JobSpecFields, AMamba2ModelIsNoCoordinatorsJob) {
   std::ofstream(dir / "model.safetensors") << "not read by the checks";
   v1::JobSpec s = Spec();
   s.set_model_dir(dir.string());
-  const absl::Status job = ValidateJobSpec(s);
-  EXPECT_EQ(job.code(), absl::StatusCode::kUnimplemented) << job;
-  EXPECT_NE(std::string(job.message()).find("Mamba-2"), std::string::npos) << job;
+  EXPECT_TRUE(ValidateJobSpec(s).ok()) << ValidateJobSpec(s);
   EXPECT_TRUE(ValidateJobSpec(s, NoJobLimits(), JobRunner::kLocalWorkers).ok());
   EXPECT_TRUE(ValidateJobSpec(s, NoJobLimits(), JobRunner::kInProcess).ok());
+  EXPECT_EQ(*JobIsMamba2(s), true);
+  // The largest tensor is the embedding (256 x 16 f32 = 16384 B); in_proj is (84, 16).
+  EXPECT_EQ(LargestParamBytes(c), uint64_t{256 * 16 * 4});
+  JobLimits limits;
+  limits.max_tensor_bytes = 256 * 16 * 4 - 1;
+  const absl::Status big = ValidateJobSpec(s, limits);
+  EXPECT_EQ(big.code(), absl::StatusCode::kInvalidArgument) << big;
+  EXPECT_NE(std::string(big.message()).find("--max-tensor-bytes"), std::string::npos) << big;
+  limits = JobLimits();
+  limits.max_layers = 1;
+  EXPECT_NE(std::string(ValidateJobSpec(s, limits).message()).find("layers (K)"),
+            std::string::npos);
+  limits = JobLimits();
+  limits.max_model_bytes = Mamba2ParamBytesF32(c) - 1;
+  EXPECT_NE(std::string(ValidateJobSpec(s, limits).message()).find("--max-model-bytes"),
+            std::string::npos);
+  c.vocab_size = 4, c.num_heads = 8, c.head_dim = 4, c.state_size = 64;  // in_proj (200, 16)
+  EXPECT_EQ(LargestParamBytes(c), uint64_t{200 * 16 * 4});
   std::filesystem::remove_all(dir);
 }
 
