@@ -234,8 +234,9 @@ int GradCommand(const std::vector<std::string>& args) {
                                   "the span schedule (no --schedule, --cotangent or --device "
                                   "for it yet)"));
     }
-    const absl::Status s = RunMamba2Grad(a.Get("model"), a.Get("tokens"), a.Get("out"),
-                                         dtype == "f64", opt, static_cast<int>(*workers), quiet);
+    const absl::Status s =
+        RunMamba2Grad(a.Get("model"), a.Get("tokens"), a.Get("out"), dtype == "f64", opt,
+                      static_cast<int>(*workers), *ReduceFromFlags(a), quiet);
     return s.ok() ? 0 : Fail("grad", s);
   }
   if (absl::Status s = CheckDeviceUsable(opt.device); !s.ok()) return Fail("grad", s);

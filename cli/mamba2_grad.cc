@@ -21,7 +21,7 @@ namespace {
 template <typename T>
 absl::Status Run(const std::string& model_dir, const std::string& tokens_path,
                  const std::string& out_path, const GradOptions& options, int workers,
-                 bool quiet) {
+                 bool worker_tree, bool quiet) {
   absl::StatusOr<Mamba2Params<T>> params = LoadMamba2ModelDir<T>(model_dir);
   if (!params.ok()) return params.status();
   absl::StatusOr<std::vector<uint32_t>> tokens = ReadTokenFile(tokens_path);  // ids checked
@@ -32,8 +32,10 @@ absl::Status Run(const std::string& model_dir, const std::string& tokens_path,
     if (workers > 0) {
       if (absl::Status s = CheckTokensInVocab(*tokens, params->config.vocab_size); !s.ok())
         return s;
+      coordinator::LocalClusterOptions cluster_options;
+      cluster_options.service.worker_tree = worker_tree;
       absl::StatusOr<std::unique_ptr<coordinator::LocalCluster>> cluster =
-          coordinator::LocalCluster::Start(workers, SelfExe(), {});
+          coordinator::LocalCluster::Start(workers, SelfExe(), std::move(cluster_options));
       if (!cluster.ok()) return cluster.status();
       start = std::chrono::steady_clock::now();  // the gradient's time, not the workers' start
       g = (*cluster)->service().ComputeGradient(*params, *tokens, options, "grad", 0);
@@ -69,9 +71,9 @@ std::string ModelTypeOfDir(const std::string& dir) {
 
 absl::Status RunMamba2Grad(const std::string& model_dir, const std::string& tokens_path,
                            const std::string& out_path, bool f64, const GradOptions& options,
-                           int workers, bool quiet) {
-  return f64 ? Run<double>(model_dir, tokens_path, out_path, options, workers, quiet)
-             : Run<float>(model_dir, tokens_path, out_path, options, workers, quiet);
+                           int workers, bool worker_tree, bool quiet) {
+  return f64 ? Run<double>(model_dir, tokens_path, out_path, options, workers, worker_tree, quiet)
+             : Run<float>(model_dir, tokens_path, out_path, options, workers, worker_tree, quiet);
 }
 
 }  // namespace adjsh::cli

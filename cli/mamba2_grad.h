@@ -18,11 +18,13 @@ namespace adjsh::cli {
 std::string ModelTypeOfDir(const std::string& dir);
 
 // f64 when f64, else f32. In-process (workers 0), or with workers > 0 (f32 only) on a local
-// cluster of that many CPU worker processes (coordinator/local_cluster.h), the same bits for
-// any number. Prints the summary line (and the step's profile with workers) unless quiet.
+// cluster of that many CPU worker processes (coordinator/local_cluster.h), reducing among
+// them when worker_tree (--reduce tree) else through the coordinator; the same bits for any
+// number and either reduction. Prints the summary line (and the step's profile with workers)
+// unless quiet.
 absl::Status RunMamba2Grad(const std::string& model_dir, const std::string& tokens_path,
                            const std::string& out_path, bool f64, const GradOptions& options,
-                           int workers, bool quiet);
+                           int workers, bool worker_tree, bool quiet);
 
 }  // namespace adjsh::cli
 

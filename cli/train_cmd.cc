@@ -160,8 +160,8 @@ int RunOnWorkers(train::BasicTrainer<P>& trainer, const ArgParser& a, const v1::
 }
 
 // adjsh train for a Mamba-2 model folder (model_type mamba2): in-process, or on local CPU
-// workers (reduced through the coordinator); the options its gradient lacks refused by the
-// trainer (train/model_family.h).
+// workers (the worker tree or the star, as Mamba-1's); the options its gradient lacks refused
+// by the trainer (train/model_family.h).
 int TrainMamba2(const ArgParser& a, const v1::JobSpec& spec, const train::TrainOptions& opt_in,
                 int64_t workers, int64_t lease_ms) {
   if (a.Has("worker-device")) {

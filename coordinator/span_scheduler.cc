@@ -69,8 +69,16 @@ decltype(auto) SpanScheduler::WithLedger(F&& f) const {
 }
 
 void SpanScheduler::ReduceAmongWorkers() {
-  ADJSH_CHECK(ledger_ != nullptr, "a Mamba-2 step reduces through the coordinator");
-  ledger_->ReduceElsewhere();
+  WithLedger([&](auto& ledger, const auto& c) {
+    ledger.ReduceElsewhere();
+    groups_ = std::make_unique<const GroupLayout>(GroupLayout::Of(c));
+  });
+}
+
+bool SpanScheduler::Done() const {
+  return queue_->Finished() &&
+         (!among_workers() ||
+          WithLedger([](const auto& ledger, const auto&) { return ledger.AllReduced(); }));
 }
 
 void DealSpans(SpanOwners& owners, const std::string& job_id, int64_t S,
@@ -186,18 +194,19 @@ absl::Status SpanScheduler::SetReduced(int32_t group, TensorMap& tensors) {
   if (!among_workers()) {
     return absl::FailedPreconditionError("the step reduces through the coordinator");
   }
-  const int64_t K = plan_->layers();
-  absl::StatusOr<GroupValue<float>> v = TakeGroup(params_->config, K, group, tensors);
+  absl::StatusOr<GroupValue<float>> v = TakeGroup(*groups_, group, tensors);
   if (!v.ok()) return v.status();
-  if (ledger_->Reduced(group)) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("the ", GroupName(group, K), " group is reduced already"));
-  }
-  return ledger_->SetReduced(group, *std::move(v));
+  return WithLedger([&](auto& ledger, const auto&) -> absl::Status {
+    if (ledger.Reduced(group)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("the ", GroupName(group, groups_->K), " group is reduced already"));
+    }
+    return ledger.SetReduced(group, *std::move(v));
+  });
 }
 
 uint64_t SpanScheduler::GroupBytes(int32_t group) const {
-  return among_workers() ? adjsh::GroupBytes(params_->config, plan_->layers(), group) : 0;
+  return among_workers() ? adjsh::GroupBytes(*groups_, group) : 0;
 }
 
 void SpanScheduler::Apply(int64_t id, Result&& result, const std::string& worker,

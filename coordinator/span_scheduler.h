@@ -67,8 +67,8 @@ class SpanScheduler {
   static absl::StatusOr<std::unique_ptr<SpanScheduler>> Make(const ModelParams<float>& params,
                                                              std::span<const uint32_t> tokens,
                                                              const GradOptions& options);
-  // A Mamba-2 model's sequence (engine/mamba2_span_work.h): the same tasks and ledger; its
-  // step has no worker tree (ReduceAmongWorkers is refused).
+  // A Mamba-2 model's sequence (engine/mamba2_span_work.h): the same tasks, ledger and worker
+  // tree (its layer groups under its own tensors' names).
   static absl::StatusOr<std::unique_ptr<SpanScheduler>> Make(const Mamba2Params<float>& params,
                                                              std::span<const uint32_t> tokens,
                                                              const GradOptions& options);
@@ -97,13 +97,13 @@ class SpanScheduler {
   // The worker tree (proto/adjsh.proto WorkerTree) sums the partials: results carry none, and
   // each group's root comes through SetReduced. Call before any result.
   void ReduceAmongWorkers();
-  bool among_workers() const { return ledger_ && ledger_->reduced_elsewhere(); }
+  bool among_workers() const { return groups_ != nullptr; }
   // A group's root from the tree: INVALID_ARGUMENT for a malformed one, FAILED_PRECONDITION
   // for a group reduced already.
   absl::Status SetReduced(int32_t group, TensorMap& tensors);
   uint64_t GroupBytes(int32_t group) const;
   // Every task done and, with the worker tree, every group's root in.
-  bool Done() const { return queue_->Finished() && (!among_workers() || ledger_->AllReduced()); }
+  bool Done() const;
   void Apply(int64_t id, Result&& result, const std::string& worker,
              uint64_t bytes_in, uint64_t bytes_out, absl::Time leased);
 
@@ -138,6 +138,8 @@ class SpanScheduler {
   GradOptions options_;
   std::unique_ptr<SpanPlan> plan_;
   std::unique_ptr<SpanLedger<float>> ledger_;
+  // With the worker tree (ReduceAmongWorkers): the wire form of the step's groups.
+  std::unique_ptr<const GroupLayout> groups_;
   std::unique_ptr<TaskQueue> queue_;
   SpanOwners* owners_ = nullptr;
   int64_t span_base_ = 0;

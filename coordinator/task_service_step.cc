@@ -212,10 +212,10 @@ void TaskServiceImpl::BeginStep() {
   step.tree.Clear();
   step.tree_workers.clear();
   // A forward-only step (evaluation) has no partials to reduce: never a tree. Nor has a step
-  // of several sequences (the tree sums the partials of one), nor a Mamba-2 model's (its
-  // workers reduce through the coordinator: worker/mamba2_task.cc).
+  // of several sequences (the tree sums the partials of one). Either model type's step may
+  // have one (engine/reduce_groups.h).
   if (!opt_.worker_tree || step.star_only || live.empty() || step.seqs.size() != 1 ||
-      step.seqs[0]->plan().forward_only() || step.mamba2 != nullptr)
+      step.seqs[0]->plan().forward_only())
     return;
   // A tree needs every span owned by a worker that serves a peer endpoint.
   std::map<std::string, int32_t> index;

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/check.h"
+#include "engine/span_family.h"
 #include "engine/span_work.h"
 
 namespace adjsh {
@@ -12,22 +13,24 @@ namespace {
 
 constexpr char kValue[] = "value";
 
-struct GroupSlot {
-  std::string name;
-  std::vector<int64_t> shape;
-};
-
-std::vector<GroupSlot> GroupSlots(const MambaConfig& c, int64_t K, int32_t group) {
-  std::vector<GroupSlot> slots;
-  if (group >= 0 && group < K) {
-    for (const auto& slot : LayerParamSlots<float>())
-      slots.push_back({LayerParamName(group, slot.suffix), slot.shape(c)});
-  } else if (group == HeadGroup(K) || group == LookupGroup(K)) {
-    slots.push_back({kValue, {c.vocab_size, c.hidden_size}});
-  } else if (group == NormFGroup(K)) {
-    slots.push_back({kValue, {c.hidden_size}});
+// The head's, lookups' and norm_f's groups after the K layers' (slots: the layer's own list).
+template <typename Config, typename Slots>
+GroupLayout LayoutOf(const Config& c, const Slots& slots) {
+  GroupLayout l;
+  l.K = c.num_hidden_layers;
+  for (int64_t k = 0; k < l.K; ++k) {
+    std::vector<GroupSlot>& g = l.groups.emplace_back();
+    for (const auto& slot : slots) g.push_back({LayerParamName(k, slot.suffix), slot.shape(c)});
   }
-  return slots;
+  l.groups.push_back({{kValue, {c.vocab_size, c.hidden_size}}});  // the head
+  l.groups.push_back({{kValue, {c.vocab_size, c.hidden_size}}});  // the lookups
+  l.groups.push_back({{kValue, {c.hidden_size}}});                // norm_f
+  return l;
+}
+
+const std::vector<GroupSlot>* SlotsOf(const GroupLayout& l, int32_t group) {
+  if (group < 0 || static_cast<size_t>(group) >= l.groups.size()) return nullptr;
+  return &l.groups[static_cast<size_t>(group)];
 }
 
 }  // namespace
@@ -40,9 +43,14 @@ std::string GroupName(int32_t group, int64_t K) {
   return absl::StrCat("group ", group);
 }
 
-template <typename T>
+GroupLayout GroupLayout::Of(const MambaConfig& c) { return LayoutOf(c, LayerParamSlots<float>()); }
+GroupLayout GroupLayout::Of(const Mamba2Config& c) {
+  return LayoutOf(c, Mamba2LayerSlots<float>());
+}
+
+template <typename T, typename Layer>
 std::vector<GroupLeaf<T>> TakeLeaves(const SpanTask& task, int64_t K,
-                                     SpanOutputs<T, LayerParams<T>>& out) {
+                                     SpanOutputs<T, Layer>& out) {
   std::vector<GroupLeaf<T>> leaves;
   if (task.phase == SpanPhase::kForward && task.layer + 1 == K) {
     leaves.push_back({HeadGroup(K), {std::move(out.embed)}});
@@ -51,7 +59,7 @@ std::vector<GroupLeaf<T>> TakeLeaves(const SpanTask& task, int64_t K,
     out.norm_f.clear();
   } else if (task.phase == SpanPhase::kBackward) {
     GroupValue<T> layer;
-    for (const auto& slot : LayerParamSlots<T>()) {
+    for (const auto& slot : LayerSlotsOf(&out.grad)) {
       layer.push_back(std::move(out.grad.*slot.member));
       (out.grad.*slot.member).clear();
     }
@@ -84,37 +92,38 @@ LayerParams<T> LayerFromGroup(GroupValue<T>&& v) {
   return p;
 }
 
-TensorMap PutGroup(const MambaConfig& c, int64_t K, int32_t group, const GroupValue<float>& v) {
+TensorMap PutGroup(const GroupLayout& l, int32_t group, const GroupValue<float>& v) {
   TensorMap out;
-  const std::vector<GroupSlot> slots = GroupSlots(c, K, group);
-  ADJSH_CHECK(slots.size() == v.size(), "a group value of another group");
-  for (size_t j = 0; j < slots.size(); ++j)
-    out.emplace(slots[j].name, HostTensor::From<float>(v[j], slots[j].shape, DType::kF32));
+  const std::vector<GroupSlot>* slots = SlotsOf(l, group);
+  ADJSH_CHECK(slots != nullptr && slots->size() == v.size(), "a group value of another group");
+  for (size_t j = 0; j < slots->size(); ++j)
+    out.emplace((*slots)[j].name, HostTensor::From<float>(v[j], (*slots)[j].shape, DType::kF32));
   return out;
 }
 
-absl::StatusOr<GroupValue<float>> TakeGroup(const MambaConfig& c, int64_t K, int32_t group,
+absl::StatusOr<GroupValue<float>> TakeGroup(const GroupLayout& l, int32_t group,
                                             TensorMap& got) {
-  const std::vector<GroupSlot> slots = GroupSlots(c, K, group);
-  if (slots.empty()) {
+  const std::vector<GroupSlot>* slots = SlotsOf(l, group);
+  if (slots == nullptr) {
     return absl::InvalidArgumentError(
-        absl::StrCat("group ", group, " is not one of the step's ", NumGroups(K)));
+        absl::StrCat("group ", group, " is not one of the step's ", NumGroups(l.K)));
   }
+  const std::string what = GroupName(group, l.K);
   GroupValue<float> v;
-  for (const GroupSlot& slot : slots) {
+  for (const GroupSlot& slot : *slots) {
     auto it = got.find(slot.name);
     if (it == got.end()) {
       return absl::InvalidArgumentError(
-          absl::StrCat(GroupName(group, K), ": missing tensor \"", slot.name, "\""));
+          absl::StrCat(what, ": missing tensor \"", slot.name, "\""));
     }
     if (it->second.dtype != DType::kF32 || it->second.shape != slot.shape) {
-      return absl::InvalidArgumentError(absl::StrCat(GroupName(group, K), ": tensor \"", slot.name,
+      return absl::InvalidArgumentError(absl::StrCat(what, ": tensor \"", slot.name,
                                                      "\" must be F32 of shape (",
                                                      absl::StrJoin(slot.shape, ", "), ")"));
     }
     if (!ValidateTensor(it->second).ok()) {
       return absl::InvalidArgumentError(
-          absl::StrCat(GroupName(group, K), ": tensor \"", slot.name, "\" is malformed"));
+          absl::StrCat(what, ": tensor \"", slot.name, "\" is malformed"));
     }
     absl::StatusOr<std::vector<float>> values = it->second.To<float>();
     if (!values.ok()) return values.status();
@@ -123,21 +132,23 @@ absl::StatusOr<GroupValue<float>> TakeGroup(const MambaConfig& c, int64_t K, int
   }
   if (!got.empty()) {
     return absl::InvalidArgumentError(
-        absl::StrCat(GroupName(group, K), ": unexpected tensor \"", got.begin()->first, "\""));
+        absl::StrCat(what, ": unexpected tensor \"", got.begin()->first, "\""));
   }
   return v;
 }
 
-uint64_t GroupBytes(const MambaConfig& c, int64_t K, int32_t group) {
+uint64_t GroupBytes(const GroupLayout& l, int32_t group) {
   uint64_t n = 0;
-  for (const GroupSlot& slot : GroupSlots(c, K, group))
-    n += 4 * static_cast<uint64_t>(ShapeNumel(slot.shape));
+  if (const std::vector<GroupSlot>* slots = SlotsOf(l, group))
+    for (const GroupSlot& slot : *slots) n += 4 * static_cast<uint64_t>(ShapeNumel(slot.shape));
   return n;
 }
 
 #define ADJSH_REDUCE_GROUPS(T)                                                                 \
   template std::vector<GroupLeaf<T>> TakeLeaves<T>(const SpanTask&, int64_t,                   \
                                                   SpanOutputs<T, LayerParams<T>>&);            \
+  template std::vector<GroupLeaf<T>> TakeLeaves<T>(const SpanTask&, int64_t,                   \
+                                                  SpanOutputs<T, Mamba2Layer<T>>&);            \
   template void AddGroupValue<T>(GroupValue<T>&, const GroupValue<T>&);                        \
   template LayerParams<T> LayerFromGroup<T>(GroupValue<T> &&);
 ADJSH_REDUCE_GROUPS(float)

@@ -17,6 +17,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/config.h"
+#include "common/mamba2_config.h"
 #include "common/model.h"
 #include "common/safetensors.h"
 #include "engine/span_plan.h"
@@ -42,10 +43,11 @@ struct GroupLeaf {
   GroupValue<T> value;
 };
 
-// Moves the partials out of a task's outputs (summaries and forwards below the top carry none).
-template <typename T>
+// Moves the partials out of a task's outputs (summaries and forwards below the top carry none),
+// a layer's tensors in its slot order (LayerParamSlots, Mamba2LayerSlots).
+template <typename T, typename Layer>
 std::vector<GroupLeaf<T>> TakeLeaves(const SpanTask& task, int64_t K,
-                                     SpanOutputs<T, LayerParams<T>>& out);
+                                     SpanOutputs<T, Layer>& out);
 
 // left += right, element by element, tensor by tensor: the ledger's adds (common/model.h
 // AddInto), so that a node has the same bits wherever it is computed.
@@ -55,12 +57,24 @@ void AddGroupValue(GroupValue<T>& left, const GroupValue<T>& right);
 template <typename T>
 LayerParams<T> LayerFromGroup(GroupValue<T>&& v);
 
-// The wire form, f32. TakeGroup checks every name, shape and dtype (INVALID_ARGUMENT naming
-// the tensor) and that nothing else is there.
-TensorMap PutGroup(const MambaConfig& c, int64_t K, int32_t group, const GroupValue<float>& v);
-absl::StatusOr<GroupValue<float>> TakeGroup(const MambaConfig& c, int64_t K, int32_t group,
-                                            TensorMap& got);
-uint64_t GroupBytes(const MambaConfig& c, int64_t K, int32_t group);  // f32
+// The wire form of a step's groups, for a model of either type: each group's tensors, named
+// and shaped (a layer's under its HF names, the others "value").
+struct GroupSlot {
+  std::string name;
+  std::vector<int64_t> shape;
+};
+struct GroupLayout {
+  int64_t K = 0;
+  std::vector<std::vector<GroupSlot>> groups;  // NumGroups(K)
+  static GroupLayout Of(const MambaConfig& c);
+  static GroupLayout Of(const Mamba2Config& c);
+};
+
+// TakeGroup checks every name, shape and dtype (INVALID_ARGUMENT naming the tensor) and that
+// nothing else is there. f32.
+TensorMap PutGroup(const GroupLayout& l, int32_t group, const GroupValue<float>& v);
+absl::StatusOr<GroupValue<float>> TakeGroup(const GroupLayout& l, int32_t group, TensorMap& got);
+uint64_t GroupBytes(const GroupLayout& l, int32_t group);  // f32
 
 }  // namespace adjsh
 

@@ -1,8 +1,9 @@
 // TaskRunner::RunMamba2 (worker/task_runner.h): a span task of a Mamba-2 model. The same steps
 // as a Mamba-1 task's (TaskRunner::Run): the model of the task's version from named tensors,
 // the span rebuilt from its tokens and the ledger's replay when this worker does not hold it
-// ready, the task run, its result pushed; on the CPU, and always through the coordinator (a
-// Mamba-2 step has no worker tree: coordinator/task_service_step.cc).
+// ready, the task run, its result pushed; on the CPU. With a worker tree, the parameters come
+// down it and the finite partials go up it as Mamba-1's (engine/reduce_groups.h names a
+// Mamba-2 layer's group by its own tensors).
 #include <chrono>
 #include <memory>
 #include <utility>
@@ -25,7 +26,10 @@ TaskRunner::Outcome TaskRunner::RunMamba2(const v1::Task& task, const TaskState&
     return skip(absl::StrCat("a Mamba-2 model's tasks run on the CPU only, not on ",
                              opt_.device.ToString()));
   }
-  if (task.has_tree()) return skip("a Mamba-2 step reduces through the coordinator: no tree");
+  const bool tree = task.has_tree();
+  if (tree) {
+    if (std::optional<std::string> why = EnterTree(task, job)) return skip(*why);
+  }
   const SpanPhase phase = *PhaseOf(task.kind());  // Run checked it
   const SpanPlan& plan = *job.plans.at(task.sequence());
   const std::pair<int64_t, int64_t> key{task.sequence(), task.span()};
@@ -34,9 +38,27 @@ TaskRunner::Outcome TaskRunner::RunMamba2(const v1::Task& task, const TaskState&
   if (id < 0) return skip("the plan has no such task");
   auto owned = job.mamba2_spans.find(key);
   const bool need_params = job.mamba2_params == nullptr;
+  const bool include_params = need_params && !tree;
   const bool include_span = owned == job.mamba2_spans.end() || !owned->second->Ready(span_task);
+  // The model of the task's version, from named tensors.
+  auto take_model = [&](const TensorMap& named) -> absl::Status {
+    absl::StatusOr<Mamba2Params<float>> params = Mamba2ParamsFromTensors<float>(cfg, named);
+    if (!params.ok()) return params.status();
+    job.mamba2_spans.clear();  // they point into the model being replaced
+    owned = job.mamba2_spans.end();
+    job.mamba2_params = std::make_unique<Mamba2Params<float>>(*std::move(params));
+    return absl::OkStatus();
+  };
   TensorMap got;
-  if (std::optional<NoResult> no = io_.Fetch(held, need_params, include_span,
+  if (need_params && tree) {  // kept at once: a later failure of this task does not refetch
+    TensorMap named;
+    if (std::optional<NoResult> no = TreeParams(held, task, Mamba2ParamBytesF32(cfg),
+                                                16 * cfg.num_hidden_layers + 64, named))
+      return End(tid, *no);
+    if (absl::Status st = take_model(named); !st.ok())
+      return skip(absl::StrCat("parameters: ", st.message()));
+  }
+  if (std::optional<NoResult> no = io_.Fetch(held, include_params, include_span,
                                              SpanInputLimits(cfg.num_hidden_layers,
                                                              cfg.hidden_size,
                                                              cfg.inner() * cfg.state_size,
@@ -47,13 +69,11 @@ TaskRunner::Outcome TaskRunner::RunMamba2(const v1::Task& task, const TaskState&
     return End(tid, *no);
   }
   for (const auto& [name, tensor] : got) bytes_received_ += tensor.data.size();
-  if (need_params) {
-    const TensorMap named = TakeParamTensors(got);
-    absl::StatusOr<Mamba2Params<float>> params = Mamba2ParamsFromTensors<float>(cfg, named);
-    if (!params.ok()) return skip(absl::StrCat("parameters: ", params.status().message()));
-    job.mamba2_spans.clear();  // they point into the model being replaced
-    job.mamba2_params = std::make_unique<Mamba2Params<float>>(*std::move(params));
+  if (include_params) {
+    if (absl::Status st = take_model(TakeParamTensors(got)); !st.ok())
+      return skip(absl::StrCat("parameters: ", st.message()));
   }
+  if (job.mamba2_params == nullptr) return skip("the parameters were not sent");
 
   const Clock::time_point started = Clock::now();
   double rebuild_s = 0;
@@ -96,7 +116,16 @@ TaskRunner::Outcome TaskRunner::RunMamba2(const v1::Task& task, const TaskState&
   // The span's last task: its rows are of no more use.
   if (span_task.phase == SpanPhase::kBackward && span_task.layer == 0)
     job.mamba2_spans.erase(key);
-  return PushResult(task, held, PutSpanResult<float>(cfg, plan, span_task, result),
+  // With a tree, finite partials become leaves of it here; non-finite ones travel in the
+  // result, which the coordinator refuses as it would any.
+  const bool leaves = tree && FirstNonFinite(result.out).empty();
+  if (leaves) {
+    if (absl::Status st = peers_.AddLeaves(
+            task, TakeLeaves(span_task, cfg.num_hidden_layers, result.out));
+        !st.ok())
+      return skip(st.message());
+  }
+  return PushResult(task, held, PutSpanResult<float>(cfg, plan, span_task, result, !leaves),
                     result.compute_seconds);
 }
 

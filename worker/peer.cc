@@ -1,9 +1,11 @@
 #include "worker/peer.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "engine/mamba2_model.h"
 #include "proto/status_util.h"
 #include "proto/transport.h"
 #include "worker/retry.h"
@@ -94,7 +96,7 @@ bool PeerHub::Current(const std::string& job, uint64_t version) const {
   return step_.reduce != nullptr && step_.job_id == job && step_.version == version;
 }
 
-void PeerHub::Enter(const v1::Task& task, std::shared_ptr<const MambaConfig> config) {
+void PeerHub::Enter(const v1::Task& task, std::shared_ptr<const GroupLayout> layout) {
   std::lock_guard<std::mutex> lock(mu_);
   if (Current(task.job_id(), task.params_version())) return;
   if (step_.job_id == task.job_id() && step_.version > task.params_version()) return;  // stale
@@ -104,8 +106,8 @@ void PeerHub::Enter(const v1::Task& task, std::shared_ptr<const MambaConfig> con
   fresh.job_id = task.job_id();
   fresh.version = task.params_version();
   fresh.reduce = std::make_unique<TreeReduce<float>>(task.spans(), std::move(owner), tree.self(),
-                                                     config->num_hidden_layers);
-  fresh.config = std::move(config);
+                                                     layout->K);
+  fresh.layout = std::move(layout);
   fresh.tree = tree;
   fresh.relay = std::make_shared<Relay>();
   fresh.relay->keep = tree.self() + 1 < tree.peer_size();
@@ -133,7 +135,7 @@ void PeerHub::Queue(std::vector<TreeReduce<float>::Send>& sends) {
   for (TreeReduce<float>::Send& send : sends) {
     std::string address =
         send.to == TreeReduce<float>::kCoordinator ? "" : step_.tree.peer(send.to);
-    outgoing_.push_back({step_.job_id, step_.version, step_.config,
+    outgoing_.push_back({step_.job_id, step_.version, step_.layout,
                          std::move(address), std::move(send)});
   }
   if (!sends.empty()) cv_.notify_all();
@@ -317,7 +319,7 @@ grpc::Status PeerHub::ReceiveSum(grpc::ServerContext*, grpc::ServerReader<v1::Su
     return Error(absl::InvalidArgumentError("a sum stream must start with its header"));
   }
   const v1::SumHeader h = msg.header();
-  std::shared_ptr<const MambaConfig> config;
+  std::shared_ptr<const GroupLayout> layout;
   AssemblerLimits limits;
   // A step this worker has not reached yet: the sender tries again. One it has left: refused.
   auto check = [&]() -> std::optional<grpc::Status> {
@@ -333,18 +335,18 @@ grpc::Status PeerHub::ReceiveSum(grpc::ServerContext*, grpc::ServerReader<v1::Su
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (std::optional<grpc::Status> early = check()) return *early;
-    config = step_.config;
-    limits.max_total_bytes =
-        2 * GroupBytes(*config, config->num_hidden_layers, h.group()) + (1 << 16);
+    layout = step_.layout;
+    limits.max_total_bytes = 2 * GroupBytes(*layout, h.group()) + (1 << 16);
     limits.max_tensor_bytes = limits.max_total_bytes;
-    limits.max_tensors = LayerParamSlots<float>().size() + 1;
+    limits.max_tensors = std::max(LayerParamSlots<float>().size(),
+                                  Mamba2LayerSlots<float>().size()) + 1;
   }
   uint64_t bytes = 0;
   absl::StatusOr<TensorMap> tensors =
       ReadTensorStream<grpc::ServerReader<v1::SumChunk>, v1::SumChunk>(*reader, limits, "sum",
                                                                         &bytes);
   if (!tensors.ok()) return Error(tensors.status());
-  absl::StatusOr<GroupValue<float>> value = TakeGroup(*config, config->num_hidden_layers, h.group(), *tensors);
+  absl::StatusOr<GroupValue<float>> value = TakeGroup(*layout, h.group(), *tensors);
   if (!value.ok()) return Error(value.status());
   std::lock_guard<std::mutex> lock(mu_);
   if (std::optional<grpc::Status> late = check()) return *late;
@@ -396,7 +398,7 @@ absl::Status PeerHub::Push(const Outgoing& o, bool* accepted) {
   h->set_group(o.send.group);
   h->set_lo(o.send.lo);
   h->set_hi(o.send.hi);
-  const TensorMap tensors = PutGroup(*o.config, o.config->num_hidden_layers, o.send.group, o.send.value);
+  const TensorMap tensors = PutGroup(*o.layout, o.send.group, o.send.value);
   auto stream = [&](grpc::ClientWriter<v1::SumChunk>& writer) {
     bool ok = writer.Write(msg);
     for (const auto& [name, tensor] : tensors) {
@@ -453,7 +455,7 @@ void PeerHub::SendLoop() {
       if (shutdown_ || !Current(o.job_id, o.version)) break;  // the step is over here
       if (!IsTransient(s.code()) && !absl::IsNotFound(s)) {
         state_.Log(0, absl::StrCat("the sum of spans [", o.send.lo, ", ", o.send.hi, ") of ",
-                                   GroupName(o.send.group, o.config->num_hidden_layers), " to ",
+                                   GroupName(o.send.group, o.layout->K), " to ",
                                    o.address.empty() ? "the coordinator" : o.address,
                                    " was refused: ", s.ToString()));
         break;

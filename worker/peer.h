@@ -57,7 +57,8 @@ class PeerHub {
 
   // The step of `task`, which has a tree: the first task of a newer (job, version) drops what
   // the older one held.
-  void Enter(const v1::Task& task, std::shared_ptr<const MambaConfig> config);
+  // layout: the wire form of the step's groups (engine/reduce_groups.h), of either model type.
+  void Enter(const v1::Task& task, std::shared_ptr<const GroupLayout> layout);
   // The parameters of the task's version, from the worker before it in the tree's order
   // (worker 0: the coordinator), relayed to the next as they arrive; from the coordinator when
   // that worker fails.
@@ -89,7 +90,7 @@ class PeerHub {
   struct Step {
     std::string job_id;
     uint64_t version = 0;
-    std::shared_ptr<const MambaConfig> config;
+    std::shared_ptr<const GroupLayout> layout;
     v1::WorkerTree tree;
     std::unique_ptr<TreeReduce<float>> reduce;
     std::shared_ptr<Relay> relay;
@@ -97,7 +98,7 @@ class PeerHub {
   struct Outgoing {
     std::string job_id;
     uint64_t version;
-    std::shared_ptr<const MambaConfig> config;
+    std::shared_ptr<const GroupLayout> layout;
     std::string address;  // the peer's; "" for the coordinator
     TreeReduce<float>::Send send;
   };

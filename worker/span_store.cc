@@ -70,10 +70,12 @@ absl::StatusOr<SpanStore::Job*> SpanStore::JobFor(const v1::Task& task) {
       absl::StatusOr<Mamba2Config> config = ParseMamba2ConfigJson(text);
       if (!config.ok()) return config.status();
       fresh.mamba2 = std::make_shared<const Mamba2Config>(*config);
+      fresh.groups = std::make_shared<const GroupLayout>(GroupLayout::Of(*config));
     } else {
       absl::StatusOr<MambaConfig> config = ParseConfigJson(text);
       if (!config.ok()) return config.status();
       fresh.config = std::make_shared<const MambaConfig>(*config);
+      fresh.groups = std::make_shared<const GroupLayout>(GroupLayout::Of(*config));
     }
     fresh.version = task.params_version();
     it = jobs_.insert_or_assign(task.job_id(), std::move(fresh)).first;

@@ -21,6 +21,7 @@
 #include "common/model.h"
 #include "engine/mamba2_model.h"
 #include "engine/mamba2_span_work.h"
+#include "engine/reduce_groups.h"
 #include "engine/span_plan.h"
 #include "engine/span_work.h"
 #include "proto/adjsh.pb.h"
@@ -53,6 +54,8 @@ class SpanStore {
     std::shared_ptr<const Mamba2Config> mamba2;
     std::unique_ptr<Mamba2Params<float>> mamba2_params;
     std::map<std::pair<int64_t, int64_t>, std::unique_ptr<Mamba2SpanWork<float>>> mamba2_spans;
+    // The wire form of a worker tree's groups for either config (engine/reduce_groups.h).
+    std::shared_ptr<const GroupLayout> groups;
     // Drops every span of sequence b (its plan changed), or of every sequence (b < 0).
     void DropSpans(int64_t b);
   };

@@ -107,12 +107,7 @@ TaskRunner::Outcome TaskRunner::Run(const v1::Task& task, const TaskState& held)
   // With a worker tree the parameters come down the tree, and the partials go up it.
   const bool tree = task.has_tree();
   if (tree) {
-    const v1::WorkerTree& t = task.tree();
-    if (t.span_owner_size() != task.spans() || t.self() < 0 || t.self() >= t.peer_size())
-      return skip("the task's worker tree does not fit its plan");
-    for (int32_t o : t.span_owner())
-      if (o < 0 || o >= t.peer_size()) return skip("the task's worker tree names no such worker");
-    peers_.Enter(task, job.config);
+    if (std::optional<std::string> why = EnterTree(task, job)) return skip(*why);
   }
   const bool need_params = job.model == nullptr;
   const bool include_params = need_params && !tree;
@@ -131,14 +126,10 @@ TaskRunner::Outcome TaskRunner::Run(const v1::Task& task, const TaskState& held)
   };
   TensorMap got;
   if (need_params && tree) {  // kept at once: a later failure of this task does not refetch
-    AssemblerLimits limits;
-    limits.max_total_bytes = ParamBytesF32(cfg) + (1 << 20);
-    limits.max_tensor_bytes = limits.max_total_bytes;
-    limits.max_tensors = 16 * cfg.num_hidden_layers + 64;
     TensorMap named;
-    if (std::optional<NoResult> no = peers_.FetchParams(held, task, limits, named))
+    if (std::optional<NoResult> no = TreeParams(held, task, ParamBytesF32(cfg),
+                                                16 * cfg.num_hidden_layers + 64, named))
       return End(tid, *no);
-    for (const auto& [name, tensor] : named) bytes_received_ += tensor.data.size();
     if (absl::Status st = take_model(named); !st.ok())
       return skip(absl::StrCat("parameters: ", st.message()));
   }
@@ -210,6 +201,29 @@ TaskRunner::Outcome TaskRunner::Run(const v1::Task& task, const TaskState& held)
   }
   return PushResult(task, held, PutSpanResult<float>(cfg, plan, span_task, result, !leaves),
                     result.compute_seconds);
+}
+
+std::optional<std::string> TaskRunner::EnterTree(const v1::Task& task,
+                                                 const SpanStore::Job& job) {
+  const v1::WorkerTree& t = task.tree();
+  if (t.span_owner_size() != task.spans() || t.self() < 0 || t.self() >= t.peer_size())
+    return "the task's worker tree does not fit its plan";
+  for (int32_t o : t.span_owner())
+    if (o < 0 || o >= t.peer_size()) return "the task's worker tree names no such worker";
+  peers_.Enter(task, job.groups);
+  return std::nullopt;
+}
+
+std::optional<NoResult> TaskRunner::TreeParams(const TaskState& held, const v1::Task& task,
+                                               uint64_t param_bytes, int64_t max_tensors,
+                                               TensorMap& named) {
+  AssemblerLimits limits;
+  limits.max_total_bytes = param_bytes + (1 << 20);
+  limits.max_tensor_bytes = limits.max_total_bytes;
+  limits.max_tensors = max_tensors;
+  if (std::optional<NoResult> no = peers_.FetchParams(held, task, limits, named)) return no;
+  for (const auto& [name, tensor] : named) bytes_received_ += tensor.data.size();
+  return std::nullopt;
 }
 
 double TaskRunner::NoteRebuild(const v1::Task& task, const SpanPlan& plan, int64_t id,

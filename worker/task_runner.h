@@ -35,9 +35,15 @@ class TaskRunner {
   enum class Outcome { kDone, kDropped };
 
   Outcome Run(const v1::Task& task, const TaskState& state);
-  // Run's Mamba-2 half (worker/mamba2_task.cc): on the CPU, through the coordinator (no
-  // worker tree).
+  // Run's Mamba-2 half (worker/mamba2_task.cc): on the CPU, with or without a worker tree.
   Outcome RunMamba2(const v1::Task& task, const TaskState& state, SpanStore::Job& job);
+  // A task's worker tree, for either model type: checked against the task's plan and entered
+  // in the PeerHub; why the task is skipped when the tree does not fit.
+  std::optional<std::string> EnterTree(const v1::Task& task, const SpanStore::Job& job);
+  // The parameters of the task's version down the tree (at most param_bytes in f32 and
+  // max_tensors tensors), their bytes counted.
+  std::optional<NoResult> TreeParams(const TaskState& state, const v1::Task& task,
+                                     uint64_t param_bytes, int64_t max_tensors, TensorMap& named);
   Outcome End(const std::string& task_id, const NoResult& no_result) const;  // logs it
   // A span built for `task` (plan's task id) from its tokens: the seconds since `started` when
   // it was replayed up to the task (a rebuild, logged), 0 when the task is the span's first.

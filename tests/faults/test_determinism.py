@@ -15,7 +15,7 @@ to run, so a result that depends on which worker ran a task, on what it ran befo
 result arrived shows up here as a differing byte. Runs alternate, four at a time, between the
 worker tree (--reduce tree: the partials summed among the workers, each run's progress lines must
 say "tree of") and the star (--reduce star: all through the coordinator, no "tree of"). Mamba-2
-models (MAMBA2_SHAPES) go through the same workers, grad and train, always by the star.
+models (MAMBA2_SHAPES) go through the same workers, grad and train, tree and star alike.
 """
 import hashlib
 import os
@@ -44,7 +44,7 @@ SHAPES = {
 WORKERS = [1, 2, 4, 8]
 
 # Mamba-2 models (adjsh init --model-type mamba2), `adjsh grad --workers W` and `adjsh train
-# --workers W` (3 steps), through the coordinator (no worker tree): name: (flags, T, C, S).
+# --workers W` (3 steps), by the tree and the star in turn: name: (flags, T, C, S).
 MAMBA2_SHAPES = {
     "Mamba-2, G=2, 16 spans": (["--hidden-size", "16", "--layers", "2", "--state-size", "8",
                                 "--head-dim", "4", "--groups", "2"], 2000, 32, 16),
@@ -85,28 +85,34 @@ def mamba2_body(adjsh, tmp, record, repeats):
         bad, bad_train, failed = [], [], []
         for i in range(repeats):
             workers = str(WORKERS[i % len(WORKERS)])
+            # Tree and star in turn; train in half the rounds of 1, 2, 4, 8 workers, one of
+            # each reduction.
+            reduce = "star" if (i // len(WORKERS)) % 2 else "tree"
             out = os.path.join(d, f"g{i + 1}.safetensors")
-            r = run_adjsh(adjsh, [*grad, "--workers", workers, "--out", out], timeout=300)
-            if r.returncode != 0 or "tree of " in r.stderr:
-                failed.append(f"grad --workers {workers}: {r.stderr.strip()[-300:]}")
+            r = run_adjsh(adjsh, [*grad, "--workers", workers, "--reduce", reduce, "--out", out],
+                          timeout=300)
+            if r.returncode != 0 or ("tree of " in r.stderr) != (reduce == "tree"):
+                failed.append(f"grad --workers {workers} --reduce {reduce}: "
+                              f"{r.stderr.strip()[-300:]}")
                 continue
             with open(out, "rb") as f:
                 if f.read() != want_grad:
-                    bad.append(f"run {i + 1} ({workers} workers)")
+                    bad.append(f"run {i + 1} ({workers} workers, {reduce})")
             os.remove(out)
-            if (i // len(WORKERS)) % 2:  # train in every other round of 1, 2, 4, 8 workers
+            if (i // (2 * len(WORKERS))) % 2:
                 continue
             ckpt = os.path.join(d, f"ckpt{i + 1}")
-            r = run_adjsh(adjsh, [*train, "--workers", workers, "--checkpoint-dir", ckpt],
-                          timeout=300)
+            r = run_adjsh(adjsh, [*train, "--workers", workers, "--reduce", reduce,
+                                  "--checkpoint-dir", ckpt], timeout=300)
             state = final_files(ckpt) if r.returncode == 0 else None
-            if state is None:
-                failed.append(f"train --workers {workers}: {r.stderr.strip()[-300:]}")
+            if state is None or ("tree of " in r.stderr) != (reduce == "tree"):
+                failed.append(f"train --workers {workers} --reduce {reduce}: "
+                              f"{r.stderr.strip()[-300:]}")
             elif state != ref_state:
-                bad_train.append(f"run {i + 1} ({workers} workers)")
-        trains = sum(1 for i in range(repeats) if (i // len(WORKERS)) % 2 == 0)
+                bad_train.append(f"run {i + 1} ({workers} workers, {reduce})")
+        trains = sum(1 for i in range(repeats) if (i // (2 * len(WORKERS))) % 2 == 0)
         record(f"{name}: {repeats} grad and {trains} train runs through 1, 2, 4, 8 "
-               "workers ran (through the coordinator)", not failed, "; ".join(failed))
+               "workers ran (tree and star)", not failed, "; ".join(failed))
         record(f"{name}: every gradient bitwise the in-process one", not bad, "; ".join(bad))
         record(f"{name}: every final model and optimizer state bitwise in-process",
                not bad_train, "; ".join(bad_train))
