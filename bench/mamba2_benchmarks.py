@@ -107,7 +107,8 @@ def main():
     work = tempfile.mkdtemp(prefix="adjsh_mamba2_bench_")
     model = os.path.join(work, "model")
     ref.save_model(model, cfg, {n: v.float() for n, v in params.items()})
-    lengths = sorted({int(x) for x in (args.lengths + "," + args.memory_lengths).split(",")})
+    lengths = sorted({int(x) for x in (args.lengths + "," + args.memory_lengths).split(",")
+                      if x})
     torch_lengths = {int(x) for x in args.torch_lengths.split(",") if x}
     ckpt_lengths = {int(x) for x in args.torch_checkpoint_lengths.split(",") if x}
     fpt = flops_per_token(cfg)
@@ -154,7 +155,7 @@ def main():
                  for k in ("spans_1t_s", "spans_2t_s", "workers_1_s", "workers_2_s")]
         print(f"| {r['T']:,} | {r['adjsh_s']:.2f} | {' | '.join(cells)} | {r['gflops']:.1f} | "
               f"{r['peak_mib']:.0f} | {' | '.join(spans)} |")
-    mem = [int(x) for x in args.memory_lengths.split(",")]
+    mem = [int(x) for x in args.memory_lengths.split(",") if x]
     if len(mem) == 2:
         a = next(r for r in rows if r["T"] == mem[0])
         b = next(r for r in rows if r["T"] == mem[1])

@@ -17,6 +17,7 @@ Mamba2GradOptions Mamba2GradOptionsFrom(const GradOptions& options) {
   o.loss_mask = options.loss_mask;
   o.storage = options.storage;
   o.spill_dir = options.spill_dir;
+  o.device = options.device;
   o.progress = options.progress;
   return o;
 }

@@ -45,14 +45,17 @@ struct Mamba2GradOptions {
   // memory-mapped files there (the same values).
   Storage storage = Storage::kCompute;
   std::string spill_dir;
+  // Where the layers and the head run (engine/mamba2_backend.h): the CPU, or a device whose
+  // backend has a Mamba-2 layer (UNIMPLEMENTED naming it otherwise).
+  Device device;
   // Progress: (phase, layers done, layers) after each layer's forward ("forward") and backward
   // ("backward"), and once for the head ("head"), as Mamba-1's (GradOptions::progress).
   std::function<void(std::string_view, int64_t, int64_t)> progress;
 };
 
 // The Mamba-2 gradient's share of a Mamba-1 gradient's options (engine/adjoint_engine.h): the
-// chunk, spans, threads, loss mask, storage, spill directory and progress; the rest (window,
-// cotangent, schedule, device, forward_only) its callers check or refuse.
+// chunk, spans, threads, loss mask, storage, spill directory, device and progress; the rest
+// (window, cotangent, schedule, forward_only) its callers check or refuse.
 Mamba2GradOptions Mamba2GradOptionsFrom(const GradOptions& options);
 
 // tokens: at least 2, each below vocab_size; chunk >= 1. INVALID_ARGUMENT naming the problem

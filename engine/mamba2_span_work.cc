@@ -10,11 +10,9 @@
 namespace adjsh {
 namespace {
 
-// One chunk's activations and row buffers per thread, not per span: a step has many spans and
-// one chunk's activations are (C, 2 Di + 2 G N + H) and more.
+// Row buffers per thread, not per span: a step has many spans.
 template <typename T>
 struct Scratch {
-  Mamba2ChunkActs<T> acts;
   std::vector<T> rows, in, out, S;
 };
 
@@ -27,13 +25,14 @@ Scratch<T>& ThreadScratch() {
 }  // namespace
 
 template <typename T>
-Mamba2SpanWork<T>::Mamba2SpanWork(const Mamba2Params<T>& params, const SpanPlan& plan,
+Mamba2SpanWork<T>::Mamba2SpanWork(const Mamba2BackendModel<T>& model, const SpanPlan& plan,
                                   int64_t span, std::vector<uint32_t> tokens,
                                   std::vector<uint8_t> mask, int64_t n_targets, Storage storage,
                                   std::string spill_dir)
-    : p_(params),
-      cfg_(params.config),
-      d_(params.config),
+    : m_(model),
+      p_(*model.params),
+      cfg_(model.params->config),
+      d_(model.params->config),
       plan_(plan),
       s_(span),
       r_(plan.range(span)),
@@ -84,7 +83,7 @@ template <typename T>
 void Mamba2SpanWork<T>::Forward(int64_t k, const SpanInputs<T>& in, Mamba2SpanOutputs<T>& out,
                                 bool summary) {
   const int64_t K = cfg_.num_hidden_layers, D = d_.D, base = r_.t0 - r_.halo;
-  const Mamba2Layer<T>& l = p_.layers[k];
+  Mamba2ChunkOps<T>& ops = *m_.layers[k];
   Scratch<T>& sc = ThreadScratch<T>();
   if (k > 0 && r_.halo > 0) {  // rows [0, H) of u^k: the previous span's last rows
     ADJSH_CHECK(static_cast<int64_t>(in.halo_u.size()) == r_.halo * D,
@@ -96,10 +95,8 @@ void Mamba2SpanWork<T>::Forward(int64_t k, const SpanInputs<T>& in, Mamba2SpanOu
     std::vector<T> dt_sum(d_.H, T(0));
     for (int64_t c = r_.c0; c < r_.c1; ++c) {
       const SpanRange ch = plan_.Chunk(c);
-      Mamba2ChunkForward(l, cfg_, ChunkRows(k, c, sc.rows), ch.t0, ch.t0 + ch.len,
-                         out.h_end.data(), sc.acts, static_cast<T*>(nullptr));
-      for (int64_t i = 0; i < ch.len; ++i)
-        for (int64_t h = 0; h < d_.H; ++h) dt_sum[h] += sc.acts.dt[i * d_.H + h];
+      ops.Forward(ChunkRows(k, c, sc.rows), ch.t0, ch.t0 + ch.len, out.h_end.data(), nullptr,
+                  dt_sum.data());
     }
     out.sigma.resize(d_.Di);  // each head's sum over its P channels (engine/span_family.h)
     for (int64_t h = 0; h < d_.H; ++h)
@@ -115,8 +112,7 @@ void Mamba2SpanWork<T>::Forward(int64_t k, const SpanInputs<T>& in, Mamba2SpanOu
     const SpanRange ch = plan_.Chunk(c);
     const int64_t row = ch.t0 - base, n = ch.len * D;  // the chunk's own rows in u^{k+1}
     T* dst = top ? g_.data() + (ch.t0 - r_.t0) * D : u_[k + 1].WriteBuffer(row * D, n, sc.out);
-    Mamba2ChunkForward(l, cfg_, ChunkRows(k, c, sc.rows), ch.t0, ch.t0 + ch.len, sc.S.data(),
-                       sc.acts, dst);
+    ops.Forward(ChunkRows(k, c, sc.rows), ch.t0, ch.t0 + ch.len, sc.S.data(), dst, nullptr);
     const T* res = u_[k].Read(row * D, n, sc.in);  // the residual: the stored (read) input
     for (int64_t i = 0; i < n; ++i) dst[i] += res[i];
     if (!top) u_[k + 1].Commit(row * D, n, dst);
@@ -131,46 +127,27 @@ void Mamba2SpanWork<T>::Forward(int64_t k, const SpanInputs<T>& in, Mamba2SpanOu
   out.halo_next.assign(last, last + n * D);
 }
 
-// The LM head over the span's rows, 64 at a time: the loss sum, dL/du^K over u^K in g, the
-// head's (V, D) partial as dlogits^T nf block by block, and norm_f's.
+// The LM head over the span's rows through the backend (which blocks rows and vocabulary):
+// the loss sum, dL/du^K in g, the head's (V, D) and norm_f's partials.
 template <typename T>
 void Mamba2SpanWork<T>::Head(Mamba2SpanOutputs<T>& out) {
-  const int64_t T_ = plan_.T(), base = r_.t0 - r_.halo, V = cfg_.vocab_size, D = d_.D;
-  constexpr int64_t kRows = 64;
-  const bool loss_only = plan_.forward_only();  // an evaluation: no dL/du, no partials
-  if (!loss_only) {
+  const int64_t D = d_.D, V = cfg_.vocab_size;
+  const std::vector<int64_t> targets = SpanTargets(plan_, r_, tokens_, mask_);
+  int64_t correct = 0;
+  cpu::LmHeadArgs<T> args{r_.len, D, V, cfg_.layer_norm_epsilon, p_.head().data(),
+                          p_.norm_f.data(), g_.data(), targets.data(), T(1) / T(n_targets_)};
+  if (!mask_.empty()) args.correct = &correct;
+  if (plan_.forward_only()) {  // an evaluation: the loss alone, no dL/du, no partials
+    out.loss_sum = m_.backend->HeadLoss(args);
+  } else {
     out.embed.assign(V * D, T(0));
     out.norm_f.assign(D, T(0));
+    thread_local std::vector<T> du;  // the thread's spare (len, D), swapped with g
+    du.resize(r_.len * D);
+    out.loss_sum =
+        m_.backend->HeadForwardBackward(args, du.data(), out.embed.data(), out.norm_f.data());
+    std::swap(g_, du);
   }
-  std::vector<T> dlogits(kRows * V), nf(kRows * D), urows(kRows * D);
-  std::vector<int64_t> targets(kRows);
-  int64_t correct = 0;
-  double loss = 0;
-  for (int64_t i0 = 0; i0 < r_.len; i0 += kRows) {
-    const int64_t m = std::min(kRows, r_.len - i0);
-    for (int64_t i = 0; i < m; ++i) {
-      const int64_t t = r_.t0 + i0 + i, next = t + 1 - base;  // token t + 1 in tokens_
-      targets[i] = t + 1 < T_ && (mask_.empty() || mask_[next] != 0)
-                       ? static_cast<int64_t>(tokens_[next])
-                       : int64_t{-1};
-    }
-    std::copy_n(g_.begin() + i0 * D, m * D, urows.begin());
-    cpu::LmHeadArgs<T> args;
-    args.M = m, args.D = D, args.V = V, args.eps = cfg_.layer_norm_epsilon;
-    args.E = p_.head().data(), args.w_f = p_.norm_f.data();
-    args.u = urows.data(), args.targets = targets.data();
-    args.scale = T(1) / T(n_targets_);
-    if (!mask_.empty()) args.correct = &correct;
-    if (loss_only) {
-      loss += cpu::LmHeadLoss(args, dlogits.data(), nf.data());
-      continue;
-    }
-    loss += cpu::LmHeadForwardBackward(args, g_.data() + i0 * D, dlogits.data(), nf.data(),
-                                       out.norm_f.data());
-    cpu::Gemm<T>(cpu::Trans::kYes, cpu::Trans::kNo, V, D, m, T(1), dlogits.data(), V, nf.data(),
-                 D, T(1), out.embed.data(), D);
-  }
-  out.loss_sum = loss;
   out.correct = correct;
   g_layer_ = cfg_.num_hidden_layers;
   next_halo_added_ = true;  // nothing after the head feeds g
@@ -193,8 +170,8 @@ void Mamba2SpanWork<T>::ChunkStates(int64_t k) {
   for (int64_t c = r_.c0; c < r_.c1; ++c) {
     const SpanRange ch = plan_.Chunk(c);
     std::copy(sc.S.begin(), sc.S.end(), chunk_states_.begin() + (c - r_.c0) * HPN_);
-    Mamba2ChunkForward(p_.layers[k], cfg_, ChunkRows(k, c, sc.rows), ch.t0, ch.t0 + ch.len,
-                       sc.S.data(), sc.acts, static_cast<T*>(nullptr));
+    m_.layers[k]->Forward(ChunkRows(k, c, sc.rows), ch.t0, ch.t0 + ch.len, sc.S.data(), nullptr,
+                          nullptr);
   }
   states_layer_ = k;
 }
@@ -203,26 +180,17 @@ template <typename T>
 void Mamba2SpanWork<T>::Backward(int64_t k, const SpanInputs<T>& in, Mamba2SpanOutputs<T>& out,
                                  bool summary) {
   const int64_t D = d_.D;
-  const Mamba2Layer<T>& l = p_.layers[k];
+  Mamba2ChunkOps<T>& ops = *m_.layers[k];
   AddNextHalo(in);
   ChunkStates(k);
   Scratch<T>& sc = ThreadScratch<T>();
-  // Chunk c's activations, recomputed from its rows and its start state.
-  const auto recompute = [&](int64_t c, const SpanRange& ch) {
-    const T* rows = ChunkRows(k, c, sc.rows);
-    sc.S.assign(chunk_states_.begin() + (c - r_.c0) * HPN_,
-                chunk_states_.begin() + (c - r_.c0 + 1) * HPN_);
-    sc.out.resize(ch.len * D);
-    Mamba2ChunkForward(l, cfg_, rows, ch.t0, ch.t0 + ch.len, sc.S.data(), sc.acts,
-                       sc.out.data());
-    return rows;
-  };
+  auto state = [&](int64_t c) { return chunk_states_.data() + (c - r_.c0) * HPN_; };
   if (summary) {  // the adjoint carry out of the span from zero, last chunk first
     out.m.assign(HPN_, T(0));
     for (int64_t c = r_.c1 - 1; c >= r_.c0; --c) {
       const SpanRange ch = plan_.Chunk(c);
-      recompute(c, ch);
-      Mamba2ChunkAdjoint(l, cfg_, sc.acts, g_.data() + (ch.t0 - r_.t0) * D, out.m.data());
+      ops.Adjoint(ChunkRows(k, c, sc.rows), ch.t0, ch.t0 + ch.len, state(c),
+                  g_.data() + (ch.t0 - r_.t0) * D, out.m.data());
     }
     return;
   }
@@ -235,17 +203,16 @@ void Mamba2SpanWork<T>::Backward(int64_t k, const SpanInputs<T>& in, Mamba2SpanO
   du.resize(r_.len * D);
   for (int64_t c = r_.c1 - 1; c >= r_.c0; --c) {
     const SpanRange ch = plan_.Chunk(c);
-    const T* rows = recompute(c, ch);
     const int64_t at = (ch.t0 - r_.t0) * D;
-    Mamba2ChunkBackward(l, cfg_, rows, sc.acts, g_.data() + at, carry.data(), halo.data(),
-                        out.grad, du.data() + at);
+    ops.Backward(ChunkRows(k, c, sc.rows), ch.t0, ch.t0 + ch.len, state(c), g_.data() + at,
+                 carry.data(), halo.data(), out.grad, du.data() + at);
   }
   // The conv halo's gradient, rows [t0 - H, t0) of span s - 1, through their in_proj and
   // pre-norm: dL/du^k of those rows, for span s - 1.
   out.du_halo_prev.assign(r_.halo * D, T(0));
   if (r_.halo > 0) {
     const T* hu = u_[k].Read(0, r_.halo * D, sc.in);
-    Mamba2HaloBackward(l, cfg_, hu, r_.t0, halo.data(), out.grad, out.du_halo_prev.data());
+    ops.HaloBackward(hu, r_.t0, halo.data(), out.grad, out.du_halo_prev.data());
   }
   std::swap(g_, du);
   g_layer_ = k;

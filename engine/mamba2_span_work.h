@@ -11,8 +11,9 @@
 //   sent   (H P N)-sized summaries, halo rows and parameter partials.
 // The gradient of the next span's conv halo rows (the conv reads this span's last W - 1 rows)
 // is taken through in_proj and the pre-norm by the span that reads them (Mamba2HaloBackward)
-// and sent back as dL/du rows, as Mamba-1's spans do. A task is a pure function of the span's
-// kept values and its inputs: whoever runs it, it returns the same bits.
+// and sent back as dL/du rows, as Mamba-1's spans do. Every layer chunk goes through the model's
+// Mamba2ChunkOps and the head through its backend (engine/mamba2_backend.h). A task is a pure
+// function of the span's kept values and its inputs: whoever runs it, it returns the same bits.
 #ifndef ADJSH_ENGINE_MAMBA2_SPAN_WORK_H_
 #define ADJSH_ENGINE_MAMBA2_SPAN_WORK_H_
 
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "engine/mamba2_backend.h"
 #include "engine/mamba2_layer.h"
 #include "engine/mamba2_model.h"
 #include "engine/span_plan.h"
@@ -36,8 +38,8 @@ template <typename T>
 class Mamba2SpanWork {
  public:
   // As SpanWork's: tokens [t0 - H, min(T, t0 + len + 1)), mask empty or over the same
-  // positions, n_targets counted over the whole sequence. params and plan outlive the work.
-  Mamba2SpanWork(const Mamba2Params<T>& params, const SpanPlan& plan, int64_t span,
+  // positions, n_targets counted over the whole sequence. model and plan outlive the work.
+  Mamba2SpanWork(const Mamba2BackendModel<T>& model, const SpanPlan& plan, int64_t span,
                  std::vector<uint32_t> tokens, std::vector<uint8_t> mask, int64_t n_targets,
                  Storage storage, std::string spill_dir);
 
@@ -55,6 +57,7 @@ class Mamba2SpanWork {
   void Backward(int64_t k, const SpanInputs<T>& in, Mamba2SpanOutputs<T>& out, bool summary);
   void AddNextHalo(const SpanInputs<T>& in);
 
+  const Mamba2BackendModel<T>& m_;
   const Mamba2Params<T>& p_;
   const Mamba2Config& cfg_;
   const Mamba2Dims d_;

@@ -168,14 +168,22 @@ void SpanWork<T>::Forward(int64_t k, const SpanInputs<T>& in, SpanOutputs<T>& ou
 
 // The LM head over the span's rows: loss sum, dL/du^K into g, the head's partials kept (a
 // forward-only plan: the loss sum alone).
+std::vector<int64_t> SpanTargets(const SpanPlan& plan, const SpanRange& r,
+                                 const std::vector<uint32_t>& tokens,
+                                 const std::vector<uint8_t>& mask) {
+  const int64_t T = plan.T(), base = r.t0 - r.halo;
+  std::vector<int64_t> targets(r.len, -1);
+  for (int64_t t = r.t0; t < r.t0 + r.len; ++t) {
+    const int64_t next = t + 1 - base;  // position of token t + 1 in tokens
+    if (t + 1 < T && (mask.empty() || mask[next] != 0)) targets[t - r.t0] = tokens[next];
+  }
+  return targets;
+}
+
 template <typename T>
 void SpanWork<T>::Head(SpanOutputs<T>& out) {
-  const int64_t T_ = plan_.T(), base = r_.t0 - r_.halo, V = cfg_.vocab_size;
-  std::vector<int64_t> targets(r_.len, -1);
-  for (int64_t t = r_.t0; t < r_.t0 + r_.len; ++t) {
-    const int64_t next = t + 1 - base;  // position of token t + 1 in tokens_
-    if (t + 1 < T_ && (mask_.empty() || mask_[next] != 0)) targets[t - r_.t0] = tokens_[next];
-  }
+  const int64_t V = cfg_.vocab_size;
+  const std::vector<int64_t> targets = SpanTargets(plan_, r_, tokens_, mask_);
   int64_t correct = 0;
   cpu::LmHeadArgs<T> args{r_.len, D_, V, cfg_.layer_norm_epsilon, model_.params->head().data(),
                           model_.params->norm_f.data(), g_.data(), targets.data(),

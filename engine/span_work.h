@@ -74,6 +74,12 @@ absl::Status SpanNotReady(int64_t span, const SpanTask& task, int64_t forward_do
 // (else in memory, saying so on stderr).
 template <typename T>
 StoredRows<T> MakeSpanRows(size_t n, Storage storage, const std::string& spill_dir);
+// The head's targets of a span's rows r [t0, t0 + len): token t + 1 of the sequence, or -1
+// where there is none (the last token) or the mask does not count it. tokens (and mask, empty
+// or over the same positions) start at t0 - r.halo, as a span's owner keeps them.
+std::vector<int64_t> SpanTargets(const SpanPlan& plan, const SpanRange& r,
+                                 const std::vector<uint32_t>& tokens,
+                                 const std::vector<uint8_t>& mask);
 // Adds span s + 1's part of dL/du of this span's last rows, du_halo (n, D), into g (len, D).
 template <typename T>
 void AddNextSpanHalo(const std::vector<T>& du_halo, int64_t len, int64_t D, std::vector<T>& g);

@@ -50,6 +50,7 @@ std::string_view OpName(Op op) {
     case Op::kBackwardTruncated: return "the truncated-window backward";
     case Op::kHead: return "the LM head";
     case Op::kHeadAccuracy: return "the LM head's greedy accuracy (--loss-mask)";
+    case Op::kMamba2Layer: return "a Mamba-2 layer";
   }
   return "an unknown operation";
 }

@@ -45,6 +45,7 @@ enum class Op {
   kBackwardTruncated,   // chunk VJPs with a truncated window (lookahead rows)
   kHead,                // final norm, tied LM head, cross-entropy and their backward
   kHeadAccuracy,        // the head's count of rows decoded right (LmHeadArgs::correct)
+  kMamba2Layer,         // a Mamba-2 layer's chunk (engine/mamba2_backend.h)
 };
 std::string_view OpName(Op op);
 

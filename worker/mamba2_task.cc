@@ -22,10 +22,7 @@ TaskRunner::Outcome TaskRunner::RunMamba2(const v1::Task& task, const TaskState&
     return End(tid, NoResult{.skipped = true, .why = std::string(why)});
   };
   const Mamba2Config& cfg = *job.mamba2;
-  if (!opt_.device.is_cpu()) {
-    return skip(absl::StrCat("a Mamba-2 model's tasks run on the CPU only, not on ",
-                             opt_.device.ToString()));
-  }
+  if (absl::Status st = backend_->Require(Op::kMamba2Layer); !st.ok()) return skip(st.message());
   const bool tree = task.has_tree();
   if (tree) {
     if (std::optional<std::string> why = EnterTree(task, job)) return skip(*why);
@@ -46,7 +43,15 @@ TaskRunner::Outcome TaskRunner::RunMamba2(const v1::Task& task, const TaskState&
     if (!params.ok()) return params.status();
     job.mamba2_spans.clear();  // they point into the model being replaced
     owned = job.mamba2_spans.end();
+    job.mamba2_model.reset();
     job.mamba2_params = std::make_unique<Mamba2Params<float>>(*std::move(params));
+    absl::StatusOr<Mamba2BackendModel<float>> model =
+        Mamba2BackendModel<float>::Make(*job.mamba2_params, *backend_);
+    if (!model.ok()) {
+      job.mamba2_params.reset();
+      return model.status();
+    }
+    job.mamba2_model = std::make_unique<Mamba2BackendModel<float>>(*std::move(model));
     return absl::OkStatus();
   };
   TensorMap got;
@@ -84,7 +89,7 @@ TaskRunner::Outcome TaskRunner::RunMamba2(const v1::Task& task, const TaskState&
         !st.ok())
       return skip(st.message());
     auto work = std::make_unique<Mamba2SpanWork<float>>(
-        *job.mamba2_params, plan, task.span(), std::move(tokens), std::move(mask),
+        *job.mamba2_model, plan, task.span(), std::move(tokens), std::move(mask),
         task.targets(), task.storage() == "bf16" ? Storage::kBF16 : Storage::kCompute,
         opt_.spill_dir);
     for (int64_t r : plan.ReplayIds(id)) {

@@ -19,6 +19,7 @@
 #include "common/config.h"
 #include "common/mamba2_config.h"
 #include "common/model.h"
+#include "engine/mamba2_backend.h"
 #include "engine/mamba2_model.h"
 #include "engine/mamba2_span_work.h"
 #include "engine/reduce_groups.h"
@@ -53,6 +54,7 @@ class SpanStore {
     // spans, as above.
     std::shared_ptr<const Mamba2Config> mamba2;
     std::unique_ptr<Mamba2Params<float>> mamba2_params;
+    std::unique_ptr<Mamba2BackendModel<float>> mamba2_model;  // mamba2_params on the backend
     std::map<std::pair<int64_t, int64_t>, std::unique_ptr<Mamba2SpanWork<float>>> mamba2_spans;
     // The wire form of a worker tree's groups for either config (engine/reduce_groups.h).
     std::shared_ptr<const GroupLayout> groups;

@@ -66,6 +66,8 @@ Mamba2GradResult<T> RunTasks(const Mamba2Params<T>& params, const std::vector<ui
                              int64_t lose_at = -1, bool wire = false) {
   const Mamba2Config& c = params.config;
   SpanLedger<T, Mamba2Params> ledger(params, plan, tokens, mask);
+  const std::unique_ptr<Backend<T>> backend = MakeBackend<T>(Device{}).value();
+  const Mamba2BackendModel<T> model = Mamba2BackendModel<T>::Make(params, *backend).value();
   std::vector<std::unique_ptr<Mamba2SpanWork<T>>> work(plan.spans());
   int64_t built = 0, lost = 0;
   for (int64_t id = 0; id < plan.num_tasks(); ++id) {
@@ -73,7 +75,7 @@ Mamba2GradResult<T> RunTasks(const Mamba2Params<T>& params, const std::vector<ui
     if (id == lose_at && work[task.span]) work[task.span].reset(), lost = 1;
     if (!work[task.span] || !work[task.span]->Ready(task)) {
       work[task.span] = std::make_unique<Mamba2SpanWork<T>>(
-          params, plan, task.span, ledger.SpanTokens(task.span), ledger.SpanMask(task.span),
+          model, plan, task.span, ledger.SpanTokens(task.span), ledger.SpanMask(task.span),
           ledger.n_targets(), Storage::kCompute, "");
       for (const auto& [step, in] : ledger.Replay(id)) {
         Mamba2SpanOutputs<T> discard;
@@ -215,7 +217,9 @@ TEST(Mamba2SpanTest, ATaskOutOfOrderIsRefused) {
   const std::vector<uint32_t> tokens = Tokens(40, 40, 6);
   const SpanPlan plan = SpanPlan::Make(40, 10, 2, 3, 4).value();
   SpanLedger<float, Mamba2Params> ledger(params, plan, tokens, {});
-  Mamba2SpanWork<float> w(params, plan, 0, ledger.SpanTokens(0), {}, ledger.n_targets(),
+  const std::unique_ptr<Backend<float>> backend = MakeBackend<float>(Device{}).value();
+  const Mamba2BackendModel<float> model = Mamba2BackendModel<float>::Make(params, *backend).value();
+  Mamba2SpanWork<float> w(model, plan, 0, ledger.SpanTokens(0), {}, ledger.n_targets(),
                           Storage::kCompute, "");
   Mamba2SpanOutputs<float> out;
   const absl::Status s = w.Run({SpanPhase::kBackward, 1, 0}, {}, out);

@@ -149,10 +149,13 @@ StepCases BuildMamba2Cases() {
   config.head_dim = 4, config.num_heads = 4, config.n_groups = 2, config.vocab_size = 11;
   Mamba2Params<float> params = InitMamba2Params<float>(config, 99).value();
   TensorMap tensors = Mamba2ParamsToTensors<float>(params, DType::kF32);
+  const std::unique_ptr<Backend<float>> backend = MakeBackend<float>(Device{}).value();
+  const Mamba2BackendModel<float> model =
+      Mamba2BackendModel<float>::Make(params, *backend).value();
   return BuildCasesOf<Mamba2Params>(
       config, params, std::move(tensors), Mamba2ConfigToJson(config),
       [&](const SpanPlan& plan, const SpanLedger<float, Mamba2Params>& ledger, int64_t s) {
-        return std::make_unique<Mamba2SpanWork<float>>(params, plan, s, ledger.SpanTokens(s),
+        return std::make_unique<Mamba2SpanWork<float>>(model, plan, s, ledger.SpanTokens(s),
                                                        ledger.SpanMask(s), ledger.n_targets(),
                                                        Storage::kCompute, "");
       });
