@@ -217,26 +217,23 @@ int GradCommand(const std::vector<std::string>& args) {
     return BadUsage("grad", tree.status());
   }
   if (ModelTypeOfDir(a.Get("model")) == "mamba2") {
-    // Mamba-2: the exact gradient on the CPU by the span schedule, in-process or on CPU
-    // workers; the rest is Mamba-1's.
-    for (const char* flag : {"window", "doc-starts", "trace", "worker-device"}) {
+    // Mamba-2: the exact gradient by the span schedule, in-process (on --device) or on
+    // workers (on --worker-device); the rest is Mamba-1's.
+    for (const char* flag : {"window", "doc-starts", "trace"}) {
       if (a.Has(flag)) {
-        return BadUsage("grad",
-                        absl::InvalidArgumentError(absl::StrCat(
-                            "--", flag, " is not available for Mamba-2 models, whose gradient "
-                            "adjsh computes on the CPU")));
+        return BadUsage("grad", absl::InvalidArgumentError(absl::StrCat(
+                                    "--", flag, " is not available for Mamba-2 models")));
       }
     }
-    if (opt.schedule != Schedule::kSpans || opt.cotangent != Cotangent::kExact ||
-        !opt.device.is_cpu()) {
+    if (opt.schedule != Schedule::kSpans || opt.cotangent != Cotangent::kExact) {
       return BadUsage("grad", absl::InvalidArgumentError(
-                                  "a Mamba-2 model's gradient is the exact one, on the CPU by "
-                                  "the span schedule (no --schedule, --cotangent or --device "
-                                  "for it yet)"));
+                                  "a Mamba-2 model's gradient is the exact one by the span "
+                                  "schedule (no --schedule or --cotangent for it)"));
     }
-    const absl::Status s =
-        RunMamba2Grad(a.Get("model"), a.Get("tokens"), a.Get("out"), dtype == "f64", opt,
-                      static_cast<int>(*workers), *ReduceFromFlags(a), quiet);
+    if (absl::Status s = CheckDeviceUsable(opt.device); !s.ok()) return Fail("grad", s);
+    const absl::Status s = RunMamba2Grad(
+        a.Get("model"), a.Get("tokens"), a.Get("out"), dtype == "f64", opt,
+        static_cast<int>(*workers), *ReduceFromFlags(a), *std::move(worker_devices), quiet);
     return s.ok() ? 0 : Fail("grad", s);
   }
   if (absl::Status s = CheckDeviceUsable(opt.device); !s.ok()) return Fail("grad", s);

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <memory>
 #include <type_traits>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "cli/args.h"
@@ -21,7 +22,7 @@ namespace {
 template <typename T>
 absl::Status Run(const std::string& model_dir, const std::string& tokens_path,
                  const std::string& out_path, const GradOptions& options, int workers,
-                 bool worker_tree, bool quiet) {
+                 bool worker_tree, std::vector<std::string> worker_devices, bool quiet) {
   absl::StatusOr<Mamba2Params<T>> params = LoadMamba2ModelDir<T>(model_dir);
   if (!params.ok()) return params.status();
   absl::StatusOr<std::vector<uint32_t>> tokens = ReadTokenFile(tokens_path);  // ids checked
@@ -34,6 +35,7 @@ absl::Status Run(const std::string& model_dir, const std::string& tokens_path,
         return s;
       coordinator::LocalClusterOptions cluster_options;
       cluster_options.service.worker_tree = worker_tree;
+      cluster_options.worker_devices = std::move(worker_devices);
       absl::StatusOr<std::unique_ptr<coordinator::LocalCluster>> cluster =
           coordinator::LocalCluster::Start(workers, SelfExe(), std::move(cluster_options));
       if (!cluster.ok()) return cluster.status();
@@ -71,9 +73,12 @@ std::string ModelTypeOfDir(const std::string& dir) {
 
 absl::Status RunMamba2Grad(const std::string& model_dir, const std::string& tokens_path,
                            const std::string& out_path, bool f64, const GradOptions& options,
-                           int workers, bool worker_tree, bool quiet) {
-  return f64 ? Run<double>(model_dir, tokens_path, out_path, options, workers, worker_tree, quiet)
-             : Run<float>(model_dir, tokens_path, out_path, options, workers, worker_tree, quiet);
+                           int workers, bool worker_tree, std::vector<std::string> worker_devices,
+                           bool quiet) {
+  return f64 ? Run<double>(model_dir, tokens_path, out_path, options, workers, worker_tree,
+                           std::move(worker_devices), quiet)
+             : Run<float>(model_dir, tokens_path, out_path, options, workers, worker_tree,
+                          std::move(worker_devices), quiet);
 }
 
 }  // namespace adjsh::cli

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -17,14 +18,16 @@ namespace adjsh::cli {
 // why).
 std::string ModelTypeOfDir(const std::string& dir);
 
-// f64 when f64, else f32. In-process (workers 0), or with workers > 0 (f32 only) on a local
-// cluster of that many CPU worker processes (coordinator/local_cluster.h), reducing among
-// them when worker_tree (--reduce tree) else through the coordinator; the same bits for any
-// number and either reduction. Prints the summary line (and the step's profile with workers)
-// unless quiet.
+// f64 when f64, else f32. In-process on options.device (workers 0), or with workers > 0 (f32
+// only) on a local cluster of that many worker processes (coordinator/local_cluster.h) on
+// worker_devices (empty: the CPU; as `--worker-device`), reducing among them when worker_tree
+// (--reduce tree) else through the coordinator; the same bits for any number and either
+// reduction on one kind of device. Prints the summary line (and the step's profile with
+// workers) unless quiet.
 absl::Status RunMamba2Grad(const std::string& model_dir, const std::string& tokens_path,
                            const std::string& out_path, bool f64, const GradOptions& options,
-                           int workers, bool worker_tree, bool quiet);
+                           int workers, bool worker_tree, std::vector<std::string> worker_devices,
+                           bool quiet);
 
 }  // namespace adjsh::cli
 

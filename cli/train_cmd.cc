@@ -159,16 +159,11 @@ int RunOnWorkers(train::BasicTrainer<P>& trainer, const ArgParser& a, const v1::
   return RunTrainer(trainer, a, spec, opt, cluster.get(), workers, first_step);
 }
 
-// adjsh train for a Mamba-2 model folder (model_type mamba2): in-process, or on local CPU
-// workers (the worker tree or the star, as Mamba-1's); the options its gradient lacks refused
-// by the trainer (train/model_family.h).
+// adjsh train for a Mamba-2 model folder (model_type mamba2): in-process (on the options'
+// device), or on local workers (on worker_devices; the worker tree or the star, as Mamba-1's);
+// the options its gradient lacks refused by the trainer (train/model_family.h).
 int TrainMamba2(const ArgParser& a, const v1::JobSpec& spec, const train::TrainOptions& opt_in,
-                int64_t workers, int64_t lease_ms) {
-  if (a.Has("worker-device")) {
-    return BadUsage("train", absl::UnimplementedError(
-                                 "--worker-device: a Mamba-2 model's span tasks run on CPU "
-                                 "workers only"));
-  }
+                int64_t workers, int64_t lease_ms, std::vector<std::string> worker_devices) {
   train::TrainOptions opt = opt_in;
   absl::StatusOr<Mamba2Params<float>> params = LoadMamba2ModelDir<float>(spec.model_dir());
   if (!params.ok()) return Fail("train", params.status());
@@ -180,7 +175,7 @@ int TrainMamba2(const ArgParser& a, const v1::JobSpec& spec, const train::TrainO
   if (data->val) trainer.set_validation(*std::move(data->val));
   if (absl::Status s = trainer.Init(); !s.ok()) return Fail("train", s);
   if (workers == 0) return RunTrainer(trainer, a, spec, opt, nullptr, 0, trainer.state().step);
-  return RunOnWorkers(trainer, a, spec, opt, workers, lease_ms, {});
+  return RunOnWorkers(trainer, a, spec, opt, workers, lease_ms, std::move(worker_devices));
 }
 
 }  // namespace
@@ -322,7 +317,7 @@ int TrainCommand(const std::vector<std::string>& args) {
   }
   if (spec->model_case() == v1::JobSpec::kModelDir &&
       ModelTypeOfDir(spec->model_dir()) == "mamba2")
-    return TrainMamba2(a, *spec, opt, workers, lease_ms);
+    return TrainMamba2(a, *spec, opt, workers, lease_ms, *std::move(worker_devices));
   absl::StatusOr<ModelParams<float>> params = coordinator::JobModelParams(*spec);
   if (!params.ok()) return Fail("train", params.status());
   absl::StatusOr<coordinator::JobDataSet> data =

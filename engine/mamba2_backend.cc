@@ -67,6 +67,33 @@ class CpuMamba2Ops final : public Mamba2ChunkOps<T> {
   const int64_t H_;
 };
 
+// A device's layer (kernels/backend.h Mamba2BlockBackend): the gradient as its pointers.
+template <typename T>
+class DeviceMamba2Ops final : public Mamba2ChunkOps<T> {
+ public:
+  explicit DeviceMamba2Ops(std::unique_ptr<Mamba2BlockBackend<T>> block)
+      : block_(std::move(block)) {}
+
+  void Forward(const T* u, int64_t t0, int64_t t1, T* S, T* out, T* dt_sum) override {
+    block_->Forward(u, t0, t1, S, out, dt_sum);
+  }
+  void Adjoint(const T* u, int64_t t0, int64_t t1, const T* S0, const T* dout,
+               T* carry) override {
+    block_->Adjoint(u, t0, t1, S0, dout, carry);
+  }
+  void Backward(const T* u, int64_t t0, int64_t t1, const T* S0, const T* dout, T* carry,
+                T* halo, Mamba2Layer<T>& grad, T* du) override {
+    block_->Backward(u, t0, t1, S0, dout, carry, halo, Mamba2TensorsOf<T>(grad), du);
+  }
+  void HaloBackward(const T* u, int64_t t0, const T* halo, Mamba2Layer<T>& grad,
+                    T* du) override {
+    block_->HaloBackward(u, t0, halo, Mamba2TensorsOf<T>(grad), du);
+  }
+
+ private:
+  std::unique_ptr<Mamba2BlockBackend<T>> block_;
+};
+
 }  // namespace
 
 template <typename T>
@@ -76,13 +103,25 @@ absl::StatusOr<Mamba2BackendModel<T>> Mamba2BackendModel<T>::Make(const Mamba2Pa
   Mamba2BackendModel<T> m;
   m.params = &params;
   m.backend = &backend;
-  if (!backend.device().is_cpu()) {
+  const Device& device = backend.device();
+  if (device.bf16_storage) {  // the GPU's Mamba-2 layer keeps f32 (kernels/cuda/mamba2_block.h)
     return absl::UnimplementedError(absl::StrCat(
-        std::string(OpName(Op::kMamba2Layer)), " is not supported on ",
-        backend.device().ToString()));
+        "a Mamba-2 layer with bf16 storage is not supported on ", device.ToString(),
+        " (its layer keeps f32)"));
   }
-  for (const Mamba2Layer<T>& l : params.layers)
-    m.layers.push_back(std::make_unique<CpuMamba2Ops<T>>(l, params.config));
+  for (const Mamba2Layer<T>& l : params.layers) {
+    if (device.is_cpu()) {
+      m.layers.push_back(std::make_unique<CpuMamba2Ops<T>>(l, params.config));
+      continue;
+    }
+    std::unique_ptr<Mamba2BlockBackend<T>> block =
+        backend.MakeMamba2Block(params.config, Mamba2TensorsOf<const T>(l));
+    if (!block) {
+      return absl::UnimplementedError(absl::StrCat(std::string(OpName(Op::kMamba2Layer)),
+                                                   " is not supported on ", device.ToString()));
+    }
+    m.layers.push_back(std::make_unique<DeviceMamba2Ops<T>>(std::move(block)));
+  }
   return m;
 }
 

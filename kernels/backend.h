@@ -16,9 +16,11 @@
 #include "absl/status/statusor.h"
 #include "common/config.h"
 #include "common/device_memory.h"
+#include "common/mamba2_config.h"
 #include "common/model.h"
 #include "kernels/cpu/lm_head.h"
 #include "kernels/cpu/mamba_block.h"
+#include "kernels/mamba2_tensors.h"
 
 namespace adjsh {
 
@@ -65,6 +67,22 @@ class BlockBackend {
                         T* mu_out) = 0;
 };
 
+// A Mamba-2 layer's chunk on a device other than the CPU, whose Mamba-2 layer is the
+// engine's own (engine/mamba2_backend.h): the contracts of Mamba2ChunkOps there, the layer's
+// gradient as plain pointers (kernels/mamba2_tensors.h). Pointers are host memory.
+template <typename T>
+class Mamba2BlockBackend {
+ public:
+  virtual ~Mamba2BlockBackend() = default;
+  virtual void Forward(const T* u, int64_t t0, int64_t t1, T* S, T* out, T* dt_sum) = 0;
+  virtual void Adjoint(const T* u, int64_t t0, int64_t t1, const T* S0, const T* dout,
+                       T* carry) = 0;
+  virtual void Backward(const T* u, int64_t t0, int64_t t1, const T* S0, const T* dout,
+                        T* carry, T* halo, const Mamba2Tensors<T>& grad, T* du) = 0;
+  virtual void HaloBackward(const T* u, int64_t t0, const T* halo,
+                            const Mamba2Tensors<T>& grad, T* du) = 0;
+};
+
 template <typename T>
 class Backend {
  public:
@@ -79,6 +97,12 @@ class Backend {
   // The block of one layer; config and params must outlive it (a device copy may be taken).
   virtual std::unique_ptr<BlockBackend<T>> MakeBlock(const MambaConfig& config,
                                                      const LayerParams<T>& params) = 0;
+  // A Mamba-2 layer on the device (weights copied there when the backend keeps them); null
+  // where the engine's own layer runs (the CPU) or the device has none (Supports says which).
+  virtual std::unique_ptr<Mamba2BlockBackend<T>> MakeMamba2Block(
+      const Mamba2Config& /*config*/, const Mamba2Tensors<const T>& /*weights*/) {
+    return nullptr;
+  }
 
   // The head over args.M rows (any M: the backend blocks rows and vocabulary itself, never
   // holding M x V logits): returns the rows' loss sum (as cpu::LmHeadForwardBackward); du (M, D)

@@ -48,9 +48,10 @@ struct ModelFamily<Mamba2Params<float>> {
   static std::string Shape(const Config& config);
   static absl::Status Save(const std::string& dir, const Params& params, DType dtype);
   static absl::StatusOr<Params> Load(const std::string& dir);
-  // Mamba-2's gradient is exact, in-process, on the CPU (engine/mamba2_grad.h), with the
+  // Mamba-2's gradient is exact (engine/mamba2_grad.h), on the options' device, with the
   // chunk, spans and threads, a loss mask, bf16 storage and a spill directory: a truncated
-  // window, the top-of-stack cotangent and a device are refused by name (UNIMPLEMENTED).
+  // window and the top-of-stack cotangent are refused by name (UNIMPLEMENTED), and what a
+  // device lacks by its backend (engine/mamba2_backend.h).
   static absl::Status CheckOptions(const GradOptions& options);
   static absl::StatusOr<Grad> Gradient(const Params& params, const GradPiece& piece);
   static absl::StatusOr<EvalResult> Evaluate(const Params& params, const TokenData& tokens,

@@ -5,9 +5,39 @@
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
 #include "kernels/cuda/device_block.h"
+#include "kernels/cuda/mamba2_block.h"
 
 namespace adjsh::cuda {
 namespace {
+
+// A Mamba-2 layer on the GPU (kernels/cuda/mamba2_block.h), f32 storage.
+class CudaMamba2Block final : public Mamba2BlockBackend<float> {
+ public:
+  CudaMamba2Block(const Device& device, const Mamba2Config& c,
+                  const Mamba2Tensors<const float>& w)
+      : block_(device.index, Mamba2ShapeOf(c), w) {}
+
+  void Forward(const float* u, int64_t t0, int64_t t1, float* S, float* out,
+               float* dt_sum) override {
+    block_.Forward(u, t0, t1, S, out, dt_sum);
+  }
+  void Adjoint(const float* u, int64_t t0, int64_t t1, const float* S0, const float* dout,
+               float* carry) override {
+    block_.Adjoint(u, t0, t1, S0, dout, carry);
+  }
+  void Backward(const float* u, int64_t t0, int64_t t1, const float* S0, const float* dout,
+                float* carry, float* halo, const Mamba2Tensors<float>& grad,
+                float* du) override {
+    block_.Backward(u, t0, t1, S0, dout, carry, halo, grad, du);
+  }
+  void HaloBackward(const float* u, int64_t t0, const float* halo,
+                    const Mamba2Tensors<float>& grad, float* du) override {
+    block_.HaloBackward(u, t0, halo, grad, du);
+  }
+
+ private:
+  DeviceMamba2Block block_;
+};
 
 class CudaBlock final : public BlockBackend<float> {
  public:
@@ -46,7 +76,7 @@ class CudaBlock final : public BlockBackend<float> {
 
 bool CudaSupports(Op op) {
   return op == Op::kForward || op == Op::kLocalSummary || op == Op::kAdjointSummary ||
-         op == Op::kBackwardExact || op == Op::kHead;
+         op == Op::kBackwardExact || op == Op::kHead || op == Op::kMamba2Layer;
 }
 
 namespace {
@@ -67,6 +97,13 @@ class CudaBackend final : public Backend<float> {
   std::unique_ptr<BlockBackend<float>> MakeBlock(const MambaConfig& config,
                                                  const LayerParams<float>& params) override {
     return std::make_unique<CudaBlock>(device_, config, params);
+  }
+  // f32 storage only: MakeMamba2Block is not called with bf16 storage
+  // (engine/mamba2_backend.cc refuses it by name).
+  std::unique_ptr<Mamba2BlockBackend<float>> MakeMamba2Block(
+      const Mamba2Config& config, const Mamba2Tensors<const float>& weights) override {
+    ADJSH_CHECK(!device_.bf16_storage, "a Mamba-2 layer on the GPU keeps f32");
+    return std::make_unique<CudaMamba2Block>(device_, config, weights);
   }
   double HeadForwardBackward(const cpu::LmHeadArgs<float>& a, float* du, float* dE,
                              float* dw_f) override {

@@ -11,7 +11,8 @@ machine without a GPU; a worker's GPU bf16 storage on the CPU; f64 on a GPU) fai
 naming it, never a crash or a hang; `--device cpu` writes the same bytes as the default;
 `--worker-device` is checked, passed to a local cluster's workers, and a worker that cannot use
 its device is given up (the run ends with the reason when no worker is left). Where
-`--device cuda:0` works (a GPU), its gradient is compared with the CPU's.
+`--device cuda:0` works (a GPU), its gradient is compared with the CPU's. The same for a
+Mamba-2 model (check_mamba2).
 Prints one PASS/FAIL line per case and `N passed, N failed` last; exits 1 if any case failed.
 """
 import argparse
@@ -53,6 +54,48 @@ def max_rel_l2(ref_path, got_path):
         diff = sum((x - y) ** 2 for x, y in zip(r, g)) ** 0.5
         worst = max(worst, diff / norm if norm > 0 else diff)
     return worst
+
+
+def check_mamba2(adjsh, tmp, tokens, check, no_crash):
+    """A Mamba-2 model's gradient on a device (engine/mamba2_backend.h): refused with the
+    reason where the device cannot be used or lacks what is asked (f64, bf16 storage on a GPU);
+    with a GPU, the GPU's gradient, in-process and through GPU workers, is the CPU's within
+    1e-4 (f32 both, different summation orders)."""
+    model = os.path.join(tmp, "m2")
+    rc, _, err = run(adjsh, ["init", "--model-type", "mamba2", "--hidden-size", "8", "--layers",
+                             "2", "--vocab-size", "11", "--state-size", "4", "--head-dim", "4",
+                             "--out", model])
+    check("init a Mamba-2 model", rc == 0, err)
+    grad = ["grad", "--model", model, "--tokens", tokens, "--chunk", "5", "--quiet", "--out"]
+    out = lambda name: os.path.join(tmp, name)  # noqa: E731
+    rc, _, err = run(adjsh, grad + [out("m2-cpu.safetensors")])
+    check("Mamba-2 grad on the cpu", rc == 0, err)
+    for extra, word in ((["--device", "cuda:1023"], "cuda:1023"),
+                        (["--device", "cuda:0", "--dtype", "f64"], "cuda:0"),
+                        (["--device", "cuda:0", "--storage", "bf16"], "cuda:0")):
+        path = out("m2-x.safetensors")
+        rc, _, err = run(adjsh, grad + [path] + extra)
+        check(f"Mamba-2 grad {' '.join(extra)}: refused naming {word}",
+              rc == 1 and word in err and no_crash(rc, err) and not os.path.exists(path),
+              f"rc={rc} stderr={err!r}")
+    rc, _, err = run(adjsh, grad + [out("m2-none.safetensors"), "--workers", "1",
+                                    "--worker-device", "cuda:1023"])
+    check("Mamba-2 grad --workers 1 --worker-device cuda:1023: exit 1, the worker's reason",
+          rc == 1 and "no worker left" in err and no_crash(rc, err), f"rc={rc} stderr={err!r}")
+    rc, _, err = run(adjsh, grad + [out("m2-gpu.safetensors"), "--device", "cuda:0"])
+    if rc != 0:
+        check("Mamba-2 grad --device cuda:0 without a usable GPU: exit 1, no crash",
+              rc == 1 and "cuda:0" in err and no_crash(rc, err), f"rc={rc} stderr={err!r}")
+        return
+    worst = max_rel_l2(out("m2-cpu.safetensors"), out("m2-gpu.safetensors"))
+    check(f"Mamba-2 grad --device cuda:0 matches cpu (worst tensor rel L2 {worst:.1e} <= 1e-4)",
+          worst <= 1e-4, err)
+    rc, _, err = run(adjsh, grad + [out("m2-gpu-w.safetensors"), "--workers", "2",
+                                    "--worker-device", "cuda:0"])
+    worst = max_rel_l2(out("m2-cpu.safetensors"), out("m2-gpu-w.safetensors")) if rc == 0 \
+        else float("inf")
+    check(f"Mamba-2 grad --workers 2 --worker-device cuda:0 matches cpu (worst tensor rel L2 "
+          f"{worst:.1e} <= 1e-4)", worst <= 1e-4, f"rc={rc} {err[-800:]}")
 
 
 def main():
@@ -206,6 +249,8 @@ def main():
                 check("a missing or old NVIDIA driver is named, with the CUDA runtime version",
                       "no NVIDIA driver is installed" in err or "older than this adjsh's CUDA"
                       in err, err)
+
+        check_mamba2(a.adjsh, tmp, tokens, check, no_crash)
 
     failed = results.count(False)
     print(f"{len(results) - failed} passed, {failed} failed")

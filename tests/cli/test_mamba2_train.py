@@ -13,8 +13,8 @@ folder that adjsh grad, eval and generate read, with `adjsh eval` equal to adjsh
 f64 (< 1e-12 relative) and grad showing its progress; the held-out loss is `adjsh eval`'s; a
 loss mask runs and reports the accuracy; --storage bf16 runs; through 2 and 3 local workers the
 files are bitwise the in-process run's, and so are a coordinator's job's (adjsh submit, 2
-workers); what Mamba-2 lacks (GPU workers, --window, --device) and
-bad shapes are refused by name, exit 1 or 2, nothing written. Prints
+workers); what Mamba-2 lacks (--window), a device that cannot be used and bad shapes are
+refused by name, exit 1 or 2, nothing written. Prints
 PASS/FAIL per case and `N passed, N failed` last; exits 1 if any case failed.
 """
 import argparse
@@ -212,10 +212,10 @@ def main():
             cluster.stop()
 
         # What Mamba-2 lacks, refused by name, nothing written.
-        for args, words in [(["--workers", "2", "--worker-device", "cuda:0"],
-                             ("Mamba-2", "CPU workers")),
+        for args, words in [(["--workers", "1", "--worker-device", "cuda:1023"],
+                             ("cuda:1023", "no worker left")),
                             (["--window", "64"], ("Mamba-2", "window")),
-                            (["--device", "cuda:0"], ("cuda",))]:
+                            (["--device", "cuda:1023"], ("cuda:1023",))]:
             ck = os.path.join(tmp, "refused")
             r = run(["train", "--model", model, "--steps", "2", "--checkpoint-dir", ck, *TRAIN,
                      *args])

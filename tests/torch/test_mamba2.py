@@ -30,8 +30,8 @@ Checks:
   * a config.json written by Python's json (time_step_limit [0.0, Infinity]) is read;
   * bad input exits 1 naming the problem and writes nothing: num_heads x head_dim != expand x
     hidden_size, n_groups not dividing num_heads, a missing tensor, a misshapen one, a NaN in
-    one; a flag a Mamba-2 gradient does not take (--workers with f64, --device) is bad usage
-    (exit 2).
+    one; a flag a Mamba-2 gradient does not take (--workers with f64, --schedule) is bad usage
+    (exit 2). The devices are tests/cli/test_device.py's.
 """
 import argparse
 import json
@@ -376,8 +376,8 @@ def check_bad_input(adjsh, tmp):
     good = variant("good")
     refused("--workers with --dtype f64 (bad usage)", good, "--workers computes the exact f32",
             ["--workers", "2", "--dtype", "f64"], code=2)
-    refused("--device cuda:0 (bad usage)", good, "no --schedule, --cotangent or --device",
-            ["--device", "cuda:0"], code=2)
+    refused("--schedule wavefront (bad usage)", good, "no --schedule or --cotangent",
+            ["--schedule", "wavefront"], code=2)
     with open(os.path.join(good, "config.json")) as f:
         text = f.read()
     check("config.json as Python writes it holds Infinity (time_step_limit)",
