@@ -114,10 +114,6 @@ int EvalCommand(const std::vector<std::string>& args) {
                                                        dtype + "'"));
   }
   const bool mamba2 = ModelTypeOfDir(a.Get("model")) == "mamba2";
-  if (mamba2 && !opt.device.is_cpu()) {
-    return BadUsage("eval", absl::InvalidArgumentError("a Mamba-2 model is evaluated on the CPU "
-                                                       "(no --device for it yet)"));
-  }
   if (absl::Status s = CheckDeviceUsable(opt.device); !s.ok()) return Fail("eval", s);
   const bool quiet = a.GetBool("quiet");
   const absl::Status status = dtype == "f32" ? RunEval<float>(a, opt, mamba2, quiet)

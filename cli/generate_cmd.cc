@@ -45,10 +45,6 @@ absl::StatusOr<std::vector<uint32_t>> GenerateFromDir(const std::string& dir,
                                                       const GenerateOptions& opt,
                                                       const std::function<bool(uint32_t)>& on) {
   if (ModelTypeOfDir(dir) == "mamba2") {
-    if (!opt.device.is_cpu()) {
-      return absl::InvalidArgumentError(
-          "a Mamba-2 model decodes on the CPU (no --device for it yet)");
-    }
     absl::StatusOr<Mamba2Params<float>> params = LoadMamba2ModelDir<float>(dir);
     if (!params.ok()) return params.status();
     return Mamba2Generate<float>(*params, prompt, opt, on);

@@ -1,23 +1,25 @@
 #include "engine/mamba2_eval.h"
 
 #include <algorithm>
+#include <memory>
 #include <vector>
 
 #include "absl/strings/str_format.h"
 #include "engine/mamba2_stream.h"
-#include "kernels/cpu/lm_head.h"
+#include "kernels/backend.h"
 
 namespace adjsh {
 namespace {
 
-// One sequence's loss sum, chunk by chunk through every layer.
+// One sequence's loss sum, chunk by chunk through every layer, the head through the backend.
 template <typename T>
-double SequenceLoss(const Mamba2Params<T>& p, const TokenData& tokens, int64_t start, int64_t len,
-                    int64_t chunk, const std::function<void(int64_t)>& rows_done) {
+double SequenceLoss(const Mamba2BackendModel<T>& m, const TokenData& tokens, int64_t start,
+                    int64_t len, int64_t chunk, const std::function<void(int64_t)>& rows_done) {
+  const Mamba2Params<T>& p = *m.params;
   const Mamba2Config& cfg = p.config;
   const int64_t C = std::min(chunk, len);
-  Mamba2Stream<T> stream(p);
-  std::vector<T> x, logits(C * cfg.vocab_size), nf(C * cfg.hidden_size);
+  Mamba2Stream<T> stream(m);
+  std::vector<T> x;
   std::vector<int64_t> targets(C);
   double loss = 0;
   for (int64_t t0 = 0; t0 < len; t0 += C) {
@@ -32,7 +34,7 @@ double SequenceLoss(const Mamba2Params<T>& p, const TokenData& tokens, int64_t s
     args.eps = cfg.layer_norm_epsilon;
     args.E = p.head().data(), args.w_f = p.norm_f.data(), args.u = x.data();
     args.targets = targets.data();
-    loss += cpu::LmHeadLoss(args, logits.data(), nf.data());
+    loss += m.backend->HeadLoss(args);
     rows_done(L);
   }
   return loss;
@@ -47,8 +49,12 @@ absl::StatusOr<EvalResult> Mamba2Evaluate(const Mamba2Params<T>& params, const T
   if (!count.ok()) return count.status();
   const int64_t n = *count;
   if (absl::Status s = tokens.CheckInVocab(params.config.vocab_size, n); !s.ok()) return s;
+  absl::StatusOr<std::unique_ptr<Backend<T>>> backend = MakeBackend<T>(options.device);
+  if (!backend.ok()) return backend.status();
+  absl::StatusOr<Mamba2BackendModel<T>> model = Mamba2BackendModel<T>::Make(params, **backend);
+  if (!model.ok()) return model.status();
   return SumSequenceLosses(n, options, [&](int64_t start, int64_t len, const auto& rows_done) {
-    return SequenceLoss(params, tokens, start, len, options.chunk, rows_done);
+    return SequenceLoss(*model, tokens, start, len, options.chunk, rows_done);
   });
 }
 

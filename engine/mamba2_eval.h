@@ -2,7 +2,8 @@
 // sequence streams through the layers one chunk at a time (engine/mamba2_layer.h), every layer
 // carrying only its heads' states (H, P, N) and its input's last W - 1 rows (the conv halo)
 // from one chunk to the next: memory is bounded by the chunk at any context length. The loss
-// is summed in chunk order. One thread (the chunk forward's GEMMs are single-threaded).
+// is summed in chunk order. One thread (the chunk forward's GEMMs are single-threaded), the
+// layers and the head on options.device (engine/mamba2_backend.h).
 #ifndef ADJSH_ENGINE_MAMBA2_EVAL_H_
 #define ADJSH_ENGINE_MAMBA2_EVAL_H_
 
@@ -13,9 +14,9 @@
 
 namespace adjsh {
 
-// As Evaluate (engine/evaluate.h): options' chunk, context, max_tokens and progress (threads
-// and device are not used: the CPU). INVALID_ARGUMENT for fewer than 2 tokens, an id >= V,
-// chunk < 1 or context 1.
+// As Evaluate (engine/evaluate.h): options' chunk, context, max_tokens, progress and device
+// (threads are not used). INVALID_ARGUMENT for fewer than 2 tokens, an id >= V, chunk < 1 or
+// context 1; the device's errors (a device without a Mamba-2 layer, f64 on a GPU).
 template <typename T>
 absl::StatusOr<EvalResult> Mamba2Evaluate(const Mamba2Params<T>& params, const TokenData& tokens,
                                           const EvalOptions& options);

@@ -1,6 +1,7 @@
 #include "engine/mamba2_generate.h"
 
 #include <algorithm>
+#include <memory>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -8,8 +9,7 @@
 #include "common/tokens.h"
 #include "engine/mamba2_stream.h"
 #include "engine/sample.h"
-#include "kernels/cpu/blas.h"
-#include "kernels/cpu/rmsnorm.h"
+#include "kernels/backend.h"
 
 namespace adjsh {
 
@@ -20,8 +20,12 @@ absl::StatusOr<std::vector<uint32_t>> Mamba2Generate(
   const Mamba2Config& c = params.config;
   if (absl::Status s = CheckGenerateInputs(prompt, c.vocab_size, o); !s.ok()) return s;
   const int64_t D = c.hidden_size, V = c.vocab_size;
-  Mamba2Stream<T> stream(params);
-  std::vector<T> x, last(D), nf(D), r(1);
+  absl::StatusOr<std::unique_ptr<Backend<T>>> backend = MakeBackend<T>(o.device);
+  if (!backend.ok()) return backend.status();
+  absl::StatusOr<Mamba2BackendModel<T>> model = Mamba2BackendModel<T>::Make(params, **backend);
+  if (!model.ok()) return model.status();
+  Mamba2Stream<T> stream(*model);
+  std::vector<T> x, last(D);
   auto feed = [&](std::span<const uint32_t> ids) {
     for (size_t i = 0; i < ids.size(); i += o.chunk) {
       const size_t n = std::min<size_t>(o.chunk, ids.size() - i);
@@ -33,10 +37,8 @@ absl::StatusOr<std::vector<uint32_t>> Mamba2Generate(
   return DecodeTokens<T>(
       o, V,
       [&](std::vector<T>& logits) {  // the head of the last row: rmsnorm(u; norm_f) head^T
-        cpu::RmsNormForward(last.data(), 1, D, params.norm_f.data(), c.layer_norm_epsilon,
-                            nf.data(), r.data());
-        cpu::Gemm<T>(cpu::Trans::kNo, cpu::Trans::kYes, 1, V, D, T(1), nf.data(), D,
-                     params.head().data(), D, T(0), logits.data(), V);
+        (*backend)->HeadLogits(last.data(), 1, D, V, c.layer_norm_epsilon, params.head().data(),
+                               params.norm_f.data(), logits.data());
       },
       [&](uint32_t id) { feed(std::span(&id, 1)); }, on_token);
 }

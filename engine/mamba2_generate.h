@@ -16,7 +16,8 @@
 
 namespace adjsh {
 
-// As Generate (engine/generate.h), on the CPU (options.device is not used).
+// As Generate (engine/generate.h), the layers and the head on options.device (its errors:
+// a device without a Mamba-2 layer, f64 on a GPU).
 template <typename T>
 absl::StatusOr<std::vector<uint32_t>> Mamba2Generate(
     const Mamba2Params<T>& params, std::span<const uint32_t> prompt,

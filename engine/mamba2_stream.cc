@@ -5,11 +5,12 @@
 namespace adjsh {
 
 template <typename T>
-Mamba2Stream<T>::Mamba2Stream(const Mamba2Params<T>& params)
-    : p_(params),
-      d_(params.config),
-      S_(params.config.num_hidden_layers, std::vector<T>(d_.H * d_.P * d_.N, T(0))),
-      halo_(params.config.num_hidden_layers) {}
+Mamba2Stream<T>::Mamba2Stream(const Mamba2BackendModel<T>& model)
+    : m_(model),
+      p_(*model.params),
+      d_(p_.config),
+      S_(p_.config.num_hidden_layers, std::vector<T>(d_.H * d_.P * d_.N, T(0))),
+      halo_(p_.config.num_hidden_layers) {}
 
 template <typename T>
 void Mamba2Stream<T>::Advance(std::span<const uint32_t> ids, std::vector<T>& x) {
@@ -21,8 +22,7 @@ void Mamba2Stream<T>::Advance(std::span<const uint32_t> ids, std::vector<T>& x) 
   for (size_t k = 0; k < p_.layers.size(); ++k) {
     rows_.assign(halo_[k].begin(), halo_[k].end());  // min(W - 1, t0) rows, then the piece's
     rows_.insert(rows_.end(), x.begin(), x.end());
-    Mamba2ChunkForward(p_.layers[k], p_.config, rows_.data(), t0, t1, S_[k].data(), acts_,
-                       add_.data());
+    m_.layers[k]->Forward(rows_.data(), t0, t1, S_[k].data(), add_.data(), nullptr);
     const int64_t keep = std::min(d_.W - 1, t1);  // the next piece's halo: the last rows read
     halo_[k].assign(rows_.end() - keep * D, rows_.end());
     for (int64_t i = 0; i < L * D; ++i) x[i] += add_[i];

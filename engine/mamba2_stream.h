@@ -1,7 +1,8 @@
 // A Mamba-2 model run forward over a sequence fed in pieces: every layer keeps its heads'
 // states (H, P, N) and its input's last W - 1 rows (the conv halo), so a piece's rows are those
 // of one forward of the whole sequence, with memory bounded by the piece (engine/mamba2_layer.h).
-// For evaluation (engine/mamba2_eval.h) and decoding (engine/mamba2_generate.h).
+// For evaluation (engine/mamba2_eval.h) and decoding (engine/mamba2_generate.h), on the model's
+// device (engine/mamba2_backend.h).
 #ifndef ADJSH_ENGINE_MAMBA2_STREAM_H_
 #define ADJSH_ENGINE_MAMBA2_STREAM_H_
 
@@ -9,7 +10,7 @@
 #include <span>
 #include <vector>
 
-#include "engine/mamba2_layer.h"
+#include "engine/mamba2_backend.h"
 #include "engine/mamba2_model.h"
 
 namespace adjsh {
@@ -17,7 +18,7 @@ namespace adjsh {
 template <typename T>
 class Mamba2Stream {
  public:
-  explicit Mamba2Stream(const Mamba2Params<T>& params);  // params outlive the stream
+  explicit Mamba2Stream(const Mamba2BackendModel<T>& model);  // model outlives the stream
 
   // The sequence's next ids (each < V, checked by the caller) through every layer: out gets
   // the last layer's output rows (ids.size(), D), before the final norm.
@@ -26,12 +27,12 @@ class Mamba2Stream {
   int64_t position() const { return t_; }  // tokens fed so far
 
  private:
+  const Mamba2BackendModel<T>& m_;
   const Mamba2Params<T>& p_;
   const Mamba2Dims d_;
   int64_t t_ = 0;
   std::vector<std::vector<T>> S_, halo_;  // per layer: the states; the input rows before t_
   std::vector<T> rows_, add_;
-  Mamba2ChunkActs<T> acts_;
 };
 
 }  // namespace adjsh

@@ -82,6 +82,12 @@ def check_mamba2(adjsh, tmp, tokens, check, no_crash):
                                     "--worker-device", "cuda:1023"])
     check("Mamba-2 grad --workers 1 --worker-device cuda:1023: exit 1, the worker's reason",
           rc == 1 and "no worker left" in err and no_crash(rc, err), f"rc={rc} stderr={err!r}")
+    for cmd in (["eval", "--model", model, "--tokens", tokens, "--quiet"],
+                ["generate", "--model", model, "--prompt-tokens", tokens, "--max-new-tokens",
+                 "2", "--temperature", "0"]):
+        rc, _, err = run(adjsh, cmd + ["--device", "cuda:1023"])
+        check(f"Mamba-2 {cmd[0]} --device cuda:1023: refused naming it",
+              rc == 1 and "cuda:1023" in err and no_crash(rc, err), f"rc={rc} stderr={err!r}")
     rc, _, err = run(adjsh, grad + [out("m2-gpu.safetensors"), "--device", "cuda:0"])
     if rc != 0:
         check("Mamba-2 grad --device cuda:0 without a usable GPU: exit 1, no crash",
@@ -96,6 +102,13 @@ def check_mamba2(adjsh, tmp, tokens, check, no_crash):
         else float("inf")
     check(f"Mamba-2 grad --workers 2 --worker-device cuda:0 matches cpu (worst tensor rel L2 "
           f"{worst:.1e} <= 1e-4)", worst <= 1e-4, f"rc={rc} {err[-800:]}")
+    ev = ["eval", "--model", model, "--tokens", tokens, "--chunk", "5", "--quiet"]
+    rc1, cpu_out, e1 = run(adjsh, ev)
+    rc2, gpu_out, e2 = run(adjsh, ev + ["--device", "cuda:0"])
+    l_cpu = float(cpu_out.split()[1]) if rc1 == 0 else float("nan")
+    l_gpu = float(gpu_out.split()[1]) if rc2 == 0 else float("inf")
+    check(f"Mamba-2 eval --device cuda:0: loss {l_gpu} = cpu's {l_cpu} (1e-5 relative)",
+          abs(l_gpu - l_cpu) <= 1e-5 * abs(l_cpu), e1 + e2)
 
 
 def main():
