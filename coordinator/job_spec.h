@@ -98,7 +98,8 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const JobLimits& limits = 
 absl::StatusOr<MambaConfig> ConfigFromInit(const v1::InitConfig& init);
 
 // Whether the spec's model is a Mamba-2 model_dir (its config.json's model_type is "mamba2");
-// init makes Mamba-1 models only. Then JobMamba2Params loads it, else JobModelParams.
+// init makes Mamba-1 models only. Then LoadMamba2ModelDir (engine/mamba2_model.h) loads it,
+// else JobModelParams.
 absl::StatusOr<bool> JobIsMamba2(const v1::JobSpec& spec);
 
 // The spec's model: loaded from model_dir, or initialised from init (its seed).

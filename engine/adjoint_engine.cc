@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/gradient_step.h"
+#include "engine/mamba2_backend.h"
 #include "engine/span_plan.h"
 #include "engine/span_step.h"
 #include "common/tokens.h"
@@ -76,8 +77,9 @@ absl::Status ValidateGradientInputs(const C& config, std::span<const uint32_t> t
     return CheckDevice<float>(config, options);
   } else {
     if (options.device.is_cpu() && !options.device.bf16_storage) return absl::OkStatus();
-    return absl::UnimplementedError(absl::StrFormat(
-        "a Mamba-2 model's gradient runs on the CPU only, not on %s", options.device.ToString()));
+    absl::StatusOr<std::unique_ptr<Backend<float>>> backend = MakeBackend<float>(options.device);
+    if (!backend.ok()) return backend.status();
+    return CheckMamba2Backend(**backend, !options.loss_mask.empty());
   }
 }
 

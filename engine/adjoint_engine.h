@@ -99,8 +99,8 @@ absl::StatusOr<Cotangent> CotangentFromName(std::string_view name);
 // INVALID_ARGUMENT for fewer than 2 tokens, token ids >= V, chunk < 1, window < 0, a spill
 // directory that cannot be written, or a loss mask of the wrong length or counting no target;
 // the device's errors (CheckDevice<float>). Every entry point that computes a gradient checks
-// this. C: MambaConfig or Mamba2Config (whose gradient runs on the CPU only: UNIMPLEMENTED for a
-// device).
+// this. C: MambaConfig or Mamba2Config (whose device is checked by CheckMamba2Backend,
+// engine/mamba2_backend.h).
 template <typename C>
 absl::Status ValidateGradientInputs(const C& config, std::span<const uint32_t> tokens,
                                     const GradOptions& options);

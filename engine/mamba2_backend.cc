@@ -97,18 +97,26 @@ class DeviceMamba2Ops final : public Mamba2ChunkOps<T> {
 }  // namespace
 
 template <typename T>
-absl::StatusOr<Mamba2BackendModel<T>> Mamba2BackendModel<T>::Make(const Mamba2Params<T>& params,
-                                                                  Backend<T>& backend) {
+absl::Status CheckMamba2Backend(const Backend<T>& backend, bool loss_mask) {
   if (absl::Status s = backend.Require(Op::kMamba2Layer); !s.ok()) return s;
-  Mamba2BackendModel<T> m;
-  m.params = &params;
-  m.backend = &backend;
   const Device& device = backend.device();
   if (device.bf16_storage) {  // the GPU's Mamba-2 layer keeps f32 (kernels/cuda/mamba2_block.h)
     return absl::UnimplementedError(absl::StrCat(
         "a Mamba-2 layer with bf16 storage is not supported on ", device.ToString(),
         " (its layer keeps f32)"));
   }
+  if (absl::Status s = backend.Require(Op::kHead); !s.ok()) return s;
+  return loss_mask ? backend.Require(Op::kHeadAccuracy) : absl::OkStatus();
+}
+
+template <typename T>
+absl::StatusOr<Mamba2BackendModel<T>> Mamba2BackendModel<T>::Make(const Mamba2Params<T>& params,
+                                                                  Backend<T>& backend) {
+  if (absl::Status s = CheckMamba2Backend(backend, false); !s.ok()) return s;
+  Mamba2BackendModel<T> m;
+  m.params = &params;
+  m.backend = &backend;
+  const Device& device = backend.device();
   for (const Mamba2Layer<T>& l : params.layers) {
     if (device.is_cpu()) {
       m.layers.push_back(std::make_unique<CpuMamba2Ops<T>>(l, params.config));
@@ -125,6 +133,8 @@ absl::StatusOr<Mamba2BackendModel<T>> Mamba2BackendModel<T>::Make(const Mamba2Pa
   return m;
 }
 
+template absl::Status CheckMamba2Backend<float>(const Backend<float>&, bool);
+template absl::Status CheckMamba2Backend<double>(const Backend<double>&, bool);
 template struct Mamba2BackendModel<float>;
 template struct Mamba2BackendModel<double>;
 

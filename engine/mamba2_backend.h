@@ -45,14 +45,20 @@ class Mamba2ChunkOps {
                             T* du) = 0;
 };
 
+// What a Mamba-2 model's steps need of a backend: a Mamba-2 layer (f32 storage on a GPU), the
+// LM head, and with a loss mask the head's greedy accuracy. UNIMPLEMENTED naming what is
+// missing. Checked before any model or data is fetched or made.
+template <typename T>
+absl::Status CheckMamba2Backend(const Backend<T>& backend, bool loss_mask);
+
 // A Mamba-2 model on a backend, shared by the spans of one step (read-only while they run).
 template <typename T>
 struct Mamba2BackendModel {
   const Mamba2Params<T>* params = nullptr;
   Backend<T>* backend = nullptr;  // the LM head's, and the device's
   std::vector<std::unique_ptr<Mamba2ChunkOps<T>>> layers;
-  // The layers of params on backend's device (both outlive the model): UNIMPLEMENTED when the
-  // device has no Mamba-2 layer (Op::kMamba2Layer).
+  // The layers of params on backend's device (both outlive the model): CheckMamba2Backend's
+  // errors (without a loss mask).
   static absl::StatusOr<Mamba2BackendModel> Make(const Mamba2Params<T>& params,
                                                  Backend<T>& backend);
 };

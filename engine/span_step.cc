@@ -133,6 +133,7 @@ absl::StatusOr<Mamba2GradResult<T>> RunMamba2SpanStep(const Mamba2Params<T>& par
   if (!plan.ok()) return plan.status();
   absl::StatusOr<std::unique_ptr<Backend<T>>> backend = MakeBackend<T>(opt.device);
   if (!backend.ok()) return backend.status();
+  if (absl::Status s = CheckMamba2Backend(**backend, !opt.loss_mask.empty()); !s.ok()) return s;
   absl::StatusOr<Mamba2BackendModel<T>> model = Mamba2BackendModel<T>::Make(params, **backend);
   if (!model.ok()) return model.status();
   return RunSpans<T, Mamba2Params, Mamba2SpanWork<T>>(

@@ -1,9 +1,9 @@
 // TaskRunner::RunMamba2 (worker/task_runner.h): a span task of a Mamba-2 model. The same steps
 // as a Mamba-1 task's (TaskRunner::Run): the model of the task's version from named tensors,
 // the span rebuilt from its tokens and the ledger's replay when this worker does not hold it
-// ready, the task run, its result pushed; on the CPU. With a worker tree, the parameters come
-// down it and the finite partials go up it as Mamba-1's (engine/reduce_groups.h names a
-// Mamba-2 layer's group by its own tensors).
+// ready, the task run, its result pushed; on the worker's device (engine/mamba2_backend.h).
+// With a worker tree, the parameters come down it and the finite partials go up it as
+// Mamba-1's (engine/reduce_groups.h names a Mamba-2 layer's group by its own tensors).
 #include <chrono>
 #include <memory>
 #include <utility>
@@ -22,7 +22,9 @@ TaskRunner::Outcome TaskRunner::RunMamba2(const v1::Task& task, const TaskState&
     return End(tid, NoResult{.skipped = true, .why = std::string(why)});
   };
   const Mamba2Config& cfg = *job.mamba2;
-  if (absl::Status st = backend_->Require(Op::kMamba2Layer); !st.ok()) return skip(st.message());
+  // What the device lacks, refused before the model or the span is fetched.
+  if (absl::Status st = CheckMamba2Backend(*backend_, task.masked()); !st.ok())
+    return skip(st.message());
   const bool tree = task.has_tree();
   if (tree) {
     if (std::optional<std::string> why = EnterTree(task, job)) return skip(*why);

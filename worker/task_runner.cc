@@ -98,6 +98,10 @@ TaskRunner::Outcome TaskRunner::Run(const v1::Task& task, const TaskState& held)
   if (job.mamba2) return RunMamba2(task, held, job);
   const MambaConfig& cfg = *job.config;
   if (absl::Status st = backend_->CheckConfig(cfg); !st.ok()) return skip(st.message());
+  if (task.masked()) {  // the head's greedy count, which a device may lack
+    if (absl::Status st = backend_->Require(Op::kHeadAccuracy); !st.ok())
+      return skip(st.message());
+  }
   const SpanPlan& plan = *job.plans.at(task.sequence());
   const std::pair<int64_t, int64_t> key{task.sequence(), task.span()};
   const SpanTask span_task{*phase, task.layer(), task.span()};

@@ -4,7 +4,7 @@
 // hold the span ready for the task: a new owner, or one that lost or moved past it), rebuilds
 // the span if so, runs the task on the worker's backend and pushes the outputs
 // (engine/span_tensors.h). A task of a Mamba-2 model ("model_type": "mamba2") runs its span on
-// a Mamba2SpanWork (engine/mamba2_span_work.h), on the CPU. Any invalid task is logged and
+// a Mamba2SpanWork (engine/mamba2_span_work.h), on the same backend. Any invalid task is logged and
 // skipped without a result (its lease expires). Main thread only.
 #ifndef ADJSH_WORKER_TASK_RUNNER_H_
 #define ADJSH_WORKER_TASK_RUNNER_H_
@@ -35,7 +35,8 @@ class TaskRunner {
   enum class Outcome { kDone, kDropped };
 
   Outcome Run(const v1::Task& task, const TaskState& state);
-  // Run's Mamba-2 half (worker/mamba2_task.cc): on the CPU, with or without a worker tree.
+  // Run's Mamba-2 half (worker/mamba2_task.cc): on the worker's device, with or without a
+  // worker tree.
   Outcome RunMamba2(const v1::Task& task, const TaskState& state, SpanStore::Job& job);
   // A task's worker tree, for either model type: checked against the task's plan and entered
   // in the PeerHub; why the task is skipped when the tree does not fit.
