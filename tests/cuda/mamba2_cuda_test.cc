@@ -5,6 +5,7 @@
 // kernels' strided loops); chunks at t0 in {0, 2, 9} with L in {1, 7, 70}: every output of
 // Forward, Adjoint, Backward and HaloBackward and every parameter gradient within 1e-5
 // relative; and a repeated call gives the same bits. Every test skips where there is no GPU.
+// Built into cuda_backend_test (tests/cuda/CMakeLists.txt), so scripts/gpu-check.sh runs it.
 #include <gtest/gtest.h>
 
 #include <algorithm>
