@@ -256,7 +256,10 @@ void TaskServiceImpl::RestartIfTreeLost() {
     if (now - current_->tasks_done_at < kRootsDeadlineLeases * opt_.lease) return;
     roots_stuck = true;
   }
-  absl::StatusOr<Sequences> made = MakeSchedulers(*current_->params, current_->pieces);
+  // New schedulers of the step's model type (a Mamba-2 step's params are null).
+  absl::StatusOr<Sequences> made = current_->mamba2
+                                       ? MakeSchedulers(*current_->mamba2, current_->pieces)
+                                       : MakeSchedulers(*current_->params, current_->pieces);
   if (!made.ok()) {  // they were made once for these inputs: not expected
     aborted_ = made.status();
     done_cv_.notify_all();

@@ -36,6 +36,10 @@ spans, so 60 span tasks per step, 6 steps, a checkpoint every 2 steps):
                     after 10 s unanswered) must make each worker abandon its stalled connection
                     and open a new one (>= 1 stall, every stalled connection closed by its
                     worker, >= 1 connection opened after that);
+  mamba2_worker_kills, mamba2_worker_kills_tree
+                    worker_kills and worker_kills_tree for a Mamba-2 model (adjsh init
+                    --model-type mamba2: D=16, K=2, N=8, head_dim 4, G=2) as the job's
+                    model_dir: the same kills, rebuilds and restarts, and the same bitwise end;
   disk_full         (root only; skipped otherwise) `adjsh train` checkpointing to a tmpfs that
                     fills up at the third checkpoint: exit 1 naming ENOSPC, the previous
                     checkpoint intact and still `latest`, no partial folder left; with space
@@ -64,18 +68,23 @@ STEPS = 6
 
 
 class Job:
-    """A job spec and the `adjsh train` flags of the same run (the job's defaults are train's)."""
+    """A job spec and the `adjsh train` flags of the same run (the job's defaults are train's):
+    a new Mamba-1 model of the given shape, or the model folder model_dir."""
 
-    def __init__(self, hidden, layers, state, context, chunk, steps=STEPS):
+    def __init__(self, hidden, layers, state, context, chunk, steps=STEPS, model_dir=None):
         self.shape = {"hidden_size": hidden, "layers": layers, "state_size": state,
                       "vocab_size": 256}
         self.context, self.chunk, self.steps = context, chunk, steps
-        self.flags = ["--hidden-size", str(hidden), "--layers", str(layers), "--state-size",
-                      str(state), "--context", str(context), "--chunk", str(chunk), "--steps",
-                      str(steps), "--checkpoint-every", "2"]
+        self.model_dir = model_dir
+        model = (["--model", model_dir] if model_dir else
+                 ["--hidden-size", str(hidden), "--layers", str(layers), "--state-size",
+                  str(state)])
+        self.flags = model + ["--context", str(context), "--chunk", str(chunk), "--steps",
+                              str(steps), "--checkpoint-every", "2"]
 
     def spec(self, ckpt):
-        return {"init": self.shape, "context_length": self.context, "chunk": self.chunk,
+        model = {"model_dir": self.model_dir} if self.model_dir else {"init": self.shape}
+        return {**model, "context_length": self.context, "chunk": self.chunk,
                 "steps": self.steps, "checkpoint_every": 2, "checkpoint_dir": ckpt}
 
 
@@ -127,18 +136,18 @@ def kill_workers(cluster, addr, workers, rng, last, pause, seen, flags=()):
     return kills
 
 
-def case_worker_kills(adjsh, tmp, cluster, res, ref):  # ref: of LONGER
+def case_worker_kills(adjsh, tmp, cluster, res, ref, job_def=LONGER):  # ref: of job_def
     coord, addr = cluster.coordinator(os.path.join(tmp, "state"), lease_ms=500)
     if not res.record("coordinator started", addr):
         return
     # Logs at the default level: a worker says when it rebuilds a span.
     workers = {f"w{k}": cluster.worker(addr, f"w{k}", log="") for k in range(3)}
     ckpt = os.path.join(tmp, "job")
-    job, r = cluster.submit(addr, LONGER.spec(ckpt))
+    job, r = cluster.submit(addr, job_def.spec(ckpt))
     if not res.record("job submitted", job, r.stderr):
         return
     rng = random.Random(11)
-    last = os.path.join(ckpt, "step-%08d" % LONGER.steps)  # the job's final checkpoint
+    last = os.path.join(ckpt, "step-%08d" % job_def.steps)  # the job's final checkpoint
 
     def rebuilt():  # spans rebuilt by new owners so far, in the forward and in the backward
         return (count_in_logs(cluster, " rebuilt up to fwd"),
@@ -155,18 +164,18 @@ def case_worker_kills(adjsh, tmp, cluster, res, ref):  # ref: of LONGER
     record_job_end(res, r, ckpt, ref)
 
 
-def case_worker_kills_tree(adjsh, tmp, cluster, res, ref):  # ref: of LONGER
+def case_worker_kills_tree(adjsh, tmp, cluster, res, ref, job_def=LONGER):  # ref: of job_def
     coord, addr = cluster.coordinator(os.path.join(tmp, "state"), lease_ms=500)
     if not res.record("coordinator started", addr):
         return
     peer = ["--peer-listen", "127.0.0.1:0"]
     workers = {f"w{k}": cluster.worker(addr, f"w{k}", log="", flags=peer) for k in range(3)}
     ckpt = os.path.join(tmp, "job")
-    job, r = cluster.submit(addr, LONGER.spec(ckpt))
+    job, r = cluster.submit(addr, job_def.spec(ckpt))
     if not res.record("job submitted", job, r.stderr):
         return
     rng = random.Random(12)
-    last = os.path.join(ckpt, "step-%08d" % LONGER.steps)
+    last = os.path.join(ckpt, "step-%08d" % job_def.steps)
 
     def restarts():
         return count_in_logs(cluster, "the step begins again", "coordinator*.log")
@@ -457,7 +466,20 @@ def case_disk_full(adjsh, tmp, cluster, res, ref, ref_dir):
     return None
 
 
+def mamba2_longer(adjsh, tmp):
+    """LONGER's run for a new Mamba-2 model folder in tmp (None when init fails)."""
+    model = os.path.join(tmp, "mamba2-model")
+    r = subprocess.run([adjsh, "init", "--model-type", "mamba2", "--out", model, "--seed", "5",
+                        "--hidden-size", "16", "--layers", "2", "--state-size", "8",
+                        "--head-dim", "4", "--groups", "2", "--vocab-size", "256"],
+                       capture_output=True, text=True, timeout=60)
+    return Job(16, 2, 8, 2048, 64, steps=LONGER.steps, model_dir=model) \
+        if r.returncode == 0 else None
+
+
 CASES = {"worker_kills": case_worker_kills, "worker_kills_tree": case_worker_kills_tree,
+         "mamba2_worker_kills": case_worker_kills,
+         "mamba2_worker_kills_tree": case_worker_kills_tree,
          "peer_unreachable": case_peer_unreachable, "worker_stop": case_worker_stop,
          "coordinator_kill": case_coordinator_kill, "proxy_cuts": case_proxy_cuts,
          "proxy_stall": case_proxy_stall, "disk_full": case_disk_full}
@@ -494,12 +516,18 @@ def main():
     def run_case():
         nonlocal code
         ref_dir = os.path.join(tmp, "reference")
-        job = {"worker_stop": HEAVY, "worker_kills": LONGER,
-               "worker_kills_tree": LONGER}.get(args.case, SMALL)
+        mamba2 = args.case.startswith("mamba2_")
+        job = mamba2_longer(adjsh, tmp) if mamba2 else \
+            {"worker_stop": HEAVY, "worker_kills": LONGER,
+             "worker_kills_tree": LONGER}.get(args.case, SMALL)
+        if not res.record("the job's model", job is not None):
+            return
         r, ref = train_reference(adjsh, ref_dir, job.flags)
         res.record("undisturbed run (adjsh train in-process)", ref is not None, r.stderr)
         if args.case == "disk_full":
             code = case_disk_full(adjsh, tmp, cluster, res, ref, ref_dir)
+        elif mamba2:
+            CASES[args.case](adjsh, tmp, cluster, res, ref, job)
         else:
             CASES[args.case](adjsh, tmp, cluster, res, ref)
 
