@@ -36,10 +36,10 @@ spans, so 60 span tasks per step, 6 steps, a checkpoint every 2 steps):
                     after 10 s unanswered) must make each worker abandon its stalled connection
                     and open a new one (>= 1 stall, every stalled connection closed by its
                     worker, >= 1 connection opened after that);
-  mamba2_worker_kills, mamba2_worker_kills_tree
-                    worker_kills and worker_kills_tree for a Mamba-2 model (adjsh init
-                    --model-type mamba2: D=16, K=2, N=8, head_dim 4, G=2) as the job's
-                    model_dir: the same kills, rebuilds and restarts, and the same bitwise end;
+  mamba2_worker_kills, mamba2_worker_kills_tree, mamba2_coordinator_kill
+                    worker_kills, worker_kills_tree and coordinator_kill for a Mamba-2 model
+                    (adjsh init --model-type mamba2: D=16, K=2, N=8, head_dim 4, G=2) as the
+                    job's model_dir: the same faults and the same bitwise end;
   disk_full         (root only; skipped otherwise) `adjsh train` checkpointing to a tmpfs that
                     fills up at the third checkpoint: exit 1 naming ENOSPC, the previous
                     checkpoint intact and still `latest`, no partial folder left; with space
@@ -274,7 +274,7 @@ def case_worker_stop(adjsh, tmp, cluster, res, ref):  # ref: of HEAVY
                "(no task lost or counted twice)", ref is not None and final_files(ckpt) == ref)
 
 
-def case_coordinator_kill(adjsh, tmp, cluster, res, ref):
+def case_coordinator_kill(adjsh, tmp, cluster, res, ref, job_def=SMALL):  # ref: of job_def
     state = os.path.join(tmp, "state")
     coord, addr = cluster.coordinator(state, lease_ms=1000)
     if not res.record("coordinator started", addr):
@@ -282,7 +282,7 @@ def case_coordinator_kill(adjsh, tmp, cluster, res, ref):
     for k in range(2):
         cluster.worker(addr, f"w{k}", log="--verbose")
     ckpt = os.path.join(tmp, "job")
-    job, r = cluster.submit(addr, spec(ckpt))
+    job, r = cluster.submit(addr, job_def.spec(ckpt))
     if not res.record("job submitted", job, r.stderr):
         return
     # Kill in the middle of step 2 (no checkpoint yet) and of step 4 (the checkpoint of step 2
@@ -466,20 +466,21 @@ def case_disk_full(adjsh, tmp, cluster, res, ref, ref_dir):
     return None
 
 
-def mamba2_longer(adjsh, tmp):
-    """LONGER's run for a new Mamba-2 model folder in tmp (None when init fails)."""
+def mamba2_job(adjsh, tmp, steps):
+    """A run of LONGER's shape with `steps` steps for a new Mamba-2 model folder in tmp (None
+    when init fails)."""
     model = os.path.join(tmp, "mamba2-model")
     r = subprocess.run([adjsh, "init", "--model-type", "mamba2", "--out", model, "--seed", "5",
                         "--hidden-size", "16", "--layers", "2", "--state-size", "8",
                         "--head-dim", "4", "--groups", "2", "--vocab-size", "256"],
                        capture_output=True, text=True, timeout=60)
-    return Job(16, 2, 8, 2048, 64, steps=LONGER.steps, model_dir=model) \
-        if r.returncode == 0 else None
+    return Job(16, 2, 8, 2048, 64, steps=steps, model_dir=model) if r.returncode == 0 else None
 
 
 CASES = {"worker_kills": case_worker_kills, "worker_kills_tree": case_worker_kills_tree,
          "mamba2_worker_kills": case_worker_kills,
          "mamba2_worker_kills_tree": case_worker_kills_tree,
+         "mamba2_coordinator_kill": case_coordinator_kill,
          "peer_unreachable": case_peer_unreachable, "worker_stop": case_worker_stop,
          "coordinator_kill": case_coordinator_kill, "proxy_cuts": case_proxy_cuts,
          "proxy_stall": case_proxy_stall, "disk_full": case_disk_full}
@@ -517,7 +518,8 @@ def main():
         nonlocal code
         ref_dir = os.path.join(tmp, "reference")
         mamba2 = args.case.startswith("mamba2_")
-        job = mamba2_longer(adjsh, tmp) if mamba2 else \
+        job = mamba2_job(adjsh, tmp, STEPS if "coordinator" in args.case else LONGER.steps) \
+            if mamba2 else \
             {"worker_stop": HEAVY, "worker_kills": LONGER,
              "worker_kills_tree": LONGER}.get(args.case, SMALL)
         if not res.record("the job's model", job is not None):
