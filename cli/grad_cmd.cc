@@ -38,7 +38,13 @@ absl::Status RunGrad(const ArgParser& a, const GradOptions& opt, bool quiet, int
     if (!starts.ok()) return starts.status();
     doc_starts = *std::move(starts);
   }
-  auto start = std::chrono::steady_clock::now();
+  const auto start = std::chrono::steady_clock::now();
+  const auto since_start = [&start] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  // The gradient's time: with workers, from after they registered until the result is in (not
+  // the cluster's start, nor its stop when it goes out of scope).
+  double seconds = -1;
   absl::StatusOr<GradResult<T>> result;
   if (!doc_starts.empty()) {  // the masked model: its documents' pieces, combined
     std::vector<GradResult<T>> parts;
@@ -59,9 +65,10 @@ absl::Status RunGrad(const ArgParser& a, const GradOptions& opt, bool quiet, int
       absl::StatusOr<std::unique_ptr<coordinator::LocalCluster>> cluster =
           coordinator::LocalCluster::Start(workers, SelfExe(), std::move(options));
       if (!cluster.ok()) return cluster.status();
-      // The gradient's time, not the workers' start: Start waited for them to register.
-      start = std::chrono::steady_clock::now();
+      // Start waited for the workers to register.
+      const double registered = since_start();
       result = (*cluster)->service().ComputeGradient(*params, *tokens, opt, "grad", 0);
+      seconds = since_start() - registered;
     }
   }
   if (workers == 0 && doc_starts.empty()) result = ComputeGradient<T>(*params, *tokens, opt);
@@ -74,8 +81,7 @@ absl::Status RunGrad(const ArgParser& a, const GradOptions& opt, bool quiet, int
     if (absl::Status s = AppendTrace(a.Get("trace"), *plan, 0, result->records); !s.ok())
       return s;
   }
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (seconds < 0) seconds = since_start();
 
   const DType dtype = std::is_same_v<T, double> ? DType::kF64 : DType::kF32;
   if (absl::Status s = WriteGradOutput(a.Get("out"), ParamsToTensors(result->grad, dtype),

@@ -28,6 +28,7 @@ absl::Status Run(const std::string& model_dir, const std::string& tokens_path,
   absl::StatusOr<std::vector<uint32_t>> tokens = ReadTokenFile(tokens_path);  // ids checked
   if (!tokens.ok()) return tokens.status();                                   // by the gradient
   auto start = std::chrono::steady_clock::now();
+  double seconds = -1;  // with workers: until the result is in, not the cluster's stop
   absl::StatusOr<Mamba2GradResult<T>> g;
   if constexpr (std::is_same_v<T, float>) {
     if (workers > 0) {
@@ -41,12 +42,14 @@ absl::Status Run(const std::string& model_dir, const std::string& tokens_path,
       if (!cluster.ok()) return cluster.status();
       start = std::chrono::steady_clock::now();  // the gradient's time, not the workers' start
       g = (*cluster)->service().ComputeGradient(*params, *tokens, options, "grad", 0);
+      seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     }
   }
   if (workers == 0) g = Mamba2Gradient<T>(*params, *tokens, Mamba2GradOptionsFrom(options));
   if (!g.ok()) return g.status();
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (seconds < 0)
+    seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const DType dtype = std::is_same_v<T, double> ? DType::kF64 : DType::kF32;
   if (absl::Status s =
           WriteGradOutput(out_path, Mamba2ParamsToTensors(g->grad, dtype), g->loss, dtype);
