@@ -13,6 +13,7 @@
 
 #include "engine/mamba2_scan.h"
 #include "kernels/cpu/blas.h"
+#include "kernels/cpu/math.h"
 #include "kernels/cpu/rmsnorm.h"
 
 namespace adjsh {
@@ -21,13 +22,19 @@ namespace {
 using cpu::Gemm;
 using cpu::Trans;
 
+// kernels/cpu/math.h's: branch-free in f32 (a polynomial exp), so that the element-wise loops
+// below vectorise; in f64 libm's exp and log1p (the check mode).
+using cpu::Sigmoid;
+using cpu::Softplus;
+
+// The conv weights (Cc, W) as (W, Cc): tap j of every channel contiguous, so that the conv's
+// loops over channels vectorise.
 template <typename T>
-T Sigmoid(T x) {
-  return T(1) / (T(1) + std::exp(-x));
-}
-template <typename T>
-T Softplus(T x) {
-  return x > T(20) ? x : std::log1p(std::exp(x));
+std::vector<T> ConvTaps(const Mamba2Layer<T>& l, const Mamba2Dims& d) {
+  std::vector<T> w(d.W * d.Cc);
+  for (int64_t c = 0; c < d.Cc; ++c)
+    for (int64_t j = 0; j < d.W; ++j) w[j * d.Cc + c] = l.conv_w[c * d.W + j];
+  return w;
 }
 
 // The gated norm's backward for a chunk's L rows: dy (L, Di) from dn = dL/dn; with gl and dzx
@@ -83,26 +90,30 @@ void Mamba2ChunkForward(const Mamba2Layer<T>& l, const Mamba2Config& cfg, const 
           T(0), a.zx.data(), d.Dp);
   // The causal conv over the xBC channels (zx columns [Di, Di + Cc)), then silu. Row i of the
   // chunk is zx row hb + i; before the sequence's start the conv reads zeros.
+  // Each channel sums bias + tap 0 + tap 1 + ... in that order, whatever the loops' order.
   a.pre.resize(L * d.Cc), a.xbc.resize(L * d.Cc);
+  const std::vector<T> taps = ConvTaps(l, d);
   for (int64_t i = 0; i < L; ++i) {
-    for (int64_t c = 0; c < d.Cc; ++c) {
-      T acc = l.conv_b[c];
-      for (int64_t j = 0; j < d.W; ++j) {
-        const int64_t s = hb + i - (d.W - 1) + j;
-        if (s >= 0) acc += l.conv_w[c * d.W + j] * a.zx[s * d.Dp + d.Di + c];
-      }
-      a.pre[i * d.Cc + c] = acc;
-      a.xbc[i * d.Cc + c] = acc * Sigmoid(acc);
+    T* pre = &a.pre[i * d.Cc];
+    std::copy_n(l.conv_b.begin(), d.Cc, pre);
+    for (int64_t j = 0; j < d.W; ++j) {
+      const int64_t s = hb + i - (d.W - 1) + j;
+      if (s < 0) continue;
+      const T* w = &taps[j * d.Cc];
+      const T* x = &a.zx[s * d.Dp + d.Di];
+      for (int64_t c = 0; c < d.Cc; ++c) pre[c] += w[c] * x[c];
     }
+    T* xbc = &a.xbc[i * d.Cc];
+    for (int64_t c = 0; c < d.Cc; ++c) xbc[c] = pre[c] * Sigmoid(pre[c]);
   }
   a.dt.resize(L * d.H);
+  const T lo = T(cfg.time_step_min_limit), hi = T(cfg.time_step_max_limit);
   for (int64_t i = 0; i < L; ++i) {
-    for (int64_t h = 0; h < d.H; ++h) {
-      T v = Softplus(a.zx[(hb + i) * d.Dp + d.Di + d.Cc + h] + l.dt_bias[h]);
-      if (cfg.dt_clamped())
-        v = std::clamp(v, T(cfg.time_step_min_limit), T(cfg.time_step_max_limit));
-      a.dt[i * d.H + h] = v;
-    }
+    const T* raw = &a.zx[(hb + i) * d.Dp + d.Di + d.Cc];
+    T* dt = &a.dt[i * d.H];
+    for (int64_t h = 0; h < d.H; ++h) dt[h] = Softplus(raw[h] + l.dt_bias[h]);
+    if (cfg.dt_clamped())
+      for (int64_t h = 0; h < d.H; ++h) dt[h] = std::clamp(dt[h], lo, hi);
   }
   // The scan from the states before t0.
   const std::vector<T> A = Decay(l, d);
@@ -181,25 +192,36 @@ void Mamba2ChunkBackward(const Mamba2Layer<T>& l, const Mamba2Config& cfg, const
     T* dst = row >= t0 ? &dzx[(row - t0) * d.Dp + d.Di] : &out_halo[(row - (t0 - H1)) * d.Cc];
     for (int64_t c = 0; c < d.Cc; ++c) dst[c] += src[c];
   }
-  // silu, then the conv back to its input: rows of this chunk, or of the halo before it.
+  // silu, then the conv back to its input: rows of this chunk, or of the halo before it. Row
+  // by row, tap by tap, over the channels (the weight gradient taken as (W, Cc) and given
+  // back): every sum adds its terms in row order, as a loop over channels outermost would.
+  const std::vector<T> taps = ConvTaps(l, d);
+  std::vector<T> gtaps(d.W * d.Cc), dp(d.Cc);
+  for (int64_t c = 0; c < d.Cc; ++c)
+    for (int64_t j = 0; j < d.W; ++j) gtaps[j * d.Cc + c] = gl.conv_w[c * d.W + j];
   for (int64_t i = 0; i < L; ++i) {
+    const T* pre = &a.pre[i * d.Cc];
+    const T* dx = &dxbc[i * d.Cc];
     for (int64_t c = 0; c < d.Cc; ++c) {
-      const T p = a.pre[i * d.Cc + c], s = Sigmoid(p);
-      const T dp = dxbc[i * d.Cc + c] * s * (T(1) + p * (T(1) - s));
-      gl.conv_b[c] += dp;
-      for (int64_t j = 0; j < d.W; ++j) {
-        const int64_t row = t0 + i - H1 + j;  // the input row read
-        if (row < 0) continue;
-        gl.conv_w[c * d.W + j] += dp * a.zx[(row - (t0 - hb)) * d.Dp + d.Di + c];
-        const T v = dp * l.conv_w[c * d.W + j];
-        if (row >= t0) {
-          dzx[(row - t0) * d.Dp + d.Di + c] += v;
-        } else {
-          out_halo[(row - (t0 - H1)) * d.Cc + c] += v;
-        }
+      const T s = Sigmoid(pre[c]);
+      dp[c] = dx[c] * s * (T(1) + pre[c] * (T(1) - s));
+      gl.conv_b[c] += dp[c];
+    }
+    for (int64_t j = 0; j < d.W; ++j) {
+      const int64_t row = t0 + i - H1 + j;  // the input row read
+      if (row < 0) continue;
+      const T* x = &a.zx[(row - (t0 - hb)) * d.Dp + d.Di];
+      const T* w = &taps[j * d.Cc];
+      T* gw = &gtaps[j * d.Cc];
+      T* dst = row >= t0 ? &dzx[(row - t0) * d.Dp + d.Di] : &out_halo[(row - (t0 - H1)) * d.Cc];
+      for (int64_t c = 0; c < d.Cc; ++c) {
+        gw[c] += dp[c] * x[c];
+        dst[c] += dp[c] * w[c];
       }
     }
   }
+  for (int64_t c = 0; c < d.Cc; ++c)
+    for (int64_t j = 0; j < d.W; ++j) gl.conv_w[c * d.W + j] = gtaps[j * d.Cc + c];
   std::copy(out_halo.begin(), out_halo.end(), halo);
   const T* xn = a.xn.data() + hb * d.D;  // the chunk's own rows
   Gemm<T>(Trans::kYes, Trans::kNo, d.Dp, d.D, L, T(1), dzx.data(), d.Dp, xn, d.D, T(1),
