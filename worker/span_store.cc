@@ -88,8 +88,9 @@ absl::StatusOr<SpanStore::Job*> SpanStore::JobFor(const v1::Task& task) {
   if (task.params_version() > job.version) {
     job.DropSpans(-1);  // before the model they point into
     job.plans.clear();
-    job.model.reset();
+    job.model.reset();  // each model before the parameters it points into
     job.params.reset();
+    job.mamba2_model.reset();
     job.mamba2_params.reset();
     job.version = task.params_version();
   }

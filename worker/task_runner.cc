@@ -86,125 +86,14 @@ TaskRunner::Outcome TaskRunner::Run(const v1::Task& task, const TaskState& held)
   auto skip = [&](absl::string_view why) {
     return End(tid, NoResult{.skipped = true, .why = std::string(why)});
   };
-  auto drop = [&](std::string why) {
-    return End(tid, NoResult{.skipped = false, .why = std::move(why)});
-  };
   const std::optional<SpanPhase> phase = PhaseOf(task.kind());
   if (!phase) return skip(absl::StrCat("unsupported task kind ", v1::Task::Kind_Name(task.kind())));
   if (!backend_) return skip(absl::StrCat(opt_.device.ToString(), " is not usable"));
   absl::StatusOr<SpanStore::Job*> found = store_.JobFor(task);
   if (!found.ok()) return skip(absl::StrCat("job ", task.job_id(), ": ", found.status().message()));
   SpanStore::Job& job = **found;
-  if (job.mamba2) return RunMamba2(task, held, job);
-  const MambaConfig& cfg = *job.config;
-  if (absl::Status st = backend_->CheckConfig(cfg); !st.ok()) return skip(st.message());
-  if (task.masked()) {  // the head's greedy count, which a device may lack
-    if (absl::Status st = backend_->Require(Op::kHeadAccuracy); !st.ok())
-      return skip(st.message());
-  }
-  const SpanPlan& plan = *job.plans.at(task.sequence());
-  const std::pair<int64_t, int64_t> key{task.sequence(), task.span()};
-  const SpanTask span_task{*phase, task.layer(), task.span()};
-  const int64_t id = plan.Id(span_task.phase, span_task.layer, span_task.span);
-  if (id < 0) return skip(absl::StrCat("the plan has no such task"));
-  auto owned = job.spans.find(key);
-  // With a worker tree the parameters come down the tree, and the partials go up it.
-  const bool tree = task.has_tree();
-  if (tree) {
-    if (std::optional<std::string> why = EnterTree(task, job)) return skip(*why);
-  }
-  const bool need_params = job.model == nullptr;
-  const bool include_params = need_params && !tree;
-  const bool include_span = owned == job.spans.end() || !owned->second->Ready(span_task);
-
-  // The model of the task's version, from named tensors.
-  auto take_model = [&](const TensorMap& named) -> absl::Status {
-    absl::StatusOr<ModelParams<float>> params = ParamsFromTensors<float>(cfg, named);
-    if (!params.ok()) return params.status();
-    job.spans.clear();  // they point into the model being replaced
-    owned = job.spans.end();
-    job.params = std::make_unique<ModelParams<float>>(*std::move(params));
-    job.model = std::make_unique<BackendModel<float>>(
-        BackendModel<float>::Make(*job.params, *backend_));
-    return absl::OkStatus();
-  };
-  TensorMap got;
-  if (need_params && tree) {  // kept at once: a later failure of this task does not refetch
-    TensorMap named;
-    if (std::optional<NoResult> no = TreeParams(held, task, ParamBytesF32(cfg),
-                                                16 * cfg.num_hidden_layers + 64, named))
-      return End(tid, *no);
-    if (absl::Status st = take_model(named); !st.ok())
-      return skip(absl::StrCat("parameters: ", st.message()));
-  }
-  if (std::optional<NoResult> no = io_.Fetch(held, include_params, include_span,
-                                             SpanInputLimits(cfg.num_hidden_layers,
-                                                             cfg.hidden_size,
-                                                             cfg.inner() * cfg.state_size,
-                                                             cfg.conv_kernel, ParamBytesF32(cfg),
-                                                             plan, task.span()),
-                                             got)) {
-    return End(tid, *no);
-  }
-  for (const auto& [name, tensor] : got) bytes_received_ += tensor.data.size();
-
-  if (include_params) {
-    if (absl::Status st = take_model(TakeParamTensors(got)); !st.ok())
-      return skip(absl::StrCat("parameters: ", st.message()));
-  }
-  if (job.model == nullptr) return skip("the parameters were not sent");
-
-  const Clock::time_point started = Clock::now();
-  double rebuild_s = 0;
-  if (include_span) {  // a fresh span, replayed up to this task
-    std::vector<uint32_t> tokens;
-    std::vector<uint8_t> mask;
-    if (absl::Status st = TakeSpanStart(cfg, plan, task.span(), task.masked(), got, tokens, mask);
-        !st.ok())
-      return skip(st.message());
-    auto work = std::make_unique<SpanWork<float>>(
-        *job.model, plan, task.span(), std::move(tokens), std::move(mask), task.targets(),
-        task.storage() == "bf16" ? Storage::kBF16 : Storage::kCompute, opt_.spill_dir);
-    for (int64_t r : plan.ReplayIds(id)) {
-      absl::StatusOr<SpanInputs<float>> in =
-          TakeSpanInputs<float>(cfg, plan, plan.task(r), ReplayPrefix(plan.task(r)), got);
-      if (!in.ok()) return skip(absl::StrCat("replay: ", in.status().message()));
-      SpanOutputs<float> discard;
-      if (absl::Status st = work->Run(plan.task(r), *in, discard); !st.ok())
-        return skip(st.message());
-    }
-    job.spans[key] = std::move(work);
-    rebuild_s = NoteRebuild(task, plan, id, started);
-  }
-  absl::StatusOr<SpanInputs<float>> in = TakeSpanInputs<float>(cfg, plan, span_task, "", got);
-  if (!in.ok()) return skip(in.status().message());
-  if (!got.empty()) return skip(absl::StrCat("unexpected tensor \"", got.begin()->first, "\""));
-
-  std::string why;
-  if (!state_.TaskAlive(held, &why)) return drop(why);
-  if (state_.Stopping()) return drop("stopping");
-
-  SpanWork<float>& work = *job.spans.at(key);
-  const Clock::time_point computing = rebuild_s > 0 ? Clock::now() : started;
-  SpanResult<float> result;
-  if (absl::Status st = work.Run(span_task, *in, result.out); !st.ok()) return skip(st.message());
-  result.compute_seconds = std::chrono::duration<double>(Clock::now() - computing).count();
-  result.rebuild_seconds = rebuild_s;
-  rows_ = plan.range(task.span()).len;
-  // The span's last task: its rows are of no more use.
-  if (span_task.phase == SpanPhase::kBackward && span_task.layer == 0) job.spans.erase(key);
-
-  // With a tree, finite partials become leaves of it here; non-finite ones travel in the
-  // result, which the coordinator refuses as it would any.
-  const bool leaves = tree && FirstNonFinite(result.out).empty();
-  if (leaves) {
-    if (absl::Status st = peers_.AddLeaves(
-            task, TakeLeaves(span_task, cfg.num_hidden_layers, result.out));
-        !st.ok())
-      return skip(st.message());
-  }
-  return PushResult(task, held, PutSpanResult<float>(cfg, plan, span_task, result, !leaves),
-                    result.compute_seconds);
+  if (job.mamba2) return RunSpanTask<Mamba2Config>(task, held, job);
+  return RunSpanTask<MambaConfig>(task, held, job);
 }
 
 std::optional<std::string> TaskRunner::EnterTree(const v1::Task& task,

@@ -35,9 +35,10 @@ class TaskRunner {
   enum class Outcome { kDone, kDropped };
 
   Outcome Run(const v1::Task& task, const TaskState& state);
-  // Run's Mamba-2 half (worker/mamba2_task.cc): on the worker's device, with or without a
-  // worker tree.
-  Outcome RunMamba2(const v1::Task& task, const TaskState& state, SpanStore::Job& job);
+  // The task of a job whose model type's config is C (MambaConfig, Mamba2Config), after Run
+  // found its job: every step once for both types (worker/span_task.cc, worker/task_family.h).
+  template <typename C>
+  Outcome RunSpanTask(const v1::Task& task, const TaskState& state, SpanStore::Job& job);
   // A task's worker tree, for either model type: checked against the task's plan and entered
   // in the PeerHub; why the task is skipped when the tree does not fit.
   std::optional<std::string> EnterTree(const v1::Task& task, const SpanStore::Job& job);
