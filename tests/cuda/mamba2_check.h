@@ -8,12 +8,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <ostream>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "engine/mamba2_layer.h"
+#include "gtest/gtest.h"
 #include "kernels/cuda/mamba2_block.h"
 
 namespace adjsh::testing {
@@ -26,6 +28,15 @@ struct Shape {
 // How gtest names a Shape parameter (its default prints the struct's bytes, padding included).
 inline void PrintTo(const Shape& s, std::ostream* os) {
   *os << "D " << s.D << ", G " << s.G << ", P " << s.P << (s.clamped ? ", dt clamped" : "");
+}
+
+// The test name of a Shape parameter: "D16_G2_P4" (snprintf: string concatenation here meets
+// a GCC 12 -Wrestrict false positive).
+inline std::string ShapeName(const ::testing::TestParamInfo<Shape>& info) {
+  char name[48];
+  std::snprintf(name, sizeof(name), "D%lld_G%lld_P%lld", static_cast<long long>(info.param.D),
+                static_cast<long long>(info.param.G), static_cast<long long>(info.param.P));
+  return name;
 }
 
 inline Mamba2Config ConfigOf(const Shape& s) {

@@ -38,6 +38,7 @@ using testing::RandomLayer;
 using testing::RunCpu;
 using testing::RunDevice;
 using testing::Shape;
+using testing::ShapeName;
 
 class Mamba2CudaTest : public ::testing::TestWithParam<Shape> {
  protected:
@@ -83,14 +84,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Mamba2CudaTest,
                          ::testing::Values(Shape{16, 1, 4, false}, Shape{16, 1, 16, false},
                                            Shape{16, 2, 4, true}, Shape{16, 2, 16, true},
                                            Shape{160, 1, 64, true}),
-                         [](const ::testing::TestParamInfo<Shape>& info) {
-                           char name[48];
-                           std::snprintf(name, sizeof(name), "D%lld_G%lld_P%lld",
-                                         static_cast<long long>(info.param.D),
-                                         static_cast<long long>(info.param.G),
-                                         static_cast<long long>(info.param.P));
-                           return std::string(name);
-                         });
+                         ShapeName);
 
 }  // namespace
 }  // namespace adjsh

@@ -38,6 +38,7 @@ using testing::RandomLayer;
 using testing::RunCpu;
 using testing::RunDevice;
 using testing::Shape;
+using testing::ShapeName;
 
 // f32 against f64: each operation rounds at 6e-8 relative, and at these shapes no sum has more
 // than several hundred terms (the scan: 70 rows; GEMMs: Dp = 661 at most), so a tensor's
@@ -125,14 +126,7 @@ TEST(Mamba2EmulationRepeatTest, RepeatsBitwiseAndAccumulates) {
 INSTANTIATE_TEST_SUITE_P(Shapes, Mamba2EmulationTest,
                          ::testing::Values(Shape{16, 1, 4, false}, Shape{16, 1, 16, false},
                                            Shape{16, 2, 4, true}, Shape{16, 2, 16, true}),
-                         [](const ::testing::TestParamInfo<Shape>& info) {
-                           char name[48];
-                           std::snprintf(name, sizeof(name), "D%lld_G%lld_P%lld",
-                                         static_cast<long long>(info.param.D),
-                                         static_cast<long long>(info.param.G),
-                                         static_cast<long long>(info.param.P));
-                           return std::string(name);
-                         });
+                         ShapeName);
 
 }  // namespace
 }  // namespace adjsh
