@@ -8,7 +8,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/device_flags.h"
-#include "cli/mamba2_grad.h"
+#include "common/mamba2_config.h"
 #include "common/model.h"
 #include "common/proc_stats.h"
 #include "common/token_data.h"

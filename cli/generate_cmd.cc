@@ -15,7 +15,7 @@
 #include "cli/commands.h"
 #include "cli/data_tool.h"
 #include "cli/device_flags.h"
-#include "cli/mamba2_grad.h"
+#include "common/mamba2_config.h"
 #include "common/model.h"
 #include "common/tokens.h"
 #include "engine/generate.h"

@@ -67,13 +67,6 @@ absl::Status Run(const std::string& model_dir, const std::string& tokens_path,
 
 }  // namespace
 
-std::string ModelTypeOfDir(const std::string& dir) {
-  absl::StatusOr<std::string> text = ReadFileToString(dir + "/config.json");
-  if (!text.ok()) return "";
-  absl::StatusOr<std::string> type = ModelTypeOf(*text);
-  return type.ok() ? *type : "";
-}
-
 absl::Status RunMamba2Grad(const std::string& model_dir, const std::string& tokens_path,
                            const std::string& out_path, bool f64, const GradOptions& options,
                            int workers, bool worker_tree, std::vector<std::string> worker_devices,

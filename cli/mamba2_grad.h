@@ -14,10 +14,6 @@
 
 namespace adjsh::cli {
 
-// The model_type of DIR/config.json; "" when it cannot be read (the model loader then says
-// why).
-std::string ModelTypeOfDir(const std::string& dir);
-
 // f64 when f64, else f32. In-process on options.device (workers 0), or with workers > 0 (f32
 // only) on a local cluster of that many worker processes (coordinator/local_cluster.h) on
 // worker_devices (empty: the CPU; as `--worker-device`), reducing among them when worker_tree

@@ -12,7 +12,6 @@
 #include "cli/commands.h"
 #include "cli/device_flags.h"
 #include "cli/job_flags.h"
-#include "cli/mamba2_grad.h"
 #include "cli/train_report.h"
 #include "common/metrics_server.h"
 #include "common/model.h"
@@ -315,8 +314,7 @@ int TrainCommand(const std::vector<std::string>& args) {
     if (!config.ok()) return Fail("train", config.status());
     if (absl::Status s = CheckModelFitsInMemory(*config, 4); !s.ok()) return Fail("train", s);
   }
-  if (spec->model_case() == v1::JobSpec::kModelDir &&
-      ModelTypeOfDir(spec->model_dir()) == "mamba2")
+  if (coordinator::JobIsMamba2(*spec))
     return TrainMamba2(a, *spec, opt, workers, lease_ms, *std::move(worker_devices));
   absl::StatusOr<ModelParams<float>> params = coordinator::JobModelParams(*spec);
   if (!params.ok()) return Fail("train", params.status());

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/config_keys.h"
+#include "common/file_io.h"
 #include "common/python_json.h"
 
 namespace adjsh {
@@ -48,6 +49,13 @@ bool ReadLimit(const Json& v, double* out) {
 }
 
 }  // namespace
+
+std::string ModelTypeOfDir(const std::string& dir) {
+  absl::StatusOr<std::string> text = ReadFileToString(dir + "/config.json");
+  if (!text.ok()) return "";
+  absl::StatusOr<std::string> type = ModelTypeOf(*text);
+  return type.ok() ? *type : "";
+}
 
 absl::StatusOr<std::string> ModelTypeOf(std::string_view python_json_text) {
   std::string text;

@@ -52,6 +52,10 @@ struct Mamba2Config {
 // JSON object.
 absl::StatusOr<std::string> ModelTypeOf(std::string_view python_json_text);
 
+// The model_type of DIR/config.json; "" when it cannot be read or has none (the model loader
+// then says why).
+std::string ModelTypeOfDir(const std::string& dir);
+
 // Checks ranges and that the sizes agree (num_heads x head_dim = expand x hidden_size, n_groups
 // divides num_heads) and the features adjsh implements (rms_norm, no in/out projection bias,
 // a conv bias); INVALID_ARGUMENT naming the key otherwise.

@@ -436,9 +436,7 @@ absl::Status JobServiceImpl::RunJob(JobRecord& rec) {
     job_id = rec.job.job_id();
     ckpt = rec.checkpoint_dir;
   }
-  absl::StatusOr<bool> mamba2 = JobIsMamba2(spec);
-  if (!mamba2.ok()) return mamba2.status();
-  if (*mamba2) {
+  if (JobIsMamba2(spec)) {
     absl::StatusOr<Mamba2Params<float>> params = LoadMamba2ModelDir<float>(spec.model_dir());
     if (!params.ok()) return params.status();
     return TrainJob(rec, spec, job_id, ckpt, *std::move(params));

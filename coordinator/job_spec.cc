@@ -431,14 +431,9 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const JobLimits& limits,
   return absl::OkStatus();
 }
 
-absl::StatusOr<bool> JobIsMamba2(const v1::JobSpec& spec) {
-  if (spec.model_case() != v1::JobSpec::kModelDir) return false;  // init: Mamba-1's shapes
-  absl::StatusOr<std::string> text =
-      ReadFileToString((fs::path(spec.model_dir()) / "config.json").string());
-  if (!text.ok()) return text.status();
-  absl::StatusOr<std::string> type = ModelTypeOf(*text);
-  if (!type.ok()) return type.status();
-  return *type == "mamba2";
+bool JobIsMamba2(const v1::JobSpec& spec) {  // init makes Mamba-1 models only
+  return spec.model_case() == v1::JobSpec::kModelDir &&
+         ModelTypeOfDir(spec.model_dir()) == "mamba2";
 }
 
 absl::StatusOr<ModelParams<float>> JobModelParams(const v1::JobSpec& spec) {

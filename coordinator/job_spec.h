@@ -99,8 +99,8 @@ absl::StatusOr<MambaConfig> ConfigFromInit(const v1::InitConfig& init);
 
 // Whether the spec's model is a Mamba-2 model_dir (its config.json's model_type is "mamba2");
 // init makes Mamba-1 models only. Then LoadMamba2ModelDir (engine/mamba2_model.h) loads it,
-// else JobModelParams.
-absl::StatusOr<bool> JobIsMamba2(const v1::JobSpec& spec);
+// else JobModelParams (whose loader says why a model_dir cannot be read).
+bool JobIsMamba2(const v1::JobSpec& spec);
 
 // The spec's model: loaded from model_dir, or initialised from init (its seed).
 absl::StatusOr<ModelParams<float>> JobModelParams(const v1::JobSpec& spec);

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <optional>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -13,7 +12,6 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
 #include "common/proc_stats.h"
-#include "engine/span_tensors.h"
 #include "proto/span_kind.h"
 #include "worker/metrics.h"
 

@@ -118,7 +118,7 @@ TEST(JobSpecFields, AMamba2ModelIsAJobUnderItsOwnLimits) {
   EXPECT_TRUE(ValidateJobSpec(s).ok()) << ValidateJobSpec(s);
   EXPECT_TRUE(ValidateJobSpec(s, NoJobLimits(), JobRunner::kLocalWorkers).ok());
   EXPECT_TRUE(ValidateJobSpec(s, NoJobLimits(), JobRunner::kInProcess).ok());
-  EXPECT_EQ(*JobIsMamba2(s), true);
+  EXPECT_TRUE(JobIsMamba2(s));
   // The largest tensor is the embedding (256 x 16 f32 = 16384 B); in_proj is (84, 16).
   EXPECT_EQ(LargestParamBytes(c), uint64_t{256 * 16 * 4});
   JobLimits limits;
