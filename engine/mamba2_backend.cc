@@ -133,9 +133,26 @@ absl::StatusOr<Mamba2BackendModel<T>> Mamba2BackendModel<T>::Make(const Mamba2Pa
   return m;
 }
 
+template <typename T>
+absl::StatusOr<Mamba2DeviceModel<T>> Mamba2DeviceModel<T>::Make(const Mamba2Params<T>& params,
+                                                                const Device& device,
+                                                                bool loss_mask) {
+  Mamba2DeviceModel<T> m;
+  absl::StatusOr<std::unique_ptr<Backend<T>>> backend = MakeBackend<T>(device);
+  if (!backend.ok()) return backend.status();
+  m.backend = *std::move(backend);
+  if (absl::Status s = CheckMamba2Backend(*m.backend, loss_mask); !s.ok()) return s;
+  absl::StatusOr<Mamba2BackendModel<T>> model = Mamba2BackendModel<T>::Make(params, *m.backend);
+  if (!model.ok()) return model.status();
+  m.model = *std::move(model);
+  return m;
+}
+
 template absl::Status CheckMamba2Backend<float>(const Backend<float>&, bool);
 template absl::Status CheckMamba2Backend<double>(const Backend<double>&, bool);
 template struct Mamba2BackendModel<float>;
 template struct Mamba2BackendModel<double>;
+template struct Mamba2DeviceModel<float>;
+template struct Mamba2DeviceModel<double>;
 
 }  // namespace adjsh

@@ -63,6 +63,17 @@ struct Mamba2BackendModel {
                                                  Backend<T>& backend);
 };
 
+// A model on a backend of its own: what an in-process run (the span step, evaluation,
+// decoding) makes of its params and device. The backend is on the heap, so the pair moves.
+template <typename T>
+struct Mamba2DeviceModel {
+  std::unique_ptr<Backend<T>> backend;
+  Mamba2BackendModel<T> model;
+  // MakeBackend's errors, CheckMamba2Backend's (with loss_mask), then Mamba2BackendModel::Make's.
+  static absl::StatusOr<Mamba2DeviceModel> Make(const Mamba2Params<T>& params,
+                                                const Device& device, bool loss_mask = false);
+};
+
 }  // namespace adjsh
 
 #endif  // ADJSH_ENGINE_MAMBA2_BACKEND_H_

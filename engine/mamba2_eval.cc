@@ -6,7 +6,6 @@
 
 #include "absl/strings/str_format.h"
 #include "engine/mamba2_stream.h"
-#include "kernels/backend.h"
 
 namespace adjsh {
 namespace {
@@ -49,12 +48,10 @@ absl::StatusOr<EvalResult> Mamba2Evaluate(const Mamba2Params<T>& params, const T
   if (!count.ok()) return count.status();
   const int64_t n = *count;
   if (absl::Status s = tokens.CheckInVocab(params.config.vocab_size, n); !s.ok()) return s;
-  absl::StatusOr<std::unique_ptr<Backend<T>>> backend = MakeBackend<T>(options.device);
-  if (!backend.ok()) return backend.status();
-  absl::StatusOr<Mamba2BackendModel<T>> model = Mamba2BackendModel<T>::Make(params, **backend);
+  absl::StatusOr<Mamba2DeviceModel<T>> model = Mamba2DeviceModel<T>::Make(params, options.device);
   if (!model.ok()) return model.status();
   return SumSequenceLosses(n, options, [&](int64_t start, int64_t len, const auto& rows_done) {
-    return SequenceLoss(*model, tokens, start, len, options.chunk, rows_done);
+    return SequenceLoss(model->model, tokens, start, len, options.chunk, rows_done);
   });
 }
 

@@ -9,7 +9,6 @@
 #include "common/tokens.h"
 #include "engine/mamba2_stream.h"
 #include "engine/sample.h"
-#include "kernels/backend.h"
 
 namespace adjsh {
 
@@ -20,11 +19,9 @@ absl::StatusOr<std::vector<uint32_t>> Mamba2Generate(
   const Mamba2Config& c = params.config;
   if (absl::Status s = CheckGenerateInputs(prompt, c.vocab_size, o); !s.ok()) return s;
   const int64_t D = c.hidden_size, V = c.vocab_size;
-  absl::StatusOr<std::unique_ptr<Backend<T>>> backend = MakeBackend<T>(o.device);
-  if (!backend.ok()) return backend.status();
-  absl::StatusOr<Mamba2BackendModel<T>> model = Mamba2BackendModel<T>::Make(params, **backend);
+  absl::StatusOr<Mamba2DeviceModel<T>> model = Mamba2DeviceModel<T>::Make(params, o.device);
   if (!model.ok()) return model.status();
-  Mamba2Stream<T> stream(*model);
+  Mamba2Stream<T> stream(model->model);
   std::vector<T> x, last(D);
   auto feed = [&](std::span<const uint32_t> ids) {
     for (size_t i = 0; i < ids.size(); i += o.chunk) {
@@ -37,8 +34,8 @@ absl::StatusOr<std::vector<uint32_t>> Mamba2Generate(
   return DecodeTokens<T>(
       o, V,
       [&](std::vector<T>& logits) {  // the head of the last row: rmsnorm(u; norm_f) head^T
-        (*backend)->HeadLogits(last.data(), 1, D, V, c.layer_norm_epsilon, params.head().data(),
-                               params.norm_f.data(), logits.data());
+        model->backend->HeadLogits(last.data(), 1, D, V, c.layer_norm_epsilon,
+                                   params.head().data(), params.norm_f.data(), logits.data());
       },
       [&](uint32_t id) { feed(std::span(&id, 1)); }, on_token);
 }

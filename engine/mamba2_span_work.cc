@@ -4,7 +4,6 @@
 #include <utility>
 
 #include "common/check.h"
-#include "kernels/cpu/blas.h"
 #include "kernels/cpu/lm_head.h"
 
 namespace adjsh {

@@ -131,13 +131,11 @@ absl::StatusOr<Mamba2GradResult<T>> RunMamba2SpanStep(const Mamba2Params<T>& par
       SpanPlan::Make(static_cast<int64_t>(tokens.size()), opt.chunk, opt.spans,
                      c.num_hidden_layers, c.conv_kernel);
   if (!plan.ok()) return plan.status();
-  absl::StatusOr<std::unique_ptr<Backend<T>>> backend = MakeBackend<T>(opt.device);
-  if (!backend.ok()) return backend.status();
-  if (absl::Status s = CheckMamba2Backend(**backend, !opt.loss_mask.empty()); !s.ok()) return s;
-  absl::StatusOr<Mamba2BackendModel<T>> model = Mamba2BackendModel<T>::Make(params, **backend);
+  absl::StatusOr<Mamba2DeviceModel<T>> model =
+      Mamba2DeviceModel<T>::Make(params, opt.device, !opt.loss_mask.empty());
   if (!model.ok()) return model.status();
   return RunSpans<T, Mamba2Params, Mamba2SpanWork<T>>(
-      params, *model, *plan, tokens,
+      params, model->model, *plan, tokens,
       {opt.threads, opt.loss_mask, opt.storage, opt.spill_dir, opt.progress});
 }
 
