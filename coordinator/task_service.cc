@@ -469,7 +469,7 @@ grpc::Status TaskServiceImpl::PushReduced(grpc::ServerContext* ctx,
     if (!*ok) return refuse("not a root of the current step's worker tree");
     limits.max_total_bytes = 2 * current_->seqs[0]->GroupBytes(header.group()) + (1 << 16);
     limits.max_tensor_bytes = limits.max_total_bytes;
-    limits.max_tensors = LayerParamSlots<float>().size() + 1;
+    limits.max_tensors = MaxGroupTensors() + 1;
   }
   uint64_t sum_bytes = 0;
   absl::StatusOr<TensorMap> read = ReadTensorStream<grpc::ServerReader<v1::SumChunk>, v1::SumChunk>(

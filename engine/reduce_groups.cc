@@ -1,5 +1,6 @@
 #include "engine/reduce_groups.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -135,6 +136,10 @@ absl::StatusOr<GroupValue<float>> TakeGroup(const GroupLayout& l, int32_t group,
         absl::StrCat(what, ": unexpected tensor \"", got.begin()->first, "\""));
   }
   return v;
+}
+
+size_t MaxGroupTensors() {
+  return std::max(LayerParamSlots<float>().size(), Mamba2LayerSlots<float>().size());
 }
 
 uint64_t GroupBytes(const GroupLayout& l, int32_t group) {

@@ -75,6 +75,9 @@ struct GroupLayout {
 TensorMap PutGroup(const GroupLayout& l, int32_t group, const GroupValue<float>& v);
 absl::StatusOr<GroupValue<float>> TakeGroup(const GroupLayout& l, int32_t group, TensorMap& got);
 uint64_t GroupBytes(const GroupLayout& l, int32_t group);  // f32
+// The most tensors a group carries, for either model type (a layer's), for the stream limits
+// of PushSum and PushReduced.
+size_t MaxGroupTensors();
 
 }  // namespace adjsh
 

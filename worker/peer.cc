@@ -1,11 +1,9 @@
 #include "worker/peer.h"
 
-#include <algorithm>
 #include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "engine/mamba2_model.h"
 #include "proto/status_util.h"
 #include "proto/transport.h"
 #include "worker/retry.h"
@@ -338,8 +336,7 @@ grpc::Status PeerHub::ReceiveSum(grpc::ServerContext*, grpc::ServerReader<v1::Su
     layout = step_.layout;
     limits.max_total_bytes = 2 * GroupBytes(*layout, h.group()) + (1 << 16);
     limits.max_tensor_bytes = limits.max_total_bytes;
-    limits.max_tensors = std::max(LayerParamSlots<float>().size(),
-                                  Mamba2LayerSlots<float>().size()) + 1;
+    limits.max_tensors = MaxGroupTensors() + 1;
   }
   uint64_t bytes = 0;
   absl::StatusOr<TensorMap> tensors =
