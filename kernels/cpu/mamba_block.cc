@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "kernels/cpu/blas.h"
 #include "kernels/cpu/math.h"
@@ -25,6 +26,9 @@ struct MambaBlockCpu<T>::Acts {
   std::vector<T> dbc;    // (M, R + 2N) x_proj output: [d | B | C]
   std::vector<T> dtpre;  // (M, Di) dt_proj output before softplus
   std::vector<T> dt;     // (M, Di) Delta
+  // With Recompute's keep_sigmoids (the backward's): sigmoid(cpre), for silu's derivative, and
+  // sigmoid(dtpre), softplus's, each computed beside the forward value from the same exp.
+  std::vector<T> sig_c, sig_dt;  // (M, Di) each
 
   ScanInputs<T> Scan(int64_t Di, int64_t N, int64_t R, const T* A) const {
     ScanInputs<T> in;
@@ -52,14 +56,86 @@ MambaBlockCpu<T>::MambaBlockCpu(const MambaConfig& config, const LayerParams<T>&
     for (int64_t j = 0; j < W_; ++j) conv_t_[j * Di_ + i] = p_.conv_w[i * W_ + j];
 }
 
+namespace {
+
+// One row of the causal depthwise conv and its silu: c = b + sum_j w[:, j] x_{t - W + 1 + j}
+// (taps before the sequence are absent: xs[j] == nullptr), x' = silu(c), and with sig non-null
+// sigmoid(c). Each c sums in tap order with a separate multiply and add, as the plain loop
+// over taps did; with W = 4 and every tap present (every row but the sequence's first three)
+// the taps stay in registers for the whole row instead of c being re-read per tap.
 template <typename T>
-void MambaBlockCpu<T>::Recompute(const T* u, int64_t halo, int64_t M, Acts& a,
-                                  bool with_z) const {
+void ConvSiluRow(const T* const* xs, const T* w_t, const T* b, int64_t W, int64_t Di, T* c,
+                 T* xc, T* sig) {
+  if (W == 4 && xs[0] && xs[1] && xs[2] && xs[3]) {
+    const T *x0 = xs[0], *x1 = xs[1], *x2 = xs[2], *x3 = xs[3];
+    const T *w0 = w_t, *w1 = w_t + Di, *w2 = w_t + 2 * Di, *w3 = w_t + 3 * Di;
+    for (int64_t i = 0; i < Di; ++i) {
+      T v = b[i];
+      v += w0[i] * x0[i];
+      v += w1[i] * x1[i];
+      v += w2[i] * x2[i];
+      v += w3[i] * x3[i];
+      c[i] = v;
+    }
+  } else {
+    for (int64_t i = 0; i < Di; ++i) c[i] = b[i];
+    for (int64_t j = 0; j < W; ++j) {
+      if (!xs[j]) continue;
+      const T* x = xs[j];
+      const T* w = w_t + j * Di;
+      for (int64_t i = 0; i < Di; ++i) c[i] += w[i] * x[i];
+    }
+  }
+  if (sig) {
+    for (int64_t i = 0; i < Di; ++i) {
+      const T s = Sigmoid(c[i]);
+      sig[i] = s;
+      xc[i] = c[i] * s;  // Silu's own product
+    }
+  } else {
+    for (int64_t i = 0; i < Di; ++i) xc[i] = Silu(c[i]);
+  }
+}
+
+// Delta = softplus(pre + b) over a row, pre updated in place; with sig non-null also
+// sigmoid(pre). In f32 both come from one e = exp(-|pre|): softplus = max(pre, 0) + log1p(e)
+// (math.h's Softplus) and sigmoid = (pre >= 0 ? 1 : e) / (1 + e), which for pre >= 0 is
+// Sigmoid's own 1 / (1 + exp(-pre)) and for pre < 0 its rounding-level equal. f64 keeps
+// Softplus and Sigmoid as they are (the check mode is as exact as libm).
+template <typename T>
+void SoftplusRow(const T* b, int64_t Di, T* pre, T* dt, T* sig) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (sig) {
+      for (int64_t i = 0; i < Di; ++i) {
+        const float x = pre[i] + b[i];
+        pre[i] = x;
+        const float ax = x < 0.0f ? -x : x;
+        const float e = ExpFast(-ax);
+        dt[i] = (x > 0.0f ? x : 0.0f) + Log1pUnit(e);
+        sig[i] = (x >= 0.0f ? 1.0f : e) / (1.0f + e);
+      }
+      return;
+    }
+  } else if (sig) {
+    for (int64_t i = 0; i < Di; ++i) sig[i] = Sigmoid(pre[i] + b[i]);
+  }
+  for (int64_t i = 0; i < Di; ++i) {
+    pre[i] += b[i];
+    dt[i] = Softplus(pre[i]);
+  }
+}
+
+}  // namespace
+
+template <typename T>
+void MambaBlockCpu<T>::Recompute(const T* u, int64_t halo, int64_t M, Acts& a, bool with_z,
+                                  bool keep_sigmoids) const {
   const int64_t P = halo + M, Di2 = 2 * Di_, Q = R_ + 2 * N_;
   a.halo = halo, a.M = M;
   a.r.resize(P), a.n.resize(P * D_), a.xz.resize(P * Di2);
   a.cpre.resize(M * Di_), a.xc.resize(M * Di_), a.dbc.resize(M * Q);
   a.dtpre.resize(M * Di_), a.dt.resize(M * Di_);
+  if (keep_sigmoids) a.sig_c.resize(M * Di_), a.sig_dt.resize(M * Di_);
 
   RmsNormForward(u, P, D_, p_.norm.data(), cfg_.layer_norm_epsilon, a.n.data(), a.r.data());
   // x = W_in's first Di rows (its x half) times n, then z = the other half, when wanted: two
@@ -72,31 +148,24 @@ void MambaBlockCpu<T>::Recompute(const T* u, int64_t halo, int64_t M, Acts& a,
     Gemm<T>(Trans::kNo, Trans::kYes, P, Di_, D_, 1, a.n.data(), D_,
             p_.in_proj.data() + Di_ * D_, D_, 0, a.xz.data() + Di_, Di2);
   }
-  // Causal depthwise conv: c_t = b + sum_j w[:, j] x_{t - W + 1 + j}; x before the sequence is 0;
-  // then x'_t = silu(c_t) while the row is in cache.
+  // Causal depthwise conv and silu, row by row; x before the sequence is 0 (no tap).
+  std::vector<const T*> xs(W_);
   for (int64_t t = 0; t < M; ++t) {
-    T* c = a.cpre.data() + t * Di_;
-    for (int64_t i = 0; i < Di_; ++i) c[i] = p_.conv_b[i];
     for (int64_t j = 0; j < W_; ++j) {
       const int64_t p = halo + t - (W_ - 1) + j;
-      if (p < 0) continue;
-      const T* x = a.xz.data() + p * Di2;
-      const T* w = conv_t_.data() + j * Di_;
-      for (int64_t i = 0; i < Di_; ++i) c[i] += w[i] * x[i];
+      xs[j] = p < 0 ? nullptr : a.xz.data() + p * Di2;
     }
-    T* xc = a.xc.data() + t * Di_;
-    for (int64_t i = 0; i < Di_; ++i) xc[i] = Silu(c[i]);
+    ConvSiluRow<T>(xs.data(), conv_t_.data(), p_.conv_b.data(), W_, Di_,
+                   a.cpre.data() + t * Di_, a.xc.data() + t * Di_,
+                   keep_sigmoids ? a.sig_c.data() + t * Di_ : nullptr);
   }
   Gemm<T>(Trans::kNo, Trans::kYes, M, Q, Di_, 1, a.xc.data(), Di_, p_.x_proj.data(), Di_, 0,
           a.dbc.data(), Q);
   Gemm<T>(Trans::kNo, Trans::kYes, M, Di_, R_, 1, a.dbc.data(), Q, p_.dt_w.data(), R_, 0,
           a.dtpre.data(), Di_);
   for (int64_t t = 0; t < M; ++t)
-    for (int64_t i = 0; i < Di_; ++i) {
-      T& pre = a.dtpre[t * Di_ + i];
-      pre += p_.dt_b[i];
-      a.dt[t * Di_ + i] = Softplus(pre);
-    }
+    SoftplusRow<T>(p_.dt_b.data(), Di_, a.dtpre.data() + t * Di_, a.dt.data() + t * Di_,
+                   keep_sigmoids ? a.sig_dt.data() + t * Di_ : nullptr);
 }
 
 namespace {
@@ -180,7 +249,7 @@ void MambaBlockCpu<T>::Backward(const T* u, ChunkRows rows, const T* g, const T*
   const int64_t halo = rows.halo, len = rows.len, M = len + rows.ahead;
   const int64_t Di2 = 2 * Di_, Q = R_ + 2 * N_, P = halo + len;
   thread_local Acts a;
-  Recompute(u, halo, M, a);
+  Recompute(u, halo, M, a, /*with_z=*/true, /*keep_sigmoids=*/true);
 
   // dL/do = g W_out and ybar = dL/do . silu(z), for all M rows (the lookahead needs ybar);
   // sig = sigmoid(z) kept for the gate's backward below (silu(z) = z sig, silu'(z) =
@@ -234,7 +303,7 @@ void MambaBlockCpu<T>::Backward(const T* u, ChunkRows rows, const T* g, const T*
   for (int64_t t = 0; t < len; ++t)
     for (int64_t i = 0; i < Di_; ++i) {
       T& v = ddt[t * Di_ + i];
-      v *= Sigmoid(a.dtpre[t * Di_ + i]);
+      v *= a.sig_dt[t * Di_ + i];
       grad.dt_b[i] += v;
     }
   std::vector<T>& ddbc = Scratch<T>(kDdbc, len * Q);  // dL/d[d | B | C]
@@ -260,7 +329,9 @@ void MambaBlockCpu<T>::Backward(const T* u, ChunkRows rows, const T* g, const T*
   for (int64_t t = 0; t < len; ++t) {
     T* dc = dxc.data() + t * Di_;
     for (int64_t i = 0; i < Di_; ++i) {
-      dc[i] *= SiluGrad(a.cpre[t * Di_ + i]);
+      // silu'(c) = s (1 + c (1 - s)), s = sigmoid(c): math.h's SiluGrad with s kept.
+      const T c = a.cpre[t * Di_ + i], s = a.sig_c[t * Di_ + i];
+      dc[i] *= s * (T(1) + c * (T(1) - s));
       grad.conv_b[i] += dc[i];
     }
     for (int64_t j = 0; j < W_; ++j) {

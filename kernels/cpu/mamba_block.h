@@ -53,8 +53,10 @@ class MambaBlockCpu {
 
  private:
   struct Acts;
-  // with_z: also z, the gate half of in_proj (the forward summary's scan does not read it).
-  void Recompute(const T* u, int64_t halo, int64_t M, Acts& acts, bool with_z = true) const;
+  // with_z: also z, the gate half of in_proj (the forward summary's scan does not read it);
+  // keep_sigmoids: also the sigmoids the backward's chain rule reads (Acts).
+  void Recompute(const T* u, int64_t halo, int64_t M, Acts& acts, bool with_z = true,
+                 bool keep_sigmoids = false) const;
 
   const MambaConfig& cfg_;
   const LayerParams<T>& p_;

@@ -87,9 +87,17 @@ __attribute__((always_inline)) inline void AddLaneSums(const VT* P, int64_t N,
 
 #ifdef ADJSH_SIMD_AVX512
 // Two blocks at once: block 0's sums are added to the row before block 1's, as when the blocks
-// run one after the other in F32x8.
+// run one after the other in F32x8. N = 16 (the backward's every row) goes through
+// simd::SumHalves16, a transpose-and-add tree of 32 two-source permutes where extracting and
+// summing each half took about 70 shuffles per array: the shuffle port bounded pass 2.
 __attribute__((always_inline)) inline void AddLaneSums(const simd::F32x8x2* P, int64_t N,
                                                        float* row) {
+  if (N == 16) {
+    simd::F32x8x2 s0, s1;
+    simd::F32x8x2::SumHalves16(P, s0, s1);
+    ((simd::F32x8x2::Load(row) + s0) + s1).Store(row);
+    return;
+  }
   for (int h = 0; h < 2; ++h) {
     simd::F32x8 half[8];
     const int64_t full = N / 8 * 8;

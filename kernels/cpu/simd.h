@@ -190,17 +190,38 @@ struct F32x8x2 {
     const __m512 y = _mm512_mul_ps(dt.v, coef.v);
     const __m512 yc = _mm512_maskz_min_ps(
         kAll, _mm512_set1_ps(127.0f), _mm512_maskz_max_ps(kAll, _mm512_set1_ps(-125.0f), y));
-    const __m512 shift = _mm512_set1_ps(12582912.0f);
-    const __m512 t = _mm512_add_ps(yc, shift);
-    const __m512 r = _mm512_sub_ps(yc, _mm512_sub_ps(t, shift));
+    // k = yc rounded to the nearest integer (ties to even, as the shift trick rounds), r = yc - k
+    // exactly, and p 2^k by vscalefps: the exponent-field add of F32x8 gives the same bits for
+    // every clamped argument (p in [0.7, 1.42], k in [-125, 127]: a normal result), in two
+    // instructions fewer.
+    const __m512 k = _mm512_maskz_roundscale_ps(kAll, yc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512 r = _mm512_sub_ps(yc, k);
     __m512 p = _mm512_set1_ps(1.327647245e-03f);
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(9.675540961e-03f));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.550713092e-02f));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(2.402212024e-01f));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(6.931469440e-01f));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.000000119e+00f));
-    const __m512i k = _mm512_maskz_slli_epi32(kAll, _mm512_castps_si512(t), 23);
-    return {_mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(p), k))};
+    return {_mm512_maskz_scalef_ps(kAll, p, k)};
+  }
+  // For 16 vectors p[0..15]: lane n of s0 is p[n].Half(0).Sum(), lane n of s1 is
+  // p[n].Half(1).Sum(), each the pairwise tree of F32x8::Sum. Three levels of "even lanes +
+  // odd lanes" of two vectors (vpermt2ps): level 1 leaves in each lane the sum of a lane pair
+  // (c0 + c1, c2 + c3, ...), level 2 sums adjacent pairs, level 3 adjacent quads, so each lane
+  // ends as ((c0 + c1) + (c2 + c3)) + ((c4 + c5) + (c6 + c7)) of one half of one p[n]; lanes
+  // come out ordered (n, half), and a last even/odd split gives s0 and s1.
+  static void SumHalves16(const F32x8x2* p, F32x8x2& s0, F32x8x2& s1) {
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    auto pair = [&](__m512 a, __m512 b) {
+      return _mm512_add_ps(_mm512_permutex2var_ps(a, even, b), _mm512_permutex2var_ps(a, odd, b));
+    };
+    __m512 l1[8], l2[4], l3[2];
+    for (int k = 0; k < 8; ++k) l1[k] = pair(p[2 * k].v, p[2 * k + 1].v);
+    for (int k = 0; k < 4; ++k) l2[k] = pair(l1[2 * k], l1[2 * k + 1]);
+    for (int k = 0; k < 2; ++k) l3[k] = pair(l2[2 * k], l2[2 * k + 1]);
+    s0.v = _mm512_permutex2var_ps(l3[0], even, l3[1]);
+    s1.v = _mm512_permutex2var_ps(l3[0], odd, l3[1]);
   }
   // Block h's 8 lanes (h = 0 or 1).
   F32x8 Half(int h) const {
