@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <ostream>
@@ -235,6 +236,46 @@ TEST(SimdTest, LaneSumsFollowThePairwiseTree) {
   simd::Native<float>::SumEach(p).Store(sums);
   for (int g = 0; g < 8; ++g) EXPECT_EQ(sums[g], p[g].Sum()) << g;
 }
+
+#ifdef ADJSH_SIMD_AVX512
+TEST(SimdTest, WideDecayIsTheScalarDecayBitForBit) {
+  // Arguments dt * coef from 0 down past the clamp at -125, with every rounding of k.
+  std::mt19937_64 rng(3);
+  std::uniform_real_distribution<float> dt(0.0f, 40.0f), coef(-6.0f, -1e-3f);
+  for (int rep = 0; rep < 4096; ++rep) {
+    float d[16], c[16], got[16];
+    for (int l = 0; l < 16; ++l) d[l] = dt(rng), c[l] = coef(rng);
+    if (rep == 0) d[0] = 0.0f, d[1] = 1e30f;  // exp(0) = 1; far below the clamp
+    simd::F32x8x2::Decay(simd::F32x8x2::Load(d), simd::F32x8x2::Load(c)).Store(got);
+    for (int l = 0; l < 16; ++l)
+      ASSERT_EQ(std::bit_cast<uint32_t>(got[l]), std::bit_cast<uint32_t>(Decay<float>(d[l], c[l])))
+          << d[l] << " * " << c[l];
+  }
+}
+
+TEST(SimdTest, SumHalves16FollowsEachHalfsPairwiseTree) {
+  // Magnitudes from 1e-3 to 1e8 with both signs: every other association order moves the sum.
+  std::mt19937_64 rng(5);
+  std::uniform_real_distribution<float> mant(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> ex(-3, 8);
+  for (int rep = 0; rep < 256; ++rep) {
+    simd::F32x8x2 p[16];
+    for (auto& v : p) {
+      float w[16];
+      for (float& e : w) e = mant(rng) * std::pow(10.0f, float(ex(rng)));
+      v = simd::F32x8x2::Load(w);
+    }
+    simd::F32x8x2 s0, s1;
+    simd::F32x8x2::SumHalves16(p, s0, s1);
+    float a[16], b[16];
+    s0.Store(a), s1.Store(b);
+    for (int n = 0; n < 16; ++n) {
+      ASSERT_EQ(a[n], p[n].Half(0).Sum()) << n;
+      ASSERT_EQ(b[n], p[n].Half(1).Sum()) << n;
+    }
+  }
+}
+#endif
 
 }  // namespace
 }  // namespace adjsh::cpu
