@@ -45,15 +45,36 @@ template <typename... Parts>
   return StatusIs(s, absl::StatusCode::kInvalidArgument, parts...);
 }
 
-// A fresh, empty directory for one test (removed first if a previous run left it).
+// The directory under which this test process keeps its files, removed with everything in it
+// when the process exits normally (a crashed test's files stay behind for a look).
+inline const std::filesystem::path& ScratchRoot() {
+  struct Root {
+    std::filesystem::path path;
+    ~Root() {
+      std::error_code ec;
+      std::filesystem::remove_all(path, ec);
+    }
+  };
+  static const Root root{std::filesystem::path(::testing::TempDir()) /
+                         ("adjsh_test_" + std::to_string(::getpid()))};
+  return root.path;
+}
+
+// A path under ScratchRoot for one test's files, not yet created (removed first if a previous
+// use left it).
+inline std::string ScratchPath(std::string_view name) {
+  const std::filesystem::path dir = ScratchRoot() / std::string(name);
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(ScratchRoot());
+  return dir.string();
+}
+
+// A fresh, empty directory for one test, under ScratchRoot.
 inline std::string ScratchDir(std::string_view name) {
   static std::atomic<int> counter{0};
-  std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) /
-                              ("adjsh_common_" + std::to_string(::getpid()) + "_" +
-                               std::to_string(counter++) + "_" + std::string(name));
-  std::filesystem::remove_all(dir);
+  const std::string dir = ScratchPath(std::to_string(counter++) + "_" + std::string(name));
   std::filesystem::create_directories(dir);
-  return dir.string();
+  return dir;
 }
 
 }  // namespace adjsh::testing

@@ -11,6 +11,7 @@
 #include "common/tokens.h"
 #include "engine/mamba2_grad.h"
 #include "engine/mamba2_init.h"
+#include "tests/common/test_util.h"
 #include "tests/kernels/test_util.h"
 #include "train/checkpoint.h"
 #include "train/optimizer.h"
@@ -33,12 +34,8 @@ Mamba2Params<float> Init(const Mamba2Config& c, uint64_t seed) {
   return *std::move(p);
 }
 
-std::string TempDir(const std::string& name) {
-  const auto dir = std::filesystem::path(::testing::TempDir()) /
-                   (name + "_" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
-  return dir.string();
-}
+// A path for a test's checkpoint directory, not yet created; gone when the test process exits.
+std::string TempDir(const std::string& name) { return adjsh::testing::ScratchPath(name); }
 
 std::vector<uint32_t> Corpus() {
   absl::StatusOr<std::vector<uint32_t>> c = ReadTextAsBytes(BuiltinCorpusFiles());

@@ -10,6 +10,7 @@
 
 #include "common/tokens.h"
 #include "engine/evaluate.h"
+#include "tests/common/test_util.h"
 #include "tests/kernels/test_util.h"
 #include "train/checkpoint.h"
 #include "train/optimizer.h"
@@ -21,12 +22,8 @@ namespace {
 // D=16, K=2, N=4, W=4, R=1, byte vocabulary.
 MambaConfig TinyConfig() { return adjsh::testing::SmallConfig(2, 16, 4, 4, 1, 256); }
 
-std::string TempDir(const std::string& name) {
-  const auto dir = std::filesystem::path(::testing::TempDir()) /
-                   (name + "_" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
-  return dir.string();
-}
+// A path for a test's checkpoint directory, not yet created; gone when the test process exits.
+std::string TempDir(const std::string& name) { return adjsh::testing::ScratchPath(name); }
 
 TEST(ScheduleTest, WarmupThenCosineToMinimum) {
   AdamWOptions o;
