@@ -30,7 +30,7 @@ GROUPS = [
     ("OpenBLAS sgemm kernel + packing", r"sgemm_"),
     ("scans (`kernels/cpu/scan_block_impl.h`)", r"blocked::|Scan\w*Channel"),
     ("Mamba block element-wise (`MambaBlockCpu::Recompute`, `Forward`, `Backward`, summaries; "
-     "RMSNorm)", r"MambaBlockCpu|RmsNorm"),
+     "RMSNorm)", r"MambaBlockCpu|RmsNorm|RowDot"),
     ("LM head", r"LmHead"),
     ("memset / memcpy", r"__mem(set|move|cpy)"),
     ("kernel (scheduler, page faults)", r"^\[k\]"),
