@@ -52,7 +52,7 @@ void SharedState::CancelLocked(Which which) {
 void SharedState::WatchLoop() {
   std::unique_lock<std::mutex> lock(mu_);
   while (!shutdown_) {
-    cv_.wait_for(lock, milliseconds(10), [&] { return shutdown_; });
+    cv_.wait_for(lock, kStopPoll, [&] { return shutdown_; });
     if (shutdown_) break;
     if (!stop_seen_ && Stopping()) {
       stop_seen_ = true;

@@ -60,10 +60,14 @@ class SharedState {
   bool Stopping() const { return stop_ != nullptr && stop_->load(); }
   // Waits up to `d` (false at once when stopping, also when it starts during the wait).
   bool SleepFor(std::chrono::milliseconds d);
-  // The stop watcher thread, until Shutdown: notices the stop flag within ~10 ms (a signal
+  // The stop watcher thread, until Shutdown: notices the stop flag within kStopPoll (a signal
   // handler cannot notify), wakes every waiter, cancels the stoppable calls at once and the
   // pushes after stop_grace.
   void WatchLoop();
+  // How often WatchLoop looks at the stop flag. Each look wakes a thread that, on a machine
+  // whose cores all compute, takes one from a task: at 10 ms the two workers of a 2-core
+  // machine spent about 5% more CPU time on a step (docs/BENCHMARKS.md, Scale-out).
+  static constexpr std::chrono::milliseconds kStopPoll{100};
   // Ends WatchLoop and the heartbeat waits and cancels every call in flight, for good.
   void Shutdown();
 

@@ -29,9 +29,9 @@
 // to 2 s) forever for RegisterWorker and PullTask, and for FetchInputs / PushResult as long as
 // the task's lease can still be alive (lease_expires_ms after the last heartbeat that renewed
 // it). Every RPC has a deadline.
-// Stop: Run notices the flag within ~10 ms; it cancels pulls, fetches and backoff waits at once,
-// drops a task whose compute has not begun, lets a running compute finish and pushes its result
-// within stop_grace, then stops the heartbeat and returns OK.
+// Stop: Run notices the flag within 100 ms (SharedState::kStopPoll); it cancels pulls, fetches
+// and backoff waits at once, drops a task whose compute has not begun, lets a running compute
+// finish and pushes its result within stop_grace, then stops the heartbeat and returns OK.
 //
 // Inside: worker.cc registers, runs the heartbeat thread and the main loop; shared_state.h is
 // what the threads share (the task held, the calls in flight, stop and shutdown); task_runner.h
