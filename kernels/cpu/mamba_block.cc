@@ -10,6 +10,7 @@
 #include "kernels/cpu/math.h"
 #include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/scan_block.h"
+#include "kernels/cpu/scratch.h"
 
 namespace adjsh::cpu {
 
@@ -170,20 +171,11 @@ void MambaBlockCpu<T>::Recompute(const T* u, int64_t halo, int64_t M, Acts& a, b
 
 namespace {
 
-// Per-thread scratch reused from task to task. A task's buffers are O(rows (D + Di)) each;
-// allocated afresh for every task they cost page faults (large blocks come from fresh mmaps),
-// which was a third of a single gradient's time at T = 4K.
+// The block's per-thread scratch (kernels/cpu/scratch.h).
 enum Slot { kY, kYbar, kDo, kSigZ, kDdt, kDxc, kDB, kDC, kDA, kDxz, kDdbc, kDconv, kDn, kSlots };
 template <typename T>
 std::vector<T>& Scratch(Slot slot, size_t n, bool zero = false) {
-  thread_local std::vector<std::vector<T>> slots(kSlots);
-  std::vector<T>& v = slots[slot];
-  if (zero) {
-    v.assign(n, T(0));
-  } else {
-    v.resize(n);
-  }
-  return v;
+  return ThreadScratch<T>(slot, n, zero);
 }
 
 // S (Di) = sum over the chunk's rows of Delta_t, in row order.
