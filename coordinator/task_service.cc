@@ -260,16 +260,6 @@ bool TaskServiceImpl::TryLease(const std::string& worker_id, Worker& worker,
         t->mutable_tree()->set_self(static_cast<int32_t>(
             std::find(members.begin(), members.end(), worker_id) - members.begin()));
       }
-      // The lean inputs inline when small (Task.inputs): counted as FetchInputs counts them.
-      const TensorMap inputs = seq.Inputs(leased->task_id, false, false);
-      uint64_t bytes = 0;
-      for (const auto& [name, tensor] : inputs) bytes += tensor.data.size();
-      if (bytes <= kInlineInputBytes) {
-        for (const auto& [name, tensor] : inputs)
-          for (v1::TensorChunk& c : SplitTensor(name, tensor)) *t->add_inputs() = std::move(c);
-        bytes_sent_.fetch_add(bytes);
-        current_->fetched[id] += bytes;
-      }
       worker.leases[id] = leased->lease_id;
       return true;
     }

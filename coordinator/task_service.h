@@ -130,10 +130,7 @@ class TaskServiceImpl final : public v1::TaskService::Service {
   // With a worker tree: this many leases after the step's last task, roots still missing (and
   // every worker live) begin the step again through the coordinator.
   static constexpr int kRootsDeadlineLeases = 4;
-  // A task's lean inputs up to this many bytes travel in its lease (Task.inputs).
-  static constexpr uint64_t kInlineInputBytes = uint64_t{1} << 20;
-  // Tensor bytes sent to workers (FetchInputs, inputs in leases) and received from them
-  // (PushResult).
+  // Tensor bytes streamed to workers (FetchInputs) and received from them (PushResult).
   uint64_t bytes_sent() const;
   uint64_t bytes_received() const;
   // For the metrics: the task counts of the gradient being computed (waiting, ready, leased,

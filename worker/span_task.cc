@@ -11,34 +11,14 @@
 #include <utility>
 #include <vector>
 
-#include "absl/status/status.h"
-#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "engine/reduce_groups.h"
 #include "engine/span_tensors.h"
 #include "proto/span_kind.h"
-#include "proto/tensor_codec.h"
 #include "worker/task_family.h"
 #include "worker/task_runner.h"
 
 namespace adjsh::worker {
-
-namespace {
-
-// The tensors of Task.inputs, checked as a FetchInputs stream is (proto/tensor_codec.h).
-absl::Status AssembleInline(const v1::Task& task, const AssemblerLimits& limits,
-                            TensorMap& got) {
-  TensorAssembler assembler(limits);
-  got.clear();
-  for (const v1::TensorChunk& chunk : task.inputs()) {
-    absl::StatusOr<std::optional<NamedTensor>> done = assembler.Add(chunk);
-    if (!done.ok()) return done.status();
-    if (done->has_value()) got[(*done)->name] = std::move((*done)->tensor);
-  }
-  return assembler.Finish();
-}
-
-}  // namespace
 
 template <typename C>
 TaskRunner::Outcome TaskRunner::RunSpanTask(const v1::Task& task, const TaskState& held,
@@ -99,15 +79,13 @@ TaskRunner::Outcome TaskRunner::RunSpanTask(const v1::Task& task, const TaskStat
     if (absl::Status st = take_model(named); !st.ok())
       return skip(absl::StrCat("parameters: ", st.message()));
   }
-  const AssemblerLimits limits =
-      SpanInputLimits(cfg.num_hidden_layers, cfg.hidden_size, cfg.inner() * cfg.state_size,
-                      cfg.conv_kernel, F::ParamBytes(cfg), plan, task.span());
-  if (!include_params && !include_span && task.inputs_size() > 0) {
-    // The lean inputs came with the lease (Task.inputs): no FetchInputs.
-    if (absl::Status st = AssembleInline(task, limits, got); !st.ok())
-      return skip(absl::StrCat("malformed inputs: ", st.ToString()));
-  } else if (std::optional<NoResult> no =
-                 io_.Fetch(held, include_params, include_span, limits, got)) {
+  if (std::optional<NoResult> no = io_.Fetch(held, include_params, include_span,
+                                             SpanInputLimits(cfg.num_hidden_layers,
+                                                             cfg.hidden_size,
+                                                             cfg.inner() * cfg.state_size,
+                                                             cfg.conv_kernel, F::ParamBytes(cfg),
+                                                             plan, task.span()),
+                                             got)) {
     return End(tid, *no);
   }
   for (const auto& [name, tensor] : got) bytes_received_ += tensor.data.size();

@@ -16,12 +16,11 @@
 //   PullTask -> NoTask: wait retry_after_ms; Task: a SPAN_* kind in dtype F32 whose plan
 //     (context, chunk, spans) fits its config (span_store.h CheckTask). Any other task is
 //     logged and skipped without a result (its lease expires).
-//   The task's inputs: those the lease carries (Task.inputs, when the worker holds the model
-//     and the span ready for the task: no call), else FetchInputs{include_params = this worker
-//     holds no model of the task's params_version, include_span = it holds the span not at
-//     all, or not ready for the task}: the task's inputs, the model, the span's tokens and
-//     replay, named and shaped as engine/span_tensors.h says; every tensor is checked and a
-//     mismatch logged and the task skipped. FAILED_PRECONDITION / NOT_FOUND: drop.
+//   FetchInputs{include_params = this worker holds no model of the task's params_version,
+//     include_span = it holds the span not at all, or not ready for the task}: the task's
+//     inputs, the model, the span's tokens and replay, named and shaped as engine/span_tensors.h
+//     says; every tensor is checked and a mismatch logged and the task skipped.
+//     FAILED_PRECONDITION / NOT_FOUND: drop.
 //   PushResult: ResultHeader, then the task's outputs (engine/span_tensors.h) in f32, in 1 MiB
 //     pieces. accepted = false is normal (late or duplicate result).
 // The model and the spans are kept per job for the newest params_version only (a newer version

@@ -43,7 +43,6 @@
 #include "proto/span_kind.h"
 #include "proto/status_util.h"
 #include "proto/tensor_codec.h"
-#include "proto/tensor_codec.h"
 #include "tests/common/test_util.h"
 #include "tests/kernels/test_util.h"
 
@@ -153,7 +152,6 @@ struct FakeWorker {
   std::map<std::pair<int64_t, int64_t>, std::unique_ptr<SpanWork<float>>> spans;  // (b, s)
   std::vector<FetchRecord> fetches;
   std::vector<int64_t> rebuilt_spans;  // spans rebuilt with a non-empty replay, in order
-  int64_t inline_inputs = 0;           // lean fetches whose tensors the lease also carried
 };
 
 class TaskServiceWireTest : public ::testing::Test {
@@ -396,26 +394,6 @@ class TaskServiceWireTest : public ::testing::Test {
         Fetch(worker, task.task_id(), task.lease_id(), include_params, include_span);
     if (!fetched.ok()) return fetched.status();
     TensorMap& got = *fetched;
-    // A lean fetch: the lease carries the same tensors (Task.inputs), bit for bit, unless
-    // they exceed TaskServiceImpl::kInlineInputBytes (never at this test's sizes).
-    if (!include_params && !include_span) {
-      TensorAssembler assembler;
-      TensorMap lease;
-      for (const v1::TensorChunk& chunk : task.inputs()) {
-        absl::StatusOr<std::optional<NamedTensor>> done = assembler.Add(chunk);
-        EXPECT_TRUE(done.ok()) << done.status();
-        if (!done.ok()) break;
-        if (done->has_value()) lease[(*done)->name] = std::move((*done)->tensor);
-      }
-      EXPECT_TRUE(assembler.Finish().ok());
-      EXPECT_EQ(lease.size(), got.size()) << task.task_id();
-      for (const auto& [name, tensor] : got) {
-        EXPECT_TRUE(lease.contains(name) && lease.at(name).shape == tensor.shape &&
-                    lease.at(name).data == tensor.data)
-            << task.task_id() << " " << name;
-      }
-      ++fw.inline_inputs;
-    }
     FetchRecord record{task.task_id(), include_params, include_span, {}};
     for (const auto& [name, t] : got) record.names.push_back(name);
     fw.fetches.push_back(std::move(record));
