@@ -26,7 +26,9 @@ using cpu::Trans;
 // kernels/cpu/math.h's: branch-free in f32 (a polynomial exp), so that the element-wise loops
 // below vectorise; in f64 libm's exp and log1p (the check mode).
 using cpu::Sigmoid;
+using cpu::SiluGradGivenSigmoid;
 using cpu::Softplus;
+using cpu::ThreadScratch;
 
 // The conv weights (Cc, W) as (W, Cc): tap j of every channel contiguous, so that the conv's
 // loops over channels vectorise.
@@ -58,7 +60,7 @@ void GatedNormBackward(const Mamba2Layer<T>& l, const Mamba2Dims& d, const Mamba
         const T dg = r * dn[o + c] * l.gnorm[j * M + c] - a.gv[o + c] * coef;
         const T z = a.zx[(hb + i) * d.Dp + j * M + c], s = Sigmoid(z);
         dy[o + c] = dg * z * s;
-        if (dzx) dzx[i * d.Dp + j * M + c] = dg * a.y[o + c] * s * (T(1) + z * (T(1) - s));
+        if (dzx) dzx[i * d.Dp + j * M + c] = dg * a.y[o + c] * SiluGradGivenSigmoid(z, s);
       }
     }
   }
@@ -148,10 +150,6 @@ void Mamba2ChunkForward(const Mamba2Layer<T>& l, const Mamba2Config& cfg, const 
 // dxn are O(L Dp) each, allocated, zero-filled and faulted in afresh by every call before.
 namespace {
 enum Slot { kDn, kDy, kDzx, kDxbc, kDxn, kSlots };
-template <typename T>
-std::vector<T>& Scratch(Slot slot, size_t n, bool zero = false) {
-  return cpu::ThreadScratch<T>(slot, n, zero);
-}
 }  // namespace
 
 template <typename T>
@@ -160,19 +158,19 @@ void Mamba2ChunkBackward(const Mamba2Layer<T>& l, const Mamba2Config& cfg, const
                          Mamba2Layer<T>& gl, T* du) {
   const Mamba2Dims d(cfg);
   const int64_t t0 = a.t0, t1 = a.t1, L = t1 - t0, hb = a.hb;
-  std::vector<T>& dn = Scratch<T>(kDn, L * d.Di);
+  std::vector<T>& dn = ThreadScratch<T>(kDn, L * d.Di);
   Gemm<T>(Trans::kNo, Trans::kNo, L, d.Di, d.D, T(1), dout, d.D, l.out_proj.data(), d.Di, T(0),
           dn.data(), d.Di);
   Gemm<T>(Trans::kYes, Trans::kNo, d.D, d.Di, L, T(1), dout, d.D, a.n.data(), d.Di, T(1),
           gl.out_proj.data(), d.Di);
   // The gated norm, back to dy and dz (dzx's z columns). dzx holds the chunk's rows only.
-  std::vector<T>& dzx = Scratch<T>(kDzx, L * d.Dp, true);
-  std::vector<T>& dy = Scratch<T>(kDy, L * d.Di);
+  std::vector<T>& dzx = ThreadScratch<T>(kDzx, L * d.Dp, true);
+  std::vector<T>& dy = ThreadScratch<T>(kDy, L * d.Di);
   GatedNormBackward(l, d, a, dn.data(), dy.data(), &gl, dzx.data());
   // The scan's backward, its states recomputed from S0.
   const std::vector<T> A = Decay(l, d);
   const Mamba2ScanRows<T> rows{&d, L, a.dt.data(), a.xbc.data(), A.data(), l.D.data()};
-  std::vector<T>& dxbc = Scratch<T>(kDxbc, L * d.Cc, true);
+  std::vector<T>& dxbc = ThreadScratch<T>(kDxbc, L * d.Cc, true);
   std::vector<T> ddt(L * d.H, T(0)), dA(d.H, T(0)), dD(d.H, T(0));
   Mamba2ScanBackward(Mamba2ScanFormFor(L), rows, a.S0.data(), dy.data(), carry, dxbc.data(),
                      ddt.data(), dA.data(), dD.data());
@@ -217,7 +215,7 @@ void Mamba2ChunkBackward(const Mamba2Layer<T>& l, const Mamba2Config& cfg, const
     const T* dx = &dxbc[i * d.Cc];
     for (int64_t c = 0; c < d.Cc; ++c) {
       const T s = Sigmoid(pre[c]);
-      dp[c] = dx[c] * s * (T(1) + pre[c] * (T(1) - s));
+      dp[c] = dx[c] * SiluGradGivenSigmoid(pre[c], s);
       gl.conv_b[c] += dp[c];
     }
     for (int64_t j = 0; j < d.W; ++j) {
@@ -239,7 +237,7 @@ void Mamba2ChunkBackward(const Mamba2Layer<T>& l, const Mamba2Config& cfg, const
   const T* xn = a.xn.data() + hb * d.D;  // the chunk's own rows
   Gemm<T>(Trans::kYes, Trans::kNo, d.Dp, d.D, L, T(1), dzx.data(), d.Dp, xn, d.D, T(1),
           gl.in_proj.data(), d.D);
-  std::vector<T>& dxn = Scratch<T>(kDxn, L * d.D);
+  std::vector<T>& dxn = ThreadScratch<T>(kDxn, L * d.D);
   Gemm<T>(Trans::kNo, Trans::kNo, L, d.D, d.Dp, T(1), dzx.data(), d.Dp, l.in_proj.data(), d.D,
           T(0), dxn.data(), d.D);
   cpu::RmsNormBackward(u + hb * d.D, L, d.D, l.norm.data(), a.r1.data() + hb, dxn.data(),
@@ -252,8 +250,8 @@ void Mamba2ChunkAdjoint(const Mamba2Layer<T>& l, const Mamba2Config& cfg,
                         const Mamba2ChunkActs<T>& a, const T* dout, T* carry) {
   const Mamba2Dims d(cfg);
   const int64_t L = a.t1 - a.t0;
-  std::vector<T>& dn = Scratch<T>(kDn, L * d.Di);
-  std::vector<T>& dy = Scratch<T>(kDy, L * d.Di);
+  std::vector<T>& dn = ThreadScratch<T>(kDn, L * d.Di);
+  std::vector<T>& dy = ThreadScratch<T>(kDy, L * d.Di);
   Gemm<T>(Trans::kNo, Trans::kNo, L, d.Di, d.D, T(1), dout, d.D, l.out_proj.data(), d.Di, T(0),
           dn.data(), d.Di);
   GatedNormBackward<T>(l, d, a, dn.data(), dy.data(), nullptr, nullptr);

@@ -173,10 +173,6 @@ namespace {
 
 // The block's per-thread scratch (kernels/cpu/scratch.h).
 enum Slot { kY, kYbar, kDo, kSigZ, kDdt, kDxc, kDB, kDC, kDA, kDxz, kDdbc, kDconv, kDn, kSlots };
-template <typename T>
-std::vector<T>& Scratch(Slot slot, size_t n, bool zero = false) {
-  return ThreadScratch<T>(slot, n, zero);
-}
 
 // S (Di) = sum over the chunk's rows of Delta_t, in row order.
 template <typename T>
@@ -203,7 +199,7 @@ void MambaBlockCpu<T>::Forward(const T* u, ChunkRows rows, const T* h0, T* u_nex
   const int64_t len = rows.len, Di2 = 2 * Di_;
   Recompute(u, rows.halo, len, a);
   const ScanInputs<T> in = a.Scan(Di_, N_, R_, A_.data());
-  std::vector<T>& y = Scratch<T>(kY, len * Di_);
+  std::vector<T>& y = ThreadScratch<T>(kY, len * Di_);
   ScanForward<T>(in, len, h0, p_.Dskip.data(), h_end, y.data());
   // o = y . silu(z), reusing y.
   for (int64_t t = 0; t < len; ++t) {
@@ -222,7 +218,7 @@ void MambaBlockCpu<T>::AdjointSummary(const T* u, ChunkRows rows, const T* g, T*
   const int64_t len = rows.len, Di2 = 2 * Di_;
   Recompute(u, rows.halo, len, a);
   // ybar = (g W_out) . silu(z)   (len, Di)
-  std::vector<T>& ybar = Scratch<T>(kYbar, len * Di_);
+  std::vector<T>& ybar = ThreadScratch<T>(kYbar, len * Di_);
   Gemm<T>(Trans::kNo, Trans::kNo, len, Di_, D_, 1, g, D_, p_.out_proj.data(), Di_, 0, ybar.data(),
           Di_);
   for (int64_t t = 0; t < len; ++t) {
@@ -245,10 +241,10 @@ void MambaBlockCpu<T>::Backward(const T* u, ChunkRows rows, const T* g, const T*
 
   // dL/do = g W_out and ybar = dL/do . silu(z), for all M rows (the lookahead needs ybar);
   // sig = sigmoid(z) kept for the gate's backward below (silu(z) = z sig, silu'(z) =
-  // sig (1 + z (1 - sig)): Silu and SiluGrad of math.h, with one exp instead of three).
-  std::vector<T>& d_o = Scratch<T>(kDo, M * Di_);
-  std::vector<T>& ybar = Scratch<T>(kYbar, M * Di_);
-  std::vector<T>& sig = Scratch<T>(kSigZ, M * Di_);
+  // SiluGradGivenSigmoid of math.h, one exp instead of three).
+  std::vector<T>& d_o = ThreadScratch<T>(kDo, M * Di_);
+  std::vector<T>& ybar = ThreadScratch<T>(kYbar, M * Di_);
+  std::vector<T>& sig = ThreadScratch<T>(kSigZ, M * Di_);
   Gemm<T>(Trans::kNo, Trans::kNo, M, Di_, D_, 1, g, D_, p_.out_proj.data(), Di_, 0, d_o.data(),
           Di_);
   for (int64_t t = 0; t < M; ++t) {
@@ -261,12 +257,12 @@ void MambaBlockCpu<T>::Backward(const T* u, ChunkRows rows, const T* g, const T*
   }
 
   // The scan's adjoint and VJPs (kernels/cpu/scan_block.h).
-  std::vector<T>& y = Scratch<T>(kY, len * Di_);
-  std::vector<T>& ddt = Scratch<T>(kDdt, len * Di_);
-  std::vector<T>& dxc = Scratch<T>(kDxc, len * Di_);
-  std::vector<T>& dB = Scratch<T>(kDB, len * N_, true);
-  std::vector<T>& dC = Scratch<T>(kDC, len * N_, true);
-  std::vector<T>& dA = Scratch<T>(kDA, Di_ * N_, true);
+  std::vector<T>& y = ThreadScratch<T>(kY, len * Di_);
+  std::vector<T>& ddt = ThreadScratch<T>(kDdt, len * Di_);
+  std::vector<T>& dxc = ThreadScratch<T>(kDxc, len * Di_);
+  std::vector<T>& dB = ThreadScratch<T>(kDB, len * N_, true);
+  std::vector<T>& dC = ThreadScratch<T>(kDC, len * N_, true);
+  std::vector<T>& dA = ThreadScratch<T>(kDA, Di_ * N_, true);
   ScanGrads<T> sg{y.data(), ddt.data(), dxc.data(), dB.data(), dC.data(), dA.data(),
                   grad.Dskip.data(), window == 0 ? mu_out : nullptr};
   const ScanInputs<T> in = a.Scan(Di_, N_, R_, A_.data());
@@ -276,7 +272,7 @@ void MambaBlockCpu<T>::Backward(const T* u, ChunkRows rows, const T* g, const T*
 
   // Gate and out_proj: o = y . silu(z); dW_out += g^T o; dz = dL/do . y . silu'(z).
   // dL/d[x; z], halo + own rows: every element written below (halo rows' dz is 0).
-  std::vector<T>& dxz = Scratch<T>(kDxz, P * Di2);
+  std::vector<T>& dxz = ThreadScratch<T>(kDxz, P * Di2);
   for (int64_t p = 0; p < halo; ++p) std::fill_n(dxz.data() + p * Di2 + Di_, Di_, T(0));
   for (int64_t t = 0; t < len; ++t) {
     const T* z = a.xz.data() + (halo + t) * Di2 + Di_;
@@ -284,7 +280,7 @@ void MambaBlockCpu<T>::Backward(const T* u, ChunkRows rows, const T* g, const T*
     T* dz = dxz.data() + (halo + t) * Di2 + Di_;
     for (int64_t i = 0; i < Di_; ++i) {
       const int64_t k = t * Di_ + i;
-      dz[i] = d_o[k] * y[k] * (s[i] * (T(1) + z[i] * (T(1) - s[i])));
+      dz[i] = d_o[k] * y[k] * SiluGradGivenSigmoid(z[i], s[i]);
       y[k] *= z[i] * s[i];  // y becomes o
     }
   }
@@ -298,7 +294,7 @@ void MambaBlockCpu<T>::Backward(const T* u, ChunkRows rows, const T* g, const T*
       v *= a.sig_dt[t * Di_ + i];
       grad.dt_b[i] += v;
     }
-  std::vector<T>& ddbc = Scratch<T>(kDdbc, len * Q);  // dL/d[d | B | C]
+  std::vector<T>& ddbc = ThreadScratch<T>(kDdbc, len * Q);  // dL/d[d | B | C]
   Gemm<T>(Trans::kYes, Trans::kNo, Di_, R_, len, 1, ddt.data(), Di_, a.dbc.data(), Q, 1,
           grad.dt_w.data(), R_);
   Gemm<T>(Trans::kNo, Trans::kNo, len, R_, Di_, 1, ddt.data(), Di_, p_.dt_w.data(), R_, 0,
@@ -317,13 +313,12 @@ void MambaBlockCpu<T>::Backward(const T* u, ChunkRows rows, const T* g, const T*
   // silu and the causal conv: dc = dx' . silu'(c); db += dc; dw[:, j] += dc_t . x_{t-W+1+j};
   // dx_p = sum over the rows t = p - halo + W - 1 - j in the chunk of w[:, j] . dc_t, summed
   // with t ascending (rows before the chunk are the halo rows). Each dx row is written once.
-  std::vector<T>& dconv_t = Scratch<T>(kDconv, W_ * Di_, true);  // (W, Di)
+  std::vector<T>& dconv_t = ThreadScratch<T>(kDconv, W_ * Di_, true);  // (W, Di)
   for (int64_t t = 0; t < len; ++t) {
     T* dc = dxc.data() + t * Di_;
     for (int64_t i = 0; i < Di_; ++i) {
-      // silu'(c) = s (1 + c (1 - s)), s = sigmoid(c): math.h's SiluGrad with s kept.
       const T c = a.cpre[t * Di_ + i], s = a.sig_c[t * Di_ + i];
-      dc[i] *= s * (T(1) + c * (T(1) - s));
+      dc[i] *= SiluGradGivenSigmoid(c, s);
       grad.conv_b[i] += dc[i];
     }
     for (int64_t j = 0; j < W_; ++j) {
@@ -351,7 +346,7 @@ void MambaBlockCpu<T>::Backward(const T* u, ChunkRows rows, const T* g, const T*
   // in_proj: dW_in += dxz^T n; dn = dxz W_in; then RMSNorm back to u.
   Gemm<T>(Trans::kYes, Trans::kNo, Di2, D_, P, 1, dxz.data(), Di2, a.n.data(), D_, 1,
           grad.in_proj.data(), D_);
-  std::vector<T>& dn = Scratch<T>(kDn, P * D_);
+  std::vector<T>& dn = ThreadScratch<T>(kDn, P * D_);
   Gemm<T>(Trans::kNo, Trans::kNo, P, D_, Di2, 1, dxz.data(), Di2, p_.in_proj.data(), D_, 0,
           dn.data(), D_);
   RmsNormBackward(u, P, D_, p_.norm.data(), a.r.data(), dn.data(), grad.norm.data(), dn.data());

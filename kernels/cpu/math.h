@@ -109,11 +109,16 @@ static inline T Silu(T x) {
   return x * Sigmoid(x);
 }
 
-// d silu / dx = s (1 + x (1 - s)), s = sigmoid(x).
+// d silu / dx = s (1 + x (1 - s)), s = sigmoid(x), for a caller that already holds s (the
+// backward passes keep the forward's sigmoids, one exp instead of two).
+template <typename T>
+static inline T SiluGradGivenSigmoid(T x, T s) {
+  return s * (T(1) + x * (T(1) - s));
+}
+
 template <typename T>
 static inline T SiluGrad(T x) {
-  const T s = Sigmoid(x);
-  return s * (T(1) + x * (T(1) - s));
+  return SiluGradGivenSigmoid(x, Sigmoid(x));
 }
 
 // log(1 + e) for e in [0, 1], float, branch-free: 2 atanh(s) with s = e / (2 + e) in [0, 1/3],
