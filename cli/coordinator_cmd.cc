@@ -30,10 +30,10 @@ int CoordinatorCommand(const std::vector<std::string>& args) {
   ArgParser a(
       "coordinator",
       "Serves adjsh's distributed training on one gRPC address: the TaskService that\n"
-      "`adjsh worker --coordinator ADDR` processes pull exact-backward (layer, chunk) tasks from,\n"
+      "`adjsh worker --coordinator ADDR` processes pull a step's (layer, span) tasks from,\n"
       "and the JobService that `adjsh submit / status / watch / cancel` talk to. Jobs run one at\n"
-      "a time in submission order; each trains as `adjsh train` does (forward pass, LM head and\n"
-      "AdamW here, the backward on the connected workers), with bitwise the same weights. Prints\n"
+      "a time in submission order; each trains as `adjsh train` does (AdamW here; the forward,\n"
+      "LM head and backward on the connected workers), with bitwise the same weights. Prints\n"
       "'listening on HOST:PORT' on stdout once serving (--listen with port 0 picks a free port).\n"
       "A job's paths must lie under --state-dir or a --data-root (relative ones are taken in\n"
       "--state-dir); files are written readable by this user only.\n"

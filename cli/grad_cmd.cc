@@ -57,7 +57,7 @@ absl::Status RunGrad(const ArgParser& a, const GradOptions& opt, bool quiet, int
     }
     result = CombineGradients<T>(std::move(parts));
   } else if constexpr (std::is_same_v<T, float>) {
-    if (workers > 0) {  // a local cluster: the backward tasks on worker processes
+    if (workers > 0) {  // a local cluster: every task on worker processes
       coordinator::LocalClusterOptions options;
       options.worker_devices = std::move(worker_devices);
       options.service.trace_path = a.Get("trace");

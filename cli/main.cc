@@ -17,7 +17,7 @@ constexpr const char* kUsage =
     "\n"
     "commands:\n"
     "  cancel     cancel a job of a coordinator (--job ID)\n"
-    "  coordinator  serve training jobs (JobService) and backward tasks (TaskService) over gRPC\n"
+    "  coordinator  serve training jobs (JobService) and their span tasks (TaskService) over gRPC\n"
     "  eval       held-out loss and perplexity of a model on a token file (forward only)\n"
     "  generate   continue a prompt with a model (recurrent decoding, sampling)\n"
     "  grad       loss and gradient of one token sequence (in-process, chunked, threaded)\n"
@@ -30,7 +30,7 @@ constexpr const char* kUsage =
     "  tokenize   turn text files into a byte-level token file (.u16 / .u32)\n"
     "  train      train on a corpus, one long sequence per step (AdamW, checkpoints, resume)\n"
     "  watch      follow a job's progress until it ends (exit 0 when it SUCCEEDED)\n"
-    "  worker     serve (layer, chunk) backward tasks of a coordinator over gRPC\n"
+    "  worker     own spans of a coordinator's steps and run their (layer, span) tasks over gRPC\n"
     "\n"
     "Run 'adjsh <command> --help' for a command's flags; 'adjsh --version' for the build.\n";
 

@@ -229,7 +229,7 @@ int TrainCommand(const std::vector<std::string>& args) {
             "when --checkpoint-dir holds checkpoints but `latest` is missing, empty or names one "
             "that does not load: resume from the newest step folder that loads (said in the "
             "output) instead of stopping with the reason");
-  AddDeviceFlags(a, "the forward, head and (without --workers) backward tasks");
+  AddDeviceFlags(a, "the tasks of an in-process run (with --workers, see --worker-device)");
   if (auto code = ParseOrExit(a, args)) return *code;
 
   // What is trained: the job (one definition with `adjsh submit`, cli/job_flags.h).

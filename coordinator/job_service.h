@@ -1,7 +1,8 @@
 // The coordinator's JobService (proto/adjsh.proto): training jobs, each a train::Trainer whose
-// gradient source is the coordinator's TaskServiceImpl, so the forward pass, the LM head and the
-// optimizer run here and every exact-backward (layer, chunk) task runs on whatever `adjsh worker`
-// processes are connected to that TaskService (with none connected, a job waits for one).
+// gradient source is the coordinator's TaskServiceImpl: the optimizer runs here, and every
+// (layer, span) task of a step (forward, LM head and exact backward, engine/span_plan.h) runs on
+// whatever `adjsh worker` processes are connected to that TaskService (with none connected, a
+// job waits for one).
 //
 // Jobs run one at a time, in submission order, on a runner thread. Lifecycle:
 //   SubmitJob -> QUEUED -> RUNNING -> SUCCEEDED | FAILED (Job.error says why) | CANCELLED

@@ -25,7 +25,7 @@ enum Index {
 const std::vector<MetricDef>& Table() {
   static const std::vector<MetricDef> table = {
       {"adjsh_coordinator_tasks", Kind::kGauge,
-       "Backward tasks of the gradient being computed, by state."},
+       "Tasks of the step being computed, by state."},
       {"adjsh_coordinator_leases_granted_total", Kind::kCounter, "Task leases handed out."},
       {"adjsh_coordinator_leases_expired_total", Kind::kCounter,
        "Task leases that ran out before a result; the task was handed out again."},

@@ -4,8 +4,8 @@
 //                                          ^                   |
 //                                          +-- expired / Release() / ReleaseWorker() --+
 //
-// Tasks are fixed by the job (e.g. the (layer, chunk) tasks of the wavefront: forward (k, c)
-// after (k-1, c) and (k, c-1), backward (k, c) after (k+1, c) and (k, c+1)), not by the workers.
+// Tasks are fixed by the job (the (layer, span) tasks of a step's plan, engine/span_plan.h,
+// each after the tasks whose results it reads), not by the workers.
 // A pulled task that is not completed before its lease expires is handed out again; a late or
 // duplicate result is refused, so each task's result is accepted exactly once. That is what makes
 // the reduction bitwise identical with or without worker failures and retries.

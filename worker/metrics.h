@@ -6,7 +6,7 @@
 //   adjsh_worker_tasks_failed_total               tasks that ended without a result (lease lost,
 //                                                 cancelled, invalid, unsupported, stopping)
 //   adjsh_worker_results_rejected_total           pushed results the coordinator refused (late)
-//   adjsh_worker_tokens_processed_total           tokens of the chunks of the done tasks
+//   adjsh_worker_tokens_processed_total           tokens of the spans of the done tasks
 //   adjsh_worker_task_duration_seconds            histogram: a done task, from pull to answer
 //   adjsh_worker_received_bytes_total             tensor bytes fetched (inputs, parameters)
 //   adjsh_worker_sent_bytes_total                 tensor bytes pushed (results)
