@@ -20,10 +20,10 @@ namespace adjsh::cpu::blocked {
 
 // Per-thread work arrays of vectors (slot: which array), grown, never shrunk. Slots 0 and 1:
 // a backward block's a_t and h_t rows; 2 to 7: a block's Buf arrays when N is known only at run
-// time.
+// time; 8: the backward's row sums carried from one sweep over the states to the next.
 template <class VT>
 VT* Work(int slot, int64_t n) {
-  thread_local std::vector<VT> slots[8];
+  thread_local std::vector<VT> slots[9];
   std::vector<VT>& v = slots[slot];
   if (static_cast<int64_t>(v.size()) < n) v.resize(n);
   return v.data();
@@ -211,38 +211,55 @@ void BackwardBlock(const ScanInputs<typename VT::Scalar>& in, int64_t i0, int64_
   }
   (VT::Load(out.dD + i0) + dD).Store(out.dD + i0);
 
-  // One row of pass 2; kLast: the chunk's last row, where lambda starts from mu.
-  auto row = [&](int64_t t, auto last) {
-    PrefetchRow(t - kAhead, len, Di, i0, in.dt, in.xc, ybar);
-    const VT dt = VT::Load(in.dt + t * Di + i0), x = VT::Load(in.xc + t * Di + i0);
-    const VT yb = VT::Load(ybar + t * Di + i0), dtx = dt * x;
-    const T* B = in.B + t * in.bc_stride;
-    const T* C = in.C + t * in.bc_stride;
-    const VT* hp = H + t * N;
-    const VT* hn = H + (t + 1) * N;
-    const VT* at = a + t * N;
-    VT s_a = VT::Set(T(0)), s_b = VT::Set(T(0));
-#pragma GCC unroll 16
-    for (int64_t n = 0; n < N; ++n) {
-      // carry[n] holds a_{t+1} . lambda_{t+1} (mu at the last row), as in AdjointSummaryBlock.
-      if constexpr (decltype(last)::value)
-        carry[n] = mu ? Gather<VT>(mu + i0 * N + n, N) : VT::Set(T(0));
-      const VT lam = VT::Fma(yb, VT::Set(C[n]), carry[n]);
-      carry[n] = at[n] * lam;
-      const VT ga = carry[n] * hp[n];  // dL/d(Delta_t A[i, n]) = lambda_t . a_t . h_{t-1}
-      dA[n] = VT::Fma(ga, dt, dA[n]);
-      s_a = VT::Fma(ga, At[n], s_a);
-      s_b = VT::Fma(lam, VT::Set(B[n]), s_b);
-      P[n] = lam * dtx;
-      Q[n] = yb * hn[n];
-    }
-    VT::Fma(x, s_b, s_a).Store(out.ddt + t * Di + i0);
-    VT::Fma(dt, s_b, dskip * yb).Store(out.dxc + t * Di + i0);
-    AddLaneSums(&P[0], N, out.dB + t * N);
-    AddLaneSums(&Q[0], N, out.dC + t * N);
-  };
-  row(len - 1, std::true_type{});
-  for (int64_t t = len - 2; t >= 0; --t) row(t, std::false_type{});
+  // Pass 2 sweeps the rows once per group of G states. With 8-lane vectors and N = 16 (AVX2
+  // and the portable build) G = 8: a sweep's carry and dA are 16 vectors, not 32, which is what
+  // 16 vector registers can hold; a row's sums s_a and s_b go on from one sweep to the next
+  // through `sums`, adding the same terms in the same state order, so the bits are one sweep's.
+  // G is a multiple of the 8 states AddLaneSums transposes at once.
+  constexpr int64_t kG = (kN == 16 && VT::kLanes == 8) ? 8 : kN;
+  const int64_t G = kG ? kG : N;
+  VT* sums = G < N ? Work<VT>(8, 2 * len) : nullptr;  // (len, 2): s_a, s_b of row t
+#pragma GCC unroll 2
+  for (int64_t n0 = 0; n0 < N; n0 += G) {
+    const bool first = n0 == 0, final = n0 + G >= N;
+    // One row of pass 2; kLast: the chunk's last row, where lambda starts from mu.
+    auto row = [&](int64_t t, auto last) {
+      PrefetchRow(t - kAhead, len, Di, i0, in.dt, in.xc, ybar);
+      const VT dt = VT::Load(in.dt + t * Di + i0), x = VT::Load(in.xc + t * Di + i0);
+      const VT yb = VT::Load(ybar + t * Di + i0), dtx = dt * x;
+      const T* B = in.B + t * in.bc_stride;
+      const T* C = in.C + t * in.bc_stride;
+      const VT* hp = H + t * N;
+      const VT* hn = H + (t + 1) * N;
+      const VT* at = a + t * N;
+      VT s_a = first ? VT::Set(T(0)) : sums[2 * t];
+      VT s_b = first ? VT::Set(T(0)) : sums[2 * t + 1];
+  #pragma GCC unroll 16
+      for (int64_t n = n0; n < n0 + G; ++n) {
+        // carry[n] holds a_{t+1} . lambda_{t+1} (mu at the last row), as in AdjointSummaryBlock.
+        if constexpr (decltype(last)::value)
+          carry[n] = mu ? Gather<VT>(mu + i0 * N + n, N) : VT::Set(T(0));
+        const VT lam = VT::Fma(yb, VT::Set(C[n]), carry[n]);
+        carry[n] = at[n] * lam;
+        const VT ga = carry[n] * hp[n];  // dL/d(Delta_t A[i, n]) = lambda_t . a_t . h_{t-1}
+        dA[n] = VT::Fma(ga, dt, dA[n]);
+        s_a = VT::Fma(ga, At[n], s_a);
+        s_b = VT::Fma(lam, VT::Set(B[n]), s_b);
+        P[n] = lam * dtx;
+        Q[n] = yb * hn[n];
+      }
+      if (final) {
+        VT::Fma(x, s_b, s_a).Store(out.ddt + t * Di + i0);
+        VT::Fma(dt, s_b, dskip * yb).Store(out.dxc + t * Di + i0);
+      } else {
+        sums[2 * t] = s_a, sums[2 * t + 1] = s_b;
+      }
+      AddLaneSums(&P[n0], G, out.dB + t * N + n0);
+      AddLaneSums(&Q[n0], G, out.dC + t * N + n0);
+    };
+    row(len - 1, std::true_type{});
+    for (int64_t t = len - 2; t >= 0; --t) row(t, std::false_type{});
+  }
   for (int64_t n = 0; n < N; ++n) {
     Scatter(dA[n], out.dA + i0 * N + n, N);
     if (out.mu_out) Scatter(carry[n], out.mu_out + i0 * N + n, N);

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "kernels/cpu/math.h"
+#include "kernels/cpu/scan_block_impl.h"
 #include "kernels/cpu/simd.h"
 #include "tests/kernels/test_util.h"
 
@@ -218,6 +219,30 @@ INSTANTIATE_TEST_SUITE_P(Shapes, ScanBlockTest,
                                            Shape{40, 33, 27, 16, true},  // 3 channels left over
                                            Shape{29, 29, 27, 5, true},   // run-time N
                                            Shape{64, 64, 16, 16, false}, Shape{1, 1, 9, 3, true}));
+
+// With 8-lane vectors and N = 16 the backward's pass 2 sweeps the rows once per 8 states,
+// carrying each row's dDelta and dx' sums from the first sweep to the second; with N known only
+// at run time (kN = 0) it sweeps all 16 at once. Both must give the same bits, every output.
+TEST(ScanBlockSweepTest, TwoSweepsOverTheStatesAreOneSweepBitForBit) {
+  using V = simd::Lanes<float, 8>;
+  for (const Shape& s : {Shape{37, 37, 24, 16, true}, Shape{40, 33, 27, 16, false}}) {
+    const Case<float> c(s);
+    const ScanInputs<float> in = c.In();
+    Outputs<float> two(s), one(s);
+    blocked::BackwardAll<V, 16>(in, s.len, c.H0(), c.Mu(), c.ybar.data(), c.dskip.data(),
+                                two.Grads());
+    blocked::BackwardAll<V, 0>(in, s.len, c.H0(), c.Mu(), c.ybar.data(), c.dskip.data(),
+                               one.Grads());
+    EXPECT_SAME(two, one, y);
+    EXPECT_SAME(two, one, ddt);
+    EXPECT_SAME(two, one, dxc);
+    EXPECT_SAME(two, one, dB);
+    EXPECT_SAME(two, one, dC);
+    EXPECT_SAME(two, one, dA);
+    EXPECT_SAME(two, one, dD);
+    EXPECT_SAME(two, one, mu_out);
+  }
+}
 
 TEST(SimdTest, LaneSumsFollowThePairwiseTree) {
   // Values chosen so that every association order of the 8 lanes gives a different float.
