@@ -39,7 +39,8 @@ def train(adjsh, ckpt, workers, steps, extra=(), timeout=600):
 
 
 def children(pid):
-    """Child processes of pid, whichever of its threads started them."""
+    """Live child processes of pid, whichever of its threads started them (a zombie is dead,
+    not yet reaped: killing it again would count a kill that did nothing)."""
     kids = []
     try:
         for tid in os.listdir(f"/proc/{pid}/task"):
@@ -47,7 +48,15 @@ def children(pid):
                 kids += [int(x) for x in f.read().split()]
     except OSError:
         pass
-    return kids
+    live = []
+    for kid in kids:
+        try:
+            with open(f"/proc/{kid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] != "Z":
+                    live.append(kid)
+        except (OSError, IndexError):
+            pass  # already reaped
+    return live
 
 
 def main():
@@ -122,8 +131,11 @@ def main():
         time.sleep(rng.uniform(0.02, 0.1))
         kids = children(p.pid)
         if kids:
-            os.kill(rng.choice(kids), signal.SIGKILL)
-            kills += 1
+            try:
+                os.kill(rng.choice(kids), signal.SIGKILL)
+                kills += 1
+            except ProcessLookupError:
+                pass  # it ended (and was reaped) after the listing: not a kill
     out, err = p.communicate(timeout=300)
     ok = p.returncode == 0 and kills >= 3 and ref is not None and final_files(d) == ref
     record(f"workers SIGKILLed {kills} times mid-run: final state bitwise equal", ok, err[-2000:])
