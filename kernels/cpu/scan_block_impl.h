@@ -234,7 +234,7 @@ void BackwardBlock(const ScanInputs<typename VT::Scalar>& in, int64_t i0, int64_
       const VT* at = a + t * N;
       VT s_a = first ? VT::Set(T(0)) : sums[2 * t];
       VT s_b = first ? VT::Set(T(0)) : sums[2 * t + 1];
-  #pragma GCC unroll 16
+#pragma GCC unroll 16
       for (int64_t n = n0; n < n0 + G; ++n) {
         // carry[n] holds a_{t+1} . lambda_{t+1} (mu at the last row), as in AdjointSummaryBlock.
         if constexpr (decltype(last)::value)
