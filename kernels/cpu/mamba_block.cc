@@ -241,7 +241,7 @@ void MambaBlockCpu<T>::Backward(const T* u, ChunkRows rows, const T* g, const T*
 
   // dL/do = g W_out and ybar = dL/do . silu(z), for all M rows (the lookahead needs ybar);
   // sig = sigmoid(z) kept for the gate's backward below (silu(z) = z sig, silu'(z) =
-  // SiluGradGivenSigmoid of math.h, one exp instead of three).
+  // SiluGradGivenSigmoid(z, sig) of math.h: one exp instead of three).
   std::vector<T>& d_o = ThreadScratch<T>(kDo, M * Di_);
   std::vector<T>& ybar = ThreadScratch<T>(kYbar, M * Di_);
   std::vector<T>& sig = ThreadScratch<T>(kSigZ, M * Di_);

@@ -221,7 +221,7 @@ void BackwardBlock(const ScanInputs<typename VT::Scalar>& in, int64_t i0, int64_
   VT* sums = G < N ? Work<VT>(8, 2 * len) : nullptr;  // (len, 2): s_a, s_b of row t
 #pragma GCC unroll 2
   for (int64_t n0 = 0; n0 < N; n0 += G) {
-    const bool first = n0 == 0, final = n0 + G >= N;
+    const bool first_sweep = n0 == 0, last_sweep = n0 + G >= N;
     // One row of pass 2; kLast: the chunk's last row, where lambda starts from mu.
     auto row = [&](int64_t t, auto last) {
       PrefetchRow(t - kAhead, len, Di, i0, in.dt, in.xc, ybar);
@@ -232,8 +232,8 @@ void BackwardBlock(const ScanInputs<typename VT::Scalar>& in, int64_t i0, int64_
       const VT* hp = H + t * N;
       const VT* hn = H + (t + 1) * N;
       const VT* at = a + t * N;
-      VT s_a = first ? VT::Set(T(0)) : sums[2 * t];
-      VT s_b = first ? VT::Set(T(0)) : sums[2 * t + 1];
+      VT s_a = first_sweep ? VT::Set(T(0)) : sums[2 * t];
+      VT s_b = first_sweep ? VT::Set(T(0)) : sums[2 * t + 1];
 #pragma GCC unroll 16
       for (int64_t n = n0; n < n0 + G; ++n) {
         // carry[n] holds a_{t+1} . lambda_{t+1} (mu at the last row), as in AdjointSummaryBlock.
@@ -248,7 +248,7 @@ void BackwardBlock(const ScanInputs<typename VT::Scalar>& in, int64_t i0, int64_
         P[n] = lam * dtx;
         Q[n] = yb * hn[n];
       }
-      if (final) {
+      if (last_sweep) {
         VT::Fma(x, s_b, s_a).Store(out.ddt + t * Di + i0);
         VT::Fma(dt, s_b, dskip * yb).Store(out.dxc + t * Di + i0);
       } else {
