@@ -146,6 +146,16 @@ def latest_step(ckpt):
         return 0
 
 
+def proc_stat(pid):
+    """The fields of /proc/PID/stat after the command name: state first ("Z": a zombie, dead
+    but not yet reaped), then ppid, pgrp, session, ...; None once the process is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
 def rss_bytes(pid):
     """Resident set size of a process (VmRSS), or None once it is gone."""
     try:

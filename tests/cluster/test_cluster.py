@@ -26,7 +26,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/
-from harness import final_files  # noqa: E402
+from harness import final_files, proc_stat  # noqa: E402
 
 MODEL = ["--hidden-size", "32", "--layers", "3", "--state-size", "8", "--context", "2048",
          "--chunk", "64", "--warmup", "2", "--lr", "1e-2", "--threads", "1"]
@@ -50,12 +50,9 @@ def children(pid):
         pass
     live = []
     for kid in kids:
-        try:
-            with open(f"/proc/{kid}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] != "Z":
-                    live.append(kid)
-        except (OSError, IndexError):
-            pass  # already reaped
+        fields = proc_stat(kid)
+        if fields and fields[0] != "Z":  # neither gone nor a zombie
+            live.append(kid)
     return live
 
 

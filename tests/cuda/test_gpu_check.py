@@ -29,6 +29,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/
+from harness import proc_stat  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(ROOT, "scripts", "gpu-check.sh")
 REPORT = os.path.join(ROOT, "bench", "gpu_report.py")
@@ -91,11 +94,8 @@ def session_pids(sid):
     pids = []
     for name in os.listdir("/proc"):
         if name.isdigit():
-            try:
-                fields = open(f"/proc/{name}/stat").read().rsplit(")", 1)[1].split()
-            except (OSError, IndexError):
-                continue
-            if int(fields[3]) == sid and fields[0] != "Z":  # a zombie is dead, not yet reaped
+            fields = proc_stat(name)
+            if fields and int(fields[3]) == sid and fields[0] != "Z":  # a zombie: not yet reaped
                 pids.append(int(name))
     return pids
 
