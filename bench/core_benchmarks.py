@@ -97,7 +97,9 @@ def main():
             models[d] = os.path.join(work, f"model{d}")
             run([f"{build}/cli/adjsh", "init", "--out", models[d], "--hidden-size", str(d),
                  "--layers", "4", "--vocab-size", "256", "--seed", "1"])
-        sgemm = {t: json.loads(run([f"{build}/bench/sgemm_rate", str(t), "3"])[0]) for t in (1, 2)}
+        sgemm = {t: json.loads(run([f"{build}/bench/sgemm_rate", "--threads", str(t),
+                                    "--seconds", "3"])[0])
+                 for t in (1, 2)}
         speed = []
         for T in speed_T:
             ours = adjsh_grad(build, work, models[256], T)
