@@ -20,6 +20,8 @@ import sys
 import tempfile
 import time
 
+import machine  # bench/machine.py
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TORCH_PY = "/usr/bin/python3"
 
@@ -117,9 +119,9 @@ def main():
                       file=sys.stderr)
         orc = [(T, oracle(build, T)) for T in oracle_T]
 
-    lines.append(f"Measured {time.strftime('%Y-%m-%d')} on this machine (2 cores, `nproc` = "
-                 f"{os.cpu_count()}), f32, 2 threads for every implementation, one process per "
-                 "measurement. Model: D=256, K=4, N=16, W=4, E=2, R=16, V=256 (synthetic weights).")
+    lines.append(f"Measured {time.strftime('%Y-%m-%d')} on {machine.describe()}, f32, 2 threads "
+                 "for every implementation, one process per measurement. Model: D=256, K=4, N=16, "
+                 "W=4, E=2, R=16, V=256 (synthetic weights).")
     lines.append("")
     lines.append(f"sgemm through OpenBLAS at the engine's shapes (`build/bench/sgemm_rate`): "
                  f"{sgemm[1]['sgemm_gflop_per_s']:.1f} GFLOP/s on 1 thread, "

@@ -23,6 +23,8 @@ import sys
 import tempfile
 import time
 
+import machine  # bench/machine.py
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Symbol patterns of perf's report, in order: the first that matches names the part.
@@ -80,7 +82,7 @@ def main():
     rows = [json.loads(l) for l in out.splitlines() if l.strip()]
     by = {r["kernel"]: r for r in rows}
     lim = by["limits"]
-    lines = [f"Measured {time.strftime('%Y-%m-%d %H:%M')} UTC on this machine (2 cores, shared), "
+    lines = [f"Measured {time.strftime('%Y-%m-%d %H:%M')} UTC on {machine.describe()} (shared), "
              "1 thread, f32, D=256 (Di=512), N=16, 256 rows per call.", ""]
     lines.append(f"Limits measured in the same run: vector FMA peak "
                  f"{lim['fma_peak_gflop_per_s']:.1f} GFLOP/s (16 independent chains of 8-lane "
