@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -25,24 +26,37 @@ struct Flags {
   bool bf16 = false;
 };
 
+// A whole decimal count, or false ("5x", "" and out-of-range values are refused).
+bool Count(const std::string& text, int64_t& out) {
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || errno != 0) return false;
+  out = v;
+  return true;
+}
+
 bool Parse(int argc, char** argv, Flags& f) {
   for (int k = 1; k + 1 < argc; k += 2) {
     const std::string name = argv[k], value = argv[k + 1];
+    bool ok = true;
     if (name == "--len") {
-      f.len = std::atoll(value.c_str());
+      ok = Count(value, f.len);
     } else if (name == "--inner") {
-      f.Di = std::atoll(value.c_str());
+      ok = Count(value, f.Di);
     } else if (name == "--state") {
-      f.N = std::atoll(value.c_str());
+      ok = Count(value, f.N);
     } else if (name == "--repeat") {
-      f.repeat = std::atoll(value.c_str());
+      ok = Count(value, f.repeat);
     } else if (name == "--storage" && (value == "f32" || value == "bf16")) {
       f.bf16 = value == "bf16";
     } else {
-      return false;
+      ok = false;
     }
+    if (!ok) return false;
   }
-  return argc % 2 == 1 && f.len > 0 && f.Di > 0 && f.N > 0 && f.N <= 32 && f.repeat > 0;
+  return argc % 2 == 1 && f.len > 0 && f.Di > 0 && f.N > 0 && f.N <= 32 && f.repeat > 0 &&
+         f.repeat <= 100000;
 }
 
 // The median time in ms of `repeat` runs of fn on the context's stream.
@@ -152,11 +166,18 @@ int Run(const Flags& f) {
 }  // namespace adjsh::cuda
 
 int main(int argc, char** argv) {
+  const char* usage =
+      "usage: cuda_scan_bench [--len L] [--inner Di] [--state N<=32] [--storage f32|bf16] "
+      "[--repeat R]\n\nThe fused CUDA scan kernels' bandwidth against the device's copy rate; "
+      "one JSON object.\n(defaults: --len 2048 --inner 1536 --state 16 --storage f32 "
+      "--repeat 20)\n";
+  if (argc == 2 && (std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0)) {
+    std::fputs(usage, stdout);
+    return 0;
+  }
   adjsh::cuda::Flags f;
   if (!adjsh::cuda::Parse(argc, argv, f)) {
-    std::fprintf(stderr,
-                 "usage: cuda_scan_bench [--len L] [--inner Di] [--state N<=32] "
-                 "[--storage f32|bf16] [--repeat R]\n");
+    std::fputs(usage, stderr);
     return 2;
   }
   int count = 0;

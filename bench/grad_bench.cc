@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "bench/flops.h"
@@ -28,16 +29,22 @@
 namespace adjsh::bench {
 namespace {
 
+// The integer flags, each checked against its range before anything runs.
+struct Counts {
+  int64_t tokens = 0, chunk = 0, window = 0, threads = 0, spans = 0, repeat = 0;
+};
+
 template <typename T>
-int Run(const cli::ArgParser& a, const MambaConfig& config, int64_t T_) {
+int Run(const cli::ArgParser& a, const MambaConfig& config, const Counts& n) {
+  const int64_t T_ = n.tokens;
   const ModelParams<T> params = InitParams<T>(config, 1);
   std::mt19937_64 rng(2);
   std::vector<uint32_t> tokens(T_);
   for (auto& t : tokens) t = static_cast<uint32_t>(rng() % config.vocab_size);
   GradOptions opt;
-  opt.chunk = a.GetInt("chunk", 1, int64_t{1} << 40).value();
-  opt.window = a.GetInt("window", 0, int64_t{1} << 40).value();
-  opt.threads = static_cast<int>(a.GetInt("threads", 0, 4096).value());
+  opt.chunk = n.chunk;
+  opt.window = n.window;
+  opt.threads = static_cast<int>(n.threads);
   const std::string schedule = a.Get("schedule");
   if (schedule != "spans" && schedule != "wavefront" && schedule != "two-pass") {
     std::fprintf(stderr, "grad_bench: --schedule must be spans, wavefront or two-pass\n");
@@ -46,7 +53,7 @@ int Run(const cli::ArgParser& a, const MambaConfig& config, int64_t T_) {
   opt.schedule = schedule == "two-pass"  ? Schedule::kTwoPass
                  : schedule == "wavefront" ? Schedule::kWavefront
                                            : Schedule::kSpans;
-  opt.spans = a.GetInt("spans", 0, int64_t{1} << 30).value();
+  opt.spans = n.spans;
   const int64_t spans = opt.spans > 0 ? opt.spans
                                       : SpanPlan::DefaultSpans(T_, std::min(opt.chunk, T_),
                                                                config.conv_kernel);
@@ -64,7 +71,7 @@ int Run(const cli::ArgParser& a, const MambaConfig& config, int64_t T_) {
     std::fprintf(stderr, "grad_bench: --impl must be adjsh or oracle\n");
     return 2;
   }
-  const int64_t repeat = a.GetInt("repeat", 1, 100).value();
+  const int64_t repeat = n.repeat;
   const int64_t rss_before = ResidentBytes();
   double loss = 0, s = 1e300;  // the fastest of `repeat` runs
   std::string device_fields;
@@ -145,13 +152,35 @@ int main(int argc, char** argv) {
         "full");
   if (auto code = adjsh::cli::ParseOrExit(a, std::vector<std::string>(argv + 1, argv + argc)))
     return *code;
+  // Every integer flag in its range, or a message and exit 2 (never an abort).
+  bool bad = false;
+  auto get = [&](const char* name, int64_t lo, int64_t hi, auto& out) {
+    const absl::StatusOr<int64_t> v = a.GetInt(name, lo, hi);
+    if (!v.ok()) {
+      std::fprintf(stderr, "grad_bench: %s\n", std::string(v.status().message()).c_str());
+      bad = true;
+      return;
+    }
+    out = static_cast<std::remove_reference_t<decltype(out)>>(*v);
+  };
   adjsh::MambaConfig c;
-  c.hidden_size = a.GetInt("hidden-size", 1, 65536).value();
-  c.num_hidden_layers = a.GetInt("layers", 1, 1024).value();
-  c.state_size = a.GetInt("state-size", 1, 1024).value();
-  c.vocab_size = a.GetInt("vocab-size", 2, 1 << 30).value();
+  adjsh::bench::Counts n;
+  get("hidden-size", 1, 65536, c.hidden_size);
+  get("layers", 1, 1024, c.num_hidden_layers);
+  get("state-size", 1, 1024, c.state_size);
+  get("vocab-size", 2, 1 << 30, c.vocab_size);
+  get("tokens", 2, int64_t{1} << 40, n.tokens);
+  get("chunk", 1, int64_t{1} << 40, n.chunk);
+  get("window", 0, int64_t{1} << 40, n.window);
+  get("threads", 0, 4096, n.threads);
+  get("spans", 0, int64_t{1} << 30, n.spans);
+  get("repeat", 1, 100, n.repeat);
+  const std::string dtype = a.Get("dtype");
+  if (dtype != "f32" && dtype != "f64") {
+    std::fprintf(stderr, "grad_bench: --dtype must be f32 or f64, got '%s'\n", dtype.c_str());
+    bad = true;
+  }
+  if (bad) return 2;
   c.time_step_rank = (c.hidden_size + 15) / 16;
-  const int64_t T = a.GetInt("tokens", 2, int64_t{1} << 40).value();
-  return a.Get("dtype") == "f64" ? adjsh::bench::Run<double>(a, c, T)
-                                 : adjsh::bench::Run<float>(a, c, T);
+  return dtype == "f64" ? adjsh::bench::Run<double>(a, c, n) : adjsh::bench::Run<float>(a, c, n);
 }

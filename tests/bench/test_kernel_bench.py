@@ -2,10 +2,12 @@
 """bench/kernel_bench runs every measurement and prints what bench/kernel_benchmarks.py reads:
 one JSON line per kernel with finite, positive figures (no speed is asserted here: speed goals
 live in docs/BENCHMARKS.md). bench/sgemm_rate, the yardstick bench/core_benchmarks.py divides
-by, prints its one line the same way. Also: --help, and bad flags refused with a message and
-exit 2.
+by, prints its one line the same way. Also, for them and for bench/grad_bench (and
+bench/cuda_scan_bench where CUDA is built): --help, and bad flags refused with a message and
+exit 2, never an abort.
 
-  test_kernel_bench.py --kernel-bench PATH --sgemm-rate PATH
+  test_kernel_bench.py --kernel-bench PATH --sgemm-rate PATH --grad-bench PATH
+                       [--cuda-scan-bench PATH]
 """
 import argparse
 import json
@@ -18,6 +20,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--kernel-bench", required=True)
     ap.add_argument("--sgemm-rate", required=True)
+    ap.add_argument("--grad-bench", required=True)
+    ap.add_argument("--cuda-scan-bench")
     a = ap.parse_args()
     # A small shape with channels left over after the last block of 8 and a run-time N.
     out = subprocess.run([a.kernel_bench, "--hidden-size", "20", "--state-size", "5", "--rows", "33",
@@ -46,7 +50,28 @@ def main():
                         (["3"], "")):
         bad = subprocess.run([a.sgemm_rate, *flags], capture_output=True, text=True)
         assert bad.returncode == 2 and word in bad.stderr and not bad.stdout, (flags, bad)
-    print("kernel_bench, sgemm_rate: ok")
+
+    # grad_bench: a small gradient's line, then every integer flag out of range and a bad dtype.
+    out = subprocess.run([a.grad_bench, "--hidden-size", "16", "--layers", "2", "--tokens", "300",
+                          "--chunk", "64"], check=True, capture_output=True, text=True).stdout
+    r = json.loads(out)
+    assert r["tokens"] == 300 and math.isfinite(r["loss"]) and r["seconds"] > 0, r
+    for flags, word in ((["--tokens", "-1"], "--tokens"), (["--tokens", "1"], "--tokens"),
+                        (["--layers", "0"], "--layers"), (["--repeat", "0"], "--repeat"),
+                        (["--threads", "x"], "--threads"), (["--dtype", "f16"], "--dtype"),
+                        (["--schedule", "fast"], "--schedule"), (["--device", "gpu"], "--device")):
+        bad = subprocess.run([a.grad_bench, *flags], capture_output=True, text=True)
+        assert bad.returncode == 2 and word in bad.stderr and not bad.stdout, (flags, bad)
+
+    if a.cuda_scan_bench:  # the flags are read before any device is looked for
+        usage = subprocess.run([a.cuda_scan_bench, "--help"], capture_output=True, text=True)
+        assert usage.returncode == 0 and "--storage" in usage.stdout, usage
+        for flags in (["--len", "5x"], ["--state", "33"], ["--repeat", "0"], ["--storage", "f16"],
+                      ["--len"], ["--bogus", "1"]):
+            bad = subprocess.run([a.cuda_scan_bench, *flags], capture_output=True, text=True)
+            assert bad.returncode == 2 and "usage" in bad.stderr and not bad.stdout, (flags, bad)
+    print("kernel_bench, sgemm_rate, grad_bench" + (", cuda_scan_bench" if a.cuda_scan_bench
+                                                    else "") + ": ok")
     return 0
 
 
