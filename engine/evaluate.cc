@@ -165,7 +165,11 @@ absl::StatusOr<EvalResult> Evaluate(const ModelParams<T>& params, const TokenDat
   BackendModel<T> model = BackendModel<T>::Make(params, **backend);
 
   ThreadPool pool(options.threads);
-  SequenceEval<T> eval(params, **backend, model.blocks, tokens, options.chunk);
+  // A chunk longer than the longest sequence is that sequence in one chunk: the same losses,
+  // and buffers of the sequence's rows, not of the chunk asked for (as mamba2_eval.cc's).
+  const int64_t longest = options.context > 0 ? std::min(options.context, n) : n;
+  SequenceEval<T> eval(params, **backend, model.blocks, tokens,
+                       std::min(options.chunk, longest));
   return SumSequenceLosses(n, options, [&](int64_t start, int64_t len, const auto& rows_done) {
     return eval.Run(start, len, pool, rows_done);
   });

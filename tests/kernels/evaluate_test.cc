@@ -33,7 +33,9 @@ TEST(EvaluateTest, LossEqualsTheGradientsLossInF64) {
   const double want = GradLoss(p, ids);
   const TokenData data = TokenData::FromIds(ids);
   double first = 0;
-  for (int64_t chunk : {1, 2, 3, 64, 1001, 5000}) {
+  // 2^40: a chunk far past the sequence is the sequence in one chunk (no 2^40-row buffers).
+  for (int64_t chunk : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{64}, int64_t{1001},
+                        int64_t{5000}, int64_t{1} << 40}) {
     for (int threads : {1, 2, 3}) {
       EvalOptions opt;
       opt.chunk = chunk;
