@@ -7,14 +7,15 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "cli/args.h"
 #include "kernels/cuda/context.h"
 #include "kernels/cuda/scan.h"
 
@@ -25,39 +26,6 @@ struct Flags {
   int64_t len = 2048, Di = 1536, N = 16, repeat = 20;
   bool bf16 = false;
 };
-
-// A whole decimal count, or false ("5x", "" and out-of-range values are refused).
-bool Count(const std::string& text, int64_t& out) {
-  char* end = nullptr;
-  errno = 0;
-  const long long v = std::strtoll(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0' || errno != 0) return false;
-  out = v;
-  return true;
-}
-
-bool Parse(int argc, char** argv, Flags& f) {
-  for (int k = 1; k + 1 < argc; k += 2) {
-    const std::string name = argv[k], value = argv[k + 1];
-    bool ok = true;
-    if (name == "--len") {
-      ok = Count(value, f.len);
-    } else if (name == "--inner") {
-      ok = Count(value, f.Di);
-    } else if (name == "--state") {
-      ok = Count(value, f.N);
-    } else if (name == "--repeat") {
-      ok = Count(value, f.repeat);
-    } else if (name == "--storage" && (value == "f32" || value == "bf16")) {
-      f.bf16 = value == "bf16";
-    } else {
-      ok = false;
-    }
-    if (!ok) return false;
-  }
-  return argc % 2 == 1 && f.len > 0 && f.Di > 0 && f.N > 0 && f.N <= 32 && f.repeat > 0 &&
-         f.repeat <= 100000;
-}
 
 // The median time in ms of `repeat` runs of fn on the context's stream.
 template <typename Fn>
@@ -166,20 +134,32 @@ int Run(const Flags& f) {
 }  // namespace adjsh::cuda
 
 int main(int argc, char** argv) {
-  const char* usage =
-      "usage: cuda_scan_bench [--len L] [--inner Di] [--state N<=32] [--storage f32|bf16] "
-      "[--repeat R]\n\nThe fused CUDA scan kernels' bandwidth against the device's copy rate; "
-      "one JSON object.\n(defaults: --len 2048 --inner 1536 --state 16 --storage f32 "
-      "--repeat 20)\n";
-  if (argc == 2 && (std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0)) {
-    std::fputs(usage, stdout);
-    return 0;
-  }
+  adjsh::cli::ArgParser a("cuda_scan_bench",
+                          "The fused CUDA scan kernels' bandwidth against the device's copy "
+                          "rate; one JSON object.");
+  a.Add("len", "L", "rows (tokens)", "2048");
+  a.Add("inner", "Di", "channels", "1536");
+  a.Add("state", "N", "state size (at most 32)", "16");
+  a.Add("storage", "f32|bf16", "the kernels' input and output precision", "f32");
+  a.Add("repeat", "R", "timed runs of each kernel; the median is reported", "20");
+  if (auto code = adjsh::cli::ParseOrExit(a, std::vector<std::string>(argv + 1, argv + argc)))
+    return *code;
   adjsh::cuda::Flags f;
-  if (!adjsh::cuda::Parse(argc, argv, f)) {
-    std::fputs(usage, stderr);
-    return 2;
+  const std::pair<const char*, int64_t*> counts[] = {
+      {"len", &f.len}, {"inner", &f.Di}, {"state", &f.N}, {"repeat", &f.repeat}};
+  const int64_t hi[] = {int64_t{1} << 30, int64_t{1} << 20, 32, 100000};
+  for (int k = 0; k < 4; ++k) {
+    const absl::StatusOr<int64_t> v = a.GetInt(counts[k].first, 1, hi[k]);
+    if (!v.ok()) return adjsh::cli::BadUsage("cuda_scan_bench", v.status());
+    *counts[k].second = *v;
   }
+  const std::string storage = a.Get("storage");
+  if (storage != "f32" && storage != "bf16") {
+    return adjsh::cli::BadUsage(
+        "cuda_scan_bench",
+        absl::InvalidArgumentError("--storage must be f32 or bf16, got '" + storage + "'"));
+  }
+  f.bf16 = storage == "bf16";
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
     std::fprintf(stderr, "cuda_scan_bench: no CUDA device\n");

@@ -157,7 +157,7 @@ int main(int argc, char** argv) {
   auto get = [&](const char* name, int64_t lo, int64_t hi, auto& out) {
     const absl::StatusOr<int64_t> v = a.GetInt(name, lo, hi);
     if (!v.ok()) {
-      std::fprintf(stderr, "grad_bench: %s\n", std::string(v.status().message()).c_str());
+      adjsh::cli::BadUsage("grad_bench", v.status());
       bad = true;
       return;
     }
@@ -177,7 +177,8 @@ int main(int argc, char** argv) {
   get("repeat", 1, 100, n.repeat);
   const std::string dtype = a.Get("dtype");
   if (dtype != "f32" && dtype != "f64") {
-    std::fprintf(stderr, "grad_bench: --dtype must be f32 or f64, got '%s'\n", dtype.c_str());
+    adjsh::cli::BadUsage("grad_bench", absl::InvalidArgumentError(
+                                           "--dtype must be f32 or f64, got '" + dtype + "'"));
     bad = true;
   }
   if (bad) return 2;

@@ -237,10 +237,7 @@ int main(int argc, char** argv) {
   const int64_t hi[4] = {65536, 1024, 1 << 20, 3600};
   for (int k = 0; k < 4; ++k) {
     const auto got = a.GetInt(names[k], 1, hi[k]);
-    if (!got.ok()) {
-      std::fprintf(stderr, "kernel_bench: %s\n", std::string(got.status().message()).c_str());
-      return 2;
-    }
+    if (!got.ok()) return adjsh::cli::BadUsage("kernel_bench", got.status());
     v[k] = *got;
   }
   const int64_t D = v[0], N = v[1], rows = v[2];

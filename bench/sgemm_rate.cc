@@ -21,12 +21,8 @@ int main(int argc, char** argv) {
     return *code;
   const auto threads = a.GetInt("threads", 1, 1024);
   const auto seconds = a.GetInt("seconds", 1, 3600);
-  for (const auto* got : {&threads, &seconds}) {
-    if (!got->ok()) {
-      std::fprintf(stderr, "sgemm_rate: %s\n", std::string(got->status().message()).c_str());
-      return 2;
-    }
-  }
+  for (const auto* got : {&threads, &seconds})
+    if (!got->ok()) return adjsh::cli::BadUsage("sgemm_rate", got->status());
   adjsh::cpu::InitBlasSingleThreaded();
   const int64_t M = 256, N = 1024, K = 256;  // a chunk through in_proj at D = 256
   std::atomic<int64_t> calls{0};

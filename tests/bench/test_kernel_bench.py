@@ -66,10 +66,11 @@ def main():
     if a.cuda_scan_bench:  # the flags are read before any device is looked for
         usage = subprocess.run([a.cuda_scan_bench, "--help"], capture_output=True, text=True)
         assert usage.returncode == 0 and "--storage" in usage.stdout, usage
-        for flags in (["--len", "5x"], ["--state", "33"], ["--repeat", "0"], ["--storage", "f16"],
-                      ["--len"], ["--bogus", "1"]):
+        for flags, word in ((["--len", "5x"], "--len"), (["--state", "33"], "--state"),
+                            (["--repeat", "0"], "--repeat"), (["--storage", "f16"], "--storage"),
+                            (["--len"], "--len"), (["--bogus", "1"], "--bogus")):
             bad = subprocess.run([a.cuda_scan_bench, *flags], capture_output=True, text=True)
-            assert bad.returncode == 2 and "usage" in bad.stderr and not bad.stdout, (flags, bad)
+            assert bad.returncode == 2 and word in bad.stderr and not bad.stdout, (flags, bad)
     print("kernel_bench, sgemm_rate, grad_bench" + (", cuda_scan_bench" if a.cuda_scan_bench
                                                     else "") + ": ok")
     return 0
