@@ -4,10 +4,12 @@
   /usr/bin/python3 bench/core_benchmarks.py [--build build] [--quick]
 
 Runs, on a synthetic Mamba model (D=256, K=4, N=16, V=256, f32, 2 threads everywhere):
-  * speed: tokens/s of one gradient at T = 4K and 16K, adjsh (the default span schedule and the
-    in-process wavefront) vs PyTorch autograd
+  * speed: tokens/s of one gradient at T = 4K and 16K, adjsh (the default span schedule, the same
+    with no activations kept between a summary and the task after it, and the in-process
+    wavefront) vs PyTorch autograd
     (bench/torch_baseline.py), and adjsh's flop rate vs this machine's sgemm rate (bench/sgemm_rate);
-  * memory: peak RSS of `adjsh grad` at T = 16K, 64K, 256K (and at D=128), of the in-repo
+  * memory: peak RSS of `adjsh grad` at T = 16K, 64K, 256K (and at D=128; with the default
+    --kept-mib and with none kept), of the in-repo
     keep-everything oracle, and of PyTorch autograd; bytes per token as the slope of peak RSS in T.
 Writes the tables into docs/BENCHMARKS.md between the `core` markers, and prints them.
 """
@@ -39,19 +41,23 @@ def run(cmd, **kw):
     return stdout, ru.ru_maxrss * 1024, time.time() - start
 
 
-def adjsh_grad(build, work, model, T, threads=2, schedule="spans"):
+def adjsh_grad(build, work, model, T, threads=2, schedule="spans", kept_mib=None, timed=True):
+    """kept_mib: --kept-mib (None: the default); timed: also time it with grad_bench."""
+    kept = [] if kept_mib is None else ["--kept-mib", str(kept_mib)]
     tok = os.path.join(work, f"t{T}.u32")
     if not os.path.exists(tok):
         run([f"{build}/cli/adjsh", "tokenize", "--text", "/usr/share/common-licenses/GPL-3",
              "--out", tok, "--length", str(T)])
     _, rss, _ = run([f"{build}/cli/adjsh", "grad", "--model", model, "--tokens", tok,
                      "--out", os.path.join(work, "g.safetensors"), "--threads", str(threads),
-                     "--quiet"])
+                     "--quiet"] + kept)
+    if not timed:
+        return {"cli_peak_rss_bytes": rss}
     # Time in-process (no file I/O) with the same engine, for tokens/s and flop rates: the
     # fastest of 3 gradients, since other jobs share this machine.
     out, _, _ = run([f"{build}/bench/grad_bench", "--hidden-size", model_d(model),
                      "--layers", "4", "--tokens", str(T), "--threads", str(threads),
-                     "--schedule", schedule, "--repeat", "3"])  # the fastest of 3: less noise
+                     "--schedule", schedule, "--repeat", "3"] + kept)  # the fastest of 3
     r = json.loads(out)
     r["cli_peak_rss_bytes"] = rss
     return r
@@ -105,17 +111,20 @@ def main():
         speed = []
         for T in speed_T:
             ours = adjsh_grad(build, work, models[256], T)
+            bare = adjsh_grad(build, work, models[256], T, kept_mib=0)
             two = adjsh_grad(build, work, models[256], T, schedule="wavefront")
             theirs = torch_grad(T)
-            speed.append((T, ours, theirs, two))
+            speed.append((T, ours, theirs, two, bare))
             print(f"speed T={T}: adjsh {ours['tokens_per_s']:.0f} tok/s, "
                   f"torch {theirs['tokens_per_s']:.0f} tok/s", file=sys.stderr)
         mem = {d: [] for d in (256, 128)}
         for d in (256, 128):
             for T in mem_T:
                 r = adjsh_grad(build, work, models[d], T)
-                mem[d].append((T, r["cli_peak_rss_bytes"], r))
-                print(f"memory D={d} T={T}: {r['cli_peak_rss_bytes'] / 2**20:.0f} MiB",
+                none = adjsh_grad(build, work, models[d], T, kept_mib=0, timed=False)
+                mem[d].append((T, r["cli_peak_rss_bytes"], none["cli_peak_rss_bytes"]))
+                print(f"memory D={d} T={T}: {r['cli_peak_rss_bytes'] / 2**20:.0f} MiB, "
+                      f"{none['cli_peak_rss_bytes'] / 2**20:.0f} MiB with none kept",
                       file=sys.stderr)
         orc = [(T, oracle(build, T)) for T in oracle_T]
 
@@ -131,8 +140,10 @@ def main():
     lines.append("")
     lines.append("| T | schedule | adjsh tokens/s | PyTorch autograd tokens/s | ratio to PyTorch | adjsh GFLOP/s (model / executed) | executed / sgemm rate |")
     lines.append("|---|---|---|---|---|---|---|")
-    for T, o, t, wave in speed:
-        for name, r in ((f"spans (default, S = {o['spans']})", o), ("wavefront", wave)):
+    for T, o, t, wave, bare in speed:
+        rows = ((f"spans (default, S = {o['spans']}; {o['kept_share']:.0%} kept)", o),
+                (f"spans, none kept (`--kept-mib 0`)", bare), ("wavefront", wave))
+        for name, r in rows:
             lines.append(f"| {T} | {name} | {r['tokens_per_s']:.0f} | {t['tokens_per_s']:.0f} | "
                          f"{r['tokens_per_s'] / t['tokens_per_s']:.1f}x | "
                          f"{r['model_gflop_per_s']:.1f} / {r['executed_gflop_per_s']:.1f} | "
@@ -140,24 +151,29 @@ def main():
     lines.append("")
     lines.append("\"model\" counts the GEMM flops of a keep-everything backprop; \"executed\" adds "
                  "what adjoint sharding recomputes (the recompute in each VJP task); "
-                 "bench/flops.h. The span schedule also recomputes S - 1 of its S spans in its "
-                 "summary tasks, forward and backward, so that the spans of a layer run at once; "
-                 "the wavefront (in-process only) runs each chunk's forward once but keeps at most "
-                 "K tasks runnable.")
+                 "bench/flops.h. The span schedule's summary tasks also run S - 1 of its S spans, "
+                 "forward and backward, so that the spans of a layer run at once; what they "
+                 "recompute is kept for the task after them (\"kept\": the share of summarised "
+                 "chunks whose activations were, under the default 256 MiB `--kept-mib`; the same "
+                 "bits), which then skips it: fully kept, the spans execute the wavefront's flops. "
+                 "The wavefront (in-process only) runs each chunk's forward once but keeps at "
+                 "most K tasks runnable.")
     lines.append("")
     lines.append("### Memory: peak RSS of one gradient")
     lines.append("")
     lines.append("| implementation | D | T | peak RSS | bytes/token (slope in T) |")
     lines.append("|---|---|---|---|---|")
     for d in (256, 128):
-        s = slope([(T, b) for T, b, _ in mem[d]])
-        for T, b, _ in mem[d]:
-            lines.append(f"| `adjsh grad` | {d} | {T} | {b / 2**20:.0f} MiB | {s:.0f} ({s / 1024:.2f} KiB) |")
+        for label, i in (("`adjsh grad`", 1), ("`adjsh grad --kept-mib 0`", 2)):
+            s = slope([(m[0], m[i]) for m in mem[d]])
+            for m in mem[d]:
+                lines.append(f"| {label} | {d} | {m[0]} | {m[i] / 2**20:.0f} MiB | "
+                             f"{s:.0f} ({s / 1024:.2f} KiB) |")
     so = slope([(T, r["peak_rss_bytes"]) for T, r in orc])
     for T, r in orc:
         lines.append(f"| in-repo oracle (keeps everything) | 256 | {T} | {r['peak_rss_bytes'] / 2**20:.0f} MiB | {so:.0f} |")
-    st = slope([(T, t["peak_rss_bytes"]) for T, _, t, _ in speed])
-    for T, _, t, _ in speed:
+    st = slope([(sp[0], sp[2]["peak_rss_bytes"]) for sp in speed])
+    for T, _, t, *_ in speed:
         lines.append(f"| PyTorch autograd | 256 | {T} | {t['peak_rss_bytes'] / 2**20:.0f} MiB | {st:.0f} |")
     lines.append("")
     lines.append("What adjsh stores per token in f32 (DESIGN.md §5): the K layer inputs (dL/du^k "
@@ -166,7 +182,8 @@ def main():
                  f"K + 1 rows of D floats, {(4 + 1) * 256 * 4} B at D=256 and "
                  f"{(4 + 1) * 128 * 4} B at D=128; plus the chunk-boundary states (K Di N floats "
                  f"per chunk of 256 tokens: {4 * 512 * 16 * 4 // 256} B/token at D=256, "
-                 f"{4 * 256 * 16 * 4 // 256} B/token at D=128).")
+                 f"{4 * 256 * 16 * 4 // 256} B/token at D=128). The kept activations add at "
+                 "most the 256 MiB budget (`--kept-mib`), whatever T: the slope is the same.")
     section = "\n".join(lines)
     print(section)
     path = os.path.join(ROOT, "docs", "BENCHMARKS.md")

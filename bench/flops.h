@@ -3,7 +3,8 @@
 // GEMMs per projection backward); "executed" counts what the adjoint engine runs, including its
 // recomputation (the recompute inside each VJP task; with the two-pass schedule also forward
 // pass one and backward pass one; with S spans the summaries of S - 1 spans in each direction,
-// engine/span_plan.h).
+// engine/span_plan.h), less the recompute a summary's kept activations spare the pass after it
+// (kernels/cpu/kept_pool.h: with all of them kept, the spans execute the wavefront's flops).
 #ifndef ADJSH_BENCH_FLOPS_H_
 #define ADJSH_BENCH_FLOPS_H_
 
@@ -16,9 +17,10 @@ struct FlopsPerToken {
 };
 
 // pass_one_share: the share of the tokens whose chunks also run the pass-one (summary) tasks: 0
-// for the wavefront, 1 for two-pass, (S - 1) / S for S spans.
+// for the wavefront, 1 for two-pass, (S - 1) / S for S spans. kept_share: the share of those
+// chunks whose summaries kept their activations for the pass after them (spans only).
 inline FlopsPerToken GradientFlopsPerToken(const MambaConfig& c, bool exact,
-                                           double pass_one_share) {
+                                           double pass_one_share, double kept_share = 0) {
   const double D = c.hidden_size, Di = c.inner(), R = c.time_step_rank, V = c.vocab_size;
   const double Q = R + 2 * c.state_size, K = c.num_hidden_layers;  // Q: x_proj rows
   const double recompute = 2 * D * 2 * Di + 2 * Di * Q + 2 * R * Di;  // in_proj, x_proj, dt_proj
@@ -32,7 +34,9 @@ inline FlopsPerToken GradientFlopsPerToken(const MambaConfig& c, bool exact,
   // the VJP task (recompute + g W_out + the backward GEMMs).
   const double f1 = recompute - 2 * D * Di;  // the forward summary skips in_proj's gate half
   const double pass_one = pass_one_share * (f1 + (exact ? recompute + out : 0));
-  f.executed = K * (forward + pass_one + recompute + out + backward) + head;
+  // A kept forward set spares F2 all of F1; a kept backward set, the VJP task's recompute and
+  // g W_out: each pass-one term once more, so kept ones cost nothing extra.
+  f.executed = K * (forward + (1 - kept_share) * pass_one + recompute + out + backward) + head;
   return f;
 }
 

@@ -21,6 +21,7 @@
 #include "engine/adjoint_engine.h"
 #include "engine/span_plan.h"
 #include "kernels/backend.h"
+#include "kernels/cpu/kept_pool.h"
 #include "kernels/reference/mamba_reference.h"
 #ifdef ADJSH_HAVE_CUDA
 #include "kernels/cuda/device_block.h"
@@ -109,21 +110,30 @@ int Run(const cli::ArgParser& a, const MambaConfig& config, const Counts& n) {
   const double pass_one_share = opt.schedule == Schedule::kTwoPass ? 1.0
                                 : opt.schedule == Schedule::kSpans  ? double(spans - 1) / spans
                                                                     : 0.0;
-  const FlopsPerToken f = GradientFlopsPerToken(config, opt.window == 0, pass_one_share);
+  // The share of summarised chunks that kept their activations, over every run above (the
+  // same share each time: the budget and the shapes do not change).
+  const cpu::KeptTakes takes = cpu::KeptTakeCounts();
+  const double kept_share =
+      takes.given + takes.refused > 0
+          ? double(takes.given) / double(takes.given + takes.refused)
+          : 0.0;
+  const FlopsPerToken f =
+      GradientFlopsPerToken(config, opt.window == 0, pass_one_share, kept_share);
   const int64_t peak = PeakResidentBytes();
   std::printf(
       "{\"impl\": \"%s\", \"tokens\": %lld, \"hidden_size\": %lld, \"layers\": %lld, "
       "\"dtype\": \"%s\", \"schedule\": \"%s\", \"spans\": %lld, \"chunk\": %lld, \"window\": %lld, \"threads\": %d, \"loss\": %.6f, "
       "\"seconds\": %.4f, \"tokens_per_s\": %.1f, \"model_gflop_per_s\": %.2f, "
       "\"executed_gflop_per_s\": %.2f, \"rss_before_bytes\": %lld, \"peak_rss_bytes\": %lld, "
-      "\"bytes_per_token\": %.1f%s}\n",
+      "\"bytes_per_token\": %.1f, \"kept_share\": %.3f, \"kept_peak_bytes\": %lld%s}\n",
       impl.c_str(), static_cast<long long>(T_), static_cast<long long>(config.hidden_size),
       static_cast<long long>(config.num_hidden_layers), sizeof(T) == 4 ? "f32" : "f64",
       a.Get("schedule").c_str(), static_cast<long long>(opt.schedule == Schedule::kSpans ? spans : 0),
       static_cast<long long>(opt.chunk), static_cast<long long>(opt.window), opt.threads, loss, s,
       T_ / s, f.model * T_ / s / 1e9, f.executed * T_ / s / 1e9,
       static_cast<long long>(rss_before), static_cast<long long>(peak),
-      double(peak - rss_before) / double(T_), device_fields.c_str());
+      double(peak - rss_before) / double(T_), kept_share,
+      static_cast<long long>(adjsh::cpu::KeptPeakBytes()), device_fields.c_str());
   return 0;
 }
 
@@ -147,6 +157,9 @@ int main(int argc, char** argv) {
   a.Add("spans", "S", "spans for --schedule spans (0: the default for T and the chunk)", "0");
   a.Add("repeat", "R", "gradients to run; the fastest is reported", "1");
   a.Add("device", "cpu|cuda:N", "where the gradient runs", "cpu");
+  a.Add("kept-mib", "MIB",
+        "budget for the activations the span summaries keep (0: recompute them all)",
+        std::to_string(adjsh::cpu::kDefaultKeptBudget >> 20));
   a.Add("storage", "full|bf16",
         "bf16: layer inputs and states stored in bf16 (and on CUDA activations and weights)",
         "full");
@@ -175,6 +188,8 @@ int main(int argc, char** argv) {
   get("threads", 0, 4096, n.threads);
   get("spans", 0, int64_t{1} << 30, n.spans);
   get("repeat", 1, 100, n.repeat);
+  int64_t kept_mib = 0;
+  get("kept-mib", 0, int64_t{1} << 30, kept_mib);
   const std::string dtype = a.Get("dtype");
   if (dtype != "f32" && dtype != "f64") {
     adjsh::cli::BadUsage("grad_bench", absl::InvalidArgumentError(
@@ -182,6 +197,7 @@ int main(int argc, char** argv) {
     bad = true;
   }
   if (bad) return 2;
+  adjsh::cpu::SetKeptBudget(kept_mib << 20);
   c.time_step_rank = (c.hidden_size + 15) / 16;
   return dtype == "f64" ? adjsh::bench::Run<double>(a, c, n) : adjsh::bench::Run<float>(a, c, n);
 }

@@ -3,6 +3,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "kernels/cpu/kept_pool.h"
 
 namespace adjsh::cli {
 
@@ -46,6 +47,20 @@ absl::StatusOr<Storage> StorageFromFlags(const ArgParser& a) {
     return absl::InvalidArgumentError("--" + std::string(storage.status().message()));
   }
   return storage;
+}
+
+void AddKeptFlag(ArgParser& a) {
+  a.Add("kept-mib", "MIB",
+        "memory for the activations a span's summary keeps for the pass after it, so that "
+        "pass need not recompute them: the same results, fewer flops (0: recompute all)",
+        std::to_string(cpu::kDefaultKeptBudget >> 20));
+}
+
+absl::Status ApplyKeptFlag(const ArgParser& a) {
+  absl::StatusOr<int64_t> mib = a.GetInt("kept-mib", 0, int64_t{1} << 30);
+  if (!mib.ok()) return mib.status();
+  cpu::SetKeptBudget(*mib << 20);
+  return absl::OkStatus();
 }
 
 absl::Status CheckDeviceUsable(const Device& device) {

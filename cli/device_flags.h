@@ -26,6 +26,13 @@ absl::StatusOr<std::vector<std::string>> WorkerDevicesFromFlags(const ArgParser&
 // The parsed --storage: INVALID_ARGUMENT naming the flag (bad usage, exit 2).
 absl::StatusOr<Storage> StorageFromFlags(const ArgParser& a);
 
+// `--kept-mib MIB` of the processes that run span tasks (grad, train, worker): the process's
+// budget for the activations a chunk's summary keeps for the pass after it (kernels/cpu/
+// kept_pool.h; the same results, only faster). ApplyKeptFlag sets it: INVALID_ARGUMENT naming
+// the flag for a bad value (bad usage, exit 2).
+void AddKeptFlag(ArgParser& a);
+absl::Status ApplyKeptFlag(const ArgParser& a);
+
 // `--reduce tree|star` (default tree); `when` prefixes its help ("with --workers: ").
 void AddReduceFlag(ArgParser& a, const std::string& when);
 // --reduce: true for tree (the worker tree), false for star; INVALID_ARGUMENT naming the flag

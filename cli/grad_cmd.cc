@@ -142,6 +142,7 @@ int GradCommand(const std::vector<std::string>& args) {
   a.Add("spill-dir", "DIR",
         "keep the layer inputs in memory-mapped files here (the OS may write them to disk)");
   AddDeviceFlags(a, "the forward, head and backward tasks in-process");
+  AddKeptFlag(a);
   a.AddBool("quiet", "print nothing on success");
   if (auto code = ParseOrExit(a, args)) return *code;
 
@@ -164,6 +165,7 @@ int GradCommand(const std::vector<std::string>& args) {
   if (!threads.ok()) return BadUsage("grad", threads.status());
   opt.threads = static_cast<int>(*threads);
   opt.spill_dir = a.Get("spill-dir");
+  if (absl::Status s = ApplyKeptFlag(a); !s.ok()) return BadUsage("grad", s);
   absl::StatusOr<Storage> storage = StorageFromFlags(a);
   if (!storage.ok()) return BadUsage("grad", storage.status());
   opt.storage = *storage;  // on a GPU also its activations and weights

@@ -230,6 +230,7 @@ int TrainCommand(const std::vector<std::string>& args) {
             "that does not load: resume from the newest step folder that loads (said in the "
             "output) instead of stopping with the reason");
   AddDeviceFlags(a, "the tasks of an in-process run (with --workers, see --worker-device)");
+  AddKeptFlag(a);
   if (auto code = ParseOrExit(a, args)) return *code;
 
   // What is trained: the job (one definition with `adjsh submit`, cli/job_flags.h).
@@ -262,6 +263,7 @@ int TrainCommand(const std::vector<std::string>& args) {
   }
   absl::StatusOr<Device> device = DeviceFromFlags(a);
   if (!device.ok()) return BadUsage("train", device.status());
+  if (absl::Status s = ApplyKeptFlag(a); !s.ok()) return BadUsage("train", s);
   absl::StatusOr<Cotangent> cotangent = CotangentFromName(a.Get("cotangent"));
   if (!cotangent.ok()) return BadUsage("train", cotangent.status());
   if (workers > 0 && (spec->window() != 0 || *cotangent != Cotangent::kExact)) {

@@ -43,6 +43,7 @@ int WorkerCommand(const std::vector<std::string>& args) {
   a.AddBool("verbose", "also log every task and every retried RPC");
   a.AddBool("quiet", "log warnings and errors only");
   AddDeviceFlags(a, "compute the tasks");
+  AddKeptFlag(a);
   a.Add("storage", "full|bf16",
         "with --device cuda:N: activations and weights held in bf16 on the GPU, sums in f32 "
         "(CUDA only; how a span's rows are kept is the job's --storage)",
@@ -115,6 +116,7 @@ int WorkerCommand(const std::vector<std::string>& args) {
                                     "(the address peers reach this worker at)"));
     }
   }
+  if (absl::Status s = ApplyKeptFlag(a); !s.ok()) return BadUsage("worker", s);
   if (a.Has("spill-dir")) {
     opt.spill_dir = a.Get("spill-dir");
     if (access(opt.spill_dir.c_str(), W_OK | X_OK) != 0) {

@@ -19,6 +19,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/file_io.h"
+#include "kernels/cpu/kept_pool.h"
 #include "proto/transport.h"
 
 namespace adjsh::coordinator {
@@ -173,6 +174,9 @@ pid_t LocalCluster::Spawn(int slot) {
     args.push_back("--device");
     args.push_back(devices_[slot % devices_.size()]);
   }
+  // The workers keep activations under this process's budget (grad's or train's --kept-mib).
+  args.push_back("--kept-mib");
+  args.push_back(std::to_string(cpu::KeptBudget() >> 20));
   if (service_options_worker_tree_) {  // the worker tree's endpoint, beside the socket
     args.push_back("--peer-listen");
     args.push_back(absl::StrCat("unix:", socket_dir_, "/peer-", slot));

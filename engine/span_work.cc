@@ -126,10 +126,14 @@ void SpanWork<T>::Forward(int64_t k, const SpanInputs<T>& in, SpanOutputs<T>& ou
     out.h_end.assign(DiN_, T(0));
     out.sigma.assign(Di, T(0));
     h_loc.resize(DiN_), S_c.resize(Di), next.resize(DiN_);
+    kept_.clear();  // hands back what an earlier summary kept
+    kept_.resize(r_.c1 - r_.c0);
+    kept_phase_ = SpanPhase::kForwardSummary, kept_layer_ = k;
     for (int64_t c = r_.c0; c < r_.c1; ++c) {
       const SpanRange ch = plan_.Chunk(c);
       const T* u = u_[k].Read((ch.t0 - ch.halo - base) * D_, (ch.halo + ch.len) * D_, u_in);
-      block.LocalSummary(u, {ch.halo, ch.len, 0}, h_loc.data(), S_c.data());
+      kept_[c - r_.c0] =
+          block.LocalSummaryKeep(u, {ch.halo, ch.len, 0}, h_loc.data(), S_c.data());
       DecayAdd(A, S_c.data(), out.h_end.data(), h_loc.data(), DiN_, N, next.data());
       std::swap(out.h_end, next);
       for (int64_t i = 0; i < Di; ++i) out.sigma[i] += S_c[i];
@@ -152,10 +156,12 @@ void SpanWork<T>::Forward(int64_t k, const SpanInputs<T>& in, SpanOutputs<T>& ou
     T* dst = top ? g_.data() + (ch.t0 - r_.t0) * D_
                  : u_[k + 1].WriteBuffer(row * D_, ch.len * D_, u_out);
     next.resize(DiN_);
-    block.Forward(u, {ch.halo, ch.len, 0}, h0, dst, next.data());
+    block.ForwardKept(TakeKept(SpanPhase::kForwardSummary, k, i), u, {ch.halo, ch.len, 0}, h0,
+                      dst, next.data());
     if (!top) u_[k + 1].Commit(row * D_, ch.len * D_, dst);
     h.swap(next);
   }
+  kept_.clear();
   forward_done_ = std::max(forward_done_, k + 1);
   if (top) {
     Head(out);
@@ -227,11 +233,15 @@ void SpanWork<T>::Backward(int64_t k, const SpanInputs<T>& in, SpanOutputs<T>& o
   if (summary) {  // out of chunk c backwards: m_c + P_c . (what flows into it), last chunk first
     out.m.assign(DiN_, T(0));
     m_c.resize(DiN_), S_c.resize(Di), next.resize(DiN_);
+    kept_.clear();
+    kept_.resize(r_.c1 - r_.c0);
+    kept_phase_ = SpanPhase::kBackwardSummary, kept_layer_ = k;
     for (int64_t c = r_.c1 - 1; c >= r_.c0; --c) {
       const SpanRange ch = plan_.Chunk(c);
       const T* u = u_[k].Read((ch.t0 - ch.halo - base) * D_, (ch.halo + ch.len) * D_, u_in);
-      block.AdjointSummary(u, {ch.halo, ch.len, 0}, g_.data() + (ch.t0 - r_.t0) * D_,
-                           m_c.data(), S_c.data());
+      kept_[c - r_.c0] =
+          block.AdjointSummaryKeep(u, {ch.halo, ch.len, 0}, g_.data() + (ch.t0 - r_.t0) * D_,
+                                   m_c.data(), S_c.data());
       DecayAdd(A, S_c.data(), out.m.data(), m_c.data(), DiN_, N, next.data());
       std::swap(out.m, next);
     }
@@ -253,8 +263,9 @@ void SpanWork<T>::Backward(int64_t k, const SpanInputs<T>& in, SpanOutputs<T>& o
     const T* h0 = states_[k].Read(i * DiN_, DiN_, h_in);
     const T* mu = c + 1 == r_.c1 ? (in.mu.empty() ? nullptr : in.mu.data()) : mu_next.data();
     halos[i].assign(ch.halo * D_, T(0));
-    block.Backward(u, {ch.halo, ch.len, 0}, g_.data() + (ch.t0 - r_.t0) * D_, h0, mu, 0,
-                   out.grad, du.data() + (ch.t0 - r_.t0) * D_, halos[i].data(), mu_out.data());
+    block.BackwardKept(TakeKept(SpanPhase::kBackwardSummary, k, i), u, {ch.halo, ch.len, 0},
+                       g_.data() + (ch.t0 - r_.t0) * D_, h0, mu, out.grad,
+                       du.data() + (ch.t0 - r_.t0) * D_, halos[i].data(), mu_out.data());
     mu_next = mu_out;
     for (int64_t c2 = c + 1; c2 < r_.c1; ++c2) {
       const SpanRange ch2 = plan_.Chunk(c2);
@@ -275,6 +286,7 @@ void SpanWork<T>::Backward(int64_t k, const SpanInputs<T>& in, SpanOutputs<T>& o
       for (int64_t d = 0; d < D_; ++d)
         out.du_halo_prev[(t - base) * D_ + d] += halo[(t - first) * D_ + d];
   }
+  kept_.clear();
   std::swap(g_, du);
   g_layer_ = k;
   next_halo_added_ = false;
@@ -288,6 +300,13 @@ void SpanWork<T>::Backward(int64_t k, const SpanInputs<T>& in, SpanOutputs<T>& o
     T* row = out.embed.data() + int64_t{tokens_[r_.halo + t]} * D_;
     for (int64_t d = 0; d < D_; ++d) row[d] += g_[t * D_ + d];
   }
+}
+
+template <typename T>
+std::unique_ptr<KeptActs> SpanWork<T>::TakeKept(SpanPhase phase, int64_t k, int64_t i) {
+  if (kept_phase_ != phase || kept_layer_ != k || i >= static_cast<int64_t>(kept_.size()))
+    return nullptr;
+  return std::move(kept_[i]);
 }
 
 template <typename T>

@@ -123,6 +123,13 @@ class SpanWork {
   std::vector<StoredRows<T>> u_;       // K x (H + len, D)
   std::vector<StoredRows<T>> states_;  // K x (chunks, Di, N)
   std::vector<T> g_;                   // (len, D)
+  // What the last summary task kept per chunk (c - c0) for the pass after it (kernels/backend.h
+  // KeptActs): that summary's phase and layer; entries are null where nothing was kept.
+  std::vector<std::unique_ptr<KeptActs>> kept_;
+  SpanPhase kept_phase_ = SpanPhase::kForwardSummary;
+  int64_t kept_layer_ = -1;
+  // Takes chunk i's kept set if the summary `phase` of layer k left one (else null).
+  std::unique_ptr<KeptActs> TakeKept(SpanPhase phase, int64_t k, int64_t i);
   int64_t forward_done_ = 0;           // layers whose kForward ran (u^0..u^{forward_done_} kept)
   int64_t g_layer_ = -1;               // g holds dL/du^{g_layer_} (K after the head), or -1
   bool next_halo_added_ = false;       // span s + 1's part of g is in

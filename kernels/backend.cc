@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <charconv>
+#include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -80,6 +82,17 @@ namespace {
 
 template <typename T>
 class CpuBlock final : public BlockBackend<T> {
+  using Block = cpu::MambaBlockCpu<T>;
+  struct Kept final : KeptActs {
+    explicit Kept(typename Block::KeptPtr p) : set(std::move(p)) {}
+    typename Block::KeptPtr set;
+  };
+  // The set inside kept, or null (none kept, or not this backend's).
+  static typename Block::Kept* SetOf(const std::unique_ptr<KeptActs>& kept) {
+    auto* k = dynamic_cast<Kept*>(kept.get());
+    return k ? k->set.get() : nullptr;
+  }
+
  public:
   CpuBlock(const MambaConfig& config, const LayerParams<T>& params) : block_(config, params) {}
   void Forward(const T* u, cpu::ChunkRows rows, const T* h0, T* u_next, T* h_end) override {
@@ -94,6 +107,27 @@ class CpuBlock final : public BlockBackend<T> {
   void Backward(const T* u, cpu::ChunkRows rows, const T* g, const T* h0, const T* mu,
                 int64_t window, LayerParams<T>& grad, T* du, T* du_halo, T* mu_out) override {
     block_.Backward(u, rows, g, h0, mu, window, grad, du, du_halo, mu_out);
+  }
+  std::unique_ptr<KeptActs> LocalSummaryKeep(const T* u, cpu::ChunkRows rows, T* h_local,
+                                             T* S) override {
+    typename Block::KeptPtr set = block_.MakeKept(rows);
+    block_.LocalSummary(u, rows, h_local, S, set.get());
+    return set ? std::make_unique<Kept>(std::move(set)) : nullptr;
+  }
+  void ForwardKept(std::unique_ptr<KeptActs> kept, const T* u, cpu::ChunkRows rows, const T* h0,
+                   T* u_next, T* h_end) override {
+    block_.Forward(u, rows, h0, u_next, h_end, SetOf(kept));
+  }
+  std::unique_ptr<KeptActs> AdjointSummaryKeep(const T* u, cpu::ChunkRows rows, const T* g, T* m,
+                                               T* S) override {
+    typename Block::KeptPtr set = block_.MakeKept(rows);
+    block_.AdjointSummary(u, rows, g, m, S, set.get());
+    return set ? std::make_unique<Kept>(std::move(set)) : nullptr;
+  }
+  void BackwardKept(std::unique_ptr<KeptActs> kept, const T* u, cpu::ChunkRows rows, const T* g,
+                    const T* h0, const T* mu, LayerParams<T>& grad, T* du, T* du_halo,
+                    T* mu_out) override {
+    block_.Backward(u, rows, g, h0, mu, 0, grad, du, du_halo, mu_out, SetOf(kept));
   }
 
  private:

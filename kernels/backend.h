@@ -51,6 +51,13 @@ enum class Op {
 };
 std::string_view OpName(Op op);
 
+// What a chunk's summary recomputed, kept by the backend for the pass after it on the same rows
+// (BlockBackend's *Keep and *Kept calls); opaque to the engine. Dropping it hands it back.
+class KeptActs {
+ public:
+  virtual ~KeptActs() = default;
+};
+
 // One layer's block on one device. Same contracts as cpu::MambaBlockCpu (kernels/cpu/
 // mamba_block.h); every pointer is host memory. Calls need not come from one thread.
 template <typename T>
@@ -65,6 +72,32 @@ class BlockBackend {
   virtual void Backward(const T* u, cpu::ChunkRows rows, const T* g, const T* h0, const T* mu,
                         int64_t window, LayerParams<T>& grad, T* du, T* du_halo,
                         T* mu_out) = 0;
+
+  // The summaries, keeping what they recomputed for the pass after them on the same rows
+  // (LocalSummary's for Forward, AdjointSummary's, with the same g, for an exact Backward); the
+  // span schedule runs both on one owner, one phase apart (engine/span_work.h). The pass given
+  // it skips that recompute, with the same bits as without. Null: nothing kept (the backend
+  // keeps none, or the process's budget is spent: kernels/cpu/kept_pool.h); the *Kept calls
+  // take null as "recompute". These defaults keep nothing.
+  virtual std::unique_ptr<KeptActs> LocalSummaryKeep(const T* u, cpu::ChunkRows rows,
+                                                     T* h_local, T* S) {
+    LocalSummary(u, rows, h_local, S);
+    return nullptr;
+  }
+  virtual void ForwardKept(std::unique_ptr<KeptActs> /*kept*/, const T* u, cpu::ChunkRows rows,
+                           const T* h0, T* u_next, T* h_end) {
+    Forward(u, rows, h0, u_next, h_end);
+  }
+  virtual std::unique_ptr<KeptActs> AdjointSummaryKeep(const T* u, cpu::ChunkRows rows,
+                                                       const T* g, T* m, T* S) {
+    AdjointSummary(u, rows, g, m, S);
+    return nullptr;
+  }
+  virtual void BackwardKept(std::unique_ptr<KeptActs> /*kept*/, const T* u, cpu::ChunkRows rows,
+                            const T* g, const T* h0, const T* mu, LayerParams<T>& grad, T* du,
+                            T* du_halo, T* mu_out) {
+    Backward(u, rows, g, h0, mu, 0, grad, du, du_halo, mu_out);
+  }
 };
 
 // A Mamba-2 layer's chunk on a device other than the CPU, whose Mamba-2 layer is the

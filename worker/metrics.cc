@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/proc_stats.h"
+#include "kernels/cpu/kept_pool.h"
 
 namespace adjsh::worker {
 namespace {
@@ -15,7 +16,7 @@ using metrics::MetricDef;
 
 enum Index {
   kInfo, kDone, kFailed, kRejected, kTokens, kDuration, kReceived, kSent,
-  kResident, kPeak, kLimit, kGpuUsed, kGpuPeak, kBuildInfo, kCount
+  kResident, kPeak, kLimit, kKept, kGpuUsed, kGpuPeak, kBuildInfo, kCount
 };
 
 const std::vector<MetricDef>& Table() {
@@ -40,6 +41,9 @@ const std::vector<MetricDef>& Table() {
        "Peak resident set size (VmHWM)."},
       {"adjsh_worker_memory_limit_bytes", Kind::kGauge,
        "Memory the process may use: its cgroup limit, or physical memory."},
+      {"adjsh_worker_kept_activations_bytes", Kind::kGauge,
+       "Activations the span summaries keep for the pass after them, with the recycled ones "
+       "(at most --kept-mib)."},
       {"adjsh_worker_gpu_memory_used_bytes", Kind::kGauge,
        "Accelerator memory adjsh holds now: weights, workspaces (absent on the CPU)."},
       {"adjsh_worker_gpu_memory_peak_bytes", Kind::kGauge,
@@ -78,7 +82,7 @@ WorkerMetrics::WorkerMetrics(WorkerMetricsOptions options)
       }()),
       // 1 ms .. ~131 s, doubling: a task is milliseconds on a small chunk, seconds on a big one.
       duration_(metrics::ExponentialBuckets(0.001, 2, 18)) {
-  static_assert(kCount == 14, "one Index per table entry");
+  static_assert(kCount == 15, "one Index per table entry");
 }
 
 void WorkerMetrics::TaskDone(double seconds, int64_t tokens, uint64_t bytes_received,
@@ -123,6 +127,7 @@ std::vector<prometheus::MetricFamily> WorkerMetrics::Collect() const {
   add(kResident, NonNegative(ResidentBytes()));
   add(kPeak, NonNegative(PeakResidentBytes()));
   add(kLimit, static_cast<double>(metrics::MemoryLimitBytes()));
+  add(kKept, static_cast<double>(cpu::KeptBytes()));
   if (opt_.device_memory) {
     if (std::optional<DeviceMemoryUsage> gpu = opt_.device_memory()) {
       add(kGpuUsed, static_cast<double>(gpu->used_bytes));

@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
 #include "common/proc_stats.h"
+#include "kernels/cpu/kept_pool.h"
 #include "proto/span_kind.h"
 #include "worker/metrics.h"
 
@@ -153,12 +154,12 @@ void TaskRunner::LogProgress() {
   if (opt_.log_every <= 0 || done % opt_.log_every != 0) return;
   const Clock::time_point now = Clock::now();
   const double seconds = std::chrono::duration<double>(now - progress_start_).count();
-  state_.Log(1, absl::StrFormat("%d tasks done, %.2f tasks/s, spans hold %.1f MiB, RSS %.1f MiB "
-                                "(peak %.1f MiB)",
+  state_.Log(1, absl::StrFormat("%d tasks done, %.2f tasks/s, spans hold %.1f MiB, kept "
+                                "activations %.1f MiB, RSS %.1f MiB (peak %.1f MiB)",
                                 done,
                                 seconds > 0 ? static_cast<double>(progress_done_) / seconds : 0.0,
-                                MiB(store_.kept_bytes()), MiB(ResidentBytes()),
-                                MiB(PeakResidentBytes())));
+                                MiB(store_.kept_bytes()), MiB(cpu::KeptBytes()),
+                                MiB(ResidentBytes()), MiB(PeakResidentBytes())));
   progress_start_ = now;
   progress_done_ = 0;
 }

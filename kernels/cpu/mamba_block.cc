@@ -6,7 +6,9 @@
 #include <cmath>
 #include <type_traits>
 
+#include "common/check.h"
 #include "kernels/cpu/blas.h"
+#include "kernels/cpu/kept_pool.h"
 #include "kernels/cpu/math.h"
 #include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/scan_block.h"
@@ -40,6 +42,44 @@ struct MambaBlockCpu<T>::Acts {
     return in;
   }
 };
+
+// A summary's activations for the next pass on the same rows (mamba_block.h). stage says which
+// summary filled it; a pass takes it only for the rows it was made for.
+template <typename T>
+struct MambaBlockCpu<T>::Kept {
+  enum class Stage { kEmpty, kForward, kBackward };
+  Stage stage = Stage::kEmpty;
+  ChunkRows rows;
+  Acts a;
+  std::vector<T> d_o;  // kBackward: (len, Di) dL/do = g W_out
+
+  int64_t bytes() const {
+    size_t n = a.r.capacity() + a.n.capacity() + a.xz.capacity() + a.cpre.capacity() +
+               a.xc.capacity() + a.dbc.capacity() + a.dtpre.capacity() + a.dt.capacity() +
+               a.sig_c.capacity() + a.sig_dt.capacity() + d_o.capacity();
+    return static_cast<int64_t>(n * sizeof(T));
+  }
+  // Whether it holds `stage`'s activations of `r`.
+  bool Holds(Stage want, ChunkRows r) const {
+    return stage == want && rows.halo == r.halo && rows.len == r.len && rows.ahead == r.ahead;
+  }
+};
+
+template <typename T>
+void MambaBlockCpu<T>::KeptReturn::operator()(Kept* k) const {
+  if (k == nullptr) return;
+  k->stage = Kept::Stage::kEmpty;
+  KeptPool<Kept>::Get().Give(k);
+}
+
+template <typename T>
+typename MambaBlockCpu<T>::KeptPtr MambaBlockCpu<T>::MakeKept(ChunkRows rows) const {
+  // The backward's set, the larger: per row of u (r, n, x|z), per own row (cpre, x', dtpre,
+  // Delta, the two sigmoids, dL/do, d|B|C).
+  const int64_t P = rows.halo + rows.len, M = rows.len;
+  const int64_t n = P * (1 + D_ + 2 * Di_) + M * (7 * Di_ + R_ + 2 * N_);
+  return KeptPtr(KeptPool<Kept>::Get().Take(n * static_cast<int64_t>(sizeof(T))));
+}
 
 template <typename T>
 MambaBlockCpu<T>::MambaBlockCpu(const MambaConfig& config, const LayerParams<T>& params)
@@ -145,10 +185,7 @@ void MambaBlockCpu<T>::Recompute(const T* u, int64_t halo, int64_t M, Acts& a, b
   // must be the same bits with or without z (tests/kernels/mamba_block_test.cc).
   Gemm<T>(Trans::kNo, Trans::kYes, P, Di_, D_, 1, a.n.data(), D_, p_.in_proj.data(), D_, 0,
           a.xz.data(), Di2);
-  if (with_z) {
-    Gemm<T>(Trans::kNo, Trans::kYes, P, Di_, D_, 1, a.n.data(), D_,
-            p_.in_proj.data() + Di_ * D_, D_, 0, a.xz.data() + Di_, Di2);
-  }
+  if (with_z) ZHalf(a);
   // Causal depthwise conv and silu, row by row; x before the sequence is 0 (no tap).
   std::vector<const T*> xs(W_);
   for (int64_t t = 0; t < M; ++t) {
@@ -169,6 +206,13 @@ void MambaBlockCpu<T>::Recompute(const T* u, int64_t halo, int64_t M, Acts& a, b
                    keep_sigmoids ? a.sig_dt.data() + t * Di_ : nullptr);
 }
 
+template <typename T>
+void MambaBlockCpu<T>::ZHalf(Acts& a) const {
+  const int64_t P = a.halo + a.M;
+  Gemm<T>(Trans::kNo, Trans::kYes, P, Di_, D_, 1, a.n.data(), D_, p_.in_proj.data() + Di_ * D_,
+          D_, 0, a.xz.data() + Di_, 2 * Di_);
+}
+
 namespace {
 
 // The block's per-thread scratch (kernels/cpu/scratch.h).
@@ -184,20 +228,30 @@ void SumDelta(const std::vector<T>& dt, int64_t len, int64_t Di, T* S) {
 }  // namespace
 
 template <typename T>
-void MambaBlockCpu<T>::LocalSummary(const T* u, ChunkRows rows, T* h_local, T* S) const {
-  thread_local Acts a;
+void MambaBlockCpu<T>::LocalSummary(const T* u, ChunkRows rows, T* h_local, T* S,
+                                     Kept* keep) const {
+  thread_local Acts scratch;
+  Acts& a = keep ? keep->a : scratch;
   Recompute(u, rows.halo, rows.len, a, /*with_z=*/false);
   const ScanInputs<T> in = a.Scan(Di_, N_, R_, A_.data());
   ScanForward<T>(in, rows.len, nullptr, p_.Dskip.data(), h_local, nullptr);
   SumDelta(a.dt, rows.len, Di_, S);
+  if (keep) keep->stage = Kept::Stage::kForward, keep->rows = rows;
 }
 
 template <typename T>
-void MambaBlockCpu<T>::Forward(const T* u, ChunkRows rows, const T* h0, T* u_next,
-                               T* h_end) const {
-  thread_local Acts a;
+void MambaBlockCpu<T>::Forward(const T* u, ChunkRows rows, const T* h0, T* u_next, T* h_end,
+                               Kept* kept) const {
+  thread_local Acts scratch;
   const int64_t len = rows.len, Di2 = 2 * Di_;
-  Recompute(u, rows.halo, len, a);
+  if (kept) {  // LocalSummary's x half, conv, x_proj and Delta: only z is left to compute
+    ADJSH_CHECK(kept->Holds(Kept::Stage::kForward, rows), "Forward given another chunk's set");
+    ZHalf(kept->a);
+    kept->stage = Kept::Stage::kEmpty;
+  } else {
+    Recompute(u, rows.halo, len, scratch);
+  }
+  const Acts& a = kept ? kept->a : scratch;
   const ScanInputs<T> in = a.Scan(Di_, N_, R_, A_.data());
   std::vector<T>& y = ThreadScratch<T>(kY, len * Di_);
   ScanForward<T>(in, len, h0, p_.Dskip.data(), h_end, y.data());
@@ -213,18 +267,23 @@ void MambaBlockCpu<T>::Forward(const T* u, ChunkRows rows, const T* h0, T* u_nex
 }
 
 template <typename T>
-void MambaBlockCpu<T>::AdjointSummary(const T* u, ChunkRows rows, const T* g, T* m, T* S) const {
-  thread_local Acts a;
+void MambaBlockCpu<T>::AdjointSummary(const T* u, ChunkRows rows, const T* g, T* m, T* S,
+                                       Kept* keep) const {
+  thread_local Acts scratch;
+  Acts& a = keep ? keep->a : scratch;
   const int64_t len = rows.len, Di2 = 2 * Di_;
-  Recompute(u, rows.halo, len, a);
-  // ybar = (g W_out) . silu(z)   (len, Di)
+  // Kept for Backward: with its sigmoids (the same x' and Delta bits as without: math.h).
+  Recompute(u, rows.halo, len, a, /*with_z=*/true, /*keep_sigmoids=*/keep != nullptr);
+  // ybar = (g W_out) . silu(z)   (len, Di); g W_out kept as Backward's dL/do.
   std::vector<T>& ybar = ThreadScratch<T>(kYbar, len * Di_);
-  Gemm<T>(Trans::kNo, Trans::kNo, len, Di_, D_, 1, g, D_, p_.out_proj.data(), Di_, 0, ybar.data(),
-          Di_);
+  T* d_o = ybar.data();
+  if (keep) keep->d_o.resize(len * Di_), d_o = keep->d_o.data();
+  Gemm<T>(Trans::kNo, Trans::kNo, len, Di_, D_, 1, g, D_, p_.out_proj.data(), Di_, 0, d_o, Di_);
   for (int64_t t = 0; t < len; ++t) {
     const T* z = a.xz.data() + (rows.halo + t) * Di2 + Di_;
-    for (int64_t i = 0; i < Di_; ++i) ybar[t * Di_ + i] *= Silu(z[i]);
+    for (int64_t i = 0; i < Di_; ++i) ybar[t * Di_ + i] = d_o[t * Di_ + i] * Silu(z[i]);
   }
+  if (keep) keep->stage = Kept::Stage::kBackward, keep->rows = rows;
   const ScanInputs<T> in = a.Scan(Di_, N_, R_, A_.data());
   ScanAdjointSummary<T>(in, len, ybar.data(), m);
   SumDelta(a.dt, len, Di_, S);
@@ -233,20 +292,27 @@ void MambaBlockCpu<T>::AdjointSummary(const T* u, ChunkRows rows, const T* g, T*
 template <typename T>
 void MambaBlockCpu<T>::Backward(const T* u, ChunkRows rows, const T* g, const T* h0, const T* mu,
                                 int64_t window, LayerParams<T>& grad, T* du, T* du_halo,
-                                T* mu_out) const {
+                                T* mu_out, Kept* kept) const {
   const int64_t halo = rows.halo, len = rows.len, M = len + rows.ahead;
   const int64_t Di2 = 2 * Di_, Q = R_ + 2 * N_, P = halo + len;
-  thread_local Acts a;
-  Recompute(u, halo, M, a, /*with_z=*/true, /*keep_sigmoids=*/true);
+  thread_local Acts scratch;
 
   // dL/do = g W_out and ybar = dL/do . silu(z), for all M rows (the lookahead needs ybar);
   // sig = sigmoid(z) kept for the gate's backward below (silu(z) = z sig, silu'(z) =
   // SiluGradGivenSigmoid(z, sig) of math.h: one exp instead of three).
-  std::vector<T>& d_o = ThreadScratch<T>(kDo, M * Di_);
+  std::vector<T>& d_o = kept ? kept->d_o : ThreadScratch<T>(kDo, M * Di_);
+  if (kept) {  // AdjointSummary's recompute and dL/do
+    ADJSH_CHECK(window == 0 && kept->Holds(Kept::Stage::kBackward, rows),
+                "Backward given another chunk's set, or a truncated window");
+    kept->stage = Kept::Stage::kEmpty;
+  } else {
+    Recompute(u, halo, M, scratch, /*with_z=*/true, /*keep_sigmoids=*/true);
+    Gemm<T>(Trans::kNo, Trans::kNo, M, Di_, D_, 1, g, D_, p_.out_proj.data(), Di_, 0, d_o.data(),
+            Di_);
+  }
+  const Acts& a = kept ? kept->a : scratch;
   std::vector<T>& ybar = ThreadScratch<T>(kYbar, M * Di_);
   std::vector<T>& sig = ThreadScratch<T>(kSigZ, M * Di_);
-  Gemm<T>(Trans::kNo, Trans::kNo, M, Di_, D_, 1, g, D_, p_.out_proj.data(), Di_, 0, d_o.data(),
-          Di_);
   for (int64_t t = 0; t < M; ++t) {
     const T* z = a.xz.data() + (halo + t) * Di2 + Di_;
     T* s = sig.data() + t * Di_;

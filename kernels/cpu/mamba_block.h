@@ -9,6 +9,7 @@
 #define ADJSH_KERNELS_CPU_MAMBA_BLOCK_H_
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "common/config.h"
@@ -23,22 +24,39 @@ struct ChunkRows {
 template <typename T>
 class MambaBlockCpu {
  public:
+  // What a chunk's summary recomputed, kept for the pass after it on the same rows (the span
+  // schedule runs both on one owner, one phase apart: engine/span_work.h): LocalSummary's for
+  // Forward, AdjointSummary's for an exact Backward. A pass given one skips that recompute and
+  // returns the same bits as without it (the same calls on the same rows made them). They come
+  // from the process's pool under its budget (kernels/cpu/kept_pool.h); dropping one hands it
+  // back. MakeKept: an empty one, or null when the budget is spent (then recompute).
+  struct Kept;
+  struct KeptReturn {
+    void operator()(Kept* k) const;
+  };
+  using KeptPtr = std::unique_ptr<Kept, KeptReturn>;
+  KeptPtr MakeKept(ChunkRows rows) const;
+
   MambaBlockCpu(const MambaConfig& config, const LayerParams<T>& params);
 
   // Forward pass one (two-pass forward): the scan from a zero state. h_local (Di, N) is the
   // chunk's state contribution, S (Di) = sum_t Delta_t, so that P_c = exp(A S) and
   // h_end(c) = P_c . h_end(c - 1) + h_local(c). The scan needs no gate, so only the x half of
   // in_proj is computed (the same x bits as the full product: tests/kernels/mamba_block_test.cc).
-  void LocalSummary(const T* u, ChunkRows rows, T* h_local, T* S) const;
+  // keep, if non-null (from MakeKept(rows)), receives the activations Forward reads.
+  void LocalSummary(const T* u, ChunkRows rows, T* h_local, T* S, Kept* keep = nullptr) const;
 
   // Forward from the true initial state h0 (Di, N): u_next (len, D) = u + out_proj(...), and the
-  // final state h_end (Di, N).
-  void Forward(const T* u, ChunkRows rows, const T* h0, T* u_next, T* h_end) const;
+  // final state h_end (Di, N). kept: null, or what LocalSummary kept of these rows (consumed).
+  void Forward(const T* u, ChunkRows rows, const T* h0, T* u_next, T* h_end,
+               Kept* kept = nullptr) const;
 
   // Backward pass one (exact scheme): with g = dL/du_next (len, D), the local adjoint summary
   // m (Di, N) = a_first . lambda_local_first and S (Di) as above; the engine then combines
   // mu_{c-1} = m_c + exp(A S_c) . mu_c.
-  void AdjointSummary(const T* u, ChunkRows rows, const T* g, T* m, T* S) const;
+  // keep: as LocalSummary's, receiving what an exact Backward of these rows reads.
+  void AdjointSummary(const T* u, ChunkRows rows, const T* g, T* m, T* S,
+                      Kept* keep = nullptr) const;
 
   // Backward pass two: the chunk's VJPs. g = dL/du_next (len + ahead, D); h0 (Di, N) the state
   // before the chunk; mu (Di, N) the adjoint flowing in from later chunks (exact: window == 0;
@@ -46,8 +64,10 @@ class MambaBlockCpu {
   // grad (this layer's parameters) is accumulated; du (len, D) = g + dL/du through the block;
   // du_halo (halo, D) is this chunk's contribution to the previous rows' dL/du; mu_out (Di, N),
   // if non-null (exact only), the adjoint a_first . lambda_first flowing into the previous chunk.
+  // kept: null, or what AdjointSummary kept of these rows with this g (exact only; consumed).
   void Backward(const T* u, ChunkRows rows, const T* g, const T* h0, const T* mu, int64_t window,
-                LayerParams<T>& grad, T* du, T* du_halo, T* mu_out = nullptr) const;
+                LayerParams<T>& grad, T* du, T* du_halo, T* mu_out = nullptr,
+                Kept* kept = nullptr) const;
 
   const std::vector<T>& A() const { return A_; }  // (Di, N) = -exp(A_log)
 
@@ -57,6 +77,7 @@ class MambaBlockCpu {
   // keep_sigmoids: also the sigmoids the backward's chain rule reads (Acts).
   void Recompute(const T* u, int64_t halo, int64_t M, Acts& acts, bool with_z = true,
                  bool keep_sigmoids = false) const;
+  void ZHalf(Acts& acts) const;  // z, the gate half of in_proj, from acts.n
 
   const MambaConfig& cfg_;
   const LayerParams<T>& p_;

@@ -382,6 +382,8 @@ def run_cases(r, work):
         ("--threads -1", ["--threads", "-1"], "--threads"),
         ("--dtype f16", ["--dtype", "f16"], "--dtype"),
         ("--storage f16", ["--storage", "f16"], "--storage"),
+        ("--kept-mib -1", ["--kept-mib", "-1"], "--kept-mib"),
+        ("non-integer --kept-mib", ["--kept-mib", "1G"], "--kept-mib"),
         ("--quiet=maybe", ["--quiet=maybe"], "--quiet"),
         ("--cotangent top", ["--cotangent", "top"], "--cotangent"),
         ("--cotangent top-of-stack --workers 1", ["--cotangent", "top-of-stack", "--workers", "1"],
@@ -530,6 +532,20 @@ def run_cases(r, work):
         for name in ta:
             check(ta[name] == tb[name], "%s differs between .u32 and .u16 tokens" % name)
     r.case("grad/.u16 and .u32 of the same ids give identical output", u16_equals_u32)
+
+    # Kept activations are a memo: the same bytes with none kept, a few, or all (f32, 3 spans).
+    def kept_is_bitwise():
+        outs = []
+        for mib in ("0", "1", "256"):
+            o = fresh_out()
+            r.expect(grad_base + ["--out", o, "--chunk", "4", "--spans", "3", "--threads", "2",
+                                  "--kept-mib", mib, "--quiet"], 0)
+            h, _, d = st_read(o)
+            outs.append(st_tensor_bytes(h, d))
+        for name in outs[0]:
+            check(outs[1][name] == outs[0][name] and outs[2][name] == outs[0][name],
+                  "%s differs with --kept-mib" % name)
+    r.case("grad/--kept-mib 0, 1 and 256 give identical output", kept_is_bitwise)
 
     # --- gradients must not depend on --chunk / --threads (f64) ---------------------------------
     def rel_diff(a, b):

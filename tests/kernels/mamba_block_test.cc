@@ -1,6 +1,8 @@
 // The CPU Mamba block's chunk summaries against its full forward, bit for bit: LocalSummary
 // (kernels/cpu/mamba_block.h) computes only the x half of in_proj, which must give the same x,
 // so its h_local is the end state of Forward from a zero state, and its S the sum of Delta.
+// And the sets a summary keeps for the pass after it: that pass gives the bits it gives without
+// them, and the pool hands none out past its budget (kernels/cpu/kept_pool.h).
 #include "kernels/cpu/mamba_block.h"
 
 #include <gtest/gtest.h>
@@ -10,6 +12,7 @@
 #include <vector>
 
 #include "common/model.h"
+#include "kernels/cpu/kept_pool.h"
 #include "tests/kernels/test_util.h"
 
 namespace adjsh::cpu {
@@ -35,6 +38,120 @@ TEST(MambaBlockCpuTest, LocalSummaryIsTheForwardFromAZeroState) {
   CheckSummaryIsForwardFromZero<float>(64, 16, 256);  // the engine's usual shapes
   CheckSummaryIsForwardFromZero<float>(10, 5, 37);    // channels past the last block of 8
   CheckSummaryIsForwardFromZero<double>(24, 16, 100);
+}
+
+template <typename T>
+bool Same(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+
+// Forward and Backward given the set their summary kept, against both recomputing.
+template <typename T>
+void CheckKeptSetsGiveTheSameBits(int64_t D, int64_t N, int64_t halo, int64_t len) {
+  const MambaConfig c = testing::SmallConfig(1, D, N);
+  const ModelParams<T> params = InitParams<T>(c, 7);
+  const MambaBlockCpu<T> block(c, params.layers[0]);
+  const int64_t Di = c.inner();
+  const ChunkRows rows{halo, len, 0};
+  std::mt19937_64 rng(11);
+  std::normal_distribution<double> nd(0, 1);
+  auto random = [&](int64_t n) {
+    std::vector<T> v(n);
+    for (auto& e : v) e = T(nd(rng));
+    return v;
+  };
+  const std::vector<T> u = random((halo + len) * D), h0 = random(Di * N), mu = random(Di * N),
+                       g = random(len * D);
+  // The forward: LocalSummary keeps, Forward from the kept set and from scratch.
+  std::vector<T> hl1(Di * N), S1(Di), hl2(Di * N), S2(Di);
+  typename MambaBlockCpu<T>::KeptPtr kept = block.MakeKept(rows);
+  ASSERT_NE(kept, nullptr);
+  block.LocalSummary(u.data(), rows, hl1.data(), S1.data(), kept.get());
+  block.LocalSummary(u.data(), rows, hl2.data(), S2.data());
+  EXPECT_TRUE(Same(hl1, hl2) && Same(S1, S2));
+  std::vector<T> y1(len * D), e1(Di * N), y2(len * D), e2(Di * N);
+  block.Forward(u.data(), rows, h0.data(), y1.data(), e1.data(), kept.get());
+  block.Forward(u.data(), rows, h0.data(), y2.data(), e2.data());
+  EXPECT_TRUE(Same(y1, y2)) << "u_next";
+  EXPECT_TRUE(Same(e1, e2)) << "h_end";
+  // The backward: AdjointSummary keeps (into the same set, reused), Backward from it.
+  std::vector<T> m1(Di * N), m2(Di * N);
+  block.AdjointSummary(u.data(), rows, g.data(), m1.data(), S1.data(), kept.get());
+  block.AdjointSummary(u.data(), rows, g.data(), m2.data(), S2.data());
+  EXPECT_TRUE(Same(m1, m2) && Same(S1, S2)) << "adjoint summary";
+  LayerParams<T> g1 = ZeroLayer<T>(c), g2 = ZeroLayer<T>(c);
+  std::vector<T> du1(len * D), dh1(halo * D), mo1(Di * N), du2(len * D), dh2(halo * D),
+      mo2(Di * N);
+  block.Backward(u.data(), rows, g.data(), h0.data(), mu.data(), 0, g1, du1.data(), dh1.data(),
+                 mo1.data(), kept.get());
+  block.Backward(u.data(), rows, g.data(), h0.data(), mu.data(), 0, g2, du2.data(), dh2.data(),
+                 mo2.data());
+  EXPECT_TRUE(Same(du1, du2)) << "du";
+  EXPECT_TRUE(Same(dh1, dh2)) << "du_halo";
+  EXPECT_TRUE(Same(mo1, mo2)) << "mu_out";
+  const std::vector<std::vector<T>*> a = {&g1.in_proj, &g1.conv_w, &g1.conv_b, &g1.x_proj,
+                                          &g1.dt_w, &g1.dt_b, &g1.A_log, &g1.Dskip,
+                                          &g1.out_proj, &g1.norm};
+  const std::vector<std::vector<T>*> b = {&g2.in_proj, &g2.conv_w, &g2.conv_b, &g2.x_proj,
+                                          &g2.dt_w, &g2.dt_b, &g2.A_log, &g2.Dskip,
+                                          &g2.out_proj, &g2.norm};
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(Same(*a[i], *b[i])) << "grad tensor " << i;
+}
+
+TEST(MambaBlockCpuTest, KeptSetsGiveTheSameBits) {
+  CheckKeptSetsGiveTheSameBits<float>(64, 16, 3, 256);
+  CheckKeptSetsGiveTheSameBits<float>(10, 5, 0, 37);  // the sequence's first chunk: no halo
+  CheckKeptSetsGiveTheSameBits<double>(24, 16, 3, 100);
+}
+
+// A set is made for one summary and one chunk: the other pass, or other rows, are refused.
+TEST(MambaBlockCpuDeathTest, AKeptSetOfOtherRowsIsRefused) {
+  const MambaConfig c = testing::SmallConfig(1, 16, 4);
+  const ModelParams<float> params = InitParams<float>(c, 7);
+  const MambaBlockCpu<float> block(c, params.layers[0]);
+  const int64_t Di = c.inner(), N = 4;
+  std::vector<float> u(20 * 16, 0.5f), h(Di * N), S(Di), out(20 * 16), h0(Di * N, 0.0f);
+  MambaBlockCpu<float>::KeptPtr kept = block.MakeKept({3, 17, 0});
+  ASSERT_NE(kept, nullptr);
+  block.LocalSummary(u.data(), {3, 17, 0}, h.data(), S.data(), kept.get());
+  EXPECT_DEATH(block.Forward(u.data(), {3, 16, 0}, h0.data(), out.data(), h.data(), kept.get()),
+               "another chunk");
+}
+
+// The pool: sets within the budget only, handed back sets taken again, a lowered budget frees
+// what the free list holds above it.
+TEST(KeptPoolTest, SetsStayWithinTheBudgetAndAreReused) {
+  const MambaConfig c = testing::SmallConfig(1, 64, 16);
+  const ModelParams<float> params = InitParams<float>(c, 7);
+  const MambaBlockCpu<float> block(c, params.layers[0]);
+  const ChunkRows rows{3, 256, 0};
+  const int64_t before = KeptBudget();
+  SetKeptBudget(0);
+  EXPECT_EQ(block.MakeKept(rows), nullptr);
+  EXPECT_EQ(KeptBytes(), 0);
+  SetKeptBudget(int64_t{8} << 20);  // a set of these rows is about 1.3 MB: six fit
+  std::vector<MambaBlockCpu<float>::KeptPtr> sets;
+  const int64_t D = 64, Di = c.inner(), N = 16;
+  std::vector<float> u((3 + 256) * D, 0.25f), g(256 * D, 0.5f), m(Di * N), S(Di);
+  for (int i = 0; i < 20; ++i) {
+    if (auto k = block.MakeKept(rows)) {
+      block.AdjointSummary(u.data(), rows, g.data(), m.data(), S.data(), k.get());  // fills it
+      sets.push_back(std::move(k));
+    }
+  }
+  EXPECT_GE(sets.size(), 5u);
+  EXPECT_LT(sets.size(), 20u);
+  EXPECT_LE(KeptBytes(), KeptBudget());
+  const MambaBlockCpu<float>::Kept* first = sets.front().get();
+  sets.erase(sets.begin());  // handed back
+  MambaBlockCpu<float>::KeptPtr again = block.MakeKept(rows);
+  EXPECT_EQ(again.get(), first);  // from the free list, not a new one
+  again.reset();
+  sets.clear();
+  EXPECT_GT(KeptBytes(), 0);  // on the free list, still counted
+  SetKeptBudget(0);
+  EXPECT_EQ(KeptBytes(), 0);  // all freed
+  SetKeptBudget(before);
 }
 
 }  // namespace

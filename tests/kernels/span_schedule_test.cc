@@ -11,6 +11,7 @@
 #include "engine/span_ledger.h"
 #include "engine/span_plan.h"
 #include "engine/span_work.h"
+#include "kernels/cpu/kept_pool.h"
 #include "tests/kernels/test_util.h"
 
 namespace adjsh {
@@ -97,6 +98,42 @@ TEST(SpanScheduleTest, ThreadsDoNotChangeTheBits) {
         ExpectSameRun(one, ComputeGradient<float>(params, tokens, opt).value());
       }
     }
+}
+
+// The activations a span's summaries keep for the pass after them (kernels/cpu/kept_pool.h)
+// change no bit: every set kept, some (a budget of a few sets), or none.
+TEST(SpanScheduleTest, KeptActivationsDoNotChangeTheBits) {
+  const MambaConfig config = testing::SmallConfig(3, 16, 8, 4, 3, 31);
+  const ModelParams<float> params = InitParams<float>(config, 11);
+  const std::vector<uint32_t> tokens = testing::RandomTokens(700, config.vocab_size, 12);
+  const int64_t before = cpu::KeptBudget();
+  for (Storage storage : {Storage::kCompute, Storage::kBF16})
+    for (int64_t spans : {3, 7}) {
+      GradOptions opt;
+      opt.chunk = 50;
+      opt.spans = spans;
+      opt.storage = storage;
+      opt.threads = 2;
+      cpu::SetKeptBudget(0);
+      const int64_t given = cpu::KeptTakeCounts().given;
+      const GradResult<float> none = ComputeGradient<float>(params, tokens, opt).value();
+      EXPECT_EQ(cpu::KeptTakeCounts().given, given);
+      for (int64_t budget : {int64_t{160} << 10, int64_t{256} << 20}) {
+        cpu::SetKeptBudget(budget);
+        const cpu::KeptTakes was = cpu::KeptTakeCounts();
+        ExpectSameRun(none, ComputeGradient<float>(params, tokens, opt).value());
+        const cpu::KeptTakes now = cpu::KeptTakeCounts();
+        EXPECT_GT(now.given, was.given) << "nothing was kept";
+        if (budget < (int64_t{1} << 20)) {
+          EXPECT_GT(now.refused, was.refused) << "all was kept";
+        }
+        opt.forward_only = true;  // the forward's sets alone
+        const GradResult<float> fwd = ComputeGradient<float>(params, tokens, opt).value();
+        EXPECT_EQ(std::memcmp(&fwd.loss, &none.loss, sizeof(double)), 0);
+        opt.forward_only = false;
+      }
+    }
+  cpu::SetKeptBudget(before);
 }
 
 // A forward-only step (evaluation) is the full step's forward: its loss, targets and correct

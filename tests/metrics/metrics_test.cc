@@ -30,6 +30,7 @@
 #include "coordinator/task_service.h"
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
+#include "kernels/cpu/kept_pool.h"
 #include "tests/common/test_util.h"
 #include "worker/metrics.h"
 
@@ -78,8 +79,16 @@ void ExpectConventional(const std::map<std::string, prometheus::MetricFamily>& f
   }
 }
 
+// A pooled set for the kept-activations gauge (kernels/cpu/kept_pool.h).
+struct KeptBlob {
+  std::vector<char> v;
+  int64_t bytes() const { return static_cast<int64_t>(v.capacity()); }
+};
+
 TEST(WorkerMetricsTest, ExportsItsTableAndCountsTasks) {
   worker::WorkerMetrics m({.device = "cpu", .name = "w0", .device_memory = {}});
+  KeptBlob* kept = cpu::KeptPool<KeptBlob>::Get().Take(12345);  // counted while held
+  ASSERT_NE(kept, nullptr);
   m.TaskDone(0.5, 256, 1000, 2000, /*accepted=*/false);
   m.TaskDone(0.003, 64, 10, 20, /*accepted=*/true);
   m.TaskFailed(7);
@@ -114,6 +123,9 @@ TEST(WorkerMetricsTest, ExportsItsTableAndCountsTasks) {
   EXPECT_NEAR(rss / static_cast<double>(ResidentBytes()), 1.0, 0.1);
   EXPECT_GE(value("adjsh_worker_peak_resident_memory_bytes"), rss * 0.9);
   EXPECT_GT(value("adjsh_worker_memory_limit_bytes"), rss);
+  EXPECT_EQ(value("adjsh_worker_kept_activations_bytes"), cpu::KeptBytes());
+  EXPECT_GE(value("adjsh_worker_kept_activations_bytes"), 12345);
+  cpu::KeptPool<KeptBlob>::Get().Give(kept);
 }
 
 TEST(WorkerMetricsTest, GpuGaugesComeFromTheProbeOnly) {

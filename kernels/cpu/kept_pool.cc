@@ -1,0 +1,75 @@
+#include "kernels/cpu/kept_pool.h"
+
+#include <algorithm>
+
+namespace adjsh::cpu {
+namespace {
+
+struct State {
+  int64_t budget = kDefaultKeptBudget;
+  int64_t count = 0, peak = 0;
+  KeptTakes takes;
+  std::vector<void (*)()> trims;
+};
+
+State& S() {
+  static State* s = new State;  // never destroyed, as the pools
+  return *s;
+}
+
+}  // namespace
+
+namespace kept_internal {
+
+std::mutex& Mutex() {
+  static std::mutex* m = new std::mutex;
+  return *m;
+}
+
+bool Charge(int64_t delta) {
+  State& s = S();
+  if (delta > 0 && s.count + delta > s.budget) return false;
+  s.count += delta;
+  s.peak = std::max(s.peak, s.count);
+  return true;
+}
+
+void CountTake(bool given) { ++(given ? S().takes.given : S().takes.refused); }
+
+bool OverBudget() { return S().count > S().budget; }
+
+void OnBudgetLowered(void (*trim)()) {
+  // Called from a pool's first Get, which may hold no lock yet.
+  std::lock_guard<std::mutex> lock(Mutex());
+  S().trims.push_back(trim);
+}
+
+}  // namespace kept_internal
+
+void SetKeptBudget(int64_t bytes) {
+  std::lock_guard<std::mutex> lock(kept_internal::Mutex());
+  S().budget = std::max<int64_t>(bytes, 0);
+  for (void (*trim)() : S().trims) trim();
+}
+
+int64_t KeptBudget() {
+  std::lock_guard<std::mutex> lock(kept_internal::Mutex());
+  return S().budget;
+}
+
+int64_t KeptBytes() {
+  std::lock_guard<std::mutex> lock(kept_internal::Mutex());
+  return S().count;
+}
+
+int64_t KeptPeakBytes() {
+  std::lock_guard<std::mutex> lock(kept_internal::Mutex());
+  return S().peak;
+}
+
+KeptTakes KeptTakeCounts() {
+  std::lock_guard<std::mutex> lock(kept_internal::Mutex());
+  return S().takes;
+}
+
+}  // namespace adjsh::cpu

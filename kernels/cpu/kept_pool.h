@@ -1,0 +1,119 @@
+// The process's store of kept activations: what a chunk's summary recomputed and leaves for
+// the pass after it on the same rows (kernels/cpu/mamba_block.h "Kept"), so that pass skips
+// the recompute. They are a memo, never needed: whatever is not kept is recomputed, to the same
+// bits. Two things make keeping them cheap and bounded:
+//   - a byte budget for the whole process (SetKeptBudget; every pool counts against it), so
+//     that keeping never raises peak memory by more than the budget, however long the sequence;
+//   - recycling: a set handed back goes to a free list and is taken again with its buffers'
+//     capacity (a fresh set per chunk would cost page faults on every buffer).
+// The memory of sets on the free lists stays counted (and held) until the budget is lowered.
+//
+//   Obj* o = KeptPool<Obj>::Get().Take(estimate_bytes);  // null: over budget
+//   ... fill *o, later read it; KeptPool<Obj>::Get().Give(o) hands it back (a unique_ptr's
+//   deleter, as kernels/cpu/mamba_block.h's KeptPtr, does that).
+// Obj: default-constructible, with `int64_t bytes() const` (what its buffers hold).
+#ifndef ADJSH_KERNELS_CPU_KEPT_POOL_H_
+#define ADJSH_KERNELS_CPU_KEPT_POOL_H_
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+namespace adjsh::cpu {
+
+// The budget in bytes for all kept sets of the process; 0 keeps nothing. Default:
+// kDefaultKeptBudget. Lowering it frees what the free lists hold above the new budget.
+constexpr int64_t kDefaultKeptBudget = int64_t{256} << 20;
+void SetKeptBudget(int64_t bytes);
+int64_t KeptBudget();
+// Bytes counted now (sets in use and on free lists), and the most ever counted.
+int64_t KeptBytes();
+int64_t KeptPeakBytes();
+// Takes since the process started: sets handed out, and takes refused for the budget (the
+// share kept is what the benchmarks' executed flops count: bench/flops.h).
+struct KeptTakes {
+  int64_t given = 0, refused = 0;
+};
+KeptTakes KeptTakeCounts();
+
+namespace kept_internal {
+// The process's count, shared by the pools of every Obj type (one mutex guards all of it).
+std::mutex& Mutex();
+// Adds delta to the count if the result stays within the budget (always for delta <= 0).
+bool Charge(int64_t delta);
+void CountTake(bool given);
+bool OverBudget();
+// Registers a function that frees free-list sets until the count is within the budget.
+void OnBudgetLowered(void (*trim)());
+}  // namespace kept_internal
+
+template <typename Obj>
+class KeptPool {
+ public:
+  static KeptPool& Get() {
+    static KeptPool* pool = [] {
+      auto* p = new KeptPool;  // never destroyed: sets may be handed back at exit
+      kept_internal::OnBudgetLowered(&KeptPool::Trim);
+      return p;
+    }();
+    return *pool;
+  }
+
+  // A set from the free list, or a new one when `estimate` more bytes fit in the budget; null
+  // when neither (the caller recomputes instead of keeping).
+  Obj* Take(int64_t estimate) {
+    std::lock_guard<std::mutex> lock(kept_internal::Mutex());
+    if (!free_.empty()) {
+      Entry e = std::move(free_.back());
+      free_.pop_back();
+      counted_[e.obj.get()] = e.counted;
+      kept_internal::CountTake(true);
+      return e.obj.release();
+    }
+    const bool fits = kept_internal::Charge(estimate);
+    kept_internal::CountTake(fits);
+    if (!fits) return nullptr;
+    Obj* o = new Obj;
+    counted_[o] = estimate;
+    return o;
+  }
+
+  // Back to the free list, its count corrected to what its buffers hold now; freed instead
+  // when that growth does not fit the budget.
+  void Give(Obj* o) {
+    if (o == nullptr) return;
+    std::unique_ptr<Obj> owned(o);
+    std::lock_guard<std::mutex> lock(kept_internal::Mutex());
+    auto it = counted_.find(o);
+    const int64_t before = it->second, now = owned->bytes();
+    counted_.erase(it);
+    if (!kept_internal::Charge(now - before)) {
+      kept_internal::Charge(-before);
+      return;  // owned frees it
+    }
+    free_.push_back({std::move(owned), now});
+  }
+
+ private:
+  struct Entry {
+    std::unique_ptr<Obj> obj;
+    int64_t counted = 0;  // bytes charged for it
+  };
+
+  static void Trim() {  // called with the mutex held
+    KeptPool& p = Get();
+    while (!p.free_.empty() && kept_internal::OverBudget()) {
+      kept_internal::Charge(-p.free_.back().counted);
+      p.free_.pop_back();
+    }
+  }
+
+  std::vector<Entry> free_;
+  std::unordered_map<const Obj*, int64_t> counted_;  // sets in use: bytes charged
+};
+
+}  // namespace adjsh::cpu
+
+#endif  // ADJSH_KERNELS_CPU_KEPT_POOL_H_
