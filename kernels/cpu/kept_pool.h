@@ -15,6 +15,7 @@
 #ifndef ADJSH_KERNELS_CPU_KEPT_POOL_H_
 #define ADJSH_KERNELS_CPU_KEPT_POOL_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -61,15 +62,19 @@ class KeptPool {
     return *pool;
   }
 
-  // A set from the free list, or a new one when `estimate` more bytes fit in the budget; null
-  // when neither (the caller recomputes instead of keeping).
+  // A set from the free list, or a new one, counted as at least `estimate` bytes (what the
+  // caller may grow it to) while in use; null when that does not fit in the budget (the caller
+  // recomputes instead of keeping).
   Obj* Take(int64_t estimate) {
     std::lock_guard<std::mutex> lock(kept_internal::Mutex());
     if (!free_.empty()) {
+      const int64_t grow = std::max<int64_t>(estimate - free_.back().counted, 0);
+      const bool fits = kept_internal::Charge(grow);
+      kept_internal::CountTake(fits);
+      if (!fits) return nullptr;
       Entry e = std::move(free_.back());
       free_.pop_back();
-      counted_[e.obj.get()] = e.counted;
-      kept_internal::CountTake(true);
+      counted_[e.obj.get()] = e.counted + grow;
       return e.obj.release();
     }
     const bool fits = kept_internal::Charge(estimate);

@@ -154,5 +154,34 @@ TEST(KeptPoolTest, SetsStayWithinTheBudgetAndAreReused) {
   SetKeptBudget(before);
 }
 
+// A recycled set is counted as what it may grow to while in use, not as what it held: the count
+// never passes the budget.
+struct Blob {
+  std::vector<char> v;
+  int64_t bytes() const { return static_cast<int64_t>(v.capacity()); }
+};
+
+TEST(KeptPoolTest, ARecycledSetIsCountedAsWhatItMayGrowTo) {
+  const int64_t before = KeptBudget();
+  SetKeptBudget(0);
+  SetKeptBudget(1000);
+  KeptPool<Blob>& pool = KeptPool<Blob>::Get();
+  Blob* a = pool.Take(400);
+  ASSERT_NE(a, nullptr);
+  a->v.reserve(400);
+  pool.Give(a);
+  EXPECT_EQ(KeptBytes(), 400);
+  Blob* b = pool.Take(900);  // the same set, to grow to 900
+  ASSERT_EQ(b, a);
+  EXPECT_EQ(KeptBytes(), 900);
+  EXPECT_EQ(pool.Take(200), nullptr);  // 1100 would pass the budget
+  b->v.reserve(900);
+  const int64_t held = b->bytes();
+  pool.Give(b);
+  EXPECT_EQ(KeptBytes(), held);
+  EXPECT_LE(KeptBytes(), 1000);
+  SetKeptBudget(before);
+}
+
 }  // namespace
 }  // namespace adjsh::cpu
