@@ -20,30 +20,35 @@ namespace adjsh::cpu::blocked {
 
 // Per-thread work arrays of vectors (slot: which array), grown, never shrunk. Slots 0 and 1:
 // a backward block's a_t and h_t rows; 2 to 7: a block's Buf arrays when N is known only at run
-// time; 8: the backward's row sums carried from one sweep over the states to the next.
+// time; 8: the backward's row sums carried from one sweep over the states to the next; 9: the
+// block's columns of its (rows, Di) inputs, packed (PackColumns).
 template <class VT>
 VT* Work(int slot, int64_t n) {
-  thread_local std::vector<VT> slots[9];
+  thread_local std::vector<VT> slots[10];
   std::vector<VT>& v = slots[slot];
   if (static_cast<int64_t>(v.size()) < n) v.resize(n);
   return v.data();
 }
 
-// Rows of Delta, x' and ybar are Di apart, so a block's walk over its rows reads a new cache
-// line per row and array; a token's work is longer than the out-of-order window, so without a
-// prefetch each row's load misses in full (a tenth of the backward's time, in a profile).
-// Prefetches the block's part of row t of each non-null array, kAhead rows before its use.
-inline constexpr int64_t kAhead = 8;
-// Always inlined: GCC's pure-const analysis finds a function of prefetches alone free of side
-// effects and deletes its calls.
-template <typename T>
-__attribute__((always_inline)) inline void PrefetchRow(int64_t t, int64_t rows, int64_t Di,
-                                                       int64_t i0, const T* a, const T* b,
-                                                       const T* c = nullptr) {
-  if (t < 0 || t >= rows) return;
-  __builtin_prefetch(a + t * Di + i0);
-  __builtin_prefetch(b + t * Di + i0);
-  if (c) __builtin_prefetch(c + t * Di + i0);
+// Rows of Delta, x' and ybar are Di apart (2 KiB at Di = 512), so a block's walk over its rows
+// reads a new cache line per row and array, and those lines fall in the same few L1 sets: with
+// a prefetch a few rows ahead the prefetched lines still evicted one another, and the loads of a
+// row's Delta and x' took half of the forward scan's time inside a gradient (perf annotate,
+// docs/BENCHMARKS.md). So each block first copies its V columns of the arrays it reads, row by
+// row, into one contiguous (rows, k) array of vectors: the copy's loads are independent of one
+// another (the memory system overlaps their misses), and the scan then walks that array in
+// order, forward or in reverse. The values are the same, so are the bits.
+template <class VT>
+const VT* PackColumns(int64_t rows, int64_t Di, int64_t i0, const typename VT::Scalar* p0,
+                      const typename VT::Scalar* p1, const typename VT::Scalar* p2 = nullptr) {
+  const int k = p2 ? 3 : 2;
+  VT* dst = Work<VT>(9, k * rows);
+  for (int64_t t = 0; t < rows; ++t, dst += k) {
+    dst[0] = VT::Load(p0 + t * Di + i0);
+    dst[1] = VT::Load(p1 + t * Di + i0);
+    if (p2) dst[2] = VT::Load(p2 + t * Di + i0);
+  }
+  return dst - k * rows;
 }
 
 // A block's per-state vectors, (N): on the stack when N is known at compile time (kN > 0), so
@@ -124,9 +129,9 @@ void ForwardBlock(const ScanInputs<typename VT::Scalar>& in, int64_t i0, int64_t
     h[n] = h0 ? Gather<VT>(h0 + i0 * N + n, N) : VT::Set(T(0));
   }
   const VT dskip = VT::Load(d_skip + i0);
+  const VT* cols = PackColumns<VT>(rows, Di, i0, in.dt, in.xc);  // (rows, 2): Delta, x'
   for (int64_t t = 0; t < rows; ++t) {
-    PrefetchRow(t + kAhead, rows, Di, i0, in.dt, in.xc);
-    const VT dt = VT::Load(in.dt + t * Di + i0), x = VT::Load(in.xc + t * Di + i0);
+    const VT dt = cols[2 * t], x = cols[2 * t + 1];
     const VT dtx = dt * x;
     const T* B = in.B + t * in.bc_stride;
     const T* C = in.C + t * in.bc_stride;
@@ -152,9 +157,9 @@ void AdjointSummaryBlock(const ScanInputs<typename VT::Scalar>& in, int64_t i0, 
     Ac[n] = VT::DecayCoef(Gather<VT>(in.A + i0 * N + n, N));
     carry[n] = VT::Set(T(0));
   }
+  const VT* cols = PackColumns<VT>(len, Di, i0, in.dt, ybar);  // (len, 2): Delta, ybar
   for (int64_t t = len - 1; t >= 0; --t) {
-    PrefetchRow(t - kAhead, len, Di, i0, in.dt, ybar);
-    const VT dt = VT::Load(in.dt + t * Di + i0), yb = VT::Load(ybar + t * Di + i0);
+    const VT dt = cols[2 * t], yb = cols[2 * t + 1];
     const T* C = in.C + t * in.bc_stride;
 #pragma GCC unroll 16
     for (int64_t n = 0; n < N; ++n)
@@ -190,9 +195,9 @@ void BackwardBlock(const ScanInputs<typename VT::Scalar>& in, int64_t i0, int64_
   }
   const VT dskip = VT::Load(d_skip + i0);
   VT dD = VT::Set(T(0));
+  const VT* cols = PackColumns<VT>(len, Di, i0, in.dt, in.xc, ybar);  // (len, 3): Delta, x', ybar
   for (int64_t t = 0; t < len; ++t) {
-    PrefetchRow(t + kAhead, len, Di, i0, in.dt, in.xc, ybar);
-    const VT dt = VT::Load(in.dt + t * Di + i0), x = VT::Load(in.xc + t * Di + i0);
+    const VT dt = cols[3 * t], x = cols[3 * t + 1];
     const VT dtx = dt * x;
     const T* B = in.B + t * in.bc_stride;
     const T* C = in.C + t * in.bc_stride;
@@ -207,7 +212,7 @@ void BackwardBlock(const ScanInputs<typename VT::Scalar>& in, int64_t i0, int64_
       acc = VT::Fma(hn[n], VT::Set(C[n]), acc);
     }
     VT::Fma(dskip, x, acc).Store(out.y + t * Di + i0);
-    dD = VT::Fma(VT::Load(ybar + t * Di + i0), x, dD);
+    dD = VT::Fma(cols[3 * t + 2], x, dD);
   }
   (VT::Load(out.dD + i0) + dD).Store(out.dD + i0);
 
@@ -224,9 +229,8 @@ void BackwardBlock(const ScanInputs<typename VT::Scalar>& in, int64_t i0, int64_
     const bool first_sweep = n0 == 0, last_sweep = n0 + G >= N;
     // One row of pass 2; kLast: the chunk's last row, where lambda starts from mu.
     auto row = [&](int64_t t, auto last) {
-      PrefetchRow(t - kAhead, len, Di, i0, in.dt, in.xc, ybar);
-      const VT dt = VT::Load(in.dt + t * Di + i0), x = VT::Load(in.xc + t * Di + i0);
-      const VT yb = VT::Load(ybar + t * Di + i0), dtx = dt * x;
+      const VT dt = cols[3 * t], x = cols[3 * t + 1];
+      const VT yb = cols[3 * t + 2], dtx = dt * x;
       const T* B = in.B + t * in.bc_stride;
       const T* C = in.C + t * in.bc_stride;
       const VT* hp = H + t * N;
