@@ -16,6 +16,7 @@
 
 #include "bench/flops.h"
 #include "cli/args.h"
+#include "cli/device_flags.h"
 #include "common/model.h"
 #include "common/proc_stats.h"
 #include "engine/adjoint_engine.h"
@@ -157,9 +158,7 @@ int main(int argc, char** argv) {
   a.Add("spans", "S", "spans for --schedule spans (0: the default for T and the chunk)", "0");
   a.Add("repeat", "R", "gradients to run; the fastest is reported", "1");
   a.Add("device", "cpu|cuda:N", "where the gradient runs", "cpu");
-  a.Add("kept-mib", "MIB",
-        "budget for the activations the span summaries keep (0: recompute them all)",
-        std::to_string(adjsh::cpu::kDefaultKeptBudget >> 20));
+  adjsh::cli::AddKeptFlag(a);
   a.Add("storage", "full|bf16",
         "bf16: layer inputs and states stored in bf16 (and on CUDA activations and weights)",
         "full");
@@ -188,8 +187,10 @@ int main(int argc, char** argv) {
   get("threads", 0, 4096, n.threads);
   get("spans", 0, int64_t{1} << 30, n.spans);
   get("repeat", 1, 100, n.repeat);
-  int64_t kept_mib = 0;
-  get("kept-mib", 0, int64_t{1} << 30, kept_mib);
+  if (const absl::Status kept = adjsh::cli::ApplyKeptFlag(a); !kept.ok()) {
+    adjsh::cli::BadUsage("grad_bench", kept);
+    bad = true;
+  }
   const std::string dtype = a.Get("dtype");
   if (dtype != "f32" && dtype != "f64") {
     adjsh::cli::BadUsage("grad_bench", absl::InvalidArgumentError(
@@ -197,7 +198,6 @@ int main(int argc, char** argv) {
     bad = true;
   }
   if (bad) return 2;
-  adjsh::cpu::SetKeptBudget(kept_mib << 20);
   c.time_step_rank = (c.hidden_size + 15) / 16;
   return dtype == "f64" ? adjsh::bench::Run<double>(a, c, n) : adjsh::bench::Run<float>(a, c, n);
 }

@@ -49,12 +49,6 @@ class ArgParser {
   bool help_ = false;
 };
 
-}  // namespace adjsh::cli
-
-#endif  // ADJSH_CLI_ARGS_H_
-
-namespace adjsh::cli {
-
 // Parses args for a subcommand. Returns an exit code when the command should stop now: 0 after
 // printing --help to stdout, 2 after printing a usage error to stderr; nullopt to go on.
 std::optional<int> ParseOrExit(ArgParser& parser, const std::vector<std::string>& args);
@@ -72,3 +66,5 @@ std::string SelfExe();
 absl::Status CheckOutputFile(const std::string& flag, const std::string& path);
 
 }  // namespace adjsh::cli
+
+#endif  // ADJSH_CLI_ARGS_H_

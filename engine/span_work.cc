@@ -126,9 +126,7 @@ void SpanWork<T>::Forward(int64_t k, const SpanInputs<T>& in, SpanOutputs<T>& ou
     out.h_end.assign(DiN_, T(0));
     out.sigma.assign(Di, T(0));
     h_loc.resize(DiN_), S_c.resize(Di), next.resize(DiN_);
-    kept_.clear();  // hands back what an earlier summary kept
-    kept_.resize(r_.c1 - r_.c0);
-    kept_phase_ = SpanPhase::kForwardSummary, kept_layer_ = k;
+    StartKeeping(SpanPhase::kForwardSummary, k);
     for (int64_t c = r_.c0; c < r_.c1; ++c) {
       const SpanRange ch = plan_.Chunk(c);
       const T* u = u_[k].Read((ch.t0 - ch.halo - base) * D_, (ch.halo + ch.len) * D_, u_in);
@@ -233,9 +231,7 @@ void SpanWork<T>::Backward(int64_t k, const SpanInputs<T>& in, SpanOutputs<T>& o
   if (summary) {  // out of chunk c backwards: m_c + P_c . (what flows into it), last chunk first
     out.m.assign(DiN_, T(0));
     m_c.resize(DiN_), S_c.resize(Di), next.resize(DiN_);
-    kept_.clear();
-    kept_.resize(r_.c1 - r_.c0);
-    kept_phase_ = SpanPhase::kBackwardSummary, kept_layer_ = k;
+    StartKeeping(SpanPhase::kBackwardSummary, k);
     for (int64_t c = r_.c1 - 1; c >= r_.c0; --c) {
       const SpanRange ch = plan_.Chunk(c);
       const T* u = u_[k].Read((ch.t0 - ch.halo - base) * D_, (ch.halo + ch.len) * D_, u_in);
@@ -300,6 +296,13 @@ void SpanWork<T>::Backward(int64_t k, const SpanInputs<T>& in, SpanOutputs<T>& o
     T* row = out.embed.data() + int64_t{tokens_[r_.halo + t]} * D_;
     for (int64_t d = 0; d < D_; ++d) row[d] += g_[t * D_ + d];
   }
+}
+
+template <typename T>
+void SpanWork<T>::StartKeeping(SpanPhase phase, int64_t k) {
+  kept_.clear();  // hands back what an earlier summary kept
+  kept_.resize(r_.c1 - r_.c0);
+  kept_phase_ = phase, kept_layer_ = k;
 }
 
 template <typename T>

@@ -128,6 +128,9 @@ class SpanWork {
   std::vector<std::unique_ptr<KeptActs>> kept_;
   SpanPhase kept_phase_ = SpanPhase::kForwardSummary;
   int64_t kept_layer_ = -1;
+  // Hands back what an earlier summary kept and makes room (all null) for what the summary
+  // `phase` of layer k is about to keep.
+  void StartKeeping(SpanPhase phase, int64_t k);
   // Takes chunk i's kept set if the summary `phase` of layer k left one (else null).
   std::unique_ptr<KeptActs> TakeKept(SpanPhase phase, int64_t k, int64_t i);
   int64_t forward_done_ = 0;           // layers whose kForward ran (u^0..u^{forward_done_} kept)

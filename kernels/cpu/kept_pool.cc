@@ -52,24 +52,26 @@ void SetKeptBudget(int64_t bytes) {
   for (void (*trim)() : S().trims) trim();
 }
 
+namespace {
+// One field of the count, read under the mutex.
+template <typename Fn>
+auto UnderLock(Fn read) {
+  std::lock_guard<std::mutex> lock(kept_internal::Mutex());
+  return read(S());
+}
+}  // namespace
+
 int64_t KeptBudget() {
-  std::lock_guard<std::mutex> lock(kept_internal::Mutex());
-  return S().budget;
+  return UnderLock([](const State& s) { return s.budget; });
 }
-
 int64_t KeptBytes() {
-  std::lock_guard<std::mutex> lock(kept_internal::Mutex());
-  return S().count;
+  return UnderLock([](const State& s) { return s.count; });
 }
-
 int64_t KeptPeakBytes() {
-  std::lock_guard<std::mutex> lock(kept_internal::Mutex());
-  return S().peak;
+  return UnderLock([](const State& s) { return s.peak; });
 }
-
 KeptTakes KeptTakeCounts() {
-  std::lock_guard<std::mutex> lock(kept_internal::Mutex());
-  return S().takes;
+  return UnderLock([](const State& s) { return s.takes; });
 }
 
 }  // namespace adjsh::cpu

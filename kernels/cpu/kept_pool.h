@@ -67,22 +67,21 @@ class KeptPool {
   // recomputes instead of keeping).
   Obj* Take(int64_t estimate) {
     std::lock_guard<std::mutex> lock(kept_internal::Mutex());
-    if (!free_.empty()) {
-      const int64_t grow = std::max<int64_t>(estimate - free_.back().counted, 0);
-      const bool fits = kept_internal::Charge(grow);
-      kept_internal::CountTake(fits);
-      if (!fits) return nullptr;
-      Entry e = std::move(free_.back());
-      free_.pop_back();
-      counted_[e.obj.get()] = e.counted + grow;
-      return e.obj.release();
-    }
-    const bool fits = kept_internal::Charge(estimate);
+    // A recycled set is charged only for what it may grow beyond what it already counts.
+    const int64_t counted = free_.empty() ? 0 : free_.back().counted;
+    const int64_t grow = std::max<int64_t>(estimate - counted, 0);
+    const bool fits = kept_internal::Charge(grow);
     kept_internal::CountTake(fits);
     if (!fits) return nullptr;
-    Obj* o = new Obj;
-    counted_[o] = estimate;
-    return o;
+    std::unique_ptr<Obj> o;
+    if (free_.empty()) {
+      o = std::make_unique<Obj>();
+    } else {
+      o = std::move(free_.back().obj);
+      free_.pop_back();
+    }
+    counted_[o.get()] = counted + grow;
+    return o.release();
   }
 
   // Back to the free list, its count corrected to what its buffers hold now; freed instead
