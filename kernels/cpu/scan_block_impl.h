@@ -216,12 +216,13 @@ void BackwardBlock(const ScanInputs<typename VT::Scalar>& in, int64_t i0, int64_
   }
   (VT::Load(out.dD + i0) + dD).Store(out.dD + i0);
 
-  // Pass 2 sweeps the rows once per group of G states. With 8-lane vectors and N = 16 (AVX2
-  // and the portable build) G = 8: a sweep's carry and dA are 16 vectors, not 32, which is what
-  // 16 vector registers can hold; a row's sums s_a and s_b go on from one sweep to the next
-  // through `sums`, adding the same terms in the same state order, so the bits are one sweep's.
-  // G is a multiple of the 8 states AddLaneSums transposes at once.
-  constexpr int64_t kG = (kN == 16 && VT::kLanes == 8) ? 8 : kN;
+  // Pass 2 sweeps the rows once per group of G states. With 8- or 16-lane vectors and N = 16
+  // G = 8: a sweep's carry, dA and A are 24 vectors, not 48. AVX2's 16 registers hold the 16 of
+  // carry and dA; AVX-512's 32 hold all 24, where one sweep spilled (measured: kernel_bench's
+  // scan_backward 2-7% faster in 6 of 6 alternated rounds). A row's sums s_a and s_b go on from
+  // one sweep to the next through `sums`, adding the same terms in the same state order, so the
+  // bits are one sweep's. G is a multiple of the 8 states AddLaneSums transposes at once.
+  constexpr int64_t kG = (kN == 16 && VT::kLanes >= 8) ? 8 : kN;
   const int64_t G = kG ? kG : N;
   VT* sums = G < N ? Work<VT>(8, 2 * len) : nullptr;  // (len, 2): s_a, s_b of row t
 #pragma GCC unroll 2
