@@ -56,10 +56,18 @@ def main():
                           "--chunk", "64"], check=True, capture_output=True, text=True).stdout
     r = json.loads(out)
     assert r["tokens"] == 300 and math.isfinite(r["loss"]) and r["seconds"] > 0, r
+    # --kept-mib (cli/device_flags.h, as on grad, train and worker): by default every summarised
+    # chunk keeps its set, with 0 none does, and the gradient is the same either way.
+    assert r["kept_share"] == 1, r
+    none = json.loads(subprocess.run([a.grad_bench, "--hidden-size", "16", "--layers", "2",
+                                      "--tokens", "300", "--chunk", "64", "--kept-mib", "0"],
+                                     check=True, capture_output=True, text=True).stdout)
+    assert none["kept_share"] == 0 and none["loss"] == r["loss"], (none, r)
     for flags, word in ((["--tokens", "-1"], "--tokens"), (["--tokens", "1"], "--tokens"),
                         (["--layers", "0"], "--layers"), (["--repeat", "0"], "--repeat"),
                         (["--threads", "x"], "--threads"), (["--dtype", "f16"], "--dtype"),
-                        (["--schedule", "fast"], "--schedule"), (["--device", "gpu"], "--device")):
+                        (["--schedule", "fast"], "--schedule"), (["--device", "gpu"], "--device"),
+                        (["--kept-mib", "-1"], "--kept-mib"), (["--kept-mib", "1G"], "--kept-mib")):
         bad = subprocess.run([a.grad_bench, *flags], capture_output=True, text=True)
         assert bad.returncode == 2 and word in bad.stderr and not bad.stdout, (flags, bad)
 
