@@ -52,16 +52,17 @@ def main():
         assert bad.returncode == 2 and word in bad.stderr and not bad.stdout, (flags, bad)
 
     # grad_bench: a small gradient's line, then every integer flag out of range and a bad dtype.
-    out = subprocess.run([a.grad_bench, "--hidden-size", "16", "--layers", "2", "--tokens", "300",
-                          "--chunk", "64"], check=True, capture_output=True, text=True).stdout
-    r = json.loads(out)
+    def small_gradient(*extra):
+        return json.loads(subprocess.run(
+            [a.grad_bench, "--hidden-size", "16", "--layers", "2", "--tokens", "300", "--chunk",
+             "64", *extra], check=True, capture_output=True, text=True).stdout)
+
+    r = small_gradient()
     assert r["tokens"] == 300 and math.isfinite(r["loss"]) and r["seconds"] > 0, r
     # --kept-mib (cli/device_flags.h, as on grad, train and worker): by default every summarised
     # chunk keeps its set, with 0 none does, and the gradient is the same either way.
     assert r["kept_share"] == 1, r
-    none = json.loads(subprocess.run([a.grad_bench, "--hidden-size", "16", "--layers", "2",
-                                      "--tokens", "300", "--chunk", "64", "--kept-mib", "0"],
-                                     check=True, capture_output=True, text=True).stdout)
+    none = small_gradient("--kept-mib", "0")
     assert none["kept_share"] == 0 and none["loss"] == r["loss"], (none, r)
     for flags, word in ((["--tokens", "-1"], "--tokens"), (["--tokens", "1"], "--tokens"),
                         (["--layers", "0"], "--layers"), (["--repeat", "0"], "--repeat"),
