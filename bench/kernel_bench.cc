@@ -7,6 +7,8 @@
 //   scan_forward, scan_adjoint_summary, scan_backward: the channel-blocked kernels
 //     (kernels/cpu/scan_block.h) and the per-channel ones they replaced (kernels/cpu/scan.h) on
 //     the same inputs, timed alternately, with speed-up = per-channel / blocked;
+//   gemm_*: the block's products with a fixed weight through GemmPacked (kernels/cpu/
+//     gemm_packed.h) and through OpenBLAS on the same operands, timed alternately, warm caches;
 //   block_forward, block_backward: one layer over one chunk (kernels/cpu/mamba_block.h), its
 //     GEMM flops (bench/flops.h's per-token counts) per second against the sgemm rate.
 // Scan flops are counted per (token, channel, state) as the blocked kernel executes them, an
@@ -29,6 +31,7 @@
 #include "cli/args.h"
 #include "common/model.h"
 #include "kernels/cpu/blas.h"
+#include "kernels/cpu/gemm_packed.h"
 #include "kernels/cpu/mamba_block.h"
 #include "kernels/cpu/scan.h"
 #include "kernels/cpu/scan_block.h"
@@ -179,6 +182,46 @@ void BenchScans(int64_t rows, int64_t Di, int64_t N, double seconds, double peak
   PrintScan("scan_backward", d, old_b, new_b, 35, peak);
 }
 
+// The block's GemmPacked products at a chunk of `rows` (kernels/cpu/mamba_block.cc): in_proj's
+// x half (its z half is the same shape), x_proj, out_proj (added into the residual), and the
+// backward's dn = dxz W_in; each against OpenBLAS's sgemm of the same product.
+void BenchGemms(int64_t D, int64_t N, int64_t rows, double seconds, double peak) {
+  const int64_t Di = 2 * D, R = (D + 15) / 16, halo = 3;
+  struct Shape {
+    const char* name;
+    int64_t M, N, K;
+    cpu::Trans op;  // of W: kYes, W (N, K); kNo, W (K, N)
+    bool accumulate;
+  };
+  const Shape shapes[] = {{"gemm_in_proj_half", halo + rows, Di, D, cpu::Trans::kYes, false},
+                          {"gemm_x_proj", rows, R + 2 * N, Di, cpu::Trans::kYes, false},
+                          {"gemm_out_proj", rows, D, Di, cpu::Trans::kYes, true},
+                          {"gemm_dn", halo + rows, D, 2 * Di, cpu::Trans::kNo, false}};
+  std::mt19937_64 rng(5);
+  std::normal_distribution<float> g(0, 1);
+  for (const Shape& sh : shapes) {
+    std::vector<float> A(sh.M * sh.K), W(sh.N * sh.K), C(sh.M * sh.N);
+    for (auto* v : {&A, &W, &C})
+      for (auto& e : *v) e = g(rng);
+    const cpu::Projection<float> packed(W.data(), sh.op, sh.N, sh.K);
+    const int64_t ldw = sh.op == cpu::Trans::kYes ? sh.K : sh.N;
+    const auto [blas_s, ours_s] = TimePair(
+        [&] {
+          cpu::Gemm<float>(cpu::Trans::kNo, sh.op, sh.M, sh.N, sh.K, 1, A.data(), sh.K, W.data(),
+                           ldw, sh.accumulate ? 1 : 0, C.data(), sh.N);
+        },
+        [&] { packed.Apply(sh.M, A.data(), sh.K, sh.accumulate, C.data(), sh.N); }, seconds);
+    const double flops = 2.0 * sh.M * sh.N * sh.K;
+    std::printf(
+        "{\"kernel\": \"%s\", \"M\": %lld, \"N\": %lld, \"K\": %lld, \"packed_kernel\": \"%s\", "
+        "\"openblas_gflop_per_s\": %.2f, \"packed_gflop_per_s\": %.2f, \"speedup\": %.2f, "
+        "\"fraction_of_fma_peak\": %.3f}\n",
+        sh.name, static_cast<long long>(sh.M), static_cast<long long>(sh.N),
+        static_cast<long long>(sh.K), cpu::GemmPackedKernel(), flops / blas_s / 1e9,
+        flops / ours_s / 1e9, blas_s / ours_s, flops / ours_s / 1e9 / peak);
+  }
+}
+
 void BenchBlock(int64_t D, int64_t N, int64_t rows, double seconds, double sgemm) {
   MambaConfig c;
   c.hidden_size = D, c.num_hidden_layers = 1, c.state_size = N, c.vocab_size = 256;
@@ -250,6 +293,8 @@ int main(int argc, char** argv) {
       peak, sgemm);
   std::fflush(stdout);
   adjsh::bench::BenchScans(rows, 2 * D, N, seconds, peak);
+  std::fflush(stdout);
+  adjsh::bench::BenchGemms(D, N, rows, seconds, peak);
   std::fflush(stdout);
   adjsh::bench::BenchBlock(D, N, rows, seconds, sgemm);
   return 0;

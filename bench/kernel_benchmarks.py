@@ -29,6 +29,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Symbol patterns of perf's report, in order: the first that matches names the part.
 GROUPS = [
+    ("packed GEMMs (`kernels/cpu/gemm_packed.h`)", r"GemmPacked|::Tile<"),
     ("OpenBLAS sgemm kernel + packing", r"sgemm_"),
     ("scans (`kernels/cpu/scan_block_impl.h`)", r"blocked::|Scan\w*Channel"),
     ("Mamba block element-wise (`MambaBlockCpu::Recompute`, `Forward`, `Backward`, summaries; "
@@ -96,6 +97,19 @@ def main():
         lines.append(f"| {k} | {r['per_channel_ns_per_token']:.0f} | "
                      f"{r['blocked_ns_per_token']:.0f} | {r['speedup']:.2f}x | "
                      f"{r['blocked_gflop_per_s']:.1f} | {r['fraction_of_fma_peak']:.0%} |")
+    lines.append("")
+    gemms = [r for r in rows if r["kernel"].startswith("gemm_")]
+    lines.append(f"The block's products with a fixed weight, GemmPacked "
+                 f"({gemms[0]['packed_kernel']} kernel) against OpenBLAS on the same operands, "
+                 "timed alternately, warm caches:")
+    lines.append("")
+    lines.append("| product | M x N x K | OpenBLAS GFLOP/s | packed GFLOP/s | speed-up | "
+                 "of the FMA peak |")
+    lines.append("|---|---|---|---|---|---|")
+    for r in gemms:
+        lines.append(f"| {r['kernel'][5:]} | {r['M']} x {r['N']} x {r['K']} | "
+                     f"{r['openblas_gflop_per_s']:.1f} | {r['packed_gflop_per_s']:.1f} | "
+                     f"{r['speedup']:.2f}x | {r['fraction_of_fma_peak']:.0%} |")
     lines.append("")
     lines.append("| kernel | ns/token | GEMM GFLOP/s | of the sgemm rate |")
     lines.append("|---|---|---|---|")

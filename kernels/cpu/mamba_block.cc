@@ -89,7 +89,12 @@ MambaBlockCpu<T>::MambaBlockCpu(const MambaConfig& config, const LayerParams<T>&
       Di_(config.inner()),
       N_(config.state_size),
       R_(config.time_step_rank),
-      W_(config.conv_kernel) {
+      W_(config.conv_kernel),
+      in_x_(params.in_proj.data(), Trans::kYes, Di_, D_),
+      in_z_(params.in_proj.data() + Di_ * D_, Trans::kYes, Di_, D_),
+      x_proj_(params.x_proj.data(), Trans::kYes, R_ + 2 * N_, Di_),
+      out_proj_(params.out_proj.data(), Trans::kYes, D_, Di_),
+      in_back_(params.in_proj.data(), Trans::kNo, D_, 2 * Di_) {
   A_.resize(Di_ * N_);
   for (int64_t k = 0; k < Di_ * N_; ++k) A_[k] = -std::exp(p_.A_log[k]);
   conv_t_.resize(W_ * Di_);
@@ -179,12 +184,10 @@ void MambaBlockCpu<T>::Recompute(const T* u, int64_t halo, int64_t M, Acts& a, b
   if (keep_sigmoids) a.sig_c.resize(M * Di_), a.sig_dt.resize(M * Di_);
 
   RmsNormForward(u, P, D_, p_.norm.data(), cfg_.layer_norm_epsilon, a.n.data(), a.r.data());
-  // x = W_in's first Di rows (its x half) times n, then z = the other half, when wanted: two
-  // GEMMs of the same shape, never one of 2 Di columns. A BLAS may sum a product differently
-  // with the matrix's width (OpenBLAS's small-matrix kernels on AVX-512 machines do), and x
-  // must be the same bits with or without z (tests/kernels/mamba_block_test.cc).
-  Gemm<T>(Trans::kNo, Trans::kYes, P, Di_, D_, 1, a.n.data(), D_, p_.in_proj.data(), D_, 0,
-          a.xz.data(), Di2);
+  // x = W_in's first Di rows (its x half) times n, then z = the other half, when wanted: x must
+  // be the same bits with or without z (tests/kernels/mamba_block_test.cc), and each half is a
+  // product of its own (in f64 through OpenBLAS, which may sum differently with the width).
+  in_x_.Apply(P, a.n.data(), D_, false, a.xz.data(), Di2);
   if (with_z) ZHalf(a);
   // Causal depthwise conv and silu, row by row; x before the sequence is 0 (no tap).
   std::vector<const T*> xs(W_);
@@ -197,8 +200,7 @@ void MambaBlockCpu<T>::Recompute(const T* u, int64_t halo, int64_t M, Acts& a, b
                    a.cpre.data() + t * Di_, a.xc.data() + t * Di_,
                    keep_sigmoids ? a.sig_c.data() + t * Di_ : nullptr);
   }
-  Gemm<T>(Trans::kNo, Trans::kYes, M, Q, Di_, 1, a.xc.data(), Di_, p_.x_proj.data(), Di_, 0,
-          a.dbc.data(), Q);
+  x_proj_.Apply(M, a.xc.data(), Di_, false, a.dbc.data(), Q);
   Gemm<T>(Trans::kNo, Trans::kYes, M, Di_, R_, 1, a.dbc.data(), Q, p_.dt_w.data(), R_, 0,
           a.dtpre.data(), Di_);
   for (int64_t t = 0; t < M; ++t)
@@ -209,8 +211,7 @@ void MambaBlockCpu<T>::Recompute(const T* u, int64_t halo, int64_t M, Acts& a, b
 template <typename T>
 void MambaBlockCpu<T>::ZHalf(Acts& a) const {
   const int64_t P = a.halo + a.M;
-  Gemm<T>(Trans::kNo, Trans::kYes, P, Di_, D_, 1, a.n.data(), D_, p_.in_proj.data() + Di_ * D_,
-          D_, 0, a.xz.data() + Di_, 2 * Di_);
+  in_z_.Apply(P, a.n.data(), D_, false, a.xz.data() + Di_, 2 * Di_);
 }
 
 namespace {
@@ -262,8 +263,7 @@ void MambaBlockCpu<T>::Forward(const T* u, ChunkRows rows, const T* h0, T* u_nex
   }
   const T* u_own = u + rows.halo * D_;
   std::copy(u_own, u_own + len * D_, u_next);
-  Gemm<T>(Trans::kNo, Trans::kYes, len, D_, Di_, 1, y.data(), Di_, p_.out_proj.data(), Di_, 1,
-          u_next, D_);
+  out_proj_.Apply(len, y.data(), Di_, true, u_next, D_);
 }
 
 template <typename T>
@@ -413,8 +413,7 @@ void MambaBlockCpu<T>::Backward(const T* u, ChunkRows rows, const T* g, const T*
   Gemm<T>(Trans::kYes, Trans::kNo, Di2, D_, P, 1, dxz.data(), Di2, a.n.data(), D_, 1,
           grad.in_proj.data(), D_);
   std::vector<T>& dn = ThreadScratch<T>(kDn, P * D_);
-  Gemm<T>(Trans::kNo, Trans::kNo, P, D_, Di2, 1, dxz.data(), Di2, p_.in_proj.data(), D_, 0,
-          dn.data(), D_);
+  in_back_.Apply(P, dxz.data(), Di2, false, dn.data(), D_);
   RmsNormBackward(u, P, D_, p_.norm.data(), a.r.data(), dn.data(), grad.norm.data(), dn.data());
   std::copy(dn.begin(), dn.begin() + halo * D_, du_halo);
   for (int64_t k = 0; k < len * D_; ++k) du[k] = g[k] + dn[halo * D_ + k];

@@ -14,6 +14,7 @@
 
 #include "common/config.h"
 #include "common/model.h"
+#include "kernels/cpu/gemm_packed.h"
 
 namespace adjsh::cpu {
 
@@ -84,6 +85,10 @@ class MambaBlockCpu {
   int64_t D_, Di_, N_, R_, W_;
   std::vector<T> A_;       // (Di, N)
   std::vector<T> conv_t_;  // (W, Di) conv weight transposed, so the conv loops run over Di
+  // The products with fixed weights, packed once per block (kernels/cpu/gemm_packed.h): x W^T
+  // through in_proj's x and z halves (Di, D) each, x_proj (R + 2N, Di) and out_proj (D, Di);
+  // the backward's dxz W_in (W_in (2 Di, D)).
+  Projection<T> in_x_, in_z_, x_proj_, out_proj_, in_back_;
 };
 
 }  // namespace adjsh::cpu

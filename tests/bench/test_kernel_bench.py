@@ -27,14 +27,16 @@ def main():
     out = subprocess.run([a.kernel_bench, "--hidden-size", "20", "--state-size", "5", "--rows", "33",
                           "--seconds", "1"], check=True, capture_output=True, text=True).stdout
     rows = {r["kernel"]: r for r in map(json.loads, out.splitlines())}
-    want = {"limits", "scan_forward", "scan_adjoint_summary", "scan_backward", "block_forward",
-            "block_backward"}
+    want = {"limits", "scan_forward", "scan_adjoint_summary", "scan_backward", "gemm_in_proj_half",
+            "gemm_x_proj", "gemm_out_proj", "gemm_dn", "block_forward", "block_backward"}
     assert set(rows) == want, sorted(rows)
     for name, r in rows.items():
         for k, v in r.items():
             if isinstance(v, (int, float)):
                 assert math.isfinite(v) and v > 0, (name, k, v)
     assert rows["scan_backward"]["Di"] == 40 and rows["scan_backward"]["N"] == 5
+    assert (rows["gemm_x_proj"]["N"], rows["gemm_x_proj"]["K"]) == (2 + 2 * 5, 40)  # R + 2N, Di
+    assert rows["gemm_dn"]["packed_kernel"] in ("avx512", "avx2", "scalar")
     bad = subprocess.run([a.kernel_bench, "--rows", "0"], capture_output=True, text=True)
     assert bad.returncode == 2 and "rows" in bad.stderr, (bad.returncode, bad.stderr)
 

@@ -88,11 +88,12 @@ class Job:
                 "steps": self.steps, "checkpoint_every": 2, "checkpoint_dir": ckpt}
 
 
-# 64 tasks of ~1 ms per step; for SIGSTOP, 16 tasks of ~20 ms, so that a worker stopped right
-# after it leased a task still holds that lease, and 24 steps, so that the job outlasts several
-# stops of 2.5 leases each (the other worker goes on meanwhile).
+# 64 tasks of ~1 ms per step; for SIGSTOP, 16 larger tasks per step, so that a worker stopped
+# right after it leased a task still holds that lease, and 60 steps, so that the job outlasts
+# several stops of 2.5 leases each while the other worker goes on (with 24 steps of tasks that
+# now take ~2 ms, the job once ended after a single stop on a loaded machine).
 SMALL = Job(16, 2, 4, 2048, 64)
-HEAVY = Job(64, 2, 16, 4096, 512, steps=24)
+HEAVY = Job(64, 2, 16, 4096, 512, steps=60)
 LONGER = Job(16, 2, 4, 2048, 64, steps=80)  # room for the kills until both rebuilds are seen
 
 

@@ -1,0 +1,117 @@
+// Packing, the scalar kernel, and the choice of kernel for GemmPacked (gemm_packed.h).
+#include "kernels/cpu/gemm_packed.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "common/check.h"
+
+namespace adjsh::cpu {
+
+#ifdef ADJSH_GEMM_X86  // gemm_packed_avx512.cc and gemm_packed_avx2.cc, x86-64 only
+void GemmPackedAvx512(int64_t M, const float* A, int64_t lda, const PackedWeights& W,
+                      bool accumulate, float* C, int64_t ldc);
+void GemmPackedAvx2(int64_t M, const float* A, int64_t lda, const PackedWeights& W,
+                    bool accumulate, float* C, int64_t ldc);
+#endif
+
+namespace {
+
+using Kernel = void (*)(int64_t, const float*, int64_t, const PackedWeights&, bool, float*,
+                        int64_t);
+
+// The chains of gemm_packed.h one panel row at a time, with std::fma: the same bits as the
+// vector kernels (one rounding per step), at scalar speed. For CPUs with neither kernel's
+// instructions, and the tests.
+void GemmPackedScalar(int64_t M, const float* A, int64_t lda, const PackedWeights& W,
+                      bool accumulate, float* C, int64_t ldc) {
+  constexpr int64_t P = PackedWeights::kPanel;
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t j = 0; j * P < W.N(); ++j) {
+      float s[P] = {};
+      const float* wp = W.panel(j);
+      for (int64_t k = 0; k < W.K(); ++k) {
+        const float a = A[m * lda + k];
+        for (int64_t c = 0; c < P; ++c) s[c] = std::fma(a, wp[k * P + c], s[c]);
+      }
+      float* row = C + m * ldc + j * P;
+      const int64_t w = W.N() - j * P < P ? W.N() - j * P : P;
+      for (int64_t c = 0; c < w; ++c) row[c] = accumulate ? row[c] + s[c] : s[c];
+    }
+}
+
+struct Named {
+  const char* name;
+  Kernel run;
+  bool here;  // this CPU has the instructions
+};
+
+// The kernels, fastest first.
+const Named* Kernels() {
+  static const Named kAll[] = {
+#ifdef ADJSH_GEMM_X86
+      {"avx512", GemmPackedAvx512, static_cast<bool>(__builtin_cpu_supports("avx512f"))},
+      {"avx2", GemmPackedAvx2,
+       __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")},
+#endif
+      {"scalar", GemmPackedScalar, true},
+      {nullptr, nullptr, false},
+  };
+  return kAll;
+}
+
+const Named& Chosen() {
+  static const Named* chosen = [] {
+    const Named* k = Kernels();
+    while (!k->here) ++k;
+    return k;
+  }();
+  return *chosen;
+}
+
+}  // namespace
+
+PackedWeights::PackedWeights(const float* W, int64_t N, int64_t K) : N_(N), K_(K) {
+  ADJSH_CHECK(N >= 0 && K >= 0, "PackedWeights: negative shape");
+  const int64_t panels = (N + kPanel - 1) / kPanel;
+  p_.assign(panels * K * kPanel, 0.0f);
+  for (int64_t n = 0; n < N; ++n) {
+    float* dst = p_.data() + (n / kPanel) * K * kPanel + n % kPanel;
+    for (int64_t k = 0; k < K; ++k) dst[k * kPanel] = W[n * K + k];
+  }
+}
+
+PackedWeights PackedWeights::OfProduct(const float* B, int64_t K, int64_t N) {
+  ADJSH_CHECK(N >= 0 && K >= 0, "PackedWeights: negative shape");
+  PackedWeights w;
+  w.N_ = N, w.K_ = K;
+  const int64_t panels = (N + kPanel - 1) / kPanel;
+  w.p_.assign(panels * K * kPanel, 0.0f);
+  for (int64_t j = 0; j < panels; ++j) {
+    const int64_t n0 = j * kPanel, width = N - n0 < kPanel ? N - n0 : kPanel;
+    for (int64_t k = 0; k < K; ++k)
+      std::memcpy(w.p_.data() + (j * K + k) * kPanel, B + k * N + n0, width * sizeof(float));
+  }
+  return w;
+}
+
+void GemmPacked(int64_t M, const float* A, int64_t lda, const PackedWeights& W, bool accumulate,
+                float* C, int64_t ldc) {
+  if (M == 0 || W.N() == 0) return;
+  Chosen().run(M, A, lda, W, accumulate, C, ldc);
+}
+
+const char* GemmPackedKernel() { return Chosen().name; }
+
+bool GemmPackedWith(const char* kernel, int64_t M, const float* A, int64_t lda,
+                    const PackedWeights& W, bool accumulate, float* C, int64_t ldc) {
+  for (const Named* k = Kernels(); k->name; ++k) {
+    if (std::strcmp(k->name, kernel) != 0) continue;
+    if (!k->here) return false;
+    if (M > 0 && W.N() > 0) k->run(M, A, lda, W, accumulate, C, ldc);
+    return true;
+  }
+  return false;
+}
+
+}  // namespace adjsh::cpu

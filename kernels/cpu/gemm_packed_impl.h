@@ -1,0 +1,98 @@
+// The vector kernel of GemmPacked (gemm_packed.h), templated on V, the instruction set's vector
+// of floats (V512 in gemm_packed_avx512.cc, V256 in gemm_packed_avx2.cc). Each of those files is
+// compiled for its instruction set alone, so everything here has internal linkage: no function
+// compiled with AVX-512 may be the one the linker keeps for code that runs without it.
+//
+// A tile is MR rows of C by NV vectors of columns: MR * NV accumulators in registers, each the
+// fma chain over k of gemm_packed.h, fed per k by NV loads of the packed panel row and MR
+// broadcasts of A. Rows left over from the full tiles run in tiles of 8, 4, 2 and 1 rows: the
+// chain of an element is the same in every tile, so are its bits.
+#ifndef ADJSH_KERNELS_CPU_GEMM_PACKED_IMPL_H_
+#define ADJSH_KERNELS_CPU_GEMM_PACKED_IMPL_H_
+
+#include <cstdint>
+
+#include "kernels/cpu/gemm_packed.h"
+
+namespace adjsh::cpu {
+namespace {
+
+constexpr int64_t kPanel = PackedWeights::kPanel;
+
+// C[0 .. w) (+)= v, for the w <= L columns of a vector that lie inside C.
+template <class V>
+inline void StoreCols(float* C, typename V::Reg v, int64_t w, bool accumulate) {
+  if (w >= V::kLanes) {
+    if (accumulate) v = V::Add(V::Load(C), v);
+    V::Store(C, v);
+  } else {
+    if (accumulate) v = V::Add(V::LoadFirst(C, w), v);
+    V::StoreFirst(C, v, w);
+  }
+}
+
+// Rows [0, MR) of C's columns [0, width) from the (K, 32) panel rows at wp (already offset to
+// this tile's first column).
+template <class V, int MR, int NV>
+inline void Tile(const float* A, int64_t lda, const float* wp, int64_t K, float* C, int64_t ldc,
+                 int64_t width, bool accumulate) {
+  using R = typename V::Reg;
+  R c[MR][NV];
+  for (int r = 0; r < MR; ++r)
+    for (int v = 0; v < NV; ++v) c[r][v] = V::Zero();
+  for (int64_t k = 0; k < K; ++k) {
+    R b[NV];
+    for (int v = 0; v < NV; ++v) b[v] = V::Load(wp + k * kPanel + v * V::kLanes);
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; ++r) {
+      const R a = V::Broadcast(A[r * lda + k]);
+      for (int v = 0; v < NV; ++v) c[r][v] = V::Fma(a, b[v], c[r][v]);
+    }
+  }
+  for (int r = 0; r < MR; ++r)
+    for (int v = 0; v < NV; ++v) {
+      const int64_t w = width - v * V::kLanes;
+      if (w > 0) StoreCols<V>(C + r * ldc + v * V::kLanes, c[r][v], w, accumulate);
+    }
+}
+
+// All M rows of one column group: full tiles of MR rows, then tiles of 8, 4, 2, 1.
+template <class V, int MR, int NV>
+inline void Rows(int64_t M, const float* A, int64_t lda, const float* wp, int64_t K, float* C,
+                 int64_t ldc, int64_t width, bool accumulate) {
+  int64_t m = 0;
+  for (; m + MR <= M; m += MR) Tile<V, MR, NV>(A + m * lda, lda, wp, K, C + m * ldc, ldc, width, accumulate);
+  if constexpr (MR > 8)
+    if (m + 8 <= M) Tile<V, 8, NV>(A + m * lda, lda, wp, K, C + m * ldc, ldc, width, accumulate), m += 8;
+  if (m + 4 <= M) Tile<V, 4, NV>(A + m * lda, lda, wp, K, C + m * ldc, ldc, width, accumulate), m += 4;
+  if (m + 2 <= M) Tile<V, 2, NV>(A + m * lda, lda, wp, K, C + m * ldc, ldc, width, accumulate), m += 2;
+  if (m < M) Tile<V, 1, NV>(A + m * lda, lda, wp, K, C + m * ldc, ldc, width, accumulate);
+}
+
+// The whole product: panel by panel (a panel, (K, 32), stays in L2 while all rows of A pass),
+// each panel in column groups of two vectors (one group with 16-lane vectors, two with 8).
+// kMR2, kMR1: the tile rows for groups of two vectors and of one.
+template <class V, int kMR2, int kMR1>
+void Run(int64_t M, const float* A, int64_t lda, const PackedWeights& W, bool accumulate,
+         float* C, int64_t ldc) {
+  constexpr int64_t G = 2 * V::kLanes;
+  for (int64_t j = 0; j * kPanel < W.N(); ++j) {
+    const int64_t n0 = j * kPanel;
+    const int64_t width = W.N() - n0 < kPanel ? W.N() - n0 : kPanel;
+    for (int64_t g0 = 0; g0 < width; g0 += G) {
+      const int64_t w = width - g0 < G ? width - g0 : G;
+      const float* wp = W.panel(j) + g0;
+      float* c = C + n0 + g0;
+      if (w > V::kLanes) {
+        Rows<V, kMR2, 2>(M, A, lda, wp, W.K(), c, ldc, w, accumulate);
+      } else {
+        Rows<V, kMR1, 1>(M, A, lda, wp, W.K(), c, ldc, w, accumulate);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace adjsh::cpu
+
+#endif  // ADJSH_KERNELS_CPU_GEMM_PACKED_IMPL_H_

@@ -1,0 +1,129 @@
+// GemmPacked (kernels/cpu/gemm_packed.h): every element is the fma chain over k, so each kernel
+// this CPU has gives, bit for bit, the chain computed here one element at a time, for shapes
+// that leave partial tiles and panels (M, N not multiples of the tiles) and for C += A W^T; an
+// element's bits depend neither on the product's width nor on its row's place in a tile; and
+// the result is the product to f32 accuracy (against a double sum of the same terms). B packed as
+// itself (OfProduct) gives the bits of its transpose packed as W.
+#include "kernels/cpu/gemm_packed.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace adjsh::cpu {
+namespace {
+
+struct Case {
+  int64_t M, N, K;
+};
+
+std::vector<float> Random(int64_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> g(0, 1);
+  std::vector<float> v(n);
+  for (auto& e : v) e = g(rng);
+  return v;
+}
+
+// C (+)= A W^T element by element, each the chain of gemm_packed.h.
+void Chains(const Case& c, const float* A, int64_t lda, const float* W, bool accumulate,
+            float* C, int64_t ldc) {
+  for (int64_t m = 0; m < c.M; ++m)
+    for (int64_t n = 0; n < c.N; ++n) {
+      float s = 0;
+      for (int64_t k = 0; k < c.K; ++k) s = std::fma(A[m * lda + k], W[n * c.K + k], s);
+      C[m * ldc + n] = accumulate ? C[m * ldc + n] + s : s;
+    }
+}
+
+const Case kCases[] = {{259, 512, 256}, {256, 48, 512}, {37, 33, 17}, {1, 1, 1},
+                       {19, 16, 5},     {7, 70, 64},    {24, 31, 0}, {9, 8, 3}};
+
+TEST(GemmPackedTest, EveryKernelIsTheFmaChainBitForBit) {
+  std::printf("GemmPacked runs the %s kernel here\n", GemmPackedKernel());
+  int ran = 0;
+  for (const char* kernel : {"avx512", "avx2", "scalar"}) {
+    float none = 0;
+    if (!GemmPackedWith(kernel, 0, &none, 1, PackedWeights(), false, &none, 1)) {
+      std::printf("no %s kernel on this CPU: skipped\n", kernel);
+      continue;
+    }
+    ++ran;
+    for (const Case& c : kCases) {
+      for (bool accumulate : {false, true}) {
+        const int64_t lda = c.K + 3, ldc = c.N + 5;  // strides wider than the rows
+        const std::vector<float> A = Random(c.M * lda, 1), W = Random(c.N * c.K, 2);
+        const std::vector<float> C0 = Random(c.M * ldc, 3);
+        std::vector<float> want = C0, got = C0;
+        Chains(c, A.data(), lda, W.data(), accumulate, want.data(), ldc);
+        ASSERT_TRUE(GemmPackedWith(kernel, c.M, A.data(), lda, PackedWeights(W.data(), c.N, c.K),
+                                   accumulate, got.data(), ldc));
+        // Bytes, not values: the columns between rows' ends must be untouched too.
+        EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
+            << kernel << " M=" << c.M << " N=" << c.N << " K=" << c.K
+            << " accumulate=" << accumulate;
+      }
+    }
+  }
+  EXPECT_GE(ran, 1);  // scalar at least
+}
+
+TEST(GemmPackedTest, AnElementsBitsDependNeitherOnWidthNorOnRowPlace) {
+  const Case c{45, 100, 64};
+  const std::vector<float> A = Random(c.M * c.K, 4), W = Random(c.N * c.K, 5);
+  std::vector<float> full(c.M * c.N);
+  GemmPacked(c.M, A.data(), c.K, PackedWeights(W.data(), c.N, c.K), false, full.data(), c.N);
+  // Columns 40..69 as a product of their own, rows 13..44 as one of theirs.
+  const int64_t n0 = 40, nw = 30, m0 = 13;
+  std::vector<float> part((c.M - m0) * nw);
+  GemmPacked(c.M - m0, A.data() + m0 * c.K, c.K, PackedWeights(W.data() + n0 * c.K, nw, c.K),
+             false, part.data(), nw);
+  for (int64_t m = m0; m < c.M; ++m)
+    for (int64_t n = 0; n < nw; ++n)
+      ASSERT_EQ(std::memcmp(&part[(m - m0) * nw + n], &full[m * c.N + n0 + n], sizeof(float)), 0)
+          << m << "," << n0 + n;
+}
+
+// f32 accuracy: |C - exact| <= K u sum |A W| (the bound of a length-K recursive sum, u = 2^-24).
+TEST(GemmPackedTest, IsTheProductToF32Accuracy) {
+  const Case c{50, 70, 300};
+  const std::vector<float> A = Random(c.M * c.K, 6), W = Random(c.N * c.K, 7);
+  std::vector<float> C(c.M * c.N);
+  GemmPacked(c.M, A.data(), c.K, PackedWeights(W.data(), c.N, c.K), false, C.data(), c.N);
+  for (int64_t m = 0; m < c.M; ++m)
+    for (int64_t n = 0; n < c.N; ++n) {
+      double exact = 0, mag = 0;
+      for (int64_t k = 0; k < c.K; ++k) {
+        const double t = double(A[m * c.K + k]) * W[n * c.K + k];
+        exact += t, mag += std::fabs(t);
+      }
+      ASSERT_LE(std::fabs(C[m * c.N + n] - exact), c.K * std::ldexp(1.0, -24) * mag) << m << "," << n;
+    }
+}
+
+// A B through OfProduct(B) is A W^T through W = B^T: the same packing, so the same bits.
+TEST(GemmPackedTest, OfProductPacksBAsItsTranspose) {
+  const Case c{21, 45, 70};
+  const std::vector<float> A = Random(c.M * c.K, 8), W = Random(c.N * c.K, 9);
+  std::vector<float> B(c.K * c.N);  // W^T, (K, N)
+  for (int64_t n = 0; n < c.N; ++n)
+    for (int64_t k = 0; k < c.K; ++k) B[k * c.N + n] = W[n * c.K + k];
+  std::vector<float> want(c.M * c.N), got(c.M * c.N);
+  Chains(c, A.data(), c.K, W.data(), false, want.data(), c.N);
+  GemmPacked(c.M, A.data(), c.K, PackedWeights::OfProduct(B.data(), c.K, c.N), false, got.data(),
+             c.N);
+  EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+}
+
+TEST(GemmPackedTest, UnknownKernelIsRefused) {
+  const PackedWeights W;
+  float c = 0;
+  EXPECT_FALSE(GemmPackedWith("sse9", 1, &c, 1, W, false, &c, 1));
+}
+
+}  // namespace
+}  // namespace adjsh::cpu
