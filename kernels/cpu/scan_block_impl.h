@@ -20,7 +20,7 @@ namespace adjsh::cpu::blocked {
 
 // Per-thread work arrays of vectors (slot: which array), grown, never shrunk. Slots 0 and 1:
 // a backward block's a_t and h_t rows; 2 to 7: a block's Buf arrays when N is known only at run
-// time; 8: the backward's row sums carried from one sweep over the states to the next; 9: the
+// time; 8: the backward's row sums carried from one group of states to the next; 9: the
 // block's columns of its (rows, Di) inputs, packed (PackColumns).
 template <class VT>
 VT* Work(int slot, int64_t n) {
@@ -168,11 +168,20 @@ void AdjointSummaryBlock(const ScanInputs<typename VT::Scalar>& in, int64_t i0, 
   for (int64_t n = 0; n < N; ++n) Scatter(carry[n], m + i0 * N + n, N);
 }
 
-// The exact backward of one block: pass 1 recomputes a_t and h_t forward (kept: (len, N) and
-// (len + 1, N) vectors), writes y and accumulates dD; pass 2 runs lambda in reverse,
-// lambda_t = ybar_t C_t + carry_{t+1} with carry_t = a_t . lambda_t (the adjoint summary's
-// recurrence, so mu_out with mu = 0 is that summary's m bit for bit), and at each row the
-// per-token VJPs of scan.h step 3.
+// The exact backward of one block, one group of G states at a time: pass 1 recomputes a_t and
+// h_t of the group's states forward (kept: (len, G) and (len + 1, G) vectors) and goes on with
+// y_t's sum over the states; pass 2 runs lambda in reverse, lambda_t = ybar_t C_t +
+// carry_{t+1} with carry_t = a_t . lambda_t (the adjoint summary's recurrence, so mu_out with
+// mu = 0 is that summary's m bit for bit), and at each row the per-token VJPs of scan.h step 3.
+//
+// With 8- or 16-lane vectors and N = 16 G = 8. Pass 2's carry, dA and A are then 24 vectors,
+// not 48: AVX2's 16 registers hold the 16 of carry and dA, AVX-512's 32 hold all 24, where one
+// group of 16 spilled (kernel_bench's scan_backward 2-7% faster). And the rows a group keeps are
+// half as many bytes (256 KiB at 256 rows on AVX-512, not 512), so they stay in L2 between its
+// passes. The sums that run over all states, y_t's, s_a and s_b of a row, go on from one group
+// to the next through `sums`, adding the same terms in the same state order, so the bits are one
+// group's; dB and dC of a row are written per state. G is a multiple of the 8 states AddLaneSums
+// transposes at once.
 template <class VT, int kN>
 void BackwardBlock(const ScanInputs<typename VT::Scalar>& in, int64_t i0, int64_t len,
                    const typename VT::Scalar* h0, const typename VT::Scalar* mu,
@@ -180,65 +189,66 @@ void BackwardBlock(const ScanInputs<typename VT::Scalar>& in, int64_t i0, int64_
                    const ScanGrads<typename VT::Scalar>& out) {
   using T = typename VT::Scalar;
   const int64_t N = kN ? kN : in.N, Di = in.Di;
+  constexpr int64_t kG = (kN == 16 && VT::kLanes >= 8) ? 8 : kN;
+  const int64_t G = kG ? kG : N;
   Buf<VT, kN> At(2, N), Ac(3, N);      // A and DecayCoef(A)
   Buf<VT, kN> carry(4, N);             // a_t . lambda_t, flowing into row t - 1
   Buf<VT, kN> dA(5, N);                // dL/dA, accumulated over the rows
   Buf<VT, kN> P(6, N);                 // lambda_t Delta_t x'_t: this row's dB terms
   Buf<VT, kN> Q(7, N);                 // ybar_t h_t: this row's dC terms
-  VT* a = Work<VT>(0, len * N);        // (len, N) a_t
-  VT* H = Work<VT>(1, (len + 1) * N);  // (len + 1, N) H[t + 1] = h_t, H[0] = h0
+  VT* a = Work<VT>(0, len * G);        // (len, G) a_t of the group's states
+  VT* H = Work<VT>(1, (len + 1) * G);  // (len + 1, G) H[t + 1] = h_t, H[0] = h0
+  VT* sums = G < N ? Work<VT>(8, 3 * len) : nullptr;  // (len, 3): y_t's sum, s_a, s_b of row t
   for (int64_t n = 0; n < N; ++n) {
     At[n] = Gather<VT>(in.A + i0 * N + n, N);
     Ac[n] = VT::DecayCoef(At[n]);
-    H[n] = h0 ? Gather<VT>(h0 + i0 * N + n, N) : VT::Set(T(0));
     dA[n] = Gather<VT>(out.dA + i0 * N + n, N);
   }
   const VT dskip = VT::Load(d_skip + i0);
-  VT dD = VT::Set(T(0));
   const VT* cols = PackColumns<VT>(len, Di, i0, in.dt, in.xc, ybar);  // (len, 3): Delta, x', ybar
-  for (int64_t t = 0; t < len; ++t) {
-    const VT dt = cols[3 * t], x = cols[3 * t + 1];
-    const VT dtx = dt * x;
-    const T* B = in.B + t * in.bc_stride;
-    const T* C = in.C + t * in.bc_stride;
-    const VT* hp = H + t * N;
-    VT* hn = H + (t + 1) * N;
-    VT* at = a + t * N;
-    VT acc = VT::Set(T(0));
-#pragma GCC unroll 16
-    for (int64_t n = 0; n < N; ++n) {
-      at[n] = VT::Decay(dt, Ac[n]);
-      hn[n] = VT::Fma(at[n], hp[n], dtx * VT::Set(B[n]));
-      acc = VT::Fma(hn[n], VT::Set(C[n]), acc);
-    }
-    VT::Fma(dskip, x, acc).Store(out.y + t * Di + i0);
-    dD = VT::Fma(cols[3 * t + 2], x, dD);
-  }
-  (VT::Load(out.dD + i0) + dD).Store(out.dD + i0);
-
-  // Pass 2 sweeps the rows once per group of G states. With 8- or 16-lane vectors and N = 16
-  // G = 8: a sweep's carry, dA and A are 24 vectors, not 48. AVX2's 16 registers hold the 16 of
-  // carry and dA; AVX-512's 32 hold all 24, where one sweep spilled (measured: kernel_bench's
-  // scan_backward 2-7% faster in 6 of 6 alternated rounds). A row's sums s_a and s_b go on from
-  // one sweep to the next through `sums`, adding the same terms in the same state order, so the
-  // bits are one sweep's. G is a multiple of the 8 states AddLaneSums transposes at once.
-  constexpr int64_t kG = (kN == 16 && VT::kLanes >= 8) ? 8 : kN;
-  const int64_t G = kG ? kG : N;
-  VT* sums = G < N ? Work<VT>(8, 2 * len) : nullptr;  // (len, 2): s_a, s_b of row t
 #pragma GCC unroll 2
   for (int64_t n0 = 0; n0 < N; n0 += G) {
-    const bool first_sweep = n0 == 0, last_sweep = n0 + G >= N;
-    // One row of pass 2; kLast: the chunk's last row, where lambda starts from mu.
+    const bool first_group = n0 == 0, last_group = n0 + G >= N;
+    // Pass 1 over the group's states.
+    for (int64_t n = 0; n < G; ++n)
+      H[n] = h0 ? Gather<VT>(h0 + i0 * N + n0 + n, N) : VT::Set(T(0));
+    VT dD = VT::Set(T(0));
+    for (int64_t t = 0; t < len; ++t) {
+      const VT dt = cols[3 * t], x = cols[3 * t + 1];
+      const VT dtx = dt * x;
+      const T* B = in.B + t * in.bc_stride + n0;
+      const T* C = in.C + t * in.bc_stride + n0;
+      const VT* hp = H + t * G;
+      VT* hn = H + (t + 1) * G;
+      VT* at = a + t * G;
+      VT acc = first_group ? VT::Set(T(0)) : sums[3 * t];
+#pragma GCC unroll 16
+      for (int64_t n = 0; n < G; ++n) {
+        at[n] = VT::Decay(dt, Ac[n0 + n]);
+        hn[n] = VT::Fma(at[n], hp[n], dtx * VT::Set(B[n]));
+        acc = VT::Fma(hn[n], VT::Set(C[n]), acc);
+      }
+      if (last_group) {
+        VT::Fma(dskip, x, acc).Store(out.y + t * Di + i0);
+      } else {
+        sums[3 * t] = acc;
+      }
+      if (first_group) dD = VT::Fma(cols[3 * t + 2], x, dD);
+    }
+    if (first_group) (VT::Load(out.dD + i0) + dD).Store(out.dD + i0);
+
+    // Pass 2 over the group's states, rows in reverse. kLast: the chunk's last row, where lambda
+    // starts from mu.
     auto row = [&](int64_t t, auto last) {
       const VT dt = cols[3 * t], x = cols[3 * t + 1];
       const VT yb = cols[3 * t + 2], dtx = dt * x;
       const T* B = in.B + t * in.bc_stride;
       const T* C = in.C + t * in.bc_stride;
-      const VT* hp = H + t * N;
-      const VT* hn = H + (t + 1) * N;
-      const VT* at = a + t * N;
-      VT s_a = first_sweep ? VT::Set(T(0)) : sums[2 * t];
-      VT s_b = first_sweep ? VT::Set(T(0)) : sums[2 * t + 1];
+      const VT* hp = H + t * G - n0;  // indexed by the state n
+      const VT* hn = H + (t + 1) * G - n0;
+      const VT* at = a + t * G - n0;
+      VT s_a = first_group ? VT::Set(T(0)) : sums[3 * t + 1];
+      VT s_b = first_group ? VT::Set(T(0)) : sums[3 * t + 2];
 #pragma GCC unroll 16
       for (int64_t n = n0; n < n0 + G; ++n) {
         // carry[n] holds a_{t+1} . lambda_{t+1} (mu at the last row), as in AdjointSummaryBlock.
@@ -253,11 +263,11 @@ void BackwardBlock(const ScanInputs<typename VT::Scalar>& in, int64_t i0, int64_
         P[n] = lam * dtx;
         Q[n] = yb * hn[n];
       }
-      if (last_sweep) {
+      if (last_group) {
         VT::Fma(x, s_b, s_a).Store(out.ddt + t * Di + i0);
         VT::Fma(dt, s_b, dskip * yb).Store(out.dxc + t * Di + i0);
       } else {
-        sums[2 * t] = s_a, sums[2 * t + 1] = s_b;
+        sums[3 * t + 1] = s_a, sums[3 * t + 2] = s_b;
       }
       AddLaneSums(&P[n0], G, out.dB + t * N + n0);
       AddLaneSums(&Q[n0], G, out.dC + t * N + n0);

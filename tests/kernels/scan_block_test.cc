@@ -220,10 +220,11 @@ INSTANTIATE_TEST_SUITE_P(Shapes, ScanBlockTest,
                                            Shape{29, 29, 27, 5, true},   // run-time N
                                            Shape{64, 64, 16, 16, false}, Shape{1, 1, 9, 3, true}));
 
-// With 8- or 16-lane vectors and N = 16 the backward's pass 2 sweeps the rows once per 8 states,
-// carrying each row's dDelta and dx' sums from the first sweep to the second; with N known only
-// at run time (kN = 0) it sweeps all 16 at once. Both must give the same bits, every output.
-TEST(ScanBlockSweepTest, TwoSweepsOverTheStatesAreOneSweepBitForBit) {
+// With 8- or 16-lane vectors and N = 16 the backward runs both its passes once per group of 8
+// states, carrying each row's y sum (pass 1) and its dDelta and dx' sums (pass 2) from the first
+// group to the second; with N known only at run time (kN = 0) it runs all 16 at once. Both must
+// give the same bits, every output.
+TEST(ScanBlockSweepTest, TwoGroupsOfStatesAreOneGroupBitForBit) {
   using V = simd::Lanes<float, 8>;
   for (const Shape& s : {Shape{37, 37, 24, 16, true}, Shape{40, 33, 27, 16, false}}) {
     const Case<float> c(s);
