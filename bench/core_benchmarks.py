@@ -55,11 +55,15 @@ def adjsh_grad(build, work, model, T, threads=2, schedule="spans", kept_mib=None
         return {"cli_peak_rss_bytes": rss}
     # Time in-process (no file I/O) with the same engine, for tokens/s and flop rates: the
     # fastest of 3 gradients, since other jobs share this machine.
+    # The yardstick measured just before, on as many threads: on a shared machine the sgemm rate
+    # moves by several percent between the start of a run and a gradient minutes later.
+    rate, _, _ = run([f"{build}/bench/sgemm_rate", "--threads", str(threads), "--seconds", "2"])
     out, _, _ = run([f"{build}/bench/grad_bench", "--hidden-size", model_d(model),
                      "--layers", "4", "--tokens", str(T), "--threads", str(threads),
                      "--schedule", schedule, "--repeat", "3"] + kept)  # the fastest of 3
     r = json.loads(out)
     r["cli_peak_rss_bytes"] = rss
+    r["sgemm_before_gflop_per_s"] = json.loads(rate)["sgemm_gflop_per_s"]
     return r
 
 
@@ -138,7 +142,7 @@ def main():
     lines.append("")
     lines.append("### Speed: one exact gradient")
     lines.append("")
-    lines.append("| T | schedule | adjsh tokens/s | PyTorch autograd tokens/s | ratio to PyTorch | adjsh GFLOP/s (model / executed) | executed / sgemm rate |")
+    lines.append("| T | schedule | adjsh tokens/s | PyTorch autograd tokens/s | ratio to PyTorch | adjsh GFLOP/s (model / executed) | executed / sgemm rate (at the start; just before) |")
     lines.append("|---|---|---|---|---|---|---|")
     for T, o, t, wave, bare in speed:
         rows = ((f"spans (default, S = {o['spans']}; {o['kept_share']:.0%} kept)", o),
@@ -147,7 +151,12 @@ def main():
             lines.append(f"| {T} | {name} | {r['tokens_per_s']:.0f} | {t['tokens_per_s']:.0f} | "
                          f"{r['tokens_per_s'] / t['tokens_per_s']:.1f}x | "
                          f"{r['model_gflop_per_s']:.1f} / {r['executed_gflop_per_s']:.1f} | "
-                         f"{r['executed_gflop_per_s'] / sgemm[2]['sgemm_gflop_per_s']:.0%} |")
+                         f"{r['executed_gflop_per_s'] / sgemm[2]['sgemm_gflop_per_s']:.0%}; "
+                         f"{r['executed_gflop_per_s'] / r['sgemm_before_gflop_per_s']:.0%} |")
+    lines.append("")
+    lines.append("The sgemm rate is OpenBLAS's on 2 threads (`build/bench/sgemm_rate`), measured "
+                 "once at the start of the run and again for 2 s just before each timed gradient "
+                 "(the second ratio), since the machine's load moves it between the two.")
     lines.append("")
     lines.append("\"model\" counts the GEMM flops of a keep-everything backprop; \"executed\" adds "
                  "what adjoint sharding recomputes (the recompute in each VJP task); "
