@@ -124,7 +124,7 @@ def main():
         mem = {d: [] for d in (256, 128)}
         for d in (256, 128):
             for T in mem_T:
-                r = adjsh_grad(build, work, models[d], T)
+                r = adjsh_grad(build, work, models[d], T, timed=False)
                 none = adjsh_grad(build, work, models[d], T, kept_mib=0, timed=False)
                 mem[d].append((T, r["cli_peak_rss_bytes"], none["cli_peak_rss_bytes"]))
                 print(f"memory D={d} T={T}: {r['cli_peak_rss_bytes'] / 2**20:.0f} MiB, "

@@ -182,11 +182,20 @@ void BenchScans(int64_t rows, int64_t Di, int64_t N, double seconds, double peak
   PrintScan("scan_backward", d, old_b, new_b, 35, peak);
 }
 
+// One layer of width D and state N, as the engine's models have it (dt rank ceil(D / 16)).
+MambaConfig BlockConfig(int64_t D, int64_t N) {
+  MambaConfig c;
+  c.hidden_size = D, c.num_hidden_layers = 1, c.state_size = N, c.vocab_size = 256;
+  c.time_step_rank = (D + 15) / 16;
+  return c;
+}
+
 // The block's GemmPacked products at a chunk of `rows` (kernels/cpu/mamba_block.cc): in_proj's
 // x half (its z half is the same shape), x_proj, out_proj (added into the residual), and the
 // backward's dn = dxz W_in; each against OpenBLAS's sgemm of the same product.
-void BenchGemms(int64_t D, int64_t N, int64_t rows, double seconds, double peak) {
-  const int64_t Di = 2 * D, R = (D + 15) / 16, halo = 3;
+void BenchGemms(const MambaConfig& c, int64_t rows, double seconds, double peak) {
+  const int64_t D = c.hidden_size, N = c.state_size, Di = c.inner(), R = c.time_step_rank;
+  const int64_t halo = c.conv_kernel - 1;
   struct Shape {
     const char* name;
     int64_t M, N, K;
@@ -222,10 +231,8 @@ void BenchGemms(int64_t D, int64_t N, int64_t rows, double seconds, double peak)
   }
 }
 
-void BenchBlock(int64_t D, int64_t N, int64_t rows, double seconds, double sgemm) {
-  MambaConfig c;
-  c.hidden_size = D, c.num_hidden_layers = 1, c.state_size = N, c.vocab_size = 256;
-  c.time_step_rank = (D + 15) / 16;
+void BenchBlock(const MambaConfig& c, int64_t rows, double seconds, double sgemm) {
+  const int64_t D = c.hidden_size, N = c.state_size;
   const ModelParams<float> params = InitParams<float>(c, 1);
   LayerParams<float> grad = params.layers[0];
   const cpu::MambaBlockCpu<float> block(c, params.layers[0]);
@@ -294,8 +301,9 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
   adjsh::bench::BenchScans(rows, 2 * D, N, seconds, peak);
   std::fflush(stdout);
-  adjsh::bench::BenchGemms(D, N, rows, seconds, peak);
+  const adjsh::MambaConfig block = adjsh::bench::BlockConfig(D, N);
+  adjsh::bench::BenchGemms(block, rows, seconds, peak);
   std::fflush(stdout);
-  adjsh::bench::BenchBlock(D, N, rows, seconds, sgemm);
+  adjsh::bench::BenchBlock(block, rows, seconds, sgemm);
   return 0;
 }

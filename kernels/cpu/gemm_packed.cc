@@ -1,6 +1,7 @@
 // Packing, the scalar kernel, and the choice of kernel for GemmPacked (gemm_packed.h).
 #include "kernels/cpu/gemm_packed.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -35,7 +36,7 @@ void GemmPackedScalar(int64_t M, const float* A, int64_t lda, const PackedWeight
         for (int64_t c = 0; c < P; ++c) s[c] = std::fma(a, wp[k * P + c], s[c]);
       }
       float* row = C + m * ldc + j * P;
-      const int64_t w = W.N() - j * P < P ? W.N() - j * P : P;
+      const int64_t w = std::min(P, W.N() - j * P);
       for (int64_t c = 0; c < w; ++c) row[c] = accumulate ? row[c] + s[c] : s[c];
     }
 }
@@ -44,6 +45,11 @@ struct Named {
   const char* name;
   Kernel run;
   bool here;  // this CPU has the instructions
+  // The product; an empty one touches nothing.
+  void Run(int64_t M, const float* A, int64_t lda, const PackedWeights& W, bool accumulate,
+           float* C, int64_t ldc) const {
+    if (M > 0 && W.N() > 0) run(M, A, lda, W, accumulate, C, ldc);
+  }
 };
 
 // The kernels, fastest first.
@@ -71,34 +77,35 @@ const Named& Chosen() {
 
 }  // namespace
 
-PackedWeights::PackedWeights(const float* W, int64_t N, int64_t K) : N_(N), K_(K) {
-  ADJSH_CHECK(N >= 0 && K >= 0, "PackedWeights: negative shape");
-  const int64_t panels = (N + kPanel - 1) / kPanel;
-  p_.assign(panels * K * kPanel, 0.0f);
-  for (int64_t n = 0; n < N; ++n) {
-    float* dst = p_.data() + (n / kPanel) * K * kPanel + n % kPanel;
-    for (int64_t k = 0; k < K; ++k) dst[k * kPanel] = W[n * K + k];
+// Element (n, k) of W is src[n * sn + k * sk]: sn = K, sk = 1 for W itself, sn = 1, sk = N for
+// its transpose B. Panels are written in order, row by row.
+void PackedWeights::Pack(const float* src, int64_t sn, int64_t sk) {
+  ADJSH_CHECK(N_ >= 0 && K_ >= 0, "PackedWeights: negative shape");
+  const int64_t panels = (N_ + kPanel - 1) / kPanel;
+  p_.assign(panels * K_ * kPanel, 0.0f);
+  for (int64_t j = 0; j < panels; ++j) {
+    const int64_t n0 = j * kPanel, width = std::min(kPanel, N_ - n0);
+    for (int64_t k = 0; k < K_; ++k) {
+      float* dst = p_.data() + (j * K_ + k) * kPanel;
+      for (int64_t c = 0; c < width; ++c) dst[c] = src[(n0 + c) * sn + k * sk];
+    }
   }
 }
 
+PackedWeights::PackedWeights(const float* W, int64_t N, int64_t K) : N_(N), K_(K) {
+  Pack(W, K, 1);
+}
+
 PackedWeights PackedWeights::OfProduct(const float* B, int64_t K, int64_t N) {
-  ADJSH_CHECK(N >= 0 && K >= 0, "PackedWeights: negative shape");
   PackedWeights w;
   w.N_ = N, w.K_ = K;
-  const int64_t panels = (N + kPanel - 1) / kPanel;
-  w.p_.assign(panels * K * kPanel, 0.0f);
-  for (int64_t j = 0; j < panels; ++j) {
-    const int64_t n0 = j * kPanel, width = N - n0 < kPanel ? N - n0 : kPanel;
-    for (int64_t k = 0; k < K; ++k)
-      std::memcpy(w.p_.data() + (j * K + k) * kPanel, B + k * N + n0, width * sizeof(float));
-  }
+  w.Pack(B, 1, N);
   return w;
 }
 
 void GemmPacked(int64_t M, const float* A, int64_t lda, const PackedWeights& W, bool accumulate,
                 float* C, int64_t ldc) {
-  if (M == 0 || W.N() == 0) return;
-  Chosen().run(M, A, lda, W, accumulate, C, ldc);
+  Chosen().Run(M, A, lda, W, accumulate, C, ldc);
 }
 
 const char* GemmPackedKernel() { return Chosen().name; }
@@ -108,7 +115,7 @@ bool GemmPackedWith(const char* kernel, int64_t M, const float* A, int64_t lda,
   for (const Named* k = Kernels(); k->name; ++k) {
     if (std::strcmp(k->name, kernel) != 0) continue;
     if (!k->here) return false;
-    if (M > 0 && W.N() > 0) k->run(M, A, lda, W, accumulate, C, ldc);
+    k->Run(M, A, lda, W, accumulate, C, ldc);
     return true;
   }
   return false;

@@ -7,7 +7,7 @@
 // into panels of 32 columns, (K, 32) each, and every C row is written once.
 //
 // Rounding: every element is one chain of fused multiply-adds in k order,
-//   s = A[m, 0] W[n, 0];  s = fma(A[m, k], W[n, k], s) for k = 1 .. K - 1;
+//   s = 0;  s = fma(A[m, k], W[n, k], s) for k = 0 .. K - 1;
 //   C[m, n] = s, or C[m, n] + s with accumulate,
 // so its bits depend on neither M, N, its place in a tile, nor the instruction set: the AVX-512
 // and AVX2 kernels (chosen at run time, so portable builds have them too) and the scalar one
@@ -38,6 +38,7 @@ class PackedWeights {
   const float* panel(int64_t j) const { return p_.data() + j * K_ * kPanel; }
 
  private:
+  void Pack(const float* src, int64_t sn, int64_t sk);  // p_ from W's element (n, k) strides
   int64_t N_ = 0, K_ = 0;
   std::vector<float> p_;  // (ceil(N / 32), K, 32)
 };
