@@ -37,6 +37,8 @@ def main():
     assert rows["scan_backward"]["Di"] == 40 and rows["scan_backward"]["N"] == 5
     assert (rows["gemm_x_proj"]["N"], rows["gemm_x_proj"]["K"]) == (2 + 2 * 5, 40)  # R + 2N, Di
     assert rows["gemm_dn"]["packed_kernel"] in ("avx512", "avx2", "scalar")
+    for name in ("gemm_in_proj_half", "gemm_x_proj", "gemm_out_proj", "gemm_dn"):
+        assert "packed_cold_gflop_per_s" in rows[name], rows[name]
     bad = subprocess.run([a.kernel_bench, "--rows", "0"], capture_output=True, text=True)
     assert bad.returncode == 2 and "rows" in bad.stderr, (bad.returncode, bad.stderr)
 
