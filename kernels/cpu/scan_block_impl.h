@@ -277,10 +277,12 @@ void BackwardBlock(const ScanInputs<typename VT::Scalar>& in, int64_t i0, int64_
     row(len - 1, std::true_type{});
     for (int64_t t = len - 2; t >= 0; --t) row(t, std::false_type{});
   }
-  // The outputs' rows are Di apart, as the inputs' are (PackColumns): a store per row and array
-  // inside the passes reached a cold line in the same few L1 sets each time, and a gradient's
-  // backward scan ran 1-2% slower than with the stores gathered here, one sweep over the rows
-  // after the last group (grad_bench, 4K, 2 threads, alternated). The values are the same.
+  // The outputs' rows are Di apart, as the inputs' are (PackColumns): inside a gradient a store
+  // per row and array in the passes reached a cold line in the same few L1 sets each time.
+  // Gathered here and written in one sweep after the last group, this kernel's perf samples in
+  // a 4K gradient fell 7%, though kernel_bench's scan_backward, whose outputs stay in L2
+  // between calls, runs 6% slower. (The forward's y, gathered the same way, went the other way
+  // inside the gradient, +5%, and is stored per row.) The values are the same.
   for (int64_t t = 0; t < len; ++t) {
     outs[3 * t].Store(out.y + t * Di + i0);
     outs[3 * t + 1].Store(out.ddt + t * Di + i0);
