@@ -72,11 +72,18 @@ def model_d(model):
         return str(json.load(f)["hidden_size"])
 
 
-def torch_grad(T, d=256):
-    out, _, _ = run([TORCH_PY, os.path.join(ROOT, "bench", "torch_baseline.py"),
-                     "--hidden-size", str(d), "--layers", "4", "--state-size", "16",
-                     "--vocab-size", "256", "--tokens", str(T), "--threads", "2"])
-    return json.loads(out.strip().splitlines()[-1])
+def torch_grad(T, d=256, runs=3):
+    """PyTorch autograd's gradient at T, the fastest of `runs` processes, as adjsh's is the
+    fastest of 3 gradients (one timed run of the peer against adjsh's best favoured adjsh)."""
+    best = None
+    for _ in range(runs):
+        out, _, _ = run([TORCH_PY, os.path.join(ROOT, "bench", "torch_baseline.py"),
+                         "--hidden-size", str(d), "--layers", "4", "--state-size", "16",
+                         "--vocab-size", "256", "--tokens", str(T), "--threads", "2"])
+        r = json.loads(out.strip().splitlines()[-1])
+        if best is None or r["tokens_per_s"] > best["tokens_per_s"]:
+            best = r
+    return best
 
 
 def oracle(build, T):
@@ -154,7 +161,9 @@ def main():
                          f"{r['executed_gflop_per_s'] / sgemm[2]['sgemm_gflop_per_s']:.0%}; "
                          f"{r['executed_gflop_per_s'] / r['sgemm_before_gflop_per_s']:.0%} |")
     lines.append("")
-    lines.append("The sgemm rate is OpenBLAS's on 2 threads (`build/bench/sgemm_rate`), measured "
+    lines.append("Each tokens/s is the fastest of 3 gradients, adjsh's in one process "
+                 "(`grad_bench --repeat 3`), PyTorch's in 3 processes (bench/torch_baseline.py). "
+                 "The sgemm rate is OpenBLAS's on 2 threads (`build/bench/sgemm_rate`), measured "
                  "once at the start of the run and again for 2 s just before each timed gradient "
                  "(the second ratio), since the machine's load moves it between the two.")
     lines.append("")
