@@ -44,8 +44,11 @@ inline void Tile(const float* A, int64_t lda, const float* wp, int64_t K, float*
   // inside a gradient a product's C is cold (a fresh activation, or the residual), and the
   // stores at the tile's end waited on them. kernel_bench's cold-cache rate of in_proj's half,
   // whose C rows are 4 KiB apart, went from 94-99 to 105-106 GFLOP/s (warm: 112 both ways).
+  // Only the lines the stores below reach: a vector past the product's width has none here,
+  // and its address may be another row's or another array's.
   for (int r = 0; r < MR; ++r)
-    for (int v = 0; v < NV; ++v) __builtin_prefetch(C + r * ldc + v * V::kLanes, 1, 3);
+    for (int v = 0; v < NV; ++v)
+      if (width - v * V::kLanes > 0) __builtin_prefetch(C + r * ldc + v * V::kLanes, 1, 3);
   for (int64_t k = 0; k < K; ++k) {
     R b[NV];
     for (int v = 0; v < NV; ++v) b[v] = V::Load(wp + k * kPanel + v * V::kLanes);
