@@ -158,19 +158,19 @@ void Mamba2ChunkBackward(const Mamba2Layer<T>& l, const Mamba2Config& cfg, const
                          Mamba2Layer<T>& gl, T* du) {
   const Mamba2Dims d(cfg);
   const int64_t t0 = a.t0, t1 = a.t1, L = t1 - t0, hb = a.hb;
-  std::vector<T>& dn = ThreadScratch<T>(kDn, L * d.Di);
+  cpu::AlignedVector<T>& dn = ThreadScratch<T>(kDn, L * d.Di);
   Gemm<T>(Trans::kNo, Trans::kNo, L, d.Di, d.D, T(1), dout, d.D, l.out_proj.data(), d.Di, T(0),
           dn.data(), d.Di);
   Gemm<T>(Trans::kYes, Trans::kNo, d.D, d.Di, L, T(1), dout, d.D, a.n.data(), d.Di, T(1),
           gl.out_proj.data(), d.Di);
   // The gated norm, back to dy and dz (dzx's z columns). dzx holds the chunk's rows only.
-  std::vector<T>& dzx = ThreadScratch<T>(kDzx, L * d.Dp, true);
-  std::vector<T>& dy = ThreadScratch<T>(kDy, L * d.Di);
+  cpu::AlignedVector<T>& dzx = ThreadScratch<T>(kDzx, L * d.Dp, true);
+  cpu::AlignedVector<T>& dy = ThreadScratch<T>(kDy, L * d.Di);
   GatedNormBackward(l, d, a, dn.data(), dy.data(), &gl, dzx.data());
   // The scan's backward, its states recomputed from S0.
   const std::vector<T> A = Decay(l, d);
   const Mamba2ScanRows<T> rows{&d, L, a.dt.data(), a.xbc.data(), A.data(), l.D.data()};
-  std::vector<T>& dxbc = ThreadScratch<T>(kDxbc, L * d.Cc, true);
+  cpu::AlignedVector<T>& dxbc = ThreadScratch<T>(kDxbc, L * d.Cc, true);
   std::vector<T> ddt(L * d.H, T(0)), dA(d.H, T(0)), dD(d.H, T(0));
   Mamba2ScanBackward(Mamba2ScanFormFor(L), rows, a.S0.data(), dy.data(), carry, dxbc.data(),
                      ddt.data(), dA.data(), dD.data());
@@ -237,7 +237,7 @@ void Mamba2ChunkBackward(const Mamba2Layer<T>& l, const Mamba2Config& cfg, const
   const T* xn = a.xn.data() + hb * d.D;  // the chunk's own rows
   Gemm<T>(Trans::kYes, Trans::kNo, d.Dp, d.D, L, T(1), dzx.data(), d.Dp, xn, d.D, T(1),
           gl.in_proj.data(), d.D);
-  std::vector<T>& dxn = ThreadScratch<T>(kDxn, L * d.D);
+  cpu::AlignedVector<T>& dxn = ThreadScratch<T>(kDxn, L * d.D);
   Gemm<T>(Trans::kNo, Trans::kNo, L, d.D, d.Dp, T(1), dzx.data(), d.Dp, l.in_proj.data(), d.D,
           T(0), dxn.data(), d.D);
   cpu::RmsNormBackward(u + hb * d.D, L, d.D, l.norm.data(), a.r1.data() + hb, dxn.data(),
@@ -250,8 +250,8 @@ void Mamba2ChunkAdjoint(const Mamba2Layer<T>& l, const Mamba2Config& cfg,
                         const Mamba2ChunkActs<T>& a, const T* dout, T* carry) {
   const Mamba2Dims d(cfg);
   const int64_t L = a.t1 - a.t0;
-  std::vector<T>& dn = ThreadScratch<T>(kDn, L * d.Di);
-  std::vector<T>& dy = ThreadScratch<T>(kDy, L * d.Di);
+  cpu::AlignedVector<T>& dn = ThreadScratch<T>(kDn, L * d.Di);
+  cpu::AlignedVector<T>& dy = ThreadScratch<T>(kDy, L * d.Di);
   Gemm<T>(Trans::kNo, Trans::kNo, L, d.Di, d.D, T(1), dout, d.D, l.out_proj.data(), d.Di, T(0),
           dn.data(), d.Di);
   GatedNormBackward<T>(l, d, a, dn.data(), dy.data(), nullptr, nullptr);

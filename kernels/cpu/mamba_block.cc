@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "common/check.h"
+#include "kernels/cpu/aligned.h"
 #include "kernels/cpu/blas.h"
 #include "kernels/cpu/kept_pool.h"
 #include "kernels/cpu/math.h"
@@ -21,17 +22,17 @@ namespace adjsh::cpu {
 template <typename T>
 struct MambaBlockCpu<T>::Acts {
   int64_t halo = 0, M = 0;
-  std::vector<T> r;      // (P) RMSNorm reciprocal rms
-  std::vector<T> n;      // (P, D) normalised input
-  std::vector<T> xz;     // (P, 2 Di) in_proj output: x = [:, :Di], z = [:, Di:]
-  std::vector<T> cpre;   // (M, Di) conv output before silu
-  std::vector<T> xc;     // (M, Di) x' = silu(cpre)
-  std::vector<T> dbc;    // (M, R + 2N) x_proj output: [d | B | C]
-  std::vector<T> dtpre;  // (M, Di) dt_proj output before softplus
-  std::vector<T> dt;     // (M, Di) Delta
+  AlignedVector<T> r;      // (P) RMSNorm reciprocal rms
+  AlignedVector<T> n;      // (P, D) normalised input
+  AlignedVector<T> xz;     // (P, 2 Di) in_proj output: x = [:, :Di], z = [:, Di:]
+  AlignedVector<T> cpre;   // (M, Di) conv output before silu
+  AlignedVector<T> xc;     // (M, Di) x' = silu(cpre)
+  AlignedVector<T> dbc;    // (M, R + 2N) x_proj output: [d | B | C]
+  AlignedVector<T> dtpre;  // (M, Di) dt_proj output before softplus
+  AlignedVector<T> dt;     // (M, Di) Delta
   // With Recompute's keep_sigmoids (the backward's): sigmoid(cpre), for silu's derivative, and
   // sigmoid(dtpre), softplus's, each computed beside the forward value from the same exp.
-  std::vector<T> sig_c, sig_dt;  // (M, Di) each
+  AlignedVector<T> sig_c, sig_dt;  // (M, Di) each
 
   ScanInputs<T> Scan(int64_t Di, int64_t N, int64_t R, const T* A) const {
     ScanInputs<T> in;
@@ -51,7 +52,7 @@ struct MambaBlockCpu<T>::Kept {
   Stage stage = Stage::kEmpty;
   ChunkRows rows;
   Acts a;
-  std::vector<T> d_o;  // kBackward: (len, Di) dL/do = g W_out
+  AlignedVector<T> d_o;  // kBackward: (len, Di) dL/do = g W_out
 
   int64_t bytes() const {
     size_t n = a.r.capacity() + a.n.capacity() + a.xz.capacity() + a.cpre.capacity() +
@@ -221,7 +222,7 @@ enum Slot { kY, kYbar, kDo, kSigZ, kDdt, kDxc, kDB, kDC, kDA, kDxz, kDdbc, kDcon
 
 // S (Di) = sum over the chunk's rows of Delta_t, in row order.
 template <typename T>
-void SumDelta(const std::vector<T>& dt, int64_t len, int64_t Di, T* S) {
+void SumDelta(const AlignedVector<T>& dt, int64_t len, int64_t Di, T* S) {
   std::fill(S, S + Di, T(0));
   for (int64_t t = 0; t < len; ++t)
     for (int64_t i = 0; i < Di; ++i) S[i] += dt[t * Di + i];
@@ -254,7 +255,7 @@ void MambaBlockCpu<T>::Forward(const T* u, ChunkRows rows, const T* h0, T* u_nex
   }
   const Acts& a = kept ? kept->a : scratch;
   const ScanInputs<T> in = a.Scan(Di_, N_, R_, A_.data());
-  std::vector<T>& y = ThreadScratch<T>(kY, len * Di_);
+  AlignedVector<T>& y = ThreadScratch<T>(kY, len * Di_);
   ScanForward<T>(in, len, h0, p_.Dskip.data(), h_end, y.data());
   // o = y . silu(z), reusing y.
   for (int64_t t = 0; t < len; ++t) {
@@ -275,7 +276,7 @@ void MambaBlockCpu<T>::AdjointSummary(const T* u, ChunkRows rows, const T* g, T*
   // Kept for Backward: with its sigmoids (the same x' and Delta bits as without: math.h).
   Recompute(u, rows.halo, len, a, /*with_z=*/true, /*keep_sigmoids=*/keep != nullptr);
   // ybar = (g W_out) . silu(z)   (len, Di); g W_out kept as Backward's dL/do.
-  std::vector<T>& ybar = ThreadScratch<T>(kYbar, len * Di_);
+  AlignedVector<T>& ybar = ThreadScratch<T>(kYbar, len * Di_);
   T* d_o = ybar.data();
   if (keep) keep->d_o.resize(len * Di_), d_o = keep->d_o.data();
   Gemm<T>(Trans::kNo, Trans::kNo, len, Di_, D_, 1, g, D_, p_.out_proj.data(), Di_, 0, d_o, Di_);
@@ -300,7 +301,7 @@ void MambaBlockCpu<T>::Backward(const T* u, ChunkRows rows, const T* g, const T*
   // dL/do = g W_out and ybar = dL/do . silu(z), for all M rows (the lookahead needs ybar);
   // sig = sigmoid(z) kept for the gate's backward below (silu(z) = z sig, silu'(z) =
   // SiluGradGivenSigmoid(z, sig) of math.h: one exp instead of three).
-  std::vector<T>& d_o = kept ? kept->d_o : ThreadScratch<T>(kDo, M * Di_);
+  AlignedVector<T>& d_o = kept ? kept->d_o : ThreadScratch<T>(kDo, M * Di_);
   if (kept) {  // AdjointSummary's recompute and dL/do
     ADJSH_CHECK(window == 0 && kept->Holds(Kept::Stage::kBackward, rows),
                 "Backward given another chunk's set, or a truncated window");
@@ -311,8 +312,8 @@ void MambaBlockCpu<T>::Backward(const T* u, ChunkRows rows, const T* g, const T*
             Di_);
   }
   const Acts& a = kept ? kept->a : scratch;
-  std::vector<T>& ybar = ThreadScratch<T>(kYbar, M * Di_);
-  std::vector<T>& sig = ThreadScratch<T>(kSigZ, M * Di_);
+  AlignedVector<T>& ybar = ThreadScratch<T>(kYbar, M * Di_);
+  AlignedVector<T>& sig = ThreadScratch<T>(kSigZ, M * Di_);
   for (int64_t t = 0; t < M; ++t) {
     const T* z = a.xz.data() + (halo + t) * Di2 + Di_;
     T* s = sig.data() + t * Di_;
@@ -323,12 +324,12 @@ void MambaBlockCpu<T>::Backward(const T* u, ChunkRows rows, const T* g, const T*
   }
 
   // The scan's adjoint and VJPs (kernels/cpu/scan_block.h).
-  std::vector<T>& y = ThreadScratch<T>(kY, len * Di_);
-  std::vector<T>& ddt = ThreadScratch<T>(kDdt, len * Di_);
-  std::vector<T>& dxc = ThreadScratch<T>(kDxc, len * Di_);
-  std::vector<T>& dB = ThreadScratch<T>(kDB, len * N_, true);
-  std::vector<T>& dC = ThreadScratch<T>(kDC, len * N_, true);
-  std::vector<T>& dA = ThreadScratch<T>(kDA, Di_ * N_, true);
+  AlignedVector<T>& y = ThreadScratch<T>(kY, len * Di_);
+  AlignedVector<T>& ddt = ThreadScratch<T>(kDdt, len * Di_);
+  AlignedVector<T>& dxc = ThreadScratch<T>(kDxc, len * Di_);
+  AlignedVector<T>& dB = ThreadScratch<T>(kDB, len * N_, true);
+  AlignedVector<T>& dC = ThreadScratch<T>(kDC, len * N_, true);
+  AlignedVector<T>& dA = ThreadScratch<T>(kDA, Di_ * N_, true);
   ScanGrads<T> sg{y.data(), ddt.data(), dxc.data(), dB.data(), dC.data(), dA.data(),
                   grad.Dskip.data(), window == 0 ? mu_out : nullptr};
   const ScanInputs<T> in = a.Scan(Di_, N_, R_, A_.data());
@@ -338,7 +339,7 @@ void MambaBlockCpu<T>::Backward(const T* u, ChunkRows rows, const T* g, const T*
 
   // Gate and out_proj: o = y . silu(z); dW_out += g^T o; dz = dL/do . y . silu'(z).
   // dL/d[x; z], halo + own rows: every element written below (halo rows' dz is 0).
-  std::vector<T>& dxz = ThreadScratch<T>(kDxz, P * Di2);
+  AlignedVector<T>& dxz = ThreadScratch<T>(kDxz, P * Di2);
   for (int64_t p = 0; p < halo; ++p) std::fill_n(dxz.data() + p * Di2 + Di_, Di_, T(0));
   for (int64_t t = 0; t < len; ++t) {
     const T* z = a.xz.data() + (halo + t) * Di2 + Di_;
@@ -360,7 +361,7 @@ void MambaBlockCpu<T>::Backward(const T* u, ChunkRows rows, const T* g, const T*
       v *= a.sig_dt[t * Di_ + i];
       grad.dt_b[i] += v;
     }
-  std::vector<T>& ddbc = ThreadScratch<T>(kDdbc, len * Q);  // dL/d[d | B | C]
+  AlignedVector<T>& ddbc = ThreadScratch<T>(kDdbc, len * Q);  // dL/d[d | B | C]
   Gemm<T>(Trans::kYes, Trans::kNo, Di_, R_, len, 1, ddt.data(), Di_, a.dbc.data(), Q, 1,
           grad.dt_w.data(), R_);
   Gemm<T>(Trans::kNo, Trans::kNo, len, R_, Di_, 1, ddt.data(), Di_, p_.dt_w.data(), R_, 0,
@@ -379,7 +380,7 @@ void MambaBlockCpu<T>::Backward(const T* u, ChunkRows rows, const T* g, const T*
   // silu and the causal conv: dc = dx' . silu'(c); db += dc; dw[:, j] += dc_t . x_{t-W+1+j};
   // dx_p = sum over the rows t = p - halo + W - 1 - j in the chunk of w[:, j] . dc_t, summed
   // with t ascending (rows before the chunk are the halo rows). Each dx row is written once.
-  std::vector<T>& dconv_t = ThreadScratch<T>(kDconv, W_ * Di_, true);  // (W, Di)
+  AlignedVector<T>& dconv_t = ThreadScratch<T>(kDconv, W_ * Di_, true);  // (W, Di)
   for (int64_t t = 0; t < len; ++t) {
     T* dc = dxc.data() + t * Di_;
     for (int64_t i = 0; i < Di_; ++i) {
@@ -412,7 +413,7 @@ void MambaBlockCpu<T>::Backward(const T* u, ChunkRows rows, const T* g, const T*
   // in_proj: dW_in += dxz^T n; dn = dxz W_in; then RMSNorm back to u.
   Gemm<T>(Trans::kYes, Trans::kNo, Di2, D_, P, 1, dxz.data(), Di2, a.n.data(), D_, 1,
           grad.in_proj.data(), D_);
-  std::vector<T>& dn = ThreadScratch<T>(kDn, P * D_);
+  AlignedVector<T>& dn = ThreadScratch<T>(kDn, P * D_);
   in_back_.Apply(P, dxz.data(), Di2, false, dn.data(), D_);
   RmsNormBackward(u, P, D_, p_.norm.data(), a.r.data(), dn.data(), grad.norm.data(), dn.data());
   std::copy(dn.begin(), dn.begin() + halo * D_, du_halo);

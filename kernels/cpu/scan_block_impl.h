@@ -52,6 +52,29 @@ const VT* PackColumns(int64_t rows, int64_t Di, int64_t i0, const typename VT::S
   return dst - k * rows;
 }
 
+// The columns PackColumns will copy for the next block (channels i0 + kLanes on), fetched into
+// L2 a row at a time while this block scans, so that its copy finds them there. Inside a
+// gradient these arrays are out of cache: the span schedule's passes read activations a
+// summary recomputed a phase earlier (kernels/cpu/mamba_block.h, Kept), and the copy's loads,
+// which overlap only one another, were a quarter of the forward scan's perf samples and a sixth
+// of the adjoint summary's and the backward's (docs/BENCHMARKS.md). A row's vector is one
+// cache line (the arrays start on one: aligned.h). The last block fetches nothing.
+template <class VT>
+struct NextColumns {
+  using T = typename VT::Scalar;
+  const T* p[3] = {nullptr, nullptr, nullptr};
+  int64_t Di;
+  NextColumns(int64_t Di_, int64_t i0, const T* p0, const T* p1, const T* p2 = nullptr) : Di(Di_) {
+    if (i0 + VT::kLanes >= Di) return;
+    p[0] = p0 + i0 + VT::kLanes, p[1] = p1 + i0 + VT::kLanes;
+    if (p2) p[2] = p2 + i0 + VT::kLanes;
+  }
+  __attribute__((always_inline)) void Fetch(int64_t t) const {
+    for (const T* q : p)
+      if (q) __builtin_prefetch(q + t * Di, 0, 2);
+  }
+};
+
 // A block's per-state vectors, (N): on the stack when N is known at compile time (kN > 0), so
 // that nothing aliases them and the compiler keeps them in registers, else a Work array.
 template <class VT, int kN>
@@ -131,7 +154,9 @@ void ForwardBlock(const ScanInputs<typename VT::Scalar>& in, int64_t i0, int64_t
   }
   const VT dskip = VT::Load(d_skip + i0);
   const VT* cols = PackColumns<VT>(rows, Di, i0, in.dt, in.xc);  // (rows, 2): Delta, x'
+  const NextColumns<VT> next(Di, i0, in.dt, in.xc);
   for (int64_t t = 0; t < rows; ++t) {
+    next.Fetch(t);
     const VT dt = cols[2 * t], x = cols[2 * t + 1];
     const VT dtx = dt * x;
     const T* B = in.B + t * in.bc_stride;
@@ -159,7 +184,9 @@ void AdjointSummaryBlock(const ScanInputs<typename VT::Scalar>& in, int64_t i0, 
     carry[n] = VT::Set(T(0));
   }
   const VT* cols = PackColumns<VT>(len, Di, i0, in.dt, ybar);  // (len, 2): Delta, ybar
+  const NextColumns<VT> next(Di, i0, in.dt, ybar);
   for (int64_t t = len - 1; t >= 0; --t) {
+    next.Fetch(t);
     const VT dt = cols[2 * t], yb = cols[2 * t + 1];
     const T* C = in.C + t * in.bc_stride;
 #pragma GCC unroll 16
@@ -208,6 +235,7 @@ void BackwardBlock(const ScanInputs<typename VT::Scalar>& in, int64_t i0, int64_
   }
   const VT dskip = VT::Load(d_skip + i0);
   const VT* cols = PackColumns<VT>(len, Di, i0, in.dt, in.xc, ybar);  // (len, 3): Delta, x', ybar
+  const NextColumns<VT> next(Di, i0, in.dt, in.xc, ybar);
 #pragma GCC unroll 2
   for (int64_t n0 = 0; n0 < N; n0 += G) {
     const bool first_group = n0 == 0, last_group = n0 + G >= N;
@@ -216,6 +244,7 @@ void BackwardBlock(const ScanInputs<typename VT::Scalar>& in, int64_t i0, int64_
       H[n] = h0 ? Gather<VT>(h0 + i0 * N + n0 + n, N) : VT::Set(T(0));
     VT dD = VT::Set(T(0));
     for (int64_t t = 0; t < len; ++t) {
+      if (last_group) next.Fetch(t);
       const VT dt = cols[3 * t], x = cols[3 * t + 1];
       const VT dtx = dt * x;
       const T* B = in.B + t * in.bc_stride + n0;
@@ -266,6 +295,10 @@ void BackwardBlock(const ScanInputs<typename VT::Scalar>& in, int64_t i0, int64_
         Q[n] = yb * hn[n];
       }
       if (last_group) {
+        // This row's output lines, owned before the sweep below writes them.
+        __builtin_prefetch(out.y + t * Di + i0, 1, 2);
+        __builtin_prefetch(out.ddt + t * Di + i0, 1, 2);
+        __builtin_prefetch(out.dxc + t * Di + i0, 1, 2);
         outs[3 * t + 1] = VT::Fma(x, s_b, s_a);
         outs[3 * t + 2] = VT::Fma(dt, s_b, dskip * yb);
       } else {

@@ -3,11 +3,12 @@
 // mmaps) and a zero fill each, which was a third of a single Mamba-1 gradient's time at T = 4K.
 //
 //   enum Slot { kA, kB, kSlots };                        // kSlots: the count
-//   std::vector<T>& a = ThreadScratch<T>(kA, n);          // n elements, contents unspecified
-//   std::vector<T>& b = ThreadScratch<T>(kB, n, true);    // n zeros
+//   AlignedVector<T>& a = ThreadScratch<T>(kA, n);        // n elements, contents unspecified
+//   AlignedVector<T>& b = ThreadScratch<T>(kB, n, true);  // n zeros
 //
 // Each (T, Slot) pair has its own buffers, so callers with different Slot enums never share
-// one; a buffer stays valid until the same slot is asked for again on the same thread.
+// one; a buffer stays valid until the same slot is asked for again on the same thread. Each
+// starts on a cache line (aligned.h).
 #ifndef ADJSH_KERNELS_CPU_SCRATCH_H_
 #define ADJSH_KERNELS_CPU_SCRATCH_H_
 
@@ -15,12 +16,14 @@
 #include <cstddef>
 #include <vector>
 
+#include "kernels/cpu/aligned.h"
+
 namespace adjsh::cpu {
 
 template <typename T, typename Slot>
-std::vector<T>& ThreadScratch(Slot slot, size_t n, bool zero = false) {
-  thread_local std::array<std::vector<T>, static_cast<size_t>(Slot::kSlots)> slots;
-  std::vector<T>& v = slots[static_cast<size_t>(slot)];
+AlignedVector<T>& ThreadScratch(Slot slot, size_t n, bool zero = false) {
+  thread_local std::array<AlignedVector<T>, static_cast<size_t>(Slot::kSlots)> slots;
+  AlignedVector<T>& v = slots[static_cast<size_t>(slot)];
   if (zero) {
     v.assign(n, T(0));
   } else {
