@@ -213,7 +213,8 @@ MambaConfig BlockConfig(int64_t D, int64_t N) {
 
 // The block's GemmPacked products at a chunk of `rows` (kernels/cpu/mamba_block.cc): in_proj's
 // x half (its z half is the same shape), x_proj, out_proj (added into the residual), and the
-// backward's dn = dxz W_in; each against OpenBLAS's sgemm of the same product.
+// backward's dn = dxz W_in; then its weight gradients through GemmAtB, dW += dY^T X, for in_proj,
+// out_proj and x_proj; each against OpenBLAS's sgemm of the same product.
 void BenchGemms(const MambaConfig& c, int64_t rows, double seconds, double peak) {
   const int64_t D = c.hidden_size, N = c.state_size, Di = c.inner(), R = c.time_step_rank;
   const int64_t halo = c.conv_kernel - 1;
@@ -222,11 +223,15 @@ void BenchGemms(const MambaConfig& c, int64_t rows, double seconds, double peak)
     int64_t M, N, K;
     cpu::Trans op;  // of W: kYes, W (N, K); kNo, W (K, N)
     bool accumulate;
+    bool atb = false;  // C (M, N) += A^T W through GemmAtB: A (K, M), W (K, N)
   };
   const Shape shapes[] = {{"gemm_in_proj_half", halo + rows, Di, D, cpu::Trans::kYes, false},
                           {"gemm_x_proj", rows, R + 2 * N, Di, cpu::Trans::kYes, false},
                           {"gemm_out_proj", rows, D, Di, cpu::Trans::kYes, true},
-                          {"gemm_dn", halo + rows, D, 2 * Di, cpu::Trans::kNo, false}};
+                          {"gemm_dn", halo + rows, D, 2 * Di, cpu::Trans::kNo, false},
+                          {"gemm_dw_in", 2 * Di, D, halo + rows, cpu::Trans::kNo, true, true},
+                          {"gemm_dw_out", D, Di, rows, cpu::Trans::kNo, true, true},
+                          {"gemm_dw_x", R + 2 * N, Di, rows, cpu::Trans::kNo, true, true}};
   std::mt19937_64 rng(5);
   std::normal_distribution<float> g(0, 1);
   for (const Shape& sh : shapes) {
@@ -235,11 +240,20 @@ void BenchGemms(const MambaConfig& c, int64_t rows, double seconds, double peak)
       for (auto& e : *v) e = g(rng);
     const cpu::Projection<float> packed(W.data(), sh.op, sh.N, sh.K);
     const int64_t ldw = sh.op == cpu::Trans::kYes ? sh.K : sh.N;
-    const auto ours = [&] { packed.Apply(sh.M, A.data(), sh.K, sh.accumulate, C.data(), sh.N); };
+    const int64_t lda = sh.atb ? sh.M : sh.K;
+    const std::function<void()> ours = [&] {
+      if (sh.atb) {
+        cpu::GemmAtB(sh.M, sh.N, sh.K, A.data(), lda, W.data(), ldw, sh.accumulate, C.data(),
+                     sh.N);
+      } else {
+        packed.Apply(sh.M, A.data(), lda, sh.accumulate, C.data(), sh.N);
+      }
+    };
     const auto [blas_s, ours_s] = TimePair(
         [&] {
-          cpu::Gemm<float>(cpu::Trans::kNo, sh.op, sh.M, sh.N, sh.K, 1, A.data(), sh.K, W.data(),
-                           ldw, sh.accumulate ? 1 : 0, C.data(), sh.N);
+          cpu::Gemm<float>(sh.atb ? cpu::Trans::kYes : cpu::Trans::kNo, sh.op, sh.M, sh.N, sh.K,
+                           1, A.data(), lda, W.data(), ldw, sh.accumulate ? 1 : 0, C.data(),
+                           sh.N);
         },
         ours, seconds);
     // The same product with C and W cold and A warm (TimeColdCall).

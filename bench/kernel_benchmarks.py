@@ -99,14 +99,15 @@ def main():
                      f"{r['blocked_gflop_per_s']:.1f} | {r['fraction_of_fma_peak']:.0%} |")
     lines.append("")
     gemms = [r for r in rows if r["kernel"].startswith("gemm_")]
-    lines.append(f"The block's products with a fixed weight, GemmPacked "
-                 f"({gemms[0]['packed_kernel']} kernel) against OpenBLAS on the same operands, "
-                 "timed alternately, warm caches; and the packed product again with C and W "
-                 "cold and A warm, as inside a gradient (a 64 MiB sweep before each call, "
-                 "bench/kernel_bench.cc TimeColdCall):")
+    lines.append(f"The block's products with a fixed weight through GemmPacked, and its weight "
+                 f"gradients dW += dY^T X (`dw_`) through GemmAtB ({gemms[0]['packed_kernel']} "
+                 "kernel), against OpenBLAS on the same operands, timed alternately, warm "
+                 "caches; and ours again with C and the weight (for dW, X) cold and A warm, as "
+                 "inside a gradient (a 64 MiB sweep before each call, bench/kernel_bench.cc "
+                 "TimeColdCall):")
     lines.append("")
-    lines.append("| product | M x N x K | OpenBLAS GFLOP/s | packed GFLOP/s | speed-up | "
-                 "of the FMA peak | packed, cold GFLOP/s |")
+    lines.append("| product | M x N x K | OpenBLAS GFLOP/s | ours GFLOP/s | speed-up | "
+                 "of the FMA peak | ours, cold GFLOP/s |")
     lines.append("|---|---|---|---|---|---|---|")
     for r in gemms:
         lines.append(f"| {r['kernel'][5:]} | {r['M']} x {r['N']} x {r['K']} | "

@@ -14,12 +14,18 @@ void GemmPackedAvx512(int64_t M, const float* A, int64_t lda, const PackedWeight
                       bool accumulate, float* C, int64_t ldc);
 void GemmPackedAvx2(int64_t M, const float* A, int64_t lda, const PackedWeights& W,
                     bool accumulate, float* C, int64_t ldc);
+void GemmAtBAvx512(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
+                   int64_t ldb, bool accumulate, float* C, int64_t ldc);
+void GemmAtBAvx2(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
+                 int64_t ldb, bool accumulate, float* C, int64_t ldc);
 #endif
 
 namespace {
 
 using Kernel = void (*)(int64_t, const float*, int64_t, const PackedWeights&, bool, float*,
                         int64_t);
+using AtBKernel = void (*)(int64_t, int64_t, int64_t, const float*, int64_t, const float*,
+                           int64_t, bool, float*, int64_t);
 
 // The chains of gemm_packed.h one panel row at a time, with std::fma: the same bits as the
 // vector kernels (one rounding per step), at scalar speed. For CPUs with neither kernel's
@@ -41,14 +47,30 @@ void GemmPackedScalar(int64_t M, const float* A, int64_t lda, const PackedWeight
     }
 }
 
+// GemmAtB's chains, element by element.
+void GemmAtBScalar(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
+                   int64_t ldb, bool accumulate, float* C, int64_t ldc) {
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      float s = 0.0f;
+      for (int64_t k = 0; k < K; ++k) s = std::fma(A[k * lda + m], B[k * ldb + n], s);
+      C[m * ldc + n] = accumulate ? C[m * ldc + n] + s : s;
+    }
+}
+
 struct Named {
   const char* name;
   Kernel run;
+  AtBKernel run_atb;
   bool here;  // this CPU has the instructions
   // The product; an empty one touches nothing.
   void Run(int64_t M, const float* A, int64_t lda, const PackedWeights& W, bool accumulate,
            float* C, int64_t ldc) const {
     if (M > 0 && W.N() > 0) run(M, A, lda, W, accumulate, C, ldc);
+  }
+  void RunAtB(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
+              int64_t ldb, bool accumulate, float* C, int64_t ldc) const {
+    if (M > 0 && N > 0) run_atb(M, N, K, A, lda, B, ldb, accumulate, C, ldc);
   }
 };
 
@@ -56,12 +78,13 @@ struct Named {
 const Named* Kernels() {
   static const Named kAll[] = {
 #ifdef ADJSH_GEMM_X86
-      {"avx512", GemmPackedAvx512, static_cast<bool>(__builtin_cpu_supports("avx512f"))},
-      {"avx2", GemmPackedAvx2,
+      {"avx512", GemmPackedAvx512, GemmAtBAvx512,
+       static_cast<bool>(__builtin_cpu_supports("avx512f"))},
+      {"avx2", GemmPackedAvx2, GemmAtBAvx2,
        __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")},
 #endif
-      {"scalar", GemmPackedScalar, true},
-      {nullptr, nullptr, false},
+      {"scalar", GemmPackedScalar, GemmAtBScalar, true},
+      {nullptr, nullptr, nullptr, false},
   };
   return kAll;
 }
@@ -116,6 +139,23 @@ bool GemmPackedWith(const char* kernel, int64_t M, const float* A, int64_t lda,
     if (std::strcmp(k->name, kernel) != 0) continue;
     if (!k->here) return false;
     k->Run(M, A, lda, W, accumulate, C, ldc);
+    return true;
+  }
+  return false;
+}
+
+void GemmAtB(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
+             int64_t ldb, bool accumulate, float* C, int64_t ldc) {
+  Chosen().RunAtB(M, N, K, A, lda, B, ldb, accumulate, C, ldc);
+}
+
+bool GemmAtBWith(const char* kernel, int64_t M, int64_t N, int64_t K, const float* A,
+                 int64_t lda, const float* B, int64_t ldb, bool accumulate, float* C,
+                 int64_t ldc) {
+  for (const Named* k = Kernels(); k->name; ++k) {
+    if (std::strcmp(k->name, kernel) != 0) continue;
+    if (!k->here) return false;
+    k->RunAtB(M, N, K, A, lda, B, ldb, accumulate, C, ldc);
     return true;
   }
   return false;

@@ -47,11 +47,38 @@ class PackedWeights {
 void GemmPacked(int64_t M, const float* A, int64_t lda, const PackedWeights& W, bool accumulate,
                 float* C, int64_t ldc);
 
+// The weight gradients' product C (M, N) = A^T B, or C += A^T B with accumulate: A (K, M) and
+// B (K, N) row-major with row strides lda and ldb, C with ldc; K is the chunk's rows, so
+// dW = dY^T X sums over tokens. Each element is the chain above over k,
+//   s = 0;  s = fma(A[k, m], B[k, n], s) for k = 0 .. K - 1;   C[m, n] = s or C[m, n] + s,
+// on the same kernels (the same bits on each). Neither operand is packed: a tile's MR elements
+// of A's row k are consecutive, and B's rows, two vectors per k, stay in L2 while a block of
+// 64 rows of C passes over them. OpenBLAS packed both operands on every call, and ran the
+// block's weight gradients at 89-103 GFLOP/s against 111-113 here (warm caches, one thread;
+// docs/BENCHMARKS.md).
+void GemmAtB(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
+             int64_t ldb, bool accumulate, float* C, int64_t ldc);
+bool GemmAtBWith(const char* kernel, int64_t M, int64_t N, int64_t K, const float* A,
+                 int64_t lda, const float* B, int64_t ldb, bool accumulate, float* C,
+                 int64_t ldc);
+
 // Which kernel GemmPacked runs on this CPU: "avx512", "avx2" or "scalar".
 const char* GemmPackedKernel();
 // The kernels by name, for the tests that compare them: false when this CPU lacks one.
 bool GemmPackedWith(const char* kernel, int64_t M, const float* A, int64_t lda,
                     const PackedWeights& W, bool accumulate, float* C, int64_t ldc);
+
+// dW (M, N) += A^T B, the weight gradient of a product: GemmAtB in f32; the f64 check mode keeps
+// OpenBLAS.
+template <typename T>
+void WeightGrad(int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B, int64_t ldb,
+                T* dW, int64_t ldw) {
+  if constexpr (std::is_same_v<T, float>) {
+    GemmAtB(M, N, K, A, lda, B, ldb, true, dW, ldw);
+  } else {
+    Gemm<T>(Trans::kYes, Trans::kNo, M, N, K, 1, A, lda, B, ldb, 1, dW, ldw);
+  }
+}
 
 // A product C (M, N) = A op(W) with a fixed W, as the block's GEMMs run it: packed in f32; the
 // f64 check mode keeps OpenBLAS (it is the exact mode, not the fast one). op(W) = W^T for a

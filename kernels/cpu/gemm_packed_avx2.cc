@@ -33,4 +33,9 @@ void GemmPackedAvx2(int64_t M, const float* A, int64_t lda, const PackedWeights&
   Run<V256, 6, 12>(M, A, lda, W, accumulate, C, ldc);
 }
 
+void GemmAtBAvx2(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
+                 int64_t ldb, bool accumulate, float* C, int64_t ldc) {
+  RunAtB<V256, 6, 12, 48>(M, N, K, A, lda, B, ldb, accumulate, C, ldc);
+}
+
 }  // namespace adjsh::cpu

@@ -30,4 +30,9 @@ void GemmPackedAvx512(int64_t M, const float* A, int64_t lda, const PackedWeight
   Run<V512, 8, 16>(M, A, lda, W, accumulate, C, ldc);
 }
 
+void GemmAtBAvx512(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
+                   int64_t ldb, bool accumulate, float* C, int64_t ldc) {
+  RunAtB<V512, 8, 16, 64>(M, N, K, A, lda, B, ldb, accumulate, C, ldc);
+}
+
 }  // namespace adjsh::cpu

@@ -351,8 +351,7 @@ void MambaBlockCpu<T>::Backward(const T* u, ChunkRows rows, const T* g, const T*
       y[k] *= z[i] * s[i];  // y becomes o
     }
   }
-  Gemm<T>(Trans::kYes, Trans::kNo, D_, Di_, len, 1, g, D_, y.data(), Di_, 1, grad.out_proj.data(),
-          Di_);
+  WeightGrad<T>(D_, Di_, len, g, D_, y.data(), Di_, grad.out_proj.data(), Di_);
 
   // Delta = softplus(W_dt d + b_dt): dpre = dDelta . sigmoid(pre).
   for (int64_t t = 0; t < len; ++t)
@@ -362,8 +361,7 @@ void MambaBlockCpu<T>::Backward(const T* u, ChunkRows rows, const T* g, const T*
       grad.dt_b[i] += v;
     }
   AlignedVector<T>& ddbc = ThreadScratch<T>(kDdbc, len * Q);  // dL/d[d | B | C]
-  Gemm<T>(Trans::kYes, Trans::kNo, Di_, R_, len, 1, ddt.data(), Di_, a.dbc.data(), Q, 1,
-          grad.dt_w.data(), R_);
+  WeightGrad<T>(Di_, R_, len, ddt.data(), Di_, a.dbc.data(), Q, grad.dt_w.data(), R_);
   Gemm<T>(Trans::kNo, Trans::kNo, len, R_, Di_, 1, ddt.data(), Di_, p_.dt_w.data(), R_, 0,
           ddbc.data(), Q);
   for (int64_t t = 0; t < len; ++t)
@@ -372,8 +370,7 @@ void MambaBlockCpu<T>::Backward(const T* u, ChunkRows rows, const T* g, const T*
       ddbc[t * Q + R_ + N_ + n] = dC[t * N_ + n];
     }
   // x_proj: dW_x += ddbc^T x'; dx' += ddbc W_x.
-  Gemm<T>(Trans::kYes, Trans::kNo, Q, Di_, len, 1, ddbc.data(), Q, a.xc.data(), Di_, 1,
-          grad.x_proj.data(), Di_);
+  WeightGrad<T>(Q, Di_, len, ddbc.data(), Q, a.xc.data(), Di_, grad.x_proj.data(), Di_);
   Gemm<T>(Trans::kNo, Trans::kNo, len, Di_, Q, 1, ddbc.data(), Q, p_.x_proj.data(), Di_, 1,
           dxc.data(), Di_);
 
@@ -411,8 +408,7 @@ void MambaBlockCpu<T>::Backward(const T* u, ChunkRows rows, const T* g, const T*
     for (int64_t j = 0; j < W_; ++j) grad.conv_w[i * W_ + j] += dconv_t[j * Di_ + i];
 
   // in_proj: dW_in += dxz^T n; dn = dxz W_in; then RMSNorm back to u.
-  Gemm<T>(Trans::kYes, Trans::kNo, Di2, D_, P, 1, dxz.data(), Di2, a.n.data(), D_, 1,
-          grad.in_proj.data(), D_);
+  WeightGrad<T>(Di2, D_, P, dxz.data(), Di2, a.n.data(), D_, grad.in_proj.data(), D_);
   AlignedVector<T>& dn = ThreadScratch<T>(kDn, P * D_);
   in_back_.Apply(P, dxz.data(), Di2, false, dn.data(), D_);
   RmsNormBackward(u, P, D_, p_.norm.data(), a.r.data(), dn.data(), grad.norm.data(), dn.data());

@@ -28,7 +28,8 @@ def main():
                           "--seconds", "1"], check=True, capture_output=True, text=True).stdout
     rows = {r["kernel"]: r for r in map(json.loads, out.splitlines())}
     want = {"limits", "scan_forward", "scan_adjoint_summary", "scan_backward", "gemm_in_proj_half",
-            "gemm_x_proj", "gemm_out_proj", "gemm_dn", "block_forward", "block_backward"}
+            "gemm_x_proj", "gemm_out_proj", "gemm_dn", "gemm_dw_in", "gemm_dw_out", "gemm_dw_x",
+            "block_forward", "block_backward"}
     assert set(rows) == want, sorted(rows)
     for name, r in rows.items():
         for k, v in r.items():
@@ -37,7 +38,9 @@ def main():
     assert rows["scan_backward"]["Di"] == 40 and rows["scan_backward"]["N"] == 5
     assert (rows["gemm_x_proj"]["N"], rows["gemm_x_proj"]["K"]) == (2 + 2 * 5, 40)  # R + 2N, Di
     assert rows["gemm_dn"]["packed_kernel"] in ("avx512", "avx2", "scalar")
-    for name in ("gemm_in_proj_half", "gemm_x_proj", "gemm_out_proj", "gemm_dn"):
+    assert (rows["gemm_dw_in"]["M"], rows["gemm_dw_in"]["N"]) == (2 * 40, 20)  # 2 Di, D
+    for name in ("gemm_in_proj_half", "gemm_x_proj", "gemm_out_proj", "gemm_dn", "gemm_dw_in",
+                 "gemm_dw_out", "gemm_dw_x"):
         assert "packed_cold_gflop_per_s" in rows[name], rows[name]
     bad = subprocess.run([a.kernel_bench, "--rows", "0"], capture_output=True, text=True)
     assert bad.returncode == 2 and "rows" in bad.stderr, (bad.returncode, bad.stderr)
