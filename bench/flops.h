@@ -4,7 +4,9 @@
 // recomputation (the recompute inside each VJP task; with the two-pass schedule also forward
 // pass one and backward pass one; with S spans the summaries of S - 1 spans in each direction,
 // engine/span_plan.h), less the recompute a summary's kept activations spare the pass after it
-// (kernels/cpu/kept_pool.h: with all of them kept, the spans execute the wavefront's flops).
+// (kernels/cpu/kept_pool.h: with all of them kept, the spans execute the wavefront's flops), and
+// less the recompute a forward's activations carried to the layer's backward spare
+// (kernels/cpu/mamba_block.h Carries).
 #ifndef ADJSH_BENCH_FLOPS_H_
 #define ADJSH_BENCH_FLOPS_H_
 
@@ -18,9 +20,13 @@ struct FlopsPerToken {
 
 // pass_one_share: the share of the tokens whose chunks also run the pass-one (summary) tasks: 0
 // for the wavefront, 1 for two-pass, (S - 1) / S for S spans. kept_share: the share of those
-// chunks whose summaries kept their activations for the pass after them (spans only).
+// chunks whose summaries kept their activations for the pass after them (spans only; an
+// AdjointSummary that took a carried set counts as one that kept). carried_share: the share of
+// all chunks, every layer, whose forward set a backward pass took (AdjointSummary or, in a span
+// with none, the VJP task): each spares that pass one recompute.
 inline FlopsPerToken GradientFlopsPerToken(const MambaConfig& c, bool exact,
-                                           double pass_one_share, double kept_share = 0) {
+                                           double pass_one_share, double kept_share = 0,
+                                           double carried_share = 0) {
   const double D = c.hidden_size, Di = c.inner(), R = c.time_step_rank, V = c.vocab_size;
   const double Q = R + 2 * c.state_size, K = c.num_hidden_layers;  // Q: x_proj rows
   const double recompute = 2 * D * 2 * Di + 2 * Di * Q + 2 * R * Di;  // in_proj, x_proj, dt_proj
@@ -36,7 +42,9 @@ inline FlopsPerToken GradientFlopsPerToken(const MambaConfig& c, bool exact,
   const double pass_one = pass_one_share * (f1 + (exact ? recompute + out : 0));
   // A kept forward set spares F2 all of F1; a kept backward set, the VJP task's recompute and
   // g W_out: each pass-one term once more, so kept ones cost nothing extra.
-  f.executed = K * (forward + (1 - kept_share) * pass_one + recompute + out + backward) + head;
+  f.executed = K * (forward + (1 - kept_share) * pass_one + (1 - carried_share) * recompute +
+                    out + backward) +
+               head;
   return f;
 }
 

@@ -114,26 +114,31 @@ int Run(const cli::ArgParser& a, const MambaConfig& config, const Counts& n) {
   // The share of summarised chunks that kept their activations, over every run above (the
   // same share each time: the budget and the shapes do not change).
   const cpu::KeptTakes takes = cpu::KeptTakeCounts();
+  const int64_t given = takes.given + takes.carried_to_summary;
   const double kept_share =
-      takes.given + takes.refused > 0
-          ? double(takes.given) / double(takes.given + takes.refused)
-          : 0.0;
-  const FlopsPerToken f =
-      GradientFlopsPerToken(config, opt.window == 0, pass_one_share, kept_share);
+      given + takes.refused > 0 ? double(given) / double(given + takes.refused) : 0.0;
+  // Carried sets over every chunk of every layer of every run.
+  const int64_t chunk_layers =
+      repeat * config.num_hidden_layers * ((T_ + opt.chunk - 1) / opt.chunk);
+  const double carried_share =
+      double(takes.carried_to_summary + takes.carried_to_backward) / double(chunk_layers);
+  const FlopsPerToken f = GradientFlopsPerToken(config, opt.window == 0, pass_one_share,
+                                                kept_share, carried_share);
   const int64_t peak = PeakResidentBytes();
   std::printf(
       "{\"impl\": \"%s\", \"tokens\": %lld, \"hidden_size\": %lld, \"layers\": %lld, "
       "\"dtype\": \"%s\", \"schedule\": \"%s\", \"spans\": %lld, \"chunk\": %lld, \"window\": %lld, \"threads\": %d, \"loss\": %.6f, "
       "\"seconds\": %.4f, \"tokens_per_s\": %.1f, \"model_gflop_per_s\": %.2f, "
       "\"executed_gflop_per_s\": %.2f, \"rss_before_bytes\": %lld, \"peak_rss_bytes\": %lld, "
-      "\"bytes_per_token\": %.1f, \"kept_share\": %.3f, \"kept_peak_bytes\": %lld%s}\n",
+      "\"bytes_per_token\": %.1f, \"kept_share\": %.3f, \"carried_share\": %.3f, "
+      "\"kept_peak_bytes\": %lld%s}\n",
       impl.c_str(), static_cast<long long>(T_), static_cast<long long>(config.hidden_size),
       static_cast<long long>(config.num_hidden_layers), sizeof(T) == 4 ? "f32" : "f64",
       a.Get("schedule").c_str(), static_cast<long long>(opt.schedule == Schedule::kSpans ? spans : 0),
       static_cast<long long>(opt.chunk), static_cast<long long>(opt.window), opt.threads, loss, s,
       T_ / s, f.model * T_ / s / 1e9, f.executed * T_ / s / 1e9,
       static_cast<long long>(rss_before), static_cast<long long>(peak),
-      double(peak - rss_before) / double(T_), kept_share,
+      double(peak - rss_before) / double(T_), kept_share, carried_share,
       static_cast<long long>(adjsh::cpu::KeptPeakBytes()), device_fields.c_str());
   return 0;
 }

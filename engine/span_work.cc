@@ -85,6 +85,8 @@ SpanWork<T>::SpanWork(const BackendModel<T>& model, const SpanPlan& plan, int64_
     u_.push_back(MakeSpanRows<T>(rows * D_, storage_, spill_dir_));
     states_.push_back(MakeSpanRows<T>((r_.c1 - r_.c0) * DiN_, storage_, ""));
   }
+  carried_.resize(K);
+  for (auto& layer : carried_) layer.resize(r_.c1 - r_.c0);
   const std::vector<T>& E = model_.params->embed;
   for (int64_t t = 0; t < rows; ++t) u_[0].Commit(t * D_, D_, E.data() + int64_t{tokens_[t]} * D_);
 }
@@ -154,8 +156,13 @@ void SpanWork<T>::Forward(int64_t k, const SpanInputs<T>& in, SpanOutputs<T>& ou
     T* dst = top ? g_.data() + (ch.t0 - r_.t0) * D_
                  : u_[k + 1].WriteBuffer(row * D_, ch.len * D_, u_out);
     next.resize(DiN_);
-    block.ForwardKept(TakeKept(SpanPhase::kForwardSummary, k, i), u, {ch.halo, ch.len, 0}, h0,
-                      dst, next.data());
+    // Carried only while a layer's summaries, which may keep a set for every chunk of the
+    // step at once (they run ahead of their passes: engine/span_plan.h), still find room.
+    std::unique_ptr<KeptActs> carried =
+        block.ForwardKept(TakeKept(SpanPhase::kForwardSummary, k, i), u, {ch.halo, ch.len, 0},
+                          h0, dst, next.data(), plan_.chunks());
+    // A forward-only plan has no backward to carry it to: dropped, it goes back to the pool.
+    if (!plan_.forward_only()) carried_[k][i] = std::move(carried);
     if (!top) u_[k + 1].Commit(row * D_, ch.len * D_, dst);
     h.swap(next);
   }
@@ -235,9 +242,9 @@ void SpanWork<T>::Backward(int64_t k, const SpanInputs<T>& in, SpanOutputs<T>& o
     for (int64_t c = r_.c1 - 1; c >= r_.c0; --c) {
       const SpanRange ch = plan_.Chunk(c);
       const T* u = u_[k].Read((ch.t0 - ch.halo - base) * D_, (ch.halo + ch.len) * D_, u_in);
-      kept_[c - r_.c0] =
-          block.AdjointSummaryKeep(u, {ch.halo, ch.len, 0}, g_.data() + (ch.t0 - r_.t0) * D_,
-                                   m_c.data(), S_c.data());
+      kept_[c - r_.c0] = block.AdjointSummaryKeep(
+          std::move(carried_[k][c - r_.c0]), u, {ch.halo, ch.len, 0},
+          g_.data() + (ch.t0 - r_.t0) * D_, m_c.data(), S_c.data());
       DecayAdd(A, S_c.data(), out.m.data(), m_c.data(), DiN_, N, next.data());
       std::swap(out.m, next);
     }
@@ -259,7 +266,10 @@ void SpanWork<T>::Backward(int64_t k, const SpanInputs<T>& in, SpanOutputs<T>& o
     const T* h0 = states_[k].Read(i * DiN_, DiN_, h_in);
     const T* mu = c + 1 == r_.c1 ? (in.mu.empty() ? nullptr : in.mu.data()) : mu_next.data();
     halos[i].assign(ch.halo * D_, T(0));
-    block.BackwardKept(TakeKept(SpanPhase::kBackwardSummary, k, i), u, {ch.halo, ch.len, 0},
+    // What the summary kept, or else (span 0 runs none) what the forward carried.
+    std::unique_ptr<KeptActs> set = TakeKept(SpanPhase::kBackwardSummary, k, i);
+    if (!set) set = std::move(carried_[k][i]);
+    block.BackwardKept(std::move(set), u, {ch.halo, ch.len, 0},
                        g_.data() + (ch.t0 - r_.t0) * D_, h0, mu, out.grad,
                        du.data() + (ch.t0 - r_.t0) * D_, halos[i].data(), mu_out.data());
     mu_next = mu_out;
@@ -288,6 +298,7 @@ void SpanWork<T>::Backward(int64_t k, const SpanInputs<T>& in, SpanOutputs<T>& o
   next_halo_added_ = false;
   u_[k] = StoredRows<T>();
   states_[k] = StoredRows<T>();
+  for (auto& set : carried_[k]) set.reset();
   if (k > 0) return;
   // The embedding lookup: dE[token_t] += dL/du^0_t in token order (span s + 1's halo part of
   // the last rows is added by the coordinator: it has those rows).

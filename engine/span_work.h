@@ -126,6 +126,9 @@ class SpanWork {
   // What the last summary task kept per chunk (c - c0) for the pass after it (kernels/backend.h
   // KeptActs): that summary's phase and layer; entries are null where nothing was kept.
   std::vector<std::unique_ptr<KeptActs>> kept_;
+  // What each layer's kForward carried per chunk for its kBackwardSummary (kernels/backend.h
+  // ForwardKept): K x chunks, null where nothing was carried (a budget spent, or taken).
+  std::vector<std::vector<std::unique_ptr<KeptActs>>> carried_;
   SpanPhase kept_phase_ = SpanPhase::kForwardSummary;
   int64_t kept_layer_ = -1;
   // Hands back what an earlier summary kept and makes room (all null) for what the summary

@@ -114,12 +114,21 @@ class CpuBlock final : public BlockBackend<T> {
     block_.LocalSummary(u, rows, h_local, S, set.get());
     return set ? std::make_unique<Kept>(std::move(set)) : nullptr;
   }
-  void ForwardKept(std::unique_ptr<KeptActs> kept, const T* u, cpu::ChunkRows rows, const T* h0,
-                   T* u_next, T* h_end) override {
-    block_.Forward(u, rows, h0, u_next, h_end, SetOf(kept));
+  std::unique_ptr<KeptActs> ForwardKept(std::unique_ptr<KeptActs> kept, const T* u,
+                                        cpu::ChunkRows rows, const T* h0, T* u_next,
+                                        T* h_end, int64_t room_for) override {
+    block_.Forward(u, rows, h0, u_next, h_end, SetOf(kept), room_for);
+    if (!block_.Carries(SetOf(kept), rows)) return nullptr;  // dropping it hands it back
+    return kept;
   }
-  std::unique_ptr<KeptActs> AdjointSummaryKeep(const T* u, cpu::ChunkRows rows, const T* g, T* m,
+  std::unique_ptr<KeptActs> AdjointSummaryKeep(std::unique_ptr<KeptActs> carried, const T* u,
+                                               cpu::ChunkRows rows, const T* g, T* m,
                                                T* S) override {
+    if (block_.Carries(SetOf(carried), rows)) {
+      block_.AdjointSummary(u, rows, g, m, S, SetOf(carried));
+      return carried;
+    }
+    carried.reset();  // back to the pool before a fresh set is taken
     typename Block::KeptPtr set = block_.MakeKept(rows);
     block_.AdjointSummary(u, rows, g, m, S, set.get());
     return set ? std::make_unique<Kept>(std::move(set)) : nullptr;

@@ -78,17 +78,24 @@ class BlockBackend {
   // span schedule runs both on one owner, one phase apart (engine/span_work.h). The pass given
   // it skips that recompute, with the same bits as without. Null: nothing kept (the backend
   // keeps none, or the process's budget is spent: kernels/cpu/kept_pool.h); the *Kept calls
-  // take null as "recompute". These defaults keep nothing.
+  // take null as "recompute". ForwardKept returns what it carries on for the layer's
+  // AdjointSummaryKeep or BackwardKept on the same rows (the rows' whole forward, so that pass
+  // skips its recompute as well; cpu::MambaBlockCpu::Carries), or null; it carries nothing
+  // that would leave the budget without room for `room_for` summary sets of these rows. These
+  // defaults keep nothing.
   virtual std::unique_ptr<KeptActs> LocalSummaryKeep(const T* u, cpu::ChunkRows rows,
                                                      T* h_local, T* S) {
     LocalSummary(u, rows, h_local, S);
     return nullptr;
   }
-  virtual void ForwardKept(std::unique_ptr<KeptActs> /*kept*/, const T* u, cpu::ChunkRows rows,
-                           const T* h0, T* u_next, T* h_end) {
+  virtual std::unique_ptr<KeptActs> ForwardKept(std::unique_ptr<KeptActs> /*kept*/, const T* u,
+                                                cpu::ChunkRows rows, const T* h0, T* u_next,
+                                                T* h_end, int64_t /*room_for*/) {
     Forward(u, rows, h0, u_next, h_end);
+    return nullptr;
   }
-  virtual std::unique_ptr<KeptActs> AdjointSummaryKeep(const T* u, cpu::ChunkRows rows,
+  virtual std::unique_ptr<KeptActs> AdjointSummaryKeep(std::unique_ptr<KeptActs> /*carried*/,
+                                                       const T* u, cpu::ChunkRows rows,
                                                        const T* g, T* m, T* S) {
     AdjointSummary(u, rows, g, m, S);
     return nullptr;

@@ -8,6 +8,7 @@ namespace {
 struct State {
   int64_t budget = kDefaultKeptBudget;
   int64_t count = 0, peak = 0;
+  int64_t carried = 0;  // TryCarry's
   KeptTakes takes;
   std::vector<void (*)()> trims;
 };
@@ -69,6 +70,23 @@ int64_t KeptBytes() {
 }
 int64_t KeptPeakBytes() {
   return UnderLock([](const State& s) { return s.peak; });
+}
+bool TryCarry(int64_t bytes, int64_t reserve) {
+  std::lock_guard<std::mutex> lock(kept_internal::Mutex());
+  if (S().carried + bytes + reserve > S().budget) return false;
+  S().carried += bytes;
+  return true;
+}
+void EndCarry(int64_t bytes) {
+  std::lock_guard<std::mutex> lock(kept_internal::Mutex());
+  S().carried -= bytes;
+}
+void CountCarryUse(bool by_summary) {
+  std::lock_guard<std::mutex> lock(kept_internal::Mutex());
+  ++(by_summary ? S().takes.carried_to_summary : S().takes.carried_to_backward);
+}
+int64_t CarriedBytes() {
+  return UnderLock([](const State& s) { return s.carried; });
 }
 KeptTakes KeptTakeCounts() {
   return UnderLock([](const State& s) { return s.takes; });

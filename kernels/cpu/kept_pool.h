@@ -36,8 +36,22 @@ int64_t KeptPeakBytes();
 // share kept is what the benchmarks' executed flops count: bench/flops.h).
 struct KeptTakes {
   int64_t given = 0, refused = 0;
+  // Carried sets a pass took instead (mamba_block.h Carries): by AdjointSummary (which keeps it
+  // for Backward, as a set it was given) and by Backward (a span with no AdjointSummary).
+  int64_t carried_to_summary = 0, carried_to_backward = 0;
 };
 KeptTakes KeptTakeCounts();
+
+// Sets carried across phases (a layer's forward activations held for its backward,
+// kernels/cpu/mamba_block.h) stay in use much longer than a summary's set, and a carried set
+// spares no more than a kept one: so carrying must leave the summaries' sets their room.
+// TryCarry counts `bytes` in if the carried sets, these and `reserve` more bytes (what the
+// caller's summaries may want at once) fit in the budget; else it counts nothing and returns
+// false. EndCarry counts them out again.
+bool TryCarry(int64_t bytes, int64_t reserve);
+void EndCarry(int64_t bytes);
+int64_t CarriedBytes();
+void CountCarryUse(bool by_summary);  // KeptTakes' carried counts
 
 namespace kept_internal {
 // The process's count, shared by the pools of every Obj type (one mutex guards all of it).

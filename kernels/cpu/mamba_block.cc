@@ -48,8 +48,11 @@ struct MambaBlockCpu<T>::Acts {
 // summary filled it; a pass takes it only for the rows it was made for.
 template <typename T>
 struct MambaBlockCpu<T>::Kept {
-  enum class Stage { kEmpty, kForward, kBackward };
+  // kForward: LocalSummary's, for Forward; kCarried: all of Forward's, for AdjointSummary;
+  // kBackward: AdjointSummary's (or the carried set with its sigmoids), for Backward.
+  enum class Stage { kEmpty, kForward, kCarried, kBackward };
   Stage stage = Stage::kEmpty;
+  int64_t carried = 0;  // bytes counted by TryCarry while kCarried
   ChunkRows rows;
   Acts a;
   AlignedVector<T> d_o;  // kBackward: (len, Di) dL/do = g W_out
@@ -69,17 +72,28 @@ struct MambaBlockCpu<T>::Kept {
 template <typename T>
 void MambaBlockCpu<T>::KeptReturn::operator()(Kept* k) const {
   if (k == nullptr) return;
+  if (k->carried > 0) EndCarry(k->carried), k->carried = 0;
   k->stage = Kept::Stage::kEmpty;
   KeptPool<Kept>::Get().Give(k);
 }
 
 template <typename T>
-typename MambaBlockCpu<T>::KeptPtr MambaBlockCpu<T>::MakeKept(ChunkRows rows) const {
+int64_t MambaBlockCpu<T>::SetBytes(ChunkRows rows) const {
   // The backward's set, the larger: per row of u (r, n, x|z), per own row (cpre, x', dtpre,
   // Delta, the two sigmoids, dL/do, d|B|C).
   const int64_t P = rows.halo + rows.len, M = rows.len;
   const int64_t n = P * (1 + D_ + 2 * Di_) + M * (7 * Di_ + R_ + 2 * N_);
-  return KeptPtr(KeptPool<Kept>::Get().Take(n * static_cast<int64_t>(sizeof(T))));
+  return n * static_cast<int64_t>(sizeof(T));
+}
+
+template <typename T>
+typename MambaBlockCpu<T>::KeptPtr MambaBlockCpu<T>::MakeKept(ChunkRows rows) const {
+  return KeptPtr(KeptPool<Kept>::Get().Take(SetBytes(rows)));
+}
+
+template <typename T>
+bool MambaBlockCpu<T>::Carries(const Kept* kept, ChunkRows rows) const {
+  return kept != nullptr && kept->Holds(Kept::Stage::kCarried, rows);
 }
 
 template <typename T>
@@ -172,6 +186,23 @@ void SoftplusRow(const T* b, int64_t Di, T* pre, T* dt, T* sig) {
   }
 }
 
+// The sigmoids Recompute adds with keep_sigmoids, from the activations it stores: sigmoid(c)
+// of the conv output as ConvSiluRow computes it, and sigmoid of dt_proj's pre-activation (pre
+// + b, as stored) as SoftplusRow does, so the bits are those of a Recompute with them.
+template <typename T>
+void AddSigmoids(int64_t n, const T* cpre, const T* dtpre, T* sig_c, T* sig_dt) {
+  for (int64_t i = 0; i < n; ++i) sig_c[i] = Sigmoid(cpre[i]);
+  for (int64_t i = 0; i < n; ++i) {
+    if constexpr (std::is_same_v<T, float>) {
+      const float x = dtpre[i], ax = x < 0.0f ? -x : x;
+      const float e = ExpFast(-ax);
+      sig_dt[i] = (x >= 0.0f ? 1.0f : e) / (1.0f + e);
+    } else {
+      sig_dt[i] = Sigmoid(dtpre[i]);
+    }
+  }
+}
+
 }  // namespace
 
 template <typename T>
@@ -243,13 +274,17 @@ void MambaBlockCpu<T>::LocalSummary(const T* u, ChunkRows rows, T* h_local, T* S
 
 template <typename T>
 void MambaBlockCpu<T>::Forward(const T* u, ChunkRows rows, const T* h0, T* u_next, T* h_end,
-                               Kept* kept) const {
+                               Kept* kept, int64_t room_for) const {
   thread_local Acts scratch;
   const int64_t len = rows.len, Di2 = 2 * Di_;
   if (kept) {  // LocalSummary's x half, conv, x_proj and Delta: only z is left to compute
     ADJSH_CHECK(kept->Holds(Kept::Stage::kForward, rows), "Forward given another chunk's set");
     ZHalf(kept->a);
+    // Now the rows' whole forward: carried for AdjointSummary if the budget allows.
     kept->stage = Kept::Stage::kEmpty;
+    const int64_t bytes = kept->bytes();
+    if (TryCarry(bytes, room_for * SetBytes(rows)))
+      kept->stage = Kept::Stage::kCarried, kept->carried = bytes;
   } else {
     Recompute(u, rows.halo, len, scratch);
   }
@@ -273,8 +308,15 @@ void MambaBlockCpu<T>::AdjointSummary(const T* u, ChunkRows rows, const T* g, T*
   thread_local Acts scratch;
   Acts& a = keep ? keep->a : scratch;
   const int64_t len = rows.len, Di2 = 2 * Di_;
-  // Kept for Backward: with its sigmoids (the same x' and Delta bits as without: math.h).
-  Recompute(u, rows.halo, len, a, /*with_z=*/true, /*keep_sigmoids=*/keep != nullptr);
+  if (Carries(keep, rows)) {  // Forward's activations: only the sigmoids are missing
+    EndCarry(keep->carried), keep->carried = 0;
+    CountCarryUse(true);
+    a.sig_c.resize(len * Di_), a.sig_dt.resize(len * Di_);
+    AddSigmoids(len * Di_, a.cpre.data(), a.dtpre.data(), a.sig_c.data(), a.sig_dt.data());
+  } else {
+    // Kept for Backward: with its sigmoids (the same x' and Delta bits as without: math.h).
+    Recompute(u, rows.halo, len, a, /*with_z=*/true, /*keep_sigmoids=*/keep != nullptr);
+  }
   // ybar = (g W_out) . silu(z)   (len, Di); g W_out kept as Backward's dL/do.
   AlignedVector<T>& ybar = ThreadScratch<T>(kYbar, len * Di_);
   T* d_o = ybar.data();
@@ -302,7 +344,17 @@ void MambaBlockCpu<T>::Backward(const T* u, ChunkRows rows, const T* g, const T*
   // sig = sigmoid(z) kept for the gate's backward below (silu(z) = z sig, silu'(z) =
   // SiluGradGivenSigmoid(z, sig) of math.h: one exp instead of three).
   AlignedVector<T>& d_o = kept ? kept->d_o : ThreadScratch<T>(kDo, M * Di_);
-  if (kept) {  // AdjointSummary's recompute and dL/do
+  if (Carries(kept, rows) && window == 0) {  // Forward's (a span with no AdjointSummary)
+    EndCarry(kept->carried), kept->carried = 0;
+    CountCarryUse(false);
+    Acts& a = kept->a;
+    a.sig_c.resize(len * Di_), a.sig_dt.resize(len * Di_);
+    AddSigmoids(len * Di_, a.cpre.data(), a.dtpre.data(), a.sig_c.data(), a.sig_dt.data());
+    d_o.resize(len * Di_);
+    Gemm<T>(Trans::kNo, Trans::kNo, len, Di_, D_, 1, g, D_, p_.out_proj.data(), Di_, 0,
+            d_o.data(), Di_);
+    kept->stage = Kept::Stage::kEmpty;
+  } else if (kept) {  // AdjointSummary's recompute and dL/do
     ADJSH_CHECK(window == 0 && kept->Holds(Kept::Stage::kBackward, rows),
                 "Backward given another chunk's set, or a truncated window");
     kept->stage = Kept::Stage::kEmpty;

@@ -31,12 +31,16 @@ class MambaBlockCpu {
   // returns the same bits as without it (the same calls on the same rows made them). They come
   // from the process's pool under its budget (kernels/cpu/kept_pool.h); dropping one hands it
   // back. MakeKept: an empty one, or null when the budget is spent (then recompute).
+  // A set Forward took goes on, when the budget allows (kept_pool.h TryCarry), holding every
+  // activation of the rows' forward: the layer's AdjointSummary (or Backward) on the same rows,
+  // a whole forward and head later, then skips its recompute too (Carries says whether it does).
   struct Kept;
   struct KeptReturn {
     void operator()(Kept* k) const;
   };
   using KeptPtr = std::unique_ptr<Kept, KeptReturn>;
   KeptPtr MakeKept(ChunkRows rows) const;
+  int64_t SetBytes(ChunkRows rows) const;  // what MakeKept counts a set of these rows as
 
   MambaBlockCpu(const MambaConfig& config, const LayerParams<T>& params);
 
@@ -48,14 +52,17 @@ class MambaBlockCpu {
   void LocalSummary(const T* u, ChunkRows rows, T* h_local, T* S, Kept* keep = nullptr) const;
 
   // Forward from the true initial state h0 (Di, N): u_next (len, D) = u + out_proj(...), and the
-  // final state h_end (Di, N). kept: null, or what LocalSummary kept of these rows (consumed).
+  // final state h_end (Di, N). kept: null, or what LocalSummary kept of these rows; afterwards
+  // it is carried (Carries) if the budget has room for it, for the sets already carried, and
+  // for `room_for` more sets of these rows (the summaries' that may be kept at once); else empty.
   void Forward(const T* u, ChunkRows rows, const T* h0, T* u_next, T* h_end,
-               Kept* kept = nullptr) const;
+               Kept* kept = nullptr, int64_t room_for = 0) const;
 
   // Backward pass one (exact scheme): with g = dL/du_next (len, D), the local adjoint summary
   // m (Di, N) = a_first . lambda_local_first and S (Di) as above; the engine then combines
   // mu_{c-1} = m_c + exp(A S_c) . mu_c.
-  // keep: as LocalSummary's, receiving what an exact Backward of these rows reads.
+  // keep: as LocalSummary's, receiving what an exact Backward of these rows reads; a set
+  // Forward carried for these rows already holds all of it but the sigmoids.
   void AdjointSummary(const T* u, ChunkRows rows, const T* g, T* m, T* S,
                       Kept* keep = nullptr) const;
 
@@ -65,10 +72,14 @@ class MambaBlockCpu {
   // grad (this layer's parameters) is accumulated; du (len, D) = g + dL/du through the block;
   // du_halo (halo, D) is this chunk's contribution to the previous rows' dL/du; mu_out (Di, N),
   // if non-null (exact only), the adjoint a_first . lambda_first flowing into the previous chunk.
-  // kept: null, or what AdjointSummary kept of these rows with this g (exact only; consumed).
+  // kept: null, or what AdjointSummary kept of these rows with this g, or what Forward carried
+  // of them (exact only; consumed).
   void Backward(const T* u, ChunkRows rows, const T* g, const T* h0, const T* mu, int64_t window,
                 LayerParams<T>& grad, T* du, T* du_halo, T* mu_out = nullptr,
                 Kept* kept = nullptr) const;
+
+  // Whether kept holds what Forward carried of these rows.
+  bool Carries(const Kept* kept, ChunkRows rows) const;
 
   const std::vector<T>& A() const { return A_; }  // (Di, N) = -exp(A_log)
 

@@ -1,8 +1,9 @@
 // The CPU Mamba block's chunk summaries against its full forward, bit for bit: LocalSummary
 // (kernels/cpu/mamba_block.h) computes only the x half of in_proj, which must give the same x,
 // so its h_local is the end state of Forward from a zero state, and its S the sum of Delta.
-// And the sets a summary keeps for the pass after it: that pass gives the bits it gives without
-// them, and the pool hands none out past its budget (kernels/cpu/kept_pool.h).
+// And the sets a summary keeps for the pass after it, and those Forward carries on to the
+// layer's AdjointSummary or Backward: each pass gives the bits it gives without them, and the
+// pool hands none out past its budget (kernels/cpu/kept_pool.h).
 #include "kernels/cpu/mamba_block.h"
 
 #include <gtest/gtest.h>
@@ -74,12 +75,25 @@ void CheckKeptSetsGiveTheSameBits(int64_t D, int64_t N, int64_t halo, int64_t le
   block.Forward(u.data(), rows, h0.data(), y2.data(), e2.data());
   EXPECT_TRUE(Same(y1, y2)) << "u_next";
   EXPECT_TRUE(Same(e1, e2)) << "h_end";
-  // The backward: AdjointSummary keeps (into the same set, reused), Backward from it.
+  // The set goes on, carried (the budget has room), and a second set of the rows is carried
+  // straight to a Backward, as in a span with no AdjointSummary (span 0).
+  EXPECT_TRUE(block.Carries(kept.get(), rows));
+  typename MambaBlockCpu<T>::KeptPtr straight = block.MakeKept(rows);
+  ASSERT_NE(straight, nullptr);
+  block.LocalSummary(u.data(), rows, hl1.data(), S1.data(), straight.get());
+  block.Forward(u.data(), rows, h0.data(), y1.data(), e1.data(), straight.get());
+  EXPECT_TRUE(block.Carries(straight.get(), rows));
+  const int64_t carried = CarriedBytes();
+  EXPECT_GT(carried, 0);
+  // The backward: AdjointSummary takes the carried set (no recompute) and keeps it for
+  // Backward, which runs from it.
   std::vector<T> m1(Di * N), m2(Di * N);
   block.AdjointSummary(u.data(), rows, g.data(), m1.data(), S1.data(), kept.get());
   block.AdjointSummary(u.data(), rows, g.data(), m2.data(), S2.data());
   EXPECT_TRUE(Same(m1, m2) && Same(S1, S2)) << "adjoint summary";
-  LayerParams<T> g1 = ZeroLayer<T>(c), g2 = ZeroLayer<T>(c);
+  EXPECT_FALSE(block.Carries(kept.get(), rows));
+  EXPECT_LT(CarriedBytes(), carried);
+  LayerParams<T> g1 = ZeroLayer<T>(c), g2 = ZeroLayer<T>(c), g3 = ZeroLayer<T>(c);
   std::vector<T> du1(len * D), dh1(halo * D), mo1(Di * N), du2(len * D), dh2(halo * D),
       mo2(Di * N);
   block.Backward(u.data(), rows, g.data(), h0.data(), mu.data(), 0, g1, du1.data(), dh1.data(),
@@ -89,6 +103,19 @@ void CheckKeptSetsGiveTheSameBits(int64_t D, int64_t N, int64_t halo, int64_t le
   EXPECT_TRUE(Same(du1, du2)) << "du";
   EXPECT_TRUE(Same(dh1, dh2)) << "du_halo";
   EXPECT_TRUE(Same(mo1, mo2)) << "mu_out";
+  std::vector<T> du3(len * D), dh3(halo * D), mo3(Di * N);
+  block.Backward(u.data(), rows, g.data(), h0.data(), mu.data(), 0, g3, du3.data(), dh3.data(),
+                 mo3.data(), straight.get());
+  EXPECT_FALSE(block.Carries(straight.get(), rows));
+  straight.reset();
+  kept.reset();
+  EXPECT_EQ(CarriedBytes(), 0);
+  EXPECT_TRUE(Same(du3, du2) && Same(dh3, dh2) && Same(mo3, mo2)) << "Backward from a carried set";
+  for (auto [x, y] : {std::pair{&g3.in_proj, &g2.in_proj}, std::pair{&g3.conv_w, &g2.conv_w},
+                      std::pair{&g3.x_proj, &g2.x_proj}, std::pair{&g3.dt_w, &g2.dt_w},
+                      std::pair{&g3.dt_b, &g2.dt_b}, std::pair{&g3.A_log, &g2.A_log},
+                      std::pair{&g3.out_proj, &g2.out_proj}, std::pair{&g3.norm, &g2.norm}})
+    EXPECT_TRUE(Same(*x, *y)) << "grad from a carried set";
   const std::vector<std::vector<T>*> a = {&g1.in_proj, &g1.conv_w, &g1.conv_b, &g1.x_proj,
                                           &g1.dt_w, &g1.dt_b, &g1.A_log, &g1.Dskip,
                                           &g1.out_proj, &g1.norm};

@@ -100,8 +100,9 @@ TEST(SpanScheduleTest, ThreadsDoNotChangeTheBits) {
     }
 }
 
-// The activations a span's summaries keep for the pass after them (kernels/cpu/kept_pool.h)
-// change no bit: every set kept, some (a budget of a few sets), or none.
+// The activations a span's summaries keep for the pass after them (kernels/cpu/kept_pool.h),
+// and those its forward carries on to the layer's backward, change no bit: every set kept, some
+// (a budget of a few sets), or none.
 TEST(SpanScheduleTest, KeptActivationsDoNotChangeTheBits) {
   const MambaConfig config = testing::SmallConfig(3, 16, 8, 4, 3, 31);
   const ModelParams<float> params = InitParams<float>(config, 11);
@@ -126,7 +127,11 @@ TEST(SpanScheduleTest, KeptActivationsDoNotChangeTheBits) {
         EXPECT_GT(now.given, was.given) << "nothing was kept";
         if (budget < (int64_t{1} << 20)) {
           EXPECT_GT(now.refused, was.refused) << "all was kept";
+        } else {  // forward sets carried on to AdjointSummary, and in span 0 to the VJP task
+          EXPECT_GT(now.carried_to_summary, was.carried_to_summary);
+          EXPECT_GT(now.carried_to_backward, was.carried_to_backward);
         }
+        EXPECT_EQ(cpu::CarriedBytes(), 0) << "a carried set outlived its step";
         opt.forward_only = true;  // the forward's sets alone
         const GradResult<float> fwd = ComputeGradient<float>(params, tokens, opt).value();
         EXPECT_EQ(std::memcmp(&fwd.loss, &none.loss, sizeof(double)), 0);
