@@ -29,7 +29,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Symbol patterns of perf's report, in order: the first that matches names the part.
 GROUPS = [
-    ("packed GEMMs (`kernels/cpu/gemm_packed.h`)", r"GemmPacked|::Tile<"),
+    ("our GEMMs: GemmPacked, GemmAtB (`kernels/cpu/gemm_packed.h`)", r"GemmPacked|GemmAtB|::Tile<"),
     ("OpenBLAS sgemm kernel + packing", r"sgemm_"),
     ("scans (`kernels/cpu/scan_block_impl.h`)", r"blocked::|Scan\w*Channel"),
     ("Mamba block element-wise (`MambaBlockCpu::Recompute`, `Forward`, `Backward`, summaries; "
