@@ -3,7 +3,8 @@
 // that leave partial tiles and panels (M, N not multiples of the tiles) and for C += A W^T; an
 // element's bits depend neither on the product's width nor on its row's place in a tile; and
 // the result is the product to f32 accuracy (against a double sum of the same terms). B packed as
-// itself (OfProduct) gives the bits of its transpose packed as W.
+// itself (OfProduct) gives the bits of its transpose packed as W. And the same of GemmAtB, the
+// weight gradients' product.
 #include "kernels/cpu/gemm_packed.h"
 
 #include <gtest/gtest.h>
@@ -123,6 +124,89 @@ TEST(GemmPackedTest, UnknownKernelIsRefused) {
   const PackedWeights W;
   float c = 0;
   EXPECT_FALSE(GemmPackedWith("sse9", 1, &c, 1, W, false, &c, 1));
+}
+
+// GemmAtB, the weight gradients' C (+)= A^T B: the same chain over k, so the same checks, with
+// shapes that leave partial tiles, row blocks and column groups (N below a vector too) and row
+// strides wider than the rows. WeightGrad<float> is GemmAtB with accumulate.
+// The block's weight gradients at D = 256, chunk 256 (dW_in, dW_out, dW_x, dW_dt), then shapes
+// with every kind of edge: rows past a block of 64 (and of 48) and past a tile, a partial column
+// group, one column, K = 0.
+const Case kAtBCases[] = {{1024, 256, 259}, {256, 512, 256}, {48, 512, 256}, {512, 16, 256},
+                       {130, 70, 33},    {37, 33, 17},    {1, 1, 1},      {67, 7, 5},
+                       {49, 24, 9},      {24, 31, 0}};
+
+TEST(GemmAtBTest, EveryKernelIsTheFmaChainBitForBit) {
+  int ran = 0;
+  for (const char* kernel : {"avx512", "avx2", "scalar"}) {
+    float none = 0;
+    if (!GemmAtBWith(kernel, 0, 0, 0, &none, 1, &none, 1, false, &none, 1)) {
+      std::printf("no %s kernel on this CPU: skipped\n", kernel);
+      continue;
+    }
+    ++ran;
+    for (const Case& c : kAtBCases) {
+      for (bool accumulate : {false, true}) {
+        const int64_t lda = c.M + 3, ldb = c.N + 2, ldc = c.N + 5;  // wider than the rows
+        const std::vector<float> A = Random(c.K * lda, 1), B = Random(c.K * ldb, 2);
+        const std::vector<float> C0 = Random(c.M * ldc, 3);
+        std::vector<float> want = C0, got = C0;
+        for (int64_t m = 0; m < c.M; ++m)
+          for (int64_t n = 0; n < c.N; ++n) {
+            float s = 0;
+            for (int64_t k = 0; k < c.K; ++k) s = std::fma(A[k * lda + m], B[k * ldb + n], s);
+            want[m * ldc + n] = accumulate ? want[m * ldc + n] + s : s;
+          }
+        ASSERT_TRUE(GemmAtBWith(kernel, c.M, c.N, c.K, A.data(), lda, B.data(), ldb, accumulate,
+                                got.data(), ldc));
+        // Bytes, not values: the columns between rows' ends must be untouched too.
+        EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
+            << kernel << " M=" << c.M << " N=" << c.N << " K=" << c.K
+            << " accumulate=" << accumulate;
+      }
+    }
+  }
+  EXPECT_GE(ran, 1);  // scalar at least
+}
+
+TEST(GemmAtBTest, AnElementsBitsDependNeitherOnRowsNorOnColumnsAroundIt) {
+  const Case c{150, 100, 64};
+  const std::vector<float> A = Random(c.K * c.M, 4), B = Random(c.K * c.N, 5);
+  std::vector<float> full(c.M * c.N);
+  GemmAtB(c.M, c.N, c.K, A.data(), c.M, B.data(), c.N, false, full.data(), c.N);
+  // Rows 70..149 and columns 40..69 as a product of their own.
+  const int64_t m0 = 70, n0 = 40, nw = 30;
+  std::vector<float> part((c.M - m0) * nw);
+  GemmAtB(c.M - m0, nw, c.K, A.data() + m0, c.M, B.data() + n0, c.N, false, part.data(), nw);
+  for (int64_t m = m0; m < c.M; ++m)
+    for (int64_t n = 0; n < nw; ++n)
+      ASSERT_EQ(std::memcmp(&part[(m - m0) * nw + n], &full[m * c.N + n0 + n], sizeof(float)), 0)
+          << m << "," << n0 + n;
+}
+
+// f32 accuracy: |C - exact| <= K u sum |A B| (the bound of a length-K recursive sum, u = 2^-24),
+// through WeightGrad, which adds to what dW held.
+TEST(GemmAtBTest, WeightGradIsTheProductAddedToF32Accuracy) {
+  const Case c{70, 50, 300};
+  const std::vector<float> A = Random(c.K * c.M, 6), B = Random(c.K * c.N, 7);
+  const std::vector<float> W0 = Random(c.M * c.N, 8);
+  std::vector<float> W = W0;
+  WeightGrad<float>(c.M, c.N, c.K, A.data(), c.M, B.data(), c.N, W.data(), c.N);
+  for (int64_t m = 0; m < c.M; ++m)
+    for (int64_t n = 0; n < c.N; ++n) {
+      double exact = W0[m * c.N + n], mag = std::fabs(exact);
+      for (int64_t k = 0; k < c.K; ++k) {
+        const double t = double(A[k * c.M + m]) * B[k * c.N + n];
+        exact += t, mag += std::fabs(t);
+      }
+      ASSERT_LE(std::fabs(W[m * c.N + n] - exact), (c.K + 1) * std::ldexp(1.0, -24) * mag)
+          << m << "," << n;
+    }
+}
+
+TEST(GemmAtBTest, UnknownKernelIsRefused) {
+  float c = 0;
+  EXPECT_FALSE(GemmAtBWith("sse9", 1, 1, 1, &c, 1, &c, 1, false, &c, 1));
 }
 
 }  // namespace
