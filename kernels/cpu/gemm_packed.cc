@@ -133,15 +133,20 @@ void GemmPacked(int64_t M, const float* A, int64_t lda, const PackedWeights& W, 
 
 const char* GemmPackedKernel() { return Chosen().name; }
 
+namespace {
+// The kernel of that name if this CPU has it, else null.
+const Named* Here(const char* kernel) {
+  for (const Named* k = Kernels(); k->name; ++k)
+    if (std::strcmp(k->name, kernel) == 0) return k->here ? k : nullptr;
+  return nullptr;
+}
+}  // namespace
+
 bool GemmPackedWith(const char* kernel, int64_t M, const float* A, int64_t lda,
                     const PackedWeights& W, bool accumulate, float* C, int64_t ldc) {
-  for (const Named* k = Kernels(); k->name; ++k) {
-    if (std::strcmp(k->name, kernel) != 0) continue;
-    if (!k->here) return false;
-    k->Run(M, A, lda, W, accumulate, C, ldc);
-    return true;
-  }
-  return false;
+  const Named* k = Here(kernel);
+  if (k) k->Run(M, A, lda, W, accumulate, C, ldc);
+  return k != nullptr;
 }
 
 void GemmAtB(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
@@ -152,13 +157,9 @@ void GemmAtB(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const
 bool GemmAtBWith(const char* kernel, int64_t M, int64_t N, int64_t K, const float* A,
                  int64_t lda, const float* B, int64_t ldb, bool accumulate, float* C,
                  int64_t ldc) {
-  for (const Named* k = Kernels(); k->name; ++k) {
-    if (std::strcmp(k->name, kernel) != 0) continue;
-    if (!k->here) return false;
-    k->RunAtB(M, N, K, A, lda, B, ldb, accumulate, C, ldc);
-    return true;
-  }
-  return false;
+  const Named* k = Here(kernel);
+  if (k) k->RunAtB(M, N, K, A, lda, B, ldb, accumulate, C, ldc);
+  return k != nullptr;
 }
 
 }  // namespace adjsh::cpu

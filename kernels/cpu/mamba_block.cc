@@ -241,6 +241,16 @@ void MambaBlockCpu<T>::Recompute(const T* u, int64_t halo, int64_t M, Acts& a, b
 }
 
 template <typename T>
+void MambaBlockCpu<T>::TakeCarried(Kept& kept, bool by_summary) const {
+  EndCarry(kept.carried), kept.carried = 0;
+  CountCarryUse(by_summary);
+  Acts& a = kept.a;
+  const int64_t n = a.M * Di_;
+  a.sig_c.resize(n), a.sig_dt.resize(n);
+  AddSigmoids(n, a.cpre.data(), a.dtpre.data(), a.sig_c.data(), a.sig_dt.data());
+}
+
+template <typename T>
 void MambaBlockCpu<T>::ZHalf(Acts& a) const {
   const int64_t P = a.halo + a.M;
   in_z_.Apply(P, a.n.data(), D_, false, a.xz.data() + Di_, 2 * Di_);
@@ -309,10 +319,7 @@ void MambaBlockCpu<T>::AdjointSummary(const T* u, ChunkRows rows, const T* g, T*
   Acts& a = keep ? keep->a : scratch;
   const int64_t len = rows.len, Di2 = 2 * Di_;
   if (Carries(keep, rows)) {  // Forward's activations: only the sigmoids are missing
-    EndCarry(keep->carried), keep->carried = 0;
-    CountCarryUse(true);
-    a.sig_c.resize(len * Di_), a.sig_dt.resize(len * Di_);
-    AddSigmoids(len * Di_, a.cpre.data(), a.dtpre.data(), a.sig_c.data(), a.sig_dt.data());
+    TakeCarried(*keep, /*by_summary=*/true);
   } else {
     // Kept for Backward: with its sigmoids (the same x' and Delta bits as without: math.h).
     Recompute(u, rows.halo, len, a, /*with_z=*/true, /*keep_sigmoids=*/keep != nullptr);
@@ -344,25 +351,20 @@ void MambaBlockCpu<T>::Backward(const T* u, ChunkRows rows, const T* g, const T*
   // sig = sigmoid(z) kept for the gate's backward below (silu(z) = z sig, silu'(z) =
   // SiluGradGivenSigmoid(z, sig) of math.h: one exp instead of three).
   AlignedVector<T>& d_o = kept ? kept->d_o : ThreadScratch<T>(kDo, M * Di_);
-  if (Carries(kept, rows) && window == 0) {  // Forward's (a span with no AdjointSummary)
-    EndCarry(kept->carried), kept->carried = 0;
-    CountCarryUse(false);
-    Acts& a = kept->a;
-    a.sig_c.resize(len * Di_), a.sig_dt.resize(len * Di_);
-    AddSigmoids(len * Di_, a.cpre.data(), a.dtpre.data(), a.sig_c.data(), a.sig_dt.data());
-    d_o.resize(len * Di_);
-    Gemm<T>(Trans::kNo, Trans::kNo, len, Di_, D_, 1, g, D_, p_.out_proj.data(), Di_, 0,
-            d_o.data(), Di_);
-    kept->stage = Kept::Stage::kEmpty;
+  const bool carried = window == 0 && Carries(kept, rows);  // a span with no AdjointSummary
+  if (carried) {  // Forward's recompute: dL/do is left
+    TakeCarried(*kept, /*by_summary=*/false);
+    d_o.resize(M * Di_);
   } else if (kept) {  // AdjointSummary's recompute and dL/do
     ADJSH_CHECK(window == 0 && kept->Holds(Kept::Stage::kBackward, rows),
                 "Backward given another chunk's set, or a truncated window");
-    kept->stage = Kept::Stage::kEmpty;
   } else {
     Recompute(u, halo, M, scratch, /*with_z=*/true, /*keep_sigmoids=*/true);
+  }
+  if (kept) kept->stage = Kept::Stage::kEmpty;
+  if (carried || !kept)
     Gemm<T>(Trans::kNo, Trans::kNo, M, Di_, D_, 1, g, D_, p_.out_proj.data(), Di_, 0, d_o.data(),
             Di_);
-  }
   const Acts& a = kept ? kept->a : scratch;
   AlignedVector<T>& ybar = ThreadScratch<T>(kYbar, M * Di_);
   AlignedVector<T>& sig = ThreadScratch<T>(kSigZ, M * Di_);

@@ -90,6 +90,10 @@ class MambaBlockCpu {
   void Recompute(const T* u, int64_t halo, int64_t M, Acts& acts, bool with_z = true,
                  bool keep_sigmoids = false) const;
   void ZHalf(Acts& acts) const;  // z, the gate half of in_proj, from acts.n
+  // Takes what Forward carried (Carries must hold): its budget count ends, and the sigmoids a
+  // Recompute with keep_sigmoids adds are added, so it holds all a backward pass reads but
+  // dL/do. by_summary: AdjointSummary takes it (else Backward: KeptTakes' counts).
+  void TakeCarried(Kept& kept, bool by_summary) const;
 
   const MambaConfig& cfg_;
   const LayerParams<T>& p_;
