@@ -1,5 +1,6 @@
-// The Mamba block's chunk forward and its token-local chain rule on the CPU. Projections are
-// GEMMs through OpenBLAS; the scan and its adjoint live in scan_block.cc (and scan.cc).
+// The Mamba block's chunk forward and its token-local chain rule on the CPU. Products with the
+// weights go through kernels/cpu/gemm_packed.h (OpenBLAS in f64); the scan and its adjoint
+// live in scan_block.cc (and scan.cc).
 #include "kernels/cpu/mamba_block.h"
 
 #include <algorithm>
@@ -108,8 +109,11 @@ MambaBlockCpu<T>::MambaBlockCpu(const MambaConfig& config, const LayerParams<T>&
       in_x_(params.in_proj.data(), Trans::kYes, Di_, D_),
       in_z_(params.in_proj.data() + Di_ * D_, Trans::kYes, Di_, D_),
       x_proj_(params.x_proj.data(), Trans::kYes, R_ + 2 * N_, Di_),
+      dt_proj_(params.dt_w.data(), Trans::kYes, Di_, R_),
       out_proj_(params.out_proj.data(), Trans::kYes, D_, Di_),
-      in_back_(params.in_proj.data(), Trans::kNo, D_, 2 * Di_) {
+      in_back_(params.in_proj.data(), Trans::kNo, D_, 2 * Di_),
+      out_back_(params.out_proj.data(), Trans::kNo, Di_, D_),
+      x_back_(params.x_proj.data(), Trans::kNo, Di_, R_ + 2 * N_) {
   A_.resize(Di_ * N_);
   for (int64_t k = 0; k < Di_ * N_; ++k) A_[k] = -std::exp(p_.A_log[k]);
   conv_t_.resize(W_ * Di_);
@@ -233,8 +237,7 @@ void MambaBlockCpu<T>::Recompute(const T* u, int64_t halo, int64_t M, Acts& a, b
                    keep_sigmoids ? a.sig_c.data() + t * Di_ : nullptr);
   }
   x_proj_.Apply(M, a.xc.data(), Di_, false, a.dbc.data(), Q);
-  Gemm<T>(Trans::kNo, Trans::kYes, M, Di_, R_, 1, a.dbc.data(), Q, p_.dt_w.data(), R_, 0,
-          a.dtpre.data(), Di_);
+  dt_proj_.Apply(M, a.dbc.data(), Q, false, a.dtpre.data(), Di_);
   for (int64_t t = 0; t < M; ++t)
     SoftplusRow<T>(p_.dt_b.data(), Di_, a.dtpre.data() + t * Di_, a.dt.data() + t * Di_,
                    keep_sigmoids ? a.sig_dt.data() + t * Di_ : nullptr);
@@ -328,7 +331,7 @@ void MambaBlockCpu<T>::AdjointSummary(const T* u, ChunkRows rows, const T* g, T*
   AlignedVector<T>& ybar = ThreadScratch<T>(kYbar, len * Di_);
   T* d_o = ybar.data();
   if (keep) keep->d_o.resize(len * Di_), d_o = keep->d_o.data();
-  Gemm<T>(Trans::kNo, Trans::kNo, len, Di_, D_, 1, g, D_, p_.out_proj.data(), Di_, 0, d_o, Di_);
+  out_back_.Apply(len, g, D_, false, d_o, Di_);
   for (int64_t t = 0; t < len; ++t) {
     const T* z = a.xz.data() + (rows.halo + t) * Di2 + Di_;
     for (int64_t i = 0; i < Di_; ++i) ybar[t * Di_ + i] = d_o[t * Di_ + i] * Silu(z[i]);
@@ -363,8 +366,7 @@ void MambaBlockCpu<T>::Backward(const T* u, ChunkRows rows, const T* g, const T*
   }
   if (kept) kept->stage = Kept::Stage::kEmpty;
   if (carried || !kept)
-    Gemm<T>(Trans::kNo, Trans::kNo, M, Di_, D_, 1, g, D_, p_.out_proj.data(), Di_, 0, d_o.data(),
-            Di_);
+    out_back_.Apply(M, g, D_, false, d_o.data(), Di_);
   const Acts& a = kept ? kept->a : scratch;
   AlignedVector<T>& ybar = ThreadScratch<T>(kYbar, M * Di_);
   AlignedVector<T>& sig = ThreadScratch<T>(kSigZ, M * Di_);
@@ -416,6 +418,8 @@ void MambaBlockCpu<T>::Backward(const T* u, ChunkRows rows, const T* g, const T*
     }
   AlignedVector<T>& ddbc = ThreadScratch<T>(kDdbc, len * Q);  // dL/d[d | B | C]
   WeightGrad<T>(Di_, R_, len, ddt.data(), Di_, a.dbc.data(), Q, grad.dt_w.data(), R_);
+  // Through OpenBLAS still: its sums for this narrow product (16 columns, 512 deep) are not the
+  // chain GemmPacked keeps, and it is 1/16 of dL/do's flops, so its bits stay as they were.
   Gemm<T>(Trans::kNo, Trans::kNo, len, R_, Di_, 1, ddt.data(), Di_, p_.dt_w.data(), R_, 0,
           ddbc.data(), Q);
   for (int64_t t = 0; t < len; ++t)
@@ -425,8 +429,7 @@ void MambaBlockCpu<T>::Backward(const T* u, ChunkRows rows, const T* g, const T*
     }
   // x_proj: dW_x += ddbc^T x'; dx' += ddbc W_x.
   WeightGrad<T>(Q, Di_, len, ddbc.data(), Q, a.xc.data(), Di_, grad.x_proj.data(), Di_);
-  Gemm<T>(Trans::kNo, Trans::kNo, len, Di_, Q, 1, ddbc.data(), Q, p_.x_proj.data(), Di_, 1,
-          dxc.data(), Di_);
+  x_back_.Apply(len, ddbc.data(), Q, true, dxc.data(), Di_);
 
   // silu and the causal conv: dc = dx' . silu'(c); db += dc; dw[:, j] += dc_t . x_{t-W+1+j};
   // dx_p = sum over the rows t = p - halo + W - 1 - j in the chunk of w[:, j] . dc_t, summed
