@@ -113,6 +113,7 @@ MambaBlockCpu<T>::MambaBlockCpu(const MambaConfig& config, const LayerParams<T>&
       out_proj_(params.out_proj.data(), Trans::kYes, D_, Di_),
       in_back_(params.in_proj.data(), Trans::kNo, D_, 2 * Di_),
       out_back_(params.out_proj.data(), Trans::kNo, Di_, D_),
+      dt_back_(params.dt_w.data(), Trans::kNo, R_, Di_),
       x_back_(params.x_proj.data(), Trans::kNo, Di_, R_ + 2 * N_) {
   A_.resize(Di_ * N_);
   for (int64_t k = 0; k < Di_ * N_; ++k) A_[k] = -std::exp(p_.A_log[k]);
@@ -418,10 +419,7 @@ void MambaBlockCpu<T>::Backward(const T* u, ChunkRows rows, const T* g, const T*
     }
   AlignedVector<T>& ddbc = ThreadScratch<T>(kDdbc, len * Q);  // dL/d[d | B | C]
   WeightGrad<T>(Di_, R_, len, ddt.data(), Di_, a.dbc.data(), Q, grad.dt_w.data(), R_);
-  // Through OpenBLAS still: its sums for this narrow product (16 columns, 512 deep) are not the
-  // chain GemmPacked keeps, and it is 1/16 of dL/do's flops, so its bits stay as they were.
-  Gemm<T>(Trans::kNo, Trans::kNo, len, R_, Di_, 1, ddt.data(), Di_, p_.dt_w.data(), R_, 0,
-          ddbc.data(), Q);
+  dt_back_.Apply(len, ddt.data(), Di_, false, ddbc.data(), Q);
   for (int64_t t = 0; t < len; ++t)
     for (int64_t n = 0; n < N_; ++n) {
       ddbc[t * Q + R_ + n] = dB[t * N_ + n];

@@ -102,10 +102,10 @@ class MambaBlockCpu {
   std::vector<T> conv_t_;  // (W, Di) conv weight transposed, so the conv loops run over Di
   // The products with fixed weights, packed once per block (kernels/cpu/gemm_packed.h): x W^T
   // through in_proj's x and z halves (Di, D) each, x_proj (R + 2N, Di), dt_proj (Di, R) and
-  // out_proj (D, Di); the backward's dy W through W_in (2 Di, D), out_proj (dL/do = g W_out)
-  // and x_proj.
+  // out_proj (D, Di); the backward's dy W through W_in (2 Di, D), out_proj (dL/do = g W_out),
+  // dt_proj and x_proj.
   Projection<T> in_x_, in_z_, x_proj_, dt_proj_, out_proj_;
-  Projection<T> in_back_, out_back_, x_back_;
+  Projection<T> in_back_, out_back_, dt_back_, x_back_;
 };
 
 }  // namespace adjsh::cpu
