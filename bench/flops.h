@@ -18,8 +18,9 @@ struct FlopsPerToken {
   double model = 0, executed = 0;
 };
 
-// pass_one_share: the share of the tokens whose chunks also run the pass-one (summary) tasks: 0
-// for the wavefront, 1 for two-pass, (S - 1) / S for S spans. kept_share: the share of those
+// pass_one_share: the share of the tokens whose chunks also run the pass-one (summary) tasks
+// (each way: the first chunk or span has no forward summary, the last no adjoint summary): 0 for
+// the wavefront, (C - 1) / C for two-pass over C chunks, (S - 1) / S for S equal spans. kept_share: the share of those
 // chunks whose summaries kept their activations for the pass after them (spans only; an
 // AdjointSummary that took a carried set counts as one that kept). carried_share: the share of
 // all chunks, every layer, whose forward set a backward pass took (AdjointSummary or, in a span
@@ -37,13 +38,15 @@ inline FlopsPerToken GradientFlopsPerToken(const MambaConfig& c, bool exact,
   FlopsPerToken f;
   f.model = K * (forward + backward) + head;
   // Pass one: F1 (recompute but z), A (recompute + g W_out, exact only); then F2 (forward) and
-  // the VJP task (recompute + g W_out + the backward GEMMs).
+  // the VJP task (recompute + the backward GEMMs, of which g W_out = dL/do is out_proj's dinput:
+  // kernels/cpu/mamba_block.cc computes it once per task). tests/kernels/gemm_flops_test.cc
+  // checks this count against the GEMMs a gradient runs, per schedule.
   const double f1 = recompute - 2 * D * Di;  // the forward summary skips in_proj's gate half
   const double pass_one = pass_one_share * (f1 + (exact ? recompute + out : 0));
   // A kept forward set spares F2 all of F1; a kept backward set, the VJP task's recompute and
   // g W_out: each pass-one term once more, so kept ones cost nothing extra.
   f.executed = K * (forward + (1 - kept_share) * pass_one + (1 - carried_share) * recompute +
-                    out + backward) +
+                    backward) +
                head;
   return f;
 }

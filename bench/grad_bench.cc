@@ -108,7 +108,10 @@ int Run(const cli::ArgParser& a, const MambaConfig& config, const Counts& n) {
                     std::to_string(cuda::MemoryOf(opt.device.index).peak);
   }
 #endif
-  const double pass_one_share = opt.schedule == Schedule::kTwoPass ? 1.0
+  // Pass one runs on all chunks but one each way (the first needs no forward summary, the last
+  // no adjoint summary); with S spans on all but one span each way.
+  const int64_t chunks = (T_ + opt.chunk - 1) / opt.chunk;
+  const double pass_one_share = opt.schedule == Schedule::kTwoPass ? double(chunks - 1) / chunks
                                 : opt.schedule == Schedule::kSpans  ? double(spans - 1) / spans
                                                                     : 0.0;
   // The share of summarised chunks that kept their activations, over every run above (the
@@ -118,8 +121,7 @@ int Run(const cli::ArgParser& a, const MambaConfig& config, const Counts& n) {
   const double kept_share =
       given + takes.refused > 0 ? double(given) / double(given + takes.refused) : 0.0;
   // Carried sets over every chunk of every layer of every run.
-  const int64_t chunk_layers =
-      repeat * config.num_hidden_layers * ((T_ + opt.chunk - 1) / opt.chunk);
+  const int64_t chunk_layers = repeat * config.num_hidden_layers * chunks;
   const double carried_share =
       double(takes.carried_to_summary + takes.carried_to_backward) / double(chunk_layers);
   const FlopsPerToken f = GradientFlopsPerToken(config, opt.window == 0, pass_one_share,

@@ -299,11 +299,11 @@ void BenchBlock(const MambaConfig& c, int64_t rows, double seconds, double sgemm
       },
       seconds / 2);
   // bench/flops.h's per-layer GEMM counts: forward = recompute + out; the VJP task = recompute
-  // + g W_out + the backward GEMMs (dW and dinput of every projection).
+  // + the backward GEMMs (dW and dinput of every projection; out_proj's dinput is g W_out).
   const double Dd = D, Did = Di, R = c.time_step_rank, Q = R + 2.0 * N;
   const double recompute = 2 * Dd * 2 * Did + 2 * Did * Q + 2 * R * Did, out = 2 * Did * Dd;
   const double fwd_flops = (recompute + out) * rows;
-  const double bwd_flops = (recompute + out + 2 * (recompute + out)) * rows;
+  const double bwd_flops = (recompute + 2 * (recompute + out)) * rows;
   for (auto [name, s, flops] : {std::tuple{"block_forward", fwd_s, fwd_flops},
                                 std::tuple{"block_backward", bwd_s, bwd_flops}}) {
     std::printf(

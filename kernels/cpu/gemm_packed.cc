@@ -128,6 +128,7 @@ PackedWeights PackedWeights::OfProduct(const float* B, int64_t K, int64_t N) {
 
 void GemmPacked(int64_t M, const float* A, int64_t lda, const PackedWeights& W, bool accumulate,
                 float* C, int64_t ldc) {
+  CountGemmFlops(M, W.N(), W.K());
   Chosen().Run(M, A, lda, W, accumulate, C, ldc);
 }
 
@@ -151,6 +152,7 @@ bool GemmPackedWith(const char* kernel, int64_t M, const float* A, int64_t lda,
 
 void GemmAtB(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
              int64_t ldb, bool accumulate, float* C, int64_t ldc) {
+  CountGemmFlops(M, N, K);
   Chosen().RunAtB(M, N, K, A, lda, B, ldb, accumulate, C, ldc);
 }
 
