@@ -126,6 +126,7 @@ class CpuBlock final : public BlockBackend<T> {
                                                T* S) override {
     if (block_.Carries(SetOf(carried), rows)) {
       block_.AdjointSummary(u, rows, g, m, S, SetOf(carried));
+      if (!block_.ReadyForBackward(SetOf(carried), rows)) return nullptr;  // handed back
       return carried;
     }
     carried.reset();  // back to the pool before a fresh set is taken

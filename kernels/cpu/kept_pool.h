@@ -98,6 +98,16 @@ class KeptPool {
     return o.release();
   }
 
+  // Sets the bytes counted for a set in use: always when that lowers its count (buffers it
+  // freed), when the budget allows when that raises it. False: the count is unchanged.
+  bool Recount(const Obj* o, int64_t bytes) {
+    std::lock_guard<std::mutex> lock(kept_internal::Mutex());
+    auto it = counted_.find(o);
+    if (!kept_internal::Charge(bytes - it->second)) return false;
+    it->second = bytes;
+    return true;
+  }
+
   // Back to the free list, its count corrected to what its buffers hold now; freed instead
   // when that growth does not fit the budget.
   void Give(Obj* o) {

@@ -6,11 +6,13 @@
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
+#include <utility>
 
 #include "common/check.h"
 #include "kernels/cpu/aligned.h"
 #include "kernels/cpu/blas.h"
 #include "kernels/cpu/kept_pool.h"
+#include "kernels/cpu/kept_spares.h"
 #include "kernels/cpu/math.h"
 #include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/scan_block.h"
@@ -53,7 +55,7 @@ struct MambaBlockCpu<T>::Kept {
   // kBackward: AdjointSummary's (or the carried set with its sigmoids), for Backward.
   enum class Stage { kEmpty, kForward, kCarried, kBackward };
   Stage stage = Stage::kEmpty;
-  int64_t carried = 0;  // bytes counted by TryCarry while kCarried
+  int64_t carried = 0;  // bytes counted by TryCarry while kCarried (CarriedBytes)
   ChunkRows rows;
   Acts a;
   AlignedVector<T> d_o;  // kBackward: (len, Di) dL/do = g W_out
@@ -62,6 +64,29 @@ struct MambaBlockCpu<T>::Kept {
     size_t n = a.r.capacity() + a.n.capacity() + a.xz.capacity() + a.cpre.capacity() +
                a.xc.capacity() + a.dbc.capacity() + a.dtpre.capacity() + a.dt.capacity() +
                a.sig_c.capacity() + a.sig_dt.capacity() + d_o.capacity();
+    return static_cast<int64_t>(n * sizeof(T));
+  }
+  // The arrays a set gives up while carried or handed back (kernels/cpu/kept_spares.h): what
+  // TakeCarried refills exactly from the rest (n, x', Delta) and the backward's own (the
+  // sigmoids, dL/do); CarriedBytes is what stays.
+  using Spares = KeptSpares<T, 6>;
+  void GiveUpSpares() {
+    AlignedVector<T>* const roles[] = {&a.n, &a.xc, &a.dt, &a.sig_c, &a.sig_dt, &d_o};
+    Spares::Get().Put(roles);
+  }
+  void TakeSpares() {
+    AlignedVector<T>* const roles[] = {&a.n, &a.xc, &a.dt, &a.sig_c, &a.sig_dt, &d_o};
+    Spares::Get().Take(roles);
+  }
+  void SwapSpares(Kept& other) {
+    for (auto [mine, theirs] : {std::pair{&a.n, &other.a.n}, {&a.xc, &other.a.xc},
+                                {&a.dt, &other.a.dt}, {&a.sig_c, &other.a.sig_c},
+                                {&a.sig_dt, &other.a.sig_dt}, {&d_o, &other.d_o}})
+      mine->swap(*theirs);
+  }
+  int64_t CarriedBytes() const {
+    size_t n = a.r.capacity() + a.xz.capacity() + a.cpre.capacity() + a.dbc.capacity() +
+               a.dtpre.capacity();
     return static_cast<int64_t>(n * sizeof(T));
   }
   // Whether it holds `stage`'s activations of `r`.
@@ -75,7 +100,11 @@ void MambaBlockCpu<T>::KeptReturn::operator()(Kept* k) const {
   if (k == nullptr) return;
   if (k->carried > 0) EndCarry(k->carried), k->carried = 0;
   k->stage = Kept::Stage::kEmpty;
-  KeptPool<Kept>::Get().Give(k);
+  // Back to the pool as a carried set's arrays; the others wait among the spares.
+  KeptPool<Kept>& pool = KeptPool<Kept>::Get();
+  pool.Recount(k, k->CarriedBytes());
+  k->GiveUpSpares();
+  pool.Give(k);
 }
 
 template <typename T>
@@ -89,12 +118,23 @@ int64_t MambaBlockCpu<T>::SetBytes(ChunkRows rows) const {
 
 template <typename T>
 typename MambaBlockCpu<T>::KeptPtr MambaBlockCpu<T>::MakeKept(ChunkRows rows) const {
-  return KeptPtr(KeptPool<Kept>::Get().Take(SetBytes(rows)));
+  // The spares first, uncounted, so that the pool's count of a whole set finds their room.
+  Kept spares;
+  spares.TakeSpares();
+  KeptPtr set(KeptPool<Kept>::Get().Take(SetBytes(rows)));  // counted as a whole set
+  if (set) set->SwapSpares(spares);  // a set from the pool holds none of these
+  spares.GiveUpSpares();             // what is left: back among the spares
+  return set;
 }
 
 template <typename T>
 bool MambaBlockCpu<T>::Carries(const Kept* kept, ChunkRows rows) const {
   return kept != nullptr && kept->Holds(Kept::Stage::kCarried, rows);
+}
+
+template <typename T>
+bool MambaBlockCpu<T>::ReadyForBackward(const Kept* kept, ChunkRows rows) const {
+  return kept != nullptr && kept->Holds(Kept::Stage::kBackward, rows);
 }
 
 template <typename T>
@@ -191,18 +231,26 @@ void SoftplusRow(const T* b, int64_t Di, T* pre, T* dt, T* sig) {
   }
 }
 
-// The sigmoids Recompute adds with keep_sigmoids, from the activations it stores: sigmoid(c)
-// of the conv output as ConvSiluRow computes it, and sigmoid of dt_proj's pre-activation (pre
-// + b, as stored) as SoftplusRow does, so the bits are those of a Recompute with them.
+// A carried set's n (M, Di) values from what it kept, the bits Recompute gives them: x' =
+// silu(c) and sigmoid(c) of the conv output as ConvSiluRow computes them (c s with s =
+// Sigmoid(c), which is Silu's own product), Delta = softplus(pre) and sigmoid(pre) of dt_proj's
+// pre-activation (pre + b, as stored) as SoftplusRow does.
 template <typename T>
-void AddSigmoids(int64_t n, const T* cpre, const T* dtpre, T* sig_c, T* sig_dt) {
-  for (int64_t i = 0; i < n; ++i) sig_c[i] = Sigmoid(cpre[i]);
+void RefillFromCarried(int64_t n, const T* cpre, const T* dtpre, T* xc, T* sig_c, T* dt,
+                       T* sig_dt) {
+  for (int64_t i = 0; i < n; ++i) {
+    const T c = cpre[i], s = Sigmoid(c);
+    sig_c[i] = s;
+    xc[i] = c * s;
+  }
   for (int64_t i = 0; i < n; ++i) {
     if constexpr (std::is_same_v<T, float>) {
       const float x = dtpre[i], ax = x < 0.0f ? -x : x;
       const float e = ExpFast(-ax);
+      dt[i] = (x > 0.0f ? x : 0.0f) + Log1pUnit(e);
       sig_dt[i] = (x >= 0.0f ? 1.0f : e) / (1.0f + e);
     } else {
+      dt[i] = Softplus(dtpre[i]);
       sig_dt[i] = Sigmoid(dtpre[i]);
     }
   }
@@ -245,13 +293,20 @@ void MambaBlockCpu<T>::Recompute(const T* u, int64_t halo, int64_t M, Acts& a, b
 }
 
 template <typename T>
-void MambaBlockCpu<T>::TakeCarried(Kept& kept, bool by_summary) const {
+bool MambaBlockCpu<T>::TakeCarried(const T* u, Kept& kept, bool by_summary) const {
   EndCarry(kept.carried), kept.carried = 0;
+  kept.stage = Kept::Stage::kEmpty;
   CountCarryUse(by_summary);
+  kept.TakeSpares();  // uncounted there, so that the set's growth below fits
+  const bool whole = KeptPool<Kept>::Get().Recount(&kept, SetBytes(kept.rows));
   Acts& a = kept.a;
-  const int64_t n = a.M * Di_;
-  a.sig_c.resize(n), a.sig_dt.resize(n);
-  AddSigmoids(n, a.cpre.data(), a.dtpre.data(), a.sig_c.data(), a.sig_dt.data());
+  const int64_t P = a.halo + a.M, n = a.M * Di_;
+  a.n.resize(P * D_);
+  RmsNormApply(u, P, D_, p_.norm.data(), a.r.data(), a.n.data());
+  a.xc.resize(n), a.dt.resize(n), a.sig_c.resize(n), a.sig_dt.resize(n);
+  RefillFromCarried(n, a.cpre.data(), a.dtpre.data(), a.xc.data(), a.sig_c.data(),
+                    a.dt.data(), a.sig_dt.data());
+  return whole;
 }
 
 template <typename T>
@@ -294,11 +349,7 @@ void MambaBlockCpu<T>::Forward(const T* u, ChunkRows rows, const T* h0, T* u_nex
   if (kept) {  // LocalSummary's x half, conv, x_proj and Delta: only z is left to compute
     ADJSH_CHECK(kept->Holds(Kept::Stage::kForward, rows), "Forward given another chunk's set");
     ZHalf(kept->a);
-    // Now the rows' whole forward: carried for AdjointSummary if the budget allows.
     kept->stage = Kept::Stage::kEmpty;
-    const int64_t bytes = kept->bytes();
-    if (TryCarry(bytes, room_for * SetBytes(rows)))
-      kept->stage = Kept::Stage::kCarried, kept->carried = bytes;
   } else {
     Recompute(u, rows.halo, len, scratch);
   }
@@ -314,6 +365,16 @@ void MambaBlockCpu<T>::Forward(const T* u, ChunkRows rows, const T* h0, T* u_nex
   const T* u_own = u + rows.halo * D_;
   std::copy(u_own, u_own + len * D_, u_next);
   out_proj_.Apply(len, y.data(), Di_, true, u_next, D_);
+  // The set now holds the rows' whole forward: carried for AdjointSummary if the budget allows,
+  // keeping (and counted for) only what cannot be refilled; the rest goes to the spares.
+  if (kept) {
+    const int64_t bytes = kept->CarriedBytes();
+    if (TryCarry(bytes, room_for * SetBytes(rows))) {
+      KeptPool<Kept>::Get().Recount(kept, bytes);
+      kept->GiveUpSpares();
+      kept->stage = Kept::Stage::kCarried, kept->carried = bytes;
+    }
+  }
 }
 
 template <typename T>
@@ -322,8 +383,9 @@ void MambaBlockCpu<T>::AdjointSummary(const T* u, ChunkRows rows, const T* g, T*
   thread_local Acts scratch;
   Acts& a = keep ? keep->a : scratch;
   const int64_t len = rows.len, Di2 = 2 * Di_;
-  if (Carries(keep, rows)) {  // Forward's activations: only the sigmoids are missing
-    TakeCarried(*keep, /*by_summary=*/true);
+  bool kept_whole = keep != nullptr;
+  if (Carries(keep, rows)) {  // Forward's activations
+    kept_whole = TakeCarried(u, *keep, /*by_summary=*/true);
   } else {
     // Kept for Backward: with its sigmoids (the same x' and Delta bits as without: math.h).
     Recompute(u, rows.halo, len, a, /*with_z=*/true, /*keep_sigmoids=*/keep != nullptr);
@@ -337,7 +399,7 @@ void MambaBlockCpu<T>::AdjointSummary(const T* u, ChunkRows rows, const T* g, T*
     const T* z = a.xz.data() + (rows.halo + t) * Di2 + Di_;
     for (int64_t i = 0; i < Di_; ++i) ybar[t * Di_ + i] = d_o[t * Di_ + i] * Silu(z[i]);
   }
-  if (keep) keep->stage = Kept::Stage::kBackward, keep->rows = rows;
+  if (kept_whole) keep->stage = Kept::Stage::kBackward, keep->rows = rows;
   const ScanInputs<T> in = a.Scan(Di_, N_, R_, A_.data());
   ScanAdjointSummary<T>(in, len, ybar.data(), m);
   SumDelta(a.dt, len, Di_, S);
@@ -357,7 +419,7 @@ void MambaBlockCpu<T>::Backward(const T* u, ChunkRows rows, const T* g, const T*
   AlignedVector<T>& d_o = kept ? kept->d_o : ThreadScratch<T>(kDo, M * Di_);
   const bool carried = window == 0 && Carries(kept, rows);  // a span with no AdjointSummary
   if (carried) {  // Forward's recompute: dL/do is left
-    TakeCarried(*kept, /*by_summary=*/false);
+    TakeCarried(u, *kept, /*by_summary=*/false);  // used here once, whole or not
     d_o.resize(M * Di_);
   } else if (kept) {  // AdjointSummary's recompute and dL/do
     ADJSH_CHECK(window == 0 && kept->Holds(Kept::Stage::kBackward, rows),

@@ -34,6 +34,9 @@ class MambaBlockCpu {
   // A set Forward took goes on, when the budget allows (kept_pool.h TryCarry), holding every
   // activation of the rows' forward: the layer's AdjointSummary (or Backward) on the same rows,
   // a whole forward and head later, then skips its recompute too (Carries says whether it does).
+  // While carried it holds only what the rest cannot give back exactly and cheaply (RMSNorm's r,
+  // x|z, the conv output, d|B|C and dt_proj's pre-activation: 43% of a whole set at D = 256);
+  // the arrays it gives up wait for the next set among the spares (kernels/cpu/kept_spares.h).
   struct Kept;
   struct KeptReturn {
     void operator()(Kept* k) const;
@@ -62,7 +65,7 @@ class MambaBlockCpu {
   // m (Di, N) = a_first . lambda_local_first and S (Di) as above; the engine then combines
   // mu_{c-1} = m_c + exp(A S_c) . mu_c.
   // keep: as LocalSummary's, receiving what an exact Backward of these rows reads; a set
-  // Forward carried for these rows already holds all of it but the sigmoids.
+  // Forward carried for these rows already holds what it is made from.
   void AdjointSummary(const T* u, ChunkRows rows, const T* g, T* m, T* S,
                       Kept* keep = nullptr) const;
 
@@ -80,6 +83,9 @@ class MambaBlockCpu {
 
   // Whether kept holds what Forward carried of these rows.
   bool Carries(const Kept* kept, ChunkRows rows) const;
+  // Whether kept holds what AdjointSummary kept of these rows for Backward (not so when a
+  // carried set it took found no room in the budget to be whole).
+  bool ReadyForBackward(const Kept* kept, ChunkRows rows) const;
 
   const std::vector<T>& A() const { return A_; }  // (Di, N) = -exp(A_log)
 
@@ -90,10 +96,12 @@ class MambaBlockCpu {
   void Recompute(const T* u, int64_t halo, int64_t M, Acts& acts, bool with_z = true,
                  bool keep_sigmoids = false) const;
   void ZHalf(Acts& acts) const;  // z, the gate half of in_proj, from acts.n
-  // Takes what Forward carried (Carries must hold): its budget count ends, and the sigmoids a
-  // Recompute with keep_sigmoids adds are added, so it holds all a backward pass reads but
-  // dL/do. by_summary: AdjointSummary takes it (else Backward: KeptTakes' counts).
-  void TakeCarried(Kept& kept, bool by_summary) const;
+  // Takes what Forward carried (Carries must hold) for the rows of u: its carry count ends and
+  // it is made whole again, the arrays it gave up refilled (the same bits) and the
+  // sigmoids a Recompute with keep_sigmoids adds, so that it holds all a backward pass reads
+  // but dL/do. by_summary: AdjointSummary takes it (else Backward: KeptTakes' counts). False
+  // when the budget has no room for the whole set: it serves the taking pass only.
+  bool TakeCarried(const T* u, Kept& kept, bool by_summary) const;
 
   const MambaConfig& cfg_;
   const LayerParams<T>& p_;

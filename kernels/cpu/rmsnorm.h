@@ -32,6 +32,16 @@ static T RowDot(const T* a, const T* b, int64_t D, const T* w = nullptr) {
   return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
+// n (rows, D) = u * r * w given r (rows): RmsNormForward's n, the same bits from its r.
+template <typename T>
+static void RmsNormApply(const T* u, int64_t rows, int64_t D, const T* w, const T* r, T* n) {
+  for (int64_t t = 0; t < rows; ++t) {
+    const T *ut = u + t * D, rt = r[t];
+    T* nt = n + t * D;
+    for (int64_t d = 0; d < D; ++d) nt[d] = ut[d] * rt * w[d];
+  }
+}
+
 // u, n: (rows, D); w: (D); r: (rows) written.
 template <typename T>
 static void RmsNormForward(const T* u, int64_t rows, int64_t D, const T* w, double eps, T* n,
@@ -39,11 +49,9 @@ static void RmsNormForward(const T* u, int64_t rows, int64_t D, const T* w, doub
   for (int64_t t = 0; t < rows; ++t) {
     const T* ut = u + t * D;
     const T ss = RowDot(ut, ut, D);
-    const T rt = T(1) / std::sqrt(ss / T(D) + T(eps));
-    r[t] = rt;
-    T* nt = n + t * D;
-    for (int64_t d = 0; d < D; ++d) nt[d] = ut[d] * rt * w[d];
+    r[t] = T(1) / std::sqrt(ss / T(D) + T(eps));
   }
+  RmsNormApply(u, rows, D, w, r, n);
 }
 
 // Given dn = dL/dn (rows, D): dw (D) += sum_t dn . u r;  du (rows, D) = r v - u r^3 (v . u) / D

@@ -14,6 +14,7 @@
 
 #include "common/model.h"
 #include "kernels/cpu/kept_pool.h"
+#include "kernels/cpu/kept_spares.h"
 #include "tests/kernels/test_util.h"
 
 namespace adjsh::cpu {
@@ -54,6 +55,9 @@ void CheckKeptSetsGiveTheSameBits(int64_t D, int64_t N, int64_t halo, int64_t le
   const MambaBlockCpu<T> block(c, params.layers[0]);
   const int64_t Di = c.inner();
   const ChunkRows rows{halo, len, 0};
+  const int64_t budget = KeptBudget();  // fresh sets: no arrays recycled from other shapes
+  SetKeptBudget(0);
+  SetKeptBudget(budget);
   std::mt19937_64 rng(11);
   std::normal_distribution<double> nd(0, 1);
   auto random = [&](int64_t n) {
@@ -71,7 +75,11 @@ void CheckKeptSetsGiveTheSameBits(int64_t D, int64_t N, int64_t halo, int64_t le
   block.LocalSummary(u.data(), rows, hl2.data(), S2.data());
   EXPECT_TRUE(Same(hl1, hl2) && Same(S1, S2));
   std::vector<T> y1(len * D), e1(Di * N), y2(len * D), e2(Di * N);
+  using Spares = KeptSpares<T, 6>;
+  const int64_t puts = Spares::Get().counts().put;
   block.Forward(u.data(), rows, h0.data(), y1.data(), e1.data(), kept.get());
+  // Carried, it gave up n, x' and Delta (refilled when taken) to the spares.
+  EXPECT_EQ(Spares::Get().counts().put - puts, 3);
   block.Forward(u.data(), rows, h0.data(), y2.data(), e2.data());
   EXPECT_TRUE(Same(y1, y2)) << "u_next";
   EXPECT_TRUE(Same(e1, e2)) << "h_end";
@@ -85,6 +93,9 @@ void CheckKeptSetsGiveTheSameBits(int64_t D, int64_t N, int64_t halo, int64_t le
   EXPECT_TRUE(block.Carries(straight.get(), rows));
   const int64_t carried = CarriedBytes();
   EXPECT_GT(carried, 0);
+  // Each holds only what cannot be refilled (44-46% of a whole set at these shapes), the rest
+  // among the spares: the two, less than one whole set.
+  EXPECT_LT(carried, block.SetBytes(rows)) << "carried sets kept what they could refill";
   // The backward: AdjointSummary takes the carried set (no recompute) and keeps it for
   // Backward, which runs from it.
   std::vector<T> m1(Di * N), m2(Di * N);
@@ -143,6 +154,81 @@ TEST(MambaBlockCpuDeathTest, AKeptSetOfOtherRowsIsRefused) {
   block.LocalSummary(u.data(), {3, 17, 0}, h.data(), S.data(), kept.get());
   EXPECT_DEATH(block.Forward(u.data(), {3, 16, 0}, h0.data(), out.data(), h.data(), kept.get()),
                "another chunk");
+}
+
+// A carried set whose backward finds no room in the budget to be whole again serves that pass
+// (the same bits) but is not kept for the next: Backward then recomputes.
+TEST(MambaBlockCpuTest, ACarriedSetWithNoRoomToGrowServesOnePass) {
+  const MambaConfig c = testing::SmallConfig(1, 64, 16);
+  const ModelParams<float> params = InitParams<float>(c, 7);
+  const MambaBlockCpu<float> block(c, params.layers[0]);
+  const int64_t D = 64, Di = c.inner(), N = 16, len = 256;
+  const ChunkRows rows{3, len, 0};
+  std::vector<float> u((3 + len) * D), g(len * D), h0(Di * N, 0.0f);
+  for (size_t i = 0; i < u.size(); ++i) u[i] = 0.01f * float(i % 97) - 0.4f;
+  for (size_t i = 0; i < g.size(); ++i) g[i] = 0.02f * float(i % 89) - 0.8f;
+  const int64_t before = KeptBudget();
+  SetKeptBudget(0);  // nothing counted but this test's set and its spares
+  SetKeptBudget(int64_t{64} << 20);
+  MambaBlockCpu<float>::KeptPtr kept = block.MakeKept(rows);
+  ASSERT_NE(kept, nullptr);
+  std::vector<float> h(Di * N), S(Di), out(len * D), m1(Di * N), S1(Di), m2(Di * N), S2(Di);
+  block.LocalSummary(u.data(), rows, h.data(), S.data(), kept.get());
+  block.Forward(u.data(), rows, h0.data(), out.data(), h.data(), kept.get(), 1);
+  ASSERT_TRUE(block.Carries(kept.get(), rows));
+  // Taken by the budget's other users: a set counted as a whole one cannot be.
+  SetKeptBudget(KeptBytes());
+  block.AdjointSummary(u.data(), rows, g.data(), m1.data(), S1.data(), kept.get());
+  EXPECT_FALSE(block.ReadyForBackward(kept.get(), rows));
+  EXPECT_LE(KeptBytes(), KeptBudget());
+  kept.reset();
+  block.AdjointSummary(u.data(), rows, g.data(), m2.data(), S2.data());
+  EXPECT_TRUE(Same(m1, m2) && Same(S1, S2));
+  EXPECT_EQ(CarriedBytes(), 0);
+  SetKeptBudget(before);
+}
+
+// Sets handed back, and carried ones, leave their other arrays among the spares
+// (kernels/cpu/kept_spares.h), and the next sets take them: after the first pass over a run of
+// chunks, the same run frees no array and allocates none for them.
+TEST(KeptPoolTest, HandedBackArraysAreTakenByTheNextSets) {
+  const MambaConfig c = testing::SmallConfig(1, 64, 16);
+  const ModelParams<float> params = InitParams<float>(c, 7);
+  const MambaBlockCpu<float> block(c, params.layers[0]);
+  const int64_t D = 64, Di = c.inner(), N = 16, len = 256;
+  const ChunkRows rows{3, len, 0};
+  std::vector<float> u((3 + len) * D, 0.25f), g(len * D, 0.5f), h(Di * N), S(Di), out(len * D),
+      h0(Di * N, 0.0f), m(Di * N);
+  const int64_t before = KeptBudget();
+  SetKeptBudget(0);
+  SetKeptBudget(int64_t{64} << 20);
+  using Spares = KeptSpares<float, 6>;
+  auto run = [&] {  // four chunks' sets: kept, carried, then their backward summaries
+    std::vector<MambaBlockCpu<float>::KeptPtr> sets;
+    for (int i = 0; i < 4; ++i) {
+      sets.push_back(block.MakeKept(rows));
+      ASSERT_NE(sets.back(), nullptr);
+      block.LocalSummary(u.data(), rows, h.data(), S.data(), sets.back().get());
+      block.Forward(u.data(), rows, h0.data(), out.data(), h.data(), sets.back().get(), 1);
+      ASSERT_TRUE(block.Carries(sets.back().get(), rows));
+    }
+    for (auto& k : sets) {
+      block.AdjointSummary(u.data(), rows, g.data(), m.data(), S.data(), k.get());
+      EXPECT_TRUE(block.ReadyForBackward(k.get(), rows));
+      k.reset();
+    }
+  };
+  run();
+  const Spares::Counts first = Spares::Get().counts();
+  run();
+  const Spares::Counts second = Spares::Get().counts();
+  EXPECT_EQ(second.freed, first.freed) << "arrays freed for the budget";
+  EXPECT_GT(second.taken, first.taken) << "no set took a spare";
+  EXPECT_EQ(second.put - first.put, second.taken - first.taken) << "arrays left behind";
+  EXPECT_LE(KeptBytes(), KeptBudget());
+  SetKeptBudget(0);
+  EXPECT_EQ(KeptBytes(), 0);  // the spares freed with the free lists
+  SetKeptBudget(before);
 }
 
 // The pool: sets within the budget only, handed back sets taken again, a lowered budget frees

@@ -1,0 +1,101 @@
+// Spare buffers of kept activation sets (kept_pool.h), by role: the arrays a set gives up while
+// it does not need them, for the next set that does. A set carried from a layer's forward to its
+// backward (kernels/cpu/mamba_block.h) keeps only what it cannot refill exactly, and a set handed
+// back keeps only that much too; the rest waits here. Freed instead, those buffers came back as
+// fresh pages: a 4K gradient took 7,400 minor faults instead of 1,000 (docs/BENCHMARKS.md). Here
+// they stay counted in the process's budget, as the pool's free lists are, and a budget lowered
+// below the count frees them first.
+//
+//   AlignedVector<float>* roles[kRoles] = {&a.x, &a.y};
+//   KeptSpares<float, kRoles>::Get().Put(roles);   // each buffer with a capacity moves here
+//   KeptSpares<float, kRoles>::Get().Take(roles);  // each empty one takes its role's spare
+#ifndef ADJSH_KERNELS_CPU_KEPT_SPARES_H_
+#define ADJSH_KERNELS_CPU_KEPT_SPARES_H_
+
+#include <cstdint>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include "kernels/cpu/aligned.h"
+#include "kernels/cpu/kept_pool.h"
+
+namespace adjsh::cpu {
+
+template <typename T, int kRoles>
+class KeptSpares {
+ public:
+  using Roles = AlignedVector<T>* const[kRoles];
+  struct Counts {
+    int64_t put = 0, taken = 0, freed = 0;  // buffers, since the process started
+  };
+
+  static KeptSpares& Get() {
+    static KeptSpares* s = [] {
+      auto* p = new KeptSpares;  // never destroyed, as the pools
+      kept_internal::OnBudgetLowered(&KeptSpares::Trim);
+      return p;
+    }();
+    return *s;
+  }
+
+  // Moves every buffer of `roles` that has a capacity onto its role's stack, counted in the
+  // budget; one the budget has no room for is freed. The caller has uncounted them from its set.
+  void Put(Roles& roles) {
+    std::vector<AlignedVector<T>> drop;  // freed outside the lock
+    {
+      std::lock_guard<std::mutex> lock(kept_internal::Mutex());
+      for (int r = 0; r < kRoles; ++r) {
+        AlignedVector<T>& v = *roles[r];
+        if (v.capacity() == 0) continue;
+        if (kept_internal::Charge(Bytes(v))) {
+          stacks_[r].push_back(std::move(v)), ++counts_.put;
+        } else {
+          drop.push_back(std::move(v)), ++counts_.freed;
+        }
+        v = AlignedVector<T>();
+      }
+    }
+  }
+
+  // Gives every buffer of `roles` without a capacity its role's last spare, if any, uncounted
+  // from the budget (the caller counts it in its set). Sizes are the spare's: resize as needed.
+  void Take(Roles& roles) {
+    std::lock_guard<std::mutex> lock(kept_internal::Mutex());
+    for (int r = 0; r < kRoles; ++r) {
+      AlignedVector<T>& v = *roles[r];
+      if (v.capacity() != 0 || stacks_[r].empty()) continue;
+      v = std::move(stacks_[r].back());
+      stacks_[r].pop_back();
+      kept_internal::Charge(-Bytes(v));
+      ++counts_.taken;
+    }
+  }
+
+  Counts counts() const {
+    std::lock_guard<std::mutex> lock(kept_internal::Mutex());
+    return counts_;
+  }
+
+ private:
+  static int64_t Bytes(const AlignedVector<T>& v) {
+    return static_cast<int64_t>(v.capacity() * sizeof(T));
+  }
+
+  static void Trim() {  // called with the mutex held, when the budget was lowered
+    KeptSpares& s = Get();
+    for (int r = 0; r < kRoles; ++r)
+      while (!s.stacks_[r].empty() && kept_internal::OverBudget()) {
+        kept_internal::Charge(-Bytes(s.stacks_[r].back()));
+        s.stacks_[r].pop_back();
+        ++s.counts_.freed;
+      }
+  }
+
+  std::vector<AlignedVector<T>> stacks_[kRoles];
+  Counts counts_;
+};
+
+}  // namespace adjsh::cpu
+
+#endif  // ADJSH_KERNELS_CPU_KEPT_SPARES_H_
