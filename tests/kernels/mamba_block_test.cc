@@ -10,6 +10,7 @@
 
 #include <cstring>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "common/model.h"
@@ -158,12 +159,19 @@ TEST(MambaBlockCpuDeathTest, AKeptSetOfOtherRowsIsRefused) {
 
 // A carried set whose backward finds no room in the budget to be whole again serves that pass
 // (the same bits) but is not kept for the next: Backward then recomputes.
-TEST(MambaBlockCpuTest, ACarriedSetWithNoRoomToGrowServesOnePass) {
-  const MambaConfig c = testing::SmallConfig(1, 64, 16);
+// A D = 64, N = 16 block and a chunk of 256 rows after 3 halo rows, for the sets' tests.
+struct BlockOf64 {
+  static constexpr int64_t D = 64, N = 16, len = 256;
+  const MambaConfig c = testing::SmallConfig(1, D, N);
   const ModelParams<float> params = InitParams<float>(c, 7);
-  const MambaBlockCpu<float> block(c, params.layers[0]);
-  const int64_t D = 64, Di = c.inner(), N = 16, len = 256;
+  const MambaBlockCpu<float> block{c, params.layers[0]};
+  const int64_t Di = c.inner();
   const ChunkRows rows{3, len, 0};
+};
+
+TEST(MambaBlockCpuTest, ACarriedSetWithNoRoomToGrowServesOnePass) {
+  const BlockOf64 b;
+  const auto& [D, N, len, block, Di, rows] = std::tie(b.D, b.N, b.len, b.block, b.Di, b.rows);
   std::vector<float> u((3 + len) * D), g(len * D), h0(Di * N, 0.0f);
   for (size_t i = 0; i < u.size(); ++i) u[i] = 0.01f * float(i % 97) - 0.4f;
   for (size_t i = 0; i < g.size(); ++i) g[i] = 0.02f * float(i % 89) - 0.8f;
@@ -192,11 +200,8 @@ TEST(MambaBlockCpuTest, ACarriedSetWithNoRoomToGrowServesOnePass) {
 // (kernels/cpu/kept_spares.h), and the next sets take them: after the first pass over a run of
 // chunks, the same run frees no array and allocates none for them.
 TEST(KeptPoolTest, HandedBackArraysAreTakenByTheNextSets) {
-  const MambaConfig c = testing::SmallConfig(1, 64, 16);
-  const ModelParams<float> params = InitParams<float>(c, 7);
-  const MambaBlockCpu<float> block(c, params.layers[0]);
-  const int64_t D = 64, Di = c.inner(), N = 16, len = 256;
-  const ChunkRows rows{3, len, 0};
+  const BlockOf64 b;
+  const auto& [D, N, len, block, Di, rows] = std::tie(b.D, b.N, b.len, b.block, b.Di, b.rows);
   std::vector<float> u((3 + len) * D, 0.25f), g(len * D, 0.5f), h(Di * N), S(Di), out(len * D),
       h0(Di * N, 0.0f), m(Di * N);
   const int64_t before = KeptBudget();
