@@ -231,10 +231,10 @@ void SoftplusRow(const T* b, int64_t Di, T* pre, T* dt, T* sig) {
   }
 }
 
-// A carried set's n (M, Di) values from what it kept, the bits Recompute gives them: x' =
-// silu(c) and sigmoid(c) of the conv output as ConvSiluRow computes them (c s with s =
-// Sigmoid(c), which is Silu's own product), Delta = softplus(pre) and sigmoid(pre) of dt_proj's
-// pre-activation (pre + b, as stored) as SoftplusRow does.
+// A carried set's (M, Di) arrays, n elements each, from what it kept, with the bits Recompute
+// gives them: x' = silu(c) and sigmoid(c) of the conv output as ConvSiluRow computes them (c s
+// with s = Sigmoid(c), which is Silu's own product), Delta = softplus(pre) and sigmoid(pre) of
+// dt_proj's pre-activation (pre + b, as stored) as SoftplusRow does.
 template <typename T>
 void RefillFromCarried(int64_t n, const T* cpre, const T* dtpre, T* xc, T* sig_c, T* dt,
                        T* sig_dt) {
