@@ -6,12 +6,13 @@
 // they stay counted in the process's budget, as the pool's free lists are, and a budget lowered
 // below the count frees them first.
 //
-//   AlignedVector<float>* roles[kRoles] = {&a.x, &a.y};
-//   KeptSpares<float, kRoles>::Get().Put(roles);   // each buffer with a capacity moves here
-//   KeptSpares<float, kRoles>::Get().Take(roles);  // each empty one takes its role's spare
+//   KeptSpares<float, 2>::Roles roles = {&a.x, &a.y};
+//   KeptSpares<float, 2>::Get().Put(roles);   // each buffer with a capacity moves here
+//   KeptSpares<float, 2>::Get().Take(roles);  // each empty one takes its role's spare
 #ifndef ADJSH_KERNELS_CPU_KEPT_SPARES_H_
 #define ADJSH_KERNELS_CPU_KEPT_SPARES_H_
 
+#include <array>
 #include <cstdint>
 #include <mutex>
 #include <utility>
@@ -25,7 +26,7 @@ namespace adjsh::cpu {
 template <typename T, int kRoles>
 class KeptSpares {
  public:
-  using Roles = AlignedVector<T>* const[kRoles];
+  using Roles = std::array<AlignedVector<T>*, kRoles>;  // a set's array of each role
   struct Counts {
     int64_t put = 0, taken = 0, freed = 0;  // buffers, since the process started
   };
@@ -41,7 +42,7 @@ class KeptSpares {
 
   // Moves every buffer of `roles` that has a capacity onto its role's stack, counted in the
   // budget; one the budget has no room for is freed. The caller has uncounted them from its set.
-  void Put(Roles& roles) {
+  void Put(const Roles& roles) {
     std::vector<AlignedVector<T>> drop;  // freed outside the lock
     {
       std::lock_guard<std::mutex> lock(kept_internal::Mutex());
@@ -60,7 +61,7 @@ class KeptSpares {
 
   // Gives every buffer of `roles` without a capacity its role's last spare, if any, uncounted
   // from the budget (the caller counts it in its set). Sizes are the spare's: resize as needed.
-  void Take(Roles& roles) {
+  void Take(const Roles& roles) {
     std::lock_guard<std::mutex> lock(kept_internal::Mutex());
     for (int r = 0; r < kRoles; ++r) {
       AlignedVector<T>& v = *roles[r];

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
-#include <utility>
 
 #include "common/check.h"
 #include "kernels/cpu/aligned.h"
@@ -70,19 +69,12 @@ struct MambaBlockCpu<T>::Kept {
   // TakeCarried refills exactly from the rest (n, x', Delta) and the backward's own (the
   // sigmoids, dL/do); CarriedBytes is what stays.
   using Spares = KeptSpares<T, 6>;
-  void GiveUpSpares() {
-    AlignedVector<T>* const roles[] = {&a.n, &a.xc, &a.dt, &a.sig_c, &a.sig_dt, &d_o};
-    Spares::Get().Put(roles);
-  }
-  void TakeSpares() {
-    AlignedVector<T>* const roles[] = {&a.n, &a.xc, &a.dt, &a.sig_c, &a.sig_dt, &d_o};
-    Spares::Get().Take(roles);
-  }
+  typename Spares::Roles SpareRoles() { return {&a.n, &a.xc, &a.dt, &a.sig_c, &a.sig_dt, &d_o}; }
+  void GiveUpSpares() { Spares::Get().Put(SpareRoles()); }
+  void TakeSpares() { Spares::Get().Take(SpareRoles()); }
   void SwapSpares(Kept& other) {
-    for (auto [mine, theirs] : {std::pair{&a.n, &other.a.n}, {&a.xc, &other.a.xc},
-                                {&a.dt, &other.a.dt}, {&a.sig_c, &other.a.sig_c},
-                                {&a.sig_dt, &other.a.sig_dt}, {&d_o, &other.d_o}})
-      mine->swap(*theirs);
+    const typename Spares::Roles mine = SpareRoles(), theirs = other.SpareRoles();
+    for (size_t r = 0; r < mine.size(); ++r) mine[r]->swap(*theirs[r]);
   }
   int64_t CarriedBytes() const {
     size_t n = a.r.capacity() + a.xz.capacity() + a.cpre.capacity() + a.dbc.capacity() +
@@ -164,6 +156,33 @@ MambaBlockCpu<T>::MambaBlockCpu(const MambaConfig& config, const LayerParams<T>&
 
 namespace {
 
+// x' = silu(c) and sigmoid(c) from one Sigmoid: c s is Silu's own product, so x' has Silu's
+// bits. Recompute (ConvSiluRow) and a carried set's refill (RefillFromCarried) both use it.
+template <typename T>
+inline void SiluAndSigmoid(T c, T& xc, T& sig) {
+  const T s = Sigmoid(c);
+  sig = s;
+  xc = c * s;
+}
+
+// Delta = softplus(x) and sigmoid(x) of dt_proj's pre-activation x (bias added). In f32 both
+// come from one e = exp(-|x|): softplus = max(x, 0) + log1p(e) (math.h's Softplus) and sigmoid =
+// (x >= 0 ? 1 : e) / (1 + e), which for x >= 0 is Sigmoid's own 1 / (1 + exp(-x)) and for x < 0
+// its rounding-level equal. f64 keeps Softplus and Sigmoid as they are (the check mode is as
+// exact as libm). SoftplusRow and RefillFromCarried both use it.
+template <typename T>
+inline void SoftplusAndSigmoid(T x, T& dt, T& sig) {
+  if constexpr (std::is_same_v<T, float>) {
+    const float ax = x < 0.0f ? -x : x;
+    const float e = ExpFast(-ax);
+    dt = (x > 0.0f ? x : 0.0f) + Log1pUnit(e);
+    sig = (x >= 0.0f ? 1.0f : e) / (1.0f + e);
+  } else {
+    dt = Softplus(x);
+    sig = Sigmoid(x);
+  }
+}
+
 // One row of the causal depthwise conv and its silu: c = b + sum_j w[:, j] x_{t - W + 1 + j}
 // (taps before the sequence are absent: xs[j] == nullptr), x' = silu(c), and with sig non-null
 // sigmoid(c). Each c sums in tap order with a separate multiply and add, as the plain loop
@@ -193,67 +212,37 @@ void ConvSiluRow(const T* const* xs, const T* w_t, const T* b, int64_t W, int64_
     }
   }
   if (sig) {
-    for (int64_t i = 0; i < Di; ++i) {
-      const T s = Sigmoid(c[i]);
-      sig[i] = s;
-      xc[i] = c[i] * s;  // Silu's own product
-    }
+    for (int64_t i = 0; i < Di; ++i) SiluAndSigmoid(c[i], xc[i], sig[i]);
   } else {
     for (int64_t i = 0; i < Di; ++i) xc[i] = Silu(c[i]);
   }
 }
 
 // Delta = softplus(pre + b) over a row, pre updated in place; with sig non-null also
-// sigmoid(pre). In f32 both come from one e = exp(-|pre|): softplus = max(pre, 0) + log1p(e)
-// (math.h's Softplus) and sigmoid = (pre >= 0 ? 1 : e) / (1 + e), which for pre >= 0 is
-// Sigmoid's own 1 / (1 + exp(-pre)) and for pre < 0 its rounding-level equal. f64 keeps
-// Softplus and Sigmoid as they are (the check mode is as exact as libm).
+// sigmoid(pre), from the same exp (SoftplusAndSigmoid).
 template <typename T>
 void SoftplusRow(const T* b, int64_t Di, T* pre, T* dt, T* sig) {
-  if constexpr (std::is_same_v<T, float>) {
-    if (sig) {
-      for (int64_t i = 0; i < Di; ++i) {
-        const float x = pre[i] + b[i];
-        pre[i] = x;
-        const float ax = x < 0.0f ? -x : x;
-        const float e = ExpFast(-ax);
-        dt[i] = (x > 0.0f ? x : 0.0f) + Log1pUnit(e);
-        sig[i] = (x >= 0.0f ? 1.0f : e) / (1.0f + e);
-      }
-      return;
+  if (sig) {
+    for (int64_t i = 0; i < Di; ++i) {
+      pre[i] += b[i];
+      SoftplusAndSigmoid(pre[i], dt[i], sig[i]);
     }
-  } else if (sig) {
-    for (int64_t i = 0; i < Di; ++i) sig[i] = Sigmoid(pre[i] + b[i]);
-  }
-  for (int64_t i = 0; i < Di; ++i) {
-    pre[i] += b[i];
-    dt[i] = Softplus(pre[i]);
+  } else {
+    for (int64_t i = 0; i < Di; ++i) {
+      pre[i] += b[i];
+      dt[i] = Softplus(pre[i]);
+    }
   }
 }
 
 // A carried set's (M, Di) arrays, n elements each, from what it kept, with the bits Recompute
-// gives them: x' = silu(c) and sigmoid(c) of the conv output as ConvSiluRow computes them (c s
-// with s = Sigmoid(c), which is Silu's own product), Delta = softplus(pre) and sigmoid(pre) of
-// dt_proj's pre-activation (pre + b, as stored) as SoftplusRow does.
+// gives them: x' and sigmoid(c) of the conv output, Delta and sigmoid(pre) of dt_proj's
+// pre-activation (pre + b, as stored).
 template <typename T>
 void RefillFromCarried(int64_t n, const T* cpre, const T* dtpre, T* xc, T* sig_c, T* dt,
                        T* sig_dt) {
-  for (int64_t i = 0; i < n; ++i) {
-    const T c = cpre[i], s = Sigmoid(c);
-    sig_c[i] = s;
-    xc[i] = c * s;
-  }
-  for (int64_t i = 0; i < n; ++i) {
-    if constexpr (std::is_same_v<T, float>) {
-      const float x = dtpre[i], ax = x < 0.0f ? -x : x;
-      const float e = ExpFast(-ax);
-      dt[i] = (x > 0.0f ? x : 0.0f) + Log1pUnit(e);
-      sig_dt[i] = (x >= 0.0f ? 1.0f : e) / (1.0f + e);
-    } else {
-      dt[i] = Softplus(dtpre[i]);
-      sig_dt[i] = Sigmoid(dtpre[i]);
-    }
-  }
+  for (int64_t i = 0; i < n; ++i) SiluAndSigmoid(cpre[i], xc[i], sig_c[i]);
+  for (int64_t i = 0; i < n; ++i) SoftplusAndSigmoid(dtpre[i], dt[i], sig_dt[i]);
 }
 
 }  // namespace
