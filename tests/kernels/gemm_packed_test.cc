@@ -11,8 +11,10 @@
 
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace adjsh::cpu {
@@ -44,33 +46,65 @@ void Chains(const Case& c, const float* A, int64_t lda, const float* W, bool acc
 const Case kCases[] = {{259, 512, 256}, {256, 48, 512}, {37, 33, 17}, {1, 1, 1},
                        {19, 16, 5},     {7, 70, 64},    {24, 31, 0}, {9, 8, 3}};
 
-TEST(GemmPackedTest, EveryKernelIsTheFmaChainBitForBit) {
-  std::printf("GemmPacked runs the %s kernel here\n", GemmPackedKernel());
+// For every kernel this CPU has (has(kernel)) and every case, without and with accumulate: the
+// operands in = make(c), C0 random, want = the chains from C0 (chains(c, in, accumulate, want)),
+// got = the kernel from C0 (run(kernel, c, in, accumulate, got), false if it refused), compared
+// byte for byte, so the columns between rows' ends (ldc = N + 5) must be untouched too. The
+// scalar kernel at least must run.
+template <typename Has, typename Make, typename ChainsOf, typename Run>
+void ExpectEveryKernelIsTheChains(const char* product, const Case* cases, size_t n_cases, Has has,
+                                  Make make, ChainsOf chains, Run run) {
   int ran = 0;
   for (const char* kernel : {"avx512", "avx2", "scalar"}) {
-    float none = 0;
-    if (!GemmPackedWith(kernel, 0, &none, 1, PackedWeights(), false, &none, 1)) {
-      std::printf("no %s kernel on this CPU: skipped\n", kernel);
+    if (!has(kernel)) {
+      std::printf("no %s %s kernel on this CPU: skipped\n", kernel, product);
       continue;
     }
     ++ran;
-    for (const Case& c : kCases) {
+    for (size_t i = 0; i < n_cases; ++i)
       for (bool accumulate : {false, true}) {
-        const int64_t lda = c.K + 3, ldc = c.N + 5;  // strides wider than the rows
-        const std::vector<float> A = Random(c.M * lda, 1), W = Random(c.N * c.K, 2);
-        const std::vector<float> C0 = Random(c.M * ldc, 3);
+        const Case& c = cases[i];
+        const auto in = make(c);
+        const std::vector<float> C0 = Random(c.M * (c.N + 5), 3);
         std::vector<float> want = C0, got = C0;
-        Chains(c, A.data(), lda, W.data(), accumulate, want.data(), ldc);
-        ASSERT_TRUE(GemmPackedWith(kernel, c.M, A.data(), lda, PackedWeights(W.data(), c.N, c.K),
-                                   accumulate, got.data(), ldc));
-        // Bytes, not values: the columns between rows' ends must be untouched too.
+        chains(c, in, accumulate, want.data());
+        ASSERT_TRUE(run(kernel, c, in, accumulate, got.data()));
         EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
-            << kernel << " M=" << c.M << " N=" << c.N << " K=" << c.K
+            << product << " " << kernel << " M=" << c.M << " N=" << c.N << " K=" << c.K
             << " accumulate=" << accumulate;
       }
-    }
   }
-  EXPECT_GE(ran, 1);  // scalar at least
+  EXPECT_GE(ran, 1);
+}
+
+TEST(GemmPackedTest, EveryKernelIsTheFmaChainBitForBit) {
+  std::printf("GemmPacked runs the %s kernel here\n", GemmPackedKernel());
+  using Operands = std::pair<std::vector<float>, std::vector<float>>;  // A, W
+  ExpectEveryKernelIsTheChains(
+      "GemmPacked", kCases, std::size(kCases),
+      [](const char* kernel) {
+        float none = 0;
+        return GemmPackedWith(kernel, 0, &none, 1, PackedWeights(), false, &none, 1);
+      },
+      // A with a row stride wider than its rows; W (N, K).
+      [](const Case& c) { return Operands{Random(c.M * (c.K + 3), 1), Random(c.N * c.K, 2)}; },
+      [](const Case& c, const Operands& in, bool accumulate, float* C) {
+        Chains(c, in.first.data(), c.K + 3, in.second.data(), accumulate, C, c.N + 5);
+      },
+      [](const char* kernel, const Case& c, const Operands& in, bool accumulate, float* C) {
+        return GemmPackedWith(kernel, c.M, in.first.data(), c.K + 3,
+                              PackedWeights(in.second.data(), c.N, c.K), accumulate, C, c.N + 5);
+      });
+}
+
+// part ((M - m0), nw), a product of its own, holds full's (M, N) rows m0.. and columns
+// n0 .. n0 + nw - 1, bit for bit.
+void ExpectPartIsFullsBits(const std::vector<float>& part, const std::vector<float>& full,
+                           const Case& c, int64_t m0, int64_t n0, int64_t nw) {
+  for (int64_t m = m0; m < c.M; ++m)
+    for (int64_t n = 0; n < nw; ++n)
+      ASSERT_EQ(std::memcmp(&part[(m - m0) * nw + n], &full[m * c.N + n0 + n], sizeof(float)), 0)
+          << m << "," << n0 + n;
 }
 
 TEST(GemmPackedTest, AnElementsBitsDependNeitherOnWidthNorOnRowPlace) {
@@ -83,10 +117,7 @@ TEST(GemmPackedTest, AnElementsBitsDependNeitherOnWidthNorOnRowPlace) {
   std::vector<float> part((c.M - m0) * nw);
   GemmPacked(c.M - m0, A.data() + m0 * c.K, c.K, PackedWeights(W.data() + n0 * c.K, nw, c.K),
              false, part.data(), nw);
-  for (int64_t m = m0; m < c.M; ++m)
-    for (int64_t n = 0; n < nw; ++n)
-      ASSERT_EQ(std::memcmp(&part[(m - m0) * nw + n], &full[m * c.N + n0 + n], sizeof(float)), 0)
-          << m << "," << n0 + n;
+  ExpectPartIsFullsBits(part, full, c, m0, n0, nw);
 }
 
 // f32 accuracy: |C - exact| <= K u sum |A W| (the bound of a length-K recursive sum, u = 2^-24).
@@ -137,36 +168,31 @@ const Case kAtBCases[] = {{1024, 256, 259}, {256, 512, 256}, {48, 512, 256}, {51
                        {49, 24, 9},      {24, 31, 0}};
 
 TEST(GemmAtBTest, EveryKernelIsTheFmaChainBitForBit) {
-  int ran = 0;
-  for (const char* kernel : {"avx512", "avx2", "scalar"}) {
-    float none = 0;
-    if (!GemmAtBWith(kernel, 0, 0, 0, &none, 1, &none, 1, false, &none, 1)) {
-      std::printf("no %s kernel on this CPU: skipped\n", kernel);
-      continue;
-    }
-    ++ran;
-    for (const Case& c : kAtBCases) {
-      for (bool accumulate : {false, true}) {
-        const int64_t lda = c.M + 3, ldb = c.N + 2, ldc = c.N + 5;  // wider than the rows
-        const std::vector<float> A = Random(c.K * lda, 1), B = Random(c.K * ldb, 2);
-        const std::vector<float> C0 = Random(c.M * ldc, 3);
-        std::vector<float> want = C0, got = C0;
+  using Operands = std::pair<std::vector<float>, std::vector<float>>;  // A, B
+  ExpectEveryKernelIsTheChains(
+      "GemmAtB", kAtBCases, std::size(kAtBCases),
+      [](const char* kernel) {
+        float none = 0;
+        return GemmAtBWith(kernel, 0, 0, 0, &none, 1, &none, 1, false, &none, 1);
+      },
+      // A (K, M) and B (K, N) with row strides wider than their rows.
+      [](const Case& c) {
+        return Operands{Random(c.K * (c.M + 3), 1), Random(c.K * (c.N + 2), 2)};
+      },
+      [](const Case& c, const Operands& in, bool accumulate, float* C) {
+        const std::vector<float>&A = in.first, &B = in.second;
+        const int64_t lda = c.M + 3, ldb = c.N + 2, ldc = c.N + 5;
         for (int64_t m = 0; m < c.M; ++m)
           for (int64_t n = 0; n < c.N; ++n) {
             float s = 0;
             for (int64_t k = 0; k < c.K; ++k) s = std::fma(A[k * lda + m], B[k * ldb + n], s);
-            want[m * ldc + n] = accumulate ? want[m * ldc + n] + s : s;
+            C[m * ldc + n] = accumulate ? C[m * ldc + n] + s : s;
           }
-        ASSERT_TRUE(GemmAtBWith(kernel, c.M, c.N, c.K, A.data(), lda, B.data(), ldb, accumulate,
-                                got.data(), ldc));
-        // Bytes, not values: the columns between rows' ends must be untouched too.
-        EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
-            << kernel << " M=" << c.M << " N=" << c.N << " K=" << c.K
-            << " accumulate=" << accumulate;
-      }
-    }
-  }
-  EXPECT_GE(ran, 1);  // scalar at least
+      },
+      [](const char* kernel, const Case& c, const Operands& in, bool accumulate, float* C) {
+        return GemmAtBWith(kernel, c.M, c.N, c.K, in.first.data(), c.M + 3, in.second.data(),
+                           c.N + 2, accumulate, C, c.N + 5);
+      });
 }
 
 TEST(GemmAtBTest, AnElementsBitsDependNeitherOnRowsNorOnColumnsAroundIt) {
@@ -178,10 +204,7 @@ TEST(GemmAtBTest, AnElementsBitsDependNeitherOnRowsNorOnColumnsAroundIt) {
   const int64_t m0 = 70, n0 = 40, nw = 30;
   std::vector<float> part((c.M - m0) * nw);
   GemmAtB(c.M - m0, nw, c.K, A.data() + m0, c.M, B.data() + n0, c.N, false, part.data(), nw);
-  for (int64_t m = m0; m < c.M; ++m)
-    for (int64_t n = 0; n < nw; ++n)
-      ASSERT_EQ(std::memcmp(&part[(m - m0) * nw + n], &full[m * c.N + n0 + n], sizeof(float)), 0)
-          << m << "," << n0 + n;
+  ExpectPartIsFullsBits(part, full, c, m0, n0, nw);
 }
 
 // f32 accuracy: |C - exact| <= K u sum |A B| (the bound of a length-K recursive sum, u = 2^-24),
