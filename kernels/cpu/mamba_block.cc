@@ -71,6 +71,11 @@ struct MambaBlockCpu<T>::Kept {
   using Spares = KeptSpares<T, 6>;
   typename Spares::Roles SpareRoles() { return {&a.n, &a.xc, &a.dt, &a.sig_c, &a.sig_dt, &d_o}; }
   void GiveUpSpares() { Spares::Get().Put(SpareRoles()); }
+  // A set in use (from the pool) down to its carried arrays, counted as that much.
+  void ShedSpares() {
+    KeptPool<Kept>::Get().Recount(this, CarriedBytes());
+    GiveUpSpares();
+  }
   void TakeSpares() { Spares::Get().Take(SpareRoles()); }
   void SwapSpares(Kept& other) {
     const typename Spares::Roles mine = SpareRoles(), theirs = other.SpareRoles();
@@ -93,10 +98,8 @@ void MambaBlockCpu<T>::KeptReturn::operator()(Kept* k) const {
   if (k->carried > 0) EndCarry(k->carried), k->carried = 0;
   k->stage = Kept::Stage::kEmpty;
   // Back to the pool as a carried set's arrays; the others wait among the spares.
-  KeptPool<Kept>& pool = KeptPool<Kept>::Get();
-  pool.Recount(k, k->CarriedBytes());
-  k->GiveUpSpares();
-  pool.Give(k);
+  k->ShedSpares();
+  KeptPool<Kept>::Get().Give(k);
 }
 
 template <typename T>
@@ -359,8 +362,7 @@ void MambaBlockCpu<T>::Forward(const T* u, ChunkRows rows, const T* h0, T* u_nex
   if (kept) {
     const int64_t bytes = kept->CarriedBytes();
     if (TryCarry(bytes, room_for * SetBytes(rows))) {
-      KeptPool<Kept>::Get().Recount(kept, bytes);
-      kept->GiveUpSpares();
+      kept->ShedSpares();
       kept->stage = Kept::Stage::kCarried, kept->carried = bytes;
     }
   }
