@@ -5,12 +5,14 @@
 //              [--spans S]
 // Prints one JSON object. Peak RSS is per process, so run one measurement per process. On a
 // CUDA device the object also has device_peak_bytes: the most GPU memory adjsh held (weights,
-// workspaces) during the timed gradients, and device_name.
+// workspaces) during the timed gradients, and device_name. A span-scheduled run also reports
+// its fastest gradient's task_seconds, critical_path_s and busy (engine/step_profile.h).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <random>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -76,6 +78,10 @@ int Run(const cli::ArgParser& a, const MambaConfig& config, const Counts& n) {
   const int64_t repeat = n.repeat;
   const int64_t rss_before = ResidentBytes();
   double loss = 0, s = 1e300;  // the fastest of `repeat` runs
+  // The fastest span-scheduled run's profile (engine/step_profile.h): its tasks' summed time and
+  // its critical path, so that busy = task seconds / (seconds x threads) says how much of the
+  // threads' time went to tasks rather than waiting for one to become ready.
+  StepProfile prof;
   std::string device_fields;
   for (int64_t r = 0; r < repeat; ++r) {
 #ifdef ADJSH_HAVE_CUDA
@@ -96,6 +102,9 @@ int Run(const cli::ArgParser& a, const MambaConfig& config, const Counts& n) {
         return 1;
       }
       loss = g->loss;
+      const double took =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (took < s) prof = g->profile;
     } else {
       loss = reference::ReferenceGradient<T>(params, tokens, opt.window).loss;
     }
@@ -127,13 +136,15 @@ int Run(const cli::ArgParser& a, const MambaConfig& config, const Counts& n) {
   const FlopsPerToken f = GradientFlopsPerToken(config, opt.window == 0, pass_one_share,
                                                 kept_share, carried_share);
   const int64_t peak = PeakResidentBytes();
+  const double threads = opt.threads > 0 ? opt.threads : std::max(1u, std::thread::hardware_concurrency());
   std::printf(
       "{\"impl\": \"%s\", \"tokens\": %lld, \"hidden_size\": %lld, \"layers\": %lld, "
       "\"dtype\": \"%s\", \"schedule\": \"%s\", \"spans\": %lld, \"chunk\": %lld, \"window\": %lld, \"threads\": %d, \"loss\": %.6f, "
       "\"seconds\": %.4f, \"tokens_per_s\": %.1f, \"model_gflop_per_s\": %.2f, "
       "\"executed_gflop_per_s\": %.2f, \"rss_before_bytes\": %lld, \"peak_rss_bytes\": %lld, "
       "\"bytes_per_token\": %.1f, \"kept_share\": %.3f, \"carried_share\": %.3f, "
-      "\"kept_peak_bytes\": %lld%s}\n",
+      "\"kept_peak_bytes\": %lld, \"task_seconds\": %.4f, \"critical_path_s\": %.4f, "
+      "\"busy\": %.3f%s}\n",
       impl.c_str(), static_cast<long long>(T_), static_cast<long long>(config.hidden_size),
       static_cast<long long>(config.num_hidden_layers), sizeof(T) == 4 ? "f32" : "f64",
       a.Get("schedule").c_str(), static_cast<long long>(opt.schedule == Schedule::kSpans ? spans : 0),
@@ -141,7 +152,8 @@ int Run(const cli::ArgParser& a, const MambaConfig& config, const Counts& n) {
       T_ / s, f.model * T_ / s / 1e9, f.executed * T_ / s / 1e9,
       static_cast<long long>(rss_before), static_cast<long long>(peak),
       double(peak - rss_before) / double(T_), kept_share, carried_share,
-      static_cast<long long>(adjsh::cpu::KeptPeakBytes()), device_fields.c_str());
+      static_cast<long long>(adjsh::cpu::KeptPeakBytes()), prof.task_seconds,
+      prof.critical_path_seconds, prof.task_seconds / (s * threads), device_fields.c_str());
   return 0;
 }
 

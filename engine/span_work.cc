@@ -157,12 +157,11 @@ void SpanWork<T>::Forward(int64_t k, const SpanInputs<T>& in, SpanOutputs<T>& ou
                  : u_[k + 1].WriteBuffer(row * D_, ch.len * D_, u_out);
     next.resize(DiN_);
     // Carried only while a layer's summaries, which may keep a set for every chunk of the
-    // step at once (they run ahead of their passes: engine/span_plan.h), still find room.
-    std::unique_ptr<KeptActs> carried =
+    // step at once (they run ahead of their passes: engine/span_plan.h), still find room; a
+    // forward-only plan has no backward to carry it to (room_for < 0).
+    carried_[k][i] =
         block.ForwardKept(TakeKept(SpanPhase::kForwardSummary, k, i), u, {ch.halo, ch.len, 0},
-                          h0, dst, next.data(), plan_.chunks());
-    // A forward-only plan has no backward to carry it to: dropped, it goes back to the pool.
-    if (!plan_.forward_only()) carried_[k][i] = std::move(carried);
+                          h0, dst, next.data(), plan_.forward_only() ? -1 : plan_.chunks());
     if (!top) u_[k + 1].Commit(row * D_, ch.len * D_, dst);
     h.swap(next);
   }

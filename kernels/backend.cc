@@ -117,6 +117,10 @@ class CpuBlock final : public BlockBackend<T> {
   std::unique_ptr<KeptActs> ForwardKept(std::unique_ptr<KeptActs> kept, const T* u,
                                         cpu::ChunkRows rows, const T* h0, T* u_next,
                                         T* h_end, int64_t room_for) override {
+    if (!SetOf(kept)) {  // no summary before it: a set to recompute into, if it can be carried
+      typename Block::KeptPtr set = block_.MakeKeptToCarry(rows, room_for);
+      if (set) kept = std::make_unique<Kept>(std::move(set));
+    }
     block_.Forward(u, rows, h0, u_next, h_end, SetOf(kept), room_for);
     if (!block_.Carries(SetOf(kept), rows)) return nullptr;  // dropping it hands it back
     return kept;

@@ -81,8 +81,9 @@ class BlockBackend {
   // take null as "recompute". ForwardKept returns what it carries on for the layer's
   // AdjointSummaryKeep or BackwardKept on the same rows (the rows' whole forward, so that pass
   // skips its recompute as well; cpu::MambaBlockCpu::Carries), or null; it carries nothing
-  // that would leave the budget without room for `room_for` summary sets of these rows. These
-  // defaults keep nothing.
+  // that would leave the budget without room for `room_for` summary sets of these rows, and
+  // nothing at all with room_for < 0 (no backward follows). Given no set (no summary ran before
+  // it), it may recompute into a fresh one to carry. These defaults keep nothing.
   virtual std::unique_ptr<KeptActs> LocalSummaryKeep(const T* u, cpu::ChunkRows rows,
                                                      T* h_local, T* S) {
     LocalSummary(u, rows, h_local, S);

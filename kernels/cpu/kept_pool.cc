@@ -77,6 +77,9 @@ bool TryCarry(int64_t bytes, int64_t reserve) {
   S().carried += bytes;
   return true;
 }
+bool CarryFits(int64_t bytes, int64_t reserve) {
+  return UnderLock([&](const State& s) { return s.carried + bytes + reserve <= s.budget; });
+}
 void EndCarry(int64_t bytes) {
   std::lock_guard<std::mutex> lock(kept_internal::Mutex());
   S().carried -= bytes;

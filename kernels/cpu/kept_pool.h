@@ -49,6 +49,8 @@ KeptTakes KeptTakeCounts();
 // caller's summaries may want at once) fit in the budget; else it counts nothing and returns
 // false. EndCarry counts them out again.
 bool TryCarry(int64_t bytes, int64_t reserve);
+// Whether TryCarry(bytes, reserve) would count them in now (it may not by the time it runs).
+bool CarryFits(int64_t bytes, int64_t reserve);
 void EndCarry(int64_t bytes);
 int64_t CarriedBytes();
 void CountCarryUse(bool by_summary);  // KeptTakes' carried counts

@@ -123,6 +123,17 @@ typename MambaBlockCpu<T>::KeptPtr MambaBlockCpu<T>::MakeKept(ChunkRows rows) co
 }
 
 template <typename T>
+typename MambaBlockCpu<T>::KeptPtr MambaBlockCpu<T>::MakeKeptToCarry(ChunkRows rows,
+                                                                     int64_t room_for) const {
+  // What Kept::CarriedBytes will count: r, x|z per row of u; conv output, d|B|C and dt_proj's
+  // pre-activation per own row.
+  const int64_t P = rows.halo + rows.len, M = rows.len;
+  const int64_t carried = (P * (1 + 2 * Di_) + M * (2 * Di_ + R_ + 2 * N_)) * sizeof(T);
+  if (room_for < 0 || !CarryFits(carried, room_for * SetBytes(rows))) return KeptPtr();
+  return MakeKept(rows);
+}
+
+template <typename T>
 bool MambaBlockCpu<T>::Carries(const Kept* kept, ChunkRows rows) const {
   return kept != nullptr && kept->Holds(Kept::Stage::kCarried, rows);
 }
@@ -338,7 +349,10 @@ void MambaBlockCpu<T>::Forward(const T* u, ChunkRows rows, const T* h0, T* u_nex
                                Kept* kept, int64_t room_for) const {
   thread_local Acts scratch;
   const int64_t len = rows.len, Di2 = 2 * Di_;
-  if (kept) {  // LocalSummary's x half, conv, x_proj and Delta: only z is left to compute
+  if (kept && kept->stage == Kept::Stage::kEmpty) {  // MakeKeptToCarry's: all to compute
+    Recompute(u, rows.halo, len, kept->a);
+    kept->rows = rows;
+  } else if (kept) {  // LocalSummary's x half, conv, x_proj and Delta: only z is left to compute
     ADJSH_CHECK(kept->Holds(Kept::Stage::kForward, rows), "Forward given another chunk's set");
     ZHalf(kept->a);
     kept->stage = Kept::Stage::kEmpty;
@@ -359,7 +373,7 @@ void MambaBlockCpu<T>::Forward(const T* u, ChunkRows rows, const T* h0, T* u_nex
   out_proj_.Apply(len, y.data(), Di_, true, u_next, D_);
   // The set now holds the rows' whole forward: carried for AdjointSummary if the budget allows,
   // keeping (and counted for) only what cannot be refilled; the rest goes to the spares.
-  if (kept) {
+  if (kept && room_for >= 0) {
     const int64_t bytes = kept->CarriedBytes();
     if (TryCarry(bytes, room_for * SetBytes(rows))) {
       kept->ShedSpares();

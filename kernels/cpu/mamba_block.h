@@ -44,6 +44,10 @@ class MambaBlockCpu {
   using KeptPtr = std::unique_ptr<Kept, KeptReturn>;
   KeptPtr MakeKept(ChunkRows rows) const;
   int64_t SetBytes(ChunkRows rows) const;  // what MakeKept counts a set of these rows as
+  // For a Forward with no LocalSummary before it (a span schedule's last span runs none): an
+  // empty set for Forward to recompute into and carry, or null when a carry of it would not
+  // fit now (Forward's room_for; never with room_for < 0) or the budget has no set to give.
+  KeptPtr MakeKeptToCarry(ChunkRows rows, int64_t room_for) const;
 
   MambaBlockCpu(const MambaConfig& config, const LayerParams<T>& params);
 
@@ -55,9 +59,11 @@ class MambaBlockCpu {
   void LocalSummary(const T* u, ChunkRows rows, T* h_local, T* S, Kept* keep = nullptr) const;
 
   // Forward from the true initial state h0 (Di, N): u_next (len, D) = u + out_proj(...), and the
-  // final state h_end (Di, N). kept: null, or what LocalSummary kept of these rows; afterwards
-  // it is carried (Carries) if the budget has room for it, for the sets already carried, and
-  // for `room_for` more sets of these rows (the summaries' that may be kept at once); else empty.
+  // final state h_end (Di, N). kept: null, or what LocalSummary kept of these rows, or an empty
+  // set (MakeKeptToCarry) to recompute into; afterwards it is carried (Carries) if the budget
+  // has room for it, for the sets already carried, and for `room_for` more sets of these rows
+  // (the summaries' that may be kept at once); else, or with room_for < 0 (no backward
+  // follows), empty.
   void Forward(const T* u, ChunkRows rows, const T* h0, T* u_next, T* h_end,
                Kept* kept = nullptr, int64_t room_for = 0) const;
 

@@ -97,15 +97,29 @@ void CheckKeptSetsGiveTheSameBits(int64_t D, int64_t N, int64_t halo, int64_t le
   // Each holds only what cannot be refilled (44-46% of a whole set at these shapes), the rest
   // among the spares: the two, less than one whole set.
   EXPECT_LT(carried, block.SetBytes(rows)) << "carried sets kept what they could refill";
+  // A Forward with no LocalSummary before it (a span schedule's last span) recomputes into a
+  // fresh set and carries it too, with the same bits; none is made where no backward follows
+  // or the carry would leave no room for the summaries' sets.
+  EXPECT_EQ(block.MakeKeptToCarry(rows, -1), nullptr);
+  EXPECT_EQ(block.MakeKeptToCarry(rows, KeptBudget() / block.SetBytes(rows) + 1), nullptr);
+  typename MambaBlockCpu<T>::KeptPtr fresh = block.MakeKeptToCarry(rows, 1);
+  ASSERT_NE(fresh, nullptr);
+  block.Forward(u.data(), rows, h0.data(), y1.data(), e1.data(), fresh.get(), 1);
+  EXPECT_TRUE(Same(y1, y2) && Same(e1, e2)) << "Forward into a fresh set";
+  EXPECT_TRUE(block.Carries(fresh.get(), rows));
+  std::vector<T> m3(Di * N), S3(Di);
+  block.AdjointSummary(u.data(), rows, g.data(), m3.data(), S3.data(), fresh.get());
   // The backward: AdjointSummary takes the carried set (no recompute) and keeps it for
   // Backward, which runs from it.
   std::vector<T> m1(Di * N), m2(Di * N);
   block.AdjointSummary(u.data(), rows, g.data(), m1.data(), S1.data(), kept.get());
   block.AdjointSummary(u.data(), rows, g.data(), m2.data(), S2.data());
   EXPECT_TRUE(Same(m1, m2) && Same(S1, S2)) << "adjoint summary";
+  EXPECT_TRUE(Same(m3, m2) && Same(S3, S2)) << "adjoint summary from a fresh set";
   EXPECT_FALSE(block.Carries(kept.get(), rows));
   EXPECT_LT(CarriedBytes(), carried);
-  LayerParams<T> g1 = ZeroLayer<T>(c), g2 = ZeroLayer<T>(c), g3 = ZeroLayer<T>(c);
+  LayerParams<T> g1 = ZeroLayer<T>(c), g2 = ZeroLayer<T>(c), g3 = ZeroLayer<T>(c),
+                 g4 = ZeroLayer<T>(c);
   std::vector<T> du1(len * D), dh1(halo * D), mo1(Di * N), du2(len * D), dh2(halo * D),
       mo2(Di * N);
   block.Backward(u.data(), rows, g.data(), h0.data(), mu.data(), 0, g1, du1.data(), dh1.data(),
@@ -115,6 +129,11 @@ void CheckKeptSetsGiveTheSameBits(int64_t D, int64_t N, int64_t halo, int64_t le
   EXPECT_TRUE(Same(du1, du2)) << "du";
   EXPECT_TRUE(Same(dh1, dh2)) << "du_halo";
   EXPECT_TRUE(Same(mo1, mo2)) << "mu_out";
+  std::vector<T> du4(len * D), dh4(halo * D), mo4(Di * N);
+  block.Backward(u.data(), rows, g.data(), h0.data(), mu.data(), 0, g4, du4.data(), dh4.data(),
+                 mo4.data(), fresh.get());
+  fresh.reset();
+  EXPECT_TRUE(Same(du4, du2) && Same(dh4, dh2) && Same(mo4, mo2)) << "Backward from a fresh set";
   std::vector<T> du3(len * D), dh3(halo * D), mo3(Di * N);
   block.Backward(u.data(), rows, g.data(), h0.data(), mu.data(), 0, g3, du3.data(), dh3.data(),
                  mo3.data(), straight.get());
@@ -134,7 +153,13 @@ void CheckKeptSetsGiveTheSameBits(int64_t D, int64_t N, int64_t halo, int64_t le
   const std::vector<std::vector<T>*> b = {&g2.in_proj, &g2.conv_w, &g2.conv_b, &g2.x_proj,
                                           &g2.dt_w, &g2.dt_b, &g2.A_log, &g2.Dskip,
                                           &g2.out_proj, &g2.norm};
-  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(Same(*a[i], *b[i])) << "grad tensor " << i;
+  const std::vector<std::vector<T>*> f = {&g4.in_proj, &g4.conv_w, &g4.conv_b, &g4.x_proj,
+                                          &g4.dt_w, &g4.dt_b, &g4.A_log, &g4.Dskip,
+                                          &g4.out_proj, &g4.norm};
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_TRUE(Same(*a[i], *b[i])) << "grad tensor " << i;
+    EXPECT_TRUE(Same(*f[i], *b[i])) << "grad tensor " << i << " from a fresh set";
+  }
 }
 
 TEST(MambaBlockCpuTest, KeptSetsGiveTheSameBits) {

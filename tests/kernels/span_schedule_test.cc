@@ -130,6 +130,11 @@ TEST(SpanScheduleTest, KeptActivationsDoNotChangeTheBits) {
         } else {  // forward sets carried on to AdjointSummary, and in span 0 to the VJP task
           EXPECT_GT(now.carried_to_summary, was.carried_to_summary);
           EXPECT_GT(now.carried_to_backward, was.carried_to_backward);
+          // Every chunk of every layer, the last span's too (it runs no forward summary: its
+          // forward recomputes into fresh sets to carry).
+          EXPECT_EQ(now.carried_to_summary - was.carried_to_summary + now.carried_to_backward -
+                        was.carried_to_backward,
+                    config.num_hidden_layers * 14);  // 700 tokens in chunks of 50
         }
         EXPECT_EQ(cpu::CarriedBytes(), 0) << "a carried set outlived its step";
         opt.forward_only = true;  // the forward's sets alone
