@@ -55,6 +55,9 @@ struct MambaBlockCpu<T>::Kept {
   enum class Stage { kEmpty, kForward, kCarried, kBackward };
   Stage stage = Stage::kEmpty;
   int64_t carried = 0;  // bytes counted by TryCarry while kCarried (CarriedBytes)
+  // kBackward from a carried set AdjointSummary took: n, x' and the sigmoids are still to be
+  // refilled (FinishRefill), by Backward, which reads them, not by the summary, which does not.
+  bool refill_pending = false;
   ChunkRows rows;
   Acts a;
   AlignedVector<T> d_o;  // kBackward: (len, Di) dL/do = g W_out
@@ -97,6 +100,7 @@ void MambaBlockCpu<T>::KeptReturn::operator()(Kept* k) const {
   if (k == nullptr) return;
   if (k->carried > 0) EndCarry(k->carried), k->carried = 0;
   k->stage = Kept::Stage::kEmpty;
+  k->refill_pending = false;
   // Back to the pool as a carried set's arrays; the others wait among the spares.
   k->ShedSpares();
   KeptPool<Kept>::Get().Give(k);
@@ -250,13 +254,18 @@ void SoftplusRow(const T* b, int64_t Di, T* pre, T* dt, T* sig) {
 }
 
 // A carried set's (M, Di) arrays, n elements each, from what it kept, with the bits Recompute
-// gives them: x' and sigmoid(c) of the conv output, Delta and sigmoid(pre) of dt_proj's
-// pre-activation (pre + b, as stored).
+// gives them: x' and sigmoid(c) of the conv output, Delta (unless dt is null: refilled before)
+// and sigmoid(pre) of dt_proj's pre-activation (pre + b, as stored).
 template <typename T>
 void RefillFromCarried(int64_t n, const T* cpre, const T* dtpre, T* xc, T* sig_c, T* dt,
                        T* sig_dt) {
   for (int64_t i = 0; i < n; ++i) SiluAndSigmoid(cpre[i], xc[i], sig_c[i]);
-  for (int64_t i = 0; i < n; ++i) SoftplusAndSigmoid(dtpre[i], dt[i], sig_dt[i]);
+  T unused;
+  if (dt) {
+    for (int64_t i = 0; i < n; ++i) SoftplusAndSigmoid(dtpre[i], dt[i], sig_dt[i]);
+  } else {
+    for (int64_t i = 0; i < n; ++i) SoftplusAndSigmoid(dtpre[i], unused, sig_dt[i]);
+  }
 }
 
 }  // namespace
@@ -303,13 +312,27 @@ bool MambaBlockCpu<T>::TakeCarried(const T* u, Kept& kept, bool by_summary) cons
   kept.TakeSpares();  // uncounted there, so that the set's growth below fits
   const bool whole = KeptPool<Kept>::Get().Recount(&kept, SetBytes(kept.rows));
   Acts& a = kept.a;
+  const int64_t n = a.M * Di_;
+  a.dt.resize(n);
+  if (by_summary) {  // its scan reads Delta alone; Backward refills the rest (FinishRefill)
+    for (int64_t i = 0; i < n; ++i) a.dt[i] = Softplus(a.dtpre[i]);
+    kept.refill_pending = true;
+  } else {
+    FinishRefill(u, kept, /*with_dt=*/true);
+  }
+  return whole;
+}
+
+template <typename T>
+void MambaBlockCpu<T>::FinishRefill(const T* u, Kept& kept, bool with_dt) const {
+  Acts& a = kept.a;
   const int64_t P = a.halo + a.M, n = a.M * Di_;
   a.n.resize(P * D_);
   RmsNormApply(u, P, D_, p_.norm.data(), a.r.data(), a.n.data());
-  a.xc.resize(n), a.dt.resize(n), a.sig_c.resize(n), a.sig_dt.resize(n);
+  a.xc.resize(n), a.sig_c.resize(n), a.sig_dt.resize(n);
   RefillFromCarried(n, a.cpre.data(), a.dtpre.data(), a.xc.data(), a.sig_c.data(),
-                    a.dt.data(), a.sig_dt.data());
-  return whole;
+                    with_dt ? a.dt.data() : nullptr, a.sig_dt.data());
+  kept.refill_pending = false;
 }
 
 template <typename T>
@@ -429,6 +452,7 @@ void MambaBlockCpu<T>::Backward(const T* u, ChunkRows rows, const T* g, const T*
   } else if (kept) {  // AdjointSummary's recompute and dL/do
     ADJSH_CHECK(window == 0 && kept->Holds(Kept::Stage::kBackward, rows),
                 "Backward given another chunk's set, or a truncated window");
+    if (kept->refill_pending) FinishRefill(u, *kept, /*with_dt=*/false);
   } else {
     Recompute(u, halo, M, scratch, /*with_z=*/true, /*keep_sigmoids=*/true);
   }

@@ -108,6 +108,8 @@ class MambaBlockCpu {
   // but dL/do. by_summary: AdjointSummary takes it (else Backward: KeptTakes' counts). False
   // when the budget has no room for the whole set: it serves the taking pass only.
   bool TakeCarried(const T* u, Kept& kept, bool by_summary) const;
+  // The rest of TakeCarried's refill, for Backward: n, x', the sigmoids and, with_dt, Delta.
+  void FinishRefill(const T* u, Kept& kept, bool with_dt) const;
 
   const MambaConfig& cfg_;
   const LayerParams<T>& p_;
