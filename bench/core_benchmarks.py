@@ -202,7 +202,7 @@ def main():
                  f"per chunk of 256 tokens: {4 * 512 * 16 * 4 // 256} B/token at D=256, "
                  f"{4 * 256 * 16 * 4 // 256} B/token at D=128). The kept activations add at "
                  "most the 256 MiB budget (`--kept-mib`), whatever T: once they fill it the slope "
-                 "is that with none kept (D=256 here, about 20 KB per token kept); at D=128, 16K "
+                 "is that with none kept (D=256 here, about 16 KB per token kept); at D=128, 16K "
                  "tokens keep less than the budget, which steepens the fitted slope.")
     section = "\n".join(lines)
     print(section)

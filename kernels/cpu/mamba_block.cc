@@ -32,9 +32,6 @@ struct MambaBlockCpu<T>::Acts {
   AlignedVector<T> dbc;    // (M, R + 2N) x_proj output: [d | B | C]
   AlignedVector<T> dtpre;  // (M, Di) dt_proj output before softplus
   AlignedVector<T> dt;     // (M, Di) Delta
-  // With Recompute's keep_sigmoids (the backward's): sigmoid(cpre), for silu's derivative, and
-  // sigmoid(dtpre), softplus's, each computed beside the forward value from the same exp.
-  AlignedVector<T> sig_c, sig_dt;  // (M, Di) each
 
   ScanInputs<T> Scan(int64_t Di, int64_t N, int64_t R, const T* A) const {
     ScanInputs<T> in;
@@ -51,11 +48,11 @@ struct MambaBlockCpu<T>::Acts {
 template <typename T>
 struct MambaBlockCpu<T>::Kept {
   // kForward: LocalSummary's, for Forward; kCarried: all of Forward's, for AdjointSummary;
-  // kBackward: AdjointSummary's (or the carried set with its sigmoids), for Backward.
+  // kBackward: AdjointSummary's (or the carried set it took), for Backward.
   enum class Stage { kEmpty, kForward, kCarried, kBackward };
   Stage stage = Stage::kEmpty;
   int64_t carried = 0;  // bytes counted by TryCarry while kCarried (CarriedBytes)
-  // kBackward from a carried set AdjointSummary took: n, x' and the sigmoids are still to be
+  // kBackward from a carried set AdjointSummary took: n and x' are still to be
   // refilled (FinishRefill), by Backward, which reads them, not by the summary, which does not.
   bool refill_pending = false;
   ChunkRows rows;
@@ -65,14 +62,14 @@ struct MambaBlockCpu<T>::Kept {
   int64_t bytes() const {
     size_t n = a.r.capacity() + a.n.capacity() + a.xz.capacity() + a.cpre.capacity() +
                a.xc.capacity() + a.dbc.capacity() + a.dtpre.capacity() + a.dt.capacity() +
-               a.sig_c.capacity() + a.sig_dt.capacity() + d_o.capacity();
+               d_o.capacity();
     return static_cast<int64_t>(n * sizeof(T));
   }
   // The arrays a set gives up while carried or handed back (kernels/cpu/kept_spares.h): what
-  // TakeCarried refills exactly from the rest (n, x', Delta) and the backward's own (the
-  // sigmoids, dL/do); CarriedBytes is what stays.
-  using Spares = KeptSpares<T, 6>;
-  typename Spares::Roles SpareRoles() { return {&a.n, &a.xc, &a.dt, &a.sig_c, &a.sig_dt, &d_o}; }
+  // TakeCarried refills exactly from the rest (n, x', Delta) and the backward's own (dL/do);
+  // CarriedBytes is what stays.
+  using Spares = KeptSpares<T, 4>;
+  typename Spares::Roles SpareRoles() { return {&a.n, &a.xc, &a.dt, &d_o}; }
   void GiveUpSpares() { Spares::Get().Put(SpareRoles()); }
   // A set in use (from the pool) down to its carried arrays, counted as that much.
   void ShedSpares() {
@@ -109,9 +106,9 @@ void MambaBlockCpu<T>::KeptReturn::operator()(Kept* k) const {
 template <typename T>
 int64_t MambaBlockCpu<T>::SetBytes(ChunkRows rows) const {
   // The backward's set, the larger: per row of u (r, n, x|z), per own row (cpre, x', dtpre,
-  // Delta, the two sigmoids, dL/do, d|B|C).
+  // Delta, dL/do, d|B|C).
   const int64_t P = rows.halo + rows.len, M = rows.len;
-  const int64_t n = P * (1 + D_ + 2 * Di_) + M * (7 * Di_ + R_ + 2 * N_);
+  const int64_t n = P * (1 + D_ + 2 * Di_) + M * (5 * Di_ + R_ + 2 * N_);
   return n * static_cast<int64_t>(sizeof(T));
 }
 
@@ -174,41 +171,27 @@ MambaBlockCpu<T>::MambaBlockCpu(const MambaConfig& config, const LayerParams<T>&
 
 namespace {
 
-// x' = silu(c) and sigmoid(c) from one Sigmoid: c s is Silu's own product, so x' has Silu's
-// bits. Recompute (ConvSiluRow) and a carried set's refill (RefillFromCarried) both use it.
+// softplus'(x) = sigmoid(x) of dt_proj's pre-activation x (bias added), for Backward. In f32
+// from e = exp(-|x|), the exp math.h's Softplus takes the log of: (x >= 0 ? 1 : e) / (1 + e),
+// which for x >= 0 is Sigmoid's own 1 / (1 + exp(-x)) and for x < 0 its rounding-level equal.
+// f64 keeps Sigmoid as it is (the check mode is as exact as libm).
 template <typename T>
-inline void SiluAndSigmoid(T c, T& xc, T& sig) {
-  const T s = Sigmoid(c);
-  sig = s;
-  xc = c * s;
-}
-
-// Delta = softplus(x) and sigmoid(x) of dt_proj's pre-activation x (bias added). In f32 both
-// come from one e = exp(-|x|): softplus = max(x, 0) + log1p(e) (math.h's Softplus) and sigmoid =
-// (x >= 0 ? 1 : e) / (1 + e), which for x >= 0 is Sigmoid's own 1 / (1 + exp(-x)) and for x < 0
-// its rounding-level equal. f64 keeps Softplus and Sigmoid as they are (the check mode is as
-// exact as libm). SoftplusRow and RefillFromCarried both use it.
-template <typename T>
-inline void SoftplusAndSigmoid(T x, T& dt, T& sig) {
+inline T SoftplusGrad(T x) {
   if constexpr (std::is_same_v<T, float>) {
-    const float ax = x < 0.0f ? -x : x;
-    const float e = ExpFast(-ax);
-    dt = (x > 0.0f ? x : 0.0f) + Log1pUnit(e);
-    sig = (x >= 0.0f ? 1.0f : e) / (1.0f + e);
+    const float e = ExpFast(x < 0.0f ? x : -x);
+    return (x >= 0.0f ? 1.0f : e) / (1.0f + e);
   } else {
-    dt = Softplus(x);
-    sig = Sigmoid(x);
+    return Sigmoid(x);
   }
 }
 
 // One row of the causal depthwise conv and its silu: c = b + sum_j w[:, j] x_{t - W + 1 + j}
-// (taps before the sequence are absent: xs[j] == nullptr), x' = silu(c), and with sig non-null
-// sigmoid(c). Each c sums in tap order with a separate multiply and add, as the plain loop
+// (taps before the sequence are absent: xs[j] == nullptr) and x' = silu(c). Each c sums in tap order with a separate multiply and add, as the plain loop
 // over taps did; with W = 4 and every tap present (every row but the sequence's first three)
 // the taps stay in registers for the whole row instead of c being re-read per tap.
 template <typename T>
 void ConvSiluRow(const T* const* xs, const T* w_t, const T* b, int64_t W, int64_t Di, T* c,
-                 T* xc, T* sig) {
+                 T* xc) {
   if (W == 4 && xs[0] && xs[1] && xs[2] && xs[3]) {
     const T *x0 = xs[0], *x1 = xs[1], *x2 = xs[2], *x3 = xs[3];
     const T *w0 = w_t, *w1 = w_t + Di, *w2 = w_t + 2 * Di, *w3 = w_t + 3 * Di;
@@ -229,56 +212,28 @@ void ConvSiluRow(const T* const* xs, const T* w_t, const T* b, int64_t W, int64_
       for (int64_t i = 0; i < Di; ++i) c[i] += w[i] * x[i];
     }
   }
-  if (sig) {
-    for (int64_t i = 0; i < Di; ++i) SiluAndSigmoid(c[i], xc[i], sig[i]);
-  } else {
-    for (int64_t i = 0; i < Di; ++i) xc[i] = Silu(c[i]);
-  }
+  for (int64_t i = 0; i < Di; ++i) xc[i] = Silu(c[i]);
 }
 
-// Delta = softplus(pre + b) over a row, pre updated in place; with sig non-null also
-// sigmoid(pre), from the same exp (SoftplusAndSigmoid).
+// Delta = softplus(pre + b) over a row, pre updated in place.
 template <typename T>
-void SoftplusRow(const T* b, int64_t Di, T* pre, T* dt, T* sig) {
-  if (sig) {
-    for (int64_t i = 0; i < Di; ++i) {
-      pre[i] += b[i];
-      SoftplusAndSigmoid(pre[i], dt[i], sig[i]);
-    }
-  } else {
-    for (int64_t i = 0; i < Di; ++i) {
-      pre[i] += b[i];
-      dt[i] = Softplus(pre[i]);
-    }
-  }
-}
-
-// A carried set's (M, Di) arrays, n elements each, from what it kept, with the bits Recompute
-// gives them: x' and sigmoid(c) of the conv output, Delta (unless dt is null: refilled before)
-// and sigmoid(pre) of dt_proj's pre-activation (pre + b, as stored).
-template <typename T>
-void RefillFromCarried(int64_t n, const T* cpre, const T* dtpre, T* xc, T* sig_c, T* dt,
-                       T* sig_dt) {
-  for (int64_t i = 0; i < n; ++i) SiluAndSigmoid(cpre[i], xc[i], sig_c[i]);
-  T unused;
-  if (dt) {
-    for (int64_t i = 0; i < n; ++i) SoftplusAndSigmoid(dtpre[i], dt[i], sig_dt[i]);
-  } else {
-    for (int64_t i = 0; i < n; ++i) SoftplusAndSigmoid(dtpre[i], unused, sig_dt[i]);
+void SoftplusRow(const T* b, int64_t Di, T* pre, T* dt) {
+  for (int64_t i = 0; i < Di; ++i) {
+    pre[i] += b[i];
+    dt[i] = Softplus(pre[i]);
   }
 }
 
 }  // namespace
 
 template <typename T>
-void MambaBlockCpu<T>::Recompute(const T* u, int64_t halo, int64_t M, Acts& a, bool with_z,
-                                  bool keep_sigmoids) const {
+void MambaBlockCpu<T>::Recompute(const T* u, int64_t halo, int64_t M, Acts& a,
+                                  bool with_z) const {
   const int64_t P = halo + M, Di2 = 2 * Di_, Q = R_ + 2 * N_;
   a.halo = halo, a.M = M;
   a.r.resize(P), a.n.resize(P * D_), a.xz.resize(P * Di2);
   a.cpre.resize(M * Di_), a.xc.resize(M * Di_), a.dbc.resize(M * Q);
   a.dtpre.resize(M * Di_), a.dt.resize(M * Di_);
-  if (keep_sigmoids) a.sig_c.resize(M * Di_), a.sig_dt.resize(M * Di_);
 
   RmsNormForward(u, P, D_, p_.norm.data(), cfg_.layer_norm_epsilon, a.n.data(), a.r.data());
   // x = W_in's first Di rows (its x half) times n, then z = the other half, when wanted: x must
@@ -294,14 +249,12 @@ void MambaBlockCpu<T>::Recompute(const T* u, int64_t halo, int64_t M, Acts& a, b
       xs[j] = p < 0 ? nullptr : a.xz.data() + p * Di2;
     }
     ConvSiluRow<T>(xs.data(), conv_t_.data(), p_.conv_b.data(), W_, Di_,
-                   a.cpre.data() + t * Di_, a.xc.data() + t * Di_,
-                   keep_sigmoids ? a.sig_c.data() + t * Di_ : nullptr);
+                   a.cpre.data() + t * Di_, a.xc.data() + t * Di_);
   }
   x_proj_.Apply(M, a.xc.data(), Di_, false, a.dbc.data(), Q);
   dt_proj_.Apply(M, a.dbc.data(), Q, false, a.dtpre.data(), Di_);
   for (int64_t t = 0; t < M; ++t)
-    SoftplusRow<T>(p_.dt_b.data(), Di_, a.dtpre.data() + t * Di_, a.dt.data() + t * Di_,
-                   keep_sigmoids ? a.sig_dt.data() + t * Di_ : nullptr);
+    SoftplusRow<T>(p_.dt_b.data(), Di_, a.dtpre.data() + t * Di_, a.dt.data() + t * Di_);
 }
 
 template <typename T>
@@ -329,9 +282,11 @@ void MambaBlockCpu<T>::FinishRefill(const T* u, Kept& kept, bool with_dt) const 
   const int64_t P = a.halo + a.M, n = a.M * Di_;
   a.n.resize(P * D_);
   RmsNormApply(u, P, D_, p_.norm.data(), a.r.data(), a.n.data());
-  a.xc.resize(n), a.sig_c.resize(n), a.sig_dt.resize(n);
-  RefillFromCarried(n, a.cpre.data(), a.dtpre.data(), a.xc.data(), a.sig_c.data(),
-                    with_dt ? a.dt.data() : nullptr, a.sig_dt.data());
+  // x' = silu(c) and Delta = softplus(pre) (pre + b, as stored), as Recompute makes them.
+  a.xc.resize(n);
+  for (int64_t i = 0; i < n; ++i) a.xc[i] = Silu(a.cpre[i]);
+  if (with_dt)
+    for (int64_t i = 0; i < n; ++i) a.dt[i] = Softplus(a.dtpre[i]);
   kept.refill_pending = false;
 }
 
@@ -415,8 +370,7 @@ void MambaBlockCpu<T>::AdjointSummary(const T* u, ChunkRows rows, const T* g, T*
   if (Carries(keep, rows)) {  // Forward's activations
     kept_whole = TakeCarried(u, *keep, /*by_summary=*/true);
   } else {
-    // Kept for Backward: with its sigmoids (the same x' and Delta bits as without: math.h).
-    Recompute(u, rows.halo, len, a, /*with_z=*/true, /*keep_sigmoids=*/keep != nullptr);
+    Recompute(u, rows.halo, len, a);  // kept for Backward
   }
   // ybar = (g W_out) . silu(z)   (len, Di); g W_out kept as Backward's dL/do.
   AlignedVector<T>& ybar = ThreadScratch<T>(kYbar, len * Di_);
@@ -454,7 +408,7 @@ void MambaBlockCpu<T>::Backward(const T* u, ChunkRows rows, const T* g, const T*
                 "Backward given another chunk's set, or a truncated window");
     if (kept->refill_pending) FinishRefill(u, *kept, /*with_dt=*/false);
   } else {
-    Recompute(u, halo, M, scratch, /*with_z=*/true, /*keep_sigmoids=*/true);
+    Recompute(u, halo, M, scratch);
   }
   if (kept) kept->stage = Kept::Stage::kEmpty;
   if (carried || !kept)
@@ -501,11 +455,13 @@ void MambaBlockCpu<T>::Backward(const T* u, ChunkRows rows, const T* g, const T*
   }
   WeightGrad<T>(D_, Di_, len, g, D_, y.data(), Di_, grad.out_proj.data(), Di_);
 
-  // Delta = softplus(W_dt d + b_dt): dpre = dDelta . sigmoid(pre).
+  // Delta = softplus(W_dt d + b_dt): dpre = dDelta . sigmoid(pre). The sigmoids here and in
+  // silu's derivative below are computed where they are read, not kept from the forward's exps:
+  // two (M, Di) arrays fewer to write, read back and count in every kept set.
   for (int64_t t = 0; t < len; ++t)
     for (int64_t i = 0; i < Di_; ++i) {
       T& v = ddt[t * Di_ + i];
-      v *= a.sig_dt[t * Di_ + i];
+      v *= SoftplusGrad(a.dtpre[t * Di_ + i]);
       grad.dt_b[i] += v;
     }
   AlignedVector<T>& ddbc = ThreadScratch<T>(kDdbc, len * Q);  // dL/d[d | B | C]
@@ -527,8 +483,7 @@ void MambaBlockCpu<T>::Backward(const T* u, ChunkRows rows, const T* g, const T*
   for (int64_t t = 0; t < len; ++t) {
     T* dc = dxc.data() + t * Di_;
     for (int64_t i = 0; i < Di_; ++i) {
-      const T c = a.cpre[t * Di_ + i], s = a.sig_c[t * Di_ + i];
-      dc[i] *= SiluGradGivenSigmoid(c, s);
+      dc[i] *= SiluGrad(a.cpre[t * Di_ + i]);
       grad.conv_b[i] += dc[i];
     }
     for (int64_t j = 0; j < W_; ++j) {

@@ -35,7 +35,7 @@ class MambaBlockCpu {
   // activation of the rows' forward: the layer's AdjointSummary (or Backward) on the same rows,
   // a whole forward and head later, then skips its recompute too (Carries says whether it does).
   // While carried it holds only what the rest cannot give back exactly and cheaply (RMSNorm's r,
-  // x|z, the conv output, d|B|C and dt_proj's pre-activation: 43% of a whole set at D = 256);
+  // x|z, the conv output, d|B|C and dt_proj's pre-activation: 54% of a whole set at D = 256);
   // the arrays it gives up wait for the next set among the spares (kernels/cpu/kept_spares.h).
   struct Kept;
   struct KeptReturn {
@@ -97,18 +97,16 @@ class MambaBlockCpu {
 
  private:
   struct Acts;
-  // with_z: also z, the gate half of in_proj (the forward summary's scan does not read it);
-  // keep_sigmoids: also the sigmoids the backward's chain rule reads (Acts).
-  void Recompute(const T* u, int64_t halo, int64_t M, Acts& acts, bool with_z = true,
-                 bool keep_sigmoids = false) const;
+  // with_z: also z, the gate half of in_proj (the forward summary's scan does not read it).
+  void Recompute(const T* u, int64_t halo, int64_t M, Acts& acts, bool with_z = true) const;
   void ZHalf(Acts& acts) const;  // z, the gate half of in_proj, from acts.n
   // Takes what Forward carried (Carries must hold) for the rows of u: its carry count ends and
-  // it is made whole again, the arrays it gave up refilled (the same bits) and the
-  // sigmoids a Recompute with keep_sigmoids adds, so that it holds all a backward pass reads
-  // but dL/do. by_summary: AdjointSummary takes it (else Backward: KeptTakes' counts). False
-  // when the budget has no room for the whole set: it serves the taking pass only.
+  // it is made whole again, the arrays it gave up refilled (the same bits), so that it holds
+  // all a backward pass reads but dL/do. by_summary: AdjointSummary takes it (else Backward:
+  // KeptTakes' counts), and only Delta, which its scan reads, is refilled now. False when the
+  // budget has no room for the whole set: it serves the taking pass only.
   bool TakeCarried(const T* u, Kept& kept, bool by_summary) const;
-  // The rest of TakeCarried's refill, for Backward: n, x', the sigmoids and, with_dt, Delta.
+  // The rest of TakeCarried's refill, for Backward: n, x' and, with_dt, Delta.
   void FinishRefill(const T* u, Kept& kept, bool with_dt) const;
 
   const MambaConfig& cfg_;

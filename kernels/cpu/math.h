@@ -109,8 +109,8 @@ static inline T Silu(T x) {
   return x * Sigmoid(x);
 }
 
-// d silu / dx = s (1 + x (1 - s)), s = sigmoid(x), for a caller that already holds s (the
-// backward passes keep the forward's sigmoids, one exp instead of two).
+// d silu / dx = s (1 + x (1 - s)), s = sigmoid(x), for a caller that already holds s (one exp
+// instead of two).
 template <typename T>
 static inline T SiluGradGivenSigmoid(T x, T s) {
   return s * (T(1) + x * (T(1) - s));

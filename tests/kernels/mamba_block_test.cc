@@ -76,7 +76,7 @@ void CheckKeptSetsGiveTheSameBits(int64_t D, int64_t N, int64_t halo, int64_t le
   block.LocalSummary(u.data(), rows, hl2.data(), S2.data());
   EXPECT_TRUE(Same(hl1, hl2) && Same(S1, S2));
   std::vector<T> y1(len * D), e1(Di * N), y2(len * D), e2(Di * N);
-  using Spares = KeptSpares<T, 6>;
+  using Spares = KeptSpares<T, 4>;
   const int64_t puts = Spares::Get().counts().put;
   block.Forward(u.data(), rows, h0.data(), y1.data(), e1.data(), kept.get());
   // Carried, it gave up n, x' and Delta (refilled when taken) to the spares.
@@ -94,9 +94,9 @@ void CheckKeptSetsGiveTheSameBits(int64_t D, int64_t N, int64_t halo, int64_t le
   EXPECT_TRUE(block.Carries(straight.get(), rows));
   const int64_t carried = CarriedBytes();
   EXPECT_GT(carried, 0);
-  // Each holds only what cannot be refilled (44-46% of a whole set at these shapes), the rest
-  // among the spares: the two, less than one whole set.
-  EXPECT_LT(carried, block.SetBytes(rows)) << "carried sets kept what they could refill";
+  // Each holds only what cannot be refilled (55-58% of a whole set at these shapes, over 80%
+  // with n, x' and Delta), the rest among the spares: the two, under 6/5 of one whole set.
+  EXPECT_LT(carried * 5, block.SetBytes(rows) * 6) << "carried sets kept what they could refill";
   // A Forward with no LocalSummary before it (a span schedule's last span) recomputes into a
   // fresh set and carries it too, with the same bits; none is made where no backward follows
   // or the carry would leave no room for the summaries' sets.
@@ -232,7 +232,7 @@ TEST(KeptPoolTest, HandedBackArraysAreTakenByTheNextSets) {
   const int64_t before = KeptBudget();
   SetKeptBudget(0);
   SetKeptBudget(int64_t{64} << 20);
-  using Spares = KeptSpares<float, 6>;
+  using Spares = KeptSpares<float, 4>;
   auto run = [&] {  // four chunks' sets: kept, carried, then their backward summaries
     std::vector<MambaBlockCpu<float>::KeptPtr> sets;
     for (int i = 0; i < 4; ++i) {
