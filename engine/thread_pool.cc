@@ -1,5 +1,8 @@
 #include "engine/thread_pool.h"
 
+#include <set>
+#include <tuple>
+
 namespace adjsh {
 
 ThreadPool::ThreadPool(int threads) {
@@ -69,7 +72,8 @@ void ThreadPool::ParallelFor(int64_t n, const std::function<void(int64_t)>& fn) 
 
 void RunDag(ThreadPool& pool, int64_t n,
             const std::function<std::vector<int64_t>(int64_t)>& successors,
-            const std::function<void(int64_t)>& fn) {
+            const std::function<void(int64_t)>& fn,
+            const std::function<int64_t(int64_t)>& rank) {
   std::vector<std::vector<int64_t>> succ(n);
   std::vector<int64_t> waiting(n, 0);  // unfinished predecessors
   for (int64_t t = 0; t < n; ++t) {
@@ -78,23 +82,26 @@ void RunDag(ThreadPool& pool, int64_t n,
   }
   std::mutex mu;
   std::condition_variable cv;
-  std::deque<int64_t> ready;
+  // (rank, when it became ready, task): the first is the next to run.
+  std::set<std::tuple<int64_t, int64_t, int64_t>> ready;
+  int64_t became_ready = 0;
+  auto make_ready = [&](int64_t t) { ready.emplace(rank ? rank(t) : 0, became_ready++, t); };
   for (int64_t t = 0; t < n; ++t)
-    if (waiting[t] == 0) ready.push_back(t);
+    if (waiting[t] == 0) make_ready(t);
   int64_t finished = 0;
   pool.ParallelFor(pool.size(), [&](int64_t) {
     std::unique_lock<std::mutex> lock(mu);
     for (;;) {
       cv.wait(lock, [&] { return !ready.empty() || finished == n; });
       if (ready.empty()) return;  // all done
-      const int64_t t = ready.front();
-      ready.pop_front();
+      const int64_t t = std::get<2>(*ready.begin());
+      ready.erase(ready.begin());
       lock.unlock();
       fn(t);
       lock.lock();
       ++finished;
       for (int64_t s : succ[t])
-        if (--waiting[s] == 0) ready.push_back(s);
+        if (--waiting[s] == 0) make_ready(s);
       cv.notify_all();
     }
   });

@@ -12,6 +12,7 @@
 #include "engine/span_plan.h"
 #include "engine/span_work.h"
 #include "kernels/cpu/kept_pool.h"
+#include "kernels/cpu/mamba_block.h"
 #include "tests/kernels/test_util.h"
 
 namespace adjsh {
@@ -143,6 +144,33 @@ TEST(SpanScheduleTest, KeptActivationsDoNotChangeTheBits) {
         opt.forward_only = false;
       }
     }
+  cpu::SetKeptBudget(before);
+}
+
+// Once the budget refuses a summary a set, the step runs a ready forward or VJP task before a
+// ready summary (engine/span_step.cc), so each span's sets go back before the next span's
+// summary asks: on one thread, a budget of three chunks' sets keeps the sets of 3 in 4
+// summarised chunks, where taking the summaries as they became ready kept 1 in 4 (each
+// layer's summaries of all spans ran first). The bits are the same either way.
+TEST(SpanScheduleTest, ATightBudgetRunsTheTasksThatHandSetsBackFirst) {
+  const MambaConfig config = testing::SmallConfig(3, 16, 8, 4, 3, 31);
+  const ModelParams<float> params = InitParams<float>(config, 11);
+  const std::vector<uint32_t> tokens = testing::RandomTokens(700, config.vocab_size, 12);
+  const int64_t before = cpu::KeptBudget();
+  GradOptions opt;
+  opt.chunk = 50;
+  opt.spans = 7;  // 2 chunks each
+  opt.threads = 1;
+  cpu::SetKeptBudget(0);
+  const GradResult<float> none = ComputeGradient<float>(params, tokens, opt).value();
+  const cpu::MambaBlockCpu<float> block(config, params.layers[0]);
+  cpu::SetKeptBudget(3 * block.SetBytes({3, 50, 0}));
+  const cpu::KeptTakes was = cpu::KeptTakeCounts();
+  ExpectSameRun(none, ComputeGradient<float>(params, tokens, opt).value());
+  const cpu::KeptTakes now = cpu::KeptTakeCounts();
+  const int64_t given = now.given - was.given, refused = now.refused - was.refused;
+  EXPECT_GT(refused, 0) << "the budget was not tight";
+  EXPECT_GE(given, 2 * refused) << given << " kept, " << refused << " refused";
   cpu::SetKeptBudget(before);
 }
 

@@ -42,5 +42,25 @@ TEST(ThreadPoolTest, RunDagStartsATaskAfterItsPredecessors) {
   for (auto& d : done) EXPECT_EQ(d.load(), 1);
 }
 
+// On one thread the order is the schedule: ready tasks by rank, lowest first, and in the order
+// they became ready among equal ranks (and with no rank at all).
+TEST(ThreadPoolTest, RunDagTakesReadyTasksByRankThenReadiness) {
+  ThreadPool pool(1);
+  // Task 0 readies 1..6 at once (in that order), and 6 readies 7.
+  auto successors = [](int64_t t) {
+    if (t == 0) return std::vector<int64_t>{1, 2, 3, 4, 5, 6};
+    if (t == 6) return std::vector<int64_t>{7};
+    return std::vector<int64_t>{};
+  };
+  std::vector<int64_t> order;
+  RunDag(pool, 8, successors, [&](int64_t t) { order.push_back(t); });
+  EXPECT_EQ(order, (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7}));
+  order.clear();
+  // Odd tasks rank 1, even ones 0: 2, 4 and 6 first; 7, readied by 6, still after 1, 3 and 5.
+  RunDag(pool, 8, successors, [&](int64_t t) { order.push_back(t); },
+         [](int64_t t) { return t % 2; });
+  EXPECT_EQ(order, (std::vector<int64_t>{0, 2, 4, 6, 1, 3, 5, 7}));
+}
+
 }  // namespace
 }  // namespace adjsh
