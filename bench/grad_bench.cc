@@ -6,7 +6,8 @@
 // Prints one JSON object. Peak RSS is per process, so run one measurement per process. On a
 // CUDA device the object also has device_peak_bytes: the most GPU memory adjsh held (weights,
 // workspaces) during the timed gradients, and device_name. A span-scheduled run also reports
-// its fastest gradient's task_seconds, critical_path_s and busy (engine/step_profile.h).
+// its fastest gradient's task_seconds, critical_path_s and busy (engine/step_profile.h); they
+// are 0 for the other schedules and the oracle, which keep no task profile.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>

@@ -100,8 +100,8 @@ GradResult<T, P> RunSpans(const P<T>& params, const Model& model, const SpanPlan
       // forward or VJP task goes before a ready summary: each takes the sets its span's summary
       // kept, so they go back to the budget before more summaries ask for it. Taken in the
       // order they became ready, a layer's summaries ran for every span first, and at T = 64K
-      // kept sets for 41% of the chunks instead of 91% (docs/BENCHMARKS.md). While none is
-      // refused that order stays: it kept two threads busier at 16K.
+      // kept sets for about 40% of the chunks instead of 84% (docs/BENCHMARKS.md). While none
+      // is refused that order stays: it kept two threads busier at 16K.
       [&](int64_t id) {
         const SpanPhase p = plan.task(id).phase;
         const bool summary = p == SpanPhase::kForwardSummary || p == SpanPhase::kBackwardSummary;

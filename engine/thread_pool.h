@@ -79,8 +79,9 @@ void OrderedParallelFor(ThreadPool& pool, int64_t n, int64_t max_ahead,
 
 // Runs fn(task) for tasks [0, n) of a dependency graph: a task starts once every task that
 // lists it among its successors has finished. Ready tasks are taken by rank(task), lowest
-// first (no rank: all equal), and among equal ranks in the order they became ready. The graph
-// must be acyclic; fn must not throw.
+// first (no rank: all equal), and among equal ranks in the order they became ready; rank is
+// asked once per task, when it becomes ready, under the graph's lock. The graph must be
+// acyclic; fn must not throw.
 void RunDag(ThreadPool& pool, int64_t n, const std::function<std::vector<int64_t>(int64_t)>& successors,
             const std::function<void(int64_t)>& fn,
             const std::function<int64_t(int64_t)>& rank = nullptr);

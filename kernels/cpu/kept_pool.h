@@ -80,14 +80,14 @@ class KeptPool {
 
   // A set from the free list, or a new one, counted as at least `estimate` bytes (what the
   // caller may grow it to) while in use; null when that does not fit in the budget (the caller
-  // recomputes instead of keeping).
-  Obj* Take(int64_t estimate) {
+  // recomputes instead of keeping). summary: a summary's take, counted in KeptTakes.
+  Obj* Take(int64_t estimate, bool summary = true) {
     std::lock_guard<std::mutex> lock(kept_internal::Mutex());
     // A recycled set is charged only for what it may grow beyond what it already counts.
     const int64_t counted = free_.empty() ? 0 : free_.back().counted;
     const int64_t grow = std::max<int64_t>(estimate - counted, 0);
     const bool fits = kept_internal::Charge(grow);
-    kept_internal::CountTake(fits);
+    if (summary) kept_internal::CountTake(fits);
     if (!fits) return nullptr;
     std::unique_ptr<Obj> o;
     if (free_.empty()) {

@@ -114,10 +114,16 @@ int64_t MambaBlockCpu<T>::SetBytes(ChunkRows rows) const {
 
 template <typename T>
 typename MambaBlockCpu<T>::KeptPtr MambaBlockCpu<T>::MakeKept(ChunkRows rows) const {
+  return MakeSet(rows, /*summary=*/true);
+}
+
+template <typename T>
+typename MambaBlockCpu<T>::KeptPtr MambaBlockCpu<T>::MakeSet(ChunkRows rows,
+                                                             bool summary) const {
   // The spares first, uncounted, so that the pool's count of a whole set finds their room.
   Kept spares;
   spares.TakeSpares();
-  KeptPtr set(KeptPool<Kept>::Get().Take(SetBytes(rows)));  // counted as a whole set
+  KeptPtr set(KeptPool<Kept>::Get().Take(SetBytes(rows), summary));  // counted as a whole set
   if (set) set->SwapSpares(spares);  // a set from the pool holds none of these
   spares.GiveUpSpares();             // what is left: back among the spares
   return set;
@@ -131,7 +137,7 @@ typename MambaBlockCpu<T>::KeptPtr MambaBlockCpu<T>::MakeKeptToCarry(ChunkRows r
   const int64_t P = rows.halo + rows.len, M = rows.len;
   const int64_t carried = (P * (1 + 2 * Di_) + M * (2 * Di_ + R_ + 2 * N_)) * sizeof(T);
   if (room_for < 0 || !CarryFits(carried, room_for * SetBytes(rows))) return KeptPtr();
-  return MakeKept(rows);
+  return MakeSet(rows, /*summary=*/false);  // not a summary's take (KeptTakes)
 }
 
 template <typename T>
@@ -266,27 +272,24 @@ bool MambaBlockCpu<T>::TakeCarried(const T* u, Kept& kept, bool by_summary) cons
   const bool whole = KeptPool<Kept>::Get().Recount(&kept, SetBytes(kept.rows));
   Acts& a = kept.a;
   const int64_t n = a.M * Di_;
-  a.dt.resize(n);
-  if (by_summary) {  // its scan reads Delta alone; Backward refills the rest (FinishRefill)
-    for (int64_t i = 0; i < n; ++i) a.dt[i] = Softplus(a.dtpre[i]);
+  a.dt.resize(n);  // Delta = softplus(pre) (pre + b, as stored), as Recompute makes it
+  for (int64_t i = 0; i < n; ++i) a.dt[i] = Softplus(a.dtpre[i]);
+  if (by_summary) {  // its scan reads Delta alone: Backward refills the rest
     kept.refill_pending = true;
   } else {
-    FinishRefill(u, kept, /*with_dt=*/true);
+    FinishRefill(u, kept);
   }
   return whole;
 }
 
 template <typename T>
-void MambaBlockCpu<T>::FinishRefill(const T* u, Kept& kept, bool with_dt) const {
+void MambaBlockCpu<T>::FinishRefill(const T* u, Kept& kept) const {
   Acts& a = kept.a;
   const int64_t P = a.halo + a.M, n = a.M * Di_;
   a.n.resize(P * D_);
   RmsNormApply(u, P, D_, p_.norm.data(), a.r.data(), a.n.data());
-  // x' = silu(c) and Delta = softplus(pre) (pre + b, as stored), as Recompute makes them.
-  a.xc.resize(n);
+  a.xc.resize(n);  // x' = silu(c), as Recompute makes it
   for (int64_t i = 0; i < n; ++i) a.xc[i] = Silu(a.cpre[i]);
-  if (with_dt)
-    for (int64_t i = 0; i < n; ++i) a.dt[i] = Softplus(a.dtpre[i]);
   kept.refill_pending = false;
 }
 
@@ -406,7 +409,7 @@ void MambaBlockCpu<T>::Backward(const T* u, ChunkRows rows, const T* g, const T*
   } else if (kept) {  // AdjointSummary's recompute and dL/do
     ADJSH_CHECK(window == 0 && kept->Holds(Kept::Stage::kBackward, rows),
                 "Backward given another chunk's set, or a truncated window");
-    if (kept->refill_pending) FinishRefill(u, *kept, /*with_dt=*/false);
+    if (kept->refill_pending) FinishRefill(u, *kept);
   } else {
     Recompute(u, halo, M, scratch);
   }

@@ -44,9 +44,10 @@ class MambaBlockCpu {
   using KeptPtr = std::unique_ptr<Kept, KeptReturn>;
   KeptPtr MakeKept(ChunkRows rows) const;
   int64_t SetBytes(ChunkRows rows) const;  // what MakeKept counts a set of these rows as
-  // For a Forward with no LocalSummary before it (a span schedule's last span runs none): an
-  // empty set for Forward to recompute into and carry, or null when a carry of it would not
-  // fit now (Forward's room_for; never with room_for < 0) or the budget has no set to give.
+  // For a Forward with no LocalSummary set (a span schedule's last span runs no LocalSummary,
+  // and a summary may have been refused one): an empty set for Forward to recompute into and
+  // carry, or null when a carry of it would not fit now (Forward's room_for; never with
+  // room_for < 0) or the budget has no set to give. Not counted as a summary's take.
   KeptPtr MakeKeptToCarry(ChunkRows rows, int64_t room_for) const;
 
   MambaBlockCpu(const MambaConfig& config, const LayerParams<T>& params);
@@ -101,13 +102,15 @@ class MambaBlockCpu {
   void Recompute(const T* u, int64_t halo, int64_t M, Acts& acts, bool with_z = true) const;
   void ZHalf(Acts& acts) const;  // z, the gate half of in_proj, from acts.n
   // Takes what Forward carried (Carries must hold) for the rows of u: its carry count ends and
-  // it is made whole again, the arrays it gave up refilled (the same bits), so that it holds
-  // all a backward pass reads but dL/do. by_summary: AdjointSummary takes it (else Backward:
-  // KeptTakes' counts), and only Delta, which its scan reads, is refilled now. False when the
-  // budget has no room for the whole set: it serves the taking pass only.
+  // it is counted whole again, the arrays it gave up refilled with the same bits (now, or by
+  // Backward), so that it holds all a backward pass reads but dL/do. by_summary: AdjointSummary
+  // takes it (else Backward: KeptTakes' counts), and only Delta, which its scan reads, is
+  // refilled now; n and x' wait for Backward (FinishRefill). False when the budget has no room
+  // for the whole set: it serves the taking pass only.
   bool TakeCarried(const T* u, Kept& kept, bool by_summary) const;
-  // The rest of TakeCarried's refill, for Backward: n, x' and, with_dt, Delta.
-  void FinishRefill(const T* u, Kept& kept, bool with_dt) const;
+  // The rest of TakeCarried's refill, for Backward: n and x'.
+  void FinishRefill(const T* u, Kept& kept) const;
+  KeptPtr MakeSet(ChunkRows rows, bool summary) const;  // MakeKept; summary: KeptTakes counts it
 
   const MambaConfig& cfg_;
   const LayerParams<T>& p_;

@@ -165,8 +165,9 @@ struct F64x4 {
 
 #ifdef ADJSH_SIMD_AVX512
 // Two 8-channel blocks side by side in one 512-bit vector (lanes 0-7: channels i0..i0+7, lanes
-// 8-15: the next block). Every lane computes what F32x8 computes, and the kernels sum its lanes
-// block by block (Half), so a result is F32x8's bit for bit, in half the instructions.
+// 8-15: the next block). Every lane computes what F32x8 computes (Decay: for every argument a
+// scan passes), and the kernels sum its lanes block by block (Half), so a result is F32x8's bit
+// for bit, in half the instructions.
 struct F32x8x2 {
   using Scalar = float;
   static constexpr int kLanes = 16;
@@ -193,8 +194,8 @@ struct F32x8x2 {
     const __m512 yc = _mm512_maskz_max_ps(kAll, _mm512_set1_ps(-125.0f), y);
     // k = yc rounded to the nearest integer (ties to even, as the shift trick rounds), r = yc - k
     // exactly, and p 2^k by vscalefps: the exponent-field add of F32x8 gives the same bits for
-    // every clamped argument (p in [0.7, 1.42], k in [-125, 127]: a normal result), in two
-    // instructions fewer.
+    // every clamped argument y <= 127 (p in [0.7, 1.42], k in [-125, 127]: a normal result),
+    // in two instructions fewer.
     const __m512 k = _mm512_maskz_roundscale_ps(kAll, yc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     const __m512 r = _mm512_sub_ps(yc, k);
     __m512 p = _mm512_set1_ps(1.327647245e-03f);

@@ -107,6 +107,14 @@ void CheckKeptSetsGiveTheSameBits(int64_t D, int64_t N, int64_t halo, int64_t le
   block.Forward(u.data(), rows, h0.data(), y1.data(), e1.data(), fresh.get(), 1);
   EXPECT_TRUE(Same(y1, y2) && Same(e1, e2)) << "Forward into a fresh set";
   EXPECT_TRUE(block.Carries(fresh.get(), rows));
+  {  // with room_for < 0 (a forward-only plan) a Forward carries nothing, with the same bits
+    typename MambaBlockCpu<T>::KeptPtr set = block.MakeKept(rows);
+    ASSERT_NE(set, nullptr);
+    std::vector<T> y3(len * D), e3(Di * N);
+    block.Forward(u.data(), rows, h0.data(), y3.data(), e3.data(), set.get(), -1);
+    EXPECT_FALSE(block.Carries(set.get(), rows));
+    EXPECT_TRUE(Same(y3, y2) && Same(e3, e2)) << "Forward with room_for < 0";
+  }
   std::vector<T> m3(Di * N), S3(Di);
   block.AdjointSummary(u.data(), rows, g.data(), m3.data(), S3.data(), fresh.get());
   // The backward: AdjointSummary takes the carried set (no recompute) and keeps it for
@@ -272,7 +280,7 @@ TEST(KeptPoolTest, SetsStayWithinTheBudgetAndAreReused) {
   SetKeptBudget(0);
   EXPECT_EQ(block.MakeKept(rows), nullptr);
   EXPECT_EQ(KeptBytes(), 0);
-  SetKeptBudget(int64_t{8} << 20);  // a set of these rows is about 1.3 MB: six fit
+  SetKeptBudget(int64_t{8} << 20);  // a set of these rows is about 1.0 MB: eight fit
   std::vector<MambaBlockCpu<float>::KeptPtr> sets;
   const int64_t D = 64, Di = c.inner(), N = 16;
   std::vector<float> u((3 + 256) * D, 0.25f), g(256 * D, 0.5f), m(Di * N), S(Di);
