@@ -5,8 +5,13 @@
 
 namespace adjsh {
 
+int PoolThreads(int threads) {
+  if (threads > 0) return threads;
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
 ThreadPool::ThreadPool(int threads) {
-  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  threads = PoolThreads(threads);
   for (int k = 1; k < threads; ++k) workers_.emplace_back([this] { WorkerLoop(); });
 }
 

@@ -14,9 +14,12 @@
 
 namespace adjsh {
 
+// The threads ThreadPool(threads) runs: threads, or one per hardware thread when threads <= 0.
+int PoolThreads(int threads);
+
 class ThreadPool {
  public:
-  explicit ThreadPool(int threads);  // threads <= 0: one per hardware thread
+  explicit ThreadPool(int threads);  // threads <= 0: one per hardware thread (PoolThreads)
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;

@@ -60,6 +60,10 @@ auto UnderLock(Fn read) {
   std::lock_guard<std::mutex> lock(kept_internal::Mutex());
   return read(S());
 }
+// Whether `bytes` more carried and `reserve` besides fit in the budget (the mutex held).
+bool CarryRoom(const State& s, int64_t bytes, int64_t reserve) {
+  return s.carried + bytes + reserve <= s.budget;
+}
 }  // namespace
 
 int64_t KeptBudget() {
@@ -73,12 +77,12 @@ int64_t KeptPeakBytes() {
 }
 bool TryCarry(int64_t bytes, int64_t reserve) {
   std::lock_guard<std::mutex> lock(kept_internal::Mutex());
-  if (S().carried + bytes + reserve > S().budget) return false;
+  if (!CarryRoom(S(), bytes, reserve)) return false;
   S().carried += bytes;
   return true;
 }
 bool CarryFits(int64_t bytes, int64_t reserve) {
-  return UnderLock([&](const State& s) { return s.carried + bytes + reserve <= s.budget; });
+  return UnderLock([&](const State& s) { return CarryRoom(s, bytes, reserve); });
 }
 void EndCarry(int64_t bytes) {
   std::lock_guard<std::mutex> lock(kept_internal::Mutex());

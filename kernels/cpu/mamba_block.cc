@@ -192,9 +192,10 @@ inline T SoftplusGrad(T x) {
 }
 
 // One row of the causal depthwise conv and its silu: c = b + sum_j w[:, j] x_{t - W + 1 + j}
-// (taps before the sequence are absent: xs[j] == nullptr) and x' = silu(c). Each c sums in tap order with a separate multiply and add, as the plain loop
-// over taps did; with W = 4 and every tap present (every row but the sequence's first three)
-// the taps stay in registers for the whole row instead of c being re-read per tap.
+// (taps before the sequence are absent: xs[j] == nullptr) and x' = silu(c). Each c sums in tap
+// order with a separate multiply and add, as the plain loop over taps did; with W = 4 and every
+// tap present (every row but the sequence's first three) the taps stay in registers for the
+// whole row instead of c being re-read per tap.
 template <typename T>
 void ConvSiluRow(const T* const* xs, const T* w_t, const T* b, int64_t W, int64_t Di, T* c,
                  T* xc) {
