@@ -116,27 +116,16 @@ __attribute__((always_inline)) inline void AddLaneSums(const VT* P, int64_t N,
 
 #ifdef ADJSH_SIMD_AVX512
 // Two blocks at once: block 0's sums are added to the row before block 1's, as when the blocks
-// run one after the other in F32x8. N = 16 (the backward's every row) goes through
-// simd::SumHalves16, a transpose-and-add tree of 32 two-source permutes where extracting and
-// summing each half took about 70 shuffles per array (measured: the backward scan 1% faster,
-// so the shuffles were not what bounded its pass 2).
+// run one after the other in F32x8. Eight states at a time (the backward's every group: G = 8)
+// go through simd::SumHalves8, a transpose-and-add tree in the vector's 128-bit lanes.
 __attribute__((always_inline)) inline void AddLaneSums(const simd::F32x8x2* P, int64_t N,
                                                        float* row) {
-  if (N == 16) {
-    simd::F32x8x2 s0, s1;
-    simd::F32x8x2::SumHalves16(P, s0, s1);
-    ((simd::F32x8x2::Load(row) + s0) + s1).Store(row);
-    return;
+  const int64_t full = N / 8 * 8;
+  for (int64_t n = 0; n < full; n += 8) {
+    const simd::F32x8x2 s = simd::F32x8x2::SumHalves8(P + n);
+    ((simd::F32x8::Load(row + n) + s.Half(0)) + s.Half(1)).Store(row + n);
   }
-  for (int h = 0; h < 2; ++h) {
-    simd::F32x8 half[8];
-    const int64_t full = N / 8 * 8;
-    for (int64_t n = 0; n < full; n += 8) {
-      for (int k = 0; k < 8; ++k) half[k] = P[n + k].Half(h);
-      (simd::F32x8::Load(row + n) + simd::F32x8::SumEach(half)).Store(row + n);
-    }
-    for (int64_t n = full; n < N; ++n) row[n] += P[n].Half(h).Sum();
-  }
+  for (int64_t n = full; n < N; ++n) row[n] = (row[n] + P[n].Half(0).Sum()) + P[n].Half(1).Sum();
 }
 #endif
 

@@ -206,24 +206,27 @@ struct F32x8x2 {
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.000000119e+00f));
     return {_mm512_maskz_scalef_ps(kAll, p, k)};
   }
-  // For 16 vectors p[0..15]: lane n of s0 is p[n].Half(0).Sum(), lane n of s1 is
-  // p[n].Half(1).Sum(), each the pairwise tree of F32x8::Sum. Three levels of "even lanes +
-  // odd lanes" of two vectors (vpermt2ps): level 1 leaves in each lane the sum of a lane pair
-  // (c0 + c1, c2 + c3, ...), level 2 sums adjacent pairs, level 3 adjacent quads, so each lane
-  // ends as ((c0 + c1) + (c2 + c3)) + ((c4 + c5) + (c6 + c7)) of one half of one p[n]; lanes
-  // come out ordered (n, half), and a last even/odd split gives s0 and s1.
-  static void SumHalves16(const F32x8x2* p, F32x8x2& s0, F32x8x2& s1) {
-    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-    const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-    auto pair = [&](__m512 a, __m512 b) {
-      return _mm512_add_ps(_mm512_permutex2var_ps(a, even, b), _mm512_permutex2var_ps(a, odd, b));
+  // For 8 vectors p[0..7]: lane n (n < 8) of the result is p[n].Half(0).Sum() and lane 8 + n
+  // is p[n].Half(1).Sum(), each the pairwise tree of F32x8::Sum, in the 128-bit lanes where
+  // that sum's own hadds run. H(a, b), two in-lane vshufps and an add, is vhaddps on all four
+  // 128-bit lanes: [a0 + a1, a2 + a3, b0 + b1, b2 + b3] in lane 0, and so on. Two levels of H
+  // leave in 128-bit lane j of H(H(p0, p1), H(p2, p3)) the four sums (c0 + c1) + (c2 + c3) of
+  // lanes 4j.. 4j + 3 of p0 .. p3, a half's low and high quads in lanes 2h and 2h + 1; one add
+  // of lanes regrouped by vshuff32x4 sums the quads as F32x8::Sum does. 12 vshufps, 3 vshuff32x4
+  // and 7 adds for the 16 sums, where extracting each half and summing it with F32x8::SumEach
+  // took twice the instructions, and a vpermt2ps tree ran slower.
+  static F32x8x2 SumHalves8(const F32x8x2* p) {
+    auto h = [](__m512 a, __m512 b) {
+      return _mm512_add_ps(_mm512_shuffle_ps(a, b, 0x88), _mm512_shuffle_ps(a, b, 0xDD));
     };
-    __m512 l1[8], l2[4], l3[2];
-    for (int k = 0; k < 8; ++k) l1[k] = pair(p[2 * k].v, p[2 * k + 1].v);
-    for (int k = 0; k < 4; ++k) l2[k] = pair(l1[2 * k], l1[2 * k + 1]);
-    for (int k = 0; k < 2; ++k) l3[k] = pair(l2[2 * k], l2[2 * k + 1]);
-    s0.v = _mm512_permutex2var_ps(l3[0], even, l3[1]);
-    s1.v = _mm512_permutex2var_ps(l3[0], odd, l3[1]);
+    const __m512 q0 = h(h(p[0].v, p[1].v), h(p[2].v, p[3].v));  // p0..p3 quads, lanes 0 - 3
+    const __m512 q1 = h(h(p[4].v, p[5].v), h(p[6].v, p[7].v));  // p4..p7
+    // [q0 quads 0 | q0 quads 2 | q1 quads 0 | q1 quads 2] + the same of quads 1 and 3.
+    // (maskz with every lane set, as in Decay, for GCC 12's "undefined" start vector.)
+    const __m512 s = _mm512_add_ps(_mm512_maskz_shuffle_f32x4(0xFFFF, q0, q1, 0x88),
+                                   _mm512_maskz_shuffle_f32x4(0xFFFF, q0, q1, 0xDD));
+    // [p0..3 half 0 | p0..3 half 1 | p4..7 half 0 | p4..7 half 1] -> halves apart.
+    return {_mm512_maskz_shuffle_f32x4(0xFFFF, s, s, 0xD8)};
   }
   // Block h's 8 lanes (h = 0 or 1).
   F32x8 Half(int h) const {
