@@ -1,8 +1,8 @@
 // The channel-blocked scans (kernels/cpu/scan_block.h) against the per-channel ones
 // (kernels/cpu/scan.h) and against their own portable build (simd::Lanes):
 //  * native == portable bit for bit, every output, f32 and f64, N = 16 (the compiled-in lane
-//    count) and N = 5 (run-time N, a partial group of lanes in the dB/dC sums), Di a multiple
-//    of the block width and not (the last channels one by one);
+//    count) and N = 5 and 12 (run-time N: a partial group of 8 states in the dB/dC sums), Di
+//    a multiple of the block width and not (the last channels one by one);
 //  * in f64 the outputs scan_block.h says are bitwise those of scan.h (h_end, the adjoint
 //    summary, dD) are, and the reassociated ones (mu_out, y, dDelta, dx', dA, dB, dC) agree below
 //    1e-13 relative (a sum of n terms reordered moves by about n u |terms|, u = 1.1e-16); in f32,
@@ -218,6 +218,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, ScanBlockTest,
                          ::testing::Values(Shape{37, 37, 24, 16, true},  // full blocks, N = 16
                                            Shape{40, 33, 27, 16, true},  // 3 channels left over
                                            Shape{29, 29, 27, 5, true},   // run-time N
+                                           Shape{29, 29, 27, 12, true},  // 8 states and 4 more
                                            Shape{64, 64, 16, 16, false}, Shape{1, 1, 9, 3, true}));
 
 // With 8- or 16-lane vectors and N = 16 the backward runs both its passes once per group of 8
