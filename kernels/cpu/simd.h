@@ -196,7 +196,8 @@ struct F32x8x2 {
     // exactly, and p 2^k by vscalefps: the exponent-field add of F32x8 gives the same bits for
     // every clamped argument y <= 127 (p in [0.7, 1.42], k in [-125, 127]: a normal result),
     // in two instructions fewer.
-    const __m512 k = _mm512_maskz_roundscale_ps(kAll, yc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512 k =
+        _mm512_maskz_roundscale_ps(kAll, yc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     const __m512 r = _mm512_sub_ps(yc, k);
     __m512 p = _mm512_set1_ps(1.327647245e-03f);
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(9.675540961e-03f));
