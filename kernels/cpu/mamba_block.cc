@@ -104,12 +104,19 @@ void MambaBlockCpu<T>::KeptReturn::operator()(Kept* k) const {
 }
 
 template <typename T>
-int64_t MambaBlockCpu<T>::SetBytes(ChunkRows rows) const {
-  // The backward's set, the larger: per row of u (r, n, x|z), per own row (cpre, x', dtpre,
-  // Delta, dL/do, d|B|C).
+int64_t MambaBlockCpu<T>::CarriedSetBytes(ChunkRows rows) const {
+  // What Kept::CarriedBytes counts once the set is filled: per row of u r and x|z, per own row
+  // the conv output, d|B|C and dt_proj's pre-activation.
   const int64_t P = rows.halo + rows.len, M = rows.len;
-  const int64_t n = P * (1 + D_ + 2 * Di_) + M * (5 * Di_ + R_ + 2 * N_);
-  return n * static_cast<int64_t>(sizeof(T));
+  return (P * (1 + 2 * Di_) + M * (2 * Di_ + R_ + 2 * N_)) * static_cast<int64_t>(sizeof(T));
+}
+
+template <typename T>
+int64_t MambaBlockCpu<T>::SetBytes(ChunkRows rows) const {
+  // The backward's set, the larger: the carried arrays and the spares (Kept::SpareRoles): n per
+  // row of u, x', Delta and dL/do per own row.
+  const int64_t P = rows.halo + rows.len, M = rows.len;
+  return CarriedSetBytes(rows) + (P * D_ + 3 * M * Di_) * static_cast<int64_t>(sizeof(T));
 }
 
 template <typename T>
@@ -132,11 +139,8 @@ typename MambaBlockCpu<T>::KeptPtr MambaBlockCpu<T>::MakeSet(ChunkRows rows,
 template <typename T>
 typename MambaBlockCpu<T>::KeptPtr MambaBlockCpu<T>::MakeKeptToCarry(ChunkRows rows,
                                                                      int64_t room_for) const {
-  // What Kept::CarriedBytes will count: r, x|z per row of u; conv output, d|B|C and dt_proj's
-  // pre-activation per own row.
-  const int64_t P = rows.halo + rows.len, M = rows.len;
-  const int64_t carried = (P * (1 + 2 * Di_) + M * (2 * Di_ + R_ + 2 * N_)) * sizeof(T);
-  if (room_for < 0 || !CarryFits(carried, room_for * SetBytes(rows))) return KeptPtr();
+  if (room_for < 0 || !CarryFits(CarriedSetBytes(rows), room_for * SetBytes(rows)))
+    return KeptPtr();
   return MakeSet(rows, /*summary=*/false);  // not a summary's take (KeptTakes)
 }
 

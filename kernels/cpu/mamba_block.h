@@ -111,6 +111,7 @@ class MambaBlockCpu {
   // The rest of TakeCarried's refill, for Backward: n and x'.
   void FinishRefill(const T* u, Kept& kept) const;
   KeptPtr MakeSet(ChunkRows rows, bool summary) const;  // MakeKept; summary: KeptTakes counts it
+  int64_t CarriedSetBytes(ChunkRows rows) const;  // SetBytes' part that stays while carried
 
   const MambaConfig& cfg_;
   const LayerParams<T>& p_;
