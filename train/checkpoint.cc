@@ -1,6 +1,11 @@
 #include "train/checkpoint.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <vector>
 
@@ -101,9 +106,10 @@ absl::Status SaveCheckpoint(const std::string& root, const P& params,
     // checkpoint, which is left untouched, and a folder `latest` does not name is never kept.
     fs::remove_all(tmp_dir, ec);
     fs::remove_all(final_dir, ec);
-    return absl::Status(s.code(), absl::StrCat("cannot save the checkpoint of step ", state.step,
-                                                " in ", root, " (the previous one is kept): ",
-                                                s.message()));
+    return absl::Status(s.code(),
+                        absl::StrCat("cannot save the checkpoint of step ", state.step, " in ",
+                                     root, " (the previous one is kept, if there is one): ",
+                                     s.message()));
   }
   // Keep the newest `keep` of the folders this run wrote; any other folder is not ours to
   // delete (an earlier run's, or the one this run resumed from).
@@ -114,6 +120,24 @@ absl::Status SaveCheckpoint(const std::string& root, const P& params,
     fs::remove_all(fs::path(root) / StepName(written.front()), ec);
     written.erase(written.begin());
   }
+  return absl::OkStatus();
+}
+
+absl::Status CheckCheckpointDirWritable(const std::string& root) {
+  std::error_code ec;
+  fs::create_directories(root, ec);
+  if (ec) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot create checkpoint directory ", root, ": ", ec.message()));
+  }
+  const std::string probe = (fs::path(root) / absl::StrCat(".write-check.", ::getpid())).string();
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoint directory ", root, " is not writable: ", std::strerror(errno)));
+  }
+  ::close(fd);
+  ::unlink(probe.c_str());
   return absl::OkStatus();
 }
 

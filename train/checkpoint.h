@@ -55,6 +55,11 @@ absl::Status SaveCheckpoint(const std::string& root, const P& params,
                             DType model_dtype = DType::kF32,
                             const std::vector<std::string>& side_files = {});
 
+// Creates root if it is missing and checks that a file can be made in it (one is created and
+// removed), so that a run learns before its first step, not at its first checkpoint, that it
+// could never save one. FAILED_PRECONDITION naming root and the reason otherwise.
+absl::Status CheckCheckpointDirWritable(const std::string& root);
+
 // The tokenizer and generation files of a Hugging Face model folder that exist there
 // (tokenizer.json, tokenizer_config.json, special_tokens_map.json, vocab.json, merges.txt,
 // tokenizer.model, added_tokens.json, generation_config.json), as paths.

@@ -113,7 +113,7 @@ absl::Status BasicTrainer<P>::Init() {
       return absl::FailedPreconditionError(absl::StrCat(
           "resume must: ", opt_.checkpoint_dir, " holds no checkpoint to resume from"));
     }
-    return absl::OkStatus();
+    return CheckCheckpointDirWritable(opt_.checkpoint_dir);  // learnt now, not at step 100
   }
   if (opt_.resume == ResumeMode::kNever) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -146,7 +146,7 @@ absl::Status BasicTrainer<P>::Init() {
   if (state_.sequence < 0) state_.sequence = state_.data_position / opt_.context;
   saved_step_ = state_.step;
   resumed_ = true;
-  return absl::OkStatus();
+  return CheckCheckpointDirWritable(opt_.checkpoint_dir);
 }
 
 template <typename P>

@@ -243,6 +243,23 @@ TEST(TrainerTest, BatchOfTwoIsTheFixedOrderSumOfItsSequences) {
 
 // A resume checks the training definition in the checkpoint and names what differs; --resume
 // never refuses a directory with checkpoints, must one without.
+// A checkpoint directory no file can be made in is refused by Init, before the first step,
+// instead of by the first save many steps later. /proc/self exists and takes no new file, even
+// for root (the tests may run as root, for whom a mode 0555 directory is still writable).
+TEST(TrainerTest, AnUnwritableCheckpointDirectoryIsRefusedBeforeTheFirstStep) {
+  TrainOptions o = SmallRun(2);
+  o.checkpoint_dir = "/proc/self";
+  Trainer t(InitParams<float>(TinyConfig(), 3), Corpus(), o);
+  const absl::Status s = t.Init();
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(std::string(s.message()).find("/proc/self is not writable"), std::string::npos) << s;
+  o.checkpoint_dir = TempDir("writable") + "/made/here";  // made by Init, then written
+  Trainer ok(InitParams<float>(TinyConfig(), 3), Corpus(), o);
+  ASSERT_TRUE(ok.Init().ok());
+  EXPECT_TRUE(std::filesystem::is_directory(o.checkpoint_dir));
+  EXPECT_TRUE(std::filesystem::is_empty(o.checkpoint_dir));  // the probe file is gone
+}
+
 TEST(TrainerTest, ResumeRefusesADifferentDefinitionByName) {
   const ModelParams<float> init = InitParams<float>(TinyConfig(), 13);
   const std::vector<uint32_t> corpus = Corpus();
