@@ -89,6 +89,8 @@ bool ArgParser::Has(const std::string& name) const {
   return values_.contains(name) || !flags_.at(name).default_value.empty();
 }
 
+bool ArgParser::Given(const std::string& name) const { return values_.contains(name); }
+
 std::string ArgParser::Get(const std::string& name) const {
   auto it = values_.find(name);
   return it != values_.end() ? it->second : flags_.at(name).default_value;

@@ -31,6 +31,7 @@ class ArgParser {
   std::string Usage() const;
 
   bool Has(const std::string& name) const;  // given on the command line, or has a default
+  bool Given(const std::string& name) const;  // given on the command line
   std::string Get(const std::string& name) const;
   bool GetBool(const std::string& name) const;
   // INVALID_ARGUMENT naming the flag when the value is not an integer in [min, max].

@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -22,9 +23,30 @@ std::string FromEnv(const char* name, const std::string& fallback) {
   return v != nullptr && *v != '\0' ? v : fallback;
 }
 
-// {python, tool} or FAILED_PRECONDITION naming what is missing.
+// A program name without a '/' looked up on PATH, as a shell would; the name itself if absent.
+std::string OnPath(const std::string& name) {
+  if (name.find('/') != std::string::npos) return name;
+  const std::string path = FromEnv("PATH", "/usr/bin:/bin");
+  for (size_t start = 0; start <= path.size();) {
+    const size_t end = std::min(path.find(':', start), path.size());
+    const std::string candidate = path.substr(start, end - start) + "/" + name;
+    if (end > start && ::access(candidate.c_str(), X_OK) == 0) return candidate;
+    start = end + 1;
+  }
+  return name;
+}
+
+// {python, tool} or FAILED_PRECONDITION naming what is missing. Without the project venv (and
+// no ADJSH_PYTHON) the system's python3 runs the tool: its --help and its checks of the paths
+// it is given need only the standard library, and it says itself when the tokenizers package
+// is what is missing.
 absl::StatusOr<std::vector<std::string>> Paths() {
-  const std::string python = FromEnv("ADJSH_PYTHON", ADJSH_SOURCE_DIR "/.venv/bin/python");
+  const char* set = std::getenv("ADJSH_PYTHON");
+  std::string python = set != nullptr && *set != '\0' ? OnPath(set)
+                                                       : ADJSH_SOURCE_DIR "/.venv/bin/python";
+  if ((set == nullptr || *set == '\0') && ::access(python.c_str(), X_OK) != 0 &&
+      ::access("/usr/bin/python3", X_OK) == 0)
+    python = "/usr/bin/python3";
   const std::string tool = FromEnv("ADJSH_DATA_TOOL", ADJSH_SOURCE_DIR "/scripts/adjsh_data.py");
   for (const std::string& path : {python, tool}) {
     if (::access(path.c_str(), R_OK) != 0) {

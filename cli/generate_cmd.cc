@@ -126,6 +126,11 @@ int GenerateCommand(const std::vector<std::string>& args) {
   if (a.Has("prompt") && !a.Has("tokenizer")) {
     return BadUsage("generate", absl::InvalidArgumentError("--prompt needs --tokenizer FILE"));
   }
+  if (a.Has("prompt-tokens") && a.Has("tokenizer")) {  // it would be ignored: ids in, ids out
+    return BadUsage("generate", absl::InvalidArgumentError(
+                                    "--tokenizer goes with --prompt TEXT; --prompt-tokens FILE "
+                                    "gives and prints token ids"));
+  }
   GenerateOptions opt;
   absl::StatusOr<Device> device = DeviceFromFlags(a);
   if (!device.ok()) return BadUsage("generate", device.status());
@@ -153,6 +158,9 @@ int GenerateCommand(const std::vector<std::string>& args) {
   if (a.Has("out")) {
     if (absl::Status s = CheckOutputFile("out", a.Get("out")); !s.ok())
       return BadUsage("generate", s);
+    // Its extension too, before any token is generated and printed.
+    if (absl::StatusOr<int> width = TokenIdWidth(a.Get("out")); !width.ok())
+      return BadUsage("generate", width.status());
   }
   if (absl::Status s = CheckDeviceUsable(opt.device); !s.ok()) return Fail("generate", s);
   const absl::Status s = RunGenerate(a, opt);

@@ -1,6 +1,7 @@
 // adjsh grad: loss and gradient of the mean next-token loss of one sequence (DESIGN.md §6).
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -200,6 +201,16 @@ int GradCommand(const std::vector<std::string>& args) {
                                                        dtype + "'"));
   }
   if (absl::Status s = CheckOutputFile("out", a.Get("out")); !s.ok()) return BadUsage("grad", s);
+  for (const char* input : {"tokens", "doc-starts"}) {  // the gradient must not replace them
+    if (!a.Has(input)) continue;
+    std::error_code e1, e2;
+    const std::filesystem::path out = std::filesystem::weakly_canonical(a.Get("out"), e1);
+    const std::filesystem::path in = std::filesystem::weakly_canonical(a.Get(input), e2);
+    if (!e1 && !e2 && out == in) {
+      return BadUsage("grad", absl::InvalidArgumentError(absl::StrCat(
+                                  "--out ", a.Get("out"), " is the --", input, " file")));
+    }
+  }
   if (a.Has("doc-starts") && (*workers > 0 || a.Has("trace"))) {
     return BadUsage("grad", absl::InvalidArgumentError(
                                 "--doc-starts runs in-process (no --workers or --trace)"));
@@ -223,6 +234,9 @@ int GradCommand(const std::vector<std::string>& args) {
   }
   if (absl::StatusOr<bool> tree = ReduceFromFlags(a); !tree.ok()) {
     return BadUsage("grad", tree.status());
+  }
+  if (a.Given("reduce") && *workers == 0) {  // in-process there are no partials to move
+    return BadUsage("grad", absl::InvalidArgumentError("--reduce needs --workers N (N >= 1)"));
   }
   if (ModelTypeOfDir(a.Get("model")) == "mamba2") {
     // Mamba-2: the exact gradient by the span schedule, in-process (on --device) or on

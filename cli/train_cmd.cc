@@ -272,8 +272,9 @@ int TrainCommand(const std::vector<std::string>& args) {
                                  "(no --window or --cotangent top-of-stack: those run "
                                  "in-process)"));
   }
-  for (const char* flag : {"worker-metrics-listen", "worker-device", "trace", "worker-log-dir"}) {
-    if (a.Has(flag) && workers == 0) {
+  for (const char* flag :
+       {"worker-metrics-listen", "worker-device", "trace", "worker-log-dir", "reduce"}) {
+    if (a.Given(flag) && workers == 0) {
       return BadUsage("train", absl::InvalidArgumentError(
                                    absl::StrCat("--", flag, " needs --workers N (N >= 1)")));
     }

@@ -56,6 +56,12 @@ absl::StatusOr<std::string> ReadFileToString(const std::string& path, const Read
     return absl::FailedPreconditionError(
         absl::StrCat(path, " is not a regular file (a FIFO, device or socket)"));
   }
+  // A pipe ends when its writer closes it; a device such as /dev/zero never ends, and was read
+  // until memory ran out.
+  if (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) || S_ISSOCK(st.st_mode)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, " is a device or socket, not a file or pipe"));
+  }
   auto too_large = [&](uint64_t size) {
     return absl::ResourceExhaustedError(absl::StrCat(path, " has ", size,
                                                      " bytes or more, over the limit of ",

@@ -11,17 +11,18 @@
 
 namespace adjsh {
 
-// What a reader accepts. The defaults take whatever can be read (a pipe given on a command
-// line too); a server reading paths it was sent uses regular_only and a max_bytes, so that a
-// FIFO or device can neither block it (the open does not wait for a writer) nor feed it
-// without end.
+// What a reader accepts. The defaults take a regular file or a pipe (one given on a command
+// line, as `<(cmd)`; opening a named FIFO waits for its writer, as any reader's open does), never
+// a device or socket; a server reading paths it was sent uses regular_only and a max_bytes, so
+// that a FIFO can neither block it (the open does not wait for a writer) nor feed it without
+// end.
 struct ReadOptions {
   bool regular_only = false;             // FAILED_PRECONDITION for anything but a regular file
   uint64_t max_bytes = ~uint64_t{0};     // RESOURCE_EXHAUSTED past it
 };
 
-// The file's bytes. NOT_FOUND if it does not exist; other errno-derived codes otherwise
-// (a directory gives FAILED_PRECONDITION). Messages name the path.
+// The file's bytes. NOT_FOUND if it does not exist; other errno-derived codes otherwise (a
+// directory, device or socket gives FAILED_PRECONDITION). Messages name the path.
 absl::StatusOr<std::string> ReadFileToString(const std::string& path,
                                              const ReadOptions& options = {});
 

@@ -5,7 +5,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <set>
 #include <utility>
@@ -305,15 +307,30 @@ absl::Status CheckSaveDType(DType dtype) {
 absl::Status WriteModelFolder(const std::string& dir, const std::string& config_json,
                               const TensorMap& tensors) {
   std::error_code ec;
+  const bool existed = std::filesystem::exists(dir, ec);
   std::filesystem::create_directories(dir, ec);
   if (ec) {
     return absl::ErrnoToStatus(ec.value(), absl::StrCat("cannot create model directory ", dir));
   }
   const std::filesystem::path d(dir);
-  if (absl::Status s = WriteFileAtomic((d / "config.json").string(), config_json); !s.ok())
+  // The new config waits beside the old one until the weights are in place: a failure on the
+  // way (a full disk, a directory in the way) leaves a model that was there as it was, instead
+  // of a new config.json over the old weights, and a directory made here is removed again.
+  const std::string config = (d / "config.json").string(), pending = config + ".new";
+  auto fail = [&](absl::Status s) {
+    std::filesystem::remove(pending, ec);
+    if (!existed) std::filesystem::remove(d, ec);  // only if empty
     return s;
+  };
+  if (absl::Status s = WriteFileAtomic(pending, config_json); !s.ok()) return fail(s);
   // transformers refuses safetensors files without {"format": "pt"} metadata.
-  return WriteSafetensors((d / "model.safetensors").string(), tensors, {{"format", "pt"}});
+  if (absl::Status s =
+          WriteSafetensors((d / "model.safetensors").string(), tensors, {{"format", "pt"}});
+      !s.ok())
+    return fail(s);
+  if (std::rename(pending.c_str(), config.c_str()) != 0)
+    return absl::ErrnoToStatus(errno, absl::StrCat("cannot rename ", pending, " to ", config));
+  return absl::OkStatus();
 }
 
 template <typename T>

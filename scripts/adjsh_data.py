@@ -64,14 +64,14 @@ class UserError(Exception):
 
 def load_tokenizer(path):
     """Returns (Tokenizer, absolute path of its tokenizer.json) for a file or model folder."""
+    file = os.path.join(path, "tokenizer.json") if os.path.isdir(path) else path
+    if not os.path.isfile(file):
+        raise UserError(f"no tokenizer.json at {path}")
     try:
         from tokenizers import Tokenizer
     except ImportError:
         raise UserError("the tokenizers package is missing: run scripts/setup-venv.sh and use "
                         ".venv/bin/python")
-    file = os.path.join(path, "tokenizer.json") if os.path.isdir(path) else path
-    if not os.path.isfile(file):
-        raise UserError(f"no tokenizer.json at {path}")
     try:
         return Tokenizer.from_file(file), os.path.abspath(file)
     except Exception as e:
@@ -203,7 +203,14 @@ class TempFiles:
     def open(self, final):
         """Returns a binary file object that commit() will rename to `final`."""
         d, base = os.path.split(os.path.abspath(final))
-        fd, tmp = tempfile.mkstemp(prefix=f".{base}.", suffix=".tmp", dir=d)
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=f".{base}.", suffix=".tmp", dir=d)
+        except OSError as e:
+            raise UserError(f"cannot write {final}: {e.strerror}")
+        # mkstemp's 0600 made readable as any other output is (0666 less the umask).
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)
         self.pending.append((tmp, final))
         return os.fdopen(fd, "wb")
 
@@ -414,7 +421,13 @@ def cmd_decode(args, temps):
     a.frombytes(data)
     if sys.byteorder == "big":
         a.byteswap()
-    print(tok.decode(a.tolist(), skip_special_tokens=False))
+    ids = a.tolist()
+    vocab = tok.get_vocab_size(with_added_tokens=True)
+    for i, v in enumerate(ids):  # the tokenizer would drop it without a word
+        if v >= vocab:
+            raise UserError(f"{args.tokens}: id {v} at position {i} is not in the tokenizer's "
+                            f"vocabulary of {vocab}")
+    print(tok.decode(ids, skip_special_tokens=False))
 
 
 def fraction(s):

@@ -115,6 +115,16 @@ absl::StatusOr<PreparedData> LoadPrepared(const std::string& manifest_path) {
   data.tokenizer = js.value("tokenizer", "");
   data.vocab_size = js["vocab_size"].get<int64_t>();
   data.eos_id = js["eos_id"].get<int64_t>();
+  if (data.vocab_size < 1 || data.eos_id < 0 || data.eos_id >= data.vocab_size) {
+    return Bad(manifest_path, absl::StrCat("vocab_size ", data.vocab_size, " and eos_id ",
+                                           data.eos_id, " do not make a vocabulary holding its "
+                                           "EOS id"));
+  }
+  // The ids' width is the files' extension's; a dtype that names another says the manifest is
+  // not what it describes.
+  if (js.contains("dtype") && js["dtype"] != "u16" && js["dtype"] != "u32") {
+    return Bad(manifest_path, absl::StrCat("dtype ", js["dtype"].dump(), " is not u16 or u32"));
+  }
   const fs::path dir = fs::path(manifest_path).parent_path();
   absl::StatusOr<PreparedSplit> train = LoadSplit(manifest_path, dir, js["train"], "train");
   if (!train.ok()) return train.status();

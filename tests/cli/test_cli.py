@@ -816,6 +816,12 @@ def run_cases(r, work):
         bad_tokens(P("tokdir.u32"), ["tokdir.u32"])
     r.case("tokens/path is a directory", tokens_dir)
 
+    def tokens_device():
+        # A device never ends: refused by name at once, not read until memory runs out.
+        os.symlink("/dev/zero", P("zero.u32"))
+        bad_tokens(P("zero.u32"), ["zero.u32", "device"])
+    r.case("tokens/a device (/dev/zero) is refused", tokens_device)
+
     def unknown_ext():
         write_tokens(P("tokens.bin.u32"), good_ids)
         os.rename(P("tokens.bin.u32"), P("tokens.bin"))
@@ -885,6 +891,20 @@ def run_cases(r, work):
         check(not left, "temporary files left behind: %s" % left)
     r.case("out/--out '' refused naming --out", out_empty)
 
+    def out_is_tokens():
+        shutil.copy(tok32, P("own.u32"))
+        before = open(P("own.u32"), "rb").read()
+        r.expect(["grad", "--model", model, "--tokens", P("own.u32"), "--out",
+                  os.path.join(work, ".", "own.u32")], BAD_VALUE_RC, err_has=["--tokens"])
+        check(open(P("own.u32"), "rb").read() == before, "the token file was overwritten")
+    r.case("out/--out naming the --tokens file refused", out_is_tokens)
+
+    def reduce_in_process():
+        o = fresh_out()
+        r.expect(grad_base + ["--out", o, "--reduce", "star"], BAD_VALUE_RC,
+                 err_has=["--reduce", "--workers"], out_path=o)
+    r.case("out/--reduce without --workers refused", reduce_in_process)
+
     def failure_keeps_old_out():
         o = fresh_out()
         with open(o, "wb") as f:
@@ -893,6 +913,33 @@ def run_cases(r, work):
         with open(o, "rb") as f:
             check(f.read() == b"previous contents", "a failed run modified an existing --out")
     r.case("out/failed grad leaves an existing --out untouched", failure_keeps_old_out)
+
+    def data_tool_help():
+        # The data tools' --help needs no venv: ADJSH_PYTHON may name a python on PATH (and
+        # without the venv the system's python3 runs them), whose standard library prints it.
+        env = dict(os.environ, ADJSH_PYTHON="python3")
+        for args in (["prepare", "--help"], ["tokenizer", "encode", "--help"],
+                     ["tokenizer", "decode", "--help"]):
+            p = subprocess.run([r.adjsh] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               timeout=TIMEOUT_S, env=env)
+            check(p.returncode == 0 and b"usage:" in p.stdout,
+                  "%s: rc %s, %s" % (args, p.returncode, _clip(_text(p.stderr))))
+    r.case("help/prepare and tokenizer --help with ADJSH_PYTHON=python3", data_tool_help)
+
+    # --- adjsh generate: refused before any token is generated -----------------------------
+    def generate_bad_out_ext():
+        o = P("gen_out.bin")
+        res = r.expect(["generate", "--model", model, "--prompt-tokens", tok32,
+                        "--max-new-tokens", "3", "--out", o], BAD_VALUE_RC,
+                       err_has=["gen_out.bin", "extension"], out_path=o)
+        check(res.out.strip() == "", "ids printed before the refusal: %r" % res.out)
+    r.case("generate/--out with an unknown extension refused before generating",
+           generate_bad_out_ext)
+
+    r.case("generate/--tokenizer with --prompt-tokens refused (it would be ignored)",
+           lambda: r.expect(["generate", "--model", model, "--prompt-tokens", tok32,
+                             "--tokenizer", P("no_such_tokenizer.json")], BAD_VALUE_RC,
+                            err_has=["--tokenizer", "--prompt-tokens"]))
 
     # --- adjsh init with impossible configs ------------------------------------------------------
     init_cases = [
@@ -924,6 +971,22 @@ def run_cases(r, work):
             f.write("x")
         r.expect(["init", "--out", P("init_file")] + INIT_ARGS, 1, err_has=["init_file"])
     r.case("init/--out is an existing regular file", init_out_is_file)
+
+    def init_failure_keeps_model():
+        # A failed init over an existing model (here its weights' path is a directory, so they
+        # cannot be replaced) leaves its config.json as it was, and no pending file beside it.
+        d = P("init_keep")
+        r.expect(["init", "--out", d] + INIT_ARGS, 0)
+        before = open(os.path.join(d, "config.json"), "rb").read()
+        os.rename(os.path.join(d, "model.safetensors"), os.path.join(d, "weights.bak"))
+        os.mkdir(os.path.join(d, "model.safetensors"))
+        r.expect(["init", "--out", d, "--hidden-size", "16", "--layers", "1", "--vocab-size",
+                  str(V)], 1, err_has=["model.safetensors"])
+        check(open(os.path.join(d, "config.json"), "rb").read() == before,
+              "a failed init rewrote config.json")
+        check(sorted(os.listdir(d)) == ["config.json", "model.safetensors", "weights.bak"],
+              "a failed init left %s" % sorted(os.listdir(d)))
+    r.case("init/a failed init leaves an existing model's config.json", init_failure_keeps_model)
 
     def init_deterministic():
         for name in ("init_s1", "init_s2"):

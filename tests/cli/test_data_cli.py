@@ -130,7 +130,16 @@ def main():
                 f.seek(8 * 3)
                 f.write(struct.pack("<Q", 1))
 
+        def manifest_field(key, value):
+            def mutate(pre, m):
+                m[key] = value
+                json.dump(m, open(pre + ".json", "w"))
+            return mutate
+
         bad("big-vocab", lambda pre, m: None, "more than the model's vocab_size")
+        bad("negative-vocab", manifest_field("vocab_size", -3), "do not make a vocabulary")
+        bad("eos-outside", manifest_field("eos_id", V), "do not make a vocabulary")
+        bad("u64-dtype", manifest_field("dtype", "u64"), 'dtype "u64" is not u16 or u32')
         bad("truncated-index", truncate_docs, "not a whole number of uint64")
         bad("short-tokens", short_tokens, "the manifest says")
         bad("other-format", other_format, "format adjsh-tokens-1")

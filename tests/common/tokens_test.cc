@@ -1,11 +1,14 @@
 // Token files (.u32 / .u16) and the vocabulary check.
 #include "common/tokens.h"
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <filesystem>
 #include <string>
 #include <vector>
 
+#include "common/token_data.h"
 #include "gtest/gtest.h"
 #include "tests/common/test_util.h"
 
@@ -62,6 +65,30 @@ TEST(TokensTest, Errors) {
   EXPECT_TRUE(IsInvalid(WriteTokenFile(dir + "/big.u16", std::vector<uint32_t>{1, 70000}),
                         "70000", "position 1"));
   EXPECT_FALSE(std::filesystem::exists(dir + "/big.u16"));
+}
+
+// A device never ends (/dev/zero was read until memory ran out): refused at once by name, by a
+// whole read and by a mapping alike. A pipe, as `<(cmd)` gives one, is still read to its end.
+TEST(TokensTest, DevicesAreRefusedPipesAreRead) {
+  const std::string dir = ScratchDir("tokens_dev");
+  std::filesystem::create_symlink("/dev/zero", dir + "/zero.u32");
+  EXPECT_TRUE(StatusIs(ReadTokenFile(dir + "/zero.u32"), absl::StatusCode::kFailedPrecondition,
+                       "zero.u32", "device"));
+  EXPECT_TRUE(StatusIs(TokenData::Map(dir + "/zero.u32"), absl::StatusCode::kFailedPrecondition,
+                       "zero.u32", "device"));
+  EXPECT_TRUE(StatusIs(ReadTextAsBytes(std::vector<std::string>{dir + "/zero.u32"}),
+                       absl::StatusCode::kFailedPrecondition, "device"));
+
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  const std::string ids("\x07\x00\x00\x00\x09\x00\x00\x00", 8);
+  ASSERT_EQ(::write(fds[1], ids.data(), ids.size()), static_cast<ssize_t>(ids.size()));
+  ::close(fds[1]);  // the writer is done: the read ends there
+  std::filesystem::create_symlink("/proc/self/fd/" + std::to_string(fds[0]), dir + "/pipe.u32");
+  absl::StatusOr<std::vector<uint32_t>> got = ReadTokenFile(dir + "/pipe.u32");
+  ::close(fds[0]);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, (std::vector<uint32_t>{7, 9}));
 }
 
 TEST(TokensTest, CheckTokensInVocab) {

@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -389,6 +390,31 @@ def encode_decode_roundtrip(env):
     check(p.returncode == 0 and read_ints(out32, U32) == ids, f"u32 encode: {p.stderr}")
     p = run("decode", "--tokenizer", env["model"], "--tokens", out32)
     check(p.stdout == text + "\n", f"u32 decode gave {p.stdout!r}")
+
+
+@case
+def encode_decode_errors(env):
+    """encode into a missing folder and decode of an id past the vocabulary: exit 1 with one
+    line naming the problem (no traceback); outputs are readable as any file (0666 - umask)."""
+    missing = os.path.join(TMP, "no-such-folder", "t.u32")
+    p = run("encode", "--tokenizer", env["model"], "--text", "hi", "--out", missing)
+    check(p.returncode == 1 and "no-such-folder" in p.stderr and "Traceback" not in p.stderr,
+          f"encode into a missing folder: rc {p.returncode}: {p.stderr}")
+    vocab = env["tok"].get_vocab_size(with_added_tokens=True)
+    bad = os.path.join(fresh_dir("out_badid"), "bad.u32")
+    with open(bad, "wb") as f:
+        f.write(struct.pack("<3I", 1, vocab, 2))
+    p = run("decode", "--tokenizer", env["model"], "--tokens", bad)
+    check(p.returncode == 1 and f"id {vocab} at position 1" in p.stderr and p.stdout == "",
+          f"decode of id {vocab}: rc {p.returncode}, stdout {p.stdout!r}: {p.stderr}")
+    out = os.path.join(TMP, "out_badid", "ok.u16")
+    umask = os.umask(0o022)
+    try:
+        p = run("encode", "--tokenizer", env["model"], "--text", "hi", "--out", out)
+    finally:
+        os.umask(umask)
+    mode = os.stat(out).st_mode & 0o777
+    check(p.returncode == 0 and mode == 0o644, f"encode output mode {oct(mode)}: {p.stderr}")
 
 
 @case
