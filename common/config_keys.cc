@@ -10,6 +10,9 @@ namespace {
 
 std::string TypeOf(const Json& j) { return j.is_number_float() ? "a float" : j.type_name(); }
 
+// What a key holds, for a message: its type and value ("string \"8\"", "a float 8.5"), or null.
+std::string Got(const Json& j) { return j.is_null() ? "null" : TypeOf(j) + " " + j.dump(); }
+
 }  // namespace
 
 absl::Status BadKey(absl::string_view key, absl::string_view detail) {
@@ -30,14 +33,14 @@ absl::Status ReadInt(const Json& j, const char* key, bool required, int64_t* out
     *out = it->get<int64_t>();
     return absl::OkStatus();
   }
-  return BadKey(key, absl::StrCat("must be an integer, got ", TypeOf(*it), " ", it->dump()));
+  return BadKey(key, absl::StrCat("must be an integer, got ", Got(*it)));
 }
 
 absl::Status ReadDouble(const Json& j, const char* key, double* out) {
   auto it = j.find(key);
   if (it == j.end()) return absl::OkStatus();
   if (!it->is_number()) {
-    return BadKey(key, absl::StrCat("must be a number, got ", TypeOf(*it), " ", it->dump()));
+    return BadKey(key, absl::StrCat("must be a number, got ", Got(*it)));
   }
   *out = it->get<double>();
   return absl::OkStatus();
@@ -47,7 +50,7 @@ absl::Status ReadBool(const Json& j, const char* key, bool* out) {
   auto it = j.find(key);
   if (it == j.end()) return absl::OkStatus();
   if (!it->is_boolean()) {
-    return BadKey(key, absl::StrCat("must be true or false, got ", TypeOf(*it), " ", it->dump()));
+    return BadKey(key, absl::StrCat("must be true or false, got ", Got(*it)));
   }
   *out = it->get<bool>();
   return absl::OkStatus();

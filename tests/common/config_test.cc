@@ -124,6 +124,11 @@ TEST(ConfigTest, InvalidValuesNameTheKey) {
     EXPECT_TRUE(IsInvalid(ParseConfigJson(With(key, value)), "\"" + key + "\""))
         << key << " = " << value;
   }
+  // The message says what the key holds, once: a null is "null", not "null null".
+  EXPECT_EQ(ParseConfigJson(With("hidden_size", "null")).status().message(),
+            "config key \"hidden_size\": must be an integer, got null");
+  EXPECT_TRUE(IsInvalid(ParseConfigJson(With("hidden_size", "\"768\"")),
+                        "must be an integer, got string \"768\""));
   // "auto" rank with the largest int64 width must not overflow.
   EXPECT_TRUE(IsInvalid(ParseConfigJson(R"({"hidden_size": 9223372036854775807,
       "num_hidden_layers": 2, "vocab_size": 7})"), "hidden_size"));
