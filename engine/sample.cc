@@ -53,6 +53,10 @@ absl::Status CheckGenerateInputs(std::span<const uint32_t> prompt, int64_t vocab
         "need temperature >= 0, top_k >= 0, max_new_tokens >= 0 and chunk >= 1 (got %g, %d, "
         "%d, %d)", o.temperature, o.top_k, o.max_new_tokens, o.chunk));
   }
+  if (o.stop_id >= vocab_size) {  // it could never be drawn: a run would ignore it
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the stop id %d is not in the model's vocabulary of %d", o.stop_id, vocab_size));
+  }
   return absl::OkStatus();
 }
 

@@ -20,8 +20,8 @@ namespace adjsh {
 template <typename T>
 uint32_t SampleToken(const std::vector<T>& logits, const GenerateOptions& o, std::mt19937_64& rng);
 
-// What every decoder checks first: INVALID_ARGUMENT for an empty prompt, an id >= vocab_size,
-// temperature < 0, top_k < 0, max_new_tokens < 0 or chunk < 1.
+// What every decoder checks first: INVALID_ARGUMENT for an empty prompt, an id >= vocab_size
+// (in the prompt, or as stop_id), temperature < 0, top_k < 0, max_new_tokens < 0 or chunk < 1.
 absl::Status CheckGenerateInputs(std::span<const uint32_t> prompt, int64_t vocab_size,
                                  const GenerateOptions& o);
 

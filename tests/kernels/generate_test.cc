@@ -98,6 +98,12 @@ TEST(GenerateTest, ASeedFixesTheTokensAndStopsAndErrorsAreNamed) {
   EXPECT_EQ(Generate<float>(p, {}, o).status().code(), absl::StatusCode::kInvalidArgument);
   const std::vector<uint32_t> bad = {1, 29};
   EXPECT_EQ(Generate<float>(p, bad, o).status().code(), absl::StatusCode::kInvalidArgument);
+  o.stop_id = kV;  // never drawn: refused, not ignored
+  const absl::Status stop = Generate<float>(p, prompt, o).status();
+  EXPECT_EQ(stop.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(stop.message()).find("stop id"), std::string::npos) << stop;
+  o.stop_id = kV - 1;
+  EXPECT_TRUE(Generate<float>(p, prompt, o).ok());
   o.temperature = -1;
   EXPECT_EQ(Generate<float>(p, prompt, o).status().code(), absl::StatusCode::kInvalidArgument);
 }
