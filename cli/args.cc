@@ -171,4 +171,22 @@ absl::Status CheckOutputFile(const std::string& flag, const std::string& path) {
   return absl::OkStatus();
 }
 
+absl::Status CheckAddressFlag(const std::string& flag, const std::string& value, bool listen) {
+  for (const char* scheme : {"unix:", "dns:", "ipv4:", "ipv6:"})
+    if (value.rfind(scheme, 0) == 0) return absl::OkStatus();
+  if (value.find("://") != std::string::npos) return absl::OkStatus();
+  const size_t colon = value.rfind(':');
+  const std::string port =
+      colon == std::string::npos ? std::string() : value.substr(colon + 1);
+  int number = -1;
+  if (colon == std::string::npos || colon == 0 || port.empty() || port.size() > 5 ||
+      port.find_first_not_of("0123456789") != std::string::npos ||
+      !absl::SimpleAtoi(port, &number) || number > 65535 || (!listen && number == 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", flag, " must be HOST:PORT (port ", listen ? "0" : "1",
+                     "-65535), got '", value, "'"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace adjsh::cli

@@ -1,11 +1,16 @@
 // adjsh coordinator: serves the TaskService (workers) and the JobService (adjsh submit / status /
 // watch / cancel) on one gRPC address, with mutual TLS and a job token (cli/security_flags.h) or
 // plaintext on loopback, until SIGTERM or SIGINT (coordinator/job_service.h).
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <thread>
 
@@ -25,6 +30,39 @@
 #include "proto/transport.h"
 
 namespace adjsh::cli {
+
+namespace {
+
+// The state directory, made if missing, and held for this process: an exclusive flock on
+// DIR/coordinator.lock (released by the kernel however the process ends). A second coordinator
+// on the same directory ran beside the first and rewrote its job records (a job the first had
+// finished went back to RUNNING); now it is refused. The descriptor, or an error naming DIR.
+absl::StatusOr<int> HoldStateDir(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot create --state-dir ", dir, ": ", ec.message()));
+  }
+  const std::string lock = (std::filesystem::path(dir) / "coordinator.lock").string();
+  const int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--state-dir ", dir, " is not writable (", lock, "): ", std::strerror(errno)));
+  }
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int error = errno;
+    ::close(fd);
+    return absl::FailedPreconditionError(
+        error == EWOULDBLOCK
+            ? absl::StrCat("--state-dir ", dir, " is in use by another coordinator (it holds ",
+                           lock, ")")
+            : absl::StrCat("cannot lock ", lock, ": ", std::strerror(error)));
+  }
+  return fd;
+}
+
+}  // namespace
 
 int CoordinatorCommand(const std::vector<std::string>& args) {
   ArgParser a(
@@ -72,11 +110,8 @@ int CoordinatorCommand(const std::vector<std::string>& args) {
   if (auto code = ParseOrExit(a, args)) return *code;
 
   const std::string listen = a.Get("listen");
-  const size_t colon = listen.rfind(':');
-  if (listen.empty() || colon == std::string::npos || colon == 0) {
-    return BadUsage("coordinator", absl::InvalidArgumentError(absl::StrCat(
-                                       "--listen must be HOST:PORT, got '", listen, "'")));
-  }
+  if (absl::Status s = CheckAddressFlag("listen", listen, /*listen=*/true); !s.ok())
+    return BadUsage("coordinator", s);
   absl::StatusOr<int64_t> lease_ms = a.GetInt("lease-ms", 100, int64_t{1} << 31);
   if (!lease_ms.ok()) return BadUsage("coordinator", lease_ms.status());
   absl::StatusOr<int64_t> threads = a.GetInt("threads", 0, 4096);
@@ -94,6 +129,9 @@ int CoordinatorCommand(const std::vector<std::string>& args) {
   if (!security.ok()) return SecurityFail("coordinator", security_error);
 
   std::error_code ec;
+  if (a.Get("state-dir").empty()) {  // the jobs' records and default checkpoints would go nowhere
+    return BadUsage("coordinator", absl::InvalidArgumentError("--state-dir must name a directory"));
+  }
   const std::string state_dir = std::filesystem::absolute(a.Get("state-dir"), ec).string();
   if (std::filesystem::exists(state_dir, ec) && !std::filesystem::is_directory(state_dir, ec)) {
     return Fail("coordinator", absl::FailedPreconditionError(absl::StrCat(
@@ -114,6 +152,8 @@ int CoordinatorCommand(const std::vector<std::string>& args) {
   }
   // Checkpoints and everything else the coordinator writes: readable by its own user only.
   ::umask(077);
+  const absl::StatusOr<int> state_lock = HoldStateDir(state_dir);  // held until the process ends
+  if (!state_lock.ok()) return Fail("coordinator", state_lock.status());
   coordinator::LimitMallocArenasForServing();
 
   coordinator::TaskServiceOptions task_options;
@@ -159,7 +199,7 @@ int CoordinatorCommand(const std::vector<std::string>& args) {
                                    "cannot listen on ", listen,
                                    " (address in use, or not an address of this machine)")));
   }
-  const std::string address = absl::StrCat(listen.substr(0, colon), ":", port);
+  const std::string address = absl::StrCat(listen.substr(0, listen.rfind(':')), ":", port);
   if (*health) (*health)->SetServing(true);
   std::atomic<bool>& stop = InstallStopSignals();
   std::printf("listening on %s\n", address.c_str());

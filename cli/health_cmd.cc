@@ -39,6 +39,8 @@ int HealthCommand(const std::vector<std::string>& args) {
   if (!timeout.ok() || !(*timeout > 0)) {
     return BadUsage("health", absl::InvalidArgumentError("--timeout must be a positive number"));
   }
+  if (absl::Status s = CheckAddressFlag("address", a.Get("address"), false); !s.ok())
+    return BadUsage("health", s);
   absl::StatusOr<grpc::health::v1::HealthCheckResponse::ServingStatus> s =
       CheckHealth(a.Get("address"), a.Get("service"), *timeout);
   if (!s.ok()) {

@@ -47,6 +47,7 @@ class Client {
     error->usage = true;
     c.address_ = a.Get("coordinator");
     if (c.address_.empty()) return absl::InvalidArgumentError("--coordinator is empty");
+    if (absl::Status s = CheckAddressFlag("coordinator", c.address_, false); !s.ok()) return s;
     absl::StatusOr<int64_t> t = a.GetInt("timeout", 1, 3600);
     if (!t.ok()) return t.status();
     c.timeout_s_ = *t;
@@ -334,7 +335,8 @@ int CancelCommand(const std::vector<std::string>& args) {
   ArgParser a("cancel",
               "Cancels a queued or running job of a coordinator and prints its id and state. A\n"
               "running job stops at once (its current step is abandoned; its last checkpoint is\n"
-              "kept). Exit 1 for an unknown job or one that has already finished.");
+              "kept). Exit 1 for an unknown job or one that has already SUCCEEDED or FAILED;\n"
+              "cancelling a CANCELLED job again prints it and exits 0.");
   AddClientFlags(a);
   a.Add("job", "ID", "the job to cancel", "", true);
   if (auto code = ParseOrExit(a, args)) return *code;

@@ -252,12 +252,15 @@ int TrainCommand(const std::vector<std::string>& args) {
   int64_t threads = 0, workers = 0, lease_ms = 0;
   struct IntFlag {
     const char* name;
-    int64_t min;
+    int64_t min, max;
     int64_t* field;
   };
-  for (const IntFlag& f : {IntFlag{"workers", 0, &workers}, IntFlag{"lease-ms", 100, &lease_ms},
-                           IntFlag{"threads", 0, &threads}}) {
-    absl::StatusOr<int64_t> v = a.GetInt(f.name, f.min, int64_t{1} << 40);
+  // Local worker processes: at most grad's 1024 (100000 started a thousand processes before it
+  // was stopped, without a word).
+  for (const IntFlag& f : {IntFlag{"workers", 0, 1024, &workers},
+                           IntFlag{"lease-ms", 100, int64_t{1} << 40, &lease_ms},
+                           IntFlag{"threads", 0, int64_t{1} << 40, &threads}}) {
+    absl::StatusOr<int64_t> v = a.GetInt(f.name, f.min, f.max);
     if (!v.ok()) return BadUsage("train", v.status());
     *f.field = *v;
   }

@@ -69,6 +69,8 @@ int WorkerCommand(const std::vector<std::string>& args) {
   if (opt.coordinator.empty()) {
     return BadUsage("worker", absl::InvalidArgumentError("--coordinator is empty"));
   }
+  if (absl::Status s = CheckAddressFlag("coordinator", opt.coordinator, false); !s.ok())
+    return BadUsage("worker", s);
   SecurityError security_error;
   absl::StatusOr<ClientSecurity> security =
       ClientSecurityFromFlags(a, opt.coordinator, /*worker=*/true, &security_error);
@@ -87,12 +89,9 @@ int WorkerCommand(const std::vector<std::string>& args) {
     opt.peer_advertise = a.Get("peer-advertise");
     opt.peer_tls_name = a.Get("peer-tls-name");
     const bool unix_socket = opt.peer_listen.rfind("unix:", 0) == 0;
-    const size_t colon = opt.peer_listen.rfind(':');
-    if (!unix_socket && (colon == std::string::npos || colon == 0)) {
-      return BadUsage("worker", absl::InvalidArgumentError(absl::StrCat(
-                                    "--peer-listen must be HOST:PORT or unix:PATH, got '",
-                                    opt.peer_listen, "'")));
-    }
+    if (absl::Status s = CheckAddressFlag("peer-listen", opt.peer_listen, true); !s.ok())
+      return BadUsage("worker", absl::InvalidArgumentError(
+                                    absl::StrCat(s.message(), " (or unix:PATH)")));
     if (security->insecure) {
       if (a.Has("peer-tls-name")) {
         return BadUsage("worker", absl::InvalidArgumentError("--peer-tls-name needs --tls-ca"));

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "proto/status_util.h"
+#include "proto/transport.h"
 
 namespace adjsh {
 namespace {
@@ -48,6 +49,7 @@ absl::StatusOr<std::unique_ptr<HealthServer>> HealthServer::Start(const std::str
   int port = 0;
   grpc::ServerBuilder builder;
   builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  RefusePortInUse(builder);
   builder.RegisterService(&h->service_);
   h->server_ = builder.BuildAndStart();
   if (!h->server_ || port == 0) {

@@ -2,7 +2,12 @@
 
 namespace adjsh {
 
+void RefusePortInUse(grpc::ServerBuilder& builder) {
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+}
+
 void ConfigureServer(grpc::ServerBuilder& builder, int max_message_bytes) {
+  RefusePortInUse(builder);
   builder.SetMaxReceiveMessageSize(max_message_bytes);
   builder.SetMaxSendMessageSize(max_message_bytes);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, kKeepaliveTimeMs);

@@ -28,6 +28,11 @@ inline constexpr int kDefaultMaxMessageBytes = 8 << 20;
 
 // Message limits (both directions) and keepalive for a server.
 void ConfigureServer(grpc::ServerBuilder& builder, int max_message_bytes);
+// gRPC binds with SO_REUSEPORT by default on Linux: a second adjsh server given a port one
+// already listens on shared it, silently (two coordinators then answered one address in turn,
+// handing out the same job ids). With this a port in use fails the server's start. Part of
+// ConfigureServer; alone for servers that take none of its other settings (health checks).
+void RefusePortInUse(grpc::ServerBuilder& builder);
 
 // Channel arguments of a client: keepalive, the connect timeout and the largest message it
 // accepts.

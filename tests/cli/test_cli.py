@@ -899,6 +899,13 @@ def run_cases(r, work):
         check(open(P("own.u32"), "rb").read() == before, "the token file was overwritten")
     r.case("out/--out naming the --tokens file refused", out_is_tokens)
 
+    r.case("train/--workers 100000 refused (at most 1024 local workers)",
+           lambda: r.expect(["train", "--hidden-size", "8", "--layers", "1", "--vocab-size",
+                             str(V), "--context", "16", "--chunk", "8", "--steps", "1",
+                             "--tokens", tok32, "--workers", "100000", "--checkpoint-dir",
+                             P("ck_many")], BAD_VALUE_RC, err_has=["--workers"],
+                            out_path=P("ck_many")))
+
     def reduce_in_process():
         o = fresh_out()
         r.expect(grad_base + ["--out", o, "--reduce", "star"], BAD_VALUE_RC,

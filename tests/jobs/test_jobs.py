@@ -62,7 +62,18 @@ def body(adjsh, tmp, cluster, record):
                     (["submit", "--steps", "many"], "non-integer --steps"),
                     (["submit", "--spec", "x.json", "--steps", "3"], "--spec with job flags"),
                     (["submit", "--model", tmp, "--hidden-size", "8"], "--model with shape flags"),
-                    (["coordinator", "--listen", "nowhere"], "--listen without a port")]:
+                    (["coordinator", "--listen", "nowhere"], "--listen without a port"),
+                    (["coordinator", "--insecure-local", "--state-dir", ""],
+                     "an empty --state-dir"),
+                    # Ports gRPC would have wrapped (99999 -> 34463) or cut short (5abc -> 5).
+                    (["coordinator", "--insecure-local", "--listen", "127.0.0.1:65536"],
+                     "--listen port 65536"),
+                    (["status", "--coordinator", "127.0.0.1:99999"], "--coordinator port 99999"),
+                    (["status", "--coordinator", "127.0.0.1:5abc"], "--coordinator port 5abc"),
+                    (["worker", "--coordinator", "127.0.0.1:+5"], "worker --coordinator +5"),
+                    (["worker", "--coordinator", "127.0.0.1:1", "--peer-listen",
+                      "127.0.0.1:99999"], "--peer-listen port 99999"),
+                    (["health", "--address", ""], "health --address ''")]:
         r = run(*a)
         record(f"bad usage ({what}) -> exit 2", r.returncode == 2 and r.stderr, r.stderr)
 
@@ -98,6 +109,20 @@ def body(adjsh, tmp, cluster, record):
     if addr is None:
         return
     workers = [cluster.worker(addr, f"w{k}") for k in range(2)]
+    # A second coordinator on its port, or on its state dir, is refused (gRPC's SO_REUSEPORT
+    # let both serve one port, handing out the same job ids; nothing kept two from rewriting
+    # one state dir's job records).
+    other, other_addr = cluster.coordinator(os.path.join(tmp, "state_other"), listen=addr,
+                                            timeout=10, log="coordinator-same-port")
+    other.wait(timeout=30)
+    log = open(cluster.log_path("coordinator-same-port")).read()
+    record("a second coordinator on the same port exits 1",
+           other.returncode == 1 and "cannot listen on " + addr in log, log[-500:])
+    other, _ = cluster.coordinator(state, timeout=10, log="coordinator-same-state")
+    other.wait(timeout=30)
+    log = open(cluster.log_path("coordinator-same-state")).read()
+    record("a second coordinator on the same --state-dir exits 1",
+           other.returncode == 1 and "is in use by another coordinator" in log, log[-500:])
 
     r = run("status", "--coordinator", addr)
     record("status of an empty coordinator", r.returncode == 0 and "no jobs" in r.stdout, r.stderr)
