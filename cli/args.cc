@@ -8,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/address.h"
 
 namespace adjsh::cli {
 
@@ -175,18 +176,7 @@ absl::Status CheckAddressFlag(const std::string& flag, const std::string& value,
   for (const char* scheme : {"unix:", "dns:", "ipv4:", "ipv6:"})
     if (value.rfind(scheme, 0) == 0) return absl::OkStatus();
   if (value.find("://") != std::string::npos) return absl::OkStatus();
-  const size_t colon = value.rfind(':');
-  const std::string port =
-      colon == std::string::npos ? std::string() : value.substr(colon + 1);
-  int number = -1;
-  if (colon == std::string::npos || colon == 0 || port.empty() || port.size() > 5 ||
-      port.find_first_not_of("0123456789") != std::string::npos ||
-      !absl::SimpleAtoi(port, &number) || number > 65535 || (!listen && number == 0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--", flag, " must be HOST:PORT (port ", listen ? "0" : "1",
-                     "-65535), got '", value, "'"));
-  }
-  return absl::OkStatus();
+  return CheckHostPort(flag, value, listen ? 0 : 1);
 }
 
 }  // namespace adjsh::cli

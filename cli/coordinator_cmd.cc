@@ -22,6 +22,7 @@
 #include "cli/device_flags.h"
 #include "cli/security_flags.h"
 #include "cli/stop_signal.h"
+#include "common/address.h"
 #include "common/metrics_server.h"
 #include "coordinator/job_service.h"
 #include "coordinator/metrics.h"
@@ -117,7 +118,7 @@ int CoordinatorCommand(const std::vector<std::string>& args) {
   absl::StatusOr<int64_t> threads = a.GetInt("threads", 0, 4096);
   if (!threads.ok()) return BadUsage("coordinator", threads.status());
   if (a.Has("metrics-listen")) {
-    if (absl::Status s = metrics::CheckListenAddress("metrics-listen", a.Get("metrics-listen"));
+    if (absl::Status s = CheckHostPort("metrics-listen", a.Get("metrics-listen"));
         !s.ok())
       return BadUsage("coordinator", s);
   }

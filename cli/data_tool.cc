@@ -41,10 +41,9 @@ std::string OnPath(const std::string& name) {
 // it is given need only the standard library, and it says itself when the tokenizers package
 // is what is missing.
 absl::StatusOr<std::vector<std::string>> Paths() {
-  const char* set = std::getenv("ADJSH_PYTHON");
-  std::string python = set != nullptr && *set != '\0' ? OnPath(set)
-                                                       : ADJSH_SOURCE_DIR "/.venv/bin/python";
-  if ((set == nullptr || *set == '\0') && ::access(python.c_str(), X_OK) != 0 &&
+  const std::string set = FromEnv("ADJSH_PYTHON", "");
+  std::string python = set.empty() ? ADJSH_SOURCE_DIR "/.venv/bin/python" : OnPath(set);
+  if (set.empty() && ::access(python.c_str(), X_OK) != 0 &&
       ::access("/usr/bin/python3", X_OK) == 0)
     python = "/usr/bin/python3";
   const std::string tool = FromEnv("ADJSH_DATA_TOOL", ADJSH_SOURCE_DIR "/scripts/adjsh_data.py");

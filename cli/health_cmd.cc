@@ -5,7 +5,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/health_flags.h"
-#include "common/metrics_server.h"
+#include "common/address.h"
 
 namespace adjsh::cli {
 
@@ -19,7 +19,7 @@ void AddHealthFlag(ArgParser& a, const std::string& when) {
 absl::StatusOr<std::unique_ptr<HealthServer>> StartHealth(const ArgParser& a) {
   if (!a.Has("health-listen")) return std::unique_ptr<HealthServer>();
   const std::string listen = a.Get("health-listen");
-  if (absl::Status s = metrics::CheckListenAddress("health-listen", listen); !s.ok()) return s;
+  if (absl::Status s = CheckHostPort("health-listen", listen); !s.ok()) return s;
   absl::StatusOr<std::unique_ptr<HealthServer>> h = HealthServer::Start(listen);
   if (!h.ok()) return h.status();
   std::fprintf(stderr, "health on %s\n", (*h)->address().c_str());

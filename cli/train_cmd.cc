@@ -13,6 +13,7 @@
 #include "cli/device_flags.h"
 #include "cli/job_flags.h"
 #include "cli/train_report.h"
+#include "common/address.h"
 #include "common/metrics_server.h"
 #include "common/model.h"
 #include "engine/mamba2_model.h"
@@ -284,7 +285,7 @@ int TrainCommand(const std::vector<std::string>& args) {
   }
   for (const char* flag : {"metrics-listen", "worker-metrics-listen"}) {
     if (!a.Has(flag)) continue;
-    if (absl::Status s = metrics::CheckListenAddress(flag, a.Get(flag)); !s.ok()) {
+    if (absl::Status s = CheckHostPort(flag, a.Get(flag)); !s.ok()) {
       return BadUsage("train", s);
     }
   }

@@ -15,6 +15,7 @@
 #include "cli/security_flags.h"
 #include "cli/health_flags.h"
 #include "cli/stop_signal.h"
+#include "common/address.h"
 #include "common/metrics_server.h"
 #include "kernels/backend.h"
 #include "worker/metrics.h"
@@ -143,7 +144,7 @@ int WorkerCommand(const std::vector<std::string>& args) {
   std::unique_ptr<metrics::MetricsServer> metrics_server;
   if (a.Has("metrics-listen")) {
     const std::string listen = a.Get("metrics-listen");
-    if (absl::Status s = metrics::CheckListenAddress("metrics-listen", listen); !s.ok()) {
+    if (absl::Status s = CheckHostPort("metrics-listen", listen); !s.ok()) {
       return BadUsage("worker", s);
     }
     absl::StatusOr<std::unique_ptr<metrics::MetricsServer>> started =

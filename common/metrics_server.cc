@@ -17,6 +17,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/address.h"
 #include "common/build_info.h"
 #include "prometheus/text_serializer.h"
 
@@ -100,17 +101,6 @@ uint64_t MemoryLimitBytes() {
   return limit;
 }
 
-absl::Status CheckListenAddress(std::string_view flag, const std::string& value) {
-  const size_t colon = value.rfind(':');
-  int port = -1;
-  if (colon == std::string::npos || colon == 0 ||
-      !absl::SimpleAtoi(value.substr(colon + 1), &port) || port < 0 || port > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--", std::string(flag), " must be HOST:PORT (port 0-65535), got '", value, "'"));
-  }
-  return absl::OkStatus();
-}
-
 std::string Exposition(
     const std::vector<std::shared_ptr<prometheus::Collectable>>& collectables) {
   std::vector<prometheus::MetricFamily> families;
@@ -123,7 +113,7 @@ std::string Exposition(
 }
 
 absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::string& listen) {
-  if (absl::Status s = CheckListenAddress("metrics-listen", listen); !s.ok()) return s;
+  if (absl::Status s = CheckHostPort("metrics-listen", listen); !s.ok()) return s;
   const size_t colon = listen.rfind(':');
   std::string host = listen.substr(0, colon);
   const std::string port = listen.substr(colon + 1);

@@ -65,9 +65,6 @@ prometheus::Histogram::BucketBoundaries ExponentialBuckets(double first, double 
 // memory.limit_in_bytes) when one is set and smaller than physical memory, else physical memory.
 uint64_t MemoryLimitBytes();
 
-// OK when `value` has the form HOST:PORT with a port in [0, 65535]; INVALID_ARGUMENT naming
-// `flag` otherwise.
-absl::Status CheckListenAddress(std::string_view flag, const std::string& value);
 
 // The text exposition (format 0.0.4) of everything `collectables` export, in order.
 std::string Exposition(const std::vector<std::shared_ptr<prometheus::Collectable>>& collectables);
