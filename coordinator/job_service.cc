@@ -3,6 +3,7 @@
 #include <new>
 #include <stdexcept>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -21,6 +22,7 @@
 #include "coordinator/job_paths.h"
 #include "coordinator/job_spec.h"
 #include "coordinator/job_store.h"
+#include "coordinator/worker_wait.h"
 #include "proto/status_util.h"
 #include "train/trainer.h"
 
@@ -83,7 +85,8 @@ std::string InstanceId() {
 }  // namespace
 
 JobServiceImpl::JobServiceImpl(TaskServiceImpl& tasks, JobServiceOptions options)
-    : tasks_(tasks), opt_(std::move(options)), instance_(InstanceId()), store_(opt_.state_dir) {
+    : tasks_(tasks), opt_(std::move(options)), instance_(InstanceId()), store_(opt_.state_dir),
+      worker_wait_(2 * tasks.lease()) {
   if (!opt_.state_dir.empty()) {
     // Continue the numbering after the job folders a previous coordinator left.
     std::error_code ec;
@@ -103,6 +106,7 @@ JobServiceImpl::JobServiceImpl(TaskServiceImpl& tasks, JobServiceOptions options
   }
   runner_ = std::thread([this] { RunLoop(); });
   pump_ = std::thread([this] { CancelPump(); });
+  worker_watch_ = std::thread([this] { WatchWorkers(); });
 }
 
 JobServiceImpl::~JobServiceImpl() { Shutdown(); }
@@ -139,6 +143,7 @@ void JobServiceImpl::Shutdown() {
     cv_.notify_all();
   }
   if (pump_.joinable()) pump_.join();
+  if (worker_watch_.joinable()) worker_watch_.join();
 }
 
 void JobServiceImpl::Persist(const JobRecord& rec) {
@@ -370,6 +375,29 @@ void JobServiceImpl::CancelPump() {
   }
 }
 
+void JobServiceImpl::WatchWorkers() {
+  const auto tick = std::clamp(absl::ToChronoMilliseconds(tasks_.lease() / 4),
+                               std::chrono::milliseconds(50), std::chrono::milliseconds(1000));
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    cv_.wait_for(lock, tick, [&] { return pump_stop_; });
+    if (pump_stop_) return;
+    if (running_ && running_->job.state() == v1::Job::RUNNING) NoteWorkers(*running_);
+  }
+}
+
+void JobServiceImpl::NoteWorkers(JobRecord& rec) {
+  // mu_ before the TaskService's own lock, the order CancelPump takes them in.
+  const std::string message =
+      worker_wait_.Update(absl::Now(), tasks_.connected_workers(), tasks_.live_workers());
+  if (message.empty()) return;
+  rec.worker_note = worker_wait_.noted() ? message : "";
+  if (opt_.log) std::fprintf(stderr, "%s: %s\n", rec.job.job_id().c_str(), message.c_str());
+  v1::JobEvent e = Summary(rec);
+  e.set_message(message);
+  PushEvent(rec, std::move(e));
+}
+
 void JobServiceImpl::RunLoop() {
   for (;;) {
     std::shared_ptr<JobRecord> rec;
@@ -382,6 +410,7 @@ void JobServiceImpl::RunLoop() {
       queue_.pop_front();
       if (rec->job.state() != v1::Job::QUEUED) continue;  // cancelled while queued
       running_ = rec;
+      worker_wait_.Reset(absl::Now());
       job_id = rec->job.job_id();
       SetState(*rec, v1::Job::RUNNING,
                absl::StrCat("running; ", CheckpointsNote(rec->checkpoint_dir)));
@@ -502,6 +531,9 @@ absl::Status JobServiceImpl::TrainJob(JobRecord& rec, const v1::JobSpec& spec,
     if (opt_.observer != nullptr) opt_.observer->StepDone(job_id, r, opt.context);
     std::lock_guard<std::mutex> lock(mu_);
     if (rec.job.state() != v1::Job::RUNNING) return;  // cancelled: no more progress
+    // A step is done, so a worker took its tasks: if the wait note stands (the step fell
+    // between two of WatchWorkers's ticks), the workers are back, said before the step.
+    if (worker_wait_.noted()) NoteWorkers(rec);
     rec.recent_seconds.push_back(r.seconds);
     while (rec.recent_seconds.size() > kThroughputSteps) rec.recent_seconds.pop_front();
     const double secs = std::accumulate(rec.recent_seconds.begin(), rec.recent_seconds.end(), 0.0);
@@ -574,18 +606,23 @@ grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext*, const v1::CancelJob
 grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* ctx, const v1::WatchJobRequest* req,
                                       grpc::ServerWriter<v1::JobEvent>* writer) {
   std::shared_ptr<JobRecord> rec;
-  v1::JobEvent first;
+  v1::JobEvent first, note;
   int64_t seq = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
     rec = Find(req->job_id());
     if (!rec) return ToGrpcStatus(UnknownJob(req->job_id()));
     first = Summary(*rec);
+    if (!rec->worker_note.empty()) {  // the job is waiting for workers: say so after the summary
+      note = first;
+      note.set_message(rec->worker_note);
+    }
     seq = rec->next_event();
   }
   const grpc::Status gone(grpc::StatusCode::CANCELLED, "the watcher went away");
   if (!writer->Write(first)) return gone;
   if (Terminal(first.state())) return grpc::Status::OK;
+  if (!note.message().empty() && !writer->Write(note)) return gone;
   for (;;) {
     std::vector<v1::JobEvent> batch;
     {

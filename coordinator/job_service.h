@@ -36,7 +36,10 @@
 // WatchJob: an initial event summarising the job as it is now (state, step, loss, tokens/s,
 // ETA; message: the error for FAILED), then one event per state change and per finished step
 // (message: the checkpoint written at that step, if any), until the terminal event, after which
-// the stream ends OK. A watcher that falls more than 4096 events behind gets a summary event in
+// the stream ends OK. While no worker has taken the running job's tasks for two leases, one event
+// says so (message "waiting for workers: ..."), and one more when a worker does again ("workers
+// are back: ..."); a watcher that attaches meanwhile gets the first after the summary. A watcher
+// that falls more than 4096 events behind gets a summary event in
 // place of the events it missed. The stream ends CANCELLED when the client goes away.
 #ifndef ADJSH_COORDINATOR_JOB_SERVICE_H_
 #define ADJSH_COORDINATOR_JOB_SERVICE_H_
@@ -58,6 +61,7 @@
 #include "coordinator/job_spec.h"
 #include "coordinator/job_store.h"
 #include "coordinator/task_service.h"
+#include "coordinator/worker_wait.h"
 #include "proto/adjsh.grpc.pb.h"
 
 namespace adjsh::coordinator {
@@ -121,6 +125,9 @@ class JobServiceImpl final : public v1::JobService::Service {
     std::deque<v1::JobEvent> events;    // the newest events; the first has number first_event
     int64_t first_event = 0;
     std::atomic<bool> cancel{false};  // the runner stops at its next chance
+    // The standing "waiting for workers" note (coordinator/worker_wait.h), for a watcher that
+    // attaches while it stands; "" when none.
+    std::string worker_note;
     int64_t next_event() const { return first_event + static_cast<int64_t>(events.size()); }
   };
 
@@ -139,6 +146,11 @@ class JobServiceImpl final : public v1::JobService::Service {
   // Re-sends CancelCurrent while the running job is cancelled and has not stopped (a cancel
   // that arrives between two gradients, or while one is being set up, would be lost otherwise).
   void CancelPump();
+  // About once a second while a job runs: tells its watchers, and the log, when no worker has
+  // taken tasks for two leases, and when one does again (coordinator/worker_wait.h).
+  void WatchWorkers();
+  // Requires mu_. Publishes worker_wait_'s note for the running job rec, if it has one now.
+  void NoteWorkers(JobRecord& rec);
   // Requires mu_. Records an event and wakes the watchers.
   void PushEvent(JobRecord& rec, v1::JobEvent event);
   // Requires mu_. Sets state (+ error), updated time, and pushes the state-change event.
@@ -163,10 +175,11 @@ class JobServiceImpl final : public v1::JobService::Service {
   std::vector<std::shared_ptr<JobRecord>> order_;           // submission order; guarded by mu_
   std::deque<std::shared_ptr<JobRecord>> queue_;            // guarded by mu_
   std::shared_ptr<JobRecord> running_;                      // guarded by mu_
+  WorkerWaitNote worker_wait_;  // of the running job (reset as each starts); guarded by mu_
   int64_t next_id_ = 1;                                     // guarded by mu_
   bool stopping_ = false;                                   // guarded by mu_
   bool pump_stop_ = false;                                  // guarded by mu_
-  std::thread runner_, pump_;
+  std::thread runner_, pump_, worker_watch_;
 };
 
 }  // namespace adjsh::coordinator

@@ -507,6 +507,11 @@ int64_t TaskServiceImpl::connected_workers() const {
   return n;
 }
 
+int64_t TaskServiceImpl::live_workers() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int64_t>(LiveWorkers().size());
+}
+
 uint64_t TaskServiceImpl::bytes_sent() const { return bytes_sent_.load(); }
 uint64_t TaskServiceImpl::bytes_received() const { return bytes_received_.load(); }
 

@@ -138,6 +138,9 @@ class TaskServiceImpl final : public v1::TaskService::Service {
   QueueStats queue_stats() const;
   // Workers heard from (register, pull, heartbeat) within the last lease duration.
   int64_t connected_workers() const;
+  // Those of them that get tasks (not shunned for non-finite results).
+  int64_t live_workers() const;
+  absl::Duration lease() const { return opt_.lease; }
 
  private:
   // The gradient being computed: published while its span tasks are out.

@@ -20,12 +20,15 @@ Checks, with a coordinator on 127.0.0.1 (port 0: it prints the port it got) and 
   * a coordinator SIGKILLed during its first job and started again on the same address: the
     same spec submitted again (as job-2: ids continue) resumes from its checkpoint dir and ends
     bitwise as an uninterrupted run (the workers, which outlive it, re-register by themselves,
-    and nothing they cached for the old job-1 is used for the new one).
+    and nothing they cached for the old job-1 is used for the new one);
+  * a job with no worker: its watch and the coordinator's log say it waits for workers (and a
+    watch attached then too), and that they are back when a worker comes; it then succeeds.
 Every process listens on or connects to 127.0.0.1 and is stopped at the end, also on failure.
 Prints `N passed, N failed`; exit status 1 if any check failed.
 """
 import os
 import re
+import select
 import signal
 import socket
 import subprocess
@@ -346,6 +349,58 @@ def body(adjsh, tmp, cluster, record):
     except subprocess.TimeoutExpired:
         rc = None
     record("SIGTERM of an idle coordinator: exit 0", rc == 0, rc)
+
+    # A job with no worker waits, and now says so: two leases (2 s each) after it starts, its
+    # watch and the coordinator's log say it waits for workers; a watch attached then gets the
+    # note after its summary. A worker started then runs it to the end, bitwise as in-process,
+    # and the watch says the workers are back.
+    coord, addr = cluster.coordinator(os.path.join(tmp, "state3"), log="coordinator-idle")
+    record("a third coordinator, with no worker", addr is not None)
+    if addr is None:
+        return
+    idle = {**spec_small, "checkpoint_dir": os.path.join(tmp, "job_idle")}
+    r = run("submit", "--coordinator", addr, "--spec", spec_file("idle", idle))
+    job7 = r.stdout.strip()
+    early = cluster.popen(["watch", "--coordinator", addr, "--job", job7])
+    log_path = cluster.log_path("coordinator-idle")
+    waited = wait_for(lambda: "waiting for workers: none has been connected for 4 s" in
+                      open(log_path).read(), 60)
+    record("a job with no worker: the coordinator's log says it waits for workers (after 4 s)",
+           r.returncode == 0 and waited, open(log_path).read()[-1000:])
+    late = cluster.popen(["watch", "--coordinator", addr, "--job", job7])
+    seen, deadline = "", time.time() + 30
+    while "waiting for workers" not in seen and time.time() < deadline:
+        ready, _, _ = select.select([late.stdout], [], [], 0.5)
+        if ready:  # unbuffered: a readline would leave the next line in the file's buffer
+            seen += os.read(late.stdout.fileno(), 4096).decode()
+    record("a watch attached while the job waits is told so after its summary",
+           re.search(rf"^{job7} RUNNING: .*\n{job7} waiting for workers: ", seen, re.M), seen)
+    cluster.worker(addr, "late")
+    outs = []
+    for p in (early, late):
+        try:
+            out, err = p.communicate(timeout=300)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, err = p.communicate()
+        outs.append((p.returncode, out, err))
+    rc, out, err = outs[0]
+    got = final_files(idle["checkpoint_dir"])
+    record("its watch: waiting for workers, then they are back, then SUCCEEDED as in-process",
+           rc == 0 and re.search(rf"^{job7} waiting for workers: .*^{job7} workers are back: 1 "
+                                 rf"is taking tasks; the job goes on$.*^{job7} SUCCEEDED", out,
+                                 re.M | re.S) and got is not None and got == ref4,
+           (rc, out[-1500:], err[-500:]))
+    record("the late watch ends SUCCEEDED too", outs[1][0] == 0, outs[1])
+    coord.send_signal(signal.SIGTERM)
+    try:
+        rc = coord.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        rc = None
+    record("SIGTERM of the third coordinator: exit 0", rc == 0, rc)
+    log = open(log_path).read()
+    record("the coordinator's log says when the workers are back",
+           f"{job7}: workers are back: 1 is taking tasks" in log, log[-1000:])
 
 if __name__ == "__main__":
     run_process_test("adjsh_jobs_", body)
