@@ -10,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
 #include "common/config.h"
 #include "common/file_io.h"
 #include "common/mamba2_config.h"
@@ -18,6 +19,7 @@
 #include "common/tokens.h"
 #include "engine/adjoint_engine.h"
 #include "engine/mamba2_model.h"
+#include "engine/span_plan.h"
 
 namespace adjsh::coordinator {
 namespace fs = std::filesystem;
@@ -224,6 +226,7 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const JobLimits& limits,
 
   // The model.
   int64_t vocab = 0;
+  int64_t conv_width = 0;  // W, for the span plan's check below
   switch (spec.model_case()) {
     case v1::JobSpec::kModelDir: {
       const std::string& dir = spec.model_dir();
@@ -255,6 +258,7 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const JobLimits& limits,
         }
         if (absl::Status s = CheckModelLimits(*m2, "model_dir", limits); !s.ok()) return s;
         vocab = m2->vocab_size;
+        conv_width = m2->conv_kernel;
         break;
       }
       absl::StatusOr<MambaConfig> c = ParseConfigJson(*text);  // LoadConfigFile's, read once
@@ -264,6 +268,7 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const JobLimits& limits,
       }
       if (absl::Status s = CheckModelLimits(*c, "model_dir", limits); !s.ok()) return s;
       vocab = c->vocab_size;
+      conv_width = c->conv_kernel;
       break;
     }
     case v1::JobSpec::kInit: {
@@ -271,6 +276,7 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const JobLimits& limits,
       if (!c.ok()) return c.status();
       if (absl::Status s = CheckModelLimits(*c, "init", limits); !s.ok()) return s;
       vocab = c->vocab_size;
+      conv_width = c->conv_kernel;
       break;
     }
     default:
@@ -295,6 +301,13 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const JobLimits& limits,
   if (spec.spans() < 0) {
     return Invalid("spans", absl::StrCat("must be >= 1 (or 0 for the default), got ",
                                          spec.spans()));
+  }
+  if (spec.spans() > 0) {  // too many for the chunks: refused now, not when the job starts
+    const int64_t chunk = spec.chunk() > 0 ? spec.chunk() : kDefaultChunk;
+    const absl::Status fit =
+        SpanPlan::CheckSpans(spec.context_length(), chunk, spec.spans(), conv_width);
+    // The plan's messages name adjsh train's flag ("--spans N: ..."); a spec has the field.
+    if (!fit.ok()) return absl::InvalidArgumentError(absl::StripPrefix(fit.message(), "--"));
   }
   if (spec.window() < 0)
     return Invalid("window", absl::StrCat("must be >= 0, got ", spec.window()));

@@ -45,6 +45,23 @@ int64_t SpanPlan::DefaultSpans(int64_t T, int64_t chunk, int64_t W) {
   return std::max<int64_t>(S, 1);
 }
 
+absl::Status SpanPlan::CheckSpans(int64_t T, int64_t chunk, int64_t spans, int64_t W) {
+  if (spans == 0) return absl::OkStatus();
+  const int64_t C = std::min(chunk, T), nC = (T + C - 1) / C;
+  if (spans > nC) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--spans %d: a span is a run of whole chunks, and T=%d in chunks of %d gives %d", spans,
+        T, C, nC));
+  }
+  if (const int64_t s = ShortSpan(T, C, spans, W); s >= 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--spans %d: span %d would hold fewer than W - 1 = %d tokens, the conv halo the next "
+        "span reads from it; use fewer spans or longer chunks",
+        spans, s, W - 1));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<SpanPlan> SpanPlan::Make(int64_t T, int64_t chunk, int64_t spans, int64_t K,
                                         int64_t W, bool forward_only) {
   if (T < 1 || chunk < 1 || K < 1 || W < 1 || spans < 0) {
@@ -56,17 +73,7 @@ absl::StatusOr<SpanPlan> SpanPlan::Make(int64_t T, int64_t chunk, int64_t spans,
   p.forward_only_ = forward_only;
   p.nC_ = (T + p.C_ - 1) / p.C_;
   const int64_t S = spans == 0 ? DefaultSpans(T, chunk, W) : spans;
-  if (S > p.nC_) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "--spans %d: a span is a run of whole chunks, and T=%d in chunks of %d gives %d", S, T,
-        p.C_, p.nC_));
-  }
-  if (const int64_t s = ShortSpan(T, p.C_, S, W); s >= 0) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "--spans %d: span %d would hold fewer than W - 1 = %d tokens, the conv halo the next "
-        "span reads from it; use fewer spans or longer chunks",
-        S, s, W - 1));
-  }
+  if (absl::Status s = CheckSpans(T, chunk, S, W); !s.ok()) return s;
   for (int64_t s = 0; s < S; ++s) {
     SpanRange r;
     r.c0 = FirstChunk(s, S, p.nC_), r.c1 = FirstChunk(s + 1, S, p.nC_);

@@ -55,6 +55,10 @@ class SpanPlan {
   static absl::StatusOr<SpanPlan> Make(int64_t T, int64_t chunk, int64_t spans, int64_t K,
                                        int64_t W, bool forward_only = false);
 
+  // Make's checks of S spans alone (without building the plan: a job spec's check at submit):
+  // OK, or Make's INVALID_ARGUMENT. T, chunk and W are at least 1; spans 0 is always OK.
+  static absl::Status CheckSpans(int64_t T, int64_t chunk, int64_t spans, int64_t W);
+
   // About one span per 16384 tokens, at least 8, at most one per chunk, and no more than keep
   // every span after the first at W - 1 tokens or longer.
   static int64_t DefaultSpans(int64_t T, int64_t chunk, int64_t W);

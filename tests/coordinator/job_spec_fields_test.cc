@@ -34,6 +34,23 @@ void ExpectField(const absl::Status& s, const std::string& field) {
   EXPECT_NE(std::string(s.message()).find(field), std::string::npos) << s;
 }
 
+// More spans than chunks, or a span shorter than the conv halo, was found only when the job
+// ran (FAILED after queueing); now at submit, with the span plan's reason.
+TEST(JobSpecFields, SpansTheChunksCannotHoldAreRefusedAtSubmit) {
+  v1::JobSpec s = Spec();
+  s.set_chunk(64), s.set_spans(8);  // 512 tokens in 8 chunks: one span each
+  EXPECT_TRUE(ValidateJobSpec(s).ok());
+  s.set_spans(9);
+  ExpectField(ValidateJobSpec(s), "spans 9: a span is a run of whole chunks");
+  s = Spec(), s.set_spans(3);  // the default chunk, 256: 2 chunks
+  ExpectField(ValidateJobSpec(s), "T=512 in chunks of 256 gives 2");
+  s = Spec(), s.set_chunk(2), s.set_spans(256);
+  // 256 spans of one 2-token chunk: the first after span 0 is shorter than the conv halo.
+  ExpectField(ValidateJobSpec(s), "spans 256: span 1 would hold fewer than W - 1 = 3 tokens");
+  s.set_spans(128);  // 4 tokens a span
+  EXPECT_TRUE(ValidateJobSpec(s).ok());
+}
+
 TEST(JobSpecFields, BadValuesAreRefusedNamingTheField) {
   ASSERT_TRUE(ValidateJobSpec(Spec()).ok());
   v1::JobSpec s = Spec();

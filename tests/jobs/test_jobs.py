@@ -185,6 +185,8 @@ def body(adjsh, tmp, cluster, record):
          {**spec_small, "text_files": {"paths": [os.path.join(tmp, "nope.txt")]}},
          "nope.txt does not exist"),
         ("unknown JSON field", {**spec_small, "stepz": 3}, "stepz"),
+        ("9 spans of 8 chunks", {**spec_small, "spans": 9},
+         "spans 9: a span is a run of whole chunks"),
     ]
     for name, spec, want in invalid:
         r = run("submit", "--coordinator", addr, "--spec", spec_file("bad", spec))
