@@ -4,6 +4,9 @@
 #include <cstdint>
 #include <random>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_format.h"
+
 namespace adjsh::worker {
 
 using std::chrono::milliseconds;
@@ -21,6 +24,35 @@ bool IsTransient(absl::StatusCode code) {
 
 void SetDeadline(grpc::ClientContext& ctx, milliseconds d) {
   ctx.set_deadline(std::chrono::system_clock::now() + d);
+}
+
+std::string ConnectHint(const absl::Status& s, bool tls) {
+  if (!tls || s.code() != absl::StatusCode::kUnavailable) return "";
+  const absl::string_view m = s.message();
+  if (absl::StrContains(m, "certificate verify failed")) {
+    return "this worker does not trust the coordinator's certificate: --tls-ca must be the CA "
+           "that signed it, and the name it carries the host of --coordinator (or "
+           "--tls-server-name)";
+  }
+  if (absl::StrContains(m, "Socket closed") || absl::StrContains(m, "Connection reset")) {
+    return "with TLS this is most often the coordinator refusing this worker's certificate: "
+           "--tls-cert must be signed by the CA the coordinator trusts (its --tls-ca)";
+  }
+  return "";
+}
+
+int FailureRun::Count(Clock::time_point now) {
+  if (failures_++ == 0) first_ = next_note_ = now;
+  last_ = now;
+  if (now < next_note_) return 2;
+  next_note_ = now + std::chrono::minutes(1);
+  return 1;
+}
+
+std::string FailureRun::Progress() const {
+  if (failures_ <= 1) return "";
+  return absl::StrFormat(" (try %d, failing for %d s)", failures_,
+                         std::chrono::duration_cast<std::chrono::seconds>(last_ - first_).count());
 }
 
 milliseconds Backoff::Next() {

@@ -64,7 +64,7 @@ WorkerStats Worker::stats() const { return state_->stats(); }
 
 absl::Status Worker::Register() {
   Backoff backoff(opt_.backoff_min, opt_.backoff_max);
-  int failures = 0;
+  FailureRun failures;
   for (;;) {
     if (state_->Stopping()) return absl::CancelledError("stopping");
     v1::RegisterWorkerRequest request;
@@ -98,9 +98,11 @@ absl::Status Worker::Register() {
       state_->Log(0, absl::StrCat("RegisterWorker refused: ", s.ToString()));
       return s;
     }
-    // The first failure in a row is worth a line; the rest only at debug level.
-    state_->Log(failures++ == 0 ? 1 : 2,
-                absl::StrCat("RegisterWorker failed (", s.ToString(), "); retrying"));
+    const std::string hint = ConnectHint(s, opt_.credentials != nullptr);
+    const int level = failures.Count(FailureRun::Clock::now());
+    state_->Log(level, absl::StrCat("RegisterWorker failed (", s.ToString(), ")",
+                                    hint.empty() ? "" : "; ", hint, "; retrying",
+                                    failures.Progress()));
     if (!state_->SleepFor(backoff.Next())) return absl::CancelledError("stopping");
   }
 }
@@ -177,7 +179,7 @@ absl::Status Worker::Run(std::atomic<bool>& stop) {
   if (status.ok()) {
     heartbeat = std::thread([this] { HeartbeatLoop(); });
     Backoff backoff(opt_.backoff_min, opt_.backoff_max);
-    int failures = 0;
+    FailureRun failures;
     while (!state_->Stopping()) {
       const std::string id = state_->worker_id();
       v1::PullTaskRequest request;
@@ -192,8 +194,8 @@ absl::Status Worker::Run(std::atomic<bool>& stop) {
       }
       if (s.ok()) {
         backoff.Reset();
-        if (failures > 0) state_->Log(1, "the coordinator answers again");
-        failures = 0;
+        if (failures.failures() > 0) state_->Log(1, "the coordinator answers again");
+        failures.Reset();
         if (response.has_task()) {
           state_->UpdateStats([](WorkerStats& st) { ++st.tasks_pulled; });
           runner.Handle(response.task());
@@ -220,8 +222,9 @@ absl::Status Worker::Run(std::atomic<bool>& stop) {
         status = s;
         break;
       }
-      state_->Log(failures++ == 0 ? 1 : 2,
-                  absl::StrCat("PullTask failed (", s.ToString(), "); retrying"));
+      const int level = failures.Count(FailureRun::Clock::now());
+      state_->Log(level, absl::StrCat("PullTask failed (", s.ToString(), "); retrying",
+                                      failures.Progress()));
       state_->SleepFor(backoff.Next());
     }
   }

@@ -152,8 +152,23 @@ def body(adjsh, tmp, procs, record):
         log = f.read()
     record("worker with another CA's certificate never registers",
            rogue.poll() is None and "RegisterWorker failed" in log and "registered" not in log, log)
+    # gRPC says no more than "Socket closed", as for a coordinator that went away; the log
+    # names the likely cause.
+    record("its log says the coordinator most likely refused its certificate",
+           "most often the coordinator refusing this worker's certificate" in log, log)
     rogue.send_signal(signal.SIGTERM)
     rogue.wait(timeout=10)
+    doubter = procs.worker(addr, "doubter", log="", flags=[
+        "--tls-ca", C("other-ca.pem"), "--tls-cert", C("worker.pem"), "--tls-key", C("worker.key")])
+    time.sleep(3)
+    with open(os.path.join(tmp, "worker-doubter.log"), errors="replace") as f:
+        log = f.read()
+    record("worker trusting another CA never registers, and its log says it does not trust "
+           "the coordinator's certificate",
+           doubter.poll() is None and "registered" not in log and
+           "does not trust the coordinator's certificate" in log, log)
+    doubter.send_signal(signal.SIGTERM)
+    doubter.wait(timeout=10)
 
     for a, want, what in [
             (["worker", "--coordinator", addr, "--tls-ca", C("ca.pem")], "--tls-cert",
