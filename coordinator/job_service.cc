@@ -155,7 +155,8 @@ void JobServiceImpl::Persist(const JobRecord& rec) {
 }
 
 // The jobs a previous coordinator with this state dir recorded: ended ones kept for status and
-// watch, queued and running ones queued again (in their order) to run from their checkpoints.
+// watch, queued and running ones queued again (in their order) to run from their checkpoints,
+// unless this coordinator's roots or limits refuse their specs (then FAILED, naming why).
 void JobServiceImpl::LoadStoredJobs() {
   std::vector<std::string> problems;
   for (StoredJob& j : store_.Load(&problems)) {
@@ -167,14 +168,23 @@ void JobServiceImpl::LoadStoredJobs() {
     int64_t n = 0;
     if (absl::SimpleAtoi(id.substr(4), &n) && n >= next_id_) next_id_ = n + 1;
     if (!Terminal(rec->job.state())) {
-      const bool was_running = rec->job.state() == v1::Job::RUNNING;
-      SetState(*rec, v1::Job::QUEUED,
-               absl::StrCat("queued again: the coordinator restarted",
-                            was_running ? absl::StrCat(" while it ran (after step ",
-                                                       rec->job.step(), ")")
-                                        : "",
-                            "; ", CheckpointsNote(rec->checkpoint_dir)));
-      queue_.push_back(rec);
+      // Checked again as at submit: this coordinator may have other roots or limits.
+      v1::JobSpec spec = rec->job.spec();
+      absl::Status fits = ConfineJobPaths(spec, {opt_.data_roots, opt_.state_dir});
+      if (fits.ok()) fits = ValidateJobSpec(spec, opt_.limits);
+      if (!fits.ok()) {
+        SetState(*rec, v1::Job::FAILED,
+                 absl::StrCat("refused when the coordinator started again: ", fits.ToString()));
+      } else {
+        const bool was_running = rec->job.state() == v1::Job::RUNNING;
+        SetState(*rec, v1::Job::QUEUED,
+                 absl::StrCat("queued again: the coordinator restarted",
+                              was_running ? absl::StrCat(" while it ran (after step ",
+                                                         rec->job.step(), ")")
+                                          : "",
+                              "; ", CheckpointsNote(rec->checkpoint_dir)));
+        queue_.push_back(rec);
+      }
     }
     jobs_[id] = rec;
     order_.push_back(rec);

@@ -34,13 +34,14 @@ class JobServiceBounds : public ::testing::Test {
     if (jobs_) jobs_->Shutdown();
     std::filesystem::remove_all(dir_);
   }
-  void Start(int64_t max_queued, int64_t max_finished, size_t max_reply_bytes = size_t{1} << 20) {
+  void Start(int64_t max_queued, int64_t max_finished, size_t max_reply_bytes = size_t{1} << 20,
+             bool data_root = true) {
     JobServiceOptions o;
     o.max_queued_jobs = max_queued;
     o.max_finished_jobs = max_finished;
     o.max_reply_bytes = max_reply_bytes;
     o.state_dir = (dir_ / "state").string();
-    o.data_roots = {dir_.string()};
+    if (data_root) o.data_roots = {dir_.string()};
     jobs_ = std::make_unique<JobServiceImpl>(tasks_, o);
   }
 
@@ -180,6 +181,33 @@ TEST_F(JobServiceBounds, JobIdsContinueAfterARestart) {
   ASSERT_TRUE(old.ok()) << old.status();
   EXPECT_EQ(old->state(), v1::Job::FAILED);
   EXPECT_EQ(old->spec().checkpoint_dir(), fs_canonical((dir_ / "own").string()));
+}
+
+// A job queued again by a restart is checked again, against the roots and limits the restarted
+// coordinator has: one started without the --data-root a queued job reads from ran it anyway.
+TEST_F(JobServiceBounds, JobsQueuedAgainAfterARestartAreCheckedAgain) {
+  Start(1000, 1000);
+  v1::JobSpec builtin = FailingSpec();
+  builtin.clear_text_files();  // the built-in corpus: no path; with no worker it waits, RUNNING
+  ASSERT_EQ(jobs_->Submit(builtin)->job_id(), "job-1");
+  ASSERT_EQ(jobs_->Submit(FailingSpec())->job_id(), "job-2");  // reads dir_, the data root
+  for (int i = 0; i < 1000 && jobs_->Get("job-1")->state() != v1::Job::RUNNING; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_EQ(jobs_->Get("job-1")->state(), v1::Job::RUNNING);
+  ASSERT_EQ(jobs_->Get("job-2")->state(), v1::Job::QUEUED);
+  jobs_->Shutdown();  // both stay on disk, to run again
+  jobs_.reset();
+  Start(1000, 1000, size_t{1} << 20, /*data_root=*/false);
+  absl::StatusOr<v1::Job> refused = jobs_->Get("job-2");
+  ASSERT_TRUE(refused.ok()) << refused.status();
+  EXPECT_EQ(refused->state(), v1::Job::FAILED);
+  EXPECT_NE(refused->error().find("refused when the coordinator started again"),
+            std::string::npos) << refused->error();
+  EXPECT_NE(refused->error().find("text_files"), std::string::npos) << refused->error();
+  absl::StatusOr<v1::Job> again = jobs_->Get("job-1");  // needs no root: it runs again
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(again->state() == v1::Job::QUEUED || again->state() == v1::Job::RUNNING)
+      << again->state();
 }
 
 }  // namespace
