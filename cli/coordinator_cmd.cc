@@ -201,6 +201,7 @@ int CoordinatorCommand(const std::vector<std::string>& args) {
                                    " (address in use, or not an address of this machine)")));
   }
   const std::string address = absl::StrCat(listen.substr(0, listen.rfind(':')), ":", port);
+  jobs.SetWorkerAddress(address);
   if (*health) (*health)->SetServing(true);
   std::atomic<bool>& stop = InstallStopSignals();
   std::printf("listening on %s\n", address.c_str());

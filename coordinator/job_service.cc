@@ -396,6 +396,11 @@ void JobServiceImpl::WatchWorkers() {
   }
 }
 
+void JobServiceImpl::SetWorkerAddress(const std::string& address) {
+  std::lock_guard<std::mutex> lock(mu_);
+  worker_wait_.set_address(address);
+}
+
 void JobServiceImpl::NoteWorkers(JobRecord& rec) {
   // mu_ before the TaskService's own lock, the order CancelPump takes them in.
   const std::string message =

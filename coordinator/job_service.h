@@ -104,6 +104,9 @@ class JobServiceImpl final : public v1::JobService::Service {
   absl::StatusOr<v1::Job> Get(const std::string& job_id) const;
   absl::StatusOr<v1::ListJobsResponse> List(const v1::ListJobsRequest& request) const;
   absl::StatusOr<v1::Job> Cancel(const std::string& job_id);
+  // The address workers reach this coordinator at (known once it serves), for the note that a
+  // job waits for workers.
+  void SetWorkerAddress(const std::string& address);
   // How many jobs are in each state (every state of v1::Job::State but UNSPECIFIED, zeros too).
   std::map<v1::Job::State, int64_t> CountJobs() const;
 

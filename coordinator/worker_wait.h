@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "absl/time/time.h"
 
@@ -33,8 +34,13 @@ class WorkerWaitNote {
 
   bool noted() const { return noted_; }
 
+  // The address workers reach this coordinator at, for the note's `adjsh worker` line ("": the
+  // note says only that the steps run on workers).
+  void set_address(std::string address) { address_ = std::move(address); }
+
  private:
   const absl::Duration after_;
+  std::string address_;
   absl::Time none_since_ = absl::InfinitePast();  // InfinitePast: a worker is live
   bool noted_ = false;
 };

@@ -365,8 +365,8 @@ def body(adjsh, tmp, cluster, record):
     job7 = r.stdout.strip()
     early = cluster.popen(["watch", "--coordinator", addr, "--job", job7])
     log_path = cluster.log_path("coordinator-idle")
-    waited = wait_for(lambda: "waiting for workers: none has been connected for 4 s" in
-                      open(log_path).read(), 60)
+    waited = wait_for(lambda: "waiting for workers: none connected for 4 s; start one with "
+                      f"`adjsh worker --coordinator {addr}`" in open(log_path).read(), 60)
     record("a job with no worker: the coordinator's log says it waits for workers (after 4 s)",
            r.returncode == 0 and waited, open(log_path).read()[-1000:])
     late = cluster.popen(["watch", "--coordinator", addr, "--job", job7])
