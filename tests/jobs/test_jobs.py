@@ -39,6 +39,26 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 from harness import SMALL_SHAPE as SHAPE, SMALL_TRAIN_FLAGS as TRAIN_FLAGS  # noqa: E402
 from harness import final_files, run_process_test, wait_for  # noqa: E402
 
+
+def finish(p, timeout):
+    """The output (stdout, stderr) of background process p once it ends, killed after timeout
+    seconds."""
+    try:
+        return p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        return p.communicate()
+
+
+def sigterm(p, timeout=20):
+    """Sends p SIGTERM; its exit status, or None if it is still running after timeout seconds."""
+    p.send_signal(signal.SIGTERM)
+    try:
+        return p.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None
+
+
 def body(adjsh, tmp, cluster, record):
     run, spec_file, status_json = cluster.run, cluster.spec_file, cluster.status
 
@@ -237,11 +257,7 @@ def body(adjsh, tmp, cluster, record):
     record("cancel the running job", r.returncode == 0 and f"{running} CANCELLED" in r.stdout,
            r.stdout + r.stderr)
     for name, p in (("queued", watch_q), ("running", watch_r)):
-        try:
-            out, err = p.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            out, err = p.communicate()
+        out, err = finish(p, 30)
         record(f"watch of the cancelled {name} job exits 1 with the reason",
                p.returncode == 1 and "CANCELLED" in err, (p.returncode, out[-500:], err))
         if name == "running":  # attached while it ran: at least its current progress line
@@ -282,17 +298,9 @@ def body(adjsh, tmp, cluster, record):
         status_json(addr, job6)), 120)
     w6 = cluster.popen(["watch", "--coordinator", addr, "--job", job6])
     time.sleep(0.5)
-    coord.send_signal(signal.SIGTERM)
-    try:
-        rc = coord.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        rc = None
+    rc = sigterm(coord)
     record("SIGTERM: the coordinator exits 0", js is not None and rc == 0, (js, rc))
-    try:
-        out, err = w6.communicate(timeout=20)
-    except subprocess.TimeoutExpired:
-        w6.kill()
-        out, err = w6.communicate()
+    out, err = finish(w6, 20)
     record("SIGTERM: the running job's watch exits 1 and says it was interrupted",
            w6.returncode == 1 and "interrupted by the coordinator's shutdown" in out + err,
            (w6.returncode, out[-500:], err[-500:]))
@@ -345,11 +353,7 @@ def body(adjsh, tmp, cluster, record):
            r.returncode == 0 and got is not None and ref12 is not None and got == ref12 and
            (not resumed or "resumed from the checkpoint" in r.stdout),
            r.stdout[-1500:] + r.stderr)
-    coord.send_signal(signal.SIGTERM)
-    try:
-        rc = coord.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        rc = None
+    rc = sigterm(coord)
     record("SIGTERM of an idle coordinator: exit 0", rc == 0, rc)
 
     # A job with no worker waits, and now says so: two leases (2 s each) after it starts, its
@@ -380,11 +384,7 @@ def body(adjsh, tmp, cluster, record):
     cluster.worker(addr, "late")
     outs = []
     for p in (early, late):
-        try:
-            out, err = p.communicate(timeout=300)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            out, err = p.communicate()
+        out, err = finish(p, 300)
         outs.append((p.returncode, out, err))
     rc, out, err = outs[0]
     got = final_files(idle["checkpoint_dir"])
@@ -394,11 +394,7 @@ def body(adjsh, tmp, cluster, record):
                                  re.M | re.S) and got is not None and got == ref4,
            (rc, out[-1500:], err[-500:]))
     record("the late watch ends SUCCEEDED too", outs[1][0] == 0, outs[1])
-    coord.send_signal(signal.SIGTERM)
-    try:
-        rc = coord.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        rc = None
+    rc = sigterm(coord)
     record("SIGTERM of the third coordinator: exit 0", rc == 0, rc)
     log = open(log_path).read()
     record("the coordinator's log says when the workers are back",
