@@ -185,9 +185,9 @@ int StatusCommand(const std::vector<std::string>& args) {
   ArgParser a("status",
               "Shows one job of a coordinator (--job ID) or all of them, newest first: id, state,\n"
               "step/steps, loss of the last step, throughput and the latest checkpoint (and the\n"
-              "error of a FAILED job). --json prints the Job (or ListJobsResponse) messages in\n"
-              "protobuf's JSON mapping instead. Exit 0 when shown, 1 for an unknown job or an\n"
-              "unreachable coordinator.");
+              "error of a FAILED job); without --job, then how many workers are connected.\n"
+              "--json prints the Job (or ListJobsResponse) messages in protobuf's JSON mapping\n"
+              "instead. Exit 0 when shown, 1 for an unknown job or an unreachable coordinator.");
   AddClientFlags(a);
   a.Add("job", "ID", "the job to show (default: all jobs)");
   a.AddBool("json", "print JSON (proto field names) instead of a table");
@@ -217,18 +217,19 @@ int StatusCommand(const std::vector<std::string>& args) {
         return Fail("status", s);
       for (v1::Job& j : *page.mutable_jobs()) *list.add_jobs() = std::move(j);
       token = page.next_page_token();
+      list.set_workers_connected(page.workers_connected());  // the last page's: the newest
+      list.set_workers_taking_tasks(page.workers_taking_tasks());
     } while (!token.empty());
     if (a.GetBool("json")) {
       std::printf("%s\n", ToJson(list).c_str());
       return 0;
     }
-    if (list.jobs().empty()) {
-      std::printf("no jobs\n");
-      return 0;
-    }
+    if (list.jobs().empty()) std::printf("no jobs\n");
   }
-  std::printf("%-10s %-10s %13s %9s %9s  %s\n", "JOB", "STATE", "STEP", "LOSS", "TOK/S",
-              "CHECKPOINT");
+  if (!list.jobs().empty()) {
+    std::printf("%-10s %-10s %13s %9s %9s  %s\n", "JOB", "STATE", "STEP", "LOSS", "TOK/S",
+                "CHECKPOINT");
+  }
   for (const v1::Job& j : list.jobs()) {
     const std::string step = absl::StrCat(j.step(), "/", j.spec().steps());
     std::printf("%-10s %-10s %13s %9s %9s  %s\n", j.job_id().c_str(), State(j.state()).c_str(),
@@ -236,6 +237,15 @@ int StatusCommand(const std::vector<std::string>& args) {
                 j.tokens_per_s() > 0 ? Rate(j.tokens_per_s()).c_str() : "-",
                 j.last_checkpoint().empty() ? "-" : j.last_checkpoint().c_str());
     if (j.state() == v1::Job::FAILED) std::printf("  error: %s\n", j.error().c_str());
+  }
+  if (!a.Has("job")) {
+    const int64_t connected = list.workers_connected(), taking = list.workers_taking_tasks();
+    std::string line = absl::StrCat("workers: ", connected, " connected");
+    if (taking != connected) {
+      absl::StrAppend(&line, ", ", taking,
+                      " taking tasks (the others sent non-finite results too often)");
+    }
+    std::printf("%s\n", line.c_str());
   }
   return 0;
 }

@@ -323,6 +323,8 @@ absl::StatusOr<v1::ListJobsResponse> JobServiceImpl::List(const v1::ListJobsRequ
     *resp.add_jobs() = *matching[k];
   }
   if (k < n) resp.set_next_page_token(absl::StrCat(k));
+  resp.set_workers_connected(tasks_.connected_workers());  // mu_ first, as CancelPump takes it
+  resp.set_workers_taking_tasks(tasks_.live_workers());
   return resp;
 }
 

@@ -26,6 +26,7 @@ Checks, with a coordinator on 127.0.0.1 (port 0: it prints the port it got) and 
 Every process listens on or connects to 127.0.0.1 and is stopped at the end, also on failure.
 Prints `N passed, N failed`; exit status 1 if any check failed.
 """
+import json
 import os
 import re
 import select
@@ -149,6 +150,10 @@ def body(adjsh, tmp, cluster, record):
 
     r = run("status", "--coordinator", addr)
     record("status of an empty coordinator", r.returncode == 0 and "no jobs" in r.stdout, r.stderr)
+    r = wait_for(lambda: (lambda r: r if "workers: 2 connected\n" in r.stdout else None)(
+        run("status", "--coordinator", addr)), 60, interval=0.5)
+    record("status says how many workers are connected", r is not None,
+           run("status", "--coordinator", addr).stdout)
 
     # A small job from a JSON spec, watched to success, bitwise equal to in-process training.
     r = run("submit", "--coordinator", addr, "--spec", small)
@@ -369,6 +374,10 @@ def body(adjsh, tmp, cluster, record):
     job7 = r.stdout.strip()
     early = cluster.popen(["watch", "--coordinator", addr, "--job", job7])
     log_path = cluster.log_path("coordinator-idle")
+    r = run("status", "--coordinator", addr)
+    record("status of a coordinator with no worker: 0 connected",
+           r.returncode == 0 and re.search(rf"^{job7}\s+(QUEUED|RUNNING)", r.stdout, re.M) and
+           r.stdout.endswith("workers: 0 connected\n"), r.stdout + r.stderr)
     waited = wait_for(lambda: "waiting for workers: none connected for 4 s; start one with "
                       f"`adjsh worker --coordinator {addr}`" in open(log_path).read(), 60)
     record("a job with no worker: the coordinator's log says it waits for workers (after 4 s)",
@@ -394,6 +403,10 @@ def body(adjsh, tmp, cluster, record):
                                  re.M | re.S) and got is not None and got == ref4,
            (rc, out[-1500:], err[-500:]))
     record("the late watch ends SUCCEEDED too", outs[1][0] == 0, outs[1])
+    js = json.loads(run("status", "--coordinator", addr, "--json").stdout or "{}")
+    record("status --json counts the worker",  # int64 fields: decimal strings in proto JSON
+           int(js.get("workers_connected", 0)) == 1 and
+           int(js.get("workers_taking_tasks", 0)) == 1, js)
     rc = sigterm(coord)
     record("SIGTERM of the third coordinator: exit 0", rc == 0, rc)
     log = open(log_path).read()
