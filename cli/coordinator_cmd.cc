@@ -63,6 +63,17 @@ absl::StatusOr<int> HoldStateDir(const std::string& dir) {
   return fd;
 }
 
+// The command that connects a worker to this coordinator, serving on `address` (HOST:PORT), for
+// the start-up line and the note that a job waits for workers. A wildcard host (0.0.0.0, [::])
+// is no address to reach, so it reads HOST; with TLS the worker's flags are named.
+std::string WorkerCommand(const std::string& address, bool tls) {
+  const size_t colon = address.rfind(':');
+  std::string host = address.substr(0, colon);
+  if (host.empty() || host == "0.0.0.0" || host == "[::]" || host == "::") host = "HOST";
+  return absl::StrCat("adjsh worker --coordinator ", host, address.substr(colon),
+                      tls ? " --tls-ca CA.pem --tls-cert CERT.pem --tls-key KEY.pem" : "");
+}
+
 }  // namespace
 
 int CoordinatorCommand(const std::vector<std::string>& args) {
@@ -201,17 +212,18 @@ int CoordinatorCommand(const std::vector<std::string>& args) {
                                    " (address in use, or not an address of this machine)")));
   }
   const std::string address = absl::StrCat(listen.substr(0, listen.rfind(':')), ":", port);
-  jobs.SetWorkerAddress(address);
+  const std::string worker_command = WorkerCommand(address, !security->insecure);
+  jobs.SetWorkerCommand(worker_command);
   if (*health) (*health)->SetServing(true);
   std::atomic<bool>& stop = InstallStopSignals();
   std::printf("listening on %s\n", address.c_str());
   std::fflush(stdout);
   std::fprintf(stderr,
-               "adjsh coordinator on %s (%s): workers connect with `adjsh worker --coordinator "
-               "%s`; default checkpoints under %s\n",
+               "adjsh coordinator on %s (%s): workers connect with `%s`; default checkpoints "
+               "under %s\n",
                address.c_str(),
                security->insecure ? "plaintext, no authentication" : "mutual TLS, job token",
-               address.c_str(), state_dir.c_str());
+               worker_command.c_str(), state_dir.c_str());
 
   while (!stop.load()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   std::fprintf(stderr, "adjsh coordinator: stopping\n");

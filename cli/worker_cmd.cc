@@ -77,6 +77,7 @@ int WorkerCommand(const std::vector<std::string>& args) {
       ClientSecurityFromFlags(a, opt.coordinator, /*worker=*/true, &security_error);
   if (!security.ok()) return SecurityFail("worker", security_error);
   opt.credentials = ChannelCredentialsFor(*security);
+  opt.tls = !security->insecure;
   opt.coordinator_tls_name = security->server_name;
   if (a.Has("name")) opt.name = a.Get("name");
   for (const char* f : {"peer-advertise", "peer-tls-name"}) {

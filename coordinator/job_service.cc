@@ -174,7 +174,9 @@ void JobServiceImpl::LoadStoredJobs() {
       if (fits.ok()) fits = ValidateJobSpec(spec, opt_.limits);
       if (!fits.ok()) {
         SetState(*rec, v1::Job::FAILED,
-                 absl::StrCat("refused when the coordinator started again: ", fits.ToString()));
+                 absl::StrCat("refused when the coordinator started again: ", fits.ToString(),
+                              "; submit it again to a coordinator that allows it (it resumes "
+                              "from its checkpoints)"));
       } else {
         const bool was_running = rec->job.state() == v1::Job::RUNNING;
         SetState(*rec, v1::Job::QUEUED,
@@ -304,6 +306,7 @@ absl::StatusOr<v1::ListJobsResponse> JobServiceImpl::List(const v1::ListJobsRequ
     return absl::InvalidArgumentError(
         absl::StrCat("page_token: malformed page token '", Echo(req.page_token()), "'"));
   }
+  const TaskServiceImpl::WorkerCounts workers = tasks_.worker_counts();  // not under mu_
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<const v1::Job*> matching;
   for (auto it = order_.rbegin(); it != order_.rend(); ++it) {
@@ -323,8 +326,8 @@ absl::StatusOr<v1::ListJobsResponse> JobServiceImpl::List(const v1::ListJobsRequ
     *resp.add_jobs() = *matching[k];
   }
   if (k < n) resp.set_next_page_token(absl::StrCat(k));
-  resp.set_workers_connected(tasks_.connected_workers());  // mu_ first, as CancelPump takes it
-  resp.set_workers_taking_tasks(tasks_.live_workers());
+  resp.set_workers_connected(workers.connected);
+  resp.set_workers_taking_tasks(workers.live);
   return resp;
 }
 
@@ -394,19 +397,24 @@ void JobServiceImpl::WatchWorkers() {
   for (;;) {
     cv_.wait_for(lock, tick, [&] { return pump_stop_; });
     if (pump_stop_) return;
-    if (running_ && running_->job.state() == v1::Job::RUNNING) NoteWorkers(*running_);
+    if (!running_ || running_->job.state() != v1::Job::RUNNING) continue;
+    const std::shared_ptr<JobRecord> rec = running_;
+    // The TaskService's lock is not taken under mu_: it is held while parameters stream out,
+    // and WatchJob, status and the step's progress wait on mu_.
+    lock.unlock();
+    const TaskServiceImpl::WorkerCounts workers = tasks_.worker_counts();
+    lock.lock();
+    if (running_ == rec && rec->job.state() == v1::Job::RUNNING) NoteWorkers(*rec, workers);
   }
 }
 
-void JobServiceImpl::SetWorkerAddress(const std::string& address) {
+void JobServiceImpl::SetWorkerCommand(const std::string& command) {
   std::lock_guard<std::mutex> lock(mu_);
-  worker_wait_.set_address(address);
+  worker_wait_.set_worker_command(command);
 }
 
-void JobServiceImpl::NoteWorkers(JobRecord& rec) {
-  // mu_ before the TaskService's own lock, the order CancelPump takes them in.
-  const std::string message =
-      worker_wait_.Update(absl::Now(), tasks_.connected_workers(), tasks_.live_workers());
+void JobServiceImpl::NoteWorkers(JobRecord& rec, const TaskServiceImpl::WorkerCounts& workers) {
+  const std::string message = worker_wait_.Update(absl::Now(), workers.connected, workers.live);
   if (message.empty()) return;
   rec.worker_note = worker_wait_.noted() ? message : "";
   if (opt_.log) std::fprintf(stderr, "%s: %s\n", rec.job.job_id().c_str(), message.c_str());
@@ -546,11 +554,12 @@ absl::Status JobServiceImpl::TrainJob(JobRecord& rec, const v1::JobSpec& spec,
         (r.step == r.steps || (opt.checkpoint_every > 0 && r.step % opt.checkpoint_every == 0));
     const std::string written = wrote ? LatestCheckpoint(ckpt) : "";
     if (opt_.observer != nullptr) opt_.observer->StepDone(job_id, r, opt.context);
+    const TaskServiceImpl::WorkerCounts workers = tasks_.worker_counts();  // not under mu_
     std::lock_guard<std::mutex> lock(mu_);
     if (rec.job.state() != v1::Job::RUNNING) return;  // cancelled: no more progress
     // A step is done, so a worker took its tasks: if the wait note stands (the step fell
     // between two of WatchWorkers's ticks), the workers are back, said before the step.
-    if (worker_wait_.noted()) NoteWorkers(rec);
+    if (worker_wait_.noted()) NoteWorkers(rec, workers);
     rec.recent_seconds.push_back(r.seconds);
     while (rec.recent_seconds.size() > kThroughputSteps) rec.recent_seconds.pop_front();
     const double secs = std::accumulate(rec.recent_seconds.begin(), rec.recent_seconds.end(), 0.0);

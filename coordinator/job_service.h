@@ -36,11 +36,12 @@
 // WatchJob: an initial event summarising the job as it is now (state, step, loss, tokens/s,
 // ETA; message: the error for FAILED), then one event per state change and per finished step
 // (message: the checkpoint written at that step, if any), until the terminal event, after which
-// the stream ends OK. While no worker has taken the running job's tasks for two leases, one event
-// says so (message "waiting for workers: ..."), and one more when a worker does again ("workers
-// are back: ..."); a watcher that attaches meanwhile gets the first after the summary. A watcher
-// that falls more than 4096 events behind gets a summary event in
-// place of the events it missed. The stream ends CANCELLED when the client goes away.
+// the stream ends OK. While no worker could take the running job's tasks for two leases (none
+// connected, or every connected one shunned for non-finite results), one event says so
+// (message "waiting for workers: ..."), and one more when a worker can again ("workers are
+// back: ..."); a watcher that attaches meanwhile gets the first after the summary. A watcher
+// that falls more than 4096 events behind gets a summary event in place of the events it
+// missed. The stream ends CANCELLED when the client goes away.
 #ifndef ADJSH_COORDINATOR_JOB_SERVICE_H_
 #define ADJSH_COORDINATOR_JOB_SERVICE_H_
 
@@ -104,9 +105,9 @@ class JobServiceImpl final : public v1::JobService::Service {
   absl::StatusOr<v1::Job> Get(const std::string& job_id) const;
   absl::StatusOr<v1::ListJobsResponse> List(const v1::ListJobsRequest& request) const;
   absl::StatusOr<v1::Job> Cancel(const std::string& job_id);
-  // The address workers reach this coordinator at (known once it serves), for the note that a
-  // job waits for workers.
-  void SetWorkerAddress(const std::string& address);
+  // The command that starts a worker for this coordinator (known once it serves), for the note
+  // that a job waits for workers.
+  void SetWorkerCommand(const std::string& command);
   // How many jobs are in each state (every state of v1::Job::State but UNSPECIFIED, zeros too).
   std::map<v1::Job::State, int64_t> CountJobs() const;
 
@@ -149,11 +150,13 @@ class JobServiceImpl final : public v1::JobService::Service {
   // Re-sends CancelCurrent while the running job is cancelled and has not stopped (a cancel
   // that arrives between two gradients, or while one is being set up, would be lost otherwise).
   void CancelPump();
-  // About once a second while a job runs: tells its watchers, and the log, when no worker has
-  // taken tasks for two leases, and when one does again (coordinator/worker_wait.h).
+  // A few times a lease (at most once a second) while a job runs: tells its watchers, and the
+  // log, when no worker could take its tasks for two leases, and when one can again
+  // (coordinator/worker_wait.h).
   void WatchWorkers();
-  // Requires mu_. Publishes worker_wait_'s note for the running job rec, if it has one now.
-  void NoteWorkers(JobRecord& rec);
+  // Requires mu_. Publishes worker_wait_'s note for the running job rec, if it has one with
+  // these worker counts (read before mu_ was taken).
+  void NoteWorkers(JobRecord& rec, const TaskServiceImpl::WorkerCounts& workers);
   // Requires mu_. Records an event and wakes the watchers.
   void PushEvent(JobRecord& rec, v1::JobEvent event);
   // Requires mu_. Sets state (+ error), updated time, and pushes the state-change event.

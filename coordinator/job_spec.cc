@@ -302,7 +302,10 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const JobLimits& limits,
     return Invalid("spans", absl::StrCat("must be >= 1 (or 0 for the default), got ",
                                          spec.spans()));
   }
-  if (spec.spans() > 0) {  // too many for the chunks: refused now, not when the job starts
+  // A coordinator's job runs the span plan of the exact gradient: spans its chunks cannot hold
+  // are refused now, not when the job starts. In process (adjsh train) the plan may not be
+  // used at all (--window, --schedule), and the engine checks it before the first step.
+  if (spec.spans() > 0 && !in_process) {
     const int64_t chunk = spec.chunk() > 0 ? spec.chunk() : kDefaultChunk;
     const absl::Status fit =
         SpanPlan::CheckSpans(spec.context_length(), chunk, spec.spans(), conv_width);

@@ -499,17 +499,17 @@ QueueStats TaskServiceImpl::queue_stats() const {
   return s;
 }
 
-int64_t TaskServiceImpl::connected_workers() const {
+int64_t TaskServiceImpl::connected_workers() const { return worker_counts().connected; }
+
+TaskServiceImpl::WorkerCounts TaskServiceImpl::worker_counts() const {
   const absl::Time since = absl::Now() - opt_.lease;
   std::lock_guard<std::mutex> lock(mu_);
-  int64_t n = 0;
-  for (const auto& [id, w] : workers_) n += w.last_seen >= since ? 1 : 0;
-  return n;
-}
-
-int64_t TaskServiceImpl::live_workers() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return static_cast<int64_t>(LiveWorkers().size());
+  WorkerCounts c;
+  for (const auto& [id, w] : workers_) {
+    c.connected += w.last_seen >= since ? 1 : 0;
+    c.live += Live(w, since) ? 1 : 0;
+  }
+  return c;
 }
 
 uint64_t TaskServiceImpl::bytes_sent() const { return bytes_sent_.load(); }

@@ -138,8 +138,12 @@ class TaskServiceImpl final : public v1::TaskService::Service {
   QueueStats queue_stats() const;
   // Workers heard from (register, pull, heartbeat) within the last lease duration.
   int64_t connected_workers() const;
-  // Those of them that get tasks (not shunned for non-finite results).
-  int64_t live_workers() const;
+  // Both counts at one instant: connected, and those of them that get tasks (not shunned for
+  // non-finite results), live <= connected.
+  struct WorkerCounts {
+    int64_t connected = 0, live = 0;
+  };
+  WorkerCounts worker_counts() const;
   absl::Duration lease() const { return opt_.lease; }
 
  private:

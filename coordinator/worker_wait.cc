@@ -31,11 +31,10 @@ std::string WorkerWaitNote::Update(absl::Time now, int64_t connected, int64_t li
   const std::string waited = Seconds(now - none_since_);
   if (connected == 0) {
     return absl::StrCat("waiting for workers: none connected for ", waited,
-                        address_.empty()
+                        command_.empty()
                             ? "; the job's steps run on `adjsh worker` processes connected to "
                               "this coordinator"
-                            : absl::StrCat("; start one with `adjsh worker --coordinator ",
-                                           address_, "`"));
+                            : absl::StrCat("; start one with `", command_, "`"));
   }
   return absl::StrCat("waiting for workers: the ", connected, " connected ",
                       connected == 1 ? "one gets" : "ones get",

@@ -1,10 +1,10 @@
 // When the running job's watchers (and the coordinator's log) are told that no worker can take
-// its tasks, and when that they can again. A job's steps run only on `adjsh worker` processes;
+// its tasks, and when that one can again. A job's steps run only on `adjsh worker` processes;
 // with none connected, or every connected one shunned for non-finite results
 // (TaskServiceImpl::kShunAfterNonFinite), it waits, and before this note it waited without a
 // word: `watch` showed the last step and nothing else.
 //
-// The job service (coordinator/job_service.h) asks Update about once a second while a job runs,
+// The job service (coordinator/job_service.h) asks Update a few times a lease while a job runs,
 // with the worker counts of the TaskService. Free of threads and of gRPC, with the time passed
 // in, so that tests drive it with a fake clock.
 #ifndef ADJSH_COORDINATOR_WORKER_WAIT_H_
@@ -34,13 +34,13 @@ class WorkerWaitNote {
 
   bool noted() const { return noted_; }
 
-  // The address workers reach this coordinator at, for the note's `adjsh worker` line ("": the
-  // note says only that the steps run on workers).
-  void set_address(std::string address) { address_ = std::move(address); }
+  // The command that starts a worker for this coordinator, for the note ("": the note says
+  // only that the steps run on workers).
+  void set_worker_command(std::string command) { command_ = std::move(command); }
 
  private:
   const absl::Duration after_;
-  std::string address_;
+  std::string command_;
   absl::Time none_since_ = absl::InfinitePast();  // InfinitePast: a worker is live
   bool noted_ = false;
 };

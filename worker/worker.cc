@@ -98,7 +98,7 @@ absl::Status Worker::Register() {
       state_->Log(0, absl::StrCat("RegisterWorker refused: ", s.ToString()));
       return s;
     }
-    const std::string hint = ConnectHint(s, opt_.credentials != nullptr);
+    const std::string hint = ConnectHint(s, opt_.tls);
     const int level = failures.Count(FailureRun::Clock::now());
     state_->Log(level, absl::StrCat("RegisterWorker failed (", s.ToString(), ")",
                                     hint.empty() ? "" : "; ", hint, "; retrying",
@@ -222,8 +222,10 @@ absl::Status Worker::Run(std::atomic<bool>& stop) {
         status = s;
         break;
       }
+      const std::string hint = ConnectHint(s, opt_.tls);
       const int level = failures.Count(FailureRun::Clock::now());
-      state_->Log(level, absl::StrCat("PullTask failed (", s.ToString(), "); retrying",
+      state_->Log(level, absl::StrCat("PullTask failed (", s.ToString(), ")",
+                                      hint.empty() ? "" : "; ", hint, "; retrying",
                                       failures.Progress()));
       state_->SleepFor(backoff.Next());
     }

@@ -64,8 +64,11 @@ class WorkerMetrics;
 
 struct WorkerOptions {
   std::string coordinator;  // HOST:PORT of the coordinator's TaskService
-  // TLS with the worker's client certificate (proto/credentials.h); null: plaintext.
+  // The channel's credentials (proto/credentials.h): TLS with the worker's client certificate,
+  // or plaintext; null: plaintext. tls: they are TLS (for the log's hints on failed
+  // connections, worker/retry.h ConnectHint).
   std::shared_ptr<grpc::ChannelCredentials> credentials;
+  bool tls = false;
   // With TLS: the name the coordinator's certificate carries, checked instead of the host of
   // `coordinator` (--tls-server-name); "": the host.
   std::string coordinator_tls_name;

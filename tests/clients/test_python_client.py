@@ -52,6 +52,8 @@ def body(adjsh, tmp, cluster, record):
         record(f"its checkpoint {os.path.basename(step_dir)} holds the trained model "
                f"({len(tensors)} tensors)",
                "backbone.embeddings.weight" in tensors and step_dir.startswith(ckpt), step_dir)
+        record("workers() counts the one connected",
+               c.workers() == {"connected": 1, "taking_tasks": 1}, c.workers())
         listed = [j["job_id"] for j in c.jobs()]
         record("jobs() lists it; status() agrees", job in listed and
                c.status(job)["state"] == "SUCCEEDED" and

@@ -34,7 +34,7 @@ TEST(WorkerWaitNoteTest, NoWorkerFromTheStartIsNotedOnceAfterTheDelay) {
 
 TEST(WorkerWaitNoteTest, TheNoteSaysHowToStartAWorkerWhenTheAddressIsKnown) {
   WorkerWaitNote note(absl::Seconds(2));
-  note.set_address("10.0.0.5:50051");
+  note.set_worker_command("adjsh worker --coordinator 10.0.0.5:50051");
   note.Reset(At(0));
   EXPECT_EQ(note.Update(At(2), 0, 0),
             "waiting for workers: none connected for 2 s; start one with `adjsh worker "

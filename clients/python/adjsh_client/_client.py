@@ -106,6 +106,12 @@ class Client:
             if not token:
                 return out
 
+    def workers(self):
+        """The coordinator's workers now: {"connected": heard from within a lease,
+        "taking_tasks": those of them not shunned for non-finite results}."""
+        resp = self._stub.ListJobs(self._pb.ListJobsRequest(page_size=1), timeout=self._timeout)
+        return {"connected": resp.workers_connected, "taking_tasks": resp.workers_taking_tasks}
+
     def cancel(self, job_id):
         """Cancels a queued or running job; returns its state."""
         return _dict(self._stub.CancelJob(self._pb.CancelJobRequest(job_id=job_id),

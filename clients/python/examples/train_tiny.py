@@ -13,6 +13,17 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from adjsh_client import Client  # noqa: E402
 
 
+def show(event):
+    """One line per event: a step's progress (with the checkpoint it wrote, if any), or a note:
+    a state change, the job waiting for workers."""
+    note = event.get("message", "")
+    if "profile" in event:  # a step's event
+        print(f"  step {event.get('step', 0)} loss {event.get('loss', 0):.4f} "
+              f"{event.get('tokens_per_s', 0):.0f} tokens/s{' | ' + note if note else ''}")
+    else:
+        print(f"  {event.get('state', '')}{': ' + note if note else ''}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -29,9 +40,8 @@ def main():
     with Client(a.coordinator, ca=a.ca, server_name=a.server_name) as c:
         job = c.submit(spec)
         print(f"submitted {job}")
-        final = c.watch(job, on_event=lambda e: print(
-            f"  step {e.get('step', 0)} loss {e.get('loss', 0):.4f} "
-            f"{e.get('tokens_per_s', 0):.0f} tokens/s {e.get('state', '')}"))
+        print(f"workers connected: {c.workers()['connected']}")
+        final = c.watch(job, on_event=show)
         print(f"{job}: {final['state']}, loss {final.get('loss', 0):.4f}, "
               f"checkpoint {final.get('last_checkpoint', '')}")
 
