@@ -67,9 +67,10 @@ std::string SelfExe();
 absl::Status CheckOutputFile(const std::string& flag, const std::string& path);
 
 // A gRPC address flag's value: HOST:PORT checked by CheckHostPort (common/address.h), the port
-// in [0, 65535] for a server's listen address, [1, 65535] for an address to reach (gRPC took '99999' as 34463, and '32955abc' or '+32955' as 32955). A
-// unix: path, or a target with a scheme (dns:, ipv4:, ipv6:, or one with ://), is passed on
-// unchecked. INVALID_ARGUMENT naming the flag otherwise.
+// in [0, 65535] for a server's listen address, [1, 65535] for an address to reach (gRPC took
+// '99999' as 34463, and '32955abc' or '+32955' as 32955). A unix: path, or a target with a
+// scheme (dns:, ipv4:, ipv6:, or one with ://), is passed on unchecked. INVALID_ARGUMENT naming
+// the flag otherwise.
 absl::Status CheckAddressFlag(const std::string& flag, const std::string& value, bool listen);
 
 }  // namespace adjsh::cli

@@ -13,8 +13,9 @@ absl::Status CheckHostPort(std::string_view flag, const std::string& value, int 
   if (colon == std::string::npos || colon == 0 || port.empty() || port.size() > 5 ||
       port.find_first_not_of("0123456789") != std::string::npos ||
       !absl::SimpleAtoi(port, &number) || number < min_port || number > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat("--", std::string(flag), " must be HOST:PORT (port ",
-                                                   min_port, "-65535), got '", value, "'"));
+    return absl::InvalidArgumentError(absl::StrCat("--", std::string(flag),
+                                                   " must be HOST:PORT (port ", min_port,
+                                                   "-65535), got '", value, "'"));
   }
   return absl::OkStatus();
 }

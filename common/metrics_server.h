@@ -65,7 +65,6 @@ prometheus::Histogram::BucketBoundaries ExponentialBuckets(double first, double 
 // memory.limit_in_bytes) when one is set and smaller than physical memory, else physical memory.
 uint64_t MemoryLimitBytes();
 
-
 // The text exposition (format 0.0.4) of everything `collectables` export, in order.
 std::string Exposition(const std::vector<std::shared_ptr<prometheus::Collectable>>& collectables);
 

@@ -328,8 +328,10 @@ absl::Status WriteModelFolder(const std::string& dir, const std::string& config_
           WriteSafetensors((d / "model.safetensors").string(), tensors, {{"format", "pt"}});
       !s.ok())
     return fail(s);
-  if (std::rename(pending.c_str(), config.c_str()) != 0)
-    return absl::ErrnoToStatus(errno, absl::StrCat("cannot rename ", pending, " to ", config));
+  if (std::rename(pending.c_str(), config.c_str()) != 0) {
+    return fail(
+        absl::ErrnoToStatus(errno, absl::StrCat("cannot rename ", pending, " to ", config)));
+  }
   return absl::OkStatus();
 }
 

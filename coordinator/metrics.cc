@@ -156,7 +156,7 @@ std::vector<prometheus::MetricFamily> CoordinatorMetrics::Collect() const {
     add(kNonFinite, static_cast<double>(tasks_->results_nonfinite()));
     add(kSent, static_cast<double>(tasks_->bytes_sent()));
     add(kReceived, static_cast<double>(tasks_->bytes_received()));
-    add(kWorkers, static_cast<double>(tasks_->connected_workers()));
+    add(kWorkers, static_cast<double>(tasks_->worker_counts().connected));
     add(kRebuilds, static_cast<double>(tasks_->span_rebuilds()));
     add(kRestarts, static_cast<double>(tasks_->step_restarts()));
     add(kRoots, static_cast<double>(tasks_->roots_accepted()));

@@ -499,8 +499,6 @@ QueueStats TaskServiceImpl::queue_stats() const {
   return s;
 }
 
-int64_t TaskServiceImpl::connected_workers() const { return worker_counts().connected; }
-
 TaskServiceImpl::WorkerCounts TaskServiceImpl::worker_counts() const {
   const absl::Time since = absl::Now() - opt_.lease;
   std::lock_guard<std::mutex> lock(mu_);

@@ -136,9 +136,8 @@ class TaskServiceImpl final : public v1::TaskService::Service {
   // For the metrics: the task counts of the gradient being computed (waiting, ready, leased,
   // done, total: zero when none) with the lease counters summed over every gradient so far.
   QueueStats queue_stats() const;
-  // Workers heard from (register, pull, heartbeat) within the last lease duration.
-  int64_t connected_workers() const;
-  // Both counts at one instant: connected, and those of them that get tasks (not shunned for
+  // Both counts at one instant: connected, the workers heard from (register, pull, heartbeat)
+  // within the last lease duration, and live, those of them that get tasks (not shunned for
   // non-finite results), live <= connected.
   struct WorkerCounts {
     int64_t connected = 0, live = 0;

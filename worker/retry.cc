@@ -5,6 +5,7 @@
 #include <random>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
 namespace adjsh::worker {
@@ -53,6 +54,12 @@ std::string FailureRun::Progress() const {
   if (failures_ <= 1) return "";
   return absl::StrFormat(" (try %d, failing for %d s)", failures_,
                          std::chrono::duration_cast<std::chrono::seconds>(last_ - first_).count());
+}
+
+std::string FailureRun::Line(absl::string_view call, const absl::Status& s, bool tls) const {
+  const std::string hint = ConnectHint(s, tls);
+  return absl::StrCat(call, " failed (", s.ToString(), ")", hint.empty() ? "" : "; ", hint,
+                      "; retrying", Progress());
 }
 
 milliseconds Backoff::Next() {

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "grpcpp/client_context.h"
 
 namespace adjsh::worker {
@@ -41,6 +42,9 @@ class FailureRun {
   // For the line of the failure just counted: "" for the first, else " (try N, failing for
   // S s)".
   std::string Progress() const;
+  // The log line of the failure s of `call` just counted: "CALL failed (STATUS); HINT;
+  // retrying (try N, ...)", with ConnectHint's hint (tls: the worker connects with TLS).
+  std::string Line(absl::string_view call, const absl::Status& s, bool tls) const;
 
  private:
   int failures_ = 0;

@@ -98,11 +98,8 @@ absl::Status Worker::Register() {
       state_->Log(0, absl::StrCat("RegisterWorker refused: ", s.ToString()));
       return s;
     }
-    const std::string hint = ConnectHint(s, opt_.tls);
     const int level = failures.Count(FailureRun::Clock::now());
-    state_->Log(level, absl::StrCat("RegisterWorker failed (", s.ToString(), ")",
-                                    hint.empty() ? "" : "; ", hint, "; retrying",
-                                    failures.Progress()));
+    state_->Log(level, failures.Line("RegisterWorker", s, opt_.tls));
     if (!state_->SleepFor(backoff.Next())) return absl::CancelledError("stopping");
   }
 }
@@ -222,11 +219,8 @@ absl::Status Worker::Run(std::atomic<bool>& stop) {
         status = s;
         break;
       }
-      const std::string hint = ConnectHint(s, opt_.tls);
       const int level = failures.Count(FailureRun::Clock::now());
-      state_->Log(level, absl::StrCat("PullTask failed (", s.ToString(), ")",
-                                      hint.empty() ? "" : "; ", hint, "; retrying",
-                                      failures.Progress()));
+      state_->Log(level, failures.Line("PullTask", s, opt_.tls));
       state_->SleepFor(backoff.Next());
     }
   }

@@ -37,6 +37,9 @@ TEST(FailureRunTest, TheFirstFailureAndOneAMinuteAreWorthALine) {
   EXPECT_EQ(run.Count(t0 + milliseconds(59999)), 2);
   EXPECT_EQ(run.Count(t0 + milliseconds(60000)), 1);
   EXPECT_EQ(run.Progress(), " (try 4, failing for 60 s)");
+  EXPECT_EQ(run.Line("PullTask", absl::UnavailableError("Connection refused"), false),
+            "PullTask failed (UNAVAILABLE: Connection refused); retrying (try 4, failing for "
+            "60 s)");
   EXPECT_EQ(run.Count(t0 + milliseconds(61000)), 2);
   EXPECT_EQ(run.Count(t0 + milliseconds(120000)), 1);
   run.Reset();  // a success: the next failure starts a run of its own
