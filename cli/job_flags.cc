@@ -10,6 +10,7 @@
 #include "absl/strings/str_split.h"
 #include "common/file_io.h"
 #include "engine/adjoint_engine.h"
+#include "train/dataset.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace adjsh::cli {
@@ -175,11 +176,20 @@ absl::StatusOr<v1::JobSpec> SpecFromFlags(const ArgParser& a) {
   if (a.Has("tokens")) spec.set_token_file(Absolute(a.Get("tokens")));
   if (a.Has("data")) spec.set_prepared_data(Absolute(a.Get("data")));
   if (a.Has("val-data")) spec.set_val_token_file(Absolute(a.Get("val-data")));
-  const bool held_out = a.Has("val-data") || a.Has("data");
+  // --data's held-out split, as far as this process can read the manifest (else the
+  // coordinator that reads it decides): a corpus prepared with --val-fraction 0 has none, and
+  // then evaluation is off by default.
+  bool data_has_val = a.Has("data");
+  if (a.Has("data") && !a.Has("val-data")) {
+    absl::StatusOr<bool> has = train::HasHeldOutSplit(a.Get("data"));
+    if (has.ok()) data_has_val = *has;
+  }
+  const bool held_out = a.Has("val-data") || data_has_val;
   for (const char* f : {"eval-every", "eval-tokens"}) {
     if (a.Has(f) && !held_out) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--", f, " needs held-out data (--val-data or --data)"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--", f, " needs held-out data (--val-data, or --data with a held-out split",
+          a.Has("data") ? absl::StrCat(": ", a.Get("data"), " has none") : std::string(), ")"));
     }
   }
   if (a.Has("text")) {

@@ -38,7 +38,9 @@ absl::StatusOr<nlohmann::json> ReadManifest(const std::string& path) {
   absl::StatusOr<std::string> text = ReadFileToString(path, {.max_bytes = 1 << 24});
   if (!text.ok()) return text.status();
   nlohmann::json js = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
-  if (!js.is_object() || js.value("format", "") != "adjsh-tokens-1") {
+  // (is_string first: nlohmann's value() throws on a key of another type.)
+  if (!js.is_object() || !js.contains("format") || !js["format"].is_string() ||
+      js["format"].get<std::string>() != "adjsh-tokens-1") {
     return Bad(path, "not a manifest of adjsh prepare (format adjsh-tokens-1)");
   }
   return js;
@@ -102,6 +104,12 @@ absl::StatusOr<std::vector<std::string>> PreparedFiles(const std::string& manife
   return files;
 }
 
+absl::StatusOr<bool> HasHeldOutSplit(const std::string& manifest_path) {
+  absl::StatusOr<nlohmann::json> js = ReadManifest(manifest_path);
+  if (!js.ok()) return js.status();
+  return HasVal(*js);
+}
+
 absl::StatusOr<PreparedData> LoadPrepared(const std::string& manifest_path) {
   absl::StatusOr<nlohmann::json> manifest = ReadManifest(manifest_path);
   if (!manifest.ok()) return manifest.status();
@@ -110,9 +118,12 @@ absl::StatusOr<PreparedData> LoadPrepared(const std::string& manifest_path) {
       !js.contains("eos_id") || !js["eos_id"].is_number_integer() || !js.contains("train")) {
     return Bad(manifest_path, "vocab_size, eos_id or train is missing");
   }
+  if (js.contains("tokenizer") && !js["tokenizer"].is_string()) {
+    return Bad(manifest_path, "tokenizer must be a string (the tokenizer's folder)");
+  }
   PreparedData data;
   data.manifest = manifest_path;
-  data.tokenizer = js.value("tokenizer", "");
+  data.tokenizer = js.contains("tokenizer") ? js["tokenizer"].get<std::string>() : "";
   data.vocab_size = js["vocab_size"].get<int64_t>();
   data.eos_id = js["eos_id"].get<int64_t>();
   if (data.vocab_size < 1 || data.eos_id < 0 || data.eos_id >= data.vocab_size) {

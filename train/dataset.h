@@ -39,6 +39,10 @@ absl::StatusOr<PreparedData> LoadPrepared(const std::string& manifest_path);
 // the manifest's errors as LoadPrepared's. For a caller that must vet paths before reading them.
 absl::StatusOr<std::vector<std::string>> PreparedFiles(const std::string& manifest_path);
 
+// Whether a manifest has a held-out split (false: prepared with --val-fraction 0); the
+// manifest's errors as LoadPrepared's. Reads the manifest only.
+absl::StatusOr<bool> HasHeldOutSplit(const std::string& manifest_path);
+
 // OK when the data's vocabulary fits a model of vocab_size ids; else INVALID_ARGUMENT naming
 // both (a tokenizer larger than the model would index past its embedding).
 absl::Status CheckVocabulary(const PreparedData& data, int64_t model_vocab_size);

@@ -143,7 +143,33 @@ def main():
         bad("truncated-index", truncate_docs, "not a whole number of uint64")
         bad("short-tokens", short_tokens, "the manifest says")
         bad("other-format", other_format, "format adjsh-tokens-1")
+        # Fields of another JSON type: refused by name, never an abort.
+        bad("format-number", manifest_field("format", 1), "format adjsh-tokens-1")
+        bad("tokenizer-number", manifest_field("tokenizer", 5), "tokenizer must be a string")
         bad("unordered-index", unordered, "out of order")
+
+        # A corpus prepared with --val-fraction 0: trained with evaluation off by default; an
+        # explicit --eval-every is refused naming the missing split.
+        os.makedirs(P("noval"))
+        m = write_prepared(P("noval", "docs"))
+        m["val"] = None
+        json.dump(m, open(P("noval", "docs.json"), "w"))
+        rc, _, err = run(a.adjsh, base + ["--data", P("noval", "docs.json"), "--checkpoint-dir",
+                                          P("ck-noval")])
+        check("--data without a held-out split: trains, evaluation off by default",
+              rc == 0 and " val " not in err and "step 4/4" in err, err[-500:])
+        rc, _, err = run(a.adjsh, base + ["--data", P("noval", "docs.json"), "--eval-every", "2",
+                                          "--checkpoint-dir", P("ck-noval2")])
+        check("--eval-every with --data without a held-out split: bad usage naming it",
+              rc == 2 and "has none" in err and not os.path.exists(P("ck-noval2")), err)
+        # --eval-tokens 1 would be a held-out loss of no target: refused before any step,
+        # in-process and through workers.
+        for extra in ([], ["--workers", "1"]):
+            rc, _, err = run(a.adjsh, base + ["--data", prefix + ".json", "--eval-every", "1",
+                                              "--eval-tokens", "1", "--checkpoint-dir",
+                                              P("ck-ev1")] + extra)
+            check(f"--eval-tokens 1 {extra}: refused before any step",
+                  rc == 1 and "eval_tokens must be 0" in err and "step 1/" not in err, err[-500:])
 
         # A resume with a different context or batch: refused by name, the checkpoint untouched.
         before = digest(P("ck"))
