@@ -90,8 +90,13 @@ absl::Status BasicTrainer<P>::Init() {
   if (opt_.eval_every > 0) {
     if (val_.size() < 2) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "evaluation every %d steps needs validation data of at least 2 tokens (it has %d)",
+          "evaluation every %d steps needs validation data of at least 2 tokens (it has %d; "
+          "eval_every 0 turns evaluation off)",
           opt_.eval_every, val_.size()));
+    }
+    if (opt_.eval_tokens == 1) {  // one token predicts nothing: a held-out loss of no targets
+      return absl::InvalidArgumentError(
+          "eval_tokens must be 0 (all the validation data) or >= 2 (one token has no target)");
     }
     if (absl::Status s = val_.CheckInVocab(params_.config.vocab_size); !s.ok()) {
       return absl::Status(s.code(), absl::StrCat("validation data: ", s.message()));
@@ -201,13 +206,21 @@ absl::StatusOr<typename BasicTrainer<P>::Grad> BasicTrainer<P>::BatchGradient() 
       for (; it != opt_.doc_starts.end() && *it < start + T; ++it) cuts.push_back(*it - start);
     }
     for (const auto& [first, len] : PiecesAtStarts(T, cuts)) {
+      std::span<const uint8_t> mask;  // the piece's slice, for whichever gradient source
+      if (!opt_.loss_mask.empty()) {
+        mask = std::span<const uint8_t>(opt_.loss_mask).subspan(start + first, len);
+        // A piece none of whose targets count adds nothing to the step's mean: not computed
+        // (the engine refuses a mask that counts no target).
+        if (CountedTargets(mask, len) == 0) continue;
+      }
       tokens.push_back(corpus_.Slice(start + first, len));
       options.push_back(opt_.grad);
-      if (!opt_.loss_mask.empty()) {  // the piece's slice, for whichever gradient source
-        options.back().loss_mask =
-            std::span<const uint8_t>(opt_.loss_mask).subspan(start + first, len);
-      }
+      options.back().loss_mask = mask;
     }
+  }
+  if (tokens.empty()) {  // Run's CheckMaskedSteps refuses such a run before its first step
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "step %d: the loss mask counts no target in its windows", state_.step + 1));
   }
   absl::StatusOr<std::vector<Grad>> parts = Gradients(source_, tokens, options);
   if (!parts.ok()) return parts.status();
@@ -260,7 +273,34 @@ absl::StatusOr<EvalResult> BasicTrainer<P>::HeldOutLoss() {
 }
 
 template <typename P>
+absl::Status BasicTrainer<P>::CheckMaskedSteps() const {
+  if (opt_.loss_mask.empty()) return absl::OkStatus();
+  const int64_t T = opt_.context;
+  for (int64_t step = state_.step; step < opt_.steps; ++step) {
+    const int64_t first_sequence = state_.sequence + (step - state_.step) * opt_.batch_size;
+    bool counted = false;
+    for (int64_t b = 0; b < opt_.batch_size && !counted; ++b) {
+      const int64_t start = sampler_->Start(first_sequence + b);
+      // The window's targets, tokens 1 to T - 1 (its pieces' targets together).
+      const auto first = opt_.loss_mask.begin() + start;
+      counted = std::find_if(first + 1, first + T, [](uint8_t m) { return m != 0; }) != first + T;
+    }
+    if (!counted) {
+      const int64_t start = sampler_->Start(first_sequence);
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "the loss mask counts no target in step %d's window%s (the first at tokens %d to %d): "
+          "that step would have no loss; mark some of its targets, or change the data order "
+          "or the step count",
+          step + 1, opt_.batch_size > 1 ? "s" : "", start, start + T - 1));
+    }
+  }
+  return absl::OkStatus();
+}
+
+template <typename P>
 absl::Status BasicTrainer<P>::Run(const std::function<void(const StepReport&)>& on_step) {
+  // Learnt before the first step, not at the step: nothing trained is lost.
+  if (absl::Status s = CheckMaskedSteps(); !s.ok()) return s;
   const int64_t T = opt_.context * opt_.batch_size;
   const auto run_start = std::chrono::steady_clock::now();
   const int64_t first_step = state_.step;

@@ -152,6 +152,10 @@ class BasicTrainer {
   std::string resume_note_;
   // The GradResult of a step's B sequences (the first batch_size from state_.sequence).
   absl::StatusOr<Grad> BatchGradient();
+  // With a loss mask: INVALID_ARGUMENT naming the first step to come whose windows count no
+  // target (that step would have no loss), else OK. A step's other windows, or pieces of them,
+  // that count none are left out of its gradient (BatchGradient).
+  absl::Status CheckMaskedSteps() const;
   // The held-out loss (TrainOptions::eval_tokens of val_ in sequences of the context): through
   // eval_source_ when set, else engine/evaluate.h in-process.
   absl::StatusOr<EvalResult> HeldOutLoss();
