@@ -1,8 +1,12 @@
 #include "cli/args.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 
 #include "absl/strings/numbers.h"
@@ -168,6 +172,36 @@ absl::Status CheckOutputFile(const std::string& flag, const std::string& path) {
   if (!parent.empty() && !fs::is_directory(parent, ec)) {
     return absl::InvalidArgumentError(
         absl::StrCat("--", flag, " ", path, ": directory ", parent.string(), " does not exist"));
+  }
+  // Learnt now, not after hours of work: whether a file can be created beside it.
+  const std::string probe = absl::StrCat(path, ".probe.", getpid());
+  const int fd = open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    const int err = errno;
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", flag, " ", path, ": cannot create a file in ",
+                     parent.empty() ? std::string(".") : parent.string(), ": ",
+                     std::strerror(err)));
+  }
+  close(fd);
+  unlink(probe.c_str());
+  return absl::OkStatus();
+}
+
+absl::Status CheckOutputIsNotInput(
+    const std::string& flag, const std::string& path,
+    std::initializer_list<std::pair<std::string, std::string>> inputs) {
+  namespace fs = std::filesystem;
+  std::error_code e1;
+  const fs::path out = fs::weakly_canonical(path, e1);
+  if (e1) return absl::OkStatus();  // CheckOutputFile reports a path it cannot use
+  for (const auto& [what, input] : inputs) {
+    if (input.empty()) continue;
+    std::error_code e2;
+    if (fs::weakly_canonical(input, e2) == out && !e2) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", flag, " ", path, " is ", what, ": it would be overwritten"));
+    }
   }
   return absl::OkStatus();
 }

@@ -4,9 +4,11 @@
 #define ADJSH_CLI_ARGS_H_
 
 #include <cstdint>
+#include <initializer_list>
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -63,8 +65,17 @@ int BadUsage(const std::string& command, const absl::Status& status);
 std::string SelfExe();
 
 // Checks before any work that an output file can be written: a non-empty path that is not a
-// directory, in an existing directory. INVALID_ARGUMENT naming the flag otherwise.
+// directory, in an existing directory where a file can be created (a probe file beside it,
+// removed at once: the output is written as a temporary file there and renamed). INVALID_ARGUMENT
+// naming the flag otherwise.
 absl::Status CheckOutputFile(const std::string& flag, const std::string& path);
+
+// INVALID_ARGUMENT when output `path` of --flag is one of the files a command reads, each
+// (what, path) with what naming it ("the --tokens file"); empty paths are skipped. Paths are
+// compared after weakly_canonical, so ./x, x and a link to x are one file.
+absl::Status CheckOutputIsNotInput(
+    const std::string& flag, const std::string& path,
+    std::initializer_list<std::pair<std::string, std::string>> inputs);
 
 // A gRPC address flag's value: HOST:PORT checked by CheckHostPort (common/address.h), the port
 // in [0, 65535] for a server's listen address, [1, 65535] for an address to reach (gRPC took

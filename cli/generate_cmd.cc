@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <span>
 #include <string>
@@ -39,18 +40,29 @@ struct TempDir {
   }
 };
 
+// An --out of 16-bit ids cannot hold a vocabulary over 65536: refused once the model is
+// loaded, before any token is generated (out_width: TokenIdWidth of --out, 0 without one).
+absl::Status CheckOutWidth(int out_width, int64_t vocab_size) {
+  if (out_width != 2 || vocab_size <= 65536) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--out is a .u16 file, but the model's vocabulary has ", vocab_size,
+      " ids (more than 65536): use .u32"));
+}
+
 // A Mamba-1 model's tokens (engine/generate.h) or a Mamba-2 one's (engine/mamba2_generate.h).
 absl::StatusOr<std::vector<uint32_t>> GenerateFromDir(const std::string& dir,
                                                       std::span<const uint32_t> prompt,
-                                                      const GenerateOptions& opt,
+                                                      const GenerateOptions& opt, int out_width,
                                                       const std::function<bool(uint32_t)>& on) {
   if (ModelTypeOfDir(dir) == "mamba2") {
     absl::StatusOr<Mamba2Params<float>> params = LoadMamba2ModelDir<float>(dir);
     if (!params.ok()) return params.status();
+    if (absl::Status s = CheckOutWidth(out_width, params->config.vocab_size); !s.ok()) return s;
     return Mamba2Generate<float>(*params, prompt, opt, on);
   }
   absl::StatusOr<ModelParams<float>> params = LoadModelDir<float>(dir);
   if (!params.ok()) return params.status();
+  if (absl::Status s = CheckOutWidth(out_width, params->config.vocab_size); !s.ok()) return s;
   return Generate<float>(*params, prompt, opt, on);
 }
 
@@ -69,8 +81,9 @@ absl::Status RunGenerate(const ArgParser& a, const GenerateOptions& opt) {
   absl::StatusOr<std::vector<uint32_t>> prompt = ReadTokenFile(prompt_path);
   if (!prompt.ok()) return prompt.status();
   const auto start = std::chrono::steady_clock::now();
+  const int out_width = a.Has("out") ? TokenIdWidth(a.Get("out")).value_or(4) : 0;
   absl::StatusOr<std::vector<uint32_t>> ids = GenerateFromDir(
-      a.Get("model"), *prompt, opt, [&](uint32_t id) {
+      a.Get("model"), *prompt, opt, out_width, [&](uint32_t id) {
         if (!text) std::printf("%u\n", id), std::fflush(stdout);
         return true;
       });
@@ -161,6 +174,15 @@ int GenerateCommand(const std::vector<std::string>& args) {
     // Its extension too, before any token is generated and printed.
     if (absl::StatusOr<int> width = TokenIdWidth(a.Get("out")); !width.ok())
       return BadUsage("generate", width.status());
+    const std::filesystem::path model = a.Get("model");
+    if (absl::Status s = CheckOutputIsNotInput(
+            "out", a.Get("out"),
+            {{"the --prompt-tokens file", a.Get("prompt-tokens")},
+             {"the model's weights", (model / "model.safetensors").string()},
+             {"the model's config", (model / "config.json").string()}});
+        !s.ok()) {
+      return BadUsage("generate", s);
+    }
   }
   if (absl::Status s = CheckDeviceUsable(opt.device); !s.ok()) return Fail("generate", s);
   const absl::Status s = RunGenerate(a, opt);

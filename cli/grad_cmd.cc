@@ -47,10 +47,14 @@ absl::Status RunGrad(const ArgParser& a, const GradOptions& opt, bool quiet, int
   // the cluster's start, nor its stop when it goes out of scope).
   double seconds = -1;
   absl::StatusOr<GradResult<T>> result;
-  if (!doc_starts.empty()) {  // the masked model: its documents' pieces, combined
+  // The masked model's pieces; none for a sequence too short for a target, which the plain
+  // path below refuses by name.
+  const std::vector<std::pair<int64_t, int64_t>> pieces =
+      doc_starts.empty() ? std::vector<std::pair<int64_t, int64_t>>()
+                         : PiecesAtStarts(static_cast<int64_t>(tokens->size()), doc_starts);
+  if (!pieces.empty()) {  // the masked model: its documents' pieces, combined
     std::vector<GradResult<T>> parts;
-    for (const auto& [first, len] :
-         PiecesAtStarts(static_cast<int64_t>(tokens->size()), doc_starts)) {
+    for (const auto& [first, len] : pieces) {
       absl::StatusOr<GradResult<T>> g =
           ComputeGradient<T>(*params, std::span(*tokens).subspan(first, len), opt);
       if (!g.ok()) return g.status();
@@ -72,7 +76,7 @@ absl::Status RunGrad(const ArgParser& a, const GradOptions& opt, bool quiet, int
       seconds = since_start() - registered;
     }
   }
-  if (workers == 0 && doc_starts.empty()) result = ComputeGradient<T>(*params, *tokens, opt);
+  if (workers == 0 && pieces.empty()) result = ComputeGradient<T>(*params, *tokens, opt);
   if (!result.ok()) return result.status();
   if (workers == 0 && a.Has("trace") && result->profile.tasks > 0) {
     absl::StatusOr<SpanPlan> plan =
@@ -201,15 +205,16 @@ int GradCommand(const std::vector<std::string>& args) {
                                                        dtype + "'"));
   }
   if (absl::Status s = CheckOutputFile("out", a.Get("out")); !s.ok()) return BadUsage("grad", s);
-  for (const char* input : {"tokens", "doc-starts"}) {  // the gradient must not replace them
-    if (!a.Has(input)) continue;
-    std::error_code e1, e2;
-    const std::filesystem::path out = std::filesystem::weakly_canonical(a.Get("out"), e1);
-    const std::filesystem::path in = std::filesystem::weakly_canonical(a.Get(input), e2);
-    if (!e1 && !e2 && out == in) {
-      return BadUsage("grad", absl::InvalidArgumentError(absl::StrCat(
-                                  "--out ", a.Get("out"), " is the --", input, " file")));
-    }
+  // The gradient must not replace what it reads.
+  const std::filesystem::path model = a.Get("model");
+  if (absl::Status s = CheckOutputIsNotInput(
+          "out", a.Get("out"),
+          {{"the --tokens file", a.Get("tokens")},
+           {"the --doc-starts file", a.Has("doc-starts") ? a.Get("doc-starts") : ""},
+           {"the model's weights", (model / "model.safetensors").string()},
+           {"the model's config", (model / "config.json").string()}});
+      !s.ok()) {
+    return BadUsage("grad", s);
   }
   if (a.Has("doc-starts") && (*workers > 0 || a.Has("trace"))) {
     return BadUsage("grad", absl::InvalidArgumentError(

@@ -420,6 +420,34 @@ def run_cases(r, work):
            lambda: r.expect(train_base + ["--loss-mask", mask_ok, "--cotangent", "top-of-stack"],
                             0, err_has=["acc ", "top-of-stack"]))
 
+    # Windows of 8 in 23 tokens: 0-7 and 8-15, in that order with --data-order sequential.
+    def mask_file(name, counted):
+        path = P(name)
+        with open(path, "wb") as f:
+            f.write(bytes([1 if counted(t) else 0 for t in range(T_TOKENS)]))
+        return path
+    seq = ["--data-order", "sequential", "--checkpoint-every", "1"]
+
+    def mask_window_without_targets():
+        # A batch's window that counts no target is left out; the other one makes the step.
+        m = mask_file("mask_w1.u8", lambda t: t >= 8)
+        r.expect(train_base[:-1] + [P("ck_mask_b2"), "--loss-mask", m, "--batch-size", "2"] + seq,
+                 0, err_has=["step 1/1", "acc "])
+    r.case("train/--loss-mask: a batch's window counting no target is left out",
+           mask_window_without_targets)
+
+    def mask_step_without_targets():
+        # Step 2's only window counts nothing: refused before step 1, nothing trained or saved.
+        m = mask_file("mask_s2.u8", lambda t: t < 8 or t >= 16)
+        ck = P("ck_mask_s2")
+        args = train_base[:-1] + [ck, "--loss-mask", m] + seq
+        args[args.index("--steps") + 1] = "2"
+        r.expect(args, 1,
+                 err_has=["counts no target in step 2", "tokens 8 to 15"], err_lacks=["step 1/2"])
+        check(not os.path.exists(ck) or not os.listdir(ck), "a refused run left checkpoints")
+    r.case("train/--loss-mask: a step counting no target refused before the run",
+           mask_step_without_targets)
+
     # Held-out evaluation and the step log: --val-data, --eval-every, --eval-tokens, --log-jsonl.
     r.case("usage/train --eval-every without held-out data",
            lambda: r.expect(train_base + ["--eval-every", "2"], BAD_VALUE_RC,
@@ -899,6 +927,28 @@ def run_cases(r, work):
         check(open(P("own.u32"), "rb").read() == before, "the token file was overwritten")
     r.case("out/--out naming the --tokens file refused", out_is_tokens)
 
+    def out_is_model_weights():
+        shutil.copytree(model, P("mcopy"))
+        w = os.path.join(P("mcopy"), "model.safetensors")
+        before = open(w, "rb").read()
+        r.expect(["grad", "--model", P("mcopy"), "--tokens", tok32, "--out", w], BAD_VALUE_RC,
+                 err_has=["the model's weights"])
+        check(open(w, "rb").read() == before, "the model's weights were overwritten")
+    r.case("out/--out naming the model's weights refused", out_is_model_weights)
+
+    # A directory where no file can be created, even by root: refused before the gradient.
+    r.case("out/--out where no file can be created refused before any work",
+           lambda: r.expect(grad_base + ["--out", "/proc/adjsh-grad.safetensors"], BAD_VALUE_RC,
+                            err_has=["cannot create a file in /proc"]))
+
+    def doc_starts_one_token():
+        write_tokens(P("one_ds.u32"), [3])
+        with open(P("ds0.bin"), "wb") as f:
+            f.write(struct.pack("<Q", 0))
+        r.expect(["grad", "--model", model, "--tokens", P("one_ds.u32"), "--doc-starts",
+                  P("ds0.bin"), "--out", fresh_out()], 1, err_has=["at least 2"])
+    r.case("tokens/1-token file with --doc-starts refused by name", doc_starts_one_token)
+
     r.case("train/--workers 100000 refused (at most 1024 local workers)",
            lambda: r.expect(["train", "--hidden-size", "8", "--layers", "1", "--vocab-size",
                              str(V), "--context", "16", "--chunk", "8", "--steps", "1",
@@ -942,6 +992,15 @@ def run_cases(r, work):
         check(res.out.strip() == "", "ids printed before the refusal: %r" % res.out)
     r.case("generate/--out with an unknown extension refused before generating",
            generate_bad_out_ext)
+
+    def generate_out_is_prompt():
+        shutil.copy(tok32, P("prompt_own.u32"))
+        before = open(P("prompt_own.u32"), "rb").read()
+        r.expect(["generate", "--model", model, "--prompt-tokens", P("prompt_own.u32"),
+                  "--max-new-tokens", "3", "--out", P("prompt_own.u32")], BAD_VALUE_RC,
+                 err_has=["--prompt-tokens"])
+        check(open(P("prompt_own.u32"), "rb").read() == before, "the prompt was overwritten")
+    r.case("generate/--out naming the --prompt-tokens file refused", generate_out_is_prompt)
 
     r.case("generate/--tokenizer with --prompt-tokens refused (it would be ignored)",
            lambda: r.expect(["generate", "--model", model, "--prompt-tokens", tok32,
