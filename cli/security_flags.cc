@@ -151,7 +151,7 @@ absl::StatusOr<ClientSecurity> ClientSecurityFromFlags(const ArgParser& a,
 
 void AddLimitFlags(ArgParser& a) {
   const coordinator::JobLimits defaults;
-  a.Add("max-context", "T", "largest context_length (tokens per step) of a job",
+  a.Add("max-context", "T", "most tokens per step of a job (context_length x batch_size)",
         std::to_string(defaults.max_context));
   a.Add("max-layers", "K", "most layers of a job's model", std::to_string(defaults.max_layers));
   a.Add("max-hidden", "D", "largest hidden size of a job's model",

@@ -347,6 +347,17 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const JobLimits& limits,
                                NonNegative{"expected_workers", spec.expected_workers()}}) {
     if (f.value < 0) return Invalid(f.field, absl::StrCat("must be >= 0, got ", f.value));
   }
+  // A step's tokens, context_length x batch_size, are what --max-context bounds: the trainer
+  // copies them all (train/trainer.cc BatchGradient). Divided, not multiplied: no overflow.
+  if (spec.batch_size() > 1 && spec.batch_size() > limits.max_context / spec.context_length()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "context_length x batch_size (", spec.context_length(), " x ", spec.batch_size(),
+        " tokens per step) exceeds the coordinator's limit --max-context ", limits.max_context));
+  }
+  if (spec.keep_checkpoints() > kMaxKeepCheckpoints) {
+    return Invalid("keep_checkpoints", absl::StrCat("must be at most ", kMaxKeepCheckpoints,
+                                                    ", got ", spec.keep_checkpoints()));
+  }
   if (!spec.data_order().empty() && !train::DataOrderFromName(spec.data_order()).ok()) {
     return Invalid("data_order", absl::StrCat("must be \"shuffled\" or \"sequential\" (or "
                                               "empty), got \"", Echo(spec.data_order()), "\""));

@@ -51,6 +51,7 @@ namespace adjsh::coordinator {
 inline constexpr size_t kMaxSpecBytes = 64 << 10;   // the serialized spec
 inline constexpr size_t kMaxPathBytes = 4096;       // each path (PATH_MAX)
 inline constexpr int kMaxTextFiles = 1024;          // text_files.paths
+inline constexpr int64_t kMaxKeepCheckpoints = 1 << 20;  // keep_checkpoints (an int's worth)
 
 // Per-job size limits of a coordinator (`adjsh coordinator --max-context ...`): what a job may
 // ask of its memory and of the workers' (a task's tensors grow with D and the parameters).

@@ -58,6 +58,22 @@ TEST(JobLimits, RefusedOverEachLimitAcceptedAtIt) {
   EXPECT_TRUE(ValidateJobSpec(Spec(256, 8, 50280, 1 << 20)).ok());
 }
 
+// --max-context bounds a step's tokens, context_length x batch_size: the trainer copies them
+// all, so a huge batch_size ran the coordinator out of memory (and again at each restart).
+TEST(JobLimits, BatchSizeCountsInTheTokensPerStep) {
+  const JobLimits at{.max_context = 512};
+  v1::JobSpec s = Spec(16, 2, 256, 128);
+  s.set_batch_size(4);  // 512 tokens a step
+  EXPECT_TRUE(ValidateJobSpec(s, at).ok());
+  s.set_batch_size(5);
+  ExpectLimit(ValidateJobSpec(s, at), "--max-context");
+  s.set_batch_size(INT64_MAX);  // no overflow in the product
+  ExpectLimit(ValidateJobSpec(s, at), "--max-context");
+  s = Spec(16, 2, 256, 128);
+  s.set_keep_checkpoints(int64_t{1} << 32);  // was cast to an int: 0
+  EXPECT_EQ(ValidateJobSpec(s).code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(JobLimits, ModelDirConfigIsChecked) {
   const std::filesystem::path dir =
       std::filesystem::temp_directory_path() / ("adjsh-job-limits-" + std::to_string(::getpid()));
