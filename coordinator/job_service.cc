@@ -445,8 +445,11 @@ void JobServiceImpl::RunLoop() {
     std::lock_guard<std::mutex> cancel_lock(cancel_mu_);
     std::lock_guard<std::mutex> lock(mu_);
     running_.reset();
-    if (rec->job.state() == v1::Job::RUNNING && stopping_ && rec->cancel.load()) {
-      // Stopped by the shutdown, not by a user: it stays RUNNING on disk, to run again.
+    if (rec->job.state() == v1::Job::RUNNING && !status.ok() && stopping_ &&
+        rec->cancel.load()) {
+      // Stopped by the shutdown, not by a user: it stays RUNNING on disk, to run again. (A job
+      // whose last step and save were done when the shutdown came succeeded: TrainJob returns
+      // OK only then.)
       SetState(*rec, v1::Job::RUNNING,
                absl::StrCat("interrupted by the coordinator's shutdown after step ",
                             rec->job.step(), "; it resumes when the coordinator starts again with "
