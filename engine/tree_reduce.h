@@ -7,11 +7,11 @@
 //
 //   TreeReduce<float> r(S, span_owner, self, K);
 //   std::vector<TreeReduce<float>::Send> out;
-//   r.Put(group, s, s + 1, leaf, out);  // a partial of an owned span: a leaf
+//   r.PutLeaf(group, s, leaf, out);    // a partial of an owned span, computed here
 //   r.Put(group, lo, hi, value, out);   // a node a peer pushed
 //   for (auto& send : out) ...          // to peer send.to, or the coordinator (kCoordinator)
 //
-// A node put twice is dropped (Put returns false): a retried task or push brings the same bits.
+// A node put twice is dropped (*fresh = false): a retried task or push brings the same bits.
 // Not thread-safe.
 #ifndef ADJSH_ENGINE_TREE_REDUCE_H_
 #define ADJSH_ENGINE_TREE_REDUCE_H_
@@ -43,20 +43,54 @@ class TreeReduce {
   TreeReduce(int64_t spans, std::vector<int32_t> span_owner, int32_t self, int64_t layers)
       : tree_(spans), owner_(std::move(span_owner)), self_(self), groups_(NumGroups(layers)) {}
 
-  // INVALID_ARGUMENT for a node that is not in the tree or not this worker's to receive;
-  // otherwise OK, with *fresh = false for one put already.
+  // A node a peer pushed. INVALID_ARGUMENT for a node that is not in the tree, not this
+  // worker's to receive, or a leaf of a span this worker owns (computed here only, so that no
+  // peer can put it first and have the real one dropped as a duplicate); otherwise OK, with
+  // *fresh = false for one put already.
   absl::Status Put(int32_t group, int64_t lo, int64_t hi, GroupValue<T> value,
                    std::vector<Send>& out, bool* fresh = nullptr) {
-    int64_t id = tree_.Find(lo, hi);
+    const int64_t id = tree_.Find(lo, hi);
+    if (absl::Status s = CheckNode(group, lo, hi, id); !s.ok()) return s;
+    if (Target(id) != self_ || (hi - lo == 1 && owner_[lo] == self_)) {
+      return absl::InvalidArgumentError(absl::StrCat("node [", lo, ", ", hi, ") of group ", group,
+                                                     " is not worker ", self_, "'s to receive"));
+    }
+    return Add(group, id, std::move(value), out, fresh);
+  }
+
+  // The partial of span s, which this worker owns and computed: a leaf. INVALID_ARGUMENT for
+  // a span it does not own; else as Put.
+  absl::Status PutLeaf(int32_t group, int64_t s, GroupValue<T> value, std::vector<Send>& out,
+                       bool* fresh = nullptr) {
+    const int64_t id = tree_.Find(s, s + 1);
+    if (absl::Status st = CheckNode(group, s, s + 1, id); !st.ok()) return st;
+    if (owner_[s] != self_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("span ", s, " is not worker ", self_, "'s: its leaf is not computed here"));
+    }
+    return Add(group, id, std::move(value), out, fresh);
+  }
+
+  // Nodes waiting for a sibling, over every group.
+  int64_t held() const {
+    int64_t n = 0;
+    for (const auto& [g, nodes] : held_) n += static_cast<int64_t>(nodes.size());
+    return n;
+  }
+
+ private:
+  absl::Status CheckNode(int32_t group, int64_t lo, int64_t hi, int64_t id) const {
     if (group < 0 || group >= groups_ || id < 0) {
       return absl::InvalidArgumentError(absl::StrCat("no node [", lo, ", ", hi, ") of group ",
                                                      group, " in the tree of ", tree_.leaves(),
                                                      " spans"));
     }
-    if (Target(id) != self_ && !(hi - lo == 1 && owner_[lo] == self_)) {
-      return absl::InvalidArgumentError(absl::StrCat("node [", lo, ", ", hi, ") of group ", group,
-                                                     " is not worker ", self_, "'s to sum"));
-    }
+    return absl::OkStatus();
+  }
+
+  // Node id's value, summed up the tree as far as this worker can; what leaves it, into out.
+  absl::Status Add(int32_t group, int64_t id, GroupValue<T> value, std::vector<Send>& out,
+                   bool* fresh) {
     if (fresh != nullptr) *fresh = false;
     if (!seen_[group].emplace(id, true).second) return absl::OkStatus();
     if (fresh != nullptr) *fresh = true;
@@ -89,14 +123,6 @@ class TreeReduce {
     }
   }
 
-  // Nodes waiting for a sibling, over every group.
-  int64_t held() const {
-    int64_t n = 0;
-    for (const auto& [g, nodes] : held_) n += static_cast<int64_t>(nodes.size());
-    return n;
-  }
-
- private:
   // Who sums node id's value into its parent: the owner of the parent's first span; the
   // coordinator for the root.
   int32_t Target(int64_t id) const {

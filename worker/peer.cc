@@ -121,8 +121,7 @@ absl::Status PeerHub::AddLeaves(const v1::Task& task, std::vector<GroupLeaf<floa
   std::vector<TreeReduce<float>::Send> out;
   absl::Status status;
   for (GroupLeaf<float>& leaf : leaves) {
-    status = step_.reduce->Put(leaf.group, task.span(), task.span() + 1, std::move(leaf.value),
-                               out);
+    status = step_.reduce->PutLeaf(leaf.group, task.span(), std::move(leaf.value), out);
     if (!status.ok()) break;
   }
   Queue(out);  // what the leaves before a refused one made

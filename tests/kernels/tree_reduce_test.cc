@@ -92,7 +92,7 @@ Outcome RunTree(int64_t S, const std::vector<int32_t>& owner, int W, uint32_t se
   };
   for (const Leaf_& l : leaves) {
     std::vector<TreeReduce<float>::Send> sends;
-    EXPECT_TRUE(workers[owner[l.s]].Put(l.group, l.s, l.s + 1, Leaf(l.s, l.group, 5), sends).ok());
+    EXPECT_TRUE(workers[owner[l.s]].PutLeaf(l.group, l.s, Leaf(l.s, l.group, 5), sends).ok());
     for (auto& x : sends) wire.push_back(std::move(x));
     deliver_some(false);
   }
@@ -150,8 +150,21 @@ TEST(TreeReduceTest, RefusesNodesNotInTheTreeOrNotItsOwn) {
   EXPECT_FALSE(r.Put(0, 1, 3, Leaf(1, 0, 5), out).ok());  // [1, 3) is no node
   EXPECT_FALSE(r.Put(9, 0, 1, Leaf(0, 0, 5), out).ok());  // no group 9
   EXPECT_FALSE(r.Put(0, 5, 6, Leaf(5, 0, 5), out).ok());  // worker 1's leaf
+  EXPECT_FALSE(r.PutLeaf(0, 5, Leaf(5, 0, 5), out).ok());  // not ours to compute either
   EXPECT_TRUE(r.Put(0, 4, 8, Leaf(4, 0, 5), out).ok());   // worker 1's right child: ours
   EXPECT_TRUE(out.empty());
+}
+
+// A peer cannot put a leaf of a span this worker owns: accepted, it would make the worker's own
+// partial a duplicate, dropped unseen. The own leaf still goes in after such a refusal.
+TEST(TreeReduceTest, PeersCannotPutThisWorkersOwnLeaves) {
+  TreeReduce<float> r(8, {0, 0, 0, 0, 1, 1, 1, 1}, 0, kLayers);
+  std::vector<TreeReduce<float>::Send> out;
+  EXPECT_FALSE(r.Put(0, 0, 1, Leaf(0, 0, 5), out).ok());
+  EXPECT_FALSE(r.Put(0, 1, 2, Leaf(1, 0, 5), out).ok());
+  bool fresh = false;
+  EXPECT_TRUE(r.PutLeaf(0, 0, Leaf(0, 0, 5), out, &fresh).ok());
+  EXPECT_TRUE(fresh);
 }
 
 }  // namespace
