@@ -135,7 +135,15 @@ absl::Status TaskServiceImpl::CheckLease(const grpc::ServerContext* ctx,
 }
 
 bool TaskServiceImpl::Live(const Worker& w, absl::Time since) {
-  return w.last_seen >= since && w.nonfinite_results < kShunAfterNonFinite;
+  return w.last_seen >= since && w.nonfinite_results < kShunAfterNonFinite &&
+         w.lapsed_leases < kShunAfterLapsed;
+}
+
+void TaskServiceImpl::CountLapse(const std::string& worker, absl::Time now) {
+  auto w = workers_.find(worker);
+  // A worker unheard of for a lease is gone, not unable: its spans go to others anyway.
+  if (w == workers_.end() || w->second.last_seen < now - opt_.lease) return;
+  ++w->second.lapsed_leases;
 }
 
 std::vector<std::string> TaskServiceImpl::LiveWorkers() const {
@@ -194,6 +202,12 @@ grpc::Status TaskServiceImpl::PullTask(grpc::ServerContext* ctx, const v1::PullT
           "worker \"", req->worker_id(), "\" sent ", w->second.nonfinite_results,
           " results with non-finite values and is given no more tasks")));
     }
+    if (w->second.lapsed_leases >= kShunAfterLapsed) {
+      return Error(absl::PermissionDeniedError(absl::StrCat(
+          "worker \"", req->worker_id(), "\" let ", w->second.lapsed_leases,
+          " leases in a row lapse without a result (tasks it cannot run: see its log) and is "
+          "given no more tasks of job ", lapses_job_)));
+    }
     if (TryLease(req->worker_id(), w->second, resp)) return grpc::Status::OK;
     const absl::Time now = absl::Now();
     if (now >= until || ctx->IsCancelled()) break;
@@ -223,6 +237,16 @@ bool TaskServiceImpl::TryLease(const std::string& worker_id, Worker& worker,
     if (!leased)
       for (b = 0; b < seqs.size() && !leased; ++b)
         leased = seqs[b]->Claim(worker_id, live, live_count, opt_.lease);
+    if (leased && !leased->lapsed_worker.empty()) {
+      CountLapse(leased->lapsed_worker, absl::Now());
+      if (leased->lapsed_worker == worker_id && !Live(worker, since)) {
+        // Its own lapsed task again, and that lapse was one too many: not to it (PullTask
+        // refuses it from now on), to whoever takes its spans.
+        seqs[b - 1]->queue().Release(leased->task_id, leased->lease_id).IgnoreError();
+        work_cv_.notify_all();
+        return false;
+      }
+    }
     if (leased) {
       const SpanScheduler& seq = *seqs[--b];
       const GradOptions& options = current_->pieces[b].options;
@@ -398,6 +422,7 @@ grpc::Status TaskServiceImpl::PushResult(grpc::ServerContext* ctx,
   seq.Apply(local, std::move(result), w.name.empty() ? header.worker_id() : w.name,
             current_->fetched[task], result_bytes, current_->leased_at[task]);
   w.leases.erase(task);
+  w.lapsed_leases = 0;
   ++accepted_;
   resp->set_accepted(true);
   if (current_->Done()) done_cv_.notify_all();

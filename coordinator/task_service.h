@@ -127,6 +127,7 @@ class TaskServiceImpl final : public v1::TaskService::Service {
   int64_t registered_workers() const;  // dead ones are reaped (TaskServiceOptions::reap_after)
   static constexpr size_t kMaxWorkerNameBytes = 256;
   static constexpr int kShunAfterNonFinite = 3;
+  static constexpr int kShunAfterLapsed = 3;
   // With a worker tree: this many leases after the step's last task, roots still missing (and
   // every worker live) begin the step again through the coordinator.
   static constexpr int kRootsDeadlineLeases = 4;
@@ -198,6 +199,11 @@ class TaskServiceImpl final : public v1::TaskService::Service {
     uint64_t resident_bytes = 0, peak_resident_bytes = 0;
     absl::Time last_seen;
     int64_t nonfinite_results = 0;
+    // Leases of its that lapsed in a row while it stayed connected (it neither finished nor
+    // renewed them: a task it cannot run, or results it cannot get accepted); reset by an
+    // accepted result and by a new job. kShunAfterLapsed of them: no more tasks of the job, so
+    // that its spans go to the others instead of back to it for ever.
+    int64_t lapsed_leases = 0;
     std::string identity;  // the client certificate's names at registration ("" without TLS)
     std::string peer_address;  // its PeerService ("" for none)
   };
@@ -211,7 +217,11 @@ class TaskServiceImpl final : public v1::TaskService::Service {
   // then it begins again without a tree. Never once the step is done. Requires mu_.
   void RestartIfTreeLost();
   void ReapWorkers();  // forgets workers unheard of for reap_after. Requires mu_.
-  // Heard from since `since` (a lease ago) and not shunned for non-finite results.
+  // A lease that lapsed with `worker` still connected counts against it (Worker::lapsed_leases).
+  // Requires mu_.
+  void CountLapse(const std::string& worker, absl::Time now);
+  // Heard from since `since` (a lease ago) and not shunned for non-finite results or lapsed
+  // leases.
   static bool Live(const Worker& w, absl::Time since);
   // The ids of the live workers. Requires mu_.
   std::vector<std::string> LiveWorkers() const;
@@ -256,6 +266,7 @@ class TaskServiceImpl final : public v1::TaskService::Service {
   // The workers (sorted ids) of a tree whose roots did not come: steps with the same ones use
   // the star. Guarded by mu_.
   std::vector<std::string> broken_tree_;
+  std::string lapses_job_;  // the job whose lapsed leases the workers count; guarded by mu_
   int64_t rebuilds_ = 0, restarts_ = 0, roots_ = 0;  // guarded by mu_
 };
 

@@ -81,6 +81,36 @@ TEST_F(Hostile, NonFiniteResultsAreRefusedRetriedAndTheSenderShunned) {
   EXPECT_FALSE(Fake(good).rebuilt_spans.empty());
 }
 
+// A worker that lets its leases lapse while it stays connected (it skips tasks it cannot run,
+// or its results are refused as malformed) got its own spans' tasks back for ever: the job hung.
+// After kShunAfterLapsed lapses in a row it is given no more tasks, saying why, and another
+// worker takes its spans; the gradient is the in-process one.
+TEST_F(Hostile, AWorkerThatLetsItsLeasesLapseIsShunned) {
+  TaskServiceOptions o = DefaultOptions();
+  o.lease = absl::Milliseconds(300);
+  Start(o);
+  StartGradient();
+  const std::string lazy = Register("lazy");
+  int handed = 0;
+  absl::Status refused;
+  const auto until = SteadyClock::now() + std::chrono::seconds(30);
+  while (SteadyClock::now() < until) {  // pulls (so it stays connected), never pushes
+    absl::StatusOr<v1::PullTaskResponse> r = Pull(lazy);
+    if (!r.ok()) {
+      refused = r.status();
+      break;
+    }
+    handed += r->has_task() ? 1 : 0;
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  EXPECT_GT(handed, 0);
+  EXPECT_TRUE(StatusIs(refused, absl::StatusCode::kPermissionDenied, "leases in a row lapse"))
+      << refused;
+  const std::string good = Register("good");
+  FinishAndCheck(good);
+  EXPECT_EQ(service_->results_accepted(), kTasks);
+}
+
 // A result stream of many empty tensors with long unique names: refused at the first tensor past
 // the expected count (RESOURCE_EXHAUSTED), so the coordinator holds no more than a real result.
 TEST_F(Hostile, AResultOfManyTensorsIsRefusedAtTheFirstExtraOne) {
