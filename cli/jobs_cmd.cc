@@ -243,7 +243,8 @@ int StatusCommand(const std::vector<std::string>& args) {
     std::string line = absl::StrCat("workers: ", connected, " connected");
     if (taking != connected) {
       absl::StrAppend(&line, ", ", taking,
-                      " taking tasks (the others sent non-finite results too often)");
+                      " taking tasks (the others sent non-finite results, or skipped tasks, "
+                      "too often)");
     }
     std::printf("%s\n", line.c_str());
   }

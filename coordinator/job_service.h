@@ -37,7 +37,7 @@
 // ETA; message: the error for FAILED), then one event per state change and per finished step
 // (message: the checkpoint written at that step, if any), until the terminal event, after which
 // the stream ends OK. While no worker could take the running job's tasks for two leases (none
-// connected, or every connected one shunned for non-finite results or lapsed leases), one
+// connected, or every connected one shunned for non-finite results or skipped tasks), one
 // event says so (message "waiting for workers: ..."), and one more when a worker can again
 // ("workers are back: ..."); a watcher that attaches meanwhile gets the first after the
 // summary. A watcher that falls more than 4096 events behind gets a summary event in place of the events it

@@ -81,8 +81,7 @@ absl::StatusOr<LeaseResult> TaskQueue::Lease(std::string_view worker_id,
   task.lease_duration = lease_duration;
   ++task.attempts;
   ++granted_;
-  result.task = LeasedTask{task_id, task.lease_id, task.expiry, task.attempts, task.payload,
-                           task.ended_how == LeaseEnd::kExpired ? task.ended_worker : ""};
+  result.task = LeasedTask{task_id, task.lease_id, task.expiry, task.attempts, task.payload};
   return result;
 }
 
@@ -223,7 +222,6 @@ void TaskQueue::RequeueLocked(int64_t task_id, Task& task, LeaseEnd how) {
   else ++released_;
   task.ended_lease_id = task.lease_id;
   task.ended_how = how;
-  task.ended_worker = std::move(task.worker_id);
   task.state = TaskState::kReady;
   task.lease_id = 0;
   task.worker_id.clear();

@@ -49,9 +49,6 @@ struct LeasedTask {
   absl::Time expiry;     // the lease is live while now < expiry; Renew() moves it
   int attempt = 0;       // 1 on the first hand-out, 2 after one expiry/release, ...
   std::string payload;   // opaque to the queue (e.g. a serialized task description)
-  // The worker whose lease of this task expired just before this hand-out (empty when the
-  // last lease was released, or this is the first): it neither finished nor renewed it.
-  std::string lapsed_worker;
 };
 
 struct LeaseResult {
@@ -158,7 +155,6 @@ class TaskQueue {
     int64_t done_lease_id = 0;   // the lease whose result was accepted
     int64_t ended_lease_id = 0;  // most recent lease that ended without a result
     LeaseEnd ended_how = LeaseEnd::kNone;
-    std::string ended_worker;  // whose it was
   };
 
   int64_t ExpireLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

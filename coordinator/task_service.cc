@@ -136,14 +136,27 @@ absl::Status TaskServiceImpl::CheckLease(const grpc::ServerContext* ctx,
 
 bool TaskServiceImpl::Live(const Worker& w, absl::Time since) {
   return w.last_seen >= since && w.nonfinite_results < kShunAfterNonFinite &&
-         w.lapsed_leases < kShunAfterLapsed;
+         w.skipped_tasks < kShunAfterSkipped;
 }
 
-void TaskServiceImpl::CountLapse(const std::string& worker, absl::Time now) {
-  auto w = workers_.find(worker);
-  // A worker unheard of for a lease is gone, not unable: its spans go to others anyway.
-  if (w == workers_.end() || w->second.last_seen < now - opt_.lease) return;
-  ++w->second.lapsed_leases;
+void TaskServiceImpl::CountSkip(Worker& w, std::string why) {
+  ++w.skipped_tasks;
+  if (why.size() > 1024) why.resize(1024);
+  w.last_skip = std::move(why);
+  ++skipped_;
+}
+
+void TaskServiceImpl::EndSkipped(const grpc::ServerContext* ctx, const std::string& worker_id,
+                                 const v1::SkippedTask& skipped) {
+  int64_t task = 0, lease = 0;
+  if (!CheckLease(ctx, worker_id, skipped.task_id(), skipped.lease_id(), &task, &lease).ok())
+    return;  // lapsed already, or of an earlier step: nothing to end or count
+  int64_t local = 0;
+  current_->Locate(task, &local).queue().Release(local, lease).IgnoreError();
+  Worker& w = workers_[worker_id];
+  w.leases.erase(task);
+  CountSkip(w, absl::StrCat("task ", skipped.task_id(), ": ", skipped.reason()));
+  work_cv_.notify_all();
 }
 
 std::vector<std::string> TaskServiceImpl::LiveWorkers() const {
@@ -186,6 +199,9 @@ grpc::Status TaskServiceImpl::RegisterWorker(grpc::ServerContext* ctx,
 grpc::Status TaskServiceImpl::PullTask(grpc::ServerContext* ctx, const v1::PullTaskRequest* req,
                                        v1::PullTaskResponse* resp) {
   std::unique_lock<std::mutex> lock(mu_);
+  // Its skipped tasks first (a worker pulls one task at a time: one at most, normally).
+  for (int i = 0; i < std::min(req->skipped_size(), kMaxSkippedPerPull); ++i)
+    EndSkipped(ctx, req->worker_id(), req->skipped(i));
   // A long poll: with nothing ready for this worker, wait (up to long_poll) for a result that
   // makes a task ready, so that a span's next task starts without a polling delay.
   const absl::Time until = absl::Now() + opt_.long_poll;
@@ -202,11 +218,15 @@ grpc::Status TaskServiceImpl::PullTask(grpc::ServerContext* ctx, const v1::PullT
           "worker \"", req->worker_id(), "\" sent ", w->second.nonfinite_results,
           " results with non-finite values and is given no more tasks")));
     }
-    if (w->second.lapsed_leases >= kShunAfterLapsed) {
-      return Error(absl::PermissionDeniedError(absl::StrCat(
-          "worker \"", req->worker_id(), "\" let ", w->second.lapsed_leases,
-          " leases in a row lapse without a result (tasks it cannot run: see its log) and is "
-          "given no more tasks of job ", lapses_job_)));
+    if (w->second.skipped_tasks >= kShunAfterSkipped) {
+      // Not an error: the worker waits (it may run the next job's tasks), and says why once.
+      resp->mutable_no_task()->set_retry_after_ms(
+          std::max<int64_t>(opt_.retry_after_ms, absl::ToInt64Milliseconds(opt_.lease)));
+      resp->mutable_no_task()->set_reason(absl::StrCat(
+          "this worker skipped ", w->second.skipped_tasks, " tasks of job ", skips_job_,
+          " in a row (the last: ", w->second.last_skip, "); it gets no more of them, and the "
+          "other workers take its spans"));
+      return grpc::Status::OK;
     }
     if (TryLease(req->worker_id(), w->second, resp)) return grpc::Status::OK;
     const absl::Time now = absl::Now();
@@ -237,16 +257,6 @@ bool TaskServiceImpl::TryLease(const std::string& worker_id, Worker& worker,
     if (!leased)
       for (b = 0; b < seqs.size() && !leased; ++b)
         leased = seqs[b]->Claim(worker_id, live, live_count, opt_.lease);
-    if (leased && !leased->lapsed_worker.empty()) {
-      CountLapse(leased->lapsed_worker, absl::Now());
-      if (leased->lapsed_worker == worker_id && !Live(worker, since)) {
-        // Its own lapsed task again, and that lapse was one too many: not to it (PullTask
-        // refuses it from now on), to whoever takes its spans.
-        seqs[b - 1]->queue().Release(leased->task_id, leased->lease_id).IgnoreError();
-        work_cv_.notify_all();
-        return false;
-      }
-    }
     if (leased) {
       const SpanScheduler& seq = *seqs[--b];
       const GradOptions& options = current_->pieces[b].options;
@@ -396,7 +406,13 @@ grpc::Status TaskServiceImpl::PushResult(grpc::ServerContext* ctx,
   SpanScheduler& seq = current_->Locate(task, &local);
   SpanScheduler::Result result;
   std::string bad;
-  if (absl::Status s = seq.CheckResult(local, tensors, result, &bad); !s.ok()) return Error(s);
+  if (absl::Status s = seq.CheckResult(local, tensors, result, &bad); !s.ok()) {
+    // Malformed (a worker of another version, say): counted as a skip, so that a worker whose
+    // results are never accepted does not get the task back for ever.
+    CountSkip(workers_[header.worker_id()],
+              absl::StrCat("its result of task ", header.task_id(), " was refused: ", s.message()));
+    return Error(s);
+  }
   if (!bad.empty()) {
     // Refused before anything is applied: the task goes back to the queue for another try.
     seq.queue().Release(local, lease).IgnoreError();
@@ -422,7 +438,7 @@ grpc::Status TaskServiceImpl::PushResult(grpc::ServerContext* ctx,
   seq.Apply(local, std::move(result), w.name.empty() ? header.worker_id() : w.name,
             current_->fetched[task], result_bytes, current_->leased_at[task]);
   w.leases.erase(task);
-  w.lapsed_leases = 0;
+  w.skipped_tasks = 0;
   ++accepted_;
   resp->set_accepted(true);
   if (current_->Done()) done_cv_.notify_all();
@@ -560,6 +576,11 @@ int64_t TaskServiceImpl::registered_workers() const {
 int64_t TaskServiceImpl::results_nonfinite() const {
   std::lock_guard<std::mutex> lock(mu_);
   return nonfinite_;
+}
+
+int64_t TaskServiceImpl::tasks_skipped() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return skipped_;
 }
 
 int64_t TaskServiceImpl::span_rebuilds() const {

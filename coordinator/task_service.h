@@ -123,11 +123,14 @@ class TaskServiceImpl final : public v1::TaskService::Service {
   int64_t results_rejected() const;
   // Results refused for a non-finite value (NaN or Inf) in a partial, dL/du or mu: each was
   // handed out again; a worker that sent kShunAfterNonFinite of them gets no more tasks.
+  // Tasks workers skipped (PullTaskRequest.skipped), their leases ended at once.
+  int64_t tasks_skipped() const;
   int64_t results_nonfinite() const;
   int64_t registered_workers() const;  // dead ones are reaped (TaskServiceOptions::reap_after)
   static constexpr size_t kMaxWorkerNameBytes = 256;
   static constexpr int kShunAfterNonFinite = 3;
-  static constexpr int kShunAfterLapsed = 3;
+  static constexpr int kShunAfterSkipped = 3;
+  static constexpr int kMaxSkippedPerPull = 16;  // PullTaskRequest.skipped past these: ignored
   // With a worker tree: this many leases after the step's last task, roots still missing (and
   // every worker live) begin the step again through the coordinator.
   static constexpr int kRootsDeadlineLeases = 4;
@@ -139,7 +142,7 @@ class TaskServiceImpl final : public v1::TaskService::Service {
   QueueStats queue_stats() const;
   // Both counts at one instant: connected, the workers heard from (register, pull, heartbeat)
   // within the last lease duration, and live, those of them that get tasks (not shunned for
-  // non-finite results), live <= connected.
+  // non-finite results or skipped tasks), live <= connected.
   struct WorkerCounts {
     int64_t connected = 0, live = 0;
   };
@@ -199,11 +202,11 @@ class TaskServiceImpl final : public v1::TaskService::Service {
     uint64_t resident_bytes = 0, peak_resident_bytes = 0;
     absl::Time last_seen;
     int64_t nonfinite_results = 0;
-    // Leases of its that lapsed in a row while it stayed connected (it neither finished nor
-    // renewed them: a task it cannot run, or results it cannot get accepted); reset by an
-    // accepted result and by a new job. kShunAfterLapsed of them: no more tasks of the job, so
-    // that its spans go to the others instead of back to it for ever.
-    int64_t lapsed_leases = 0;
+    // Tasks of the running job it skipped in a row (PullTaskRequest.skipped) or sent malformed
+    // results of; reset by an accepted result and by a new job. kShunAfterSkipped of them: no
+    // more tasks of the job, so that its spans go to the others instead of back to it for ever.
+    int64_t skipped_tasks = 0;
+    std::string last_skip;  // why the last one was skipped
     std::string identity;  // the client certificate's names at registration ("" without TLS)
     std::string peer_address;  // its PeerService ("" for none)
   };
@@ -217,11 +220,13 @@ class TaskServiceImpl final : public v1::TaskService::Service {
   // then it begins again without a tree. Never once the step is done. Requires mu_.
   void RestartIfTreeLost();
   void ReapWorkers();  // forgets workers unheard of for reap_after. Requires mu_.
-  // A lease that lapsed with `worker` still connected counts against it (Worker::lapsed_leases).
-  // Requires mu_.
-  void CountLapse(const std::string& worker, absl::Time now);
-  // Heard from since `since` (a lease ago) and not shunned for non-finite results or lapsed
-  // leases.
+  // The skipped task's lease ends now, and it counts against the worker (Worker::skipped_tasks);
+  // a stale or unknown lease is ignored. Requires mu_.
+  void EndSkipped(const grpc::ServerContext* ctx, const std::string& worker_id,
+                  const v1::SkippedTask& skipped);
+  void CountSkip(Worker& w, std::string why);  // Requires mu_.
+  // Heard from since `since` (a lease ago) and not shunned for non-finite results or skipped
+  // tasks.
   static bool Live(const Worker& w, absl::Time since);
   // The ids of the live workers. Requires mu_.
   std::vector<std::string> LiveWorkers() const;
@@ -266,8 +271,8 @@ class TaskServiceImpl final : public v1::TaskService::Service {
   // The workers (sorted ids) of a tree whose roots did not come: steps with the same ones use
   // the star. Guarded by mu_.
   std::vector<std::string> broken_tree_;
-  std::string lapses_job_;  // the job whose lapsed leases the workers count; guarded by mu_
-  int64_t rebuilds_ = 0, restarts_ = 0, roots_ = 0;  // guarded by mu_
+  std::string skips_job_;  // the job whose skipped tasks the workers count; guarded by mu_
+  int64_t rebuilds_ = 0, restarts_ = 0, roots_ = 0, skipped_ = 0;  // guarded by mu_
 };
 
 }  // namespace adjsh::coordinator

@@ -201,9 +201,9 @@ absl::StatusOr<std::vector<GradResult<float, P>>> TaskServiceImpl::RunStep(
 void TaskServiceImpl::BeginStep() {
   Step& step = *current_;
   for (auto& [id, worker] : workers_) worker.leases.clear();  // of earlier versions
-  if (step.job_id != lapses_job_) {  // a worker unable to run one job's tasks may run another's
-    for (auto& [id, worker] : workers_) worker.lapsed_leases = 0;
-    lapses_job_ = step.job_id;
+  if (step.job_id != skips_job_) {  // a worker unable to run one job's tasks may run another's
+    for (auto& [id, worker] : workers_) worker.skipped_tasks = 0;
+    skips_job_ = step.job_id;
   }
   const std::vector<std::string> live = LiveWorkers();
   int64_t spans = 0;

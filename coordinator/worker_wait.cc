@@ -38,9 +38,8 @@ std::string WorkerWaitNote::Update(absl::Time now, int64_t connected, int64_t li
   }
   return absl::StrCat("waiting for workers: the ", connected, " connected ",
                       connected == 1 ? "one gets" : "ones get",
-                      " no tasks (each sent non-finite results, or let its leases lapse, too "
-                      "often), none has taken "
-                      "tasks for ", waited, "; start other workers");
+                      " no tasks (each sent non-finite results, or skipped tasks, too often), "
+                      "none has taken tasks for ", waited, "; start other workers");
 }
 
 }  // namespace adjsh::coordinator

@@ -1,7 +1,7 @@
 // When the running job's watchers (and the coordinator's log) are told that no worker can take
 // its tasks, and when that one can again. A job's steps run only on `adjsh worker` processes;
-// with none connected, or every connected one shunned for non-finite results or lapsed leases
-// (TaskServiceImpl::kShunAfterNonFinite, kShunAfterLapsed), it waits, and before this note it
+// with none connected, or every connected one shunned for non-finite results or skipped tasks
+// (TaskServiceImpl::kShunAfterNonFinite, kShunAfterSkipped), it waits, and before this note it
 // waited without a word: `watch` showed the last step and nothing else.
 //
 // The job service (coordinator/job_service.h) asks Update a few times a lease while a job runs,

@@ -57,7 +57,15 @@ void TaskRunner::Handle(const v1::Task& task) {
   state_.Log(2, absl::StrFormat("task %s leased: %s layer %d span %d/%d, lease %d ms",
                                 task.task_id(), v1::Task::Kind_Name(task.kind()), task.layer(),
                                 task.span(), task.spans(), task.lease_expires_ms()));
+  skip_why_.reset();
   const Outcome outcome = Run(task, *held);
+  if (skip_why_) {
+    if (skipped_.size() >= kMaxSkipped) skipped_.erase(skipped_.begin());
+    v1::SkippedTask& s = skipped_.emplace_back();
+    s.set_task_id(task.task_id());
+    s.set_lease_id(task.lease_id());
+    s.set_reason(*skip_why_);
+  }
   state_.Release(outcome == Outcome::kDropped);
   if (opt_.metrics != nullptr) {
     if (outcome == Outcome::kDone) {
@@ -73,6 +81,7 @@ void TaskRunner::Handle(const v1::Task& task) {
 TaskRunner::Outcome TaskRunner::End(const std::string& task_id, const NoResult& no_result) const {
   if (no_result.skipped) {
     state_.Log(0, absl::StrCat("task ", task_id, ": ", no_result.why, ": skipped"));
+    skip_why_ = no_result.why;
   } else {
     state_.Log(1, absl::StrCat("task ", task_id, " dropped: ", no_result.why));
   }

@@ -5,13 +5,16 @@
 // the span if so, runs the task on the worker's backend and pushes the outputs
 // (engine/span_tensors.h). A task of a Mamba-2 model ("model_type": "mamba2") runs its span on
 // a Mamba2SpanWork (engine/mamba2_span_work.h), on the same backend. Any invalid task is logged and
-// skipped without a result (its lease expires). Main thread only.
+// skipped without a result, and said to the coordinator on the next pull (skipped()), which ends
+// its lease. Main thread only.
 #ifndef ADJSH_WORKER_TASK_RUNNER_H_
 #define ADJSH_WORKER_TASK_RUNNER_H_
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "kernels/backend.h"
 #include "proto/adjsh.grpc.pb.h"
@@ -31,6 +34,11 @@ class TaskRunner {
   // Serves `task` to its end, result pushed or not, holding it in the SharedState meanwhile.
   void Handle(const v1::Task& task);
 
+  // The tasks skipped since the coordinator was last told (the next PullTaskRequest.skipped;
+  // the caller clears them once a pull went through). At most kMaxSkipped, the newest.
+  std::vector<v1::SkippedTask>& skipped() { return skipped_; }
+  static constexpr size_t kMaxSkipped = 16;
+
  private:
   enum class Outcome { kDone, kDropped };
 
@@ -46,7 +54,8 @@ class TaskRunner {
   // max_tensors tensors), their bytes counted.
   std::optional<NoResult> TreeParams(const TaskState& state, const v1::Task& task,
                                      uint64_t param_bytes, int64_t max_tensors, TensorMap& named);
-  Outcome End(const std::string& task_id, const NoResult& no_result) const;  // logs it
+  // Logs it; a skipped task's reason is kept for Handle (skip_why_).
+  Outcome End(const std::string& task_id, const NoResult& no_result) const;
   // A span built for `task` (plan's task id) from its tokens: the seconds since `started` when
   // it was replayed up to the task (a rebuild, logged), 0 when the task is the span's first.
   double NoteRebuild(const v1::Task& task, const SpanPlan& plan, int64_t id,
@@ -56,6 +65,8 @@ class TaskRunner {
                      double compute_seconds);
   void LogProgress();
 
+  std::vector<v1::SkippedTask> skipped_;
+  mutable std::optional<std::string> skip_why_;  // End's, for the task Handle serves
   const WorkerOptions& opt_;
   SharedState& state_;
   PeerHub& peers_;  // the worker tree of steps that have one

@@ -177,10 +177,12 @@ absl::Status Worker::Run(std::atomic<bool>& stop) {
     heartbeat = std::thread([this] { HeartbeatLoop(); });
     Backoff backoff(opt_.backoff_min, opt_.backoff_max);
     FailureRun failures;
+    std::string no_task_why;  // the last NoTask.reason logged
     while (!state_->Stopping()) {
       const std::string id = state_->worker_id();
       v1::PullTaskRequest request;
       request.set_worker_id(id);
+      for (const v1::SkippedTask& sk : runner.skipped()) *request.add_skipped() = sk;
       v1::PullTaskResponse response;
       absl::Status s;
       {
@@ -193,6 +195,11 @@ absl::Status Worker::Run(std::atomic<bool>& stop) {
         backoff.Reset();
         if (failures.failures() > 0) state_->Log(1, "the coordinator answers again");
         failures.Reset();
+        runner.skipped().clear();  // the coordinator has them
+        // Why it gets no tasks, once per reason (until it gets one again).
+        const std::string why = response.has_no_task() ? response.no_task().reason() : "";
+        if (!why.empty() && why != no_task_why) state_->Log(0, absl::StrCat("no tasks: ", why));
+        no_task_why = why;
         if (response.has_task()) {
           state_->UpdateStats([](WorkerStats& st) { ++st.tasks_pulled; });
           runner.Handle(response.task());

@@ -245,11 +245,19 @@ class TaskServiceWireTest : public ::testing::Test {
     return resp.worker_id();
   }
 
-  absl::StatusOr<v1::PullTaskResponse> Pull(const std::string& worker) {
+  // skipped: tasks the worker says it skipped (PullTaskRequest.skipped), with why.
+  absl::StatusOr<v1::PullTaskResponse> Pull(const std::string& worker,
+                                            const std::vector<v1::Task>& skipped = {}) {
     grpc::ClientContext ctx;
     Deadline(ctx);
     v1::PullTaskRequest req;
     req.set_worker_id(worker);
+    for (const v1::Task& t : skipped) {
+      v1::SkippedTask* s = req.add_skipped();
+      s->set_task_id(t.task_id());
+      s->set_lease_id(t.lease_id());
+      s->set_reason("state_size 64 is over this backend's 32");
+    }
     v1::PullTaskResponse resp;
     absl::Status s = FromGrpcStatus(stub_->PullTask(&ctx, req, &resp));
     if (!s.ok()) return s;

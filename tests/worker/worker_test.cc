@@ -241,6 +241,7 @@ class FakeTaskService final : public v1::TaskService::Service {
                         v1::PullTaskResponse* resp) override {
     std::lock_guard<std::mutex> lock(mu_);
     ++pulls_;
+    for (const v1::SkippedTask& s : req->skipped()) skipped_.push_back(s);
     cv_.notify_all();
     if (workers_.count(req->worker_id()) == 0) {
       return ToGrpcStatus(absl::NotFoundError("unknown worker " + req->worker_id()));
@@ -391,6 +392,7 @@ class FakeTaskService final : public v1::TaskService::Service {
   std::vector<v1::HeartbeatRequest> heartbeats_;
   std::map<std::string, size_t> cancel_sent_at_;  // task -> heartbeats seen when cancelled
   std::vector<v1::FetchInputsRequest> fetch_requests_;
+  std::vector<v1::SkippedTask> skipped_;  // as the pulls said them
   std::map<std::string, Received> results_;
 };
 
@@ -905,6 +907,15 @@ TEST_F(WorkerTest, UnsupportedAndMalformedTasksAreSkipped) {
   EXPECT_FALSE(service_.fetch_requests_[1].include_params());
   EXPECT_TRUE(service_.fetch_requests_[1].include_span());
   EXPECT_EQ(worker_->stats().tasks_dropped, 6);
+  // Each skip told the coordinator on the next pull, with its lease and why, once.
+  std::vector<std::string> told;
+  for (const v1::SkippedTask& s : service_.skipped_) {
+    told.push_back(s.task_id());
+    EXPECT_FALSE(s.lease_id().empty()) << s.task_id();
+    EXPECT_FALSE(s.reason().empty()) << s.task_id();
+  }
+  EXPECT_EQ(told, (std::vector<std::string>{"no-kind", "span-5-of-3", "layer-7", "f64",
+                                            "bad-config", "t3"}));
 }
 
 }  // namespace
