@@ -44,14 +44,14 @@ class TreeReduce {
       : tree_(spans), owner_(std::move(span_owner)), self_(self), groups_(NumGroups(layers)) {}
 
   // A node a peer pushed. INVALID_ARGUMENT for a node that is not in the tree, not this
-  // worker's to receive, or a leaf of a span this worker owns (computed here only, so that no
-  // peer can put it first and have the real one dropped as a duplicate); otherwise OK, with
-  // *fresh = false for one put already.
+  // worker's to receive, or one this worker computes itself (a node is computed by the owner of
+  // its first span: accepted from a peer first, the real one would be dropped as a duplicate);
+  // otherwise OK, with *fresh = false for one put already.
   absl::Status Put(int32_t group, int64_t lo, int64_t hi, GroupValue<T> value,
                    std::vector<Send>& out, bool* fresh = nullptr) {
     const int64_t id = tree_.Find(lo, hi);
     if (absl::Status s = CheckNode(group, lo, hi, id); !s.ok()) return s;
-    if (Target(id) != self_ || (hi - lo == 1 && owner_[lo] == self_)) {
+    if (Target(id) != self_ || owner_[lo] == self_) {
       return absl::InvalidArgumentError(absl::StrCat("node [", lo, ", ", hi, ") of group ", group,
                                                      " is not worker ", self_, "'s to receive"));
     }

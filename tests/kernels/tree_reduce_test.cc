@@ -155,13 +155,15 @@ TEST(TreeReduceTest, RefusesNodesNotInTheTreeOrNotItsOwn) {
   EXPECT_TRUE(out.empty());
 }
 
-// A peer cannot put a leaf of a span this worker owns: accepted, it would make the worker's own
-// partial a duplicate, dropped unseen. The own leaf still goes in after such a refusal.
-TEST(TreeReduceTest, PeersCannotPutThisWorkersOwnLeaves) {
+// A peer cannot put a node this worker computes (its own leaves, and the sums of nodes whose
+// first span it owns): accepted, it would make the worker's own value a duplicate, dropped
+// unseen. The own leaf still goes in after such a refusal.
+TEST(TreeReduceTest, PeersCannotPutNodesThisWorkerComputes) {
   TreeReduce<float> r(8, {0, 0, 0, 0, 1, 1, 1, 1}, 0, kLayers);
   std::vector<TreeReduce<float>::Send> out;
   EXPECT_FALSE(r.Put(0, 0, 1, Leaf(0, 0, 5), out).ok());
   EXPECT_FALSE(r.Put(0, 1, 2, Leaf(1, 0, 5), out).ok());
+  EXPECT_FALSE(r.Put(0, 0, 2, Leaf(0, 0, 5), out).ok());  // the sum of its leaves 0 and 1
   bool fresh = false;
   EXPECT_TRUE(r.PutLeaf(0, 0, Leaf(0, 0, 5), out, &fresh).ok());
   EXPECT_TRUE(fresh);
