@@ -607,6 +607,9 @@ absl::Status JobServiceImpl::TrainJob(JobRecord& rec, const v1::JobSpec& spec,
   rec.job.set_step(trainer.state().step);
   if (!saved.ok()) return saved;
   if (!ckpt.empty()) rec.job.set_last_checkpoint(LatestCheckpoint(ckpt));
+  // Every step was done and saved, and the shutdown stopped only the last evaluation: the job
+  // is done (run again, it would find nothing to train, or with resume never fail).
+  if (trainer.state().step >= opt.steps) return absl::OkStatus();
   return absl::CancelledError(
       ckpt.empty() ? "no checkpoint dir: it starts over"
                    : absl::StrCat("checkpointed at step ", trainer.state().step));
