@@ -411,6 +411,14 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const JobLimits& limits,
                             absl::StrCat("prepared_data: ", data.status().message()));
       }
       if (absl::Status s = train::CheckVocabulary(*data, vocab); !s.ok()) return s;
+      if (!data->val && spec.eval_every() > 0 && spec.val_token_file().empty()) {
+        // (adjsh submit turns evaluation off by default for such data when it can read the
+        // manifest; a coordinator that reads another one says so here, not when the job runs.)
+        return Invalid("eval_every", absl::StrCat("needs held-out data: ", spec.prepared_data(),
+                                                  " has no held-out split (prepared with "
+                                                  "--val-fraction 0); give val_token_file, or "
+                                                  "eval_every 0"));
+      }
       data_bytes += static_cast<uint64_t>(data->train.tokens.size()) *
                     (data->vocab_size > 65536 ? 4 : 2);
       break;

@@ -16,7 +16,8 @@
 //   FAILED_PRECONDITION: no data given and the built-in corpus (/usr/share/common-licenses) is
 //     empty, or checkpoint_dir exists and is not a directory.
 //   INVALID_ARGUMENT naming the limit: a spec over one of the coordinator's JobLimits
-//     (context_length over max_context, the model's layers K over max_layers, hidden size D
+//     (context_length, or context_length x batch_size, over max_context; the model's layers K
+//     over max_layers, hidden size D
 //     over max_hidden, one parameter tensor in f32 over max_tensor_bytes, the whole model in
 //     f32 over max_model_bytes, the data files over max_data_bytes);
 //   FAILED_PRECONDITION: a data file that is not a regular file (a FIFO, a device).

@@ -119,6 +119,34 @@ TEST(JobSpecFields, NoJobLimitsAdmitsWhatTheDefaultsRefuse) {
   EXPECT_TRUE(ValidateJobSpec(s, NoJobLimits(), JobRunner::kInProcess).ok());
 }
 
+// A prepared corpus without a held-out split (prepared with --val-fraction 0) and eval_every
+// over 0, with no val_token_file: refused at submit naming eval_every, not FAILED when the job
+// runs (adjsh submit defaults eval_every to 0 for such data only when it can read the manifest).
+TEST(JobSpecFields, EvaluationWithoutAHeldOutSplitIsRefusedAtSubmit) {
+  const std::filesystem::path dir =
+      std::filesystem::path(::testing::TempDir()) / ("noval_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  {
+    std::ofstream tokens(dir / "d.train.u16", std::ios::binary);
+    for (uint16_t t = 0; t < 600; ++t) tokens.put(static_cast<char>(t % 200)).put(0);
+    std::ofstream docs(dir / "d.train.docs", std::ios::binary);
+    docs.write(std::string(8, '\0').data(), 8);  // one document, at 0
+    std::ofstream(dir / "d.json")
+        << R"({"format": "adjsh-tokens-1", "vocab_size": 256, "eos_id": 255, "val": null,
+              "train": {"file": "d.train.u16", "docs": "d.train.docs", "tokens": 600,
+                        "documents": 1}})";
+  }
+  v1::JobSpec s = Spec();
+  s.set_prepared_data((dir / "d.json").string());
+  EXPECT_TRUE(ValidateJobSpec(s).ok()) << ValidateJobSpec(s);
+  s.set_eval_every(10);
+  ExpectField(ValidateJobSpec(s), "eval_every: needs held-out data: ");
+  ExpectField(ValidateJobSpec(s), "has no held-out split");
+  s.set_val_token_file((dir / "d.train.u16").string());  // held-out data of its own: fine
+  EXPECT_TRUE(ValidateJobSpec(s).ok()) << ValidateJobSpec(s);
+  std::filesystem::remove_all(dir);
+}
+
 // A Mamba-2 model_dir is a job for every runner, under the same limits as a Mamba-1 model's,
 // counted on its own tensors: in_proj (Dp, D) with Dp = 2 Di + 2 G N + H.
 TEST(JobSpecFields, AMamba2ModelIsAJobUnderItsOwnLimits) {
