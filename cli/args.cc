@@ -173,9 +173,10 @@ absl::Status CheckOutputFile(const std::string& flag, const std::string& path) {
     return absl::InvalidArgumentError(
         absl::StrCat("--", flag, " ", path, ": directory ", parent.string(), " does not exist"));
   }
-  // Learnt now, not after hours of work: whether a file can be created beside it.
-  const std::string probe = absl::StrCat(path, ".probe.", getpid());
-  const int fd = open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  // Learnt now, not after hours of work: whether a file can be created beside it (a name of
+  // its own, so no other file is touched).
+  std::string probe = absl::StrCat(path, ".probe.XXXXXX");
+  const int fd = mkostemp(probe.data(), O_CLOEXEC);
   if (fd < 0) {
     const int err = errno;
     return absl::InvalidArgumentError(

@@ -66,7 +66,8 @@ std::string SelfExe();
 
 // Checks before any work that an output file can be written: a non-empty path that is not a
 // directory, in an existing directory where a file can be created (a probe file beside it,
-// removed at once: the output is written as a temporary file there and renamed). INVALID_ARGUMENT
+// PATH.probe.XXXXXX, removed at once: the output is written as a temporary file there and
+// renamed). INVALID_ARGUMENT
 // naming the flag otherwise.
 absl::Status CheckOutputFile(const std::string& flag, const std::string& path);
 

@@ -205,16 +205,27 @@ int GradCommand(const std::vector<std::string>& args) {
                                                        dtype + "'"));
   }
   if (absl::Status s = CheckOutputFile("out", a.Get("out")); !s.ok()) return BadUsage("grad", s);
-  // The gradient must not replace what it reads.
+  // The gradient must not replace what it reads: the token files, and the model's config,
+  // index and weights (model.safetensors, or any shard: every .safetensors of its folder).
   const std::filesystem::path model = a.Get("model");
   if (absl::Status s = CheckOutputIsNotInput(
           "out", a.Get("out"),
           {{"the --tokens file", a.Get("tokens")},
            {"the --doc-starts file", a.Has("doc-starts") ? a.Get("doc-starts") : ""},
-           {"the model's weights", (model / "model.safetensors").string()},
-           {"the model's config", (model / "config.json").string()}});
+           {"the model's config", (model / "config.json").string()},
+           {"the model's weight index", (model / "model.safetensors.index.json").string()}});
       !s.ok()) {
     return BadUsage("grad", s);
+  }
+  {
+    std::error_code e1, e2;
+    const std::filesystem::path out = std::filesystem::weakly_canonical(a.Get("out"), e1);
+    if (!e1 && out.extension() == ".safetensors" &&
+        out.parent_path() == std::filesystem::weakly_canonical(model, e2) && !e2) {
+      return BadUsage("grad", absl::InvalidArgumentError(absl::StrCat(
+                                  "--out ", a.Get("out"), " is in the model's folder, where "
+                                  "its weights are: it could overwrite them")));
+    }
   }
   if (a.Has("doc-starts") && (*workers > 0 || a.Has("trace"))) {
     return BadUsage("grad", absl::InvalidArgumentError(

@@ -932,8 +932,14 @@ def run_cases(r, work):
         w = os.path.join(P("mcopy"), "model.safetensors")
         before = open(w, "rb").read()
         r.expect(["grad", "--model", P("mcopy"), "--tokens", tok32, "--out", w], BAD_VALUE_RC,
-                 err_has=["the model's weights"])
+                 err_has=["the model's folder"])
         check(open(w, "rb").read() == before, "the model's weights were overwritten")
+        shard = os.path.join(P("mcopy"), "model-00001-of-00002.safetensors")
+        r.expect(["grad", "--model", P("mcopy"), "--tokens", tok32, "--out", shard],
+                 BAD_VALUE_RC, err_has=["the model's folder"], out_path=shard)
+        r.expect(["grad", "--model", P("mcopy"), "--tokens", tok32, "--out",
+                  os.path.join(P("mcopy"), "config.json")], BAD_VALUE_RC,
+                 err_has=["the model's config"])
     r.case("out/--out naming the model's weights refused", out_is_model_weights)
 
     # A directory where no file can be created, even by root: refused before the gradient.
