@@ -170,7 +170,10 @@ int TrainMamba2(const ArgParser& a, const v1::JobSpec& spec, const train::TrainO
   absl::StatusOr<coordinator::JobDataSet> data =
       coordinator::JobData(spec, coordinator::NoJobLimits(), params->config.vocab_size);
   if (!data.ok()) return Fail("train", data.status());
-  if (opt.reset_at_documents) opt.doc_starts = std::move(data->doc_starts);
+  if (opt.reset_at_documents) {
+    opt.doc_starts = std::move(data->doc_starts);
+    opt.val_doc_starts = std::move(data->val_doc_starts);
+  }
   train::Mamba2Trainer trainer(*std::move(params), std::move(data->corpus), opt);
   if (data->val) trainer.set_validation(*std::move(data->val));
   if (absl::Status s = trainer.Init(); !s.ok()) return Fail("train", s);
@@ -329,7 +332,10 @@ int TrainCommand(const std::vector<std::string>& args) {
       coordinator::JobData(*spec, coordinator::NoJobLimits(), params->config.vocab_size);
   if (!data.ok()) return Fail("train", data.status());
 
-  if (opt.reset_at_documents) opt.doc_starts = std::move(data->doc_starts);
+  if (opt.reset_at_documents) {
+    opt.doc_starts = std::move(data->doc_starts);
+    opt.val_doc_starts = std::move(data->val_doc_starts);
+  }
   train::Trainer trainer(*std::move(params), std::move(data->corpus), opt);
   if (data->val) trainer.set_validation(*std::move(data->val));
   if (absl::Status s = trainer.Init(); !s.ok()) return Fail("train", s);

@@ -514,7 +514,10 @@ absl::Status JobServiceImpl::TrainJob(JobRecord& rec, const v1::JobSpec& spec,
   if (rec.cancel.load()) return cancelled;
 
   train::TrainOptions opt = JobTrainOptions(spec, opt_.threads, ckpt);
-  if (opt.reset_at_documents) opt.doc_starts = std::move(data->doc_starts);
+  if (opt.reset_at_documents) {
+    opt.doc_starts = std::move(data->doc_starts);
+    opt.val_doc_starts = std::move(data->val_doc_starts);
+  }
   train::BasicTrainer<P> trainer(std::move(params), std::move(data->corpus), opt);
   // The held-out loss is measured in this process (the evaluation is not distributed yet).
   if (data->val) trainer.set_validation(*std::move(data->val));

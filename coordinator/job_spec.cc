@@ -492,7 +492,10 @@ absl::StatusOr<JobDataSet> JobData(const v1::JobSpec& spec, const JobLimits& lim
     if (absl::Status s = train::CheckVocabulary(*data, vocab_size); !s.ok()) return s;
     out.corpus = std::move(data->train.tokens);
     out.doc_starts = std::move(data->train.starts);
-    if (data->val) out.val = std::move(data->val->tokens);
+    if (data->val) {
+      out.val = std::move(data->val->tokens);
+      out.val_doc_starts = std::move(data->val->starts);
+    }
   } else {
     std::vector<std::string> files;
     if (spec.data_case() == v1::JobSpec::kTextFiles) {
@@ -508,6 +511,7 @@ absl::StatusOr<JobDataSet> JobData(const v1::JobSpec& spec, const JobLimits& lim
     absl::StatusOr<TokenData> v = TokenData::Map(spec.val_token_file(), read);
     if (!v.ok()) return v.status();
     out.val = *std::move(v);
+    out.val_doc_starts.clear();  // a token file has no document index
   }
   return out;
 }

@@ -115,6 +115,7 @@ struct JobDataSet {
   TokenData corpus;
   std::optional<TokenData> val;
   std::vector<int64_t> doc_starts;  // a prepared corpus's train split's document index
+  std::vector<int64_t> val_doc_starts;  // and its held-out split's
 };
 absl::StatusOr<JobDataSet> JobData(const v1::JobSpec& spec, const JobLimits& limits,
                                    int64_t vocab_size);

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/layer_stream.h"
+#include "engine/segments.h"
 #include "engine/span_work.h"
 #include "engine/thread_pool.h"
 
@@ -139,11 +140,18 @@ EvalResult SumSequenceLosses(int64_t n, const EvalOptions& options,
                              const SequenceLossFn& sequence_loss) {
   EvalResult result;
   int64_t done = 0;
+  const auto rows_done = [&](int64_t rows) {
+    done += rows;  // pieces share their boundary token: at most n
+    if (options.progress) options.progress(std::min(done, n), n);
+  };
+  std::vector<int64_t> cuts;  // document starts inside the sequence, relative to it
   for (const auto& [start, len] : EvalSequences(n, options.context)) {
-    result.loss_sum += sequence_loss(start, len, [&](int64_t rows) {
-      done += rows;
-      if (options.progress) options.progress(done, n);
-    });
+    cuts.clear();
+    auto it = std::upper_bound(options.doc_starts.begin(), options.doc_starts.end(), start);
+    for (; it != options.doc_starts.end() && *it < start + len; ++it) cuts.push_back(*it - start);
+    // Pieces [a, s] with the target s, then [s, ...]: their targets are the sequence's.
+    for (const auto& [first, piece] : PiecesAtStarts(len, cuts))
+      result.loss_sum += sequence_loss(start + first, piece, rows_done);
     result.targets += len - 1;
     result.tokens += len;
     ++result.sequences;

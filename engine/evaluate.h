@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -25,6 +26,10 @@ struct EvalOptions {
   int64_t max_tokens = 0;  // > 0: only the corpus's first max_tokens tokens
   int threads = 0;        // 0: one per hardware thread
   Device device;
+  // Document starts (ascending token offsets) where the recurrence and the conv reset, as a
+  // model trained with --doc-boundaries reset reads (engine/segments.h PiecesAtStarts): each
+  // sequence's loss is its pieces' (the same targets); empty: none.
+  std::span<const int64_t> doc_starts;
   // After each sequence: (tokens evaluated, tokens to evaluate); never two calls at once.
   std::function<void(int64_t, int64_t)> progress;
 };
@@ -47,8 +52,9 @@ std::vector<std::pair<int64_t, int64_t>> EvalSequences(int64_t n, int64_t contex
 // Mamba2Evaluate's (engine/mamba2_eval.h) check.
 absl::StatusOr<int64_t> EvalTokenCount(const TokenData& tokens, const EvalOptions& options);
 
-// The loss of the first n tokens in EvalSequences(n, options.context): sequence_loss(start,
-// len, rows_done) returns one sequence's loss sum and calls rows_done(rows) as it goes (which
+// The loss of the first n tokens in EvalSequences(n, options.context), each sequence cut into
+// pieces at options.doc_starts: sequence_loss(start, len, rows_done) returns one sequence's (or
+// piece's) loss sum and calls rows_done(rows) as it goes (which
 // reports options.progress); the sums are added in sequence order. Evaluate's and
 // Mamba2Evaluate's loop.
 using SequenceLossFn = std::function<double(int64_t start, int64_t len,

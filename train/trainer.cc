@@ -238,6 +238,7 @@ absl::StatusOr<EvalResult> BasicTrainer<P>::HeldOutLoss() {
     eo.max_tokens = opt_.eval_tokens;
     eo.threads = opt_.grad.threads;
     eo.device = opt_.grad.device;
+    if (opt_.reset_at_documents) eo.doc_starts = opt_.val_doc_starts;
     return ModelFamily<P>::Evaluate(params_, val_, eo);
   }
   // The sequences Evaluate would cut, their losses weighted by their targets.
@@ -245,28 +246,37 @@ absl::StatusOr<EvalResult> BasicTrainer<P>::HeldOutLoss() {
   const auto& c = params_.config;
   EvalResult r;
   const std::vector<std::pair<int64_t, int64_t>> sequences = EvalSequences(n, opt_.context);
+  std::vector<int64_t> cuts;  // with reset_at_documents: document starts inside a sequence
   // batch_size sequences at a time: as many spans in flight as a training step has.
   for (size_t first = 0; first < sequences.size(); first += opt_.batch_size) {
     const size_t end = std::min(sequences.size(), first + static_cast<size_t>(opt_.batch_size));
-    std::vector<std::vector<uint32_t>> tokens;
+    std::vector<std::vector<uint32_t>> tokens;  // each piece's
     std::vector<GradOptions> options;
     for (size_t i = first; i < end; ++i) {
       const auto [start, len] = sequences[i];
-      GradOptions& o = options.emplace_back(opt_.grad);
-      o.forward_only = true;
-      o.loss_mask = {};
-      o.progress = nullptr;
-      if (!SpanPlan::Make(len, o.chunk, o.spans, c.num_hidden_layers, c.conv_kernel).ok())
-        o.spans = 0;  // a short last sequence: the default spans for its length
-      tokens.push_back(val_.Slice(start, len));
+      cuts.clear();
+      if (opt_.reset_at_documents) {
+        auto it = std::upper_bound(opt_.val_doc_starts.begin(), opt_.val_doc_starts.end(), start);
+        for (; it != opt_.val_doc_starts.end() && *it < start + len; ++it)
+          cuts.push_back(*it - start);
+      }
+      for (const auto& [at, piece] : PiecesAtStarts(len, cuts)) {
+        GradOptions& o = options.emplace_back(opt_.grad);
+        o.forward_only = true;
+        o.loss_mask = {};
+        o.progress = nullptr;
+        if (!SpanPlan::Make(piece, o.chunk, o.spans, c.num_hidden_layers, c.conv_kernel).ok())
+          o.spans = 0;  // a short sequence or piece: the default spans for its length
+        tokens.push_back(val_.Slice(start + at, piece));
+      }
+      r.sequences += 1;
+      r.tokens += len;
     }
     absl::StatusOr<std::vector<Grad>> g = Gradients(eval_source_, tokens, options);
     if (!g.ok()) return g.status();
-    for (size_t i = 0; i < tokens.size(); ++i) {  // in sequence order, as Evaluate adds them
+    for (size_t i = 0; i < tokens.size(); ++i) {  // in piece order, as Evaluate adds them
       r.loss_sum += (*g)[i].loss * static_cast<double>((*g)[i].targets);
       r.targets += (*g)[i].targets;
-      r.sequences += 1;
-      r.tokens += static_cast<int64_t>(tokens[i].size());
     }
   }
   return r;

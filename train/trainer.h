@@ -70,6 +70,8 @@ struct TrainOptions {
   // its documents' pieces combined (engine/segments.h).
   bool reset_at_documents = false;
   std::vector<int64_t> doc_starts;
+  // The held-out data's document starts, where its evaluation resets too (EvalOptions).
+  std::vector<int64_t> val_doc_starts;
 };
 
 struct StepReport {

@@ -23,10 +23,13 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import struct
 import subprocess
 import sys
 import tempfile
+
+from test_cli import st_read, st_tensor_bytes, st_write  # tests/cli/test_cli.py
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/
 from harness import Cluster, Results  # noqa: E402
@@ -246,6 +249,68 @@ def main():
         check("--doc-boundaries reset: other weights than cross, bitwise the same through workers",
               rc == 0 and rcw == 0 and digest(P("r-in")) != digest(P("b1")) and
               digest(P("r-in")) == digest(P("r-w")), err[-500:] + errw[-500:])
+        # The held-out loss of a model trained with reset resets at the held-out split's
+        # documents too: one sequence of 1024 tokens (dozens of short documents) evaluates to
+        # `adjsh grad --doc-starts`'s loss of the final weights on it, not to the cross-document
+        # `adjsh eval`; the same through 2 workers to f32 rounding. The model's mixer weights
+        # are scaled up 8x so that its layers read their context (at init a reset moves the
+        # loss by about 1e-6, here by about 1e-3).
+        shutil.copytree(model, P("ctx_model"))
+        w_path = P("ctx_model", "model.safetensors")
+        header, meta, blob = st_read(w_path)
+        tensors = st_tensor_bytes(header, blob)
+        for name, (dt, shape, raw) in list(tensors.items()):
+            if any(k in name for k in ("in_proj", "x_proj", "out_proj")):
+                n = len(raw) // 4
+                tensors[name] = (dt, shape, struct.pack(f"<{n}f", *[
+                    8.0 * x for x in struct.unpack(f"<{n}f", raw)]))
+        st_write(w_path, tensors, meta)
+        os.makedirs(P("short"))
+        sm = write_prepared(P("short", "docs"))
+        sm["val"] = write_split(P("short", "docs"), "val",
+                                [[(5 * i + 7 * j + i // 3) % (V - 1) for j in range(17 + i % 5 * 3)]
+                                 for i in range(60)], V - 1)
+        json.dump(sm, open(P("short", "docs.json"), "w"))
+        with open(P("val1024.u16"), "wb") as f:
+            f.write(open(P("short", "docs.val.u16"), "rb").read()[:2 * 1024])
+        n_docs = os.path.getsize(P("short", "docs.val.docs")) // 8
+        starts = struct.unpack(f"<{n_docs}Q", open(P("short", "docs.val.docs"), "rb").read())
+        inside = [x for x in starts if x < 1024]
+        with open(P("val1024.docs"), "wb") as f:
+            f.write(struct.pack(f"<{len(inside)}Q", *inside))
+        rv = ["train", "--model", P("ctx_model"), "--data", P("short", "docs.json"), "--context",
+              "1024", "--chunk", "64", "--steps", "2", "--eval-every", "2", "--eval-tokens",
+              "1024", "--doc-boundaries", "reset"]
+        val_reset = {}
+        for workers in (0, 2):
+            ck, log = P(f"rv{workers}"), P(f"rv{workers}.jsonl")
+            extra = ["--workers", str(workers)] if workers else []
+            rc, _, err = run(a.adjsh, rv + ["--checkpoint-dir", ck, "--log-jsonl", log] + extra)
+            lines = [json.loads(x) for x in open(log).read().splitlines()] if rc == 0 else []
+            val_reset[workers] = (lines[-1]["val_loss"] if lines else None, err)
+        step = os.path.join(P("rv0"), open(os.path.join(P("rv0"), "latest")).read().strip())
+        rc1, _, gerr = run(a.adjsh, ["grad", "--model", step, "--tokens", P("val1024.u16"),
+                                     "--doc-starts", P("val1024.docs"), "--chunk", "64",
+                                     "--out", P("gv.st")])
+        grad_loss = re.search(r"loss (\S+)", gerr)
+        rc2, eout, eerr = run(a.adjsh, ["eval", "--model", step, "--tokens", P("val1024.u16"),
+                                        "--context", "1024", "--chunk", "64", "--quiet"])
+        cross = re.search(r"loss (\S+)", eout)
+        got = val_reset[0][0]
+        check("--doc-boundaries reset: documents start inside the evaluated sequence",
+              len(inside) >= 10, str(inside))
+        check("--doc-boundaries reset: the held-out loss resets at the held-out documents "
+              "(= adjsh grad --doc-starts, != the cross-document adjsh eval)",
+              got is not None and grad_loss and cross and
+              abs(got - float(grad_loss.group(1))) <= 2e-6 * abs(got) + 1e-6 and
+              abs(got - float(cross.group(1))) > 2e-4,
+              f"{got} {grad_loss and grad_loss.group(1)} {cross and cross.group(1)} "
+              f"{val_reset[0][1][-300:]} {gerr[-300:]} {eerr[-300:]}")
+        check("--doc-boundaries reset: that held-out loss through 2 workers = in-process "
+              "(< 1e-5 relative)",
+              got is not None and val_reset[2][0] is not None and
+              abs(val_reset[2][0] - got) <= 1e-5 * abs(got), f"{val_reset} ")
+
         rc, _, err = run(a.adjsh, ["train", "--model", model, "--tokens", prefix + ".train.u16",
                                    "--context", "256", "--steps", "1", "--doc-boundaries",
                                    "reset", "--checkpoint-dir", P("r-bad")])
