@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <optional>
 #include <type_traits>
+#include <utility>
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
@@ -12,6 +13,7 @@
 #include "cli/commands.h"
 #include "cli/device_flags.h"
 #include "cli/job_flags.h"
+#include "cli/stop_signal.h"
 #include "cli/train_report.h"
 #include "common/address.h"
 #include "common/metrics_server.h"
@@ -89,11 +91,20 @@ int RunTrainer(train::BasicTrainer<P>& trainer, const ArgParser& a, const v1::Jo
     cluster_metrics->JobStarted("train", trainer.state().step, opt.steps,
                                 spec.expected_workers() > 0 ? spec.expected_workers() : workers);
   }
-  const absl::Status trained = trainer.Run([&](const train::StepReport& r) {
-    if (cluster_metrics) cluster_metrics->StepDone("train", r, opt.context);
-    PrintProgress(r);
-    if (log) log->Write(r);
-  });
+  // Ctrl-C or SIGTERM: the step under way ends, its state is saved, and the run stops (a
+  // second signal ends the process at once: cli/stop_signal.h).
+  std::atomic<bool>& stop = InstallStopSignals();
+  bool told = false;
+  const absl::Status trained = trainer.Run(
+      [&](const train::StepReport& r) {
+        if (cluster_metrics) cluster_metrics->StepDone("train", r, opt.context);
+        PrintProgress(r);
+        if (log) log->Write(r);
+        if (stop.load() && !std::exchange(told, true))
+          std::fprintf(stderr, "adjsh train: stopping: saving step %lld\n",
+                       static_cast<long long>(r.step));
+      },
+      &stop);
   if (log && !log->status().ok()) return Fail("train", log->status());
   if (cluster_metrics) cluster_metrics->JobEnded("train");
   if (!trained.ok()) return Fail("train", trained);

@@ -193,6 +193,9 @@ pid_t LocalCluster::Spawn(int slot) {
   const pid_t pid = fork();
   if (pid == 0) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);  // a worker never outlives its coordinator process
+    // A process group of its own: a terminal's Ctrl-C reaches the coordinator process only,
+    // which finishes its step and saves before it stops its workers (cli/train_cmd.cc).
+    setpgid(0, 0);
     if (!log.empty()) {  // best effort: the inherited stderr if the log cannot be opened
       const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
       if (fd >= 0) {

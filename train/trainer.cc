@@ -308,13 +308,26 @@ absl::Status BasicTrainer<P>::CheckMaskedSteps() const {
 }
 
 template <typename P>
-absl::Status BasicTrainer<P>::Run(const std::function<void(const StepReport&)>& on_step) {
+absl::Status BasicTrainer<P>::Run(const std::function<void(const StepReport&)>& on_step,
+                                  const std::atomic<bool>* stop) {
   // Learnt before the first step, not at the step: nothing trained is lost.
   if (absl::Status s = CheckMaskedSteps(); !s.ok()) return s;
   const int64_t T = opt_.context * opt_.batch_size;
   const auto run_start = std::chrono::steady_clock::now();
   const int64_t first_step = state_.step;
   while (state_.step < opt_.steps) {
+    if (stop != nullptr && stop->load()) {  // between steps: nothing half done
+      if (opt_.checkpoint_dir.empty() || state_.step == first_step) {
+        return absl::CancelledError(absl::StrFormat(
+            "stopped by a signal after step %d (%s)", state_.step,
+            opt_.checkpoint_dir.empty() ? "no checkpoint directory: nothing saved"
+                                        : "no step done in this run: nothing new to save"));
+      }
+      if (absl::Status s = SaveCheckpointNow(); !s.ok()) return s;
+      return absl::CancelledError(absl::StrFormat(
+          "stopped by a signal after step %d, saved in %s: the same command resumes there",
+          state_.step, opt_.checkpoint_dir));
+    }
     const auto start = std::chrono::steady_clock::now();
     absl::StatusOr<Grad> g = BatchGradient();
     if (!g.ok()) return g.status();

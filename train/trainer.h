@@ -8,6 +8,7 @@
 #ifndef ADJSH_TRAIN_TRAINER_H_
 #define ADJSH_TRAIN_TRAINER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -122,8 +123,11 @@ class BasicTrainer {
   // The held-out data of TrainOptions::eval_every (before Init, which checks it).
   void set_validation(TokenData val) { val_ = std::move(val); }
 
-  // Runs the remaining steps; on_step is called after every step.
-  absl::Status Run(const std::function<void(const StepReport&)>& on_step);
+  // Runs the remaining steps; on_step is called after every step. With `stop`: once it is set
+  // (a signal handler's flag), the run ends after the step under way, its state saved as a
+  // checkpoint (when it has a directory): CANCELLED naming the step, which a resume continues.
+  absl::Status Run(const std::function<void(const StepReport&)>& on_step,
+                   const std::atomic<bool>* stop = nullptr);
 
   // Saves a checkpoint of the state after the last completed step, unless there is nothing new
   // to save (no checkpoint dir, no step since the last save or the resume). For a run stopped

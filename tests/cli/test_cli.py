@@ -25,7 +25,9 @@ import argparse
 import json
 import math
 import os
+import re
 import shutil
+import signal
 import struct
 import subprocess
 import sys
@@ -419,6 +421,36 @@ def run_cases(r, work):
     r.case("train/--loss-mask reports the accuracy",
            lambda: r.expect(train_base + ["--loss-mask", mask_ok, "--cotangent", "top-of-stack"],
                             0, err_has=["acc ", "top-of-stack"]))
+
+    def interrupted():
+        # Ctrl-C (SIGINT) mid-run: the step under way ends, it is saved, exit 1 naming it;
+        # the checkpoint is that step, the last one printed, so no trained step is lost.
+        ck = P("ck_int")
+        p = subprocess.Popen([r.adjsh, "train", "--model", model, "--tokens", tok32, "--context",
+                              "8", "--steps", "1000000", "--checkpoint-every", "0",
+                              "--checkpoint-dir", ck], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True)
+        lines = []
+        try:
+            for line in p.stderr:
+                lines.append(line)
+                if line.startswith("step 20/"):
+                    p.send_signal(signal.SIGINT)
+                    break
+            rest = p.communicate(timeout=TIMEOUT_S)[1]
+        finally:
+            if p.poll() is None:
+                p.kill()
+        err = "".join(lines) + rest
+        steps = re.findall(r"^step (\d+)/", err, re.M)
+        stopped = re.search(r"stopped by a signal after step (\d+), saved in", err)
+        latest = open(os.path.join(ck, "latest")).read().strip() if os.path.exists(
+            os.path.join(ck, "latest")) else ""
+        check(p.returncode == 1 and stopped and steps and stopped.group(1) == steps[-1] and
+              latest == "step-%08d" % int(steps[-1]),
+              "rc %s, last step %s, latest %r: %s" % (p.returncode, steps[-1:], latest,
+                                                      _clip(err[-600:])))
+    r.case("train/SIGINT ends the step under way, saves it and exits 1", interrupted)
 
     # Windows of 8 in 23 tokens: 0-7 and 8-15, in that order with --data-order sequential.
     def mask_file(name, counted):
