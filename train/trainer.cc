@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -111,6 +112,10 @@ absl::Status BasicTrainer<P>::Init() {
     }
     return absl::OkStatus();
   }
+  // Held before its checkpoints are read, when it exists (else once made, below).
+  if (std::filesystem::is_directory(opt_.checkpoint_dir)) {
+    if (absl::Status s = HoldCheckpointDir(); !s.ok()) return s;
+  }
   absl::StatusOr<Checkpoint<P>> ck =
       LoadLatestCheckpoint<P>(opt_.checkpoint_dir, opt_.resume_fallback, &resume_note_);
   if (absl::IsNotFound(ck.status())) {
@@ -118,7 +123,9 @@ absl::Status BasicTrainer<P>::Init() {
       return absl::FailedPreconditionError(absl::StrCat(
           "resume must: ", opt_.checkpoint_dir, " holds no checkpoint to resume from"));
     }
-    return CheckCheckpointDirWritable(opt_.checkpoint_dir);  // learnt now, not at step 100
+    // Learnt now, not at step 100.
+    if (absl::Status s = CheckCheckpointDirWritable(opt_.checkpoint_dir); !s.ok()) return s;
+    return HoldCheckpointDir();
   }
   if (opt_.resume == ResumeMode::kNever) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -152,6 +159,15 @@ absl::Status BasicTrainer<P>::Init() {
   saved_step_ = state_.step;
   resumed_ = true;
   return CheckCheckpointDirWritable(opt_.checkpoint_dir);
+}
+
+template <typename P>
+absl::Status BasicTrainer<P>::HoldCheckpointDir() {
+  if (dir_lock_.held()) return absl::OkStatus();
+  absl::StatusOr<DirLock> lock = DirLock::Hold(opt_.checkpoint_dir);
+  if (!lock.ok()) return lock.status();
+  dir_lock_ = *std::move(lock);
+  return absl::OkStatus();
 }
 
 template <typename P>

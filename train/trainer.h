@@ -26,6 +26,7 @@
 #include "engine/segments.h"
 #include "nlohmann/json.hpp"
 #include "train/checkpoint.h"
+#include "train/dir_lock.h"
 #include "train/model_family.h"
 #include "train/optimizer.h"
 #include "train/sampler.h"
@@ -156,12 +157,16 @@ class BasicTrainer {
   TrainerState state_;
   Source source_, eval_source_;
   std::string resume_note_;
+  DirLock dir_lock_;
   // The GradResult of a step's B sequences (the first batch_size from state_.sequence).
   absl::StatusOr<Grad> BatchGradient();
   // With a loss mask: INVALID_ARGUMENT naming the first step to come whose windows count no
   // target (that step would have no loss), else OK. A step's other windows, or pieces of them,
   // that count none are left out of its gradient (BatchGradient).
   absl::Status CheckMaskedSteps() const;
+  // Holds checkpoint_dir (dir_lock_) for this trainer's life: FAILED_PRECONDITION when another
+  // run holds it.
+  absl::Status HoldCheckpointDir();
   // The held-out loss (TrainOptions::eval_tokens of val_ in sequences of the context): through
   // eval_source_ when set, else engine/evaluate.h in-process.
   absl::StatusOr<EvalResult> HeldOutLoss();

@@ -431,10 +431,14 @@ def run_cases(r, work):
                               "--checkpoint-dir", ck], stdout=subprocess.DEVNULL,
                              stderr=subprocess.PIPE, text=True)
         lines = []
+        second = None
         try:
             for line in p.stderr:
                 lines.append(line)
                 if line.startswith("step 20/"):
+                    # A second run on the same directory meanwhile: refused, nothing touched.
+                    second = r.run(["train", "--model", model, "--tokens", tok32, "--context",
+                                    "8", "--steps", "2", "--checkpoint-dir", ck])
                     p.send_signal(signal.SIGINT)
                     break
             rest = p.communicate(timeout=TIMEOUT_S)[1]
@@ -450,7 +454,11 @@ def run_cases(r, work):
               latest == "step-%08d" % int(steps[-1]),
               "rc %s, last step %s, latest %r: %s" % (p.returncode, steps[-1:], latest,
                                                       _clip(err[-600:])))
-    r.case("train/SIGINT ends the step under way, saves it and exits 1", interrupted)
+        check(second is not None and second.rc == 1 and
+              "in use by another training run" in _text(second.err),
+              "second run: %r" % ((second.rc, _clip(second.err)) if second else None,))
+    r.case("train/SIGINT ends the step under way, saves it and exits 1; a second run on its "
+           "checkpoint directory meanwhile is refused", interrupted)
 
     # Windows of 8 in 23 tokens: 0-7 and 8-15, in that order with --data-order sequential.
     def mask_file(name, counted):

@@ -136,19 +136,21 @@ TEST(Mamba2TrainerTest, LossGoesDownAndAResumedRunIsBitwiseTheStraightOne) {
   TrainOptions broken = SmallRun(16);
   broken.checkpoint_dir = dir;
   broken.checkpoint_every = 8;
-  Mamba2Trainer a(init, corpus, broken);
-  ASSERT_TRUE(a.Init().ok());
-  int calls = 0;
-  a.set_gradient_source([&](const Mamba2Params<float>& p, std::span<const GradPiece> pieces)
-                            -> absl::StatusOr<std::vector<Mamba2GradResult<float>>> {
-    if (++calls == 12) return absl::UnavailableError("lost");
-    std::vector<Mamba2GradResult<float>> out;
-    for (const GradPiece& piece : pieces)
-      out.push_back(ModelFamily<Mamba2Params<float>>::Gradient(p, piece).value());
-    return out;
-  });
-  EXPECT_EQ(a.Run(nullptr).code(), absl::StatusCode::kUnavailable);
-  EXPECT_EQ(a.state().step, 11);
+  {
+    Mamba2Trainer a(init, corpus, broken);
+    ASSERT_TRUE(a.Init().ok());
+    int calls = 0;
+    a.set_gradient_source([&](const Mamba2Params<float>& p, std::span<const GradPiece> pieces)
+                              -> absl::StatusOr<std::vector<Mamba2GradResult<float>>> {
+      if (++calls == 12) return absl::UnavailableError("lost");
+      std::vector<Mamba2GradResult<float>> out;
+      for (const GradPiece& piece : pieces)
+        out.push_back(ModelFamily<Mamba2Params<float>>::Gradient(p, piece).value());
+      return out;
+    });
+    EXPECT_EQ(a.Run(nullptr).code(), absl::StatusCode::kUnavailable);
+    EXPECT_EQ(a.state().step, 11);
+  }  // the killed run's process is gone (it held the directory)
   Mamba2Trainer b(Init(TinyMamba2(false), 99), corpus, broken);  // the weights come from disk
   ASSERT_TRUE(b.Init().ok());
   ASSERT_TRUE(b.resumed());

@@ -2,10 +2,12 @@
 // and bitwise-identical weights after an interrupted run resumed from its checkpoint.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <random>
 
 #include "common/tokens.h"
@@ -291,9 +293,11 @@ TEST(TrainerTest, ResumeRefusesADifferentDefinitionByName) {
   refused(o, other, "data");
   // The same definition resumes (threads and chunk are how, not what; more steps extend it).
   c = o, c.grad.threads = 1, c.grad.chunk = 32, c.steps = 3;
-  Trainer same(init, corpus, c);
-  ASSERT_TRUE(same.Init().ok());
-  EXPECT_TRUE(same.resumed());
+  {
+    Trainer same(init, corpus, c);
+    ASSERT_TRUE(same.Init().ok());
+    EXPECT_TRUE(same.resumed());
+  }  // (it holds the directory while it lives: TwoRunsCannotShareACheckpointDirectory)
   c = o, c.resume = ResumeMode::kNever;
   Trainer never(init, corpus, c);
   const absl::Status s = never.Init();
@@ -316,19 +320,21 @@ TEST(TrainerTest, ResumedRunEndsWithBitwiseIdenticalWeights) {
   // The same run, killed during step 5 (after the checkpoint at step 3), then restarted.
   TrainOptions broken = straight;
   broken.checkpoint_dir = TempDir("broken");
-  Trainer b(init, Corpus(), broken);
-  ASSERT_TRUE(b.Init().ok());
-  int calls = 0;
-  b.set_gradient_source([&](const ModelParams<float>& p, std::span<const GradPiece> pieces)
-                            -> absl::StatusOr<std::vector<GradResult<float>>> {
-    if (++calls == 5) return absl::UnavailableError("worker lost");
-    std::vector<GradResult<float>> out;
-    for (const GradPiece& piece : pieces)
-      out.push_back(ComputeGradient<float>(p, piece.tokens, piece.options).value());
-    return out;
-  });
-  EXPECT_EQ(b.Run(nullptr).code(), absl::StatusCode::kUnavailable);
-  EXPECT_EQ(b.state().step, 4);
+  {
+    Trainer b(init, Corpus(), broken);
+    ASSERT_TRUE(b.Init().ok());
+    int calls = 0;
+    b.set_gradient_source([&](const ModelParams<float>& p, std::span<const GradPiece> pieces)
+                              -> absl::StatusOr<std::vector<GradResult<float>>> {
+      if (++calls == 5) return absl::UnavailableError("worker lost");
+      std::vector<GradResult<float>> out;
+      for (const GradPiece& piece : pieces)
+        out.push_back(ComputeGradient<float>(p, piece.tokens, piece.options).value());
+      return out;
+    });
+    EXPECT_EQ(b.Run(nullptr).code(), absl::StatusCode::kUnavailable);
+    EXPECT_EQ(b.state().step, 4);
+  }  // the killed run's process is gone
 
   Trainer c(InitParams<float>(TinyConfig(), 99), Corpus(), broken);  // weights come from disk
   ASSERT_TRUE(c.Init().ok());
@@ -338,6 +344,33 @@ TEST(TrainerTest, ResumedRunEndsWithBitwiseIdenticalWeights) {
   EXPECT_EQ(c.state().step, 6);
   EXPECT_TRUE(adjsh::testing::BitwiseEqual(a.params(), c.params()));
   EXPECT_EQ(a.state().last_loss, c.state().last_loss);
+}
+
+// Two runs on one checkpoint directory pruned and overwrote each other's step folders: the
+// second is refused while the first holds the directory (in any process), and runs once it is
+// gone. The directory lists as before: the lock is a flock on the directory itself.
+TEST(TrainerTest, TwoRunsCannotShareACheckpointDirectory) {
+  const ModelParams<float> init = InitParams<float>(TinyConfig(), 5);
+  TrainOptions o = SmallRun(2);
+  o.checkpoint_dir = TempDir("shared");
+  std::optional<Trainer> first(std::in_place, init, Corpus(), o);
+  ASSERT_TRUE(first->Init().ok());
+  ASSERT_TRUE(first->Run(nullptr).ok());
+  o.steps = 3;
+  Trainer second(init, Corpus(), o);
+  const absl::Status s = second.Init();
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(std::string(s.message()).find("in use by another training run"), std::string::npos)
+      << s;
+  first.reset();
+  Trainer third(init, Corpus(), o);
+  ASSERT_TRUE(third.Init().ok());
+  EXPECT_TRUE(third.resumed());
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(o.checkpoint_dir))
+    names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"latest", "step-00000002"}));
 }
 
 // A finite gradient element that overflows g^2 (3e38, clipping off): the step is refused and
