@@ -1,11 +1,13 @@
 // adjsh init: a new model directory with Mamba's published initialisation.
 #include <cstdio>
 
+#include "absl/strings/str_format.h"
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/model_flags.h"
 #include "common/model.h"
 #include "engine/mamba2_init.h"
+#include "engine/mamba2_model.h"
 
 namespace adjsh::cli {
 namespace {
@@ -13,6 +15,13 @@ namespace {
 int InitMamba2(const ArgParser& a, uint64_t seed, const std::string& dtype) {
   absl::StatusOr<Mamba2Config> config = Mamba2ConfigFromFlags(a);
   if (!config.ok()) return BadUsage("init", config.status());
+  // The parameters, and the file's bytes while they are written (as Mamba-1's, below).
+  if (absl::Status s = CheckParamsFitInMemory(
+          Mamba2ParamBytesF32(*config), dtype == "f64" ? 4 : 2,
+          absl::StrFormat("Mamba-2 D=%d, K=%d, V=%d", config->hidden_size,
+                          config->num_hidden_layers, config->vocab_size));
+      !s.ok())
+    return Fail("init", s);
   const DType out = dtype == "f64" ? DType::kF64 : dtype == "f32" ? DType::kF32 : DType::kBF16;
   // Initialised in f64 for an f64 file, so that it holds no f32 rounding.
   absl::Status status;

@@ -1,6 +1,7 @@
 // adjsh train: trains a Mamba LM on a corpus, one long sequence per step, with the exact
 // adjoint-sharded gradient (or a truncated window), AdamW, checkpoints and resume.
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <optional>
@@ -32,14 +33,16 @@ namespace {
 // A loss mask file: raw bytes, one per corpus token; non-zero = the target there counts.
 absl::StatusOr<std::vector<uint8_t>> LoadLossMask(const std::string& path) {
   std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) return absl::NotFoundError(absl::StrFormat("cannot open loss mask %s", path));
+  if (!f) return absl::ErrnoToStatus(errno, absl::StrFormat("cannot open loss mask %s", path));
   std::vector<uint8_t> mask;
   uint8_t buf[65536];
   for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;)
     mask.insert(mask.end(), buf, buf + n);
-  const bool failed = std::ferror(f);
+  const int error = std::ferror(f) ? errno : 0;
   std::fclose(f);
-  if (failed) return absl::DataLossError(absl::StrFormat("cannot read loss mask %s", path));
+  if (error != 0) {
+    return absl::ErrnoToStatus(error, absl::StrFormat("cannot read loss mask %s", path));
+  }
   return mask;
 }
 

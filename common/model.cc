@@ -161,17 +161,22 @@ uint64_t ParamBytesF32(const MambaConfig& c) {
   return SatMul(n, sizeof(float));
 }
 
-absl::Status CheckModelFitsInMemory(const MambaConfig& c, int copies) {
-  const uint64_t need = SatMul(ParamBytesF32(c), static_cast<uint64_t>(copies));
+absl::Status CheckParamsFitInMemory(uint64_t param_bytes, int copies, const std::string& what) {
+  const uint64_t need = SatMul(param_bytes, static_cast<uint64_t>(copies));
   const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
   if (pages <= 0 || page <= 0) return absl::OkStatus();  // unknown: let the allocation tell
   const uint64_t have = SatMul(static_cast<uint64_t>(pages), static_cast<uint64_t>(page));
   if (need <= have) return absl::OkStatus();
   return absl::ResourceExhaustedError(absl::StrFormat(
-      "the model (D=%d, K=%d, V=%d) needs %.1f GiB (%d f32 copies of %.1f GiB of parameters), "
-      "more than this machine's %.1f GiB of memory",
-      c.hidden_size, c.num_hidden_layers, c.vocab_size, need / 1073741824.0, copies,
-      ParamBytesF32(c) / 1073741824.0, have / 1073741824.0));
+      "the model (%s) needs %.1f GiB (%d f32 copies of %.1f GiB of parameters), more than this "
+      "machine's %.1f GiB of memory",
+      what, need / 1073741824.0, copies, param_bytes / 1073741824.0, have / 1073741824.0));
+}
+
+absl::Status CheckModelFitsInMemory(const MambaConfig& c, int copies) {
+  return CheckParamsFitInMemory(
+      ParamBytesF32(c), copies,
+      absl::StrFormat("D=%d, K=%d, V=%d", c.hidden_size, c.num_hidden_layers, c.vocab_size));
 }
 
 template <typename T>

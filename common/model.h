@@ -83,6 +83,9 @@ uint64_t ParamBytesF32(const MambaConfig& config);
 // OK when `copies` f32 copies of the model fit in this machine's physical memory; else
 // RESOURCE_EXHAUSTED naming the bytes (refused before any allocation is tried).
 absl::Status CheckModelFitsInMemory(const MambaConfig& config, int copies);
+// The same for a model of `param_bytes` f32 parameter bytes, named `what` in the message
+// (a Mamba-2 model's: engine/mamba2_model.h Mamba2ParamBytesF32).
+absl::Status CheckParamsFitInMemory(uint64_t param_bytes, int copies, const std::string& what);
 
 // All parameters sized for `config`, filled with zeros (a gradient accumulator).
 template <typename T>

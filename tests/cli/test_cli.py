@@ -416,6 +416,9 @@ def run_cases(r, work):
     r.case("input/train --loss-mask missing file",
            lambda: r.expect(train_base + ["--loss-mask", P("no_such.u8")], 1,
                             err_has=["no_such.u8"]))
+    r.case("input/train --loss-mask a directory: refused with the system's reason",
+           lambda: r.expect(train_base + ["--loss-mask", work], 1,
+                            err_has=["cannot read loss mask", "Is a directory"]))
     r.case("input/train --loss-mask of the wrong length",
            lambda: r.expect(train_base + ["--loss-mask", mask_short], 1, err_has=["loss mask"]))
     r.case("train/--loss-mask reports the accuracy",

@@ -80,6 +80,12 @@ def main():
             r = run(["init", "--out", out, *base, *args])
             check(f"init {' '.join(args)} refused by name, nothing written",
                   refused(r, *words) and not os.path.exists(out), r.stderr)
+        huge = os.path.join(tmp, "huge")
+        r = run(["init", "--model-type", "mamba2", "--out", huge, "--hidden-size", "65536",
+                 "--layers", "64", "--vocab-size", "65536"])
+        check("init of a Mamba-2 model larger than memory: refused before allocating, by size",
+              refused(r, "more than this machine's", "GiB") and not os.path.exists(huge),
+              r.stderr)
         r = run(["init", "--out", os.path.join(tmp, "m1"), "--head-dim", "8", "--hidden-size",
                  "16", "--layers", "1", "--vocab-size", "256"])
         check("--head-dim without --model-type mamba2 refused", refused(r, "Mamba-2"), r.stderr)
