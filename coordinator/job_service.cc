@@ -380,10 +380,16 @@ void JobServiceImpl::CancelPump() {
     if (pump_stop_) return;
     lock.unlock();
     {
+      // Still the same cancelled job: the runner retires jobs under cancel_mu_, held here.
       std::lock_guard<std::mutex> cancel_lock(cancel_mu_);
-      std::lock_guard<std::mutex> inner(mu_);
-      // Still the same cancelled job (the runner retires jobs under cancel_mu_).
-      if (running_ && running_->cancel.load()) tasks_.CancelCurrent();
+      bool cancel = false;
+      {
+        std::lock_guard<std::mutex> inner(mu_);
+        cancel = running_ && running_->cancel.load();
+      }
+      // Not under mu_: the TaskService's lock is held while parameters stream out, and
+      // WatchJob, status and the step's progress wait on mu_.
+      if (cancel) tasks_.CancelCurrent();
     }
     lock.lock();
     cv_.wait_for(lock, std::chrono::milliseconds(50), [&] { return pump_stop_; });
