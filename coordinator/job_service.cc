@@ -618,7 +618,10 @@ absl::Status JobServiceImpl::TrainJob(JobRecord& rec, const v1::JobSpec& spec,
   if (!ckpt.empty()) rec.job.set_last_checkpoint(LatestCheckpoint(ckpt));
   // Every step was done and saved, and the shutdown stopped only the last evaluation: the job
   // is done (run again, it would find nothing to train, or with resume never fail).
-  if (trainer.state().step >= opt.steps) return absl::OkStatus();
+  if (trainer.state().step >= opt.steps) {
+    rec.job.set_loss(trainer.state().last_loss);  // the last step's on_step did not run
+    return absl::OkStatus();
+  }
   return absl::CancelledError(
       ckpt.empty() ? "no checkpoint dir: it starts over"
                    : absl::StrCat("checkpointed at step ", trainer.state().step));

@@ -190,9 +190,11 @@ pid_t LocalCluster::Spawn(int slot) {
   argv.push_back(nullptr);
   started_[slot] = std::chrono::steady_clock::now();
   const std::string log = LogPath(slot);
+  const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid == 0) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);  // a worker never outlives its coordinator process
+    if (getppid() != parent) _exit(1);  // which died before the line above took effect
     // A process group of its own: a terminal's Ctrl-C reaches the coordinator process only,
     // which finishes its step and saves before it stops its workers (cli/train_cmd.cc).
     setpgid(0, 0);
@@ -258,6 +260,14 @@ void LocalCluster::Supervise() {
                    how.c_str());
       pids_[w] = Spawn(static_cast<int>(w));
       restarts_.fetch_add(1);
+    }
+    // Workers connected, and none gets tasks (each skipped the job's tasks, or sent non-finite
+    // results, too often): no other worker comes to a local cluster, so the run ends saying
+    // why, where it waited without a word.
+    const TaskServiceImpl::WorkerCounts counts = service_->worker_counts();
+    if (counts.connected > 0 && counts.live == 0) {
+      service_->Abort(absl::UnavailableError(absl::StrCat(
+          "no worker of this local cluster takes its tasks: ", service_->ShunNote())));
     }
   }
 }

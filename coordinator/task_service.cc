@@ -387,7 +387,17 @@ grpc::Status TaskServiceImpl::PushResult(grpc::ServerContext* ctx,
   absl::StatusOr<TensorMap> read =
       ReadTensorStream<grpc::ServerReader<v1::ResultChunk>, v1::ResultChunk>(
           *reader, limits, "result", &result_bytes);
-  if (!read.ok()) return Error(read.status());
+  if (!read.ok()) {
+    // Its lease checked above: a worker whose results never fit (another version, say) counts
+    // it as a skip, as a malformed result below; the lease is kept for a good result.
+    std::lock_guard<std::mutex> lock(mu_);
+    auto w = workers_.find(header.worker_id());
+    if (w != workers_.end()) {
+      CountSkip(w->second, absl::StrCat("its result of task ", header.task_id(),
+                                        " was refused: ", read.status().message()));
+    }
+    return Error(read.status());
+  }
   TensorMap tensors = *std::move(read);
   bytes_received_.fetch_add(result_bytes);
 
@@ -408,7 +418,7 @@ grpc::Status TaskServiceImpl::PushResult(grpc::ServerContext* ctx,
   std::string bad;
   if (absl::Status s = seq.CheckResult(local, tensors, result, &bad); !s.ok()) {
     // Malformed (a worker of another version, say): counted as a skip, so that a worker whose
-    // results are never accepted does not get the task back for ever.
+    // results are never accepted does not get the task back for ever. The lease is kept.
     CountSkip(workers_[header.worker_id()],
               absl::StrCat("its result of task ", header.task_id(), " was refused: ", s.message()));
     return Error(s);
@@ -576,6 +586,24 @@ int64_t TaskServiceImpl::registered_workers() const {
 int64_t TaskServiceImpl::results_nonfinite() const {
   std::lock_guard<std::mutex> lock(mu_);
   return nonfinite_;
+}
+
+std::string TaskServiceImpl::ShunNote() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const absl::Time since = absl::Now() - opt_.lease;
+  for (const auto& [id, w] : workers_) {
+    if (w.last_seen < since) continue;
+    const std::string who = w.name.empty() ? id : w.name;
+    if (w.skipped_tasks >= kShunAfterSkipped) {
+      return absl::StrCat("worker ", who, " skipped ", w.skipped_tasks,
+                          " tasks in a row (the last: ", w.last_skip, ")");
+    }
+    if (w.nonfinite_results >= kShunAfterNonFinite) {
+      return absl::StrCat("worker ", who, " sent ", w.nonfinite_results,
+                          " results with non-finite values");
+    }
+  }
+  return "";
 }
 
 int64_t TaskServiceImpl::tasks_skipped() const {

@@ -121,10 +121,12 @@ class TaskServiceImpl final : public v1::TaskService::Service {
   // Group roots accepted from worker trees.
   int64_t roots_accepted() const;
   int64_t results_rejected() const;
+  // Tasks workers skipped (PullTaskRequest.skipped: their leases ended at once), and results
+  // refused as malformed (their leases kept): each counts against its worker
+  // (kShunAfterSkipped in a row, and it gets no more of the job's tasks).
+  int64_t tasks_skipped() const;
   // Results refused for a non-finite value (NaN or Inf) in a partial, dL/du or mu: each was
   // handed out again; a worker that sent kShunAfterNonFinite of them gets no more tasks.
-  // Tasks workers skipped (PullTaskRequest.skipped), their leases ended at once.
-  int64_t tasks_skipped() const;
   int64_t results_nonfinite() const;
   int64_t registered_workers() const;  // dead ones are reaped (TaskServiceOptions::reap_after)
   static constexpr size_t kMaxWorkerNameBytes = 256;
@@ -147,6 +149,9 @@ class TaskServiceImpl final : public v1::TaskService::Service {
     int64_t connected = 0, live = 0;
   };
   WorkerCounts worker_counts() const;
+  // Why a connected worker gets no tasks (the first such one's: its skipped tasks' last reason,
+  // or its non-finite results), "" when every connected one gets them.
+  std::string ShunNote() const;
   absl::Duration lease() const { return opt_.lease; }
 
  private:

@@ -13,6 +13,7 @@ namespace adjsh::train {
 
 absl::StatusOr<DirLock> DirLock::Hold(const std::string& dir) {
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0 && errno == EACCES) return DirLock();  // writable, not readable: unheld
   if (fd < 0) {
     return absl::FailedPreconditionError(
         absl::StrCat("cannot open the checkpoint directory ", dir, ": ", std::strerror(errno)));

@@ -16,7 +16,8 @@ class DirLock {
  public:
   DirLock() = default;
   // FAILED_PRECONDITION when another DirLock (in any process) holds `dir`, naming it; an
-  // unheld DirLock where the filesystem has no flock (held() false: best effort).
+  // unheld DirLock where the filesystem has no flock, or `dir` cannot be opened for reading
+  // (held() false: best effort).
   static absl::StatusOr<DirLock> Hold(const std::string& dir);
 
   DirLock(DirLock&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}

@@ -102,7 +102,9 @@ std::optional<NoResult> TaskIo::Fetch(const TaskState& task, bool include_params
       if (!state_.TaskAlive(task, &why)) return Dropped(why);
       return Dropped("stopping");
     }
-    if (!IsTransient(s.code())) return Dropped(absl::StrCat("FetchInputs: ", s.ToString()));
+    if (absl::IsNotFound(s)) return Dropped(absl::StrCat("FetchInputs: ", s.ToString()));
+    // Refused for good (a request this worker cannot make right): said to the coordinator.
+    if (!IsTransient(s.code())) return Skipped(absl::StrCat("FetchInputs: ", s.ToString()));
     state_.Log(2, absl::StrCat("task ", tid, ": FetchInputs failed (", s.ToString(),
                                "); retrying"));
     if (!state_.SleepFor(backoff.Next())) return Dropped("stopping");

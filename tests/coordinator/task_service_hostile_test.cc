@@ -108,6 +108,10 @@ TEST_F(Hostile, AWorkerThatSkipsItsTasksGetsNoMoreOfTheJob) {
   EXPECT_NE(r->no_task().reason().find("state_size 64"), std::string::npos);
   EXPECT_EQ(service_->tasks_skipped(), 3);
   EXPECT_EQ(service_->worker_counts().live, 0);
+  // What a local cluster, to which no other worker comes, ends its run with.
+  EXPECT_NE(service_->ShunNote().find("worker cant skipped 3 tasks in a row (the last: task "),
+            std::string::npos)
+      << service_->ShunNote();
   const std::string good = Register("good");
   FinishAndCheck(good);
   EXPECT_EQ(service_->results_accepted(), kTasks);

@@ -2,6 +2,7 @@
 // AdamW by hand, bit for bit; loss goes down; a resumed run is bitwise the straight one; the
 // checkpoint's model folder loads as a Mamba-2 model; options its gradient lacks and a
 // checkpoint of the other model type are refused by name. And the initialisation's streams.
+#include <optional>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -151,7 +152,9 @@ TEST(Mamba2TrainerTest, LossGoesDownAndAResumedRunIsBitwiseTheStraightOne) {
     EXPECT_EQ(a.Run(nullptr).code(), absl::StatusCode::kUnavailable);
     EXPECT_EQ(a.state().step, 11);
   }  // the killed run's process is gone (it held the directory)
-  Mamba2Trainer b(Init(TinyMamba2(false), 99), corpus, broken);  // the weights come from disk
+  std::optional<Mamba2Trainer> held(std::in_place, Init(TinyMamba2(false), 99), corpus,
+                                    broken);  // the weights come from disk
+  Mamba2Trainer& b = *held;
   ASSERT_TRUE(b.Init().ok());
   ASSERT_TRUE(b.resumed());
   EXPECT_EQ(b.state().step, 8);
@@ -165,12 +168,14 @@ TEST(Mamba2TrainerTest, LossGoesDownAndAResumedRunIsBitwiseTheStraightOne) {
   ASSERT_TRUE(saved.ok()) << saved.status();
   EXPECT_FALSE(saved->config.tie_word_embeddings);
   ExpectBitwiseEqual(*saved, b.params());
+  held.reset();  // its directory is free again
   // A Mamba-1 trainer refuses this directory by the model type.
   Trainer mamba1(InitParams<float>(adjsh::testing::SmallConfig(2, 16, 4, 4, 1, 256), 1), corpus,
                  broken);
   const absl::Status refused = mamba1.Init();
   EXPECT_FALSE(refused.ok());
   EXPECT_NE(refused.message().find("mamba2"), std::string::npos) << refused;
+  EXPECT_EQ(refused.message().find("in use"), std::string::npos) << refused;
 }
 
 TEST(Mamba2TrainerTest, RefusesTheOptionsItsGradientLacksByName) {
