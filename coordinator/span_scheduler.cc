@@ -151,7 +151,7 @@ std::optional<LeasedTask> SpanScheduler::Claim(const std::string& worker, const 
   return got->task;
 }
 
-TensorMap SpanScheduler::Inputs(int64_t id, bool include_params, bool include_span) const {
+TensorMap SpanScheduler::Inputs(int64_t id, bool include_span) const {
   const SpanTask& task = plan_->task(id);
   TensorMap out;
   WithLedger([&](const auto& ledger, const auto& c) {
@@ -162,12 +162,6 @@ TensorMap SpanScheduler::Inputs(int64_t id, bool include_params, bool include_sp
         PutSpanInputs<float>(c, *plan_, step, in, ReplayPrefix(step), out);
     }
   });
-  if (include_params) {
-    // const_cast: the visit walks a mutable struct, reading only.
-    out.merge(mamba2_ ? Mamba2ParamsToTensors<float>(const_cast<Mamba2Params<float>&>(*mamba2_),
-                                                     DType::kF32)
-                      : ParamsToTensors<float>(*params_, DType::kF32));
-  }
   return out;
 }
 

@@ -85,8 +85,9 @@ class SpanScheduler {
   std::optional<LeasedTask> Claim(const std::string& worker, const Live& live,
                                   int64_t live_count, absl::Duration lease);
 
-  // The tensors FetchInputs streams for task `id` (engine/span_tensors.h).
-  TensorMap Inputs(int64_t id, bool include_params, bool include_span) const;
+  // The tensors FetchInputs streams for task `id` (engine/span_tensors.h), the parameters
+  // apart (TaskServiceImpl's one snapshot of them per step).
+  TensorMap Inputs(int64_t id, bool include_span) const;
 
   // Checks a result before it is applied: OK, or INVALID_ARGUMENT for a malformed one (with
   // the worker tree, also one whose partials are all finite: they belong in the tree).

@@ -331,6 +331,7 @@ grpc::Status TaskServiceImpl::FetchInputs(grpc::ServerContext* ctx,
                                           const v1::FetchInputsRequest* req,
                                           grpc::ServerWriter<v1::TensorChunk>* writer) {
   TensorMap inputs;
+  std::shared_ptr<const TensorMap> params;
   int64_t task = 0, version = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -340,13 +341,17 @@ grpc::Status TaskServiceImpl::FetchInputs(grpc::ServerContext* ctx,
         !s.ok())
       return Error(s);
     int64_t local = 0;
-    inputs = current_->Locate(task, &local).Inputs(local, req->include_params(),
-                                                    req->include_span());
+    inputs = current_->Locate(task, &local).Inputs(local, req->include_span());
+    if (req->include_params()) params = ParamTensors();
     version = current_->version;
   }
-  // Streamed outside the lock: the tensors are this call's own copies.
+  // Streamed outside the lock: the task's tensors are this call's own copy, the parameters the
+  // step's one snapshot, which no one changes.
   uint64_t sent = 0;
   if (absl::Status s = StreamOut(inputs, writer, &sent); !s.ok()) return Error(s);
+  if (params) {
+    if (absl::Status s = StreamOut(*params, writer, &sent); !s.ok()) return Error(s);
+  }
   std::lock_guard<std::mutex> lock(mu_);
   if (current_ && current_->version == version) current_->fetched[task] += sent;
   return grpc::Status::OK;
@@ -459,7 +464,7 @@ grpc::Status TaskServiceImpl::PushResult(grpc::ServerContext* ctx,
 grpc::Status TaskServiceImpl::FetchParams(grpc::ServerContext* ctx,
                                           const v1::FetchParamsRequest* req,
                                           grpc::ServerWriter<v1::TensorChunk>* writer) {
-  TensorMap params;
+  std::shared_ptr<const TensorMap> params;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (absl::Status s = CheckRegistered(ctx, req->worker_id()); !s.ok()) return Error(s);
@@ -469,14 +474,10 @@ grpc::Status TaskServiceImpl::FetchParams(grpc::ServerContext* ctx,
           absl::StrCat("parameters version ", req->params_version(), " of job \"",
                        Echo(req->job_id()), "\" are not the current step's")));
     }
-    // const_cast: the visit walks a mutable struct, reading only.
-    params = current_->mamba2
-                 ? Mamba2ParamsToTensors<float>(
-                       const_cast<Mamba2Params<float>&>(*current_->mamba2), DType::kF32)
-                 : ParamsToTensors<float>(*current_->params, DType::kF32);
+    params = ParamTensors();
   }
-  uint64_t sent = 0;  // outside the lock: this call's own copies
-  if (absl::Status s = StreamOut(params, writer, &sent); !s.ok()) return Error(s);
+  uint64_t sent = 0;  // outside the lock: the step's snapshot, which no one changes
+  if (absl::Status s = StreamOut(*params, writer, &sent); !s.ok()) return Error(s);
   return grpc::Status::OK;
 }
 
@@ -586,6 +587,23 @@ int64_t TaskServiceImpl::registered_workers() const {
 int64_t TaskServiceImpl::results_nonfinite() const {
   std::lock_guard<std::mutex> lock(mu_);
   return nonfinite_;
+}
+
+std::shared_ptr<const TensorMap> TaskServiceImpl::ParamTensors() {
+  if (!current_->param_tensors) {
+    // const_cast: the visit walks a mutable struct, reading only.
+    current_->param_tensors = std::make_shared<const TensorMap>(
+        current_->mamba2 ? Mamba2ParamsToTensors<float>(
+                               const_cast<Mamba2Params<float>&>(*current_->mamba2), DType::kF32)
+                         : ParamsToTensors<float>(*current_->params, DType::kF32));
+    ++param_snapshots_;
+  }
+  return current_->param_tensors;
+}
+
+int64_t TaskServiceImpl::param_snapshots() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return param_snapshots_;
 }
 
 std::string TaskServiceImpl::ShunNote() const {

@@ -149,6 +149,8 @@ class TaskServiceImpl final : public v1::TaskService::Service {
     int64_t connected = 0, live = 0;
   };
   WorkerCounts worker_counts() const;
+  // Parameter snapshots made (ParamTensors): one per step whose parameters a worker fetched.
+  int64_t param_snapshots() const;
   // Why a connected worker gets no tasks (the first such one's: its skipped tasks' last reason,
   // or its non-finite results), "" when every connected one gets them.
   std::string ShunNote() const;
@@ -164,6 +166,9 @@ class TaskServiceImpl final : public v1::TaskService::Service {
     std::vector<int64_t> first;
     const ModelParams<float>* params = nullptr;   // a Mamba-1 model's step, or
     const Mamba2Params<float>* mamba2 = nullptr;  // a Mamba-2 model's
+    // The parameters as tensors, made by the first fetch that streams them and shared by every
+    // later one of the step (ParamTensors): one copy of the model, not one per fetch.
+    std::shared_ptr<const TensorMap> param_tensors;
     std::string job_id, config_json;
     // The worker tree of this version (empty peer list: the star), and its workers' ids in
     // tree order.
@@ -230,6 +235,9 @@ class TaskServiceImpl final : public v1::TaskService::Service {
   void EndSkipped(const grpc::ServerContext* ctx, const std::string& worker_id,
                   const v1::SkippedTask& skipped);
   void CountSkip(Worker& w, std::string why);  // Requires mu_.
+  // The current step's parameters as tensors, made once (Step::param_tensors). Requires mu_
+  // and a current step.
+  std::shared_ptr<const TensorMap> ParamTensors();
   // Heard from since `since` (a lease ago) and not shunned for non-finite results or skipped
   // tasks.
   static bool Live(const Worker& w, absl::Time since);
@@ -278,6 +286,7 @@ class TaskServiceImpl final : public v1::TaskService::Service {
   std::vector<std::string> broken_tree_;
   std::string skips_job_;  // the job whose skipped tasks the workers count; guarded by mu_
   int64_t rebuilds_ = 0, restarts_ = 0, roots_ = 0, skipped_ = 0;  // guarded by mu_
+  int64_t param_snapshots_ = 0;                                       // guarded by mu_
 };
 
 }  // namespace adjsh::coordinator

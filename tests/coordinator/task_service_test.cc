@@ -930,6 +930,13 @@ TEST_F(TaskServiceWireTest, TwoWorkersShareTheSpansAndOneTakesOverWhenTheOtherGo
     replay_fetched |= tokens && replay;
   }
   EXPECT_TRUE(replay_fetched);
+  // Both fetched the parameters, each with its first task; the service made one snapshot of
+  // them for the step, which every fetch streams (it made a copy of the model per fetch).
+  int64_t with_params = 0;
+  for (const std::string& w : ids)
+    for (const FetchRecord& f : Fake(w).fetches) with_params += f.include_params ? 1 : 0;
+  EXPECT_GE(with_params, 2);
+  EXPECT_EQ(service_->param_snapshots(), 1);
 }
 
 // ---------------------------------------------------------------------------------------------
