@@ -1042,6 +1042,20 @@ def run_cases(r, work):
     r.case("generate/--out with an unknown extension refused before generating",
            generate_bad_out_ext)
 
+    def generate_u16_big_vocab():
+        # 16-bit ids cannot hold a vocabulary of 70000: refused once the model is loaded,
+        # before any id is generated or printed, nothing written.
+        big = P("big_vocab")
+        r.expect(["init", "--out", big, "--hidden-size", "8", "--layers", "1", "--vocab-size",
+                  "70000"], 0)
+        o = P("gen_big.u16")
+        res = r.expect(["generate", "--model", big, "--prompt-tokens", tok32,
+                        "--max-new-tokens", "3", "--out", o], 1,
+                       err_has=["70000 ids", ".u32"], out_path=o)
+        check(res.out.strip() == "", "ids printed before the refusal: %r" % res.out)
+    r.case("generate/a .u16 --out for a vocabulary over 65536 refused before generating",
+           generate_u16_big_vocab)
+
     def generate_out_is_prompt():
         shutil.copy(tok32, P("prompt_own.u32"))
         before = open(P("prompt_own.u32"), "rb").read()
