@@ -79,7 +79,7 @@ absl::Status CheckLossMask(std::span<const uint8_t> mask, int64_t T) {
     return absl::InvalidArgumentError(
         absl::StrCat("the loss mask has ", mask.size(), " entries for ", T, " tokens"));
   }
-  if (CountedTargets(mask, T) == 0)
+  if (!CountsATarget(mask))
     return absl::InvalidArgumentError("the loss mask counts no target (all zero after token 0)");
   return absl::OkStatus();
 }
@@ -87,6 +87,11 @@ absl::Status CheckLossMask(std::span<const uint8_t> mask, int64_t T) {
 int64_t CountedTargets(std::span<const uint8_t> mask, int64_t T) {
   if (mask.empty()) return T - 1;
   return std::count_if(mask.begin() + 1, mask.end(), [](uint8_t m) { return m != 0; });
+}
+
+bool CountsATarget(std::span<const uint8_t> mask) {
+  return mask.size() > 1 &&
+         std::any_of(mask.begin() + 1, mask.end(), [](uint8_t m) { return m != 0; });
 }
 
 absl::StatusOr<std::vector<uint32_t>> ReadTextAsBytes(std::span<const std::string> paths,

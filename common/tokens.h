@@ -32,6 +32,9 @@ absl::Status CheckTokensInVocab(std::span<const uint32_t> tokens, int64_t vocab_
 absl::Status CheckLossMask(std::span<const uint8_t> mask, int64_t T);
 // The next-token targets a mask counts: T - 1 when it is empty.
 int64_t CountedTargets(std::span<const uint8_t> mask, int64_t T);
+// Whether a non-empty mask counts a target (CountedTargets > 0), reading only up to the first
+// it counts.
+bool CountsATarget(std::span<const uint8_t> mask);
 
 // Byte-level tokens (id = byte value, vocabulary 256) of text files, concatenated in order.
 // NOT_FOUND naming a missing file; INVALID_ARGUMENT when the result is empty.

@@ -144,13 +144,9 @@ EvalResult SumSequenceLosses(int64_t n, const EvalOptions& options,
     done += rows;  // pieces share their boundary token: at most n
     if (options.progress) options.progress(std::min(done, n), n);
   };
-  std::vector<int64_t> cuts;  // document starts inside the sequence, relative to it
   for (const auto& [start, len] : EvalSequences(n, options.context)) {
-    cuts.clear();
-    auto it = std::upper_bound(options.doc_starts.begin(), options.doc_starts.end(), start);
-    for (; it != options.doc_starts.end() && *it < start + len; ++it) cuts.push_back(*it - start);
     // Pieces [a, s] with the target s, then [s, ...]: their targets are the sequence's.
-    for (const auto& [first, piece] : PiecesAtStarts(len, cuts))
+    for (const auto& [first, piece] : PiecesOfWindow(start, len, options.doc_starts))
       result.loss_sum += sequence_loss(start + first, piece, rows_done);
     result.targets += len - 1;
     result.tokens += len;

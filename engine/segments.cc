@@ -20,6 +20,15 @@ std::vector<std::pair<int64_t, int64_t>> PiecesAtStarts(int64_t T,
   return pieces;
 }
 
+std::vector<std::pair<int64_t, int64_t>> PiecesOfWindow(int64_t start, int64_t len,
+                                                        std::span<const int64_t> doc_starts) {
+  std::vector<int64_t> cuts;  // the starts inside the window, relative to it
+  for (auto it = std::upper_bound(doc_starts.begin(), doc_starts.end(), start);
+       it != doc_starts.end() && *it < start + len; ++it)
+    cuts.push_back(*it - start);
+  return PiecesAtStarts(len, cuts);
+}
+
 template <typename T, template <typename> class Params>
 GradResult<T, Params> CombineGradients(std::vector<GradResult<T, Params>> parts) {
   ADJSH_CHECK(!parts.empty(), "no gradient to combine");

@@ -35,6 +35,13 @@ struct GradPiece {
 // left out.
 std::vector<std::pair<int64_t, int64_t>> PiecesAtStarts(int64_t T, std::span<const int64_t> starts);
 
+// The pieces of the window [start, start + len) of a longer sequence whose documents begin at
+// `doc_starts` (ascending offsets in that sequence; empty: the window is one piece):
+// PiecesAtStarts of the starts inside the window, the pieces relative to it. A training step's
+// windows and an evaluation's sequences are cut so (train/trainer.cc, engine/evaluate.cc).
+std::vector<std::pair<int64_t, int64_t>> PiecesOfWindow(int64_t start, int64_t len,
+                                                        std::span<const int64_t> doc_starts);
+
 // The parts' combination (at least one part; parts are consumed). One part is returned as it is.
 // For either model type (ModelParams, Mamba2Params: engine/mamba2_model.h).
 template <typename T, template <typename> class Params>

@@ -213,21 +213,18 @@ absl::StatusOr<typename BasicTrainer<P>::Grad> BasicTrainer<P>::BatchGradient() 
   const int64_t T = opt_.context;
   std::vector<std::vector<uint32_t>> tokens;  // each piece's
   std::vector<GradOptions> options;
-  std::vector<int64_t> cuts;  // document starts inside the window, relative to it
+  const std::span<const int64_t> doc_starts =
+      opt_.reset_at_documents ? std::span<const int64_t>(opt_.doc_starts)
+                              : std::span<const int64_t>();
   for (int64_t b = 0; b < opt_.batch_size; ++b) {
     const int64_t start = sampler_->Start(state_.sequence + b);
-    cuts.clear();
-    if (opt_.reset_at_documents) {
-      auto it = std::upper_bound(opt_.doc_starts.begin(), opt_.doc_starts.end(), start);
-      for (; it != opt_.doc_starts.end() && *it < start + T; ++it) cuts.push_back(*it - start);
-    }
-    for (const auto& [first, len] : PiecesAtStarts(T, cuts)) {
+    for (const auto& [first, len] : PiecesOfWindow(start, T, doc_starts)) {
       std::span<const uint8_t> mask;  // the piece's slice, for whichever gradient source
       if (!opt_.loss_mask.empty()) {
         mask = std::span<const uint8_t>(opt_.loss_mask).subspan(start + first, len);
         // A piece none of whose targets count adds nothing to the step's mean: not computed
         // (the engine refuses a mask that counts no target).
-        if (CountedTargets(mask, len) == 0) continue;
+        if (!CountsATarget(mask)) continue;
       }
       tokens.push_back(corpus_.Slice(start + first, len));
       options.push_back(opt_.grad);
@@ -262,7 +259,9 @@ absl::StatusOr<EvalResult> BasicTrainer<P>::HeldOutLoss() {
   const auto& c = params_.config;
   EvalResult r;
   const std::vector<std::pair<int64_t, int64_t>> sequences = EvalSequences(n, opt_.context);
-  std::vector<int64_t> cuts;  // with reset_at_documents: document starts inside a sequence
+  const std::span<const int64_t> doc_starts =
+      opt_.reset_at_documents ? std::span<const int64_t>(opt_.val_doc_starts)
+                              : std::span<const int64_t>();
   // batch_size sequences at a time: as many spans in flight as a training step has.
   for (size_t first = 0; first < sequences.size(); first += opt_.batch_size) {
     const size_t end = std::min(sequences.size(), first + static_cast<size_t>(opt_.batch_size));
@@ -270,13 +269,7 @@ absl::StatusOr<EvalResult> BasicTrainer<P>::HeldOutLoss() {
     std::vector<GradOptions> options;
     for (size_t i = first; i < end; ++i) {
       const auto [start, len] = sequences[i];
-      cuts.clear();
-      if (opt_.reset_at_documents) {
-        auto it = std::upper_bound(opt_.val_doc_starts.begin(), opt_.val_doc_starts.end(), start);
-        for (; it != opt_.val_doc_starts.end() && *it < start + len; ++it)
-          cuts.push_back(*it - start);
-      }
-      for (const auto& [at, piece] : PiecesAtStarts(len, cuts)) {
+      for (const auto& [at, piece] : PiecesOfWindow(start, len, doc_starts)) {
         GradOptions& o = options.emplace_back(opt_.grad);
         o.forward_only = true;
         o.loss_mask = {};
@@ -308,8 +301,7 @@ absl::Status BasicTrainer<P>::CheckMaskedSteps() const {
     for (int64_t b = 0; b < opt_.batch_size && !counted; ++b) {
       const int64_t start = sampler_->Start(first_sequence + b);
       // The window's targets, tokens 1 to T - 1 (its pieces' targets together).
-      const auto first = opt_.loss_mask.begin() + start;
-      counted = std::find_if(first + 1, first + T, [](uint8_t m) { return m != 0; }) != first + T;
+      counted = CountsATarget(std::span<const uint8_t>(opt_.loss_mask).subspan(start, T));
     }
     if (!counted) {
       const int64_t start = sampler_->Start(first_sequence);

@@ -2,18 +2,19 @@
 // AdamW by hand, bit for bit; loss goes down; a resumed run is bitwise the straight one; the
 // checkpoint's model folder loads as a Mamba-2 model; options its gradient lacks and a
 // checkpoint of the other model type are refused by name. And the initialisation's streams.
-#include <optional>
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <filesystem>
 #include <functional>
+#include <optional>
 
 #include "common/tokens.h"
 #include "engine/mamba2_grad.h"
 #include "engine/mamba2_init.h"
 #include "tests/common/test_util.h"
 #include "tests/kernels/test_util.h"
+#include "tests/train/lost_worker.h"
 #include "train/checkpoint.h"
 #include "train/optimizer.h"
 #include "train/trainer.h"
@@ -140,15 +141,7 @@ TEST(Mamba2TrainerTest, LossGoesDownAndAResumedRunIsBitwiseTheStraightOne) {
   {
     Mamba2Trainer a(init, corpus, broken);
     ASSERT_TRUE(a.Init().ok());
-    int calls = 0;
-    a.set_gradient_source([&](const Mamba2Params<float>& p, std::span<const GradPiece> pieces)
-                              -> absl::StatusOr<std::vector<Mamba2GradResult<float>>> {
-      if (++calls == 12) return absl::UnavailableError("lost");
-      std::vector<Mamba2GradResult<float>> out;
-      for (const GradPiece& piece : pieces)
-        out.push_back(ModelFamily<Mamba2Params<float>>::Gradient(p, piece).value());
-      return out;
-    });
+    a.set_gradient_source(LostOnCall<Mamba2Params<float>>(12));
     EXPECT_EQ(a.Run(nullptr).code(), absl::StatusCode::kUnavailable);
     EXPECT_EQ(a.state().step, 11);
   }  // the killed run's process is gone (it held the directory)

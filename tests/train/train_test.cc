@@ -14,6 +14,7 @@
 #include "engine/evaluate.h"
 #include "tests/common/test_util.h"
 #include "tests/kernels/test_util.h"
+#include "tests/train/lost_worker.h"
 #include "train/checkpoint.h"
 #include "train/optimizer.h"
 #include "train/trainer.h"
@@ -323,15 +324,7 @@ TEST(TrainerTest, ResumedRunEndsWithBitwiseIdenticalWeights) {
   {
     Trainer b(init, Corpus(), broken);
     ASSERT_TRUE(b.Init().ok());
-    int calls = 0;
-    b.set_gradient_source([&](const ModelParams<float>& p, std::span<const GradPiece> pieces)
-                              -> absl::StatusOr<std::vector<GradResult<float>>> {
-      if (++calls == 5) return absl::UnavailableError("worker lost");
-      std::vector<GradResult<float>> out;
-      for (const GradPiece& piece : pieces)
-        out.push_back(ComputeGradient<float>(p, piece.tokens, piece.options).value());
-      return out;
-    });
+    b.set_gradient_source(LostOnCall<ModelParams<float>>(5));
     EXPECT_EQ(b.Run(nullptr).code(), absl::StatusCode::kUnavailable);
     EXPECT_EQ(b.state().step, 4);
   }  // the killed run's process is gone
