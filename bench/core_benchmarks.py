@@ -174,8 +174,9 @@ def main():
                  "recompute is kept for the task after them (\"kept\": the share of summarised "
                  "chunks whose activations were, under the default 256 MiB `--kept-mib`; the same "
                  "bits), which then skips it: fully kept, the spans execute the wavefront's flops. "
-                 "The wavefront (in-process only) runs each chunk's forward once but keeps at "
-                 "most K tasks runnable.")
+                 "The wavefront (in-process only, `--schedule wavefront`) runs each chunk's "
+                 "forward once and carries its activations to the chunk's backward under the "
+                 "same budget, with at most K tasks runnable.")
     lines.append("")
     lines.append("### Memory: peak RSS of one gradient")
     lines.append("")

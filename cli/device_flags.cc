@@ -51,8 +51,9 @@ absl::StatusOr<Storage> StorageFromFlags(const ArgParser& a) {
 
 void AddKeptFlag(ArgParser& a) {
   a.Add("kept-mib", "MIB",
-        "memory for the activations a span's summary keeps for the pass after it, so that "
-        "pass need not recompute them: the same results, fewer flops (0: recompute all)",
+        "memory for the activations a span's summary (or a chunk's forward) keeps for the "
+        "pass after it (or the chunk's backward), so that pass need not recompute them: the "
+        "same results, fewer flops (0: recompute all)",
         std::to_string(cpu::kDefaultKeptBudget >> 20));
 }
 

@@ -9,10 +9,12 @@
 //             number of workers give the same bits. Up to S tasks run at once.
 //   wavefront forward task (k, c) runs once (k-1, c) and (k, c-1) are done, taking
 //             its initial state from (k, c-1); backward task (k, c) once (k+1, c) and (k, c+1)
-//             are done, taking the adjoint mu from (k, c+1). Nothing is recomputed beyond each
-//             task's own chunk; up to min(K, chunks) tasks run at once. dL/du^k replaces
-//             dL/du^{k+1} chunk by chunk in one (T, D) buffer, and each mu is kept only until
-//             the task that consumes it has run.
+//             are done, taking the adjoint mu from (k, c+1). Each chunk's forward runs once and
+//             carries its activations to its backward task (as the kept budget allows:
+//             kernels/cpu/kept_pool.h), which then skips its recompute; the head runs chunk by
+//             chunk beside the forward's last tasks, all one task graph; up to min(K, chunks)
+//             tasks run at once. dL/du^k replaces dL/du^{k+1} chunk by chunk in one (T, D)
+//             buffer, and each mu is kept only until the task that consumes it has run.
 //   two-pass  for each layer: pass one (chunks in parallel: local state summaries, or adjoint
 //             summaries m_c and S_c), an exact O(chunks Di N) combine
 //             (h0(c+1) = exp(A S_c) . h0(c) + h_local(c); mu_{c-1} = m_c + exp(A S_c) . mu_c),

@@ -38,28 +38,20 @@ GradientStep<T>::GradientStep(const ModelParams<T>& params, std::span<const uint
 
 template <typename T>
 GradResult<T> GradientStep<T>::Run() {
-  const bool wavefront = opt_.schedule == Schedule::kWavefront;
   Prepare();
-  if (wavefront) {
+  if (opt_.schedule == Schedule::kWavefront && opt_.window == 0 &&
+      opt_.cotangent == Cotangent::kExact) {
+    RunWavefront();
+    return Finish();
+  }
+  if (opt_.schedule == Schedule::kWavefront) {
     ForwardWavefront();
   } else {
     ForwardTwoPass();
   }
   result_.loss = Head();
-  if (wavefront && opt_.window == 0 && opt_.cotangent == Cotangent::kExact) {
-    BackwardWavefront();
-  } else {
-    BackwardLayered();
-  }
+  BackwardLayered();
   return Finish();
-}
-
-template <typename T>
-double GradientStep<T>::ForwardAndHead() {
-  Prepare();
-  ForwardWavefront();
-  result_.loss = Head();
-  return result_.loss;
 }
 
 template <typename T>
@@ -112,6 +104,31 @@ void GradientStep<T>::Prepare() {
     layer_in_[0].Commit(t * D_, D_, p_.embed.data() + int64_t{tokens_[t]} * D_);
 }
 
+// u^{k+1} of chunk c's rows from u^k's (and the W - 1 before them) and the state before the
+// chunk; the state after it is stored for chunk c + 1.
+template <typename T>
+void GradientStep<T>::ForwardTask(int64_t k, int64_t c, bool carry) {
+  const ChunkSpan s = Span(c);
+  thread_local std::vector<T> u_in, h_in, u_out, h_out;
+  const T* u = InputRows(k, s.t0 - s.halo, s.halo + s.len, u_in);
+  const T* h0 = states_[k].Read(c * DiN_, DiN_, h_in);
+  const bool top = k + 1 == K_, last = c + 1 == nC_;
+  T* out = top ? top_.data() + s.t0 * D_
+               : layer_in_[k + 1].WriteBuffer(s.t0 * D_, s.len * D_, u_out);
+  if (last) h_out.resize(DiN_);  // the final state has no reader
+  T* h_end = last ? h_out.data() : states_[k].WriteBuffer((c + 1) * DiN_, DiN_, h_out);
+  if (carry) {
+    carried_[k * nC_ + c] =
+        blocks_[k]->ForwardKept(nullptr, u, {s.halo, s.len, 0}, h0, out, h_end, /*room_for=*/0);
+  } else {
+    blocks_[k]->Forward(u, {s.halo, s.len, 0}, h0, out, h_end);
+  }
+  if (!top) layer_in_[k + 1].Commit(s.t0 * D_, s.len * D_, out);
+  if (!last) states_[k].Commit((c + 1) * DiN_, DiN_, h_end);
+  // Layer k's last chunk: layers finish in order (each waits on the one below).
+  if (last) Progress("forward", k + 1, K_);
+}
+
 // Task (k, c) once (k - 1, c) and (k, c - 1) are done: its state comes from (k, c - 1).
 template <typename T>
 void GradientStep<T>::ForwardWavefront() {
@@ -124,23 +141,7 @@ void GradientStep<T>::ForwardWavefront() {
         if (c + 1 < nC_) next.push_back(id + 1);
         return next;
       },
-      [&](int64_t id) {
-        const int64_t k = id / nC_, c = id % nC_;
-        const ChunkSpan s = Span(c);
-        thread_local std::vector<T> u_in, h_in, u_out, h_out;
-        const T* u = InputRows(k, s.t0 - s.halo, s.halo + s.len, u_in);
-        const T* h0 = states_[k].Read(c * DiN_, DiN_, h_in);
-        const bool top = k + 1 == K_, last = c + 1 == nC_;
-        T* out = top ? top_.data() + s.t0 * D_
-                     : layer_in_[k + 1].WriteBuffer(s.t0 * D_, s.len * D_, u_out);
-        if (last) h_out.resize(DiN_);  // the final state has no reader
-        T* h_end = last ? h_out.data() : states_[k].WriteBuffer((c + 1) * DiN_, DiN_, h_out);
-        blocks_[k]->Forward(u, {s.halo, s.len, 0}, h0, out, h_end);
-        if (!top) layer_in_[k + 1].Commit(s.t0 * D_, s.len * D_, out);
-        if (!last) states_[k].Commit((c + 1) * DiN_, DiN_, h_end);
-        // Layer k's last chunk: layers finish in order (each waits on the one below).
-        if (c + 1 == nC_) Progress("forward", k + 1, K_);
-      });
+      [&](int64_t id) { ForwardTask(id / nC_, id % nC_, false); });
 }
 
 template <typename T>
@@ -180,28 +181,51 @@ void GradientStep<T>::ForwardTwoPass() {
   }
 }
 
-// Loss and dL/du^{K+1} (into top_, replacing u^{K+1}); the head matrix's gradient (the
-// embedding's when tied: before the lookups' part) and dw_f from the backend's head,
-// which blocks rows and vocabulary itself. Targets the loss mask leaves out are -1.
+// Targets the loss mask leaves out are -1.
+template <typename T>
+void GradientStep<T>::HeadTargets() {
+  const std::span<const uint8_t> mask = opt_.loss_mask;
+  targets_.assign(T_, -1);
+  for (int64_t t = 0; t + 1 < T_; ++t)
+    if (mask.empty() || mask[t + 1] != 0) targets_[t] = int64_t{tokens_[t + 1]};
+  n_targets_ = CountedTargets(mask, T_);
+  correct_ = 0;
+}
+
+// The head matrix's gradient (the embedding's when tied: before the lookups' part) and dw_f
+// accumulate in the backend's head, which blocks rows and vocabulary itself.
+template <typename T>
+double GradientStep<T>::HeadRows(int64_t t0, int64_t n, T* du) {
+  cpu::LmHeadArgs<T> args{n,
+                          D_,
+                          cfg_.vocab_size,
+                          cfg_.layer_norm_epsilon,
+                          p_.head().data(),
+                          p_.norm_f.data(),
+                          top_.data() + t0 * D_,
+                          targets_.data() + t0,
+                          T(1) / T(n_targets_)};
+  if (!opt_.loss_mask.empty()) args.correct = &correct_;
+  return backend_->HeadForwardBackward(args, du, result_.grad.head().data(),
+                                       result_.grad.norm_f.data());
+}
+
+template <typename T>
+double GradientStep<T>::MeanLoss(double sum) {
+  result_.targets = n_targets_;
+  result_.correct = opt_.loss_mask.empty() ? -1 : correct_;
+  return sum / static_cast<double>(n_targets_);
+}
+
+// Loss and dL/du^{K+1} (into top_, replacing u^{K+1}).
 template <typename T>
 double GradientStep<T>::Head() {
-  const std::span<const uint8_t> mask = opt_.loss_mask;
-  std::vector<int64_t> targets(T_, -1);
-  for (int64_t t = 0; t + 1 < T_; ++t)
-    if (mask.empty() || mask[t + 1] != 0) targets[t] = int64_t{tokens_[t + 1]};
-  const int64_t n_targets = CountedTargets(mask, T_);
+  HeadTargets();
   std::vector<T> du(T_ * D_);
-  int64_t correct = 0;
-  cpu::LmHeadArgs<T> args{T_, D_, cfg_.vocab_size, cfg_.layer_norm_epsilon, p_.head().data(),
-                          p_.norm_f.data(), top_.data(), targets.data(), T(1) / T(n_targets)};
-  if (!mask.empty()) args.correct = &correct;
-  const double loss = backend_->HeadForwardBackward(args, du.data(), result_.grad.head().data(),
-                                                    result_.grad.norm_f.data());
+  const double sum = HeadRows(0, T_, du.data());
   top_ = std::move(du);
   Progress("head", 1, 1);
-  result_.targets = n_targets;
-  result_.correct = mask.empty() ? -1 : correct;
-  return loss / static_cast<double>(n_targets);
+  return MeanLoss(sum);
 }
 
 // Layer by layer, all chunks of a layer in parallel (two-pass exact, or truncated).
@@ -286,15 +310,6 @@ std::pair<int64_t, int64_t> GradientStep<T>::TaskLayerChunk(int64_t task) const 
 }
 
 template <typename T>
-std::vector<int64_t> GradientStep<T>::BackwardDependencies(int64_t task) const {
-  const auto [k, c] = TaskLayerChunk(task);
-  std::vector<int64_t> deps;
-  if (k + 1 < K_) deps.push_back(task - nC_);  // (k + 1, c): dL/du^{k+1} of the chunk
-  if (c + 1 < nC_) deps.push_back(task - 1);   // (k, c + 1): mu
-  return deps;
-}
-
-template <typename T>
 std::vector<int64_t> GradientStep<T>::BackwardSuccessors(int64_t task) const {
   const auto [k, c] = TaskLayerChunk(task);
   std::vector<int64_t> next;
@@ -303,60 +318,109 @@ std::vector<int64_t> GradientStep<T>::BackwardSuccessors(int64_t task) const {
   return next;
 }
 
+// On the step's own rows, with the set the chunk's forward carried (null: the block
+// recomputes). The chunk's partial starts from zero and is then added to the layer's gradient
+// (a layer's tasks run one at a time, c descending, so in a fixed order): adding each row into
+// the gradient itself loses precision over long sequences in f32, where the chunk's rows are
+// summed before the chunks are.
 template <typename T>
-void GradientStep<T>::GatherInputs(int64_t task, BackwardTaskInputs<T>& in) const {
+void GradientStep<T>::BackwardTask(int64_t task) {
   const auto [k, c] = TaskLayerChunk(task);
   const ChunkSpan s = Span(c);
-  in.layer = k, in.chunk = c;
-  in.rows = {s.halo, s.len, 0};
-  const int64_t n = (s.halo + s.len) * D_;
-  thread_local std::vector<T> scratch;
-  const T* u = InputRows(k, s.t0 - s.halo, s.halo + s.len, scratch);
-  in.u.assign(u, u + n);
-  const T* g = top_.data() + s.t0 * D_;  // dL/du^{k+1}: (k + 1, c) has been applied
-  in.g.assign(g, g + s.len * D_);
-  const T* h0 = states_[k].Read(c * DiN_, DiN_, scratch);
-  in.h0.assign(h0, h0 + DiN_);
-  in.mu = mu_[k * nC_ + c];  // empty for the last chunk
-}
-
-// dL/du^k of chunk c replaces dL/du^{k+1} there (its only reader was this task), then later
-// chunks' halo contributions are added in chunk order; mu_{c-1} is kept for task (k, c - 1) and
-// the consumed mu_c dropped; the partial is added to the layer's gradient (tasks of a layer
-// apply in c-descending order).
-template <typename T>
-void GradientStep<T>::ApplyResult(int64_t task, const BackwardTaskOutputs<T>& out) {
-  const auto [k, c] = TaskLayerChunk(task);
-  const ChunkSpan s = Span(c);
-  AddInto(result_.grad.layers[k], out.grad);
-  if (c > 0) mu_[k * nC_ + c - 1] = out.mu_out;
+  thread_local std::vector<T> u_in, h_in, du, mu_last;
+  thread_local LayerParams<T> partial;  // reused: fresh large buffers cost page faults
+  for (const auto& slot : LayerParamSlots<T>())
+    (partial.*slot.member).assign(ShapeNumel(slot.shape(cfg_)), T(0));  // keeps capacity
+  const T* u = InputRows(k, s.t0 - s.halo, s.halo + s.len, u_in);
+  const T* h0 = states_[k].Read(c * DiN_, DiN_, h_in);
+  const std::vector<T>& mu = mu_[k * nC_ + c];  // empty for the last chunk
+  std::vector<T>& mu_out = c > 0 ? mu_[k * nC_ + c - 1] : mu_last;
+  mu_out.resize(DiN_);
+  std::vector<T>& halo = halos_[k * nC_ + c];
+  halo.assign(s.halo * D_, T(0));
+  du.resize(s.len * D_);
+  T* g = top_.data() + s.t0 * D_;  // dL/du^{k+1}: (k + 1, c) has been applied
+  std::unique_ptr<KeptActs> carried = std::move(carried_[k * nC_ + c]);
+  if (carried) {
+    blocks_[k]->BackwardKept(std::move(carried), u, {s.halo, s.len, 0}, g, h0,
+                             mu.empty() ? nullptr : mu.data(), partial, du.data(), halo.data(),
+                             mu_out.data());
+  } else {
+    blocks_[k]->Backward(u, {s.halo, s.len, 0}, g, h0, mu.empty() ? nullptr : mu.data(), 0,
+                         partial, du.data(), halo.data(), mu_out.data());
+  }
+  AddInto(result_.grad.layers[k], partial);
   mu_[k * nC_ + c] = std::vector<T>();
-  T* du = top_.data() + s.t0 * D_;
-  std::copy(out.du.begin(), out.du.end(), du);
+  // dL/du^k replaces dL/du^{k+1} on the chunk's rows (this task was their only reader); the
+  // halo rows of later chunks that fall here are added in chunk order.
+  std::copy(du.begin(), du.end(), g);
   for (int64_t c2 = c + 1; c2 < nC_; ++c2) {
     const ChunkSpan s2 = Span(c2);
     const int64_t first = s2.t0 - s2.halo;  // the halo's first row
     if (first >= s.t0 + s.len) break;
-    const std::vector<T>& halo = halos_[k * nC_ + c2];
+    const std::vector<T>& later = halos_[k * nC_ + c2];
     for (int64_t r = std::max(first, s.t0); r < s2.t0 && r < s.t0 + s.len; ++r)
-      for (int64_t d = 0; d < D_; ++d) du[(r - s.t0) * D_ + d] += halo[(r - first) * D_ + d];
+      for (int64_t d = 0; d < D_; ++d) g[(r - s.t0) * D_ + d] += later[(r - first) * D_ + d];
   }
-  halos_[k * nC_ + c] = out.du_halo;
-  if (c == 0) Progress("backward", K_ - k, K_);     // layer k done; layers finish in order
+  if (c == 0) Progress("backward", K_ - k, K_);  // layer k done; layers finish in order
 }
 
-// The exact backward in-process: the same tasks through the same calls a coordinator makes.
+// The whole exact gradient as one graph of 2 K chunks + chunks tasks, so that the head's rows
+// run beside the forward's last tasks instead of alone between forward and backward:
+//   [0, K chunks)               forward (k, c), id k chunks + c
+//   [K chunks, + chunks)        head(c): chunk c's rows, after forward (K - 1, c) and head(c - 1)
+//   [(K + 1) chunks, + K chunks) backward task b (TaskLayerChunk); (K - 1, c) after head(c)
+// The head's calls go in row order (head(c - 1) before head(c)), so the head matrix's and
+// dw_f's gradients add in the order Head()'s do; the loss is summed per chunk, then in chunk
+// order. Ready tasks run by rank: forward and head by their diagonal, backward by its own.
 template <typename T>
-void GradientStep<T>::BackwardWavefront() {
+void GradientStep<T>::RunWavefront() {
+  const int64_t KC = K_ * nC_, head0 = KC, back0 = KC + nC_;
+  HeadTargets();
+  carried_.clear();
+  carried_.resize(KC);
+  std::vector<double> loss(nC_);
+  std::vector<T> du_rows;  // head(c)'s dL/du^{K+1} before it replaces u^{K+1} (one at a time)
   RunDag(
-      *pool_, K_ * nC_, [&](int64_t task) { return BackwardSuccessors(task); },
-      [&](int64_t task) {
-        thread_local BackwardTaskInputs<T> in;  // reused: fresh large buffers cost page faults
-        thread_local BackwardTaskOutputs<T> out;
-        GatherInputs(task, in);
-        RunBackwardTask(*blocks_[in.layer], cfg_, in, out);
-        ApplyResult(task, out);
+      *pool_, 2 * KC + nC_,
+      [&](int64_t id) {
+        std::vector<int64_t> next;
+        if (id < head0) {
+          const int64_t k = id / nC_, c = id % nC_;
+          next.push_back(k + 1 < K_ ? id + nC_ : head0 + c);
+          if (c + 1 < nC_) next.push_back(id + 1);
+        } else if (id < back0) {
+          const int64_t c = id - head0;
+          if (c + 1 < nC_) next.push_back(id + 1);
+          next.push_back(back0 + (nC_ - 1 - c));  // backward task (K - 1, c)
+        } else {
+          for (int64_t b : BackwardSuccessors(id - back0)) next.push_back(back0 + b);
+        }
+        return next;
+      },
+      [&](int64_t id) {
+        if (id < head0) {
+          ForwardTask(id / nC_, id % nC_, /*carry=*/true);
+        } else if (id < back0) {
+          const int64_t c = id - head0;
+          const ChunkSpan s = Span(c);
+          du_rows.resize(s.len * D_);
+          loss[c] = HeadRows(s.t0, s.len, du_rows.data());
+          std::copy(du_rows.begin(), du_rows.end(), top_.begin() + s.t0 * D_);
+          if (c + 1 == nC_) Progress("head", 1, 1);
+        } else {
+          BackwardTask(id - back0);
+        }
+      },
+      [&](int64_t id) -> int64_t {
+        if (id < head0) return id / nC_ + id % nC_;
+        if (id < back0) return K_ + (id - head0);
+        const auto [k, c] = TaskLayerChunk(id - back0);
+        return KC + (K_ - 1 - k) + (nC_ - 1 - c);  // after every forward and head
       });
+  double sum = 0;
+  for (double l : loss) sum += l;
+  result_.loss = MeanLoss(sum);
 }
 
 template class GradientStep<float>;

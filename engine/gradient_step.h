@@ -1,11 +1,10 @@
 // The state of one gradient computation by the in-process chunk schedules (adjoint_engine.h:
 // wavefront and two-pass, and the layered backward of a truncated window or the top-of-stack
-// cotangent). Run() does everything; the wavefront's exact backward goes through the pieces
-//   ForwardAndHead();                      // loss, layer inputs, chunk states, dL/du^{K+1}
-//   for each task, once its dependencies are applied (BackwardDependencies):
-//     GatherInputs(task, in) -> RunBackwardTask(block, config, in, out) -> ApplyResult(task, out)
-//   Finish();                              // embedding gradient; the result
-// (workers run the span schedule instead: engine/span_plan.h). Every kernel call goes through
+// cotangent). Run() does everything. The wavefront's exact gradient is one task graph
+// (RunWavefront): forward (k, c), the head's rows of chunk c, backward (k, c); each chunk's
+// forward carries its activations to its backward task as the kept budget allows
+// (kernels/cpu/kept_pool.h), which then skips its recompute with the same bits. Workers run
+// the span schedule instead (engine/span_plan.h). Every kernel call goes through
 // options.device's backend (checked by CheckDevice<T> first).
 #ifndef ADJSH_ENGINE_GRADIENT_STEP_H_
 #define ADJSH_ENGINE_GRADIENT_STEP_H_
@@ -17,7 +16,6 @@
 
 #include "common/model.h"
 #include "engine/adjoint_engine.h"
-#include "engine/backward_task.h"
 #include "engine/stored_rows.h"
 #include "engine/thread_pool.h"
 #include "kernels/backend.h"
@@ -33,24 +31,15 @@ class GradientStep {
 
   GradResult<T> Run();
 
-  // The distributable exact backward (wavefront schedule). Task ids run from 0 to
-  // num_backward_tasks() - 1; task (k, c) has id (K - 1 - k) * chunks + (chunks - 1 - c).
-  double ForwardAndHead();
-  int64_t num_backward_tasks() const { return K_ * nC_; }
-  int64_t num_chunks() const { return nC_; }
-  std::pair<int64_t, int64_t> TaskLayerChunk(int64_t task) const;  // (k, c)
-  std::vector<int64_t> BackwardDependencies(int64_t task) const;   // (k + 1, c), (k, c + 1)
-  std::vector<int64_t> BackwardSuccessors(int64_t task) const;     // (k - 1, c), (k, c - 1)
-  void GatherInputs(int64_t task, BackwardTaskInputs<T>& in) const;
-  void ApplyResult(int64_t task, const BackwardTaskOutputs<T>& out);
-  GradResult<T> Finish();
-
+ private:
   struct ChunkSpan {
     int64_t t0, len, halo;  // tokens [t0, t0 + len), with halo conv rows before
   };
-  ChunkSpan TaskSpan(int64_t task) const { return Span(TaskLayerChunk(task).second); }
+  // The wavefront's backward tasks: task (k, c) has id (K - 1 - k) * chunks + (chunks - 1 - c).
+  std::pair<int64_t, int64_t> TaskLayerChunk(int64_t task) const;  // (k, c)
+  std::vector<int64_t> BackwardSuccessors(int64_t task) const;     // (k - 1, c), (k, c - 1)
+  GradResult<T> Finish();
 
- private:
   ChunkSpan Span(int64_t c) const;
   void Progress(std::string_view phase, int64_t done, int64_t total) const;
   // Rows [first, first + n) of u^k (k < K), through scratch when stored as bf16.
@@ -59,10 +48,22 @@ class GradientStep {
   }
 
   void Prepare();
+  // Forward task (k, c): u^{k+1} of the chunk's rows and the state after it. carry: keep what
+  // the backward task (k, c) would recompute (carried_), as the kept budget allows.
+  void ForwardTask(int64_t k, int64_t c, bool carry);
   void ForwardWavefront();
   void ForwardTwoPass();
-  double Head();
-  void BackwardWavefront();
+  void HeadTargets();  // targets_, the count of targets; the head's counts restarted
+  // The head over rows [t0, t0 + n): returns their loss sum; dL/du^{K+1} into du (n, D); the
+  // head matrix's and dw_f's partials added into the gradient (callers go in row order).
+  double HeadRows(int64_t t0, int64_t n, T* du);
+  double Head();  // the whole head at once: the mean loss, dL/du^{K+1} into top_
+  double MeanLoss(double sum);  // sum over the counted targets; result_'s counts set
+  void RunWavefront();
+  // Backward task (k, c), once (k + 1, c) and (k, c + 1) have run: dL/du^k of the chunk's rows
+  // replaces dL/du^{k+1} there in top_, with the halo rows of later chunks added; mu and the
+  // halo kept for (k, c - 1); the partial added to layer k's gradient.
+  void BackwardTask(int64_t task);
   void BackwardLayered();
   void EmbeddingGrad(const T* du1);
 
@@ -84,6 +85,10 @@ class GradientStep {
   std::vector<T> top_;
   std::vector<std::vector<T>> mu_;        // per (k, c): the adjoint into chunk c, until consumed
   std::vector<std::vector<T>> halos_;     // per task: dL/du for the W - 1 rows before its chunk
+  // per (k, c): what forward task (k, c) carried for backward task (k, c); null: recompute.
+  std::vector<std::unique_ptr<KeptActs>> carried_;
+  std::vector<int64_t> targets_;  // per row t: the target token t + 1, -1 when not counted
+  int64_t n_targets_ = 0, correct_ = 0;
   GradResult<T> result_;
 };
 

@@ -69,10 +69,17 @@ void Check(const Case& c) {
     EXPECT_GT(kept, 0.5) << c.name;
     EXPECT_GT(carried, 0.0) << c.name;
   }
+  if (c.kept_budget > 0 && c.schedule == Schedule::kWavefront) {
+    EXPECT_EQ(carried, 1.0) << c.name << ": every forward carried to its backward";
+  }
 }
 
 TEST(GemmFlopsTest, FlopsHCountsWhatTheWavefrontRuns) {
   Check({"wavefront", Schedule::kWavefront, 0});
+}
+
+TEST(GemmFlopsTest, FlopsHCountsWhatTheWavefrontRunsWithSetsCarried) {
+  Check({"wavefront, carried", Schedule::kWavefront, int64_t{256} << 20});
 }
 
 TEST(GemmFlopsTest, FlopsHCountsWhatTheTwoPassScheduleRuns) {
