@@ -31,19 +31,27 @@ GradientStep<T>::GradientStep(const ModelParams<T>& params, std::span<const uint
   absl::StatusOr<std::unique_ptr<Backend<T>>> backend = MakeBackend<T>(opt.device);
   ADJSH_CHECK(backend.ok(), "the device was not checked (CheckDevice) before the step");
   backend_ = *std::move(backend);
-  for (int64_t k = 0; k < K_; ++k) blocks_.push_back(backend_->MakeBlock(cfg_, p_.layers[k]));
+  // The CPU's blocks pack their weights (about 0.6 ms a layer at D = 256): one layer a thread.
+  blocks_.resize(K_);
+  const auto make = [&](int64_t k) { blocks_[k] = backend_->MakeBlock(cfg_, p_.layers[k]); };
+  if (opt.device.is_cpu()) {
+    pool_->ParallelFor(K_, make);
+  } else {
+    for (int64_t k = 0; k < K_; ++k) make(k);
+  }
   A_ = DecayRates(p_);
   result_.grad = ZeroParams<T>(cfg_);
 }
 
 template <typename T>
 GradResult<T> GradientStep<T>::Run() {
-  Prepare();
   if (opt_.schedule == Schedule::kWavefront && opt_.window == 0 &&
       opt_.cotangent == Cotangent::kExact) {
+    Prepare(/*embed=*/false);
     RunWavefront();
     return Finish();
   }
+  Prepare(/*embed=*/true);
   if (opt_.schedule == Schedule::kWavefront) {
     ForwardWavefront();
   } else {
@@ -81,18 +89,22 @@ void GradientStep<T>::Progress(std::string_view phase, int64_t done, int64_t tot
   if (opt_.progress) opt_.progress(phase, done, total);
 }
 
-// u^1 = the embedding rows of the tokens; room for the other layer inputs and chunk states.
+// Room for the layer inputs and chunk states; embed: u^1 = the embedding rows of the tokens
+// (else each chunk's forward task on layer 1 embeds its own rows: EmbedRows).
+// The layer inputs are left uninitialised: every row is written (u^1, u^{k+1} by the forward)
+// before it is read. Zeroing them here (16 MiB at T = 4K, D = 256) took about 7 ms of a 4K
+// gradient's 310 on one thread; the forward's first writes fault the pages in on every thread.
 template <typename T>
-void GradientStep<T>::Prepare() {
+void GradientStep<T>::Prepare(bool embed) {
   layer_in_.clear();
   states_.clear();
   for (int64_t k = 0; k < K_; ++k) {
     absl::StatusOr<StoredRows<T>> rows =
-        StoredRows<T>::Create(T_ * D_, opt_.storage, opt_.spill_dir);
+        StoredRows<T>::Create(T_ * D_, opt_.storage, opt_.spill_dir, /*zeroed=*/false);
     if (!rows.ok()) {  // e.g. the disk is full: slower to fail than to keep the rows in memory
       std::fprintf(stderr, "adjsh: %s; keeping layer %lld's inputs in memory\n",
                    std::string(rows.status().message()).c_str(), static_cast<long long>(k));
-      rows = StoredRows<T>::Create(T_ * D_, opt_.storage, "");
+      rows = StoredRows<T>::Create(T_ * D_, opt_.storage, "", /*zeroed=*/false);
     }
     layer_in_.push_back(std::move(*rows));
     states_.push_back(*StoredRows<T>::Create(nC_ * DiN_, opt_.storage, ""));  // heap: no error
@@ -100,7 +112,12 @@ void GradientStep<T>::Prepare() {
   top_.assign(T_ * D_, T(0));
   mu_.assign(K_ * nC_, std::vector<T>());
   halos_.assign(K_ * nC_, std::vector<T>());
-  for (int64_t t = 0; t < T_; ++t)
+  if (embed) EmbedRows(0, T_);
+}
+
+template <typename T>
+void GradientStep<T>::EmbedRows(int64_t t0, int64_t n) {
+  for (int64_t t = t0; t < t0 + n; ++t)
     layer_in_[0].Commit(t * D_, D_, p_.embed.data() + int64_t{tokens_[t]} * D_);
 }
 
@@ -109,6 +126,7 @@ void GradientStep<T>::Prepare() {
 template <typename T>
 void GradientStep<T>::ForwardTask(int64_t k, int64_t c, bool carry) {
   const ChunkSpan s = Span(c);
+  if (k == 0 && carry) EmbedRows(s.t0, s.len);  // RunWavefront's Prepare left them
   thread_local std::vector<T> u_in, h_in, u_out, h_out;
   const T* u = InputRows(k, s.t0 - s.halo, s.halo + s.len, u_in);
   const T* h0 = states_[k].Read(c * DiN_, DiN_, h_in);

@@ -47,9 +47,11 @@ class GradientStep {
     return layer_in_[k].Read(first * D_, n * D_, scratch);
   }
 
-  void Prepare();
-  // Forward task (k, c): u^{k+1} of the chunk's rows and the state after it. carry: keep what
-  // the backward task (k, c) would recompute (carried_), as the kept budget allows.
+  void Prepare(bool embed);
+  void EmbedRows(int64_t t0, int64_t n);  // u^1 of rows [t0, t0 + n)
+  // Forward task (k, c): u^{k+1} of the chunk's rows and the state after it. carry (the
+  // wavefront's graph): keep what the backward task (k, c) would recompute (carried_), as the
+  // kept budget allows, and on layer 1 embed the chunk's rows first.
   void ForwardTask(int64_t k, int64_t c, bool carry);
   void ForwardWavefront();
   void ForwardTwoPass();

@@ -13,12 +13,13 @@
 namespace adjsh {
 
 template <typename T>
-absl::StatusOr<RowStore<T>> RowStore<T>::Create(size_t n, const std::string& spill_dir) {
+absl::StatusOr<RowStore<T>> RowStore<T>::Create(size_t n, const std::string& spill_dir,
+                                                bool zeroed) {
   RowStore s;
   s.size_ = n;
   if (spill_dir.empty() || n == 0) {
-    s.heap_.assign(n, T(0));
-    s.data_ = s.heap_.data();
+    s.heap_.reset(zeroed ? new T[n]() : new T[n]);
+    s.data_ = s.heap_.get();
     return s;
   }
   std::string path = spill_dir + "/adjsh-rows-XXXXXX";
@@ -67,7 +68,7 @@ RowStore<T>& RowStore<T>::operator=(RowStore&& o) noexcept {
 template <typename T>
 void RowStore<T>::Release() {
   if (mapped_ && data_) munmap(data_, size_ * sizeof(T));
-  heap_ = std::vector<T>();
+  heap_.reset();
   data_ = nullptr, size_ = 0, mapped_ = false;
 }
 

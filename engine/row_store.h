@@ -7,8 +7,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
-#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -18,8 +18,11 @@ template <typename T>
 class RowStore {
  public:
   RowStore() = default;
-  // n zero-initialised values; spill_dir empty: on the heap.
-  static absl::StatusOr<RowStore> Create(size_t n, const std::string& spill_dir);
+  // n zero-initialised values; spill_dir empty: on the heap, where zeroed = false leaves them
+  // uninitialised for a caller that writes every value before reading it (touching the pages
+  // only then, where the writes are spread over threads).
+  static absl::StatusOr<RowStore> Create(size_t n, const std::string& spill_dir,
+                                         bool zeroed = true);
   RowStore(RowStore&& other) noexcept;
   RowStore& operator=(RowStore&& other) noexcept;
   RowStore(const RowStore&) = delete;
@@ -33,7 +36,7 @@ class RowStore {
 
  private:
   void Release();
-  std::vector<T> heap_;
+  std::unique_ptr<T[]> heap_;
   T* data_ = nullptr;
   size_t size_ = 0;
   bool mapped_ = false;

@@ -15,15 +15,15 @@ uint16_t ToBF16(double v) { return F64ToBF16(v); }
 
 template <typename T>
 absl::StatusOr<StoredRows<T>> StoredRows<T>::Create(size_t n, Storage storage,
-                                                    const std::string& spill_dir) {
+                                                    const std::string& spill_dir, bool zeroed) {
   StoredRows s;
   s.storage_ = storage;
   if (storage == Storage::kBF16) {
-    absl::StatusOr<RowStore<uint16_t>> rows = RowStore<uint16_t>::Create(n, spill_dir);
+    absl::StatusOr<RowStore<uint16_t>> rows = RowStore<uint16_t>::Create(n, spill_dir, zeroed);
     if (!rows.ok()) return rows.status();
     s.bf16_ = std::move(*rows);
   } else {
-    absl::StatusOr<RowStore<T>> rows = RowStore<T>::Create(n, spill_dir);
+    absl::StatusOr<RowStore<T>> rows = RowStore<T>::Create(n, spill_dir, zeroed);
     if (!rows.ok()) return rows.status();
     s.native_ = std::move(*rows);
   }

@@ -22,9 +22,10 @@ template <typename T>
 class StoredRows {
  public:
   StoredRows() = default;
-  // n zeros; on the heap, or spilled to spill_dir (RowStore).
+  // n zeros; on the heap, or spilled to spill_dir (RowStore). zeroed = false: on the heap,
+  // uninitialised (RowStore::Create), for a caller that writes every value before reading it.
   static absl::StatusOr<StoredRows> Create(size_t n, Storage storage,
-                                           const std::string& spill_dir);
+                                           const std::string& spill_dir, bool zeroed = true);
 
   // n values from offset. Compute-type storage: a pointer into the store; bf16: widened into
   // scratch (resized as needed).
