@@ -337,18 +337,24 @@ std::vector<int64_t> GradientStep<T>::BackwardSuccessors(int64_t task) const {
 }
 
 // On the step's own rows, with the set the chunk's forward carried (null: the block
-// recomputes). The chunk's partial starts from zero and is then added to the layer's gradient
-// (a layer's tasks run one at a time, c descending, so in a fixed order): adding each row into
-// the gradient itself loses precision over long sequences in f32, where the chunk's rows are
-// summed before the chunks are.
+// recomputes). A layer's tasks run one at a time, c descending, so they add into its gradient
+// in a fixed order. Up to kChunksPerPartial chunks add straight into the layer's gradient;
+// more add into a partial per group of that many chunks, which is added to the gradient when
+// the group is done: every row added into one sum over a long sequence loses precision in f32
+// (8M tokens: 4e-3 relative on the norm's weight), and a partial per chunk cost each task a
+// zeroing and a sum of all the layer's parameters (7 MB of memory traffic at D = 256).
 template <typename T>
 void GradientStep<T>::BackwardTask(int64_t task) {
   const auto [k, c] = TaskLayerChunk(task);
   const ChunkSpan s = Span(c);
   thread_local std::vector<T> u_in, h_in, du, mu_last;
-  thread_local LayerParams<T> partial;  // reused: fresh large buffers cost page faults
-  for (const auto& slot : LayerParamSlots<T>())
-    (partial.*slot.member).assign(ShapeNumel(slot.shape(cfg_)), T(0));  // keeps capacity
+  const bool grouped = nC_ > kChunksPerPartial;
+  LayerParams<T>& into = grouped ? partials_[k] : result_.grad.layers[k];
+  const int64_t group_last = std::min(nC_ - 1, (c / kChunksPerPartial + 1) * kChunksPerPartial - 1);
+  if (grouped && c == group_last) {  // the group's first task: its partial from zero
+    for (const auto& slot : LayerParamSlots<T>())
+      (into.*slot.member).assign(ShapeNumel(slot.shape(cfg_)), T(0));  // keeps capacity
+  }
   const T* u = InputRows(k, s.t0 - s.halo, s.halo + s.len, u_in);
   const T* h0 = states_[k].Read(c * DiN_, DiN_, h_in);
   const std::vector<T>& mu = mu_[k * nC_ + c];  // empty for the last chunk
@@ -361,13 +367,13 @@ void GradientStep<T>::BackwardTask(int64_t task) {
   std::unique_ptr<KeptActs> carried = std::move(carried_[k * nC_ + c]);
   if (carried) {
     blocks_[k]->BackwardKept(std::move(carried), u, {s.halo, s.len, 0}, g, h0,
-                             mu.empty() ? nullptr : mu.data(), partial, du.data(), halo.data(),
+                             mu.empty() ? nullptr : mu.data(), into, du.data(), halo.data(),
                              mu_out.data());
   } else {
     blocks_[k]->Backward(u, {s.halo, s.len, 0}, g, h0, mu.empty() ? nullptr : mu.data(), 0,
-                         partial, du.data(), halo.data(), mu_out.data());
+                         into, du.data(), halo.data(), mu_out.data());
   }
-  AddInto(result_.grad.layers[k], partial);
+  if (grouped && c % kChunksPerPartial == 0) AddInto(result_.grad.layers[k], into);
   mu_[k * nC_ + c] = std::vector<T>();
   // dL/du^k replaces dL/du^{k+1} on the chunk's rows (this task was their only reader); the
   // halo rows of later chunks that fall here are added in chunk order.
@@ -397,6 +403,7 @@ void GradientStep<T>::RunWavefront() {
   HeadTargets();
   carried_.clear();
   carried_.resize(KC);
+  partials_.resize(nC_ > kChunksPerPartial ? K_ : 0);
   std::vector<double> loss(nC_);
   std::vector<T> du_rows;  // head(c)'s dL/du^{K+1} before it replaces u^{K+1} (one at a time)
   RunDag(

@@ -87,6 +87,10 @@ class GradientStep {
   std::vector<T> top_;
   std::vector<std::vector<T>> mu_;        // per (k, c): the adjoint into chunk c, until consumed
   std::vector<std::vector<T>> halos_;     // per task: dL/du for the W - 1 rows before its chunk
+  // The wavefront's backward adds up to this many chunks into a layer's gradient at once
+  // (BackwardTask); partials_: per layer, the group's sum when there are more.
+  static constexpr int64_t kChunksPerPartial = 16;
+  std::vector<LayerParams<T>> partials_;
   // per (k, c): what forward task (k, c) carried for backward task (k, c); null: recompute.
   std::vector<std::unique_ptr<KeptActs>> carried_;
   std::vector<int64_t> targets_;  // per row t: the target token t + 1, -1 when not counted

@@ -115,50 +115,61 @@ TEST(EngineDeterminismTest, IndependentOfChunkAndThreads) {
 
 // The wavefront carries each chunk's forward to its backward task as the kept budget allows
 // (engine/gradient_step.h): no bit changes, whatever is carried (every set, a few, none), for
-// either storage, any thread count, with a loss mask or without; every set carried is taken.
+// either storage, any thread count, with a loss mask or without, with few chunks or with more
+// than one group of chunks per partial (35 chunks of 20); every set carried is taken.
 TEST(EngineWavefrontTest, CarriedActivationsDoNotChangeTheBits) {
   const MambaConfig config = testing::SmallConfig(3, 16, 8, 4, 3, 31);
   const ModelParams<float> params = InitParams<float>(config, 11);
   const std::vector<uint32_t> tokens = testing::RandomTokens(700, config.vocab_size, 12);
   std::vector<uint8_t> mask(tokens.size(), 1);
   for (size_t t = 0; t < mask.size(); t += 3) mask[t] = 0;
-  const int64_t K = config.num_hidden_layers, chunks = 14;  // 700 tokens in chunks of 50
+  const int64_t K = config.num_hidden_layers;
   const cpu::MambaBlockCpu<float> block(config, params.layers[0]);
-  const int64_t few = 2 * block.SetBytes({3, 50, 0});  // a few carried sets
   const int64_t before = cpu::KeptBudget();
-  for (Storage storage : {Storage::kCompute, Storage::kBF16})
-    for (bool masked : {false, true}) {
-      GradOptions opt;
-      opt.chunk = 50;
-      opt.schedule = Schedule::kWavefront;
-      opt.storage = storage;
-      opt.threads = 1;
-      if (masked) opt.loss_mask = mask;
-      cpu::SetKeptBudget(0);
-      const GradResult<float> none = ComputeGradient<float>(params, tokens, opt).value();
-      for (int64_t budget : {few, int64_t{256} << 20})
-        for (int threads : {1, 2, 3}) {
-          cpu::SetKeptBudget(budget);
-          opt.threads = threads;
-          const cpu::KeptTakes was = cpu::KeptTakeCounts();
-          const GradResult<float> got = ComputeGradient<float>(params, tokens, opt).value();
-          const int64_t carried =
-              cpu::KeptTakeCounts().carried_to_backward - was.carried_to_backward;
-          const std::string what = "budget " + std::to_string(budget) + ", threads " +
-                                   std::to_string(threads) + (masked ? ", masked" : "");
-          EXPECT_EQ(std::memcmp(&got.loss, &none.loss, sizeof(double)), 0) << what;
-          EXPECT_TRUE(testing::BitwiseEqual(got.grad, none.grad)) << what;
-          EXPECT_EQ(got.correct, none.correct) << what;
-          EXPECT_EQ(got.targets, none.targets) << what;
-          if (budget == few) {
-            EXPECT_GT(carried, 0) << what;
-            EXPECT_LT(carried, K * chunks) << what;
-          } else {
-            EXPECT_EQ(carried, K * chunks) << what;
-          }
-          EXPECT_EQ(cpu::CarriedBytes(), 0) << "a carried set outlived its step; " << what;
+  struct Case {
+    int64_t chunk;
+    Storage storage;
+    bool masked;
+  };
+  std::vector<Case> cases;
+  for (int64_t chunk : {50, 20})
+    for (Storage storage : {Storage::kCompute, Storage::kBF16})
+      for (bool masked : {false, true}) cases.push_back({chunk, storage, masked});
+  for (const Case& c : cases) {
+    const int64_t chunks = 700 / c.chunk, few = 2 * block.SetBytes({3, c.chunk, 0});
+    GradOptions opt;
+    opt.chunk = c.chunk;
+    opt.schedule = Schedule::kWavefront;
+    opt.storage = c.storage;
+    opt.threads = 1;
+    if (c.masked) opt.loss_mask = mask;
+    cpu::SetKeptBudget(0);
+    const GradResult<float> none = ComputeGradient<float>(params, tokens, opt).value();
+    for (int64_t budget : {few, int64_t{256} << 20})
+      for (int threads : {1, 2, 3}) {
+        cpu::SetKeptBudget(budget);
+        opt.threads = threads;
+        const cpu::KeptTakes was = cpu::KeptTakeCounts();
+        const GradResult<float> got = ComputeGradient<float>(params, tokens, opt).value();
+        const int64_t carried =
+            cpu::KeptTakeCounts().carried_to_backward - was.carried_to_backward;
+        const std::string what =
+            "chunk " + std::to_string(c.chunk) + ", storage " +
+            std::string(StorageName(c.storage)) + ", budget " + std::to_string(budget) +
+            ", threads " + std::to_string(threads) + (c.masked ? ", masked" : "");
+        EXPECT_EQ(std::memcmp(&got.loss, &none.loss, sizeof(double)), 0) << what;
+        EXPECT_TRUE(testing::BitwiseEqual(got.grad, none.grad)) << what;
+        EXPECT_EQ(got.correct, none.correct) << what;
+        EXPECT_EQ(got.targets, none.targets) << what;
+        if (budget == few) {
+          EXPECT_GT(carried, 0) << what;
+          EXPECT_LT(carried, K * chunks) << what;
+        } else {
+          EXPECT_EQ(carried, K * chunks) << what;
         }
-    }
+        EXPECT_EQ(cpu::CarriedBytes(), 0) << "a carried set outlived its step; " << what;
+      }
+  }
   cpu::SetKeptBudget(before);
 }
 
