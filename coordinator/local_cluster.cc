@@ -217,11 +217,18 @@ pid_t LocalCluster::Spawn(int slot) {
   return pid;
 }
 
+// Runs until the destructor has stopped the workers: a worker this thread started dies with
+// it (PR_SET_PDEATHSIG follows the forking thread), so it must outlive them.
 void LocalCluster::Supervise() {
-  while (!stopping_.load()) {
+  while (!exit_.load()) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (stopping_.load()) continue;  // the destructor stops and reaps the workers
     std::lock_guard<std::mutex> lock(mu_);
     for (size_t w = 0; w < pids_.size(); ++w) {
+      if (pids_[w] < 0 && !stopping_.load()) {  // its fork failed: try again
+        pids_[w] = Spawn(static_cast<int>(w));
+        continue;
+      }
       int status = 0;
       if (pids_[w] <= 0 || waitpid(pids_[w], &status, WNOHANG) != pids_[w]) continue;
       if (stopping_.load()) break;
@@ -259,6 +266,10 @@ void LocalCluster::Supervise() {
       std::fprintf(stderr, "worker %zu (pid %d) %s; starting it again\n", w, pids_[w],
                    how.c_str());
       pids_[w] = Spawn(static_cast<int>(w));
+      if (pids_[w] < 0) {
+        std::fprintf(stderr, "cannot start worker %zu again now (fork: %s); retrying\n", w,
+                     std::strerror(errno));
+      }
       restarts_.fetch_add(1);
     }
     // Workers connected, and none gets tasks (each skipped the job's tasks, or sent non-finite
@@ -278,8 +289,7 @@ std::vector<pid_t> LocalCluster::worker_pids() const {
 }
 
 LocalCluster::~LocalCluster() {
-  stopping_.store(true);
-  if (supervisor_.joinable()) supervisor_.join();
+  stopping_.store(true);  // no more restarts; the supervisor's thread lives on (Supervise)
   std::vector<pid_t> pids = worker_pids();
   for (pid_t pid : pids)
     if (pid > 0) kill(pid, SIGTERM);
@@ -296,6 +306,8 @@ LocalCluster::~LocalCluster() {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
   }
+  exit_.store(true);
+  if (supervisor_.joinable()) supervisor_.join();
   if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   server_.reset();
   if (!socket_dir_.empty()) {

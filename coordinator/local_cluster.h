@@ -1,7 +1,7 @@
 // A coordinator TaskService and N worker processes on loopback: what `adjsh train --workers N`
 // and `adjsh grad --workers N` run. Workers are `adjsh worker` processes started from this
 // binary; one that dies while the cluster runs is started again (its leased task expires and is
-// handed out anew), so the job goes on. One that fails by itself (exits non-zero, or crashes)
+// handed out anew), so the job goes on, and one whose fork fails is tried again. One that fails by itself (exits non-zero, or crashes)
 // within seconds of its start, several times in a row, cannot start at all (a device it cannot
 // use, a metrics port taken): it is given up, and the job goes on with the others; with none
 // left the cluster aborts its service with the reason, so the gradient waiting on workers
@@ -88,10 +88,11 @@ class LocalCluster {
   std::unique_ptr<TaskServiceImpl> service_;
   std::unique_ptr<grpc::Server> server_;
   mutable std::mutex mu_;
-  std::vector<pid_t> pids_;  // guarded by mu_; 0: a slot given up
+  std::vector<pid_t> pids_;  // guarded by mu_; 0: a slot given up; -1: its fork failed (retried)
   std::vector<std::chrono::steady_clock::time_point> started_;  // guarded by mu_
   std::vector<int> quick_failures_;                             // guarded by mu_
-  std::atomic<bool> stopping_{false};
+  std::atomic<bool> stopping_{false};  // no more restarts: the destructor stops the workers
+  std::atomic<bool> exit_{false};      // the supervisor's thread ends: the workers are gone
   std::atomic<int> restarts_{0};
   std::thread supervisor_;
 };

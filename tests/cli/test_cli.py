@@ -32,6 +32,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import time
 import traceback
 
 TIMEOUT_S = 60
@@ -547,6 +548,64 @@ def run_cases(r, work):
         r.expect(train_base + ["--worker-log-dir", P("x")], BAD_VALUE_RC,
                  err_has=["--worker-log-dir needs --workers"])
     r.case("train/--workers: worker logs in files", worker_logs)
+
+    # A worker the local cluster started again is stopped at the end as the others are
+    # (SIGTERM: its log says "stopped:"), not killed as the thread that started it ends
+    # (PR_SET_PDEATHSIG follows the forking thread: coordinator/local_cluster.cc Supervise).
+    def respawned_worker_stops():
+        ck = P("rs_ck")
+        log = os.path.join(ck, "worker-logs", "worker-0.log")
+        err_path = P("rs_err")  # a file, not a pipe: the run prints a line per step
+        with open(err_path, "w") as err_file:
+            p = subprocess.Popen([r.adjsh] + train_base[:-1] + [ck, "--steps", "1000000",
+                                 "--checkpoint-every", "0", "--workers", "2"],
+                                 stdout=subprocess.DEVNULL, stderr=err_file)
+
+        def read_log():
+            return open(log).read() if os.path.exists(log) else ""
+
+        def wait_for(cond, what):
+            deadline = time.time() + 60
+            while not cond():
+                check(p.poll() is None and time.time() < deadline,
+                      "%s: never (run ended: %s)" % (what, p.poll()))
+                time.sleep(0.05)
+
+        def worker0():  # the train process's child started as worker local-0
+            for d in os.listdir("/proc"):
+                try:
+                    with open("/proc/%s/stat" % d) as f:
+                        ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+                    with open("/proc/%s/cmdline" % d, "rb") as f:
+                        argv = f.read().split(b"\0")
+                except (OSError, ValueError, IndexError):
+                    continue
+                if ppid == p.pid and b"local-0" in argv:
+                    return int(d)
+            return None
+
+        try:
+            wait_for(lambda: "registered with" in read_log(), "worker 0 registered")
+            pid = worker0()
+            check(pid is not None, "no worker local-0 among the train process's children")
+            os.kill(pid, signal.SIGKILL)
+            wait_for(lambda: read_log().count("registered with") == 2,
+                     "worker 0 started again and registered")
+            p.send_signal(signal.SIGINT)  # stop after the step under way: the cluster's teardown
+            p.wait(timeout=TIMEOUT_S)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        err = open(err_path).read()
+        text = read_log()
+        again = text.split("registered with")[-1]  # the started-again worker's lines
+        check(p.returncode == 1 and "starting it again" in err,
+              "rc %s: %s" % (p.returncode, _clip(err[-600:])))
+        check("stopped:" in again, "the started-again worker was not stopped by SIGTERM: %r"
+              % _clip(text[-800:]))
+    r.case("train/--workers: a worker started again stops by SIGTERM at the end",
+           respawned_worker_stops)
 
     shapes = expected_shapes()
     model_header, _, _ = st_read(P("model", "model.safetensors"))
