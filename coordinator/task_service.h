@@ -133,9 +133,15 @@ class TaskServiceImpl final : public v1::TaskService::Service {
   static constexpr int kShunAfterNonFinite = 3;
   static constexpr int kShunAfterSkipped = 3;
   static constexpr int kMaxSkippedPerPull = 16;  // PullTaskRequest.skipped past these: ignored
-  // With a worker tree: this many leases after the step's last task, roots still missing (and
-  // every worker live) begin the step again through the coordinator.
+  // With a worker tree: roots still missing this long after the step's last task (and every
+  // worker live) begin the step again through the coordinator. kRootsDeadlineLeases leases,
+  // plus the time the sums take to climb the tree at kSlowTreeBytesPerSecond: each sum is the
+  // model's size in f32, sent once per level (ceil(log2 workers) + 1 levels), so that a large
+  // model on a slow link is not taken for a tree that cannot get its sums through.
   static constexpr int kRootsDeadlineLeases = 4;
+  static constexpr double kSlowTreeBytesPerSecond = 100e6;  // below a 1 Gb/s link's rate
+  static absl::Duration RootsDeadline(absl::Duration lease, uint64_t param_bytes,
+                                      size_t tree_workers);
   // Tensor bytes streamed to workers (FetchInputs) and received from them (PushResult).
   uint64_t bytes_sent() const;
   uint64_t bytes_received() const;
@@ -226,7 +232,7 @@ class TaskServiceImpl final : public v1::TaskService::Service {
   void BeginStep();
   // With a worker tree: a worker of it is no longer live, so the sums it held are lost; the
   // step begins again as a new version (the same bits: every step starts from its tokens).
-  // Also when every task is done but roots are missing kRootsDeadlineLeases leases later:
+  // Also when every task is done but roots are missing RootsDeadline later:
   // then it begins again without a tree. Never once the step is done. Requires mu_.
   void RestartIfTreeLost();
   void ReapWorkers();  // forgets workers unheard of for reap_after. Requires mu_.

@@ -9,7 +9,9 @@
 #include "absl/strings/str_cat.h"
 #include "common/config.h"
 #include "common/mamba2_config.h"
+#include "common/model.h"
 #include "coordinator/task_service.h"
+#include "engine/mamba2_model.h"
 
 namespace adjsh::coordinator {
 
@@ -240,6 +242,14 @@ void TaskServiceImpl::BeginStep() {
   step.seqs[0]->ReduceAmongWorkers();
 }
 
+absl::Duration TaskServiceImpl::RootsDeadline(absl::Duration lease, uint64_t param_bytes,
+                                              size_t tree_workers) {
+  int levels = 1;
+  for (size_t w = 1; w < tree_workers; w *= 2) ++levels;
+  return kRootsDeadlineLeases * lease +
+         absl::Seconds(levels * static_cast<double>(param_bytes) / kSlowTreeBytesPerSecond);
+}
+
 void TaskServiceImpl::RestartIfTreeLost() {
   if (!current_ || current_->tree_workers.empty() || current_->Done()) return;
   const absl::Time now = absl::Now(), since = now - opt_.lease;
@@ -257,7 +267,11 @@ void TaskServiceImpl::RestartIfTreeLost() {
   if (lost.empty()) {
     if (!current_->seqs[0]->queue().Finished()) return;
     if (current_->tasks_done_at == absl::InfiniteFuture()) current_->tasks_done_at = now;
-    if (now - current_->tasks_done_at < kRootsDeadlineLeases * opt_.lease) return;
+    const uint64_t bytes = current_->mamba2 ? Mamba2ParamBytesF32(current_->mamba2->config)
+                                            : ParamBytesF32(current_->params->config);
+    if (now - current_->tasks_done_at <
+        RootsDeadline(opt_.lease, bytes, current_->tree_workers.size()))
+      return;
     roots_stuck = true;
   }
   // New schedulers of the step's model type (a Mamba-2 step's params are null).
@@ -285,9 +299,11 @@ void TaskServiceImpl::RestartIfTreeLost() {
     std::sort(broken_tree_.begin(), broken_tree_.end());
     std::fprintf(stderr,
                  "adjsh coordinator: step %lld's tasks are done but roots of its worker tree "
-                 "did not come within %d leases: the step begins again, reduced through the "
-                 "coordinator (as every step is while these workers stay the same)\n",
-                 static_cast<long long>(current_->step), kRootsDeadlineLeases);
+                 "did not come within %s of its last task: the step begins again, reduced "
+                 "through the coordinator (as every step is while these workers stay the "
+                 "same)\n",
+                 static_cast<long long>(current_->step),
+                 absl::FormatDuration(now - current_->tasks_done_at).c_str());
   } else {
     std::fprintf(stderr,
                  "adjsh coordinator: worker %s of step %lld's tree is lost, and the sums it "

@@ -16,7 +16,8 @@ spans, so 60 span tasks per step, 6 steps, a checkpoint every 2 steps):
                     job's progress lines say "tree of";
   peer_unreachable  2 tree workers advertising a peer address nobody listens on: the sums
                     pushed between them never arrive, so when the step's tasks are done and its
-                    roots are still missing 4 leases later the coordinator begins it again
+                    roots are still missing 4 leases later (and the few ms this small model's
+                    sums take at RootsDeadline's slow rate) the coordinator begins it again
                     through the coordinator (its log says so, once: the later steps of the same
                     workers use the star at once), and the job ends bitwise;
   worker_stop       a worker SIGSTOPped just after it leased a task, for 2.5 leases (the task is
