@@ -217,6 +217,41 @@ pid_t LocalCluster::Spawn(int slot) {
   return pid;
 }
 
+// Under mu_: slot w cannot start; the job goes on with the others, or ends with `why`.
+void LocalCluster::GiveUp(size_t w, const std::string& why) {
+  const std::string log = LogPath(static_cast<int>(w));
+  if (!log.empty()) {
+    std::fprintf(stderr, "worker %zu's last lines (%s):\n%s\n", w, log.c_str(),
+                 Tail(log, 5).c_str());
+  }
+  pids_[w] = 0;
+  const int64_t left = std::count_if(pids_.begin(), pids_.end(), [](pid_t p) { return p != 0; });
+  if (left > 0) {
+    std::fprintf(stderr, "%s; going on with %lld worker(s)\n", why.c_str(),
+                 static_cast<long long>(left));
+  } else {
+    std::fprintf(stderr, "%s; no worker left\n", why.c_str());
+    service_->Abort(absl::UnavailableError(why + "; no worker left"));
+  }
+}
+
+// Under mu_: starts slot w again; a fork that fails counts as a quick failure, and is tried
+// again kForkRetry later (Supervise).
+void LocalCluster::Restart(size_t w) {
+  pids_[w] = Spawn(static_cast<int>(w));
+  if (pids_[w] > 0) {
+    restarts_.fetch_add(1);
+    return;
+  }
+  const std::string why = absl::StrCat("worker ", w, " cannot be started: fork: ",
+                                       std::strerror(errno));
+  if (++quick_failures_[w] >= kMaxQuickFailures) {
+    GiveUp(w, absl::StrCat(why, ", ", kMaxQuickFailures, " times in a row"));
+  } else {
+    std::fprintf(stderr, "%s; trying again\n", why.c_str());
+  }
+}
+
 // Runs until the destructor has stopped the workers: a worker this thread started dies with
 // it (PR_SET_PDEATHSIG follows the forking thread), so it must outlive them.
 void LocalCluster::Supervise() {
@@ -225,13 +260,16 @@ void LocalCluster::Supervise() {
     if (stopping_.load()) continue;  // the destructor stops and reaps the workers
     std::lock_guard<std::mutex> lock(mu_);
     for (size_t w = 0; w < pids_.size(); ++w) {
-      if (pids_[w] < 0 && !stopping_.load()) {  // its fork failed: try again
-        pids_[w] = Spawn(static_cast<int>(w));
+      if (pids_[w] < 0) {  // its fork failed: again once kForkRetry has passed
+        if (std::chrono::steady_clock::now() - started_[w] >= kForkRetry) Restart(w);
         continue;
       }
       int status = 0;
       if (pids_[w] <= 0 || waitpid(pids_[w], &status, WNOHANG) != pids_[w]) continue;
-      if (stopping_.load()) break;
+      if (stopping_.load()) {  // reaped: the destructor must not signal its (reusable) pid
+        pids_[w] = 0;
+        break;
+      }
       const std::string how =
           WIFSIGNALED(status) ? absl::StrCat("was killed by signal ", WTERMSIG(status))
                               : absl::StrCat("exited with status ", WEXITSTATUS(status));
@@ -243,40 +281,20 @@ void LocalCluster::Supervise() {
       const bool quick = std::chrono::steady_clock::now() - started_[w] < kQuickExit;
       quick_failures_[w] = failed && quick ? quick_failures_[w] + 1 : 0;
       if (quick_failures_[w] >= kMaxQuickFailures) {
-        const std::string log = LogPath(static_cast<int>(w));
-        if (!log.empty()) {
-          std::fprintf(stderr, "worker %zu's last lines (%s):\n%s\n", w, log.c_str(),
-                       Tail(log, 5).c_str());
-        }
-        const std::string why = absl::StrCat(
-            "worker ", w, " cannot start: it ", how, " within ", kQuickExit.count(),
-            " s of its start ", kMaxQuickFailures, " times in a row (its error is above)");
-        pids_[w] = 0;  // given up
-        const int64_t left =
-            std::count_if(pids_.begin(), pids_.end(), [](pid_t p) { return p > 0; });
-        if (left > 0) {
-          std::fprintf(stderr, "%s; going on with %lld worker(s)\n", why.c_str(),
-                       static_cast<long long>(left));
-        } else {
-          std::fprintf(stderr, "%s; no worker left\n", why.c_str());
-          service_->Abort(absl::UnavailableError(why + "; no worker left"));
-        }
+        GiveUp(w, absl::StrCat("worker ", w, " cannot start: it ", how, " within ",
+                               kQuickExit.count(), " s of its start ", kMaxQuickFailures,
+                               " times in a row (its error is above)"));
         continue;
       }
       std::fprintf(stderr, "worker %zu (pid %d) %s; starting it again\n", w, pids_[w],
                    how.c_str());
-      pids_[w] = Spawn(static_cast<int>(w));
-      if (pids_[w] < 0) {
-        std::fprintf(stderr, "cannot start worker %zu again now (fork: %s); retrying\n", w,
-                     std::strerror(errno));
-      }
-      restarts_.fetch_add(1);
+      Restart(w);
     }
     // Workers connected, and none gets tasks (each skipped the job's tasks, or sent non-finite
     // results, too often): no other worker comes to a local cluster, so the run ends saying
     // why, where it waited without a word.
     const TaskServiceImpl::WorkerCounts counts = service_->worker_counts();
-    if (counts.connected > 0 && counts.live == 0) {
+    if (!stopping_.load() && counts.connected > 0 && counts.live == 0) {
       service_->Abort(absl::UnavailableError(absl::StrCat(
           "no worker of this local cluster takes its tasks: ", service_->ShunNote())));
     }

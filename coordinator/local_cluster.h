@@ -1,11 +1,12 @@
 // A coordinator TaskService and N worker processes on loopback: what `adjsh train --workers N`
 // and `adjsh grad --workers N` run. Workers are `adjsh worker` processes started from this
 // binary; one that dies while the cluster runs is started again (its leased task expires and is
-// handed out anew), so the job goes on, and one whose fork fails is tried again. One that fails by itself (exits non-zero, or crashes)
-// within seconds of its start, several times in a row, cannot start at all (a device it cannot
-// use, a metrics port taken): it is given up, and the job goes on with the others; with none
-// left the cluster aborts its service with the reason, so the gradient waiting on workers
-// returns that error instead of waiting for ever.
+// handed out anew), so the job goes on. One that fails by itself (exits non-zero, or crashes)
+// within seconds of its start, or whose fork fails (tried again a second later), several times
+// in a row, cannot start at all (a device it cannot use, a metrics port taken, no processes
+// left): it is given up, and the job goes on with the others; with none left the cluster
+// aborts its service with the reason, so the gradient waiting on workers returns that error
+// instead of waiting for ever.
 //
 // With no more workers than the cores this process may use, worker i is pinned to the i-th of
 // them (its threads inherit it).
@@ -70,7 +71,11 @@ class LocalCluster {
   // Start waits this long at most for every worker to register.
   static constexpr std::chrono::seconds kRegisterWait{20};
 
-  pid_t Spawn(int slot);  // under mu_ (or before the supervisor runs)
+  static constexpr std::chrono::seconds kForkRetry{1};  // after a failed fork
+
+  pid_t Spawn(int slot);  // under mu_ (or before the supervisor runs); -1: fork failed
+  void Restart(size_t slot);                          // under mu_
+  void GiveUp(size_t slot, const std::string& why);  // under mu_
   // Until every worker not given up has registered, or `at_most`: the first step deals its
   // spans to the workers registered when it begins.
   void WaitForWorkers(std::chrono::milliseconds at_most);

@@ -13,7 +13,7 @@
 //             carries its activations to its backward task (as the kept budget allows:
 //             kernels/cpu/kept_pool.h), which then skips its recompute; the head runs chunk by
 //             chunk beside the forward's last tasks, all one task graph; up to min(K, chunks)
-//             tasks run at once. dL/du^k replaces dL/du^{k+1} chunk by chunk in one (T, D)
+//             tasks run at once (and a head task beside them). dL/du^k replaces dL/du^{k+1} chunk by chunk in one (T, D)
 //             buffer, and each mu is kept only until the task that consumes it has run.
 //   two-pass  for each layer: pass one (chunks in parallel: local state summaries, or adjoint
 //             summaries m_c and S_c), an exact O(chunks Di N) combine
@@ -25,7 +25,9 @@
 // on the thread count (the two schedules round differently).
 // Memory: K T D layer inputs and K (T / C) Di N states (compute type or bf16: Storage) + T D in
 // the compute type (u^{K+1}, then dL/du^{K+1}, then dL/du^k chunk by chunk), plus per-task
-// scratch bounded by the chunk size (+ T D for the layered backward's second buffer).
+// scratch bounded by the chunk size (+ T D for the layered backward's second buffer), plus what
+// the wavefront's forward carries to its backward, within the kept budget
+// (kernels/cpu/kept_pool.h).
 #ifndef ADJSH_ENGINE_ADJOINT_ENGINE_H_
 #define ADJSH_ENGINE_ADJOINT_ENGINE_H_
 

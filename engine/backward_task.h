@@ -1,5 +1,6 @@
-// One exact backward task (layer k, chunk c) of the in-process wavefront schedule as data: its
-// inputs and outputs, run on a backend's block (kernels/backend.h).
+// One exact backward task (layer k, chunk c) as data: its inputs and outputs, run on a
+// backend's block (kernels/backend.h). The task-purity test runs tasks this way
+// (tests/kernels/task_purity_test.cc); the engine's schedules call the blocks directly.
 #ifndef ADJSH_ENGINE_BACKWARD_TASK_H_
 #define ADJSH_ENGINE_BACKWARD_TASK_H_
 

@@ -1,4 +1,4 @@
-// The gradient computation: schedules, phases, and the distributable backward task API.
+// The gradient computation by the in-process chunk schedules: wavefront, two-pass, layered.
 #include "engine/gradient_step.h"
 
 #include <algorithm>
@@ -394,9 +394,12 @@ void GradientStep<T>::BackwardTask(int64_t task) {
 //   [0, K chunks)               forward (k, c), id k chunks + c
 //   [K chunks, + chunks)        head(c): chunk c's rows, after forward (K - 1, c) and head(c - 1)
 //   [(K + 1) chunks, + K chunks) backward task b (TaskLayerChunk); (K - 1, c) after head(c)
-// The head's calls go in row order (head(c - 1) before head(c)), so the head matrix's and
-// dw_f's gradients add in the order Head()'s do; the loss is summed per chunk, then in chunk
-// order. Ready tasks run by rank: forward and head by their diagonal, backward by its own.
+// The head's calls go in row order (head(c - 1) before head(c)); on the CPU, whose head works
+// in blocks of 64 rows, the head matrix's and dw_f's gradients add as Head()'s do when the
+// chunk is a multiple of 64 (else its blocks restart at each chunk). The loss is summed per
+// chunk, then in chunk order. A device's head (CUDA) copies the head matrix each call, so
+// there head(nC - 1) runs the whole head and the others nothing. Ready tasks run by rank:
+// forward and head by their diagonal, backward by its own.
 template <typename T>
 void GradientStep<T>::RunWavefront() {
   const int64_t KC = K_ * nC_, head0 = KC, back0 = KC + nC_;
@@ -406,6 +409,7 @@ void GradientStep<T>::RunWavefront() {
   partials_.resize(nC_ > kChunksPerPartial ? K_ : 0);
   std::vector<double> loss(nC_);
   std::vector<T> du_rows;  // head(c)'s dL/du^{K+1} before it replaces u^{K+1} (one at a time)
+  const bool head_per_chunk = opt_.device.is_cpu();
   RunDag(
       *pool_, 2 * KC + nC_,
       [&](int64_t id) {
@@ -428,10 +432,13 @@ void GradientStep<T>::RunWavefront() {
           ForwardTask(id / nC_, id % nC_, /*carry=*/true);
         } else if (id < back0) {
           const int64_t c = id - head0;
-          const ChunkSpan s = Span(c);
-          du_rows.resize(s.len * D_);
-          loss[c] = HeadRows(s.t0, s.len, du_rows.data());
-          std::copy(du_rows.begin(), du_rows.end(), top_.begin() + s.t0 * D_);
+          if (head_per_chunk || c + 1 == nC_) {
+            const int64_t t0 = head_per_chunk ? Span(c).t0 : 0;
+            const int64_t rows = head_per_chunk ? Span(c).len : T_;
+            du_rows.resize(rows * D_);
+            loss[c] = HeadRows(t0, rows, du_rows.data());
+            std::copy(du_rows.begin(), du_rows.end(), top_.begin() + t0 * D_);
+          }
           if (c + 1 == nC_) Progress("head", 1, 1);
         } else {
           BackwardTask(id - back0);

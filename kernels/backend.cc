@@ -177,7 +177,9 @@ class CpuBackend final : public Backend<T> {
   // same order.
   double HeadForwardBackward(const cpu::LmHeadArgs<T>& args, T* du, T* dE, T* dw_f) override {
     const int64_t D = args.D, V = args.V;
-    std::vector<T> dlogits(kRows * V), nf(kRows * D), dw(D);
+    // Reused: the wavefront calls this once per chunk, and kRows x V is 13 MB at V = 50K.
+    thread_local std::vector<T> dlogits, nf, dw;
+    dlogits.resize(kRows * V), nf.resize(kRows * D), dw.resize(D);
     return ForEachRowBlock(args, [&](const cpu::LmHeadArgs<T>& block, int64_t r0) {
       std::fill(dw.begin(), dw.end(), T(0));
       const double loss = cpu::LmHeadForwardBackward<T>(block, du + r0 * D, dlogits.data(),

@@ -220,8 +220,8 @@ TEST(LongContext, WindowedMatchesPrediction) {
 }
 
 TEST(LongContext, F32WavefrontWithSpilledRowsMatchesPrediction) {
-  // f32 sums of up to 8M terms (per-chunk partials of 32K tokens, 257 chunks; 32K additions
-  // into each embedding row): rounding ~sqrt(terms) eps ~ 1e-4 relative at worst; a lost chunk
+  // f32 sums of up to 8M terms (257 chunks of 32K tokens, added into partials of 16 chunks
+  // each, 17 of them; 32K additions into each embedding row): rounding ~sqrt(terms) eps ~ 1e-4 relative at worst; a lost chunk
   // (1/257 = 4e-3) or a misplaced block of rows is far above 1e-3. The layer inputs live in
   // memory-mapped spill files (T D f32 = 134 MB), as with --spill-dir.
   GradOptions opt = Options(Schedule::kWavefront);
