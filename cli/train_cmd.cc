@@ -76,7 +76,8 @@ int RunTrainer(train::BasicTrainer<P>& trainer, const ArgParser& a, const v1::Jo
                (std::string(opt.grad.window > 0
                                     ? absl::StrFormat("window-%d", opt.grad.window)
                                     : "exact") +
-                (opt.grad.cotangent == Cotangent::kTopOfStack ? " top-of-stack" : ""))
+                (opt.grad.cotangent == Cotangent::kTopOfStack ? " top-of-stack" : "") +
+                (opt.grad.schedule == Schedule::kWavefront ? " wavefront" : ""))
                    .c_str(),
                static_cast<long long>(opt.grad.chunk), static_cast<long long>(opt.steps),
                trainer.resumed()
@@ -213,6 +214,11 @@ int TrainCommand(const std::vector<std::string>& args) {
   a.Add("trace", "FILE",
         "with --workers: append one JSON line per span task and step (bench/fleet_sim.py); steps "
         "of several sequences (a batch, documents reset) are not traced");
+  a.Add("schedule", "spans|wavefront",
+        "in-process: the span schedule (the bits --workers gives), or the wavefront over "
+        "(layer, chunk), which runs each chunk's forward once and carries it to its backward "
+        "(the fastest in-process; rounded differently; Mamba-1 only)",
+        "spans");
   a.Add("cotangent", "exact|top-of-stack",
         "each layer's output cotangent: exact, or dL/du^{K+1} for every layer (the paper's "
         "Proposition 3, an approximation for K > 1; in-process only)",
@@ -287,6 +293,16 @@ int TrainCommand(const std::vector<std::string>& args) {
   if (absl::Status s = ApplyKeptFlag(a); !s.ok()) return BadUsage("train", s);
   absl::StatusOr<Cotangent> cotangent = CotangentFromName(a.Get("cotangent"));
   if (!cotangent.ok()) return BadUsage("train", cotangent.status());
+  const std::string schedule = a.Get("schedule");
+  if (schedule != "spans" && schedule != "wavefront") {
+    return BadUsage("train", absl::InvalidArgumentError(
+                                 "--schedule must be spans or wavefront, got '" + schedule + "'"));
+  }
+  if (schedule == "wavefront" && workers > 0) {
+    return BadUsage("train", absl::InvalidArgumentError(
+                                 "--schedule wavefront runs in-process (no --workers): workers "
+                                 "run the span schedule"));
+  }
   if (workers > 0 && (spec->window() != 0 || *cotangent != Cotangent::kExact)) {
     return BadUsage("train", absl::InvalidArgumentError(
                                  "--workers runs the exact gradient by the span schedule only "
@@ -325,6 +341,7 @@ int TrainCommand(const std::vector<std::string>& args) {
   opt.grad.device.bf16_storage = opt.grad.storage == Storage::kBF16 && !device->is_cpu();
   if (absl::Status s = CheckDeviceUsable(opt.grad.device); !s.ok()) return Fail("train", s);
   opt.grad.cotangent = *cotangent;
+  if (schedule == "wavefront") opt.grad.schedule = Schedule::kWavefront;
   opt.grad.spill_dir = a.Get("spill-dir");
   if (a.GetBool("resume-newest-complete"))
     opt.resume_fallback = train::ResumeFallback::kNewestComplete;

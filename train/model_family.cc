@@ -53,6 +53,7 @@ absl::Status Mamba2::CheckOptions(const GradOptions& o) {
   if (o.window != 0) missing = "a truncated window (--window)";
   else if (o.cotangent != Cotangent::kExact) missing = "the top-of-stack cotangent";
   else if (o.forward_only) missing = "forward-only span steps";
+  else if (o.schedule != Schedule::kSpans) missing = "a schedule other than spans (--schedule)";
   if (!missing) return absl::OkStatus();
   return absl::UnimplementedError(absl::StrCat(
       "a Mamba-2 model (model_type mamba2) trains with the exact gradient; ", missing,

@@ -411,6 +411,26 @@ def run_cases(r, work):
                             err_has=["--loss-mask needs --tokens"]))
     r.case("usage/train --cotangent bad",
            lambda: r.expect(train_base + ["--cotangent", "x"], BAD_VALUE_RC, err_has=["--cotangent"]))
+    r.case("usage/train --schedule bad",
+           lambda: r.expect(train_base + ["--schedule", "two-pass"], BAD_VALUE_RC,
+                            err_has=["--schedule must be spans or wavefront"]))
+    r.case("usage/train --schedule wavefront with --workers",
+           lambda: r.expect(train_base + ["--schedule", "wavefront", "--workers", "1"],
+                            BAD_VALUE_RC, err_has=["--schedule wavefront runs in-process"]))
+
+    # The wavefront in-process: the same bytes on 1 and 2 threads (model and optimizer state).
+    def wavefront_threads():
+        files = []
+        for threads in ("1", "2"):
+            ck = P("wf_ck" + threads)
+            r.expect(train_base[:-1] + [ck, "--steps", "3", "--context", "12", "--chunk", "4",
+                                        "--schedule", "wavefront", "--threads", threads], 0,
+                     err_has=["exact wavefront", "done: step 3"])
+            step = os.path.join(ck, "step-00000003")
+            files.append([open(os.path.join(step, f), "rb").read()
+                          for f in ("model.safetensors", "optimizer.safetensors")])
+        check(files[0] == files[1], "--schedule wavefront: 1 and 2 threads differ")
+    r.case("train/--schedule wavefront: the same bytes on 1 and 2 threads", wavefront_threads)
     r.case("usage/train --cotangent top-of-stack with --workers",
            lambda: r.expect(train_base + ["--cotangent", "top-of-stack", "--workers", "1"],
                             BAD_VALUE_RC, err_has=["--cotangent top-of-stack"]))

@@ -221,6 +221,7 @@ def main():
         for args, words in [(["--workers", "1", "--worker-device", "cuda:1023"],
                              ("cuda:1023", "no worker left")),
                             (["--window", "64"], ("Mamba-2", "window")),
+                            (["--schedule", "wavefront"], ("Mamba-2", "--schedule")),
                             (["--device", "cuda:1023"], ("cuda:1023",))]:
             ck = os.path.join(tmp, "refused")
             r = run(["train", "--model", model, "--steps", "2", "--checkpoint-dir", ck, *TRAIN,
