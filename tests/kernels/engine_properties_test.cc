@@ -121,8 +121,7 @@ TEST(EngineWavefrontTest, CarriedActivationsDoNotChangeTheBits) {
   const MambaConfig config = testing::SmallConfig(3, 16, 8, 4, 3, 31);
   const ModelParams<float> params = InitParams<float>(config, 11);
   const std::vector<uint32_t> tokens = testing::RandomTokens(700, config.vocab_size, 12);
-  std::vector<uint8_t> mask(tokens.size(), 1);
-  for (size_t t = 0; t < mask.size(); t += 3) mask[t] = 0;
+  const std::vector<uint8_t> mask = testing::EveryThirdLeftOut(tokens.size());
   const int64_t K = config.num_hidden_layers;
   const cpu::MambaBlockCpu<float> block(config, params.layers[0]);
   const int64_t before = cpu::KeptBudget();

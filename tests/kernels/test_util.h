@@ -34,6 +34,13 @@ inline std::vector<uint32_t> RandomTokens(int64_t T, int64_t V, uint64_t seed) {
   return out;
 }
 
+// A loss mask of n tokens that counts every target but those of tokens 0, 3, 6, ...
+inline std::vector<uint8_t> EveryThirdLeftOut(size_t n) {
+  std::vector<uint8_t> mask(n, 1);
+  for (size_t t = 0; t < n; t += 3) mask[t] = 0;
+  return mask;
+}
+
 // Calls fn(name, a_values, b_values) for every parameter tensor of two same-config models.
 template <typename T, typename U, typename Fn>
 void ForEachTensor(const ModelParams<T>& a, const ModelParams<U>& b, Fn fn) {
