@@ -134,11 +134,16 @@ std::string LayerParamName(int64_t layer, const char* suffix) {
 }
 
 template <typename T>
-LayerParams<T> ZeroLayer(const MambaConfig& config) {
-  LayerParams<T> layer;
+void SetZero(LayerParams<T>& layer, const MambaConfig& config) {
   for (const LayerParamSlot<T>& slot : LayerParamSlots<T>()) {
     (layer.*slot.member).assign(static_cast<size_t>(ShapeNumel(slot.shape(config))), T{0});
   }
+}
+
+template <typename T>
+LayerParams<T> ZeroLayer(const MambaConfig& config) {
+  LayerParams<T> layer;
+  SetZero(layer, config);
   return layer;
 }
 
@@ -350,6 +355,7 @@ absl::Status SaveModelDir(const std::string& dir, const ModelParams<T>& params, 
 #define ADJSH_INSTANTIATE(T)                                                                  \
   template const std::vector<LayerParamSlot<T>>& LayerParamSlots<T>();                        \
   template LayerParams<T> ZeroLayer<T>(const MambaConfig&);                                   \
+  template void SetZero<T>(LayerParams<T>&, const MambaConfig&);                              \
   template ModelParams<T> ZeroParams<T>(const MambaConfig&);                                  \
   template void AddInto<T>(LayerParams<T>&, const LayerParams<T>&);                           \
   template absl::StatusOr<ModelParams<T>> ParamsFromTensors<T>(const MambaConfig&,            \

@@ -92,6 +92,10 @@ template <typename T>
 ModelParams<T> ZeroParams(const MambaConfig& config);
 template <typename T>
 LayerParams<T> ZeroLayer(const MambaConfig& config);
+// The same in place: `layer` sized for `config` and zeroed, keeping its buffers' capacity (an
+// accumulator reused from task to task).
+template <typename T>
+void SetZero(LayerParams<T>& layer, const MambaConfig& config);
 
 // a += b, element by element, member by member (same config).
 template <typename T>

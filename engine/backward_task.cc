@@ -9,8 +9,7 @@ template <typename T>
 void PrepareOutputs(const MambaConfig& config, const BackwardTaskInputs<T>& in,
                     BackwardTaskOutputs<T>& out) {
   const int64_t D = config.hidden_size, DiN = config.inner() * config.state_size;
-  for (const auto& slot : LayerParamSlots<T>())
-    (out.grad.*slot.member).assign(ShapeNumel(slot.shape(config)), T(0));  // keeps capacity
+  SetZero(out.grad, config);  // keeps capacity
   out.du.resize(in.rows.len * D);
   out.du_halo.assign(in.rows.halo * D, T(0));
   out.mu_out.resize(DiN);

@@ -350,11 +350,8 @@ void GradientStep<T>::BackwardTask(int64_t task) {
   thread_local std::vector<T> u_in, h_in, du, mu_last;
   const bool grouped = nC_ > kChunksPerPartial;
   LayerParams<T>& into = grouped ? partials_[k] : result_.grad.layers[k];
-  const int64_t group_last = std::min(nC_ - 1, (c / kChunksPerPartial + 1) * kChunksPerPartial - 1);
-  if (grouped && c == group_last) {  // the group's first task: its partial from zero
-    for (const auto& slot : LayerParamSlots<T>())
-      (into.*slot.member).assign(ShapeNumel(slot.shape(cfg_)), T(0));  // keeps capacity
-  }
+  // The group's first task (c descending): its partial from zero.
+  if (grouped && (c + 1 == nC_ || (c + 1) % kChunksPerPartial == 0)) SetZero(into, cfg_);
   const T* u = InputRows(k, s.t0 - s.halo, s.halo + s.len, u_in);
   const T* h0 = states_[k].Read(c * DiN_, DiN_, h_in);
   const std::vector<T>& mu = mu_[k * nC_ + c];  // empty for the last chunk
