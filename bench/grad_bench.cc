@@ -50,14 +50,12 @@ int Run(const cli::ArgParser& a, const MambaConfig& config, const Counts& n) {
   opt.chunk = n.chunk;
   opt.window = n.window;
   opt.threads = static_cast<int>(n.threads);
-  const std::string schedule = a.Get("schedule");
-  if (schedule != "spans" && schedule != "wavefront" && schedule != "two-pass") {
-    std::fprintf(stderr, "grad_bench: --schedule must be spans, wavefront or two-pass\n");
+  absl::StatusOr<Schedule> schedule = ScheduleFromName(a.Get("schedule"));
+  if (!schedule.ok()) {
+    std::fprintf(stderr, "grad_bench: %s\n", std::string(schedule.status().message()).c_str());
     return 2;
   }
-  opt.schedule = schedule == "two-pass"  ? Schedule::kTwoPass
-                 : schedule == "wavefront" ? Schedule::kWavefront
-                                           : Schedule::kSpans;
+  opt.schedule = *schedule;
   opt.spans = n.spans;
   const int64_t spans = opt.spans > 0 ? opt.spans
                                       : SpanPlan::DefaultSpans(T_, std::min(opt.chunk, T_),

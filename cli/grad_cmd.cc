@@ -177,15 +177,9 @@ int GradCommand(const std::vector<std::string>& args) {
   opt.device.bf16_storage = opt.storage == Storage::kBF16 && !opt.device.is_cpu();
   absl::StatusOr<int64_t> workers = a.GetInt("workers", 0, 1024);
   if (!workers.ok()) return BadUsage("grad", workers.status());
-  const std::string schedule = a.Get("schedule");
-  if (schedule != "spans" && schedule != "wavefront" && schedule != "two-pass") {
-    return BadUsage("grad", absl::InvalidArgumentError(
-                                "--schedule must be spans, wavefront or two-pass, got '" +
-                                schedule + "'"));
-  }
-  opt.schedule = schedule == "two-pass"    ? Schedule::kTwoPass
-                 : schedule == "wavefront" ? Schedule::kWavefront
-                                           : Schedule::kSpans;
+  absl::StatusOr<Schedule> schedule = ScheduleFromName(a.Get("schedule"));
+  if (!schedule.ok()) return BadUsage("grad", schedule.status());
+  opt.schedule = *schedule;
   absl::StatusOr<int64_t> spans = a.GetInt("spans", 0, int64_t{1} << 30);
   if (!spans.ok()) return BadUsage("grad", spans.status());
   opt.spans = *spans;

@@ -293,12 +293,12 @@ int TrainCommand(const std::vector<std::string>& args) {
   if (absl::Status s = ApplyKeptFlag(a); !s.ok()) return BadUsage("train", s);
   absl::StatusOr<Cotangent> cotangent = CotangentFromName(a.Get("cotangent"));
   if (!cotangent.ok()) return BadUsage("train", cotangent.status());
-  const std::string schedule = a.Get("schedule");
-  if (schedule != "spans" && schedule != "wavefront") {
-    return BadUsage("train", absl::InvalidArgumentError(
-                                 "--schedule must be spans or wavefront, got '" + schedule + "'"));
+  absl::StatusOr<Schedule> schedule = ScheduleFromName(a.Get("schedule"));
+  if (!schedule.ok() || *schedule == Schedule::kTwoPass) {  // two-pass: grad's only
+    return BadUsage("train", absl::InvalidArgumentError("--schedule must be spans or wavefront, "
+                                                        "got '" + a.Get("schedule") + "'"));
   }
-  if (schedule == "wavefront" && workers > 0) {
+  if (*schedule == Schedule::kWavefront && workers > 0) {
     return BadUsage("train", absl::InvalidArgumentError(
                                  "--schedule wavefront runs in-process (no --workers): workers "
                                  "run the span schedule"));
@@ -341,7 +341,7 @@ int TrainCommand(const std::vector<std::string>& args) {
   opt.grad.device.bf16_storage = opt.grad.storage == Storage::kBF16 && !device->is_cpu();
   if (absl::Status s = CheckDeviceUsable(opt.grad.device); !s.ok()) return Fail("train", s);
   opt.grad.cotangent = *cotangent;
-  if (schedule == "wavefront") opt.grad.schedule = Schedule::kWavefront;
+  opt.grad.schedule = *schedule;
   opt.grad.spill_dir = a.Get("spill-dir");
   if (a.GetBool("resume-newest-complete"))
     opt.resume_fallback = train::ResumeFallback::kNewestComplete;

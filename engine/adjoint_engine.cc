@@ -35,6 +35,14 @@ absl::StatusOr<Cotangent> CotangentFromName(std::string_view name) {
       absl::StrFormat("--cotangent must be exact or top-of-stack, got '%s'", name));
 }
 
+absl::StatusOr<Schedule> ScheduleFromName(std::string_view name) {
+  if (name == "spans") return Schedule::kSpans;
+  if (name == "wavefront") return Schedule::kWavefront;
+  if (name == "two-pass") return Schedule::kTwoPass;
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "--schedule must be spans, wavefront or two-pass, got '%s'", name));
+}
+
 template <typename C>
 absl::Status ValidateGradientInputs(const C& config, std::span<const uint32_t> tokens,
                                     const GradOptions& options) {

@@ -99,6 +99,8 @@ std::string_view StorageName(Storage storage);
 
 // "exact" | "top-of-stack" (the command-line names); INVALID_ARGUMENT for anything else.
 absl::StatusOr<Cotangent> CotangentFromName(std::string_view name);
+// "spans" | "wavefront" | "two-pass" (--schedule); INVALID_ARGUMENT for anything else.
+absl::StatusOr<Schedule> ScheduleFromName(std::string_view name);
 
 // INVALID_ARGUMENT for fewer than 2 tokens, token ids >= V, chunk < 1, window < 0, a spill
 // directory that cannot be written, or a loss mask of the wrong length or counting no target;
