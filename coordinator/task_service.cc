@@ -146,6 +146,13 @@ void TaskServiceImpl::CountSkip(Worker& w, std::string why) {
   ++skipped_;
 }
 
+void TaskServiceImpl::CountRefusedResult(const std::string& worker_id, const std::string& task_id,
+                                         absl::string_view why) {
+  auto w = workers_.find(worker_id);
+  if (w == workers_.end()) return;  // reaped meanwhile
+  CountSkip(w->second, absl::StrCat("its result of task ", task_id, " was refused: ", why));
+}
+
 void TaskServiceImpl::EndSkipped(const grpc::ServerContext* ctx, const std::string& worker_id,
                                  const v1::SkippedTask& skipped) {
   int64_t task = 0, lease = 0;
@@ -396,11 +403,7 @@ grpc::Status TaskServiceImpl::PushResult(grpc::ServerContext* ctx,
     // Its lease checked above: a worker whose results never fit (another version, say) counts
     // it as a skip, as a malformed result below; the lease is kept for a good result.
     std::lock_guard<std::mutex> lock(mu_);
-    auto w = workers_.find(header.worker_id());
-    if (w != workers_.end()) {
-      CountSkip(w->second, absl::StrCat("its result of task ", header.task_id(),
-                                        " was refused: ", read.status().message()));
-    }
+    CountRefusedResult(header.worker_id(), header.task_id(), read.status().message());
     return Error(read.status());
   }
   TensorMap tensors = *std::move(read);
@@ -424,8 +427,7 @@ grpc::Status TaskServiceImpl::PushResult(grpc::ServerContext* ctx,
   if (absl::Status s = seq.CheckResult(local, tensors, result, &bad); !s.ok()) {
     // Malformed (a worker of another version, say): counted as a skip, so that a worker whose
     // results are never accepted does not get the task back for ever. The lease is kept.
-    CountSkip(workers_[header.worker_id()],
-              absl::StrCat("its result of task ", header.task_id(), " was refused: ", s.message()));
+    CountRefusedResult(header.worker_id(), header.task_id(), s.message());
     return Error(s);
   }
   if (!bad.empty()) {

@@ -241,6 +241,10 @@ class TaskServiceImpl final : public v1::TaskService::Service {
   void EndSkipped(const grpc::ServerContext* ctx, const std::string& worker_id,
                   const v1::SkippedTask& skipped);
   void CountSkip(Worker& w, std::string why);  // Requires mu_.
+  // A result of the worker's refused as malformed or oversized (its lease kept): a skip, with
+  // `why`. Requires mu_.
+  void CountRefusedResult(const std::string& worker_id, const std::string& task_id,
+                          absl::string_view why);
   // The current step's parameters as tensors, made once (Step::param_tensors). Requires mu_
   // and a current step.
   std::shared_ptr<const TensorMap> ParamTensors();
