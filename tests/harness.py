@@ -11,6 +11,7 @@ only).
   run_process_test  the main() of a test that starts processes (--adjsh, --keep, a temporary
              directory), through guarded: every process stopped at the end, a check of its own.
   final_files, read_scalar, rss_bytes, train_reference: what the checks compare.
+  proc_stat, children: a process's /proc state, its live children.
 """
 import argparse
 import json
@@ -154,6 +155,24 @@ def proc_stat(pid):
             return f.read().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
         return None
+
+
+def children(pid):
+    """Live child processes of pid, whichever of its threads started them (a zombie is dead,
+    not yet reaped: killing it again would count a kill that did nothing)."""
+    kids = []
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                kids += [int(x) for x in f.read().split()]
+    except OSError:
+        pass
+    live = []
+    for kid in kids:
+        fields = proc_stat(kid)
+        if fields and fields[0] != "Z":  # neither gone nor a zombie
+            live.append(kid)
+    return live
 
 
 def rss_bytes(pid):

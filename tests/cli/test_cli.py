@@ -35,6 +35,9 @@ import tempfile
 import time
 import traceback
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/
+from harness import children  # noqa: E402
+
 TIMEOUT_S = 60
 # A flag with an invalid value (--chunk 0, --dtype f16, ...) is bad usage, like an unknown flag.
 BAD_VALUE_RC = 2
@@ -592,16 +595,13 @@ def run_cases(r, work):
                 time.sleep(0.05)
 
         def worker0():  # the train process's child started as worker local-0
-            for d in os.listdir("/proc"):
+            for kid in children(p.pid):
                 try:
-                    with open("/proc/%s/stat" % d) as f:
-                        ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-                    with open("/proc/%s/cmdline" % d, "rb") as f:
-                        argv = f.read().split(b"\0")
-                except (OSError, ValueError, IndexError):
+                    with open("/proc/%d/cmdline" % kid, "rb") as f:
+                        if b"local-0" in f.read().split(b"\0"):
+                            return kid
+                except OSError:
                     continue
-                if ppid == p.pid and b"local-0" in argv:
-                    return int(d)
             return None
 
         try:

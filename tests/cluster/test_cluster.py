@@ -26,7 +26,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/
-from harness import final_files, proc_stat  # noqa: E402
+from harness import children, final_files  # noqa: E402
 
 MODEL = ["--hidden-size", "32", "--layers", "3", "--state-size", "8", "--context", "2048",
          "--chunk", "64", "--warmup", "2", "--lr", "1e-2", "--threads", "1"]
@@ -36,24 +36,6 @@ def train(adjsh, ckpt, workers, steps, extra=(), timeout=600):
     cmd = [adjsh, "train", *MODEL, "--steps", str(steps), "--checkpoint-dir", ckpt,
            "--checkpoint-every", "2", "--workers", str(workers), "--lease-ms", "400", *extra]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-
-
-def children(pid):
-    """Live child processes of pid, whichever of its threads started them (a zombie is dead,
-    not yet reaped: killing it again would count a kill that did nothing)."""
-    kids = []
-    try:
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{tid}/children") as f:
-                kids += [int(x) for x in f.read().split()]
-    except OSError:
-        pass
-    live = []
-    for kid in kids:
-        fields = proc_stat(kid)
-        if fields and fields[0] != "Z":  # neither gone nor a zombie
-            live.append(kid)
-    return live
 
 
 def main():
