@@ -23,8 +23,9 @@ struct FlopsPerToken {
 // the wavefront, (C - 1) / C for two-pass over C chunks, (S - 1) / S for S equal spans.
 // kept_share: the share of those chunks whose summaries kept their activations for the pass
 // after them (spans only; an AdjointSummary that took a carried set counts as one that kept).
-// carried_share: the share of all chunks, every layer, whose forward set a backward pass took
-// (AdjointSummary or, in a span with none, the VJP task): each spares that pass one recompute.
+// carried_share: the share of all rows, every layer, whose chunk's forward set a backward pass
+// took (AdjointSummary or, in a span with none, the VJP task): each spares that pass one
+// recompute.
 inline FlopsPerToken GradientFlopsPerToken(const MambaConfig& c, bool exact,
                                            double pass_one_share, double kept_share = 0,
                                            double carried_share = 0) {

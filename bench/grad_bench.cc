@@ -129,10 +129,10 @@ int Run(const cli::ArgParser& a, const MambaConfig& config, const Counts& n) {
   const int64_t given = takes.given + takes.carried_to_summary;
   const double kept_share =
       given + takes.refused > 0 ? double(given) / double(given + takes.refused) : 0.0;
-  // Carried sets over every chunk of every layer of every run.
-  const int64_t chunk_layers = repeat * config.num_hidden_layers * chunks;
+  // The carried sets' rows over every row of every layer of every run (the wavefront's chunks
+  // are not all C rows long: engine/gradient_step.h ChunkStarts).
   const double carried_share =
-      double(takes.carried_to_summary + takes.carried_to_backward) / double(chunk_layers);
+      double(takes.carried_rows) / double(repeat * config.num_hidden_layers * T_);
   const FlopsPerToken f = GradientFlopsPerToken(config, opt.window == 0, pass_one_share,
                                                 kept_share, carried_share);
   const int64_t peak = PeakResidentBytes();

@@ -12,7 +12,9 @@
 //             are done, taking the adjoint mu from (k, c+1). Each chunk's forward runs once and
 //             carries its activations to its backward task (as the kept budget allows:
 //             kernels/cpu/kept_pool.h), which then skips its recompute; the head runs chunk by
-//             chunk beside the forward's last tasks, all one task graph; up to min(K, chunks)
+//             chunk beside the forward's last tasks, all one task graph (with C a multiple
+//             of 256, its first and last chunks are C / 4 rows: GradientStep::ChunkStarts);
+//             up to min(K, chunks)
 //             tasks run at once (and a head task beside them). dL/du^k replaces dL/du^{k+1} chunk by chunk in one (T, D)
 //             buffer, and each mu is kept only until the task that consumes it has run.
 //   two-pass  for each layer: pass one (chunks in parallel: local state summaries, or adjoint

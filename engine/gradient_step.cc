@@ -13,6 +13,16 @@
 #include "kernels/cpu/lm_head.h"
 
 namespace adjsh {
+namespace {
+
+// Whether Run takes the wavefront's one graph (RunWavefront).
+bool WholeGraph(const GradOptions& opt) {
+  return opt.schedule == Schedule::kWavefront && opt.window == 0 &&
+         opt.cotangent == Cotangent::kExact;
+}
+
+}  // namespace
+
 template <typename T>
 GradientStep<T>::GradientStep(const ModelParams<T>& params, std::span<const uint32_t> tokens,
                               const GradOptions& opt)
@@ -23,7 +33,8 @@ GradientStep<T>::GradientStep(const ModelParams<T>& params, std::span<const uint
       pool_(std::make_unique<ThreadPool>(opt.threads)),
       T_(static_cast<int64_t>(tokens.size())),
       C_(std::min<int64_t>(opt.chunk, T_)),
-      nC_((T_ + C_ - 1) / C_),
+      starts_(ChunkStarts(T_, C_, WholeGraph(opt))),
+      nC_(static_cast<int64_t>(starts_.size()) - 1),
       D_(cfg_.hidden_size),
       K_(cfg_.num_hidden_layers),
       DiN_(cfg_.inner() * cfg_.state_size),
@@ -45,8 +56,7 @@ GradientStep<T>::GradientStep(const ModelParams<T>& params, std::span<const uint
 
 template <typename T>
 GradResult<T> GradientStep<T>::Run() {
-  if (opt_.schedule == Schedule::kWavefront && opt_.window == 0 &&
-      opt_.cotangent == Cotangent::kExact) {
+  if (WholeGraph(opt_)) {
     Prepare(/*embed=*/false);
     RunWavefront();
     return Finish();
@@ -78,10 +88,32 @@ GradResult<T> GradientStep<T>::Finish() {
   return std::move(result_);
 }
 
+// Why the wavefront's graph tapers: its first forward task and its last backward task each run
+// alone, and so do the top layer's last forward, the last chunk's head and the first backward
+// task between them (each waits on the one before). At T = 4K and C = 256 on 2 threads the
+// threads sat idle 19-21 of their 600 ms there; with chunks of 64 rows at each end, 7-9
+// (docs/BENCHMARKS.md). A task has a fixed cost too (a 64-row backward task takes 30% of a
+// 256-row one, not 25%), so only the two ends are cut. Starts at multiples of 64 keep the CPU
+// head's blocks of 64 rows whole (RunWavefront).
+template <typename T>
+std::vector<int64_t> GradientStep<T>::ChunkStarts(int64_t rows, int64_t C, bool tapered) {
+  std::vector<int64_t> starts;
+  for (int64_t t = 0; t < rows; t += C) starts.push_back(t);
+  if (tapered && C % 256 == 0 && rows >= 2 * C) {
+    const int64_t e = C / 4, last = (rows - e) / 64 * 64;
+    starts.push_back(e);
+    starts.push_back(last);
+    std::sort(starts.begin(), starts.end());
+    starts.erase(std::unique(starts.begin(), starts.end()), starts.end());
+  }
+  starts.push_back(rows);
+  return starts;
+}
+
 template <typename T>
 typename GradientStep<T>::ChunkSpan GradientStep<T>::Span(int64_t c) const {
-  const int64_t t0 = c * C_;
-  return {t0, std::min(C_, T_ - t0), std::min(cfg_.conv_kernel - 1, t0)};
+  const int64_t t0 = starts_[c];
+  return {t0, starts_[c + 1] - t0, std::min(cfg_.conv_kernel - 1, t0)};
 }
 
 template <typename T>
@@ -338,20 +370,21 @@ std::vector<int64_t> GradientStep<T>::BackwardSuccessors(int64_t task) const {
 
 // On the step's own rows, with the set the chunk's forward carried (null: the block
 // recomputes). A layer's tasks run one at a time, c descending, so they add into its gradient
-// in a fixed order. Up to kChunksPerPartial chunks add straight into the layer's gradient;
-// more add into a partial per group of that many chunks, which is added to the gradient when
-// the group is done: every row added into one sum over a long sequence loses precision in f32
-// (8M tokens: 4e-3 relative on the norm's weight), and a partial per chunk cost each task a
-// zeroing and a sum of all the layer's parameters (7 MB of memory traffic at D = 256).
+// in a fixed order. Up to kChunksPerPartial C rows add straight into the layer's gradient;
+// longer sequences add into a partial per group of chunks starting in the same
+// kChunksPerPartial C rows (Group), which is added to the gradient when the group is done:
+// every row added into one sum over a long sequence loses precision in f32 (8M tokens: 4e-3
+// relative on the norm's weight), and a partial per chunk cost each task a zeroing and a sum of
+// all the layer's parameters (7 MB of memory traffic at D = 256).
 template <typename T>
 void GradientStep<T>::BackwardTask(int64_t task) {
   const auto [k, c] = TaskLayerChunk(task);
   const ChunkSpan s = Span(c);
   thread_local std::vector<T> u_in, h_in, du, mu_last;
-  const bool grouped = nC_ > kChunksPerPartial;
+  const bool grouped = Group(nC_ - 1) > 0;
   LayerParams<T>& into = grouped ? partials_[k] : result_.grad.layers[k];
   // The group's first task (c descending): its partial from zero.
-  if (grouped && (c + 1 == nC_ || (c + 1) % kChunksPerPartial == 0)) SetZero(into, cfg_);
+  if (grouped && (c + 1 == nC_ || Group(c + 1) != Group(c))) SetZero(into, cfg_);
   const T* u = InputRows(k, s.t0 - s.halo, s.halo + s.len, u_in);
   const T* h0 = states_[k].Read(c * DiN_, DiN_, h_in);
   const std::vector<T>& mu = mu_[k * nC_ + c];  // empty for the last chunk
@@ -370,7 +403,7 @@ void GradientStep<T>::BackwardTask(int64_t task) {
     blocks_[k]->Backward(u, {s.halo, s.len, 0}, g, h0, mu.empty() ? nullptr : mu.data(), 0,
                          into, du.data(), halo.data(), mu_out.data());
   }
-  if (grouped && c % kChunksPerPartial == 0) AddInto(result_.grad.layers[k], into);
+  if (grouped && (c == 0 || Group(c - 1) != Group(c))) AddInto(result_.grad.layers[k], into);
   mu_[k * nC_ + c] = std::vector<T>();
   // dL/du^k replaces dL/du^{k+1} on the chunk's rows (this task was their only reader); the
   // halo rows of later chunks that fall here are added in chunk order.
@@ -403,7 +436,7 @@ void GradientStep<T>::RunWavefront() {
   HeadTargets();
   carried_.clear();
   carried_.resize(KC);
-  partials_.resize(nC_ > kChunksPerPartial ? K_ : 0);
+  partials_.resize(Group(nC_ - 1) > 0 ? K_ : 0);
   std::vector<double> loss(nC_);
   std::vector<T> du_rows;  // head(c)'s dL/du^{K+1} before it replaces u^{K+1} (one at a time)
   const bool head_per_chunk = opt_.device.is_cpu();

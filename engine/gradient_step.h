@@ -31,6 +31,11 @@ class GradientStep {
 
   GradResult<T> Run();
 
+  // The chunks' first rows, then `rows` (chunks + 1 values): every C rows; tapered (the
+  // wavefront's one graph), with C a multiple of 256 and rows >= 2 C, also C / 4 rows after the
+  // first and the last multiple of 64 at least C / 4 rows before the end.
+  static std::vector<int64_t> ChunkStarts(int64_t rows, int64_t C, bool tapered);
+
  private:
   struct ChunkSpan {
     int64_t t0, len, halo;  // tokens [t0, t0 + len), with halo conv rows before
@@ -74,7 +79,9 @@ class GradientStep {
   std::span<const uint32_t> tokens_;
   const GradOptions& opt_;
   std::unique_ptr<ThreadPool> pool_;
-  const int64_t T_, C_, nC_, D_, K_, DiN_, max_ahead_;
+  const int64_t T_, C_;
+  const std::vector<int64_t> starts_;  // ChunkStarts
+  const int64_t nC_, D_, K_, DiN_, max_ahead_;
   // The device's backend (options.device; the CPU is one too) and the layers' blocks there:
   // every kernel call goes through them. A_: the decays for the combines.
   std::unique_ptr<Backend<T>> backend_;
@@ -87,9 +94,10 @@ class GradientStep {
   std::vector<T> top_;
   std::vector<std::vector<T>> mu_;        // per (k, c): the adjoint into chunk c, until consumed
   std::vector<std::vector<T>> halos_;     // per task: dL/du for the W - 1 rows before its chunk
-  // The wavefront's backward adds up to this many chunks into a layer's gradient at once
-  // (BackwardTask); partials_: per layer, the group's sum when there are more.
+  // The wavefront's backward adds the chunks of up to this many C rows into a layer's gradient
+  // at once (BackwardTask); partials_: per layer, the group's sum when there are more.
   static constexpr int64_t kChunksPerPartial = 16;
+  int64_t Group(int64_t c) const { return starts_[c] / (kChunksPerPartial * C_); }
   std::vector<LayerParams<T>> partials_;
   // per (k, c): what forward task (k, c) carried for backward task (k, c); null: recompute.
   std::vector<std::unique_ptr<KeptActs>> carried_;

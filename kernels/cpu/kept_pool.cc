@@ -10,7 +10,7 @@ struct State {
   int64_t count = 0, peak = 0;
   int64_t carried = 0;  // TryCarry's
   KeptTakes takes;
-  std::vector<void (*)()> trims;
+  std::vector<void (*)(int64_t)> trims;
 };
 
 State& S() {
@@ -37,9 +37,15 @@ bool Charge(int64_t delta) {
 
 void CountTake(bool given) { ++(given ? S().takes.given : S().takes.refused); }
 
-bool OverBudget() { return S().count > S().budget; }
+bool OverBudget(int64_t headroom) { return S().count + headroom > S().budget; }
 
-void OnBudgetLowered(void (*trim)()) {
+bool ChargeInUse(int64_t delta) {
+  if (Charge(delta)) return true;
+  for (void (*trim)(int64_t) : S().trims) trim(delta);
+  return Charge(delta);
+}
+
+void OnBudgetLowered(void (*trim)(int64_t headroom)) {
   // Called from a pool's first Get, which may hold no lock yet.
   std::lock_guard<std::mutex> lock(Mutex());
   S().trims.push_back(trim);
@@ -50,7 +56,7 @@ void OnBudgetLowered(void (*trim)()) {
 void SetKeptBudget(int64_t bytes) {
   std::lock_guard<std::mutex> lock(kept_internal::Mutex());
   S().budget = std::max<int64_t>(bytes, 0);
-  for (void (*trim)() : S().trims) trim();
+  for (void (*trim)(int64_t) : S().trims) trim(0);
 }
 
 namespace {
@@ -88,9 +94,10 @@ void EndCarry(int64_t bytes) {
   std::lock_guard<std::mutex> lock(kept_internal::Mutex());
   S().carried -= bytes;
 }
-void CountCarryUse(bool by_summary) {
+void CountCarryUse(bool by_summary, int64_t rows) {
   std::lock_guard<std::mutex> lock(kept_internal::Mutex());
   ++(by_summary ? S().takes.carried_to_summary : S().takes.carried_to_backward);
+  S().takes.carried_rows += rows;
 }
 int64_t CarriedBytes() {
   return UnderLock([](const State& s) { return s.carried; });

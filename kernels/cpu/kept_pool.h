@@ -39,6 +39,7 @@ struct KeptTakes {
   // Carried sets a pass took instead (mamba_block.h Carries): by AdjointSummary (which keeps it
   // for Backward, as a set it was given) and by Backward (a span with no AdjointSummary).
   int64_t carried_to_summary = 0, carried_to_backward = 0;
+  int64_t carried_rows = 0;  // their own rows (a chunk's len), both ways
 };
 KeptTakes KeptTakeCounts();
 
@@ -53,7 +54,7 @@ bool TryCarry(int64_t bytes, int64_t reserve);
 bool CarryFits(int64_t bytes, int64_t reserve);
 void EndCarry(int64_t bytes);
 int64_t CarriedBytes();
-void CountCarryUse(bool by_summary);  // KeptTakes' carried counts
+void CountCarryUse(bool by_summary, int64_t rows);  // KeptTakes' carried counts
 
 namespace kept_internal {
 // The process's count, shared by the pools of every Obj type (one mutex guards all of it).
@@ -61,9 +62,18 @@ std::mutex& Mutex();
 // Adds delta to the count if the result stays within the budget (always for delta <= 0).
 bool Charge(int64_t delta);
 void CountTake(bool given);
-bool OverBudget();
-// Registers a function that frees free-list sets until the count is within the budget.
-void OnBudgetLowered(void (*trim)());
+// Whether `headroom` more bytes would not fit in the budget now.
+bool OverBudget(int64_t headroom = 0);
+// Registers a cache's trim (a pool's free list, the spares): it frees what the cache holds, last
+// in first, until `headroom` more bytes fit in the budget or the cache is empty. Called with
+// the mutex held: with 0 when the budget is lowered, and by ChargeInUse.
+void OnBudgetLowered(void (*trim)(int64_t headroom));
+// Charge for a set in use: when delta does not fit, the caches are trimmed to make room for it
+// first. A set taken a step later must not be refused for memory that only waits to be reused:
+// after a 16K gradient the free list held the budget's worth of carried sets' arrays, and the
+// next gradient's forward, whose takes each grow a recycled set, carried 0 to 10 of its 256
+// chunks instead of 122.
+bool ChargeInUse(int64_t delta);
 }  // namespace kept_internal
 
 template <typename Obj>
@@ -83,21 +93,20 @@ class KeptPool {
   // recomputes instead of keeping). summary: a summary's take, counted in KeptTakes.
   Obj* Take(int64_t estimate, bool summary = true) {
     std::lock_guard<std::mutex> lock(kept_internal::Mutex());
-    // A recycled set is charged only for what it may grow beyond what it already counts.
-    const int64_t counted = free_.empty() ? 0 : free_.back().counted;
-    const int64_t grow = std::max<int64_t>(estimate - counted, 0);
-    const bool fits = kept_internal::Charge(grow);
+    // A recycled set is charged only for what it may grow beyond what it already counts. It
+    // leaves the free list first, so that the trims (ChargeInUse) free the others.
+    Entry e;
+    if (!free_.empty()) e = std::move(free_.back()), free_.pop_back();
+    const int64_t grow = std::max<int64_t>(estimate - e.counted, 0);
+    const bool fits = kept_internal::ChargeInUse(grow);
     if (summary) kept_internal::CountTake(fits);
-    if (!fits) return nullptr;
-    std::unique_ptr<Obj> o;
-    if (free_.empty()) {
-      o = std::make_unique<Obj>();
-    } else {
-      o = std::move(free_.back().obj);
-      free_.pop_back();
+    if (!fits) {
+      if (e.obj) free_.push_back(std::move(e));
+      return nullptr;
     }
-    counted_[o.get()] = counted + grow;
-    return o.release();
+    if (!e.obj) e.obj = std::make_unique<Obj>();
+    counted_[e.obj.get()] = e.counted + grow;
+    return e.obj.release();
   }
 
   // Sets the bytes counted for a set in use: always when that lowers its count (buffers it
@@ -132,9 +141,9 @@ class KeptPool {
     int64_t counted = 0;  // bytes charged for it
   };
 
-  static void Trim() {  // called with the mutex held
+  static void Trim(int64_t headroom) {  // called with the mutex held
     KeptPool& p = Get();
-    while (!p.free_.empty() && kept_internal::OverBudget()) {
+    while (!p.free_.empty() && kept_internal::OverBudget(headroom)) {
       kept_internal::Charge(-p.free_.back().counted);
       p.free_.pop_back();
     }

@@ -83,10 +83,10 @@ class KeptSpares {
     return static_cast<int64_t>(v.capacity() * sizeof(T));
   }
 
-  static void Trim() {  // called with the mutex held, when the budget was lowered
+  static void Trim(int64_t headroom) {  // kept_pool.h OnBudgetLowered; the mutex held
     KeptSpares& s = Get();
     for (int r = 0; r < kRoles; ++r)
-      while (!s.stacks_[r].empty() && kept_internal::OverBudget()) {
+      while (!s.stacks_[r].empty() && kept_internal::OverBudget(headroom)) {
         kept_internal::Charge(-Bytes(s.stacks_[r].back()));
         s.stacks_[r].pop_back();
         ++s.counts_.freed;

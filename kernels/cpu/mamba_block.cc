@@ -272,7 +272,7 @@ template <typename T>
 bool MambaBlockCpu<T>::TakeCarried(const T* u, Kept& kept, bool by_summary) const {
   EndCarry(kept.carried), kept.carried = 0;
   kept.stage = Kept::Stage::kEmpty;
-  CountCarryUse(by_summary);
+  CountCarryUse(by_summary, kept.rows.len);
   kept.TakeSpares();  // uncounted there, so that the set's growth below fits
   const bool whole = KeptPool<Kept>::Get().Recount(&kept, SetBytes(kept.rows));
   Acts& a = kept.a;

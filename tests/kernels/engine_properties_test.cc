@@ -2,15 +2,18 @@
 // differences, independence of chunk size and thread count, input validation, real shapes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "engine/adjoint_engine.h"
+#include "engine/gradient_step.h"
 #include "engine/row_store.h"
 #include "kernels/cpu/kept_pool.h"
 #include "kernels/cpu/mamba_block.h"
+#include "kernels/reference/mamba_reference.h"
 #include "tests/kernels/test_util.h"
 
 namespace adjsh {
@@ -116,7 +119,8 @@ TEST(EngineDeterminismTest, IndependentOfChunkAndThreads) {
 // The wavefront carries each chunk's forward to its backward task as the kept budget allows
 // (engine/gradient_step.h): no bit changes, whatever is carried (every set, a few, none), for
 // either storage, any thread count, with a loss mask or without, with few chunks or with more
-// than one group of chunks per partial (35 chunks of 20); every set carried is taken.
+// than one group of chunks per partial (35 chunks of 20), with tapered chunks (C = 256: 64, 192,
+// 256, 64 and 124 rows); every set carried is taken.
 TEST(EngineWavefrontTest, CarriedActivationsDoNotChangeTheBits) {
   const MambaConfig config = testing::SmallConfig(3, 16, 8, 4, 3, 31);
   const ModelParams<float> params = InitParams<float>(config, 11);
@@ -131,11 +135,11 @@ TEST(EngineWavefrontTest, CarriedActivationsDoNotChangeTheBits) {
     bool masked;
   };
   std::vector<Case> cases;
-  for (int64_t chunk : {50, 20})
+  for (int64_t chunk : {50, 20, 256})
     for (Storage storage : {Storage::kCompute, Storage::kBF16})
       for (bool masked : {false, true}) cases.push_back({chunk, storage, masked});
   for (const Case& c : cases) {
-    const int64_t chunks = 700 / c.chunk, few = 2 * block.SetBytes({3, c.chunk, 0});
+    const int64_t rows = 700 * K, few = 2 * block.SetBytes({3, std::min<int64_t>(c.chunk, 64), 0});
     GradOptions opt;
     opt.chunk = c.chunk;
     opt.schedule = Schedule::kWavefront;
@@ -150,8 +154,9 @@ TEST(EngineWavefrontTest, CarriedActivationsDoNotChangeTheBits) {
         opt.threads = threads;
         const cpu::KeptTakes was = cpu::KeptTakeCounts();
         const GradResult<float> got = ComputeGradient<float>(params, tokens, opt).value();
-        const int64_t carried =
-            cpu::KeptTakeCounts().carried_to_backward - was.carried_to_backward;
+        const cpu::KeptTakes now = cpu::KeptTakeCounts();
+        const int64_t carried = now.carried_rows - was.carried_rows;
+        EXPECT_EQ(now.carried_to_summary, was.carried_to_summary);
         const std::string what =
             "chunk " + std::to_string(c.chunk) + ", storage " +
             std::string(StorageName(c.storage)) + ", budget " + std::to_string(budget) +
@@ -162,14 +167,48 @@ TEST(EngineWavefrontTest, CarriedActivationsDoNotChangeTheBits) {
         EXPECT_EQ(got.targets, none.targets) << what;
         if (budget == few) {
           EXPECT_GT(carried, 0) << what;
-          EXPECT_LT(carried, K * chunks) << what;
+          EXPECT_LT(carried, rows) << what;
         } else {
-          EXPECT_EQ(carried, K * chunks) << what;
+          EXPECT_EQ(carried, rows) << what;
         }
         EXPECT_EQ(cpu::CarriedBytes(), 0) << "a carried set outlived its step; " << what;
       }
   }
   cpu::SetKeptBudget(before);
+}
+
+// The wavefront's graph cuts C / 4 rows off each end when C is a multiple of 256
+// (engine/gradient_step.h ChunkStarts); the other schedules, and other chunk sizes, every C.
+TEST(EngineWavefrontTest, ChunksTaperAtBothEnds) {
+  using Step = GradientStep<float>;
+  EXPECT_EQ(Step::ChunkStarts(1024, 256, true), (std::vector<int64_t>{0, 64, 256, 512, 768, 960, 1024}));
+  EXPECT_EQ(Step::ChunkStarts(700, 256, true), (std::vector<int64_t>{0, 64, 256, 512, 576, 700}));
+  EXPECT_EQ(Step::ChunkStarts(512, 256, true), (std::vector<int64_t>{0, 64, 256, 448, 512}));
+  EXPECT_EQ(Step::ChunkStarts(1100, 512, true), (std::vector<int64_t>{0, 128, 512, 960, 1024, 1100}));
+  EXPECT_EQ(Step::ChunkStarts(511, 256, true), (std::vector<int64_t>{0, 256, 511}));
+  EXPECT_EQ(Step::ChunkStarts(1024, 256, false), (std::vector<int64_t>{0, 256, 512, 768, 1024}));
+  EXPECT_EQ(Step::ChunkStarts(700, 100, true),
+            (std::vector<int64_t>{0, 100, 200, 300, 400, 500, 600, 700}));
+}
+
+// Tapered chunks give the exact gradient: the wavefront at C = 256 against the oracle, in f64;
+// at T = 4300 the backward adds two groups of partials (kChunksPerPartial C = 4096 rows), the
+// second of two chunks (128 and 76 rows).
+TEST(EngineWavefrontTest, TaperedChunksMatchTheOracleInF64) {
+  const MambaConfig config = testing::SmallConfig(2);
+  const ModelParams<double> params = InitParams<double>(config, 17);
+  for (int64_t T : {700, 4300}) {
+    const std::vector<uint32_t> tokens = testing::RandomTokens(T, config.vocab_size, 18);
+    const auto ref = reference::ReferenceGradient<double>(params, tokens, 0);
+    GradOptions opt;
+    opt.chunk = 256;
+    opt.schedule = Schedule::kWavefront;
+    opt.threads = 2;
+    const GradResult<double> got = ComputeGradient<double>(params, tokens, opt).value();
+    EXPECT_NEAR(got.loss, ref.loss, 1e-12 * std::abs(ref.loss)) << "T = " << T;
+    std::string worst;
+    EXPECT_LT(MaxRelErr(got.grad, ref.grad, &worst), 1e-10) << "T = " << T << ": " << worst;
+  }
 }
 
 // Layer inputs spilled to memory-mapped files: the same numbers, bitwise.

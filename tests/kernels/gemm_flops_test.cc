@@ -48,9 +48,7 @@ void Check(const Case& c) {
   const int64_t refused = now.refused - was.refused;
   const double kept = given + refused > 0 ? double(given) / double(given + refused) : 0.0;
   const int64_t K = config.num_hidden_layers, chunks = kT / kChunk;
-  const double carried = double(now.carried_to_summary - was.carried_to_summary +
-                                now.carried_to_backward - was.carried_to_backward) /
-                         double(K * chunks);
+  const double carried = double(now.carried_rows - was.carried_rows) / double(K * kT);
   // Pass one: all chunks (spans) but one each way, as bench/grad_bench.cc counts it.
   const double pass_one = c.schedule == Schedule::kTwoPass ? double(chunks - 1) / chunks
                           : c.schedule == Schedule::kSpans ? double(kSpans - 1) / kSpans

@@ -334,5 +334,35 @@ TEST(KeptPoolTest, ARecycledSetIsCountedAsWhatItMayGrowTo) {
   SetKeptBudget(before);
 }
 
+// Sets waiting on the free list never keep a take out: a take that would pass the budget frees
+// them first (kept_pool.h ChargeInUse), the last handed back first, and one that cannot fit
+// even then is refused with the free list as it was.
+TEST(KeptPoolTest, WaitingSetsAreFreedForATakeThatWouldNotFit) {
+  const int64_t before = KeptBudget();
+  SetKeptBudget(0);
+  SetKeptBudget(1000);
+  KeptPool<Blob>& pool = KeptPool<Blob>::Get();
+  std::vector<Blob*> sets;
+  for (int i = 0; i < 3; ++i) {
+    sets.push_back(pool.Take(300));
+    ASSERT_NE(sets.back(), nullptr);
+    sets.back()->v.reserve(300);
+  }
+  for (Blob* s : sets) pool.Give(s);
+  ASSERT_EQ(KeptBytes(), 900);  // all three wait on the free list
+  Blob* grown = pool.Take(500);  // the last handed back, to grow by 200: 1100 without a trim
+  ASSERT_EQ(grown, sets[2]);
+  EXPECT_EQ(KeptBytes(), 800);  // sets[1] freed, sets[0] still waits
+  EXPECT_EQ(pool.Take(2000), nullptr);  // past the budget even with sets[0] freed
+  EXPECT_EQ(KeptBytes(), 800);
+  Blob* next = pool.Take(300);  // sets[0], still there
+  EXPECT_EQ(next, sets[0]);
+  pool.Give(next);
+  pool.Give(grown);
+  SetKeptBudget(0);
+  EXPECT_EQ(KeptBytes(), 0);
+  SetKeptBudget(before);
+}
+
 }  // namespace
 }  // namespace adjsh::cpu
