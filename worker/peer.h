@@ -121,11 +121,13 @@ class PeerHub {
   std::thread sender_;
 
   mutable std::mutex mu_;       // everything below
-  std::condition_variable cv_;  // a step entered, relay pieces, sends queued, shutdown
+  // A step entered, relay pieces, sends queued, shutdown, the call in flight ended.
+  std::condition_variable cv_;
   bool shutdown_ = false;
   Step step_;
   std::deque<Outgoing> outgoing_;
-  grpc::ClientContext* pushing_ = nullptr;  // the sender's call in flight (Shutdown cancels it)
+  // The sender's call in flight: Shutdown gives it kDrain to end, then cancels it.
+  grpc::ClientContext* pushing_ = nullptr;
   std::map<std::string, std::unique_ptr<v1::PeerService::Stub>> peers_;
   Stats stats_;
 };

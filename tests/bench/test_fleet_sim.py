@@ -661,7 +661,7 @@ class LiveTraceTest(unittest.TestCase):
                        sum(1 for x in r.roots if x[1] == w),
                        sum(1 for c in range(1, len(order)) if fs.param_parent(c) == i))
                       for i, w in enumerate(order))
-        self.assertEqual(got, want)
+        self.assertEqual(got, want, self.tree_log[-4000:])
 
     def test_in_process_trace(self):
         recs, _ = fs.load_trace(self.inproc)
