@@ -13,7 +13,8 @@
 //             carries its activations to its backward task (as the kept budget allows:
 //             kernels/cpu/kept_pool.h), which then skips its recompute; the head runs chunk by
 //             chunk beside the forward's last tasks, all one task graph (with C a multiple
-//             of 256, its first and last chunks are C / 4 rows: GradientStep::ChunkStarts);
+//             of 256, its first chunk is C / 4 rows and its last C / 4 to C / 4 + 63:
+//             GradientStep::ChunkStarts);
 //             up to min(K, chunks)
 //             tasks run at once (and a head task beside them). dL/du^k replaces dL/du^{k+1} chunk by chunk in one (T, D)
 //             buffer, and each mu is kept only until the task that consumes it has run.
@@ -25,7 +26,7 @@
 // With a truncated window the backward is always layer by layer with no pass one (each chunk
 // reads its lookahead rows). Partials are added in a fixed order, so the result does not depend
 // on the thread count (the two schedules round differently).
-// Memory: K T D layer inputs and K (T / C) Di N states (compute type or bf16: Storage) + T D in
+// Memory: K T D layer inputs and K x chunks Di N states (compute type or bf16: Storage) + T D in
 // the compute type (u^{K+1}, then dL/du^{K+1}, then dL/du^k chunk by chunk), plus per-task
 // scratch bounded by the chunk size (+ T D for the layered backward's second buffer), plus what
 // the wavefront's forward carries to its backward, within the kept budget

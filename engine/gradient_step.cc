@@ -100,7 +100,11 @@ std::vector<int64_t> GradientStep<T>::ChunkStarts(int64_t rows, int64_t C, bool 
   std::vector<int64_t> starts;
   for (int64_t t = 0; t < rows; t += C) starts.push_back(t);
   if (tapered && C % 256 == 0 && rows >= 2 * C) {
+    // The last chunk: C / 4 to C / 4 + 63 rows, from the multiple of 64 before it; a multiple
+    // of C after that start is dropped (else T = 4C + 1 ended in a 64-row and a 1-row chunk).
     const int64_t e = C / 4, last = (rows - e) / 64 * 64;
+    starts.erase(std::remove_if(starts.begin(), starts.end(), [&](int64_t s) { return s > last; }),
+                 starts.end());
     starts.push_back(e);
     starts.push_back(last);
     std::sort(starts.begin(), starts.end());

@@ -32,8 +32,8 @@ class GradientStep {
   GradResult<T> Run();
 
   // The chunks' first rows, then `rows` (chunks + 1 values): every C rows; tapered (the
-  // wavefront's one graph), with C a multiple of 256 and rows >= 2 C, also C / 4 rows after the
-  // first and the last multiple of 64 at least C / 4 rows before the end.
+  // wavefront's one graph), with C a multiple of 256 and rows >= 2 C, the first chunk is C / 4
+  // rows and the last starts at the last multiple of 64 at least C / 4 rows before the end.
   static std::vector<int64_t> ChunkStarts(int64_t rows, int64_t C, bool tapered);
 
  private:

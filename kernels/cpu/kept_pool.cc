@@ -9,6 +9,7 @@ struct State {
   int64_t budget = kDefaultKeptBudget;
   int64_t count = 0, peak = 0;
   int64_t carried = 0;  // TryCarry's
+  int64_t cached = 0;   // of count: what the free lists and the spares hold (Cached)
   KeptTakes takes;
   std::vector<void (*)(int64_t)> trims;
 };
@@ -39,13 +40,17 @@ void CountTake(bool given) { ++(given ? S().takes.given : S().takes.refused); }
 
 bool OverBudget(int64_t headroom) { return S().count + headroom > S().budget; }
 
+void Cached(int64_t delta) { S().cached += delta; }
+
 bool ChargeInUse(int64_t delta) {
   if (Charge(delta)) return true;
-  for (void (*trim)(int64_t) : S().trims) trim(delta);
+  const State& s = S();
+  if (s.count - s.cached + delta > s.budget) return false;  // no trim would make room
+  for (void (*trim)(int64_t) : s.trims) trim(delta);
   return Charge(delta);
 }
 
-void OnBudgetLowered(void (*trim)(int64_t headroom)) {
+void RegisterCache(void (*trim)(int64_t headroom)) {
   // Called from a pool's first Get, which may hold no lock yet.
   std::lock_guard<std::mutex> lock(Mutex());
   S().trims.push_back(trim);

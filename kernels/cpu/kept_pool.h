@@ -6,7 +6,8 @@
 //     that keeping never raises peak memory by more than the budget, however long the sequence;
 //   - recycling: a set handed back goes to a free list and is taken again with its buffers'
 //     capacity (a fresh set per chunk would cost page faults on every buffer).
-// The memory of sets on the free lists stays counted (and held) until the budget is lowered.
+// The memory of sets on the free lists (and of the spares, kernels/cpu/kept_spares.h) stays
+// counted and held until the budget is lowered, or until a take needs its room (ChargeInUse).
 //
 //   Obj* o = KeptPool<Obj>::Get().Take(estimate_bytes);  // null: over budget
 //   ... fill *o, later read it; KeptPool<Obj>::Get().Give(o) hands it back (a unique_ptr's
@@ -64,15 +65,19 @@ bool Charge(int64_t delta);
 void CountTake(bool given);
 // Whether `headroom` more bytes would not fit in the budget now.
 bool OverBudget(int64_t headroom = 0);
-// Registers a cache's trim (a pool's free list, the spares): it frees what the cache holds, last
-// in first, until `headroom` more bytes fit in the budget or the cache is empty. Called with
-// the mutex held: with 0 when the budget is lowered, and by ChargeInUse.
-void OnBudgetLowered(void (*trim)(int64_t headroom));
-// Charge for a set in use: when delta does not fit, the caches are trimmed to make room for it
-// first. A set taken a step later must not be refused for memory that only waits to be reused:
-// after a 16K gradient the free list held the budget's worth of carried sets' arrays, and the
-// next gradient's forward, whose takes each grow a recycled set, carried 0 to 10 of its 256
-// chunks instead of 122.
+// The part of the count that caches hold (the free lists, the spares): each adds what it
+// stores and subtracts what leaves it, taken or freed.
+void Cached(int64_t delta);
+// Registers a cache's trim: it frees what the cache holds until `headroom` more bytes fit in
+// the budget or the cache is empty. Called with the mutex held: with 0 when the budget is
+// lowered, and by ChargeInUse.
+void RegisterCache(void (*trim)(int64_t headroom));
+// Charge (the mutex held) for a set in use: when delta does not fit but would with the caches
+// emptied, the caches are trimmed to make room for it first (freeing their buffers under the
+// mutex, which only a full budget comes to). A take must not be refused for memory that only
+// waits to be reused: after a 16K gradient the free list held the budget's worth of carried
+// sets' arrays, and the next gradient's forward, whose takes each grow a recycled set, carried
+// 0 to 10 of its 256 chunks instead of 122. A take that would not fit even then frees nothing.
 bool ChargeInUse(int64_t delta);
 }  // namespace kept_internal
 
@@ -82,7 +87,7 @@ class KeptPool {
   static KeptPool& Get() {
     static KeptPool* pool = [] {
       auto* p = new KeptPool;  // never destroyed: sets may be handed back at exit
-      kept_internal::OnBudgetLowered(&KeptPool::Trim);
+      kept_internal::RegisterCache(&KeptPool::Trim);
       return p;
     }();
     return *pool;
@@ -96,12 +101,15 @@ class KeptPool {
     // A recycled set is charged only for what it may grow beyond what it already counts. It
     // leaves the free list first, so that the trims (ChargeInUse) free the others.
     Entry e;
-    if (!free_.empty()) e = std::move(free_.back()), free_.pop_back();
+    if (!free_.empty()) {
+      e = std::move(free_.back()), free_.pop_back();
+      kept_internal::Cached(-e.counted);
+    }
     const int64_t grow = std::max<int64_t>(estimate - e.counted, 0);
     const bool fits = kept_internal::ChargeInUse(grow);
     if (summary) kept_internal::CountTake(fits);
     if (!fits) {
-      if (e.obj) free_.push_back(std::move(e));
+      if (e.obj) kept_internal::Cached(e.counted), free_.push_back(std::move(e));
       return nullptr;
     }
     if (!e.obj) e.obj = std::make_unique<Obj>();
@@ -133,6 +141,7 @@ class KeptPool {
       return;  // owned frees it
     }
     free_.push_back({std::move(owned), now});
+    kept_internal::Cached(now);
   }
 
  private:
@@ -145,6 +154,7 @@ class KeptPool {
     KeptPool& p = Get();
     while (!p.free_.empty() && kept_internal::OverBudget(headroom)) {
       kept_internal::Charge(-p.free_.back().counted);
+      kept_internal::Cached(-p.free_.back().counted);
       p.free_.pop_back();
     }
   }

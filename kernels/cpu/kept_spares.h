@@ -4,7 +4,7 @@
 // back keeps only that much too; the rest waits here. Freed instead, those buffers came back as
 // fresh pages: a 4K gradient took 7,400 minor faults instead of 1,000 (docs/BENCHMARKS.md). Here
 // they stay counted in the process's budget, as the pool's free lists are, and a budget lowered
-// below the count frees them first.
+// below the count, or a take that needs their room (kept_pool.h ChargeInUse), frees them.
 //
 //   KeptSpares<float, 2>::Roles roles = {&a.x, &a.y};
 //   KeptSpares<float, 2>::Get().Put(roles);   // each buffer with a capacity moves here
@@ -34,7 +34,7 @@ class KeptSpares {
   static KeptSpares& Get() {
     static KeptSpares* s = [] {
       auto* p = new KeptSpares;  // never destroyed, as the pools
-      kept_internal::OnBudgetLowered(&KeptSpares::Trim);
+      kept_internal::RegisterCache(&KeptSpares::Trim);
       return p;
     }();
     return *s;
@@ -50,6 +50,7 @@ class KeptSpares {
         AlignedVector<T>& v = *roles[r];
         if (v.capacity() == 0) continue;
         if (kept_internal::Charge(Bytes(v))) {
+          kept_internal::Cached(Bytes(v));
           stacks_[r].push_back(std::move(v)), ++counts_.put;
         } else {
           drop.push_back(std::move(v)), ++counts_.freed;
@@ -69,6 +70,7 @@ class KeptSpares {
       v = std::move(stacks_[r].back());
       stacks_[r].pop_back();
       kept_internal::Charge(-Bytes(v));
+      kept_internal::Cached(-Bytes(v));
       ++counts_.taken;
     }
   }
@@ -83,11 +85,12 @@ class KeptSpares {
     return static_cast<int64_t>(v.capacity() * sizeof(T));
   }
 
-  static void Trim(int64_t headroom) {  // kept_pool.h OnBudgetLowered; the mutex held
+  static void Trim(int64_t headroom) {  // kept_pool.h RegisterCache; the mutex held
     KeptSpares& s = Get();
     for (int r = 0; r < kRoles; ++r)
       while (!s.stacks_[r].empty() && kept_internal::OverBudget(headroom)) {
         kept_internal::Charge(-Bytes(s.stacks_[r].back()));
+        kept_internal::Cached(-Bytes(s.stacks_[r].back()));
         s.stacks_[r].pop_back();
         ++s.counts_.freed;
       }

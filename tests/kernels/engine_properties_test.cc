@@ -184,7 +184,8 @@ TEST(EngineWavefrontTest, ChunksTaperAtBothEnds) {
   EXPECT_EQ(Step::ChunkStarts(1024, 256, true), (std::vector<int64_t>{0, 64, 256, 512, 768, 960, 1024}));
   EXPECT_EQ(Step::ChunkStarts(700, 256, true), (std::vector<int64_t>{0, 64, 256, 512, 576, 700}));
   EXPECT_EQ(Step::ChunkStarts(512, 256, true), (std::vector<int64_t>{0, 64, 256, 448, 512}));
-  EXPECT_EQ(Step::ChunkStarts(1100, 512, true), (std::vector<int64_t>{0, 128, 512, 960, 1024, 1100}));
+  EXPECT_EQ(Step::ChunkStarts(1100, 512, true), (std::vector<int64_t>{0, 128, 512, 960, 1100}));
+  EXPECT_EQ(Step::ChunkStarts(1025, 256, true), (std::vector<int64_t>{0, 64, 256, 512, 768, 960, 1025}));
   EXPECT_EQ(Step::ChunkStarts(511, 256, true), (std::vector<int64_t>{0, 256, 511}));
   EXPECT_EQ(Step::ChunkStarts(1024, 256, false), (std::vector<int64_t>{0, 256, 512, 768, 1024}));
   EXPECT_EQ(Step::ChunkStarts(700, 100, true),

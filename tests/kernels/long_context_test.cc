@@ -38,7 +38,9 @@ namespace {
 constexpr int64_t kPeriod = 1000;                     // P
 constexpr int64_t kPeriods = 8389;                    // n of the long run
 constexpr int64_t kLongT = kPeriods * kPeriod + 1;    // 8,389,001 > 2^23
-constexpr int64_t kChunk = 32768;                     // 257 chunks, the last one partial
+// 257 chunks, the last one partial; the exact wavefront's 258 start with 8K tokens and end with
+// 24,960 and 8,201 (engine/gradient_step.h ChunkStarts).
+constexpr int64_t kChunk = 32768;
 constexpr int64_t kWindow = 600;                      // windowed path: Wt < P
 static_assert(kLongT > (int64_t{1} << 23));
 
@@ -220,9 +222,10 @@ TEST(LongContext, WindowedMatchesPrediction) {
 }
 
 TEST(LongContext, F32WavefrontWithSpilledRowsMatchesPrediction) {
-  // f32 sums of up to 8M terms (257 chunks of 32K tokens, added into partials of 16 chunks
-  // each, 17 of them; 32K additions into each embedding row): rounding ~sqrt(terms) eps ~ 1e-4 relative at worst; a lost chunk
-  // (1/257 = 4e-3) or a misplaced block of rows is far above 1e-3. The layer inputs live in
+  // f32 sums of up to 8M terms (258 chunks of up to 32K tokens, added into partials of the
+  // chunks starting in each 16 x 32K rows, 17 of them; 32K additions into each embedding row):
+  // rounding ~sqrt(terms) eps ~ 1e-4 relative at worst; a lost 32K chunk (4e-3) or a misplaced
+  // block of rows is far above 1e-3. The layer inputs live in
   // memory-mapped spill files (T D f32 = 134 MB), as with --spill-dir.
   GradOptions opt = Options(Schedule::kWavefront);
   opt.spill_dir = ::testing::TempDir();

@@ -335,8 +335,8 @@ TEST(KeptPoolTest, ARecycledSetIsCountedAsWhatItMayGrowTo) {
 }
 
 // Sets waiting on the free list never keep a take out: a take that would pass the budget frees
-// them first (kept_pool.h ChargeInUse), the last handed back first, and one that cannot fit
-// even then is refused with the free list as it was.
+// them first (kept_pool.h ChargeInUse), the last handed back first, and one that could not fit
+// even with all of them freed is refused with the free list as it was.
 TEST(KeptPoolTest, WaitingSetsAreFreedForATakeThatWouldNotFit) {
   const int64_t before = KeptBudget();
   SetKeptBudget(0);
@@ -353,12 +353,17 @@ TEST(KeptPoolTest, WaitingSetsAreFreedForATakeThatWouldNotFit) {
   Blob* grown = pool.Take(500);  // the last handed back, to grow by 200: 1100 without a trim
   ASSERT_EQ(grown, sets[2]);
   EXPECT_EQ(KeptBytes(), 800);  // sets[1] freed, sets[0] still waits
-  EXPECT_EQ(pool.Take(2000), nullptr);  // past the budget even with sets[0] freed
+  grown->v.reserve(500);
+  pool.Give(grown);  // both wait: sets[0], then grown (500)
+  ASSERT_EQ(KeptBytes(), 800);
+  EXPECT_EQ(pool.Take(2000), nullptr);  // 2000 past the budget even with both freed
   EXPECT_EQ(KeptBytes(), 800);
-  Blob* next = pool.Take(300);  // sets[0], still there
+  Blob* again = pool.Take(300);  // grown, still there
+  EXPECT_EQ(again, grown);
+  Blob* next = pool.Take(300);  // and sets[0]: the refused take freed neither
   EXPECT_EQ(next, sets[0]);
   pool.Give(next);
-  pool.Give(grown);
+  pool.Give(again);
   SetKeptBudget(0);
   EXPECT_EQ(KeptBytes(), 0);
   SetKeptBudget(before);
