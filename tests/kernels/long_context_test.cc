@@ -223,7 +223,7 @@ TEST(LongContext, WindowedMatchesPrediction) {
 
 TEST(LongContext, F32WavefrontWithSpilledRowsMatchesPrediction) {
   // f32 sums of up to 8M terms (258 chunks of up to 32K tokens, added into partials of the
-  // chunks starting in each 16 x 32K rows, 17 of them; 32K additions into each embedding row):
+  // chunks starting in each 16 x 32K rows, 16 of them; 32K additions into each embedding row):
   // rounding ~sqrt(terms) eps ~ 1e-4 relative at worst; a lost 32K chunk (4e-3) or a misplaced
   // block of rows is far above 1e-3. The layer inputs live in
   // memory-mapped spill files (T D f32 = 134 MB), as with --spill-dir.
