@@ -98,17 +98,15 @@ GradResult<T> GradientStep<T>::Finish() {
 template <typename T>
 std::vector<int64_t> GradientStep<T>::ChunkStarts(int64_t rows, int64_t C, bool tapered) {
   std::vector<int64_t> starts;
-  for (int64_t t = 0; t < rows; t += C) starts.push_back(t);
   if (tapered && C % 256 == 0 && rows >= 2 * C) {
-    // The last chunk: C / 4 to C / 4 + 63 rows, from the multiple of 64 before it; a multiple
-    // of C after that start is dropped (else T = 4C + 1 ended in a 64-row and a 1-row chunk).
+    // The first chunk C / 4 rows; the last C / 4 to C / 4 + 63, from the multiple of 64 before
+    // it (no multiple of C after it: T = 4C + 1 would end in a 64-row and a 1-row chunk).
     const int64_t e = C / 4, last = (rows - e) / 64 * 64;
-    starts.erase(std::remove_if(starts.begin(), starts.end(), [&](int64_t s) { return s > last; }),
-                 starts.end());
-    starts.push_back(e);
+    starts = {0, e};
+    for (int64_t t = C; t < last; t += C) starts.push_back(t);
     starts.push_back(last);
-    std::sort(starts.begin(), starts.end());
-    starts.erase(std::unique(starts.begin(), starts.end()), starts.end());
+  } else {
+    for (int64_t t = 0; t < rows; t += C) starts.push_back(t);
   }
   starts.push_back(rows);
   return starts;
@@ -467,11 +465,10 @@ void GradientStep<T>::RunWavefront() {
         } else if (id < back0) {
           const int64_t c = id - head0;
           if (head_per_chunk || c + 1 == nC_) {
-            const int64_t t0 = head_per_chunk ? Span(c).t0 : 0;
-            const int64_t rows = head_per_chunk ? Span(c).len : T_;
-            du_rows.resize(rows * D_);
-            loss[c] = HeadRows(t0, rows, du_rows.data());
-            std::copy(du_rows.begin(), du_rows.end(), top_.begin() + t0 * D_);
+            const ChunkSpan s = head_per_chunk ? Span(c) : ChunkSpan{0, T_, 0};  // else all rows
+            du_rows.resize(s.len * D_);
+            loss[c] = HeadRows(s.t0, s.len, du_rows.data());
+            std::copy(du_rows.begin(), du_rows.end(), top_.begin() + s.t0 * D_);
           }
           if (c + 1 == nC_) Progress("head", 1, 1);
         } else {

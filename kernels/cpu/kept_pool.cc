@@ -42,6 +42,11 @@ bool OverBudget(int64_t headroom) { return S().count + headroom > S().budget; }
 
 void Cached(int64_t delta) { S().cached += delta; }
 
+void LeaveCache(int64_t bytes) {
+  Charge(-bytes);
+  Cached(-bytes);
+}
+
 bool ChargeInUse(int64_t delta) {
   if (Charge(delta)) return true;
   const State& s = S();

@@ -68,6 +68,8 @@ bool OverBudget(int64_t headroom = 0);
 // The part of the count that caches hold (the free lists, the spares): each adds what it
 // stores and subtracts what leaves it, taken or freed.
 void Cached(int64_t delta);
+// Bytes a cache held leave it and the count: freed, or taken by a set that counts them itself.
+void LeaveCache(int64_t bytes);
 // Registers a cache's trim: it frees what the cache holds until `headroom` more bytes fit in
 // the budget or the cache is empty. Called with the mutex held: with 0 when the budget is
 // lowered, and by ChargeInUse.
@@ -153,8 +155,7 @@ class KeptPool {
   static void Trim(int64_t headroom) {  // called with the mutex held
     KeptPool& p = Get();
     while (!p.free_.empty() && kept_internal::OverBudget(headroom)) {
-      kept_internal::Charge(-p.free_.back().counted);
-      kept_internal::Cached(-p.free_.back().counted);
+      kept_internal::LeaveCache(p.free_.back().counted);
       p.free_.pop_back();
     }
   }

@@ -69,8 +69,7 @@ class KeptSpares {
       if (v.capacity() != 0 || stacks_[r].empty()) continue;
       v = std::move(stacks_[r].back());
       stacks_[r].pop_back();
-      kept_internal::Charge(-Bytes(v));
-      kept_internal::Cached(-Bytes(v));
+      kept_internal::LeaveCache(Bytes(v));
       ++counts_.taken;
     }
   }
@@ -89,8 +88,7 @@ class KeptSpares {
     KeptSpares& s = Get();
     for (int r = 0; r < kRoles; ++r)
       while (!s.stacks_[r].empty() && kept_internal::OverBudget(headroom)) {
-        kept_internal::Charge(-Bytes(s.stacks_[r].back()));
-        kept_internal::Cached(-Bytes(s.stacks_[r].back()));
+        kept_internal::LeaveCache(Bytes(s.stacks_[r].back()));
         s.stacks_[r].pop_back();
         ++s.counts_.freed;
       }

@@ -32,11 +32,10 @@ import struct
 import subprocess
 import sys
 import tempfile
-import time
 import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/
-from harness import children  # noqa: E402
+from harness import children, wait_for  # noqa: E402
 
 TIMEOUT_S = 60
 # A flag with an invalid value (--chunk 0, --dtype f16, ...) is bad usage, like an unknown flag.
@@ -587,12 +586,9 @@ def run_cases(r, work):
         def read_log():
             return open(log).read() if os.path.exists(log) else ""
 
-        def wait_for(cond, what):
-            deadline = time.time() + 60
-            while not cond():
-                check(p.poll() is None and time.time() < deadline,
-                      "%s: never (run ended: %s)" % (what, p.poll()))
-                time.sleep(0.05)
+        def wait_running(cond, what):  # cond within 60 s, the run still going
+            wait_for(lambda: p.poll() is not None or cond(), 60)
+            check(p.poll() is None and cond(), "%s: never (run ended: %s)" % (what, p.poll()))
 
         def worker0():  # the train process's child started as worker local-0
             for kid in children(p.pid):
@@ -605,12 +601,12 @@ def run_cases(r, work):
             return None
 
         try:
-            wait_for(lambda: "registered with" in read_log(), "worker 0 registered")
+            wait_running(lambda: "registered with" in read_log(), "worker 0 registered")
             pid = worker0()
             check(pid is not None, "no worker local-0 among the train process's children")
             os.kill(pid, signal.SIGKILL)
-            wait_for(lambda: read_log().count("registered with") == 2,
-                     "worker 0 started again and registered")
+            wait_running(lambda: read_log().count("registered with") == 2,
+                         "worker 0 started again and registered")
             p.send_signal(signal.SIGINT)  # stop after the step under way: the cluster's teardown
             p.wait(timeout=TIMEOUT_S)
         finally:

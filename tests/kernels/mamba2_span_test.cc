@@ -15,6 +15,7 @@
 #include "engine/mamba2_span_work.h"
 #include "engine/span_ledger.h"
 #include "engine/span_plan.h"
+#include "tests/kernels/test_util.h"
 #include "engine/span_tensors.h"
 
 namespace adjsh {
@@ -119,8 +120,7 @@ TEST(Mamba2SpanTest, TasksInIdOrderGiveTheGradientsBits) {
 TEST(Mamba2SpanTest, ARebuiltSpanGivesTheSameBits) {
   const Mamba2Params<float> params = Init<float>(Config(true), 5);
   const std::vector<uint32_t> tokens = Tokens(250, 40, 6);
-  std::vector<uint8_t> mask(250, 1);
-  for (size_t t = 0; t < mask.size(); t += 3) mask[t] = 0;
+  const std::vector<uint8_t> mask = testing::EveryThirdLeftOut(250);
   const SpanPlan plan = SpanPlan::Make(250, 20, 4, 3, 4).value();
   const Mamba2GradResult<float> undisturbed = RunTasks(params, tokens, plan, mask);
   EXPECT_GT(undisturbed.correct, -1);
