@@ -1,9 +1,16 @@
+// The JobService's runner (coordinator/job_service.h): the service's construction and
+// shutdown, and the runner thread that takes the queued jobs one at a time, loads each one's
+// model and data, and trains it with its gradients computed on the TaskService's workers,
+// recording its progress step by step and how it ended (SUCCEEDED, FAILED, CANCELLED, or
+// left RUNNING on disk when the coordinator's shutdown stopped it); and the pump that repeats
+// a running job's cancel until its trainer has stopped. The callers' requests are in
+// coordinator/job_service_requests.cc, the jobs' events and their watchers in
+// coordinator/job_service_watch.cc, the job table on disk in coordinator/job_service_store.cc.
 #include "coordinator/job_service.h"
 
 #include <new>
 #include <stdexcept>
 
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -19,50 +26,15 @@
 #include "common/model.h"
 #include "common/strings.h"
 #include "engine/mamba2_model.h"
-#include "coordinator/job_paths.h"
 #include "coordinator/job_spec.h"
-#include "coordinator/job_store.h"
-#include "coordinator/worker_wait.h"
-#include "proto/status_util.h"
 #include "train/trainer.h"
 
 namespace adjsh::coordinator {
 namespace fs = std::filesystem;
 namespace {
 
-constexpr size_t kMaxEvents = 4096;     // kept per job for watchers that lag behind
 constexpr size_t kThroughputSteps = 8;  // tokens_per_s: mean over this many recent steps
-constexpr int32_t kDefaultPageSize = 100, kMaxPageSize = 1000;
 constexpr char kShuttingDown[] = "cancelled: the coordinator is shutting down";
-
-absl::Status UnknownJob(const std::string& job_id) {
-  return absl::NotFoundError(absl::StrCat("unknown job '", Echo(job_id), "'"));
-}
-
-// The note on where a job writes its checkpoints, for its state messages.
-std::string CheckpointsNote(const std::string& checkpoint_dir) {
-  return absl::StrCat("checkpoints: ", checkpoint_dir.empty() ? "none" : checkpoint_dir);
-}
-
-// The gRPC answer of an absl call: its value into *out, or its error.
-template <typename T>
-grpc::Status Reply(absl::StatusOr<T> result, T* out) {
-  if (!result.ok()) return ToGrpcStatus(result.status());
-  *out = std::move(*result);
-  return grpc::Status::OK;
-}
-
-bool Terminal(v1::Job::State s) {
-  return s == v1::Job::SUCCEEDED || s == v1::Job::FAILED || s == v1::Job::CANCELLED;
-}
-
-std::string StateName(v1::Job::State s) { return v1::Job::State_Name(s); }
-
-void SetNow(google::protobuf::Timestamp* ts) {
-  const int64_t ns = absl::ToUnixNanos(absl::Now());
-  ts->set_seconds(ns / 1000000000);
-  ts->set_nanos(static_cast<int32_t>(ns % 1000000000));
-}
 
 // The newest checkpoint folder under root (root/latest), or "" when there is none.
 std::string LatestCheckpoint(const std::string& root) {
@@ -83,6 +55,27 @@ std::string InstanceId() {
 }
 
 }  // namespace
+
+// The helpers the service's files share (their comments in coordinator/job_service.h).
+absl::Status JobServiceImpl::UnknownJob(const std::string& job_id) {
+  return absl::NotFoundError(absl::StrCat("unknown job '", Echo(job_id), "'"));
+}
+
+std::string JobServiceImpl::CheckpointsNote(const std::string& checkpoint_dir) {
+  return absl::StrCat("checkpoints: ", checkpoint_dir.empty() ? "none" : checkpoint_dir);
+}
+
+bool JobServiceImpl::Terminal(v1::Job::State s) {
+  return s == v1::Job::SUCCEEDED || s == v1::Job::FAILED || s == v1::Job::CANCELLED;
+}
+
+std::string JobServiceImpl::StateName(v1::Job::State s) { return v1::Job::State_Name(s); }
+
+void JobServiceImpl::SetNow(google::protobuf::Timestamp* ts) {
+  const int64_t ns = absl::ToUnixNanos(absl::Now());
+  ts->set_seconds(ns / 1000000000);
+  ts->set_nanos(static_cast<int32_t>(ns % 1000000000));
+}
 
 JobServiceImpl::JobServiceImpl(TaskServiceImpl& tasks, JobServiceOptions options)
     : tasks_(tasks), opt_(std::move(options)), instance_(InstanceId()), store_(opt_.state_dir),
@@ -144,289 +137,6 @@ void JobServiceImpl::Shutdown() {
   }
   if (pump_.joinable()) pump_.join();
   if (worker_watch_.joinable()) worker_watch_.join();
-}
-
-void JobServiceImpl::Persist(const JobRecord& rec) {
-  const absl::Status s = store_.Save({rec.job, rec.checkpoint_dir, rec.state_message});
-  if (!s.ok()) {
-    std::fprintf(stderr, "warning: job %s: cannot record its state (%s); it would not survive a "
-                 "restart\n", rec.job.job_id().c_str(), std::string(s.message()).c_str());
-  }
-}
-
-// The jobs a previous coordinator with this state dir recorded: ended ones kept for status and
-// watch, queued and running ones queued again (in their order) to run from their checkpoints,
-// unless this coordinator's roots or limits refuse their specs (then FAILED, naming why).
-void JobServiceImpl::LoadStoredJobs() {
-  std::vector<std::string> problems;
-  for (StoredJob& j : store_.Load(&problems)) {
-    auto rec = std::make_shared<JobRecord>();
-    rec->job = std::move(j.job);
-    rec->checkpoint_dir = std::move(j.checkpoint_dir);
-    rec->state_message = std::move(j.state_message);
-    const std::string& id = rec->job.job_id();
-    int64_t n = 0;
-    if (absl::SimpleAtoi(id.substr(4), &n) && n >= next_id_) next_id_ = n + 1;
-    if (!Terminal(rec->job.state())) {
-      // Checked again as at submit: this coordinator may have other roots or limits.
-      v1::JobSpec spec = rec->job.spec();
-      absl::Status fits = ConfineJobPaths(spec, {opt_.data_roots, opt_.state_dir});
-      if (fits.ok()) fits = ValidateJobSpec(spec, opt_.limits);
-      if (!fits.ok()) {
-        SetState(*rec, v1::Job::FAILED,
-                 absl::StrCat("refused when the coordinator started again: ", fits.ToString(),
-                              "; submit it again to a coordinator that allows it (it resumes "
-                              "from its checkpoints)"));
-      } else {
-        const bool was_running = rec->job.state() == v1::Job::RUNNING;
-        SetState(*rec, v1::Job::QUEUED,
-                 absl::StrCat("queued again: the coordinator restarted",
-                              was_running ? absl::StrCat(" while it ran (after step ",
-                                                         rec->job.step(), ")")
-                                          : "",
-                              "; ", CheckpointsNote(rec->checkpoint_dir)));
-        queue_.push_back(rec);
-      }
-    }
-    jobs_[id] = rec;
-    order_.push_back(rec);
-  }
-  for (const std::string& p : problems) std::fprintf(stderr, "warning: job record %s\n", p.c_str());
-}
-
-std::shared_ptr<JobServiceImpl::JobRecord> JobServiceImpl::Find(const std::string& job_id) const {
-  auto it = jobs_.find(job_id);
-  return it == jobs_.end() ? nullptr : it->second;
-}
-
-void JobServiceImpl::PushEvent(JobRecord& rec, v1::JobEvent event) {
-  event.set_job_id(rec.job.job_id());
-  if (!event.has_time()) SetNow(event.mutable_time());
-  rec.events.push_back(std::move(event));
-  while (rec.events.size() > kMaxEvents) {
-    rec.events.pop_front();
-    ++rec.first_event;
-  }
-  cv_.notify_all();
-}
-
-void JobServiceImpl::SetState(JobRecord& rec, v1::Job::State state, const std::string& message) {
-  rec.job.set_state(state);
-  if (state == v1::Job::FAILED) rec.job.set_error(message);
-  if (Terminal(state)) rec.eta_seconds = 0;
-  rec.state_message = message;
-  SetNow(rec.job.mutable_updated());
-  Persist(rec);
-  if (opt_.log) {
-    std::fprintf(stderr, "%s: %s%s%s\n", rec.job.job_id().c_str(), StateName(state).c_str(),
-                 message.empty() ? "" : ": ", message.c_str());
-  }
-  PushEvent(rec, Summary(rec));
-}
-
-v1::JobEvent JobServiceImpl::Summary(const JobRecord& rec) const {
-  v1::JobEvent e;
-  e.set_job_id(rec.job.job_id());
-  e.set_step(rec.job.step());
-  e.set_loss(rec.job.loss());
-  e.set_tokens_per_s(rec.job.tokens_per_s());
-  e.set_eta_seconds(Terminal(rec.job.state()) ? 0 : rec.eta_seconds);
-  e.set_state(rec.job.state());
-  e.set_message(rec.state_message);
-  SetNow(e.mutable_time());
-  return e;
-}
-
-absl::StatusOr<v1::Job> JobServiceImpl::Submit(const v1::JobSpec& submitted) {
-  // Paths first, so that no answer tells whether a file outside the roots exists.
-  if (absl::Status s = CheckSpecRequestSize(submitted); !s.ok()) return s;
-  v1::JobSpec spec = submitted;
-  if (absl::Status s = ConfineJobPaths(spec, {opt_.data_roots, opt_.state_dir}); !s.ok())
-    return s;
-  if (absl::Status s = ValidateJobSpec(spec, opt_.limits); !s.ok()) return s;
-  std::lock_guard<std::mutex> lock(mu_);
-  if (stopping_) return absl::UnavailableError("the coordinator is shutting down");
-  if (queue_.size() >= static_cast<size_t>(opt_.max_queued_jobs)) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        queue_.size(), " jobs are queued, the coordinator's limit: submit when some have run"));
-  }
-  ForgetOldJobs();
-  auto rec = std::make_shared<JobRecord>();
-  const std::string id = absl::StrCat("job-", next_id_++);
-  rec->job.set_job_id(id);
-  *rec->job.mutable_spec() = spec;
-  rec->job.set_state(v1::Job::QUEUED);
-  SetNow(rec->job.mutable_created());
-  *rec->job.mutable_updated() = rec->job.created();
-  rec->checkpoint_dir = !spec.checkpoint_dir().empty() ? spec.checkpoint_dir()
-                        : opt_.state_dir.empty()       ? ""
-                                                       : (fs::path(opt_.state_dir) / id).string();
-  int64_t ahead = running_ ? 1 : 0;
-  for (const auto& q : queue_) ahead += q->job.state() == v1::Job::QUEUED ? 1 : 0;
-  SetState(*rec, v1::Job::QUEUED,
-           absl::StrCat("queued, ", ahead, ahead == 1 ? " job" : " jobs", " ahead; ",
-                        CheckpointsNote(rec->checkpoint_dir)));
-  jobs_[id] = rec;
-  order_.push_back(rec);
-  queue_.push_back(rec);
-  cv_.notify_all();
-  return rec->job;
-}
-
-// Keeps at most max_finished_jobs ended jobs (the oldest go first), so a long-lived coordinator's
-// job table stays bounded. Requires mu_.
-void JobServiceImpl::ForgetOldJobs() {
-  int64_t ended = 0;
-  for (const auto& rec : order_) ended += Terminal(rec->job.state()) ? 1 : 0;
-  for (auto it = order_.begin(); it != order_.end() && ended >= opt_.max_finished_jobs;) {
-    if (!Terminal((*it)->job.state())) {
-      ++it;
-      continue;
-    }
-    store_.Remove((*it)->job.job_id());
-    jobs_.erase((*it)->job.job_id());
-    it = order_.erase(it);
-    --ended;
-  }
-}
-
-absl::StatusOr<v1::Job> JobServiceImpl::Get(const std::string& job_id) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  std::shared_ptr<JobRecord> rec = Find(job_id);
-  if (!rec) return UnknownJob(job_id);
-  return rec->job;
-}
-
-absl::StatusOr<v1::ListJobsResponse> JobServiceImpl::List(const v1::ListJobsRequest& req) const {
-  if (req.page_size() < 0) return absl::InvalidArgumentError("page_size: must be >= 0");
-  const int32_t size =
-      req.page_size() == 0 ? kDefaultPageSize : std::min(req.page_size(), kMaxPageSize);
-  int64_t offset = 0;
-  if (!req.page_token().empty() && (!absl::SimpleAtoi(req.page_token(), &offset) || offset < 0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("page_token: malformed page token '", Echo(req.page_token()), "'"));
-  }
-  const TaskServiceImpl::WorkerCounts workers = tasks_.worker_counts();  // not under mu_
-  std::lock_guard<std::mutex> lock(mu_);
-  std::vector<const v1::Job*> matching;
-  for (auto it = order_.rbegin(); it != order_.rend(); ++it) {
-    const v1::Job& job = (*it)->job;
-    bool ok = req.states().empty();
-    for (int s : req.states()) ok = ok || s == job.state();
-    if (ok) matching.push_back(&job);
-  }
-  // A page ends at page_size jobs or when the next job would take the reply past
-  // max_reply_bytes (a page holds at least one job: a job is bounded by the spec's limits).
-  v1::ListJobsResponse resp;
-  const int64_t n = static_cast<int64_t>(matching.size());
-  int64_t k = std::min(offset, n);
-  for (; k < n && k - std::min(offset, n) < size; ++k) {
-    const size_t bytes = resp.ByteSizeLong() + matching[k]->ByteSizeLong() + 16;
-    if (resp.jobs_size() > 0 && bytes > opt_.max_reply_bytes) break;
-    *resp.add_jobs() = *matching[k];
-  }
-  if (k < n) resp.set_next_page_token(absl::StrCat(k));
-  resp.set_workers_connected(workers.connected);
-  resp.set_workers_taking_tasks(workers.live);
-  return resp;
-}
-
-absl::StatusOr<v1::Job> JobServiceImpl::Cancel(const std::string& job_id) {
-  std::lock_guard<std::mutex> cancel_lock(cancel_mu_);
-  v1::Job out;
-  bool was_running = false;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    std::shared_ptr<JobRecord> rec = Find(job_id);
-    if (!rec) return UnknownJob(job_id);
-    switch (rec->job.state()) {
-      case v1::Job::CANCELLED:
-        return rec->job;
-      case v1::Job::SUCCEEDED:
-      case v1::Job::FAILED:
-        return absl::FailedPreconditionError(absl::StrCat("job ", job_id, " has already finished (",
-                                                          StateName(rec->job.state()), ")"));
-      case v1::Job::QUEUED:
-        SetState(*rec, v1::Job::CANCELLED, "cancelled before it started");
-        break;
-      default:  // RUNNING
-        rec->cancel.store(true);
-        was_running = true;
-        SetState(*rec, v1::Job::CANCELLED,
-                 absl::StrCat("cancelled while running, after step ", rec->job.step(), " of ",
-                              rec->job.spec().steps()));
-        break;
-    }
-    out = rec->job;
-  }
-  if (was_running) tasks_.CancelCurrent();
-  return out;
-}
-
-std::map<v1::Job::State, int64_t> JobServiceImpl::CountJobs() const {
-  std::map<v1::Job::State, int64_t> counts;
-  for (v1::Job::State s : {v1::Job::QUEUED, v1::Job::RUNNING, v1::Job::SUCCEEDED,
-                           v1::Job::FAILED, v1::Job::CANCELLED})
-    counts[s] = 0;
-  std::lock_guard<std::mutex> lock(mu_);
-  for (const auto& rec : order_) ++counts[rec->job.state()];
-  return counts;
-}
-
-void JobServiceImpl::CancelPump() {
-  std::unique_lock<std::mutex> lock(mu_);
-  for (;;) {
-    cv_.wait(lock, [&] { return pump_stop_ || (running_ && running_->cancel.load()); });
-    if (pump_stop_) return;
-    lock.unlock();
-    {
-      // Still the same cancelled job: the runner retires jobs under cancel_mu_, held here.
-      std::lock_guard<std::mutex> cancel_lock(cancel_mu_);
-      bool cancel = false;
-      {
-        std::lock_guard<std::mutex> inner(mu_);
-        cancel = running_ && running_->cancel.load();
-      }
-      // Not under mu_: the TaskService's lock is held while parameters stream out, and
-      // WatchJob, status and the step's progress wait on mu_.
-      if (cancel) tasks_.CancelCurrent();
-    }
-    lock.lock();
-    cv_.wait_for(lock, std::chrono::milliseconds(50), [&] { return pump_stop_; });
-  }
-}
-
-void JobServiceImpl::WatchWorkers() {
-  const auto tick = std::clamp(absl::ToChronoMilliseconds(tasks_.lease() / 4),
-                               std::chrono::milliseconds(50), std::chrono::milliseconds(1000));
-  std::unique_lock<std::mutex> lock(mu_);
-  for (;;) {
-    cv_.wait_for(lock, tick, [&] { return pump_stop_; });
-    if (pump_stop_) return;
-    if (!running_ || running_->job.state() != v1::Job::RUNNING) continue;
-    const std::shared_ptr<JobRecord> rec = running_;
-    // The TaskService's lock is not taken under mu_: it is held while parameters stream out,
-    // and WatchJob, status and the step's progress wait on mu_.
-    lock.unlock();
-    const TaskServiceImpl::WorkerCounts workers = tasks_.worker_counts();
-    lock.lock();
-    if (running_ == rec && rec->job.state() == v1::Job::RUNNING) NoteWorkers(*rec, workers);
-  }
-}
-
-void JobServiceImpl::SetWorkerCommand(const std::string& command) {
-  std::lock_guard<std::mutex> lock(mu_);
-  worker_wait_.set_worker_command(command);
-}
-
-void JobServiceImpl::NoteWorkers(JobRecord& rec, const TaskServiceImpl::WorkerCounts& workers) {
-  const std::string message = worker_wait_.Update(absl::Now(), workers.connected, workers.live);
-  if (message.empty()) return;
-  rec.worker_note = worker_wait_.noted() ? message : "";
-  if (opt_.log) std::fprintf(stderr, "%s: %s\n", rec.job.job_id().c_str(), message.c_str());
-  v1::JobEvent e = Summary(rec);
-  e.set_message(message);
-  PushEvent(rec, std::move(e));
 }
 
 void JobServiceImpl::RunLoop() {
@@ -627,65 +337,27 @@ absl::Status JobServiceImpl::TrainJob(JobRecord& rec, const v1::JobSpec& spec,
                    : absl::StrCat("checkpointed at step ", trainer.state().step));
 }
 
-grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext*, const v1::JobSpec* spec,
-                                       v1::Job* job) {
-  return Reply(Submit(*spec), job);
-}
 
-grpc::Status JobServiceImpl::GetJob(grpc::ServerContext*, const v1::GetJobRequest* req,
-                                    v1::Job* job) {
-  return Reply(Get(req->job_id()), job);
-}
-
-grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext*, const v1::ListJobsRequest* req,
-                                      v1::ListJobsResponse* resp) {
-  return Reply(List(*req), resp);
-}
-
-grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext*, const v1::CancelJobRequest* req,
-                                       v1::Job* job) {
-  return Reply(Cancel(req->job_id()), job);
-}
-
-grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* ctx, const v1::WatchJobRequest* req,
-                                      grpc::ServerWriter<v1::JobEvent>* writer) {
-  std::shared_ptr<JobRecord> rec;
-  v1::JobEvent first, note;
-  int64_t seq = 0;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    rec = Find(req->job_id());
-    if (!rec) return ToGrpcStatus(UnknownJob(req->job_id()));
-    first = Summary(*rec);
-    if (!rec->worker_note.empty()) {  // the job is waiting for workers: say so after the summary
-      note = first;
-      note.set_message(rec->worker_note);
-    }
-    seq = rec->next_event();
-  }
-  const grpc::Status gone(grpc::StatusCode::CANCELLED, "the watcher went away");
-  if (!writer->Write(first)) return gone;
-  if (Terminal(first.state())) return grpc::Status::OK;
-  if (!note.message().empty() && !writer->Write(note)) return gone;
+void JobServiceImpl::CancelPump() {
+  std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
-    std::vector<v1::JobEvent> batch;
+    cv_.wait(lock, [&] { return pump_stop_ || (running_ && running_->cancel.load()); });
+    if (pump_stop_) return;
+    lock.unlock();
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait_for(lock, std::chrono::milliseconds(200), [&] { return rec->next_event() > seq; });
-      if (ctx->IsCancelled()) return gone;
-      if (seq < rec->first_event) {  // fell behind the kept events: summarise
-        batch.push_back(Summary(*rec));
-      } else {
-        for (int64_t k = seq; k < rec->next_event(); ++k)
-          batch.push_back(rec->events[k - rec->first_event]);
+      // Still the same cancelled job: the runner retires jobs under cancel_mu_, held here.
+      std::lock_guard<std::mutex> cancel_lock(cancel_mu_);
+      bool cancel = false;
+      {
+        std::lock_guard<std::mutex> inner(mu_);
+        cancel = running_ && running_->cancel.load();
       }
-      seq = rec->next_event();
+      // Not under mu_: the TaskService's lock is held while parameters stream out, and
+      // WatchJob, status and the step's progress wait on mu_.
+      if (cancel) tasks_.CancelCurrent();
     }
-    for (const v1::JobEvent& e : batch) {
-      if (!writer->Write(e)) return gone;
-      if (Terminal(e.state())) return grpc::Status::OK;
-    }
+    lock.lock();
+    cv_.wait_for(lock, std::chrono::milliseconds(50), [&] { return pump_stop_; });
   }
 }
-
 }  // namespace adjsh::coordinator

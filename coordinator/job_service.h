@@ -164,6 +164,13 @@ class JobServiceImpl final : public v1::JobService::Service {
   // Requires mu_. The event summarising the job as it is now.
   v1::JobEvent Summary(const JobRecord& rec) const;
   std::shared_ptr<JobRecord> Find(const std::string& job_id) const;  // requires mu_
+  // Small helpers the service's files (coordinator/job_service*.cc) share.
+  static absl::Status UnknownJob(const std::string& job_id);  // NOT_FOUND, naming the id
+  // The note on where a job writes its checkpoints, for its state messages.
+  static std::string CheckpointsNote(const std::string& checkpoint_dir);
+  static bool Terminal(v1::Job::State s);  // SUCCEEDED, FAILED or CANCELLED
+  static std::string StateName(v1::Job::State s);
+  static void SetNow(google::protobuf::Timestamp* ts);  // to the current time
 
   TaskServiceImpl& tasks_;
   const JobServiceOptions opt_;

@@ -1,20 +1,24 @@
+// The TaskService's workers and their leases (coordinator/task_service.h): registration and
+// the identity each later call must come with, the unguessable worker ids and lease secrets,
+// handing a worker its next task (PullTask's long poll, owned spans first), renewing leases
+// (Heartbeat), the tasks a worker skipped, and forgetting workers long unheard of. The tensors
+// a task fetches are in coordinator/task_service_inputs.cc, the results and roots it sends
+// back in coordinator/task_service_results.cc, the step itself in
+// coordinator/task_service_step.cc.
 #include "coordinator/task_service.h"
 
 #include <malloc.h>
 
 #include <algorithm>
-#include <cmath>
+#include <optional>
 #include <random>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "common/model.h"
-#include "engine/reduce_groups.h"
 #include "common/strings.h"
 #include "proto/span_kind.h"
 #include "proto/status_util.h"
-#include "proto/tensor_codec.h"
 
 namespace adjsh::coordinator {
 namespace {
@@ -91,21 +95,6 @@ absl::Status TaskServiceImpl::CheckRegistered(const grpc::ServerContext* ctx,
   return CheckCaller(w->second, worker_id, ctx);
 }
 
-absl::Status TaskServiceImpl::StreamOut(const TensorMap& tensors,
-                                        grpc::ServerWriter<v1::TensorChunk>* writer,
-                                        uint64_t* sent) {
-  for (const auto& [name, tensor] : tensors) {
-    absl::Status s = StreamTensor(name, tensor, kDefaultPieceBytes, [&](const v1::TensorChunk& c) {
-      bytes_sent_.fetch_add(c.data().size());
-      *sent += c.data().size();
-      return writer->Write(c) ? absl::OkStatus()
-                              : absl::UnavailableError("the worker closed the stream");
-    });
-    if (!s.ok()) return s;
-  }
-  return absl::OkStatus();
-}
-
 absl::Status TaskServiceImpl::CheckLease(const grpc::ServerContext* ctx,
                                          const std::string& worker_id,
                                          const std::string& task_name,
@@ -144,13 +133,6 @@ void TaskServiceImpl::CountSkip(Worker& w, std::string why) {
   if (why.size() > 1024) why.resize(1024);
   w.last_skip = std::move(why);
   ++skipped_;
-}
-
-void TaskServiceImpl::CountRefusedResult(const std::string& worker_id, const std::string& task_id,
-                                         absl::string_view why) {
-  auto w = workers_.find(worker_id);
-  if (w == workers_.end()) return;  // reaped meanwhile
-  CountSkip(w->second, absl::StrCat("its result of task ", task_id, " was refused: ", why));
 }
 
 void TaskServiceImpl::EndSkipped(const grpc::ServerContext* ctx, const std::string& worker_id,
@@ -333,245 +315,6 @@ grpc::Status TaskServiceImpl::Heartbeat(grpc::ServerContext* ctx, const v1::Hear
   }
   return grpc::Status::OK;
 }
-
-grpc::Status TaskServiceImpl::FetchInputs(grpc::ServerContext* ctx,
-                                          const v1::FetchInputsRequest* req,
-                                          grpc::ServerWriter<v1::TensorChunk>* writer) {
-  TensorMap inputs;
-  std::shared_ptr<const TensorMap> params;
-  int64_t task = 0, version = 0;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    int64_t lease = 0;
-    if (absl::Status s = CheckLease(ctx, req->worker_id(), req->task_id(), req->lease_id(), &task,
-                                    &lease);
-        !s.ok())
-      return Error(s);
-    int64_t local = 0;
-    inputs = current_->Locate(task, &local).Inputs(local, req->include_span());
-    if (req->include_params()) params = ParamTensors();
-    version = current_->version;
-  }
-  // Streamed outside the lock: the task's tensors are this call's own copy, the parameters the
-  // step's one snapshot, which no one changes.
-  uint64_t sent = 0;
-  if (absl::Status s = StreamOut(inputs, writer, &sent); !s.ok()) return Error(s);
-  if (params) {
-    if (absl::Status s = StreamOut(*params, writer, &sent); !s.ok()) return Error(s);
-  }
-  std::lock_guard<std::mutex> lock(mu_);
-  if (current_ && current_->version == version) current_->fetched[task] += sent;
-  return grpc::Status::OK;
-}
-
-grpc::Status TaskServiceImpl::PushResult(grpc::ServerContext* ctx,
-                                         grpc::ServerReader<v1::ResultChunk>* reader,
-                                         v1::PushResultResponse* resp) {
-  v1::ResultChunk msg;
-  if (!reader->Read(&msg) || !msg.has_header()) {
-    return Error(absl::InvalidArgumentError("a result stream must start with its header"));
-  }
-  const v1::ResultHeader header = msg.header();
-  AssemblerLimits limits;
-  {
-    // Fail fast on a stale lease, and never buffer much more than this task's result can be.
-    std::lock_guard<std::mutex> lock(mu_);
-    int64_t task = 0, lease = 0;
-    if (absl::Status s = CheckLease(ctx, header.worker_id(), header.task_id(), header.lease_id(),
-                                    &task, &lease);
-        !s.ok()) {
-      if (!absl::IsFailedPrecondition(s) && !absl::IsNotFound(s)) return Error(s);
-      ++rejected_;
-      resp->set_accepted(false);
-      resp->set_reason(std::string(s.message()));
-      return grpc::Status::OK;
-    }
-    // Twice the right size (and at least 64 KiB): a slightly wrong result still reaches the
-    // shape checks and their clearer message; a hostile size is refused at its header.
-    int64_t local = 0;
-    const SpanScheduler& seq = current_->Locate(task, &local);
-    limits.max_total_bytes = std::min<uint64_t>(opt_.max_result_bytes, seq.MaxResultBytes(local));
-    limits.max_tensor_bytes = limits.max_total_bytes;
-    // The result's tensors, and one more so that an extra one is named in the error.
-    limits.max_tensors = LayerParamSlots<float>().size() + 8;
-  }
-  uint64_t result_bytes = 0;
-  absl::StatusOr<TensorMap> read =
-      ReadTensorStream<grpc::ServerReader<v1::ResultChunk>, v1::ResultChunk>(
-          *reader, limits, "result", &result_bytes);
-  if (!read.ok()) {
-    // Its lease checked above: a worker whose results never fit (another version, say) counts
-    // it as a skip, as a malformed result below; the lease is kept for a good result.
-    std::lock_guard<std::mutex> lock(mu_);
-    CountRefusedResult(header.worker_id(), header.task_id(), read.status().message());
-    return Error(read.status());
-  }
-  TensorMap tensors = *std::move(read);
-  bytes_received_.fetch_add(result_bytes);
-
-  std::lock_guard<std::mutex> lock(mu_);
-  int64_t task = 0, lease = 0;
-  if (absl::Status s = CheckLease(ctx, header.worker_id(), header.task_id(), header.lease_id(), &task,
-                                  &lease);
-      !s.ok()) {
-    if (!absl::IsFailedPrecondition(s) && !absl::IsNotFound(s)) return Error(s);
-    ++rejected_;  // late, duplicate, or for a finished step: not an error of the stream
-    resp->set_accepted(false);
-    resp->set_reason(std::string(s.message()));
-    return grpc::Status::OK;
-  }
-  int64_t local = 0;
-  SpanScheduler& seq = current_->Locate(task, &local);
-  SpanScheduler::Result result;
-  std::string bad;
-  if (absl::Status s = seq.CheckResult(local, tensors, result, &bad); !s.ok()) {
-    // Malformed (a worker of another version, say): counted as a skip, so that a worker whose
-    // results are never accepted does not get the task back for ever. The lease is kept.
-    CountRefusedResult(header.worker_id(), header.task_id(), s.message());
-    return Error(s);
-  }
-  if (!bad.empty()) {
-    // Refused before anything is applied: the task goes back to the queue for another try.
-    seq.queue().Release(local, lease).IgnoreError();
-    work_cv_.notify_all();
-    Worker& w = workers_[header.worker_id()];
-    w.leases.erase(task);
-    ++w.nonfinite_results;
-    ++nonfinite_;
-    ++rejected_;
-    resp->set_accepted(false);
-    resp->set_reason(absl::StrCat("refused: the result has a non-finite value (", bad,
-                                  "); task ", header.task_id(), " is handed out again"));
-    return grpc::Status::OK;
-  }
-  if (absl::Status s = seq.queue().Complete(local, lease); !s.ok()) {
-    ++rejected_;
-    resp->set_accepted(false);
-    resp->set_reason(std::string(s.message()));
-    return grpc::Status::OK;
-  }
-  Worker& w = workers_[header.worker_id()];
-  rebuilds_ += result.rebuild_seconds > 0 ? 1 : 0;
-  seq.Apply(local, std::move(result), w.name.empty() ? header.worker_id() : w.name,
-            current_->fetched[task], result_bytes, current_->leased_at[task]);
-  w.leases.erase(task);
-  w.skipped_tasks = 0;
-  ++accepted_;
-  resp->set_accepted(true);
-  if (current_->Done()) done_cv_.notify_all();
-  work_cv_.notify_all();  // its successors may be ready
-  return grpc::Status::OK;
-}
-
-grpc::Status TaskServiceImpl::FetchParams(grpc::ServerContext* ctx,
-                                          const v1::FetchParamsRequest* req,
-                                          grpc::ServerWriter<v1::TensorChunk>* writer) {
-  std::shared_ptr<const TensorMap> params;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (absl::Status s = CheckRegistered(ctx, req->worker_id()); !s.ok()) return Error(s);
-    if (!current_ || current_->job_id != req->job_id() ||
-        static_cast<uint64_t>(current_->version) != req->params_version()) {
-      return Error(absl::FailedPreconditionError(
-          absl::StrCat("parameters version ", req->params_version(), " of job \"",
-                       Echo(req->job_id()), "\" are not the current step's")));
-    }
-    params = ParamTensors();
-  }
-  uint64_t sent = 0;  // outside the lock: the step's snapshot, which no one changes
-  if (absl::Status s = StreamOut(*params, writer, &sent); !s.ok()) return Error(s);
-  return grpc::Status::OK;
-}
-
-grpc::Status TaskServiceImpl::PushReduced(grpc::ServerContext* ctx,
-                                          grpc::ServerReader<v1::SumChunk>* reader,
-                                          v1::PushResultResponse* resp) {
-  v1::SumChunk msg;
-  if (!reader->Read(&msg) || !msg.has_header()) {
-    return Error(absl::InvalidArgumentError("a sum stream must start with its header"));
-  }
-  const v1::SumHeader header = msg.header();
-  auto refuse = [&](std::string why) {
-    resp->set_accepted(false);
-    resp->set_reason(std::move(why));
-    return grpc::Status::OK;
-  };
-  // The step this root is for, checked before and after its tensors arrive.
-  auto check = [&]() -> absl::StatusOr<bool> {
-    if (absl::Status s = CheckRegistered(ctx, header.worker_id()); !s.ok()) return s;
-    if (!current_ || current_->job_id != header.job_id() ||
-        static_cast<uint64_t>(current_->version) != header.params_version() ||
-        !current_->seqs[0]->among_workers()) {  // a tree's step has one sequence
-      return false;
-    }
-    const int64_t S = current_->seqs[0]->plan().spans();
-    const int64_t K = current_->seqs[0]->plan().layers();
-    if (header.group() < 0 || header.group() >= NumGroups(K) || header.lo() != 0 ||
-        header.hi() != S) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("the coordinator takes the roots [0, ", S, ") of groups 0..",
-                       NumGroups(K) - 1, " only, not [", header.lo(), ", ", header.hi(),
-                       ") of group ", header.group()));
-    }
-    return true;
-  };
-  AssemblerLimits limits;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    absl::StatusOr<bool> ok = check();
-    if (!ok.ok()) return Error(ok.status());
-    if (!*ok) return refuse("not a root of the current step's worker tree");
-    limits.max_total_bytes = 2 * current_->seqs[0]->GroupBytes(header.group()) + (1 << 16);
-    limits.max_tensor_bytes = limits.max_total_bytes;
-    limits.max_tensors = MaxGroupTensors() + 1;
-  }
-  uint64_t sum_bytes = 0;
-  absl::StatusOr<TensorMap> read = ReadTensorStream<grpc::ServerReader<v1::SumChunk>, v1::SumChunk>(
-      *reader, limits, "sum", &sum_bytes);
-  if (!read.ok()) return Error(read.status());
-  TensorMap tensors = *std::move(read);
-  bytes_received_.fetch_add(sum_bytes);
-  std::lock_guard<std::mutex> lock(mu_);
-  absl::StatusOr<bool> ok = check();
-  if (!ok.ok()) return Error(ok.status());
-  if (!*ok) return refuse("not a root of the current step's worker tree");
-  if (absl::Status s = current_->seqs[0]->SetReduced(header.group(), tensors); !s.ok()) {
-    if (absl::IsFailedPrecondition(s)) return refuse(std::string(s.message()));
-    return Error(s);
-  }
-  ++roots_;
-  resp->set_accepted(true);
-  if (current_->Done()) done_cv_.notify_all();
-  return grpc::Status::OK;
-}
-
-QueueStats TaskServiceImpl::queue_stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  QueueStats s;
-  if (current_) s = current_->Stats();
-  AddLeaseCounters(past_, s);
-  return s;
-}
-
-TaskServiceImpl::WorkerCounts TaskServiceImpl::worker_counts() const {
-  const absl::Time since = absl::Now() - opt_.lease;
-  std::lock_guard<std::mutex> lock(mu_);
-  WorkerCounts c;
-  for (const auto& [id, w] : workers_) {
-    c.connected += w.last_seen >= since ? 1 : 0;
-    c.live += Live(w, since) ? 1 : 0;
-  }
-  return c;
-}
-
-uint64_t TaskServiceImpl::bytes_sent() const { return bytes_sent_.load(); }
-uint64_t TaskServiceImpl::bytes_received() const { return bytes_received_.load(); }
-
-int64_t TaskServiceImpl::results_accepted() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return accepted_;
-}
-
 // A worker unheard of for reap_after holds no lease that could still be valid (leases are far
 // shorter), so it is forgotten: workers that never come back cost nothing.
 void TaskServiceImpl::ReapWorkers() {
@@ -579,76 +322,6 @@ void TaskServiceImpl::ReapWorkers() {
   for (auto it = workers_.begin(); it != workers_.end();) {
     it = it->second.last_seen < cutoff ? workers_.erase(it) : std::next(it);
   }
-}
-
-int64_t TaskServiceImpl::registered_workers() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return static_cast<int64_t>(workers_.size());
-}
-
-int64_t TaskServiceImpl::results_nonfinite() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return nonfinite_;
-}
-
-std::shared_ptr<const TensorMap> TaskServiceImpl::ParamTensors() {
-  if (!current_->param_tensors) {
-    // const_cast: the visit walks a mutable struct, reading only.
-    current_->param_tensors = std::make_shared<const TensorMap>(
-        current_->mamba2 ? Mamba2ParamsToTensors<float>(
-                               const_cast<Mamba2Params<float>&>(*current_->mamba2), DType::kF32)
-                         : ParamsToTensors<float>(*current_->params, DType::kF32));
-    ++param_snapshots_;
-  }
-  return current_->param_tensors;
-}
-
-int64_t TaskServiceImpl::param_snapshots() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return param_snapshots_;
-}
-
-std::string TaskServiceImpl::ShunNote() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  const absl::Time since = absl::Now() - opt_.lease;
-  for (const auto& [id, w] : workers_) {
-    if (w.last_seen < since) continue;
-    const std::string who = w.name.empty() ? id : w.name;
-    if (w.skipped_tasks >= kShunAfterSkipped) {
-      return absl::StrCat("worker ", who, " skipped ", w.skipped_tasks,
-                          " tasks in a row (the last: ", w.last_skip, ")");
-    }
-    if (w.nonfinite_results >= kShunAfterNonFinite) {
-      return absl::StrCat("worker ", who, " sent ", w.nonfinite_results,
-                          " results with non-finite values");
-    }
-  }
-  return "";
-}
-
-int64_t TaskServiceImpl::tasks_skipped() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return skipped_;
-}
-
-int64_t TaskServiceImpl::span_rebuilds() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return rebuilds_;
-}
-
-int64_t TaskServiceImpl::step_restarts() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return restarts_;
-}
-
-int64_t TaskServiceImpl::roots_accepted() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return roots_;
-}
-
-int64_t TaskServiceImpl::results_rejected() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return rejected_;
 }
 
 }  // namespace adjsh::coordinator
