@@ -9,9 +9,14 @@ Letters: T tokens, C chunk, S spans, K layers, D width, Di = E D inner, N state,
 dt rank, W conv kernel (4), V vocabulary; "W workers" is the fleet size.
 
 WHAT IT MODELS
-  Plan       engine/span_plan.cc mirrored exactly (task ids, dependencies; the tests compare it
+  Plan       the binary's own (engine/span_plan.cc): `adjsh plan` prints it as JSON
+             (cli/plan_cmd.cc) and bench/fleet/plan.py reads it, so there is no second
+             implementation: the spans, the task ids, the dependencies (the tests compare them
              with real traces): per layer fwd_summary(k, s) for s < S-1 and fwd(k, s), then
-             per layer from the top bwd_summary(k, s) for s > 0 and bwd(k, s).
+             per layer from the top bwd_summary(k, s) for s > 0 and bwd(k, s). The binary is
+             --adjsh PATH, else $ADJSH, else build/cli/adjsh (scripts/build.sh builds it);
+             synth and an in-process trace's replay need it, replay checks the recorded
+             dependencies with it when it is there.
   Owners     span s runs on worker s W // S (--owners block, contiguous) or s mod W
              (--owners round-robin, how the coordinator now deals spans nobody holds);
              calibrate uses the recorded owners. A worker runs its own ready tasks one at a
@@ -78,7 +83,8 @@ COMMANDS
   fleet_sim.py replay --trace FILE [--step N] --workers 1,2,4,...,64 [--latency-us L]
       [--bandwidth-gbps B] [--rpc-overhead-us O] [--poll-ms P] [--long-poll-ms L] [--speed F]
       [--reduce star|tree|both] [--owners block|round-robin] [--priority id|critical-path]
-      [--param-bytes P | --model D,K,N,V,E] [--chunk C] [--breakdown] [--json FILE]
+      [--param-bytes P | --model D,K,N,V,E] [--chunk C] [--adjsh PATH] [--breakdown]
+      [--json FILE]
     Replays the recorded tasks (compute_s + rebuild_s, divided by --speed) with the recorded
     "deps", on W simulated workers. The model shape (for the parameter bytes and which result
     bytes are partials) is --model, or inferred from the trace's byte counts (conv W = 4,
@@ -101,8 +107,8 @@ COMMANDS
       [--cost-model D,K,N,V,E] --speed F [--bandwidth-gbps B] [--latency-us L]
       [--rpc-overhead-us O] [--poll-ms P] [--long-poll-ms L] --workers 1,2,...,64
       [--reduce both] [--owners block|round-robin] [--priority id|critical-path]
-      [--wavefront-partials task|none] [--breakdown] [--json FILE]
-    Builds the plan for the shape, gives each task a time from a cost model fitted on
+      [--wavefront-partials task|none] [--adjsh PATH] [--breakdown] [--json FILE]
+    Asks the binary for the plan of the shape (`adjsh plan`), gives each task a time from a cost model fitted on
     --cost-trace (a real trace of a smaller model on this machine: per phase, seconds per token
     per FLOP of the phase, FLOPs from the shape as below; the LM head separately, from what the
     top layer's fwd takes beyond a layer's forward; --cost-model is that trace's shape, needed
@@ -133,7 +139,8 @@ OUTPUT
   --json FILE writes the same numbers (and the settings, bytes per link; with --breakdown each
   mode's "breakdown") as one JSON object.
   synth also prints the DAG's parallelism (task seconds / critical path). Exit 0; a bad flag or
-  file: a message on stderr and exit 2.
+  file, a shape the plan refuses, or no adjsh binary where a plan is needed: a message on
+  stderr and exit 2.
 """
 import os
 import sys

@@ -15,6 +15,7 @@ int GenerateCommand(const std::vector<std::string>& args);
 int GradCommand(const std::vector<std::string>& args);
 int HealthCommand(const std::vector<std::string>& args);
 int InitCommand(const std::vector<std::string>& args);
+int PlanCommand(const std::vector<std::string>& args);
 int PrepareCommand(const std::vector<std::string>& args);
 int StatusCommand(const std::vector<std::string>& args);
 int SubmitCommand(const std::vector<std::string>& args);

@@ -23,6 +23,7 @@ constexpr const char* kUsage =
     "  grad       loss and gradient of one token sequence (in-process, chunked, threaded)\n"
     "  health     ask a coordinator's or worker's --health-listen endpoint for its status\n"
     "  init       write a new model directory (config.json + model.safetensors)\n"
+    "  plan       print the span plan of a step (spans, tasks, dependencies) as JSON\n"
     "  prepare    tokenize text corpora (txt, jsonl, parquet) with a Hugging Face tokenizer\n"
     "  status     show the jobs of a coordinator, or one (--job ID)\n"
     "  submit     submit a training job to a coordinator; prints its id\n"
@@ -46,6 +47,7 @@ constexpr Command kCommands[] = {
     {"grad", adjsh::cli::GradCommand},
     {"health", adjsh::cli::HealthCommand},
     {"init", adjsh::cli::InitCommand},
+    {"plan", adjsh::cli::PlanCommand},
     {"prepare", adjsh::cli::PrepareCommand},
     {"status", adjsh::cli::StatusCommand},
     {"submit", adjsh::cli::SubmitCommand},

@@ -1,6 +1,6 @@
 # Fleet simulation of one span-scheduled gradient step on W workers (bench/fleet_sim.py is the
 # command; its docstring describes the model). One module per concern:
-#   shape      the model's shape and parameter bytes      plan       SpanPlan (engine/span_plan.cc)
+#   shape      the model's shape and parameter bytes      plan       SpanPlan, from `adjsh plan`
 #   wire       bytes per task, the tree's groups           cost       FLOPs and the fitted rates
 #   net        latency, bandwidth, RPC overhead, polling   sim        the discrete-event simulator
 #   workload   SimTasks from a plan or a trace             wavefront  the retired chunk schedule
@@ -11,8 +11,8 @@
 
 from .errors import FleetError
 from .shape import F32, Shape, parse_shape
-from .plan import (PHASES, FWD_SUMMARY, FWD, BWD_SUMMARY, BWD, TOKENS_PER_SPAN,
-                   MIN_DEFAULT_SPANS, SpanPlan, default_spans, first_chunk, short_span)
+from .plan import (PHASES, FWD_SUMMARY, FWD, BWD_SUMMARY, BWD, AdjshMissing, SpanPlan,
+                   adjsh_path, default_spans, plan_json, set_adjsh)
 from .wire import (HEAD, HEAD_SCALAR_BYTES, LOOKUP, NORM_F, PARAM_PIECE_BYTES, TIMING_BYTES,
                    input_bytes, output_bytes, partial_bytes, span_start_bytes, tree_groups)
 from .cost import SCAN_FLOPS, CostModel, layer_flops, span_lengths

@@ -10,7 +10,7 @@ from .calibrate import fit_rows, lad_fit, parse_run, recorded_owners
 from .cost import CostModel
 from .errors import FleetError
 from .net import Net
-from .plan import SpanPlan
+from .plan import SpanPlan, set_adjsh
 from .shape import parse_shape
 from .sim import Simulation, critical_path
 from .sweep import modes_of, simulate, sweep, table, write_json
@@ -31,15 +31,20 @@ def cmd_replay(a):
     rows = sweep(a.workers, modes, lambda m, W: simulate(
         tasks, S, W, net, m, shape, how=a.owners, priority=a.priority), a.breakdown)
     total, cp = critical_path(tasks)
-    diff = check_deps(records)
+    try:
+        diff = check_deps(records)
+        note = diff and (f"note: the trace's dependencies are not SpanPlan's ({diff}); "
+                         "replayed as recorded")
+    except FleetError as e:  # no binary (or S, K it refuses): the replay needs no plan
+        note = f"note: the trace's dependencies were not checked against SpanPlan's ({e})"
     print(f"replay {a.trace} step {records[0]['step']} ({len(steps)} steps in the file): "
           f"{len(tasks)} tasks, T={records[0]['T']}, S={S}, model {shape}, parameters "
           f"{(a.param_bytes or shape.param_bytes()) / 1e6:.1f} MB")
     print(f"task seconds {total:.4g} (speed {a.speed:g}), critical path {cp:.4g}, "
           f"parallelism {total / cp if cp else 0:.1f}; owners {a.owners}{schedule_note(a)}; "
           f"{net.describe()}")
-    if diff:
-        print(f"note: the trace's dependencies are not SpanPlan's ({diff}); replayed as recorded")
+    if note:
+        print(note)
     print()
     print(table(rows, modes))
     if a.breakdown:
@@ -206,6 +211,12 @@ REDUCE_HELP = ("where the partials are summed: star (every result carries its sp
                "--reduce tree), or both (default)")
 
 
+def add_adjsh(p):
+    p.add_argument("--adjsh", metavar="PATH",
+                   help="the adjsh binary whose `adjsh plan` gives the span plan (default: "
+                   "$ADJSH, or build/cli/adjsh in the repository)")
+
+
 def add_breakdown(p):
     p.add_argument("--breakdown", action="store_true",
                    help="also print, per W, where the workers' seconds go (compute, waiting for "
@@ -237,6 +248,7 @@ def parser():
     g.add_argument("--model", help="D,K,N,V,E of the traced model (default: inferred from "
                    "the byte counts)")
     r.add_argument("--chunk", type=int, help="the traced chunk (only for in-process traces)")
+    add_adjsh(r)
     add_breakdown(r)
     r.add_argument("--json", help="also write the numbers here")
 
@@ -269,6 +281,7 @@ def parser():
     s.add_argument("--wavefront-partials", choices=("task", "none"), default="task",
                    help="the wavefront's tasks return their layer's partial (task, as it "
                    "shipped) or not (none)")
+    add_adjsh(s)
     add_breakdown(s)
     s.add_argument("--json", help="also write the numbers here")
     return top
@@ -276,6 +289,7 @@ def parser():
 
 def main(argv=None):
     a = parser().parse_args(argv)
+    set_adjsh(getattr(a, "adjsh", None))
     try:
         {"replay": cmd_replay, "calibrate": cmd_calibrate, "synth": cmd_synth}[a.cmd](a)
     except FleetError as e:

@@ -123,7 +123,8 @@ def trace_shape(records, model_flag, flag="--model"):
 
 
 def check_deps(records):
-    """None when the trace's deps are SpanPlan's for its S and K, else the first difference."""
+    """None when the trace's deps are SpanPlan's for its S and K, else the first difference
+    (AdjshMissing without a binary to make the plan)."""
     S, K = records[0]["spans"], trace_layers(records)
     plan = _deps_plan(S, K)
     if len(plan.tasks) != len(records):

@@ -14,8 +14,7 @@ def wavefront_tasks(shape, plan, cost, speed, partials):
     time of every task), then (k, c) backward tasks, top layer first, last chunk first; each
     needs (k+1, c) and (k, c+1)."""
     K, nC, D, DiN = shape.K, plan.nC, shape.D, shape.Di * shape.N
-    chunks = [(c * plan.C, min(plan.C, plan.T - c * plan.C), min(shape.W - 1, c * plan.C))
-              for c in range(nC)]  # (t0, len, halo)
+    chunks = plan.chunks  # (t0, len, halo): SpanPlan::Chunk(c)
     fl = layer_flops(shape)
     forward = sum(cost.coef[FWD] * n * fl[FWD] for _, n, _ in chunks) * K
     forward = (forward + cost.coef["head"] * plan.T * fl["head"]) / speed

@@ -4,9 +4,12 @@
   /usr/bin/python3 tests/bench/test_fleet_sim.py [--adjsh PATH] [unittest flags]
 
 What is checked:
-  plan       the Python mirror of SpanPlan gives a real trace's task ids, phases and "deps"
-             (a recorded fixture, and a fresh trace when an adjsh binary is found), and the
-             default span counts the real runs used;
+  plan       the simulator's plan is the binary's: bench/fleet/plan.py reads `adjsh plan`
+             (cli/plan_cmd.cc) and gives exactly what it prints (spans, chunks, tasks, deps,
+             each span's first task), and a real trace's task ids, phases and "deps" (a
+             recorded fixture, and a fresh trace); the default span counts the real runs
+             used; a shape the plan refuses is an exit 2 naming the flag, and no binary a
+             clear error (build it with scripts/build.sh);
   bytes      every task's recorded bytes_in / bytes_out equal the tensor shapes' sums
              (engine/span_tensors.h: inputs, span tokens with a span's first task, parameters
              with a worker's first), and the model shape inferred from those bytes;
@@ -26,8 +29,9 @@ What is checked:
   live       a fresh star trace and worker-tree trace of the binary (3 workers): plan and bytes
              (the tree's results carry no partials, its fetches no parameters), and the sums,
              roots and relayed copies each worker logs are the simulated tree's.
-The live checks use --adjsh PATH, $ADJSH, or build/cli/adjsh (run, never built here); they are
-skipped without one.
+The binary is --adjsh PATH, $ADJSH, or build/cli/adjsh (run, never built here); the checks that
+need a plan (the plan's, the simulator's on real plans, synth) and the live checks are skipped
+without one.
 """
 import json
 import os
@@ -127,6 +131,25 @@ def assert_user_error(test, p, text):
     test.assertIn(text, p.stderr)
 
 
+def need_adjsh():
+    """Skips the test without a binary to make the plan."""
+    if not os.access(ADJSH, os.X_OK):
+        raise unittest.SkipTest(f"no adjsh binary at {ADJSH} (the plan comes from `adjsh plan`)")
+
+
+def plan_of(*args, **kwargs):
+    """The binary's plan, read as the simulator reads it (skips the test without a binary)."""
+    need_adjsh()
+    return fs.SpanPlan(*args, **kwargs)
+
+
+def adjsh_plan(*args):
+    """`adjsh plan ARGS` run directly: (exit code, stdout, stderr)."""
+    need_adjsh()
+    p = subprocess.run([ADJSH, "plan", *map(str, args)], capture_output=True, text=True)
+    return p.returncode, p.stdout, p.stderr
+
+
 def zero_net():
     return fs.Net(0, 1e9, 0, 0)  # no latency, no overhead, no polling, ~free bytes
 
@@ -139,7 +162,7 @@ def check_records_against_plan(test, records, shape, chunk, tree=False):
     """Ids, phases and deps are SpanPlan's; bytes are the shapes' (params: a worker's first;
     a worker-tree run's results carry no partials and its fetches no parameters)."""
     T, S = records[0]["T"], records[0]["spans"]
-    plan = fs.SpanPlan(T, chunk, S, shape.K, shape.W)
+    plan = plan_of(T, chunk, S, shape.K, shape.W)
     test.assertEqual(len(plan.tasks), len(records))
     P = shape.param_bytes()
     first_of_worker = {}
@@ -167,6 +190,7 @@ class PlanTest(unittest.TestCase):
                                    FIXTURE_CHUNK)
 
     def test_check_deps_notices_a_difference(self):
+        need_adjsh()
         recs = fixture_records()
         self.assertIsNone(fs.check_deps(recs))
         recs[30]["deps"] = recs[30]["deps"][:-1]
@@ -174,18 +198,87 @@ class PlanTest(unittest.TestCase):
 
     def test_task_counts_and_order(self):
         for T, C, S, K in ((512, 64, 4, 3), (65536, 1024, 8, 4), (1 << 20, 4096, 64, 24)):
-            p = fs.SpanPlan(T, C, S, K)
+            p = plan_of(T, C, S, K)
             self.assertEqual(len(p.tasks), K * (4 * S - 2))
             self.assertTrue(all(d < i for i, ds in enumerate(p.deps) for d in ds))
             self.assertEqual(sum(n for _, n, _ in p.ranges), T)
 
     def test_default_spans(self):
+        need_adjsh()
         self.assertEqual(fs.default_spans(65536, 1024), 8)      # the calibration runs' S
         self.assertEqual(fs.default_spans(1 << 20, 4096), 64)   # T / 16384
         self.assertEqual(fs.default_spans(2048, 1024), 2)       # at most one per chunk
         self.assertEqual(fs.default_spans(10, 1), 3)            # spans of >= W - 1 tokens
-        with self.assertRaises(fs.FleetError):
+        self.assertEqual(plan_of(65536, 1024, 0, 2).S, 8)       # --spans 0: the default
+        with self.assertRaisesRegex(fs.FleetError, "--spans 5"):
             fs.SpanPlan(1024, 256, 5, 2)                        # more spans than chunks
+
+    def test_plan_is_what_the_binary_prints(self):
+        for T, C, S, K, W in ((512, 64, 4, 3, 4), (1000, 64, 5, 2, 4), (300, 32, 0, 2, 4),
+                              (250, 20, 4, 3, 7), (100, 256, 0, 1, 4)):
+            rc, out, err = adjsh_plan("--context", T, "--chunk", C, "--spans", S, "--layers", K,
+                                      "--conv-kernel", W)
+            self.assertEqual(rc, 0, err)
+            j = json.loads(out)
+            p = fs.SpanPlan(T, C, S, K, W)
+            self.assertEqual((p.T, p.C, p.nC, p.S, p.K, p.W),
+                             (j["T"], j["chunk"], j["num_chunks"], j["num_spans"], j["layers"],
+                              j["conv_kernel"]))
+            self.assertEqual(p.ranges, [(r["t0"], r["len"], r["halo"]) for r in j["spans"]])
+            self.assertEqual(p.chunks, [(c["t0"], c["len"], c["halo"]) for c in j["chunks"]])
+            self.assertEqual(p.tasks, [(t["phase"], t["layer"], t["span"]) for t in j["tasks"]])
+            self.assertEqual(p.deps, [t["deps"] for t in j["tasks"]])
+            self.assertEqual([p.first_task_of_span(s) for s in range(p.S)],
+                             [r["first_task"] for r in j["spans"]])
+            # what the simulator relies on: the spans and the chunks cover [0, T) in order, a
+            # span is a run of whole chunks, its tokens come with its first task (layer 0's)
+            self.assertEqual([t0 for t0, _, _ in p.ranges],
+                             [sum(n for _, n, _ in p.ranges[:s]) for s in range(p.S)])
+            self.assertEqual(sum(n for _, n, _ in p.ranges), T)
+            self.assertEqual(sum(n for _, n, _ in p.chunks), T)
+            self.assertEqual([h for _, _, h in p.ranges], [min(W - 1, t0) for t0, _, _ in p.ranges])
+            for s in range(p.S):
+                first = (fs.FWD_SUMMARY, 0, s) if s + 1 < p.S else (fs.FWD, 0, s)
+                self.assertEqual(p.first_task_of_span(s), p.id(*first), (T, C, S, s))
+
+    def test_forward_only_plan(self):
+        full, fwd = plan_of(200, 25, 3, 3), plan_of(200, 25, 3, 3, forward_only=True)
+        self.assertTrue(fwd.forward_only)
+        self.assertEqual(len(fwd.tasks), 3 * (2 * 3 - 1))
+        self.assertEqual(fwd.tasks, full.tasks[:len(fwd.tasks)])
+        self.assertEqual(fwd.deps, full.deps[:len(fwd.deps)])
+
+    def test_a_malformed_shape_is_refused(self):
+        for args, flag in ((("--context", 1024, "--chunk", 256, "--spans", 5, "--layers", 2),
+                            "--spans 5"),
+                           (("--context", 10, "--chunk", 1, "--spans", 4, "--layers", 1),
+                            "W - 1"),
+                           (("--context", 0, "--layers", 2), "--context"),
+                           (("--context", 100, "--chunk", -1, "--layers", 2), "--chunk"),
+                           (("--context", 100, "--layers", 0), "--layers")):
+            rc, out, err = adjsh_plan(*args)
+            self.assertEqual(rc, 2, (args, err))
+            self.assertEqual(out, "")
+            self.assertIn(flag, err, args)
+        with self.assertRaisesRegex(fs.FleetError, "W - 1"):
+            fs.SpanPlan(10, 1, 4, 1)
+        with self.assertRaisesRegex(fs.FleetError, "--context"):
+            fs.SpanPlan(-3, 4, 0, 1)
+
+    def test_no_binary_is_a_clear_error(self):
+        missing = os.path.join(ROOT, "no", "such", "adjsh")
+        with self.assertRaisesRegex(fs.AdjshMissing, "scripts/build.sh"):
+            fs.SpanPlan(512, 64, 4, 3, adjsh=missing)
+        with tempfile.TemporaryDirectory() as d:
+            p = cli("synth", "--model", "64,2,8,512,2", "--T", "16384", "--chunk", "512",
+                    "--cost-trace", write_trace(d, fixture_records()), "--speed", "1",
+                    "--adjsh", missing)
+            assert_user_error(self, p, "scripts/build.sh")
+            # a replay needs no plan: it runs, and says the dependencies went unchecked
+            p = cli("replay", "--trace", os.path.join(d, "trace.jsonl"), "--workers", "1,2",
+                    "--adjsh", missing)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertIn("not checked", p.stdout)
 
     def test_param_count_of_the_130m_shape(self):
         self.assertEqual(fs.Shape(768, 24, 16, 50280, 2).params(), 129135360)
@@ -307,7 +400,7 @@ class SimulationTest(unittest.TestCase):
 
     def small_plan(self, S=8, times=None):
         shape = fs.Shape(64, 3, 8, 512, 2)
-        plan = fs.SpanPlan(S * 512, 256, S, shape.K)
+        plan = plan_of(S * 512, 256, S, shape.K)
         rng = random.Random(11)
         tasks = fs.plan_tasks(plan, shape, times or (lambda *_: rng.uniform(0.001, 0.01)),
                               shape.param_bytes())
@@ -441,7 +534,7 @@ class SimulationTest(unittest.TestCase):
 
     def big_partials(self):
         shape = fs.Shape(256, 4, 16, 32000, 2)
-        plan = fs.SpanPlan(65536, 1024, 16, shape.K)
+        plan = plan_of(65536, 1024, 16, shape.K)
         tasks = fs.plan_tasks(plan, shape, lambda *_: 0.01, shape.param_bytes())
         return shape, plan, tasks, fs.Net(10, 10, 50, 0)
 
@@ -483,7 +576,7 @@ class SimulationTest(unittest.TestCase):
 
     def test_wavefront_runs_at_most_K_at_once(self):
         shape = fs.Shape(64, 3, 8, 256, 2)
-        plan = fs.SpanPlan(8192, 512, 0, shape.K)
+        plan = plan_of(8192, 512, 0, shape.K)
         cost = fs.CostModel({p: 1e-9 for p in fs.PHASES + ("head",)}, "test")
         tasks, forward = fs.wavefront_tasks(shape, plan, cost, 1.0, "none")
         net = zero_net()
@@ -505,7 +598,7 @@ class CalibrateTest(unittest.TestCase):
 
     def test_fit_recovers_a_simulated_run(self):
         shape = fs.Shape(*FIXTURE_SHAPE)
-        plan = fs.SpanPlan(16384, 256, 8, shape.K)
+        plan = plan_of(16384, 256, 8, shape.K)
         rng = random.Random(3)
         P = shape.param_bytes()
         tasks = fs.plan_tasks(plan, shape, lambda *_: rng.uniform(0.002, 0.01), P)
@@ -560,6 +653,7 @@ class CliTest(unittest.TestCase):
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertIn("--rpc-overhead-us", p.stdout)
         self.assertEqual(p.stdout.count("| trace.jsonl | 2 |"), 2)
+        need_adjsh()  # synth's plan is the binary's
         out = os.path.join(self.dir, "s.json")
         p = cli("synth", "--model", "64,2,8,512,2", "--T", "16384", "--chunk", "512",
                 "--cost-trace", self.trace, "--speed", "2", "--workers", "1,4", "--json", out)
@@ -586,9 +680,10 @@ class CliTest(unittest.TestCase):
         self.assertUserError(cli("replay", "--trace", twice), "appears twice")
         self.assertUserError(cli("calibrate", "--trace", f"{self.trace}:3"), "2 workers")
         self.assertUserError(cli("calibrate", "--trace", self.trace), "FILE:W")
-        self.assertUserError(cli("synth", "--model", "64,2,8,512,2", "--T", "1000", "--chunk",
-                                 "512", "--spans", "4", "--cost-trace", self.trace,
-                                 "--speed", "1"), "--spans 4")
+        if os.access(ADJSH, os.X_OK):  # the binary's plan refuses the shape, naming the flag
+            self.assertUserError(cli("synth", "--model", "64,2,8,512,2", "--T", "1000",
+                                     "--chunk", "512", "--spans", "4", "--cost-trace",
+                                     self.trace, "--speed", "1"), "--spans 4")
         # the tree's root is the first span's owner, as built: no option chooses it
         self.assertUserError(cli("replay", "--trace", self.trace, "--tree-root", "last"),
                              "unrecognized arguments")
@@ -678,4 +773,7 @@ if __name__ == "__main__":
         i = sys.argv.index("--adjsh")
         ADJSH = os.path.abspath(sys.argv[i + 1])
         del sys.argv[i:i + 2]
+    # the same binary for the plans made here and in fleet_sim.py's processes
+    os.environ["ADJSH"] = ADJSH
+    fs.set_adjsh(ADJSH)
     unittest.main(verbosity=2)
