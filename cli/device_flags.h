@@ -9,7 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "cli/args.h"
-#include "engine/adjoint_engine.h"
+#include "engine/grad_options.h"
 #include "kernels/backend.h"
 
 namespace adjsh::cli {

@@ -16,6 +16,7 @@
 #include "coordinator/local_cluster.h"
 #include "common/tokens.h"
 #include "engine/adjoint_engine.h"
+#include "engine/capabilities.h"
 #include "engine/segments.h"
 #include "engine/span_plan.h"
 #include "engine/step_profile.h"
@@ -183,9 +184,6 @@ int GradCommand(const std::vector<std::string>& args) {
   absl::StatusOr<int64_t> spans = a.GetInt("spans", 0, int64_t{1} << 30);
   if (!spans.ok()) return BadUsage("grad", spans.status());
   opt.spans = *spans;
-  if (a.Has("trace") && opt.schedule != Schedule::kSpans) {
-    return BadUsage("grad", absl::InvalidArgumentError("--trace records the span schedule only"));
-  }
   const bool quiet = a.GetBool("quiet");
   if (!quiet) {
     opt.progress = [](std::string_view phase, int64_t done, int64_t total) {
@@ -221,22 +219,15 @@ int GradCommand(const std::vector<std::string>& args) {
                                   "its weights are: it could overwrite them")));
     }
   }
-  if (a.Has("doc-starts") && (*workers > 0 || a.Has("trace"))) {
-    return BadUsage("grad", absl::InvalidArgumentError(
-                                "--doc-starts runs in-process (no --workers or --trace)"));
-  }
-  if (*workers > 0 && (dtype != "f32" || opt.window != 0 || opt.schedule != Schedule::kSpans ||
-                       opt.cotangent != Cotangent::kExact)) {
-    return BadUsage("grad", absl::InvalidArgumentError(
-                                "--workers computes the exact f32 gradient with the span "
-                                "schedule only (no --dtype f64, --window, --schedule wavefront or "
-                                "two-pass, or top-of-stack: those run in-process)"));
-  }
-  if (*workers > 0 && !opt.device.is_cpu()) {
-    return BadUsage("grad", absl::InvalidArgumentError(
-                                "with --workers the coordinator computes nothing: give the device "
-                                "to the workers with --worker-device"));
-  }
+  // What this model type can compute where (engine/capabilities.h), before anything runs.
+  const bool mamba2 = ModelTypeOfDir(a.Get("model")) == "mamba2";
+  RunRequest request{.model = mamba2 ? ModelType::kMamba2 : ModelType::kMamba,
+                     .runner = *workers > 0 ? Runner::kWorkers : Runner::kInProcess,
+                     .f64 = dtype == "f64",
+                     .options = opt,
+                     .doc_starts = a.Has("doc-starts"),
+                     .trace = a.Has("trace")};
+  if (absl::Status s = Supports(request); !s.ok()) return BadUsage("grad", s);
   absl::StatusOr<std::vector<std::string>> worker_devices = WorkerDevicesFromFlags(a);
   if (!worker_devices.ok()) return BadUsage("grad", worker_devices.status());
   if (!worker_devices->empty() && *workers == 0) {
@@ -248,20 +239,9 @@ int GradCommand(const std::vector<std::string>& args) {
   if (a.Given("reduce") && *workers == 0) {  // in-process there are no partials to move
     return BadUsage("grad", absl::InvalidArgumentError("--reduce needs --workers N (N >= 1)"));
   }
-  if (ModelTypeOfDir(a.Get("model")) == "mamba2") {
+  if (mamba2) {
     // Mamba-2: the exact gradient by the span schedule, in-process (on --device) or on
-    // workers (on --worker-device); the rest is Mamba-1's.
-    for (const char* flag : {"window", "doc-starts", "trace"}) {
-      if (a.Has(flag)) {
-        return BadUsage("grad", absl::InvalidArgumentError(absl::StrCat(
-                                    "--", flag, " is not available for Mamba-2 models")));
-      }
-    }
-    if (opt.schedule != Schedule::kSpans || opt.cotangent != Cotangent::kExact) {
-      return BadUsage("grad", absl::InvalidArgumentError(
-                                  "a Mamba-2 model's gradient is the exact one by the span "
-                                  "schedule (no --schedule or --cotangent for it)"));
-    }
+    // workers (on --worker-device).
     if (absl::Status s = CheckDeviceUsable(opt.device); !s.ok()) return Fail("grad", s);
     const absl::Status s = RunMamba2Grad(
         a.Get("model"), a.Get("tokens"), a.Get("out"), dtype == "f64", opt,

@@ -9,7 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/file_io.h"
-#include "engine/adjoint_engine.h"
+#include "engine/grad_options.h"
 #include "train/dataset.h"
 #include "google/protobuf/util/json_util.h"
 

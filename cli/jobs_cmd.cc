@@ -20,7 +20,7 @@
 #include "cli/job_flags.h"
 #include "cli/security_flags.h"
 #include "common/file_io.h"
-#include "engine/adjoint_engine.h"
+#include "engine/grad_options.h"
 #include "google/protobuf/util/json_util.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/adjsh.grpc.pb.h"

@@ -19,6 +19,7 @@
 #include "common/address.h"
 #include "common/metrics_server.h"
 #include "common/model.h"
+#include "engine/capabilities.h"
 #include "engine/mamba2_model.h"
 #include "common/token_data.h"
 #include "common/tokens.h"
@@ -139,11 +140,7 @@ template <typename P>
 int RunOnWorkers(train::BasicTrainer<P>& trainer, const ArgParser& a, const v1::JobSpec& spec,
                  const train::TrainOptions& opt, int64_t workers, int64_t lease_ms,
                  std::vector<std::string> worker_devices) {
-  if (!opt.grad.device.is_cpu()) {
-    return BadUsage("train", absl::InvalidArgumentError(
-                                 "with --workers the coordinator computes nothing: give the "
-                                 "device to the workers with --worker-device"));
-  }
+  // (A device for the coordinator, which computes nothing, was refused by Supports.)
   coordinator::LocalClusterOptions cluster_options;
   cluster_options.service.lease = absl::Milliseconds(lease_ms);
   cluster_options.service.trace_path = a.Get("trace");
@@ -298,16 +295,17 @@ int TrainCommand(const std::vector<std::string>& args) {
     return BadUsage("train", absl::InvalidArgumentError("--schedule must be spans or wavefront, "
                                                         "got '" + a.Get("schedule") + "'"));
   }
-  if (*schedule == Schedule::kWavefront && workers > 0) {
-    return BadUsage("train", absl::InvalidArgumentError(
-                                 "--schedule wavefront runs in-process (no --workers): workers "
-                                 "run the span schedule"));
-  }
-  if (workers > 0 && (spec->window() != 0 || *cotangent != Cotangent::kExact)) {
-    return BadUsage("train", absl::InvalidArgumentError(
-                                 "--workers runs the exact gradient by the span schedule only "
-                                 "(no --window or --cotangent top-of-stack: those run "
-                                 "in-process)"));
+  {
+    // What this model type can compute where (engine/capabilities.h), before anything runs.
+    RunRequest request;
+    request.runner = workers > 0 ? Runner::kWorkers : Runner::kInProcess;
+    request.training = true;
+    request.options.window = spec->window();
+    request.options.cotangent = *cotangent;
+    request.options.schedule = *schedule;
+    request.options.device = *device;
+    if (coordinator::JobIsMamba2(*spec)) request.model = ModelType::kMamba2;
+    if (absl::Status s = Supports(request); !s.ok()) return BadUsage("train", s);
   }
   for (const char* flag :
        {"worker-metrics-listen", "worker-device", "trace", "worker-log-dir", "reduce"}) {

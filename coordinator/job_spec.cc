@@ -17,6 +17,7 @@
 #include "common/saturating.h"
 #include "common/strings.h"
 #include "common/tokens.h"
+#include "engine/capabilities.h"
 #include "engine/adjoint_engine.h"
 #include "engine/mamba2_model.h"
 #include "engine/span_plan.h"
@@ -314,15 +315,18 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const JobLimits& limits,
   }
   if (spec.window() < 0)
     return Invalid("window", absl::StrCat("must be >= 0, got ", spec.window()));
-  if (spec.window() > 0 && !in_process) {
-    return absl::UnimplementedError(absl::StrCat(
-        "window: the truncated adjoint (window ", spec.window(),
-        ") is not supported on remote workers, which compute the exact gradient only; use "
-        "window 0, or adjsh train --window for in-process truncated training"));
+  if (!in_process) {
+    // What workers compute (engine/capabilities.h): a truncated window runs in-process only.
+    RunRequest request;
+    request.runner = Runner::kWorkers;
+    request.f64 = spec.dtype() == "f64";
+    request.options.window = spec.window();
+    if (JobIsMamba2(spec)) request.model = ModelType::kMamba2;
+    if (absl::Status s = Supports(request, Naming::kSpecField); !s.ok()) return s;
   }
-  if (spec.dtype() == "f64") {
+  if (spec.dtype() == "f64") {  // a job trains in f32 wherever it runs (f64 is adjsh grad's)
     return absl::UnimplementedError(
-        "dtype: f64 is not supported on remote workers (f32 only); use \"f32\" or leave it empty");
+        "dtype: f64 is not supported for training jobs (f32 only); use \"f32\" or leave it empty");
   }
   if (!spec.dtype().empty() && spec.dtype() != "f32") {
     return Invalid("dtype",

@@ -1,7 +1,8 @@
 // The TaskService's steps (coordinator/task_service.h): a gradient's sequences and their
 // schedulers, its beginning with the live workers (owners, the worker tree), its restart when
 // a tree worker is lost, its end (result, trace, cancel, abort). The RPCs that serve its tasks
-// are in coordinator/task_service.cc.
+// are in coordinator/task_service.cc (workers, leases), task_service_inputs.cc (the tensors
+// streamed out) and task_service_results.cc (the results taken in).
 #include <algorithm>
 #include <cstdio>
 #include <type_traits>
@@ -11,6 +12,7 @@
 #include "common/mamba2_config.h"
 #include "common/model.h"
 #include "coordinator/task_service.h"
+#include "engine/capabilities.h"
 #include "engine/mamba2_model.h"
 
 namespace adjsh::coordinator {
@@ -104,21 +106,12 @@ absl::StatusOr<std::vector<GradResult<float, P>>> TaskServiceImpl::RunStep(
     };
     if (absl::Status s = ValidateGradientInputs(params.config, pieces[b].tokens, options); !s.ok())
       return in_sequence(s);
-    if (options.window != 0) {
-      return absl::UnimplementedError(
-          "workers compute the exact gradient only: a truncated window's chunks read rows of "
-          "later spans (--window runs in-process)");
-    }
-    if (options.cotangent != Cotangent::kExact || options.schedule != Schedule::kSpans) {
-      return absl::UnimplementedError(
-          "workers run the span schedule of the exact gradient only (no top-of-stack cotangent, "
-          "no in-process chunk schedule)");
-    }
-    if (!options.device.is_cpu()) {
-      return absl::InvalidArgumentError(
-          "the coordinator computes nothing itself: give the device to the workers (adjsh worker "
-          "--device)");
-    }
+    if (absl::Status s = Supports({.model = kMamba2 ? ModelType::kMamba2 : ModelType::kMamba,
+                                   .runner = Runner::kWorkers,
+                                   .options = options},
+                                  Naming::kSpecField);
+        !s.ok())
+      return in_sequence(s);
     if (options.forward_only != pieces[0].options.forward_only) {
       return absl::InvalidArgumentError(
           "the sequences of one step are all evaluations (forward_only) or none");

@@ -15,7 +15,8 @@
 #include <vector>
 
 #include "common/model.h"
-#include "engine/adjoint_engine.h"
+#include "engine/grad_options.h"
+#include "engine/grad_result.h"
 #include "engine/stored_rows.h"
 #include "engine/thread_pool.h"
 #include "kernels/backend.h"

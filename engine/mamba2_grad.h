@@ -17,7 +17,7 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
-#include "engine/adjoint_engine.h"
+#include "engine/grad_options.h"
 #include "engine/grad_result.h"
 #include "engine/mamba2_model.h"
 

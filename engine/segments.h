@@ -18,7 +18,8 @@
 #include <utility>
 #include <vector>
 
-#include "engine/adjoint_engine.h"
+#include "engine/grad_options.h"
+#include "engine/grad_result.h"
 
 namespace adjsh {
 

@@ -21,7 +21,8 @@
 
 #include "absl/status/status.h"
 #include "common/model.h"
-#include "engine/adjoint_engine.h"
+#include "engine/grad_options.h"
+#include "engine/grad_result.h"
 #include "engine/reduce_groups.h"
 #include "engine/span_family.h"
 #include "engine/span_plan.h"

@@ -10,7 +10,8 @@
 
 #include "absl/status/statusor.h"
 #include "common/model.h"
-#include "engine/adjoint_engine.h"
+#include "engine/grad_options.h"
+#include "engine/grad_result.h"
 #include "engine/mamba2_grad.h"
 
 namespace adjsh {

@@ -19,7 +19,7 @@
 
 #include "absl/status/status.h"
 #include "common/model.h"
-#include "engine/adjoint_engine.h"
+#include "engine/grad_options.h"
 #include "engine/span_plan.h"
 #include "engine/stored_rows.h"
 #include "kernels/backend.h"

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/adjoint_engine.h"
+#include "engine/grad_options.h"
 #include "engine/row_store.h"
 
 namespace adjsh {

@@ -4,6 +4,7 @@
 #include "common/config.h"
 #include "common/mamba2_config.h"
 #include "common/python_json.h"
+#include "engine/capabilities.h"
 #include "engine/mamba2_eval.h"
 
 namespace adjsh::train {
@@ -20,8 +21,6 @@ absl::Status Mamba1::Save(const std::string& dir, const Params& params, DType dt
 absl::StatusOr<Mamba1::Params> Mamba1::Load(const std::string& dir) {
   return LoadModelDir<float>(dir);
 }
-
-absl::Status Mamba1::CheckOptions(const GradOptions&) { return absl::OkStatus(); }
 
 absl::StatusOr<Mamba1::Grad> Mamba1::Gradient(const Params& params, const GradPiece& piece) {
   return ComputeGradient<float>(params, piece.tokens, piece.options);
@@ -48,20 +47,10 @@ absl::StatusOr<Mamba2::Params> Mamba2::Load(const std::string& dir) {
   return LoadMamba2ModelDir<float>(dir);
 }
 
-absl::Status Mamba2::CheckOptions(const GradOptions& o) {
-  const char* missing = nullptr;
-  if (o.window != 0) missing = "a truncated window (--window)";
-  else if (o.cotangent != Cotangent::kExact) missing = "the top-of-stack cotangent";
-  else if (o.forward_only) missing = "forward-only span steps";
-  else if (o.schedule != Schedule::kSpans) missing = "a schedule other than spans (--schedule)";
-  if (!missing) return absl::OkStatus();
-  return absl::UnimplementedError(absl::StrCat(
-      "a Mamba-2 model (model_type mamba2) trains with the exact gradient; ", missing,
-      " is not built for Mamba-2"));
-}
-
 absl::StatusOr<Mamba2::Grad> Mamba2::Gradient(const Params& params, const GradPiece& piece) {
-  if (absl::Status s = CheckOptions(piece.options); !s.ok()) return s;
+  if (absl::Status s = Supports({.model = ModelType::kMamba2, .options = piece.options});
+      !s.ok())
+    return s;
   return Mamba2Gradient<float>(params, piece.tokens, Mamba2GradOptionsFrom(piece.options));
 }
 

@@ -2,7 +2,7 @@
 // parameter structs: Mamba-1's ModelParams<float> (common/model.h) and Mamba-2's
 // Mamba2Params<float> (engine/mamba2_model.h). Each family gives its config type, the result
 // type of its gradient, the shape a resume must match, its model folder's reader and writer,
-// its in-process gradient and evaluation, and the gradient options it cannot take.
+// its in-process gradient and evaluation; what it can run is engine/capabilities.h's (kType).
 #ifndef ADJSH_TRAIN_MODEL_FAMILY_H_
 #define ADJSH_TRAIN_MODEL_FAMILY_H_
 
@@ -13,6 +13,7 @@
 #include "common/model.h"
 #include "common/token_data.h"
 #include "engine/adjoint_engine.h"
+#include "engine/capabilities.h"
 #include "engine/evaluate.h"
 #include "engine/mamba2_grad.h"
 #include "engine/mamba2_model.h"
@@ -32,8 +33,7 @@ struct ModelFamily<ModelParams<float>> {
   static std::string Shape(const Config& config);
   static absl::Status Save(const std::string& dir, const Params& params, DType dtype);
   static absl::StatusOr<Params> Load(const std::string& dir);
-  // Every option ComputeGradient takes: OK.
-  static absl::Status CheckOptions(const GradOptions& options);
+  static constexpr ModelType kType = ModelType::kMamba;
   static absl::StatusOr<Grad> Gradient(const Params& params, const GradPiece& piece);
   static absl::StatusOr<EvalResult> Evaluate(const Params& params, const TokenData& tokens,
                                              const EvalOptions& options);
@@ -48,11 +48,10 @@ struct ModelFamily<Mamba2Params<float>> {
   static std::string Shape(const Config& config);
   static absl::Status Save(const std::string& dir, const Params& params, DType dtype);
   static absl::StatusOr<Params> Load(const std::string& dir);
-  // Mamba-2's gradient is exact (engine/mamba2_grad.h), on the options' device, with the
-  // chunk, spans and threads, a loss mask, bf16 storage and a spill directory: a truncated
-  // window and the top-of-stack cotangent are refused by name (UNIMPLEMENTED), and what a
-  // device lacks by its backend (engine/mamba2_backend.h).
-  static absl::Status CheckOptions(const GradOptions& options);
+  // What a Mamba-2 model's gradient takes is in engine/capabilities.h's table (a truncated
+  // window and the top-of-stack cotangent are refused by name, UNIMPLEMENTED), what a device
+  // lacks by its backend (engine/mamba2_backend.h).
+  static constexpr ModelType kType = ModelType::kMamba2;
   static absl::StatusOr<Grad> Gradient(const Params& params, const GradPiece& piece);
   static absl::StatusOr<EvalResult> Evaluate(const Params& params, const TokenData& tokens,
                                              const EvalOptions& options);

@@ -71,7 +71,10 @@ absl::Status BasicTrainer<P>::Init() {
         "grad clip >= 0, warmup >= 0, 0 <= min lr ratio <= 1)");
   }
   if (opt_.batch_size < 1) return absl::InvalidArgumentError("batch size must be >= 1");
-  if (absl::Status s = ModelFamily<P>::CheckOptions(opt_.grad); !s.ok()) return s;
+  if (absl::Status s = Supports({.model = ModelFamily<P>::kType, .options = opt_.grad,
+                                 .training = true});
+      !s.ok())
+    return s;
   if (opt_.keep_checkpoints < 1) {
     return absl::InvalidArgumentError("keep_checkpoints must be >= 1 (the newest is always kept)");
   }

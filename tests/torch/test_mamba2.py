@@ -374,9 +374,9 @@ def check_bad_input(adjsh, tmp):
         "backbone.layers.0.mixer.D": torch.full((4,), float("nan"), dtype=torch.float64)})),
         "non-finite value")
     good = variant("good")
-    refused("--workers with --dtype f64 (bad usage)", good, "--workers computes the exact f32",
+    refused("--workers with --dtype f64 (bad usage)", good, "runs in-process only (no --workers)",
             ["--workers", "2", "--dtype", "f64"], code=2)
-    refused("--schedule wavefront (bad usage)", good, "no --schedule or --cotangent",
+    refused("--schedule wavefront (bad usage)", good, "--schedule wavefront is not available for Mamba-2",
             ["--schedule", "wavefront"], code=2)
     with open(os.path.join(good, "config.json")) as f:
         text = f.read()
