@@ -6,7 +6,7 @@ f64, bf16 storage, a truncated window, the wavefront, Mamba-1 and Mamba-2) whose
 hashed tensor by tensor (name, dtype, shape and bytes of each safetensors entry, so a header's
 metadata may change without moving anything). tests/bits/fixtures.json holds the digests
 recorded before a refactor, keyed by the machine: OpenBLAS picks its GEMM kernels by CPU, so the
-same build gives other bits on another CPU model (README, "bitwise equality holds among workers
+same build gives other bits on another CPU model (docs/USAGE.md, "bitwise equality holds among workers
 of one kind"). On a machine with no entry the test says so and exits 77 (CTest's skip);
 `--record` adds this machine's entry, to be done only from a commit whose bits are the
 reference.
