@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """The paper's Proposition 3 read literally (every layer given the top-of-stack cotangent
-dL/du^{K+1}, its input held fixed; DESIGN.md §3) against the exact gradient:
+dL/du^{K+1}, its input fixed; docs/MATH.md "The adjoint of the scan") against the exact gradient:
   * gradient error (relative L2, cosine; overall and per parameter group) of
     `adjsh grad --cotangent top-of-stack` for K = 1..8 layers (fresh models, D=128, T=8K);
   * training with it (`adjsh train --cotangent top-of-stack`) against exact: loss per step.

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The truncated adjoint window (DESIGN.md §3) against the exact gradient:
+"""The truncated adjoint window (docs/MATH.md "Truncated adjoint") against the exact gradient:
   * gradient error (relative L2 and cosine, overall and per parameter group) of
     `adjsh grad --window Wt` for Wt in {64, 256, 1K, 4K, 16K} at T = 64K, on the freshly
     initialised model and on the same model after the exact training run below;

@@ -195,7 +195,8 @@ def main():
     for T, _, t, *_ in speed:
         lines.append(f"| PyTorch autograd | 256 | {T} | {t['peak_rss_bytes'] / 2**20:.0f} MiB | {st:.0f} |")
     lines.append("")
-    lines.append("What adjsh stores per token in f32 (DESIGN.md §5): the K layer inputs (dL/du^k "
+    lines.append('What adjsh stores per token in f32 (docs/MATH.md "Memory"): '
+                 "the K layer inputs (dL/du^k "
                  "replaces dL/du^{k+1} chunk by chunk in one buffer in the backward) and u^{K+1}, "
                  "then dL/du^{K+1}: "
                  f"K + 1 rows of D floats, {(4 + 1) * 256 * 4} B at D=256 and "

@@ -23,7 +23,7 @@
 #include "common/proc_stats.h"
 #include "engine/adjoint_engine.h"
 #include "engine/span_plan.h"
-#include "engine/thread_pool.h"
+#include "common/thread_pool.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/kept_pool.h"
 #include "kernels/reference/mamba_reference.h"

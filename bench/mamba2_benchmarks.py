@@ -26,7 +26,7 @@ FLOPs counted per token and layer, as engine/mamba2_grad.cc runs them: the in_pr
 (2 Dp D) three times (the forward, the backward's state sweep, the chunk's recompute), the
 out_proj GEMM (2 D Di) twice (the sweep keeps states only), both twice more for their
 backward; the LM head (2 V D) three times; the scan in the block form that chunk 256 uses
-(engine/mamba2_scan_blocks.cc, blocks of Q = 64 rows), per token: forward 2 Q P + 4 P N per
+(kernels/cpu/mamba2_scan_blocks.cc, blocks of Q = 64 rows), per token: forward 2 Q P + 4 P N per
 head and 2 Q N per group (C B^T), twice (the forward and the recompute); the states-only sweep
 2 P N per head; the backward 4 Q P + 4 Q N + 10 P N per head and 2 Q N per group. The block
 form does more FLOPs than the token-by-token recurrence (4 P N forward, 14 P N backward), as

@@ -1,4 +1,4 @@
-// The two forms of the Mamba-2 scan (engine/mamba2_scan.h), timed on the same inputs, one
+// The two forms of the Mamba-2 scan (kernels/cpu/mamba2_scan.h), timed on the same inputs, one
 // thread: for each chunk row count, the forward (with outputs), the states-only sweep, the
 // backward and the adjoint, in the plain and the block form in turn, repeated until each has
 // run `seconds`. One JSON line per row count and part, with both times per call and their
@@ -13,7 +13,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "cli/args.h"
-#include "engine/mamba2_scan.h"
+#include "kernels/cpu/mamba2_scan.h"
 #include "kernels/cpu/blas.h"
 
 namespace {

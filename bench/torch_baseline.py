@@ -2,11 +2,11 @@
 """PyTorch autograd baseline: time and memory of one exact gradient of the Mamba-1 LM (CPU, or
 a CUDA GPU with --device cuda).
 
-The model is tests/torch/mamba_ref.py (DESIGN.md section 2, HF layout): discretisation vectorised
+The model is tests/torch/mamba_ref.py (docs/MATH.md "Forward", HF layout): discretisation vectorised
 over tokens, then the sequential selective scan over tokens as in mamba_ssm's selective_scan_ref /
 HF MambaMixer's slow path, i.e. the standard non-fused peer. Its backward keeps exp(Delta A),
-Delta B x' and h for every (token, layer): (T, Di, N) tensors, the "backprop, all activations
-kept" line of DESIGN.md section 5. --checkpoint-layers wraps every layer in
+Delta B x' and h for every (token, layer): (T, Di, N) tensors, the backprop line of docs/MATH.md
+"Memory". --checkpoint-layers wraps every layer in
 torch.utils.checkpoint (keeps only the layer inputs, recomputes one layer at a time in backward).
 
 Run one configuration per process (peak RSS is per process):

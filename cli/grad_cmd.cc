@@ -1,4 +1,5 @@
-// adjsh grad: loss and gradient of the mean next-token loss of one sequence (DESIGN.md §6).
+// adjsh grad: loss and gradient of the mean next-token loss of one sequence (docs/USAGE.md
+// "adjsh grad").
 #include <chrono>
 #include <cstdio>
 #include <filesystem>

@@ -6,8 +6,8 @@
 #include "cli/commands.h"
 #include "cli/model_flags.h"
 #include "common/model.h"
-#include "engine/mamba2_init.h"
-#include "engine/mamba2_model.h"
+#include "common/mamba2_init.h"
+#include "common/mamba2_model.h"
 
 namespace adjsh::cli {
 namespace {

@@ -20,7 +20,7 @@
 #include "common/metrics_server.h"
 #include "common/model.h"
 #include "engine/capabilities.h"
-#include "engine/mamba2_model.h"
+#include "common/mamba2_model.h"
 #include "common/token_data.h"
 #include "common/tokens.h"
 #include "coordinator/job_spec.h"

@@ -1,4 +1,5 @@
-// Model configuration: the Hugging Face MambaForCausalLM config.json keys (DESIGN.md §2).
+// Model configuration: the Hugging Face MambaForCausalLM config.json keys (docs/ARCHITECTURE.md
+// "Data, evaluation and decoding").
 // Letters used across the code: D hidden, K layers, N state, W conv, E expand, Di = E*D inner,
 // R dt rank, V vocab.
 #ifndef ADJSH_COMMON_CONFIG_H_

@@ -1,5 +1,5 @@
 // The reproducible random streams of the published initialisations (common/model_init.cc for
-// Mamba-1, engine/mamba2_init.cc for Mamba-2): every tensor draws from its own
+// Mamba-1, common/mamba2_init.cc for Mamba-2): every tensor draws from its own
 // std::mt19937_64, seeded from (seed, tensor name), with the uniform and normal transforms
 // written out here, so values depend neither on the standard library's <random>
 // distributions nor on the order tensors are filled in.

@@ -1,4 +1,4 @@
-// Mamba causal LM parameters in the Hugging Face MambaForCausalLM layout (DESIGN.md §2).
+// Mamba causal LM parameters in the Hugging Face MambaForCausalLM layout.
 // Every matrix is row-major with the shape HF stores (outermost first):
 //   embed      (V, D)          backbone.embeddings.weight (also the tied LM head)
 //   per layer k:
@@ -84,7 +84,7 @@ uint64_t ParamBytesF32(const MambaConfig& config);
 // RESOURCE_EXHAUSTED naming the bytes (refused before any allocation is tried).
 absl::Status CheckModelFitsInMemory(const MambaConfig& config, int copies);
 // The same for a model of `param_bytes` f32 parameter bytes, named `what` in the message
-// (a Mamba-2 model's: engine/mamba2_model.h Mamba2ParamBytesF32).
+// (a Mamba-2 model's: common/mamba2_model.h Mamba2ParamBytesF32).
 absl::Status CheckParamsFitInMemory(uint64_t param_bytes, int copies, const std::string& what);
 
 // All parameters sized for `config`, filled with zeros (a gradient accumulator).

@@ -25,7 +25,7 @@
 #include "common/file_io.h"
 #include "common/model.h"
 #include "common/strings.h"
-#include "engine/mamba2_model.h"
+#include "common/mamba2_model.h"
 #include "coordinator/job_spec.h"
 #include "train/trainer.h"
 

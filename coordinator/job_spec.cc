@@ -19,7 +19,7 @@
 #include "common/tokens.h"
 #include "engine/capabilities.h"
 #include "engine/adjoint_engine.h"
-#include "engine/mamba2_model.h"
+#include "common/mamba2_model.h"
 #include "engine/span_plan.h"
 
 namespace adjsh::coordinator {

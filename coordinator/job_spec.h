@@ -100,7 +100,7 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const JobLimits& limits = 
 absl::StatusOr<MambaConfig> ConfigFromInit(const v1::InitConfig& init);
 
 // Whether the spec's model is a Mamba-2 model_dir (its config.json's model_type is "mamba2");
-// init makes Mamba-1 models only. Then LoadMamba2ModelDir (engine/mamba2_model.h) loads it,
+// init makes Mamba-1 models only. Then LoadMamba2ModelDir (common/mamba2_model.h) loads it,
 // else JobModelParams (whose loader says why a model_dir cannot be read).
 bool JobIsMamba2(const v1::JobSpec& spec);
 

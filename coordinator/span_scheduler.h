@@ -31,7 +31,7 @@
 #include "common/model.h"
 #include "common/safetensors.h"
 #include "engine/mamba2_grad.h"
-#include "engine/mamba2_model.h"
+#include "common/mamba2_model.h"
 #include "coordinator/task_queue.h"
 #include "engine/span_ledger.h"
 #include "engine/span_plan.h"

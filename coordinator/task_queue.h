@@ -1,4 +1,4 @@
-// The lifecycle of the tasks of one job step (DESIGN.md §4 "Tasks", "Leases"), in one place:
+// The lifecycle of a job step's tasks (docs/ARCHITECTURE.md "A step", "Faults"), in one place:
 //
 //   WAITING --(all dependencies DONE)--> READY --Lease()--> LEASED --Complete()--> DONE
 //                                          ^                   |

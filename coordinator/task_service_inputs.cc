@@ -9,7 +9,7 @@
 #include "common/model.h"
 #include "common/strings.h"
 #include "coordinator/task_service.h"
-#include "engine/mamba2_model.h"
+#include "common/mamba2_model.h"
 #include "proto/status_util.h"
 #include "proto/tensor_codec.h"
 

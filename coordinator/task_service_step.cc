@@ -13,7 +13,7 @@
 #include "common/model.h"
 #include "coordinator/task_service.h"
 #include "engine/capabilities.h"
-#include "engine/mamba2_model.h"
+#include "common/mamba2_model.h"
 
 namespace adjsh::coordinator {
 

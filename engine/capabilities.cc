@@ -6,7 +6,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "engine/mamba2_backend.h"
+#include "kernels/mamba2_backend.h"
 #include "kernels/backend.h"
 
 namespace adjsh {

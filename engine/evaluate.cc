@@ -15,7 +15,7 @@
 #include "engine/layer_stream.h"
 #include "engine/segments.h"
 #include "engine/span_work.h"
-#include "engine/thread_pool.h"
+#include "common/thread_pool.h"
 
 namespace adjsh {
 namespace {

@@ -18,7 +18,7 @@
 #include "engine/grad_options.h"
 #include "engine/grad_result.h"
 #include "engine/stored_rows.h"
-#include "engine/thread_pool.h"
+#include "common/thread_pool.h"
 #include "kernels/backend.h"
 
 namespace adjsh {

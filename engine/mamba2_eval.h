@@ -1,16 +1,16 @@
 // Evaluation of a Mamba-2 model: the mean next-token loss of a token corpus, forward only. Each
-// sequence streams through the layers one chunk at a time (engine/mamba2_layer.h), every layer
+// sequence streams through the layers one chunk at a time (kernels/cpu/mamba2_layer.h), every layer
 // carrying only its heads' states (H, P, N) and its input's last W - 1 rows (the conv halo)
 // from one chunk to the next: memory is bounded by the chunk at any context length. The loss
 // is summed in chunk order. One thread (the chunk forward's GEMMs are single-threaded), the
-// layers and the head on options.device (engine/mamba2_backend.h).
+// layers and the head on options.device (kernels/mamba2_backend.h).
 #ifndef ADJSH_ENGINE_MAMBA2_EVAL_H_
 #define ADJSH_ENGINE_MAMBA2_EVAL_H_
 
 #include "absl/status/statusor.h"
 #include "common/token_data.h"
 #include "engine/evaluate.h"
-#include "engine/mamba2_model.h"
+#include "common/mamba2_model.h"
 
 namespace adjsh {
 

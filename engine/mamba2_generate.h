@@ -12,7 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/generate.h"
-#include "engine/mamba2_model.h"
+#include "common/mamba2_model.h"
 
 namespace adjsh {
 

@@ -12,7 +12,7 @@
 // The gradient of the next span's conv halo rows (the conv reads this span's last W - 1 rows)
 // is taken through in_proj and the pre-norm by the span that reads them (Mamba2HaloBackward)
 // and sent back as dL/du rows, as Mamba-1's spans do. Every layer chunk goes through the model's
-// Mamba2ChunkOps and the head through its backend (engine/mamba2_backend.h). A task is a pure
+// Mamba2ChunkOps and the head through its backend (kernels/mamba2_backend.h). A task is a pure
 // function of the span's kept values and its inputs: whoever runs it, it returns the same bits.
 #ifndef ADJSH_ENGINE_MAMBA2_SPAN_WORK_H_
 #define ADJSH_ENGINE_MAMBA2_SPAN_WORK_H_
@@ -22,9 +22,9 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "engine/mamba2_backend.h"
-#include "engine/mamba2_layer.h"
-#include "engine/mamba2_model.h"
+#include "kernels/mamba2_backend.h"
+#include "kernels/cpu/mamba2_layer.h"
+#include "common/mamba2_model.h"
 #include "engine/span_plan.h"
 #include "engine/span_work.h"
 #include "engine/stored_rows.h"

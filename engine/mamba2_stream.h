@@ -1,8 +1,8 @@
 // A Mamba-2 model run forward over a sequence fed in pieces: every layer keeps its heads'
 // states (H, P, N) and its input's last W - 1 rows (the conv halo), so a piece's rows are those
-// of one forward of the whole sequence, with memory bounded by the piece (engine/mamba2_layer.h).
+// of one forward of the whole sequence, with memory bounded by the piece (kernels/cpu/mamba2_layer.h).
 // For evaluation (engine/mamba2_eval.h) and decoding (engine/mamba2_generate.h), on the model's
-// device (engine/mamba2_backend.h).
+// device (kernels/mamba2_backend.h).
 #ifndef ADJSH_ENGINE_MAMBA2_STREAM_H_
 #define ADJSH_ENGINE_MAMBA2_STREAM_H_
 
@@ -10,8 +10,8 @@
 #include <span>
 #include <vector>
 
-#include "engine/mamba2_backend.h"
-#include "engine/mamba2_model.h"
+#include "kernels/mamba2_backend.h"
+#include "common/mamba2_model.h"
 
 namespace adjsh {
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "common/check.h"
-#include "engine/mamba2_model.h"
+#include "common/mamba2_model.h"
 
 namespace adjsh {
 

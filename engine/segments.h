@@ -44,7 +44,7 @@ std::vector<std::pair<int64_t, int64_t>> PiecesOfWindow(int64_t start, int64_t l
                                                         std::span<const int64_t> doc_starts);
 
 // The parts' combination (at least one part; parts are consumed). One part is returned as it is.
-// For either model type (ModelParams, Mamba2Params: engine/mamba2_model.h).
+// For either model type (ModelParams, Mamba2Params: common/mamba2_model.h).
 template <typename T, template <typename> class Params>
 GradResult<T, Params> CombineGradients(std::vector<GradResult<T, Params>> parts);
 

@@ -16,7 +16,7 @@
 #include "common/check.h"
 #include "common/model.h"
 #include "engine/decay.h"
-#include "engine/mamba2_model.h"
+#include "common/mamba2_model.h"
 #include "engine/reduce_groups.h"
 
 namespace adjsh {

@@ -14,7 +14,7 @@
 #include "engine/span_ledger.h"
 #include "engine/span_plan.h"
 #include "engine/span_work.h"
-#include "engine/thread_pool.h"
+#include "common/thread_pool.h"
 #include "kernels/cpu/kept_pool.h"
 
 namespace adjsh {

@@ -47,7 +47,7 @@ enum class Op {
   kBackwardTruncated,   // chunk VJPs with a truncated window (lookahead rows)
   kHead,                // final norm, tied LM head, cross-entropy and their backward
   kHeadAccuracy,        // the head's count of rows decoded right (LmHeadArgs::correct)
-  kMamba2Layer,         // a Mamba-2 layer's chunk (engine/mamba2_backend.h)
+  kMamba2Layer,         // a Mamba-2 layer's chunk (kernels/mamba2_backend.h)
 };
 std::string_view OpName(Op op);
 
@@ -109,7 +109,7 @@ class BlockBackend {
 };
 
 // A Mamba-2 layer's chunk on a device other than the CPU, whose Mamba-2 layer is the
-// engine's own (engine/mamba2_backend.h): the contracts of Mamba2ChunkOps there, the layer's
+// engine's own (kernels/mamba2_backend.h): the contracts of Mamba2ChunkOps there, the layer's
 // gradient as plain pointers (kernels/mamba2_tensors.h). Pointers are host memory.
 template <typename T>
 class Mamba2BlockBackend {

@@ -1,6 +1,6 @@
 // A Mamba-2 layer's shape and tensors as plain pointers (no model types), for the backends
 // that run the layer on a device (kernels/backend.h Mamba2BlockBackend,
-// kernels/cuda/mamba2_block.h). Letters as engine/mamba2_layer.h: D hidden, Di = H P inner, H
+// kernels/cuda/mamba2_block.h). Letters as kernels/cpu/mamba2_layer.h: D hidden, Di = H P inner, H
 // heads of P channels, G groups, N state, W conv kernel, Cc = Di + 2 G N conv channels,
 // Dp = 2 Di + 2 G N + H in_proj rows.
 #ifndef ADJSH_KERNELS_MAMBA2_TENSORS_H_
@@ -34,7 +34,7 @@ Mamba2Shape Mamba2ShapeOf(const Config& c) {
   return s;
 }
 
-// One layer's parameters (or gradient accumulators) in the HF layout (engine/mamba2_model.h):
+// One layer's parameters (or gradient accumulators) in the HF layout (common/mamba2_model.h):
 // norm (D), in_proj (Dp, D), conv_w (Cc, W), conv_b (Cc), dt_bias, A_log, Dskip (H),
 // gnorm (Di), out_proj (D, Di).
 template <typename T>
@@ -50,7 +50,7 @@ struct Mamba2Tensors {
   T* out_proj = nullptr;
 };
 
-// The tensors of a Mamba2Layer (engine/mamba2_model.h) or any struct with those members as
+// The tensors of a Mamba2Layer (common/mamba2_model.h) or any struct with those members as
 // vectors: T = const float for weights, float for gradient accumulators.
 template <typename T, typename Layer>
 Mamba2Tensors<T> Mamba2TensorsOf(Layer& l) {

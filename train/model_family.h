@@ -1,6 +1,6 @@
 // What the trainer, its optimizer state and its checkpoints need of a model type, for the two
 // parameter structs: Mamba-1's ModelParams<float> (common/model.h) and Mamba-2's
-// Mamba2Params<float> (engine/mamba2_model.h). Each family gives its config type, the result
+// Mamba2Params<float> (common/mamba2_model.h). Each family gives its config type, the result
 // type of its gradient, the shape a resume must match, its model folder's reader and writer,
 // its in-process gradient and evaluation; what it can run is engine/capabilities.h's (kType).
 #ifndef ADJSH_TRAIN_MODEL_FAMILY_H_
@@ -16,7 +16,7 @@
 #include "engine/capabilities.h"
 #include "engine/evaluate.h"
 #include "engine/mamba2_grad.h"
-#include "engine/mamba2_model.h"
+#include "common/mamba2_model.h"
 #include "engine/segments.h"
 
 namespace adjsh::train {
@@ -50,7 +50,7 @@ struct ModelFamily<Mamba2Params<float>> {
   static absl::StatusOr<Params> Load(const std::string& dir);
   // What a Mamba-2 model's gradient takes is in engine/capabilities.h's table (a truncated
   // window and the top-of-stack cotangent are refused by name, UNIMPLEMENTED), what a device
-  // lacks by its backend (engine/mamba2_backend.h).
+  // lacks by its backend (kernels/mamba2_backend.h).
   static constexpr ModelType kType = ModelType::kMamba2;
   static absl::StatusOr<Grad> Gradient(const Params& params, const GradPiece& piece);
   static absl::StatusOr<EvalResult> Evaluate(const Params& params, const TokenData& tokens,

@@ -9,7 +9,7 @@
 
 #include "absl/status/status.h"
 #include "common/model.h"
-#include "engine/mamba2_model.h"
+#include "common/mamba2_model.h"
 
 namespace adjsh::train {
 

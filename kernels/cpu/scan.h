@@ -1,4 +1,5 @@
-// The selective scan of one Mamba layer over one chunk, forward and adjoint (DESIGN.md §3),
+// The selective scan of one Mamba layer over one chunk, forward and adjoint (docs/MATH.md
+// "Forward", "The adjoint of the scan"),
 // one channel i of the Di inner channels at a time: the N state lanes of a channel are
 // independent of every other channel, so a task walks channel by channel with O(M N) scratch
 // instead of holding (M, Di, N) states.

@@ -39,7 +39,7 @@ inline Mamba2Tensors<float> SplitTensors(float* base, const Mamba2Shape& s) {
 }
 
 // The forward's activations of a chunk of L rows after hb halo rows (R = hb + L), device
-// buffers as engine/mamba2_layer.h's Mamba2ChunkActs, plus the scan's working state S and its
+// buffers as kernels/cpu/mamba2_layer.h's Mamba2ChunkActs, plus the scan's working state S and its
 // scratch; y, gv, r2, n only when the gated norm runs, ckpt only for the backward.
 struct Mamba2Acts {
   int64_t hb, L, R;

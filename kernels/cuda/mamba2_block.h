@@ -1,8 +1,8 @@
 // One Mamba-2 layer over one chunk of tokens on the GPU, behind a plain C++ interface (no CUDA
-// types, like device_block.h): the math and contracts of engine/mamba2_layer.h
+// types, like device_block.h): the math and contracts of kernels/cpu/mamba2_layer.h
 // (Mamba2ChunkForward, Mamba2ChunkBackward, Mamba2ChunkAdjoint, Mamba2HaloBackward), f32
 // compute and storage. Pointers are host memory; each call uploads its inputs, runs on the
-// device's stream and returns when its outputs are on the host. Letters as engine/mamba2_layer.h:
+// device's stream and returns when its outputs are on the host. Letters as kernels/cpu/mamba2_layer.h:
 // D hidden, Di = H P inner, H heads of P channels, G groups (B and C shared by H / G heads),
 // N state, W conv kernel, Cc = Di + 2 G N conv channels, Dp = 2 Di + 2 G N + H in_proj rows.
 //

@@ -1,7 +1,7 @@
 // The kernels of one Mamba-2 layer over one chunk (kernels/cuda/mamba2_block.h), as a header:
 // mamba2_block.cu compiles them for the GPU; tests/cuda/mamba2_emulation_test.cc compiles the
 // same code for the host (tests/cuda/host_emulation.h). Launches go through ADJSH_LAUNCH
-// (kernels/cuda/launch.cuh, or the emulation's). Letters as engine/mamba2_layer.h; the chunk
+// (kernels/cuda/launch.cuh, or the emulation's). Letters as kernels/cpu/mamba2_layer.h; the chunk
 // has L rows, hb halo rows before it (hb = min(W - 1, t0)), zx (hb + L, Dp) = [z | xBC | dt_raw].
 // Every sum runs in an order fixed by the shape (a thread's own loop, or BlockSum's tree over a
 // block whose size depends on the shape alone), never through atomics: results are bitwise the
@@ -27,7 +27,7 @@ inline int BlockThreadsFor(int64_t n) {
   return t;
 }
 
-// One chunk's scan inputs (engine/mamba2_scan.h Mamba2ScanRows), device pointers.
+// One chunk's scan inputs (kernels/cpu/mamba2_scan.h Mamba2ScanRows), device pointers.
 struct Mamba2ScanArgs {
   int64_t L, H, P, G, N, Di, Cc;
   const float* dt;     // (L, H)
@@ -102,7 +102,7 @@ __global__ void ScanForwardKernel(Mamba2ScanArgs r, float* S, float* y, float* p
   }
 }
 
-// The carry alone (engine/mamba2_scan.cc PlainAdjoint), one block per head, each thread its own
+// The carry alone (kernels/cpu/mamba2_scan.cc PlainAdjoint), one block per head, each thread its own
 // state elements: carry = exp(dt_t A) (carry + dy_t C_t^T) from the last row to the first.
 __global__ void ScanAdjointKernel(Mamba2ScanArgs r, const float* dy, float* carry) {
   const int64_t h = blockIdx.x, g = h / (r.H / r.G), PN = r.P * r.N;
@@ -138,7 +138,7 @@ __device__ __forceinline__ void BlockSum2(float* a, float* b, float* shared) {
   __syncthreads();
 }
 
-// The scan backward (engine/mamba2_scan.cc PlainBackward), one block per head. The states are
+// The scan backward (kernels/cpu/mamba2_scan.cc PlainBackward), one block per head. The states are
 // recomputed per block of kScanBlock rows from ckpt (ScanForwardKernel's) into states
 // (H, kScanBlock + 1, P, N), then the rows run in reverse with G_t = carry + dy_t C_t^T held
 // in carry:
@@ -251,7 +251,7 @@ __global__ void GatedNormForwardKernel(const float* y, const float* zx, int64_t 
   for (int64_t c = threadIdx.x; c < M; c += blockDim.x) n[o + c] = gv[o + c] * r * gnorm[j * M + c];
 }
 
-// Its backward (engine/mamba2_layer.cc GatedNormBackward) per (row, group) block: dy (L, Di)
+// Its backward (kernels/cpu/mamba2_layer.cc GatedNormBackward) per (row, group) block: dy (L, Di)
 // from dn; with dzx non-null dz into its z columns (L rows of Dp).
 __global__ void GatedNormBackwardKernel(const float* dn, const float* gv, const float* y,
                                         const float* r2, const float* zx, int64_t hb, int64_t Dp,
@@ -285,7 +285,7 @@ __global__ void GnormGradKernel(const float* dn, const float* gv, const float* r
 }
 
 // dt_raw's gradient into dzx's dt columns (column off + h of L rows): ddt sigmoid(dt_raw +
-// dt_bias), zero where the clamp held dt (as engine/mamba2_layer.cc).
+// dt_bias), zero where the clamp held dt (as kernels/cpu/mamba2_layer.cc).
 __global__ void DtBackwardKernel(const float* ddt, const float* zx, int64_t hb, int64_t L,
                                  int64_t H, int64_t Dp, int64_t off, const float* dt_bias,
                                  bool clamped, float lo, float hi, float* dzx) {

@@ -2,7 +2,7 @@
 // (equations in kernels/cpu/scan.h and docs/MATH.md). One thread per (channel i, state n,
 // segment): the L >= N lanes of a channel (L a power of two <= 32) sit in one warp and reduce
 // over n with shuffles in a fixed order; the chunk's rows are cut into segments of 64 rows that
-// run in parallel, joined exactly as the engine joins chunks (DESIGN.md §3): a segment maps a
+// run in parallel, joined exactly as chunks are joined (docs/MATH.md "Chunks"): a segment maps a
 // state h to exp(A sum Delta) h + h_local, and an adjoint c to m + exp(A sum Delta) c.
 //   forward:  per segment, h_local and sum Delta; an O(segments) combine per (i, n) gives each
 //             segment's initial state and h_end; per segment again, Delta = softplus(dtpre +

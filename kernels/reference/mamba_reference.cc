@@ -1,4 +1,4 @@
-// Straight-line transcription of DESIGN.md §2 (forward) and of the chain rule (backward), with
+// Straight-line transcription of docs/MATH.md "Forward" and of the chain rule (backward), with
 // every intermediate kept for the whole sequence. Shapes in comments, outermost first.
 #include "kernels/reference/mamba_reference.h"
 

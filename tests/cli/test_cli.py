@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""End-to-end checks of adjsh's command-line behaviour (DESIGN.md §6).
+"""End-to-end checks of adjsh's command-line behaviour (docs/USAGE.md).
 
 Usage:
   test_cli.py --adjsh build/cli/adjsh [--keep]

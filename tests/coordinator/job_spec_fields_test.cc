@@ -13,7 +13,7 @@
 
 #include "common/mamba2_config.h"
 #include "coordinator/job_spec.h"
-#include "engine/mamba2_model.h"
+#include "common/mamba2_model.h"
 #include "gtest/gtest.h"
 
 namespace adjsh::coordinator {

@@ -1,6 +1,6 @@
 // What the CUDA Mamba-2 layer's tests share (tests/cuda/mamba2_emulation_test.cc runs the
 // device code on the host, tests/cuda/mamba2_cuda_test.cc on a GPU): the shapes, random
-// weights and chunk inputs, every output of the CPU layer (engine/mamba2_layer.h) in f64 and of
+// weights and chunk inputs, every output of the CPU layer (kernels/cpu/mamba2_layer.h) in f64 and of
 // the device layer (kernels/cuda/mamba2_block.h) in f32, and their relative error. Include
 // after the device code (the emulation's, or the GPU build's header).
 #ifndef ADJSH_TESTS_CUDA_MAMBA2_CHECK_H_
@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/mamba2_layer.h"
+#include "kernels/cpu/mamba2_layer.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/mamba2_block.h"
 

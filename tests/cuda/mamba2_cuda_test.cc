@@ -1,5 +1,5 @@
 // The CUDA Mamba-2 layer (kernels/cuda/mamba2_block.h) on a GPU against the CPU layer
-// (engine/mamba2_layer.h) in f64 from the same weights, at the shapes of
+// (kernels/cpu/mamba2_layer.h) in f64 from the same weights, at the shapes of
 // tests/cuda/mamba2_emulation_test.cc (which runs the same device code on the host): D 16 with
 // G in {1, 2} x head_dim in {4, 16} (dt clamped with G = 2), and D 160, head_dim 64 (the
 // kernels' strided loops); chunks at t0 in {0, 2, 9} with L in {1, 7, 70}: every output of

@@ -2,7 +2,7 @@
 // the host: kernels run block by block on host threads (host_emulation.h), device memory is
 // host memory, cuBLAS is a plain f32 GEMM over the same row-major operands (emulated_device.h,
 // which also brings the Mamba-1 block's code: the names do not meet). Checked against the CPU
-// layer (engine/mamba2_layer.h) in f64 from the same weights: Forward (with and without out),
+// layer (kernels/cpu/mamba2_layer.h) in f64 from the same weights: Forward (with and without out),
 // Adjoint, Backward and HaloBackward, every output and every parameter gradient, over
 // G in {1, 2} x head_dim in {4, 16} (N 8, W 4, D 16, Di 32), chunks at t0 = 0 (no halo) and
 // t0 = 9 (a full halo of W - 1 rows) with L in {1, 7, 70} (70: two blocks of the scan

@@ -1,5 +1,6 @@
 // The engine's optional gradient variants: the top-of-stack cotangent (the paper's Proposition
-// 3, DESIGN.md §3) and the loss mask (which next-token targets count, and the accuracy on them).
+// 3, docs/MATH.md "The adjoint of the scan") and the loss mask (which next-token targets count,
+// and the accuracy on them).
 // tests/torch/test_top_of_stack.py checks the top-of-stack gradient against PyTorch autograd.
 #include <gtest/gtest.h>
 

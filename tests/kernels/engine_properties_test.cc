@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -128,7 +129,6 @@ TEST(EngineWavefrontTest, CarriedActivationsDoNotChangeTheBits) {
   const std::vector<uint8_t> mask = testing::EveryThirdLeftOut(tokens.size());
   const int64_t K = config.num_hidden_layers;
   const cpu::MambaBlockCpu<float> block(config, params.layers[0]);
-  const int64_t before = cpu::KeptBudget();
   struct Case {
     int64_t chunk;
     Storage storage;
@@ -146,15 +146,16 @@ TEST(EngineWavefrontTest, CarriedActivationsDoNotChangeTheBits) {
     opt.storage = c.storage;
     opt.threads = 1;
     if (c.masked) opt.loss_mask = mask;
-    cpu::SetKeptBudget(0);
+    opt.device.kept_budget = 0;
     const GradResult<float> none = ComputeGradient<float>(params, tokens, opt).value();
     for (int64_t budget : {few, int64_t{256} << 20})
       for (int threads : {1, 2, 3}) {
-        cpu::SetKeptBudget(budget);
+        opt.device.kept_budget = budget;  // the step's backend keeps in the store of it
+        const std::shared_ptr<cpu::KeptStore> store = cpu::KeptStore::Shared(budget);
         opt.threads = threads;
-        const cpu::KeptTakes was = cpu::KeptTakeCounts();
+        const cpu::KeptTakes was = store->takes();
         const GradResult<float> got = ComputeGradient<float>(params, tokens, opt).value();
-        const cpu::KeptTakes now = cpu::KeptTakeCounts();
+        const cpu::KeptTakes now = store->takes();
         const int64_t carried = now.carried_rows - was.carried_rows;
         EXPECT_EQ(now.carried_to_summary, was.carried_to_summary);
         const std::string what =
@@ -171,10 +172,9 @@ TEST(EngineWavefrontTest, CarriedActivationsDoNotChangeTheBits) {
         } else {
           EXPECT_EQ(carried, rows) << what;
         }
-        EXPECT_EQ(cpu::CarriedBytes(), 0) << "a carried set outlived its step; " << what;
+        EXPECT_EQ(store->carried_bytes(), 0) << "a carried set outlived its step; " << what;
       }
   }
-  cpu::SetKeptBudget(before);
 }
 
 // The wavefront's graph cuts C / 4 rows off each end when C is a multiple of 256

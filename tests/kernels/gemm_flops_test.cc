@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -37,14 +38,13 @@ void Check(const Case& c) {
   opt.schedule = c.schedule;
   opt.spans = kSpans;
   opt.threads = 2;
-  const int64_t budget_before = cpu::KeptBudget();
-  cpu::SetKeptBudget(c.kept_budget);
-  const cpu::KeptTakes was = cpu::KeptTakeCounts();
+  opt.device.kept_budget = c.kept_budget;  // the step's backend keeps in the store of it
+  const std::shared_ptr<cpu::KeptStore> store = cpu::KeptStore::Shared(c.kept_budget);
+  const cpu::KeptTakes was = store->takes();
   const int64_t flops_before = cpu::GemmFlopsSoFar();
   ASSERT_TRUE(ComputeGradient<float>(params, tokens, opt).ok());
   const double ran = double(cpu::GemmFlopsSoFar() - flops_before);
-  const cpu::KeptTakes now = cpu::KeptTakeCounts();
-  cpu::SetKeptBudget(budget_before);
+  const cpu::KeptTakes now = store->takes();
 
   const int64_t given = now.given - was.given + now.carried_to_summary - was.carried_to_summary;
   const int64_t refused = now.refused - was.refused;

@@ -26,7 +26,7 @@
 #include "common/model.h"
 #include "common/tokens.h"
 #include "engine/adjoint_engine.h"
-#include "engine/backward_task.h"
+#include "tests/kernels/backward_task.h"
 #include "engine/gradient_step.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/mamba_block.h"

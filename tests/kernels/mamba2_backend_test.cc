@@ -1,4 +1,4 @@
-// What a Mamba-2 model needs of a device (engine/mamba2_backend.h), checked without a GPU on a
+// What a Mamba-2 model needs of a device (kernels/mamba2_backend.h), checked without a GPU on a
 // stand-in backend that claims a CUDA device and lacks what a test names: each lack refused
 // with UNIMPLEMENTED naming it, before any layer is made; a device whose backend makes no
 // Mamba-2 layer refused likewise; the CPU takes everything.
@@ -8,8 +8,8 @@
 #include <set>
 #include <string>
 
-#include "engine/mamba2_backend.h"
-#include "engine/mamba2_init.h"
+#include "kernels/mamba2_backend.h"
+#include "common/mamba2_init.h"
 
 namespace adjsh {
 namespace {

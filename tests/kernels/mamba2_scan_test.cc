@@ -1,4 +1,4 @@
-// The two forms of the Mamba-2 scan (engine/mamba2_scan.h) compute one function: in f64 the
+// The two forms of the Mamba-2 scan (kernels/cpu/mamba2_scan.h) compute one function: in f64 the
 // block form's outputs, states, carries and every input gradient agree with the plain
 // recurrence's to 1e-12 (relative to each tensor's largest value), over G in {1, 2}, head_dim
 // in {4, 16}, chunk rows on and off the block size, and decays from mild to near-total; in f32
@@ -12,7 +12,7 @@
 #include <random>
 #include <vector>
 
-#include "engine/mamba2_scan.h"
+#include "kernels/cpu/mamba2_scan.h"
 
 namespace adjsh {
 namespace {

@@ -11,7 +11,7 @@
 #include <random>
 
 #include "engine/mamba2_grad.h"
-#include "engine/mamba2_init.h"
+#include "common/mamba2_init.h"
 #include "engine/mamba2_span_work.h"
 #include "engine/span_ledger.h"
 #include "engine/span_plan.h"

@@ -3,12 +3,13 @@
 // so its h_local is the end state of Forward from a zero state, and its S the sum of Delta.
 // And the sets a summary keeps for the pass after it, and those Forward carries on to the
 // layer's AdjointSummary or Backward: each pass gives the bits it gives without them, and the
-// pool hands none out past its budget (kernels/cpu/kept_pool.h).
+// pool hands none out past its store's budget (kernels/cpu/kept_pool.h), each store its own.
 #include "kernels/cpu/mamba_block.h"
 
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <memory>
 #include <random>
 #include <tuple>
 #include <vector>
@@ -53,12 +54,10 @@ template <typename T>
 void CheckKeptSetsGiveTheSameBits(int64_t D, int64_t N, int64_t halo, int64_t len) {
   const MambaConfig c = testing::SmallConfig(1, D, N);
   const ModelParams<T> params = InitParams<T>(c, 7);
-  const MambaBlockCpu<T> block(c, params.layers[0]);
+  KeptStore store;  // fresh sets: no arrays recycled from other shapes
+  const MambaBlockCpu<T> block(c, params.layers[0], &store);
   const int64_t Di = c.inner();
   const ChunkRows rows{halo, len, 0};
-  const int64_t budget = KeptBudget();  // fresh sets: no arrays recycled from other shapes
-  SetKeptBudget(0);
-  SetKeptBudget(budget);
   std::mt19937_64 rng(11);
   std::normal_distribution<double> nd(0, 1);
   auto random = [&](int64_t n) {
@@ -76,11 +75,11 @@ void CheckKeptSetsGiveTheSameBits(int64_t D, int64_t N, int64_t halo, int64_t le
   block.LocalSummary(u.data(), rows, hl2.data(), S2.data());
   EXPECT_TRUE(Same(hl1, hl2) && Same(S1, S2));
   std::vector<T> y1(len * D), e1(Di * N), y2(len * D), e2(Di * N);
-  using Spares = KeptSpares<T, 4>;
-  const int64_t puts = Spares::Get().counts().put;
+  KeptSpares<T, 4>& spares = store.CacheOf<KeptSpares<T, 4>>();
+  const int64_t puts = spares.counts().put;
   block.Forward(u.data(), rows, h0.data(), y1.data(), e1.data(), kept.get());
   // Carried, it gave up n, x' and Delta (refilled when taken) to the spares.
-  EXPECT_EQ(Spares::Get().counts().put - puts, 3);
+  EXPECT_EQ(spares.counts().put - puts, 3);
   block.Forward(u.data(), rows, h0.data(), y2.data(), e2.data());
   EXPECT_TRUE(Same(y1, y2)) << "u_next";
   EXPECT_TRUE(Same(e1, e2)) << "h_end";
@@ -92,7 +91,7 @@ void CheckKeptSetsGiveTheSameBits(int64_t D, int64_t N, int64_t halo, int64_t le
   block.LocalSummary(u.data(), rows, hl1.data(), S1.data(), straight.get());
   block.Forward(u.data(), rows, h0.data(), y1.data(), e1.data(), straight.get());
   EXPECT_TRUE(block.Carries(straight.get(), rows));
-  const int64_t carried = CarriedBytes();
+  const int64_t carried = store.carried_bytes();
   EXPECT_GT(carried, 0);
   // Each holds only what cannot be refilled (55-58% of a whole set at these shapes, over 80%
   // with n, x' and Delta), the rest among the spares: the two, under 6/5 of one whole set.
@@ -101,7 +100,7 @@ void CheckKeptSetsGiveTheSameBits(int64_t D, int64_t N, int64_t halo, int64_t le
   // fresh set and carries it too, with the same bits; none is made where no backward follows
   // or the carry would leave no room for the summaries' sets.
   EXPECT_EQ(block.MakeKeptToCarry(rows, -1), nullptr);
-  EXPECT_EQ(block.MakeKeptToCarry(rows, KeptBudget() / block.SetBytes(rows) + 1), nullptr);
+  EXPECT_EQ(block.MakeKeptToCarry(rows, store.budget() / block.SetBytes(rows) + 1), nullptr);
   typename MambaBlockCpu<T>::KeptPtr fresh = block.MakeKeptToCarry(rows, 1);
   ASSERT_NE(fresh, nullptr);
   block.Forward(u.data(), rows, h0.data(), y1.data(), e1.data(), fresh.get(), 1);
@@ -125,7 +124,7 @@ void CheckKeptSetsGiveTheSameBits(int64_t D, int64_t N, int64_t halo, int64_t le
   EXPECT_TRUE(Same(m1, m2) && Same(S1, S2)) << "adjoint summary";
   EXPECT_TRUE(Same(m3, m2) && Same(S3, S2)) << "adjoint summary from a fresh set";
   EXPECT_FALSE(block.Carries(kept.get(), rows));
-  EXPECT_LT(CarriedBytes(), carried);
+  EXPECT_LT(store.carried_bytes(), carried);
   LayerParams<T> g1 = ZeroLayer<T>(c), g2 = ZeroLayer<T>(c), g3 = ZeroLayer<T>(c),
                  g4 = ZeroLayer<T>(c);
   std::vector<T> du1(len * D), dh1(halo * D), mo1(Di * N), du2(len * D), dh2(halo * D),
@@ -148,7 +147,7 @@ void CheckKeptSetsGiveTheSameBits(int64_t D, int64_t N, int64_t halo, int64_t le
   EXPECT_FALSE(block.Carries(straight.get(), rows));
   straight.reset();
   kept.reset();
-  EXPECT_EQ(CarriedBytes(), 0);
+  EXPECT_EQ(store.carried_bytes(), 0);
   EXPECT_TRUE(Same(du3, du2) && Same(dh3, dh2) && Same(mo3, mo2)) << "Backward from a carried set";
   for (auto [x, y] : {std::pair{&g3.in_proj, &g2.in_proj}, std::pair{&g3.conv_w, &g2.conv_w},
                       std::pair{&g3.x_proj, &g2.x_proj}, std::pair{&g3.dt_w, &g2.dt_w},
@@ -180,7 +179,8 @@ TEST(MambaBlockCpuTest, KeptSetsGiveTheSameBits) {
 TEST(MambaBlockCpuDeathTest, AKeptSetOfOtherRowsIsRefused) {
   const MambaConfig c = testing::SmallConfig(1, 16, 4);
   const ModelParams<float> params = InitParams<float>(c, 7);
-  const MambaBlockCpu<float> block(c, params.layers[0]);
+  KeptStore store;
+  const MambaBlockCpu<float> block(c, params.layers[0], &store);
   const int64_t Di = c.inner(), N = 4;
   std::vector<float> u(20 * 16, 0.5f), h(Di * N), S(Di), out(20 * 16), h0(Di * N, 0.0f);
   MambaBlockCpu<float>::KeptPtr kept = block.MakeKept({3, 17, 0});
@@ -193,24 +193,24 @@ TEST(MambaBlockCpuDeathTest, AKeptSetOfOtherRowsIsRefused) {
 // A carried set whose backward finds no room in the budget to be whole again serves that pass
 // (the same bits) but is not kept for the next: Backward then recomputes.
 // A D = 64, N = 16 block and a chunk of 256 rows after 3 halo rows, for the sets' tests.
+// Its sets in a store of their own: 64 MiB, nothing counted but the test's sets and spares.
 struct BlockOf64 {
   static constexpr int64_t D = 64, N = 16, len = 256;
   const MambaConfig c = testing::SmallConfig(1, D, N);
   const ModelParams<float> params = InitParams<float>(c, 7);
-  const MambaBlockCpu<float> block{c, params.layers[0]};
+  KeptStore store{int64_t{64} << 20};
+  const MambaBlockCpu<float> block{c, params.layers[0], &store};
   const int64_t Di = c.inner();
   const ChunkRows rows{3, len, 0};
 };
 
 TEST(MambaBlockCpuTest, ACarriedSetWithNoRoomToGrowServesOnePass) {
-  const BlockOf64 b;
+  BlockOf64 b;
   const auto& [D, N, len, block, Di, rows] = std::tie(b.D, b.N, b.len, b.block, b.Di, b.rows);
+  KeptStore& store = b.store;
   std::vector<float> u((3 + len) * D), g(len * D), h0(Di * N, 0.0f);
   for (size_t i = 0; i < u.size(); ++i) u[i] = 0.01f * float(i % 97) - 0.4f;
   for (size_t i = 0; i < g.size(); ++i) g[i] = 0.02f * float(i % 89) - 0.8f;
-  const int64_t before = KeptBudget();
-  SetKeptBudget(0);  // nothing counted but this test's set and its spares
-  SetKeptBudget(int64_t{64} << 20);
   MambaBlockCpu<float>::KeptPtr kept = block.MakeKept(rows);
   ASSERT_NE(kept, nullptr);
   std::vector<float> h(Di * N), S(Di), out(len * D), m1(Di * N), S1(Di), m2(Di * N), S2(Di);
@@ -218,29 +218,27 @@ TEST(MambaBlockCpuTest, ACarriedSetWithNoRoomToGrowServesOnePass) {
   block.Forward(u.data(), rows, h0.data(), out.data(), h.data(), kept.get(), 1);
   ASSERT_TRUE(block.Carries(kept.get(), rows));
   // Taken by the budget's other users: a set counted as a whole one cannot be.
-  SetKeptBudget(KeptBytes());
+  store.SetBudget(store.bytes());
   block.AdjointSummary(u.data(), rows, g.data(), m1.data(), S1.data(), kept.get());
   EXPECT_FALSE(block.ReadyForBackward(kept.get(), rows));
-  EXPECT_LE(KeptBytes(), KeptBudget());
+  EXPECT_LE(store.bytes(), store.budget());
   kept.reset();
   block.AdjointSummary(u.data(), rows, g.data(), m2.data(), S2.data());
   EXPECT_TRUE(Same(m1, m2) && Same(S1, S2));
-  EXPECT_EQ(CarriedBytes(), 0);
-  SetKeptBudget(before);
+  EXPECT_EQ(store.carried_bytes(), 0);
 }
 
 // Sets handed back, and carried ones, leave their other arrays among the spares
 // (kernels/cpu/kept_spares.h), and the next sets take them: after the first pass over a run of
 // chunks, the same run frees no array and allocates none for them.
 TEST(KeptPoolTest, HandedBackArraysAreTakenByTheNextSets) {
-  const BlockOf64 b;
+  BlockOf64 b;
   const auto& [D, N, len, block, Di, rows] = std::tie(b.D, b.N, b.len, b.block, b.Di, b.rows);
+  KeptStore& store = b.store;
   std::vector<float> u((3 + len) * D, 0.25f), g(len * D, 0.5f), h(Di * N), S(Di), out(len * D),
       h0(Di * N, 0.0f), m(Di * N);
-  const int64_t before = KeptBudget();
-  SetKeptBudget(0);
-  SetKeptBudget(int64_t{64} << 20);
   using Spares = KeptSpares<float, 4>;
+  Spares& spares = store.CacheOf<Spares>();
   auto run = [&] {  // four chunks' sets: kept, carried, then their backward summaries
     std::vector<MambaBlockCpu<float>::KeptPtr> sets;
     for (int i = 0; i < 4; ++i) {
@@ -257,16 +255,15 @@ TEST(KeptPoolTest, HandedBackArraysAreTakenByTheNextSets) {
     }
   };
   run();
-  const Spares::Counts first = Spares::Get().counts();
+  const Spares::Counts first = spares.counts();
   run();
-  const Spares::Counts second = Spares::Get().counts();
+  const Spares::Counts second = spares.counts();
   EXPECT_EQ(second.freed, first.freed) << "arrays freed for the budget";
   EXPECT_GT(second.taken, first.taken) << "no set took a spare";
   EXPECT_EQ(second.put - first.put, second.taken - first.taken) << "arrays left behind";
-  EXPECT_LE(KeptBytes(), KeptBudget());
-  SetKeptBudget(0);
-  EXPECT_EQ(KeptBytes(), 0);  // the spares freed with the free lists
-  SetKeptBudget(before);
+  EXPECT_LE(store.bytes(), store.budget());
+  store.SetBudget(0);
+  EXPECT_EQ(store.bytes(), 0);  // the spares freed with the free lists
 }
 
 // The pool: sets within the budget only, handed back sets taken again, a lowered budget frees
@@ -274,13 +271,12 @@ TEST(KeptPoolTest, HandedBackArraysAreTakenByTheNextSets) {
 TEST(KeptPoolTest, SetsStayWithinTheBudgetAndAreReused) {
   const MambaConfig c = testing::SmallConfig(1, 64, 16);
   const ModelParams<float> params = InitParams<float>(c, 7);
-  const MambaBlockCpu<float> block(c, params.layers[0]);
+  KeptStore store(0);
+  const MambaBlockCpu<float> block(c, params.layers[0], &store);
   const ChunkRows rows{3, 256, 0};
-  const int64_t before = KeptBudget();
-  SetKeptBudget(0);
   EXPECT_EQ(block.MakeKept(rows), nullptr);
-  EXPECT_EQ(KeptBytes(), 0);
-  SetKeptBudget(int64_t{8} << 20);  // a set of these rows is about 1.0 MB: eight fit
+  EXPECT_EQ(store.bytes(), 0);
+  store.SetBudget(int64_t{8} << 20);  // a set of these rows is about 1.0 MB: eight fit
   std::vector<MambaBlockCpu<float>::KeptPtr> sets;
   const int64_t D = 64, Di = c.inner(), N = 16;
   std::vector<float> u((3 + 256) * D, 0.25f), g(256 * D, 0.5f), m(Di * N), S(Di);
@@ -292,17 +288,16 @@ TEST(KeptPoolTest, SetsStayWithinTheBudgetAndAreReused) {
   }
   EXPECT_GE(sets.size(), 5u);
   EXPECT_LT(sets.size(), 20u);
-  EXPECT_LE(KeptBytes(), KeptBudget());
+  EXPECT_LE(store.bytes(), store.budget());
   const MambaBlockCpu<float>::Kept* first = sets.front().get();
   sets.erase(sets.begin());  // handed back
   MambaBlockCpu<float>::KeptPtr again = block.MakeKept(rows);
   EXPECT_EQ(again.get(), first);  // from the free list, not a new one
   again.reset();
   sets.clear();
-  EXPECT_GT(KeptBytes(), 0);  // on the free list, still counted
-  SetKeptBudget(0);
-  EXPECT_EQ(KeptBytes(), 0);  // all freed
-  SetKeptBudget(before);
+  EXPECT_GT(store.bytes(), 0);  // on the free list, still counted
+  store.SetBudget(0);
+  EXPECT_EQ(store.bytes(), 0);  // all freed
 }
 
 // A recycled set is counted as what it may grow to while in use, not as what it held: the count
@@ -313,35 +308,30 @@ struct Blob {
 };
 
 TEST(KeptPoolTest, ARecycledSetIsCountedAsWhatItMayGrowTo) {
-  const int64_t before = KeptBudget();
-  SetKeptBudget(0);
-  SetKeptBudget(1000);
-  KeptPool<Blob>& pool = KeptPool<Blob>::Get();
+  KeptStore store(1000);
+  KeptPool<Blob>& pool = store.Pool<Blob>();
   Blob* a = pool.Take(400);
   ASSERT_NE(a, nullptr);
   a->v.reserve(400);
   pool.Give(a);
-  EXPECT_EQ(KeptBytes(), 400);
+  EXPECT_EQ(store.bytes(), 400);
   Blob* b = pool.Take(900);  // the same set, to grow to 900
   ASSERT_EQ(b, a);
-  EXPECT_EQ(KeptBytes(), 900);
+  EXPECT_EQ(store.bytes(), 900);
   EXPECT_EQ(pool.Take(200), nullptr);  // 1100 would pass the budget
   b->v.reserve(900);
   const int64_t held = b->bytes();
   pool.Give(b);
-  EXPECT_EQ(KeptBytes(), held);
-  EXPECT_LE(KeptBytes(), 1000);
-  SetKeptBudget(before);
+  EXPECT_EQ(store.bytes(), held);
+  EXPECT_LE(store.bytes(), 1000);
 }
 
 // Sets waiting on the free list never keep a take out: a take that would pass the budget frees
 // them first (kept_pool.h ChargeInUse), the last handed back first, and one that could not fit
 // even with all of them freed is refused with the free list as it was.
 TEST(KeptPoolTest, WaitingSetsAreFreedForATakeThatWouldNotFit) {
-  const int64_t before = KeptBudget();
-  SetKeptBudget(0);
-  SetKeptBudget(1000);
-  KeptPool<Blob>& pool = KeptPool<Blob>::Get();
+  KeptStore store(1000);
+  KeptPool<Blob>& pool = store.Pool<Blob>();
   std::vector<Blob*> sets;
   for (int i = 0; i < 3; ++i) {
     sets.push_back(pool.Take(300));
@@ -349,24 +339,66 @@ TEST(KeptPoolTest, WaitingSetsAreFreedForATakeThatWouldNotFit) {
     sets.back()->v.reserve(300);
   }
   for (Blob* s : sets) pool.Give(s);
-  ASSERT_EQ(KeptBytes(), 900);  // all three wait on the free list
+  ASSERT_EQ(store.bytes(), 900);  // all three wait on the free list
   Blob* grown = pool.Take(500);  // the last handed back, to grow by 200: 1100 without a trim
   ASSERT_EQ(grown, sets[2]);
-  EXPECT_EQ(KeptBytes(), 800);  // sets[1] freed, sets[0] still waits
+  EXPECT_EQ(store.bytes(), 800);  // sets[1] freed, sets[0] still waits
   grown->v.reserve(500);
   pool.Give(grown);  // both wait: sets[0], then grown (500)
-  ASSERT_EQ(KeptBytes(), 800);
+  ASSERT_EQ(store.bytes(), 800);
   EXPECT_EQ(pool.Take(2000), nullptr);  // 2000 past the budget even with both freed
-  EXPECT_EQ(KeptBytes(), 800);
+  EXPECT_EQ(store.bytes(), 800);
   Blob* again = pool.Take(300);  // grown, still there
   EXPECT_EQ(again, grown);
   Blob* next = pool.Take(300);  // and sets[0]: the refused take freed neither
   EXPECT_EQ(next, sets[0]);
   pool.Give(next);
   pool.Give(again);
-  SetKeptBudget(0);
-  EXPECT_EQ(KeptBytes(), 0);
-  SetKeptBudget(before);
+  store.SetBudget(0);
+  EXPECT_EQ(store.bytes(), 0);
+}
+
+// Each store counts its own: two stores of different budgets share no bytes, takes, refusals
+// or carried bytes, and a set goes back to the store it came from. Shared hands out one store
+// per budget (the backends of one budget share it: kernels/backend.h Device::kept_budget).
+TEST(KeptPoolTest, TwoStoresWithDifferentBudgetsShareNoCounts) {
+  KeptStore small(500), large(5000);
+  Blob* a = small.Pool<Blob>().Take(400);
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(small.Pool<Blob>().Take(400), nullptr);  // 800 past the small budget
+  Blob* b = large.Pool<Blob>().Take(400);            // the large one has its own room
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(small.bytes(), 400);
+  EXPECT_EQ(large.bytes(), 400);
+  EXPECT_EQ(small.takes().given, 1);
+  EXPECT_EQ(small.takes().refused, 1);
+  EXPECT_EQ(large.takes().given, 1);
+  EXPECT_EQ(large.takes().refused, 0);
+  EXPECT_GE(KeptBytes(), 800);  // the process's gauge sums every store
+  ASSERT_TRUE(large.TryCarry(1000, 0));
+  EXPECT_EQ(small.carried_bytes(), 0);
+  EXPECT_FALSE(small.CarryFits(1000, 0));
+  large.EndCarry(1000);
+  large.CountCarryUse(true, 7);
+  EXPECT_EQ(large.takes().carried_rows, 7);
+  EXPECT_EQ(small.takes().carried_rows, 0);
+  a->v.reserve(400);
+  small.Pool<Blob>().Give(a);
+  large.Pool<Blob>().Give(b);
+  EXPECT_EQ(small.bytes(), 400);  // a waits on the small store's free list
+  EXPECT_EQ(large.bytes(), 0);    // b held nothing
+  EXPECT_EQ(small.peak_bytes(), 400);
+  // Shared: one store per budget, another for another budget.
+  const std::shared_ptr<KeptStore> s1 = KeptStore::Shared(12345), s2 = KeptStore::Shared(23456);
+  EXPECT_EQ(KeptStore::Shared(12345), s1);
+  EXPECT_NE(s1, s2);
+  EXPECT_EQ(s1->budget(), 12345);
+  EXPECT_EQ(s2->budget(), 23456);
+  Blob* c = s1->Pool<Blob>().Take(100);
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(s2->bytes(), 0);
+  EXPECT_EQ(s2->takes().given, 0);
+  s1->Pool<Blob>().Give(c);
 }
 
 }  // namespace

@@ -108,7 +108,6 @@ TEST(SpanScheduleTest, KeptActivationsDoNotChangeTheBits) {
   const MambaConfig config = testing::SmallConfig(3, 16, 8, 4, 3, 31);
   const ModelParams<float> params = InitParams<float>(config, 11);
   const std::vector<uint32_t> tokens = testing::RandomTokens(700, config.vocab_size, 12);
-  const int64_t before = cpu::KeptBudget();
   for (Storage storage : {Storage::kCompute, Storage::kBF16})
     for (int64_t spans : {3, 7}) {
       GradOptions opt;
@@ -116,15 +115,17 @@ TEST(SpanScheduleTest, KeptActivationsDoNotChangeTheBits) {
       opt.spans = spans;
       opt.storage = storage;
       opt.threads = 2;
-      cpu::SetKeptBudget(0);
-      const int64_t given = cpu::KeptTakeCounts().given;
+      opt.device.kept_budget = 0;  // its backend's store: the process's of budget 0
+      const std::shared_ptr<cpu::KeptStore> zero = cpu::KeptStore::Shared(0);
+      const int64_t given = zero->takes().given;
       const GradResult<float> none = ComputeGradient<float>(params, tokens, opt).value();
-      EXPECT_EQ(cpu::KeptTakeCounts().given, given);
+      EXPECT_EQ(zero->takes().given, given);
       for (int64_t budget : {int64_t{160} << 10, int64_t{256} << 20}) {
-        cpu::SetKeptBudget(budget);
-        const cpu::KeptTakes was = cpu::KeptTakeCounts();
+        opt.device.kept_budget = budget;
+        const std::shared_ptr<cpu::KeptStore> store = cpu::KeptStore::Shared(budget);
+        const cpu::KeptTakes was = store->takes();
         ExpectSameRun(none, ComputeGradient<float>(params, tokens, opt).value());
-        const cpu::KeptTakes now = cpu::KeptTakeCounts();
+        const cpu::KeptTakes now = store->takes();
         EXPECT_GT(now.given, was.given) << "nothing was kept";
         if (budget < (int64_t{1} << 20)) {
           EXPECT_GT(now.refused, was.refused) << "all was kept";
@@ -137,14 +138,13 @@ TEST(SpanScheduleTest, KeptActivationsDoNotChangeTheBits) {
                         was.carried_to_backward,
                     config.num_hidden_layers * 14);  // 700 tokens in chunks of 50
         }
-        EXPECT_EQ(cpu::CarriedBytes(), 0) << "a carried set outlived its step";
+        EXPECT_EQ(store->carried_bytes(), 0) << "a carried set outlived its step";
         opt.forward_only = true;  // the forward's sets alone
         const GradResult<float> fwd = ComputeGradient<float>(params, tokens, opt).value();
         EXPECT_EQ(std::memcmp(&fwd.loss, &none.loss, sizeof(double)), 0);
         opt.forward_only = false;
       }
     }
-  cpu::SetKeptBudget(before);
 }
 
 // Once the budget refuses a summary a set, the step runs a ready forward or VJP task before a
@@ -156,22 +156,59 @@ TEST(SpanScheduleTest, ATightBudgetRunsTheTasksThatHandSetsBackFirst) {
   const MambaConfig config = testing::SmallConfig(3, 16, 8, 4, 3, 31);
   const ModelParams<float> params = InitParams<float>(config, 11);
   const std::vector<uint32_t> tokens = testing::RandomTokens(700, config.vocab_size, 12);
-  const int64_t before = cpu::KeptBudget();
   GradOptions opt;
   opt.chunk = 50;
   opt.spans = 7;  // 2 chunks each
   opt.threads = 1;
-  cpu::SetKeptBudget(0);
+  opt.device.kept_budget = 0;
   const GradResult<float> none = ComputeGradient<float>(params, tokens, opt).value();
   const cpu::MambaBlockCpu<float> block(config, params.layers[0]);
-  cpu::SetKeptBudget(3 * block.SetBytes({3, 50, 0}));
-  const cpu::KeptTakes was = cpu::KeptTakeCounts();
+  opt.device.kept_budget = 3 * block.SetBytes({3, 50, 0});
+  // The step's backend says what its store refused (engine/span_step.cc orders by it): the
+  // store of that budget, which this backend shares.
+  const std::unique_ptr<Backend<float>> backend = MakeBackend<float>(opt.device).value();
+  const std::shared_ptr<cpu::KeptStore> store = cpu::KeptStore::Shared(opt.device.kept_budget);
+  const cpu::KeptTakes was = store->takes();
+  EXPECT_EQ(backend->KeptRefusals(), was.refused);
   ExpectSameRun(none, ComputeGradient<float>(params, tokens, opt).value());
-  const cpu::KeptTakes now = cpu::KeptTakeCounts();
+  const cpu::KeptTakes now = store->takes();
+  EXPECT_EQ(backend->KeptRefusals(), now.refused);
   const int64_t given = now.given - was.given, refused = now.refused - was.refused;
   EXPECT_GT(refused, 0) << "the budget was not tight";
   EXPECT_GE(given, 2 * refused) << given << " kept, " << refused << " refused";
-  cpu::SetKeptBudget(before);
+}
+
+// Backends of different kept budgets keep in different stores: a step on one counts nothing in
+// the other's, and each backend reads its own refusals (what the span step orders tasks by).
+TEST(SpanScheduleTest, BackendsOfDifferentBudgetsShareNoKeptCounts) {
+  const MambaConfig config = testing::SmallConfig(3, 16, 8, 4, 3, 31);
+  const ModelParams<float> params = InitParams<float>(config, 11);
+  const std::vector<uint32_t> tokens = testing::RandomTokens(700, config.vocab_size, 12);
+  const cpu::MambaBlockCpu<float> block(config, params.layers[0]);
+  GradOptions opt;
+  opt.chunk = 50;
+  opt.spans = 7;
+  opt.threads = 1;
+  Device tight, other;
+  tight.kept_budget = 2 * block.SetBytes({3, 50, 0}) + 1;  // budgets of no other test
+  other.kept_budget = 5 * block.SetBytes({3, 50, 0}) + 1;
+  const std::unique_ptr<Backend<float>> a = MakeBackend<float>(tight).value();
+  const std::unique_ptr<Backend<float>> b = MakeBackend<float>(other).value();
+  const std::shared_ptr<cpu::KeptStore> sa = cpu::KeptStore::Shared(tight.kept_budget),
+                                        sb = cpu::KeptStore::Shared(other.kept_budget);
+  const cpu::KeptTakes b_was = sb->takes();
+  const int64_t b_refused = b->KeptRefusals();
+  opt.device = tight;
+  ASSERT_TRUE(ComputeGradient<float>(params, tokens, opt).ok());
+  EXPECT_GT(a->KeptRefusals(), 0) << "the tight budget refused nothing";
+  EXPECT_GT(sa->takes().given, 0);
+  const cpu::KeptTakes b_now = sb->takes();
+  EXPECT_EQ(b->KeptRefusals(), b_refused);
+  EXPECT_EQ(b_now.given, b_was.given);
+  EXPECT_EQ(b_now.refused, b_was.refused);
+  EXPECT_EQ(b_now.carried_rows, b_was.carried_rows);
+  EXPECT_EQ(sb->bytes(), 0);  // none of the tight run's sets went to the other store
+  EXPECT_GT(sa->bytes(), 0);  // the tight run's handed-back sets wait in its own
 }
 
 // A forward-only step (evaluation) is the full step's forward: its loss, targets and correct

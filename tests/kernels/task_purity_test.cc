@@ -13,7 +13,7 @@
 #include <thread>
 #include <vector>
 
-#include "engine/backward_task.h"
+#include "tests/kernels/backward_task.h"
 #include "kernels/backend.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/mamba_block.h"

@@ -1,6 +1,6 @@
-// engine/thread_pool.h: ParallelFor runs every index once, loop after loop on one pool, and
+// common/thread_pool.h: ParallelFor runs every index once, loop after loop on one pool, and
 // RunDag starts a task only after its predecessors.
-#include "engine/thread_pool.h"
+#include "common/thread_pool.h"
 
 #include <gtest/gtest.h>
 

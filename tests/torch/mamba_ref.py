@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Independent PyTorch reference for the Mamba-1 causal LM of DESIGN.md section 2.
+"""Independent PyTorch reference for the Mamba-1 causal LM of docs/MATH.md "Forward".
 
 Written from the public Mamba definition (mamba_ssm's selective_scan_ref and the slow path of
 Hugging Face's MambaMixer), with HF MambaForCausalLM parameter names and shapes. Gradients come
@@ -121,9 +121,9 @@ def normalize_config(c):
                eps=float(c.get("layer_norm_epsilon", 1e-5)),
                tied=bool(c.get("tie_word_embeddings", True)))
     if c.get("use_bias", False):
-        raise ValueError("use_bias=true is not part of the DESIGN.md model")
+        raise ValueError("use_bias=true is not part of the adjsh model")
     if not c.get("use_conv_bias", True):
-        raise ValueError("use_conv_bias=false is not part of the DESIGN.md model")
+        raise ValueError("use_conv_bias=false is not part of the adjsh model")
     return cfg
 
 
@@ -257,7 +257,7 @@ def write_tokens(path, tokens):
 
 
 # ----------------------------------------------------------------------------------------------
-# the model (DESIGN.md section 2), batch-free: activations are (T, ...)
+# the model (docs/MATH.md "Forward"), batch-free: activations are (T, ...)
 # ----------------------------------------------------------------------------------------------
 def rmsnorm(u, w, eps):
     # u: (T, D), w: (D,). Computed in the dtype of the run (not upcast as HF does for bf16).

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Check `adjsh grad --cotangent top-of-stack` (the paper's Proposition 3 read literally,
-DESIGN.md §3) against a PyTorch autograd computation of the same definition:
+docs/MATH.md "The adjoint of the scan") against PyTorch autograd of the same definition:
 
   g     = dL/du^{K+1}                      (autograd through the final norm, head and loss)
   layer k's parameter gradient = VJP of u^{k+1} = layer_k(u^k) with cotangent g, u^k held fixed

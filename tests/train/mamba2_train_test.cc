@@ -11,7 +11,7 @@
 
 #include "common/tokens.h"
 #include "engine/mamba2_grad.h"
-#include "engine/mamba2_init.h"
+#include "common/mamba2_init.h"
 #include "tests/common/test_util.h"
 #include "tests/kernels/test_util.h"
 #include "tests/train/lost_worker.h"

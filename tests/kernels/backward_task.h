@@ -1,8 +1,8 @@
 // One exact backward task (layer k, chunk c) as data: its inputs and outputs, run on a
 // backend's block (kernels/backend.h). The task-purity test runs tasks this way
 // (tests/kernels/task_purity_test.cc); the engine's schedules call the blocks directly.
-#ifndef ADJSH_ENGINE_BACKWARD_TASK_H_
-#define ADJSH_ENGINE_BACKWARD_TASK_H_
+#ifndef ADJSH_TESTS_KERNELS_BACKWARD_TASK_H_
+#define ADJSH_TESTS_KERNELS_BACKWARD_TASK_H_
 
 #include <cstdint>
 #include <vector>
@@ -38,4 +38,4 @@ void RunBackwardTask(BlockBackend<T>& block, const MambaConfig& config,
 
 }  // namespace adjsh
 
-#endif  // ADJSH_ENGINE_BACKWARD_TASK_H_
+#endif  // ADJSH_TESTS_KERNELS_BACKWARD_TASK_H_

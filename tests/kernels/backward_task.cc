@@ -1,4 +1,4 @@
-#include "engine/backward_task.h"
+#include "tests/kernels/backward_task.h"
 
 #include <algorithm>
 

@@ -1,7 +1,7 @@
 // A fixed pool of threads for the engine's task loops. The caller's thread works too, so a pool
 // of size 1 runs everything inline.
-#ifndef ADJSH_ENGINE_THREAD_POOL_H_
-#define ADJSH_ENGINE_THREAD_POOL_H_
+#ifndef ADJSH_COMMON_THREAD_POOL_H_
+#define ADJSH_COMMON_THREAD_POOL_H_
 
 #include <condition_variable>
 #include <deque>
@@ -91,4 +91,4 @@ void RunDag(ThreadPool& pool, int64_t n, const std::function<std::vector<int64_t
 
 }  // namespace adjsh
 
-#endif  // ADJSH_ENGINE_THREAD_POOL_H_
+#endif  // ADJSH_COMMON_THREAD_POOL_H_

@@ -2,22 +2,22 @@
 // for every chunk, so that a span's tasks reach the kernels through one interface whatever the
 // device, as Mamba-1's reach them through BlockBackend (kernels/backend.h).
 //
-// Mamba2ChunkOps has the contracts of engine/mamba2_layer.h, except that the chunk's
+// Mamba2ChunkOps has the contracts of kernels/cpu/mamba2_layer.h, except that the chunk's
 // activations do not cross calls: Adjoint and Backward recompute them from the chunk's rows u
-// and the states before it (S0). The CPU's ops call the functions of engine/mamba2_layer.h
+// and the states before it (S0). The CPU's ops call the functions of kernels/cpu/mamba2_layer.h
 // (the recompute is the forward the span work ran before each of them anyway, so the bits are
 // those of the layer functions called in that order); a GPU's wrap the backend's
 // Mamba2BlockBackend (kernels/cuda/mamba2_block.h).
-#ifndef ADJSH_ENGINE_MAMBA2_BACKEND_H_
-#define ADJSH_ENGINE_MAMBA2_BACKEND_H_
+#ifndef ADJSH_KERNELS_MAMBA2_BACKEND_H_
+#define ADJSH_KERNELS_MAMBA2_BACKEND_H_
 
 #include <cstdint>
 #include <memory>
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/mamba2_layer.h"
-#include "engine/mamba2_model.h"
+#include "kernels/cpu/mamba2_layer.h"
+#include "common/mamba2_model.h"
 #include "kernels/backend.h"
 
 namespace adjsh {
@@ -76,4 +76,4 @@ struct Mamba2DeviceModel {
 
 }  // namespace adjsh
 
-#endif  // ADJSH_ENGINE_MAMBA2_BACKEND_H_
+#endif  // ADJSH_KERNELS_MAMBA2_BACKEND_H_

@@ -1,9 +1,9 @@
-// The block (chunked matrix) form of the Mamba-2 scan (engine/mamba2_scan.h), the entries that
+// The block (chunked matrix) form of the Mamba-2 scan (kernels/cpu/mamba2_scan.h), the entries that
 // Mamba2Scan* call for Mamba2ScanForm::kBlocks; same arguments.
-#ifndef ADJSH_ENGINE_MAMBA2_SCAN_BLOCKS_H_
-#define ADJSH_ENGINE_MAMBA2_SCAN_BLOCKS_H_
+#ifndef ADJSH_KERNELS_CPU_MAMBA2_SCAN_BLOCKS_H_
+#define ADJSH_KERNELS_CPU_MAMBA2_SCAN_BLOCKS_H_
 
-#include "engine/mamba2_scan.h"
+#include "kernels/cpu/mamba2_scan.h"
 
 namespace adjsh::mamba2_blocks {
 
@@ -19,4 +19,4 @@ void Adjoint(const Mamba2ScanRows<T>& r, const T* dy, T* carry);
 
 }  // namespace adjsh::mamba2_blocks
 
-#endif  // ADJSH_ENGINE_MAMBA2_SCAN_BLOCKS_H_
+#endif  // ADJSH_KERNELS_CPU_MAMBA2_SCAN_BLOCKS_H_

@@ -1,15 +1,15 @@
 // The plain form of the Mamba-2 scan, token by token, and the choice of form
-// (engine/mamba2_scan.h). The backward, per head in reverse: G_t = dy_t C_t^T +
+// (kernels/cpu/mamba2_scan.h). The backward, per head in reverse: G_t = dy_t C_t^T +
 // exp(dt_{t+1} A) G_{t+1} (P, N) is dL/dS_t, from which dC_t = S_t^T dy_t,
 // dx_t = D dy_t + dt_t G_t B_t, dB_t = dt_t G_t^T x_t,
 // ddt_t = x_t^T G_t B_t + A exp(dt_t A) <G_t, S_{t-1}>.
-#include "engine/mamba2_scan.h"
+#include "kernels/cpu/mamba2_scan.h"
 
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
-#include "engine/mamba2_scan_blocks.h"
+#include "kernels/cpu/mamba2_scan_blocks.h"
 #include "kernels/cpu/rmsnorm.h"
 
 namespace adjsh {

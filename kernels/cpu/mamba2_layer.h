@@ -4,13 +4,13 @@
 // layer input's W - 1 rows before t0 (recomputing their in_proj), and its backward hands their
 // gradient to the chunks before. A layer's gradient is thus any chunking's, up to rounding, with
 // memory for one chunk's activations.
-#ifndef ADJSH_ENGINE_MAMBA2_LAYER_H_
-#define ADJSH_ENGINE_MAMBA2_LAYER_H_
+#ifndef ADJSH_KERNELS_CPU_MAMBA2_LAYER_H_
+#define ADJSH_KERNELS_CPU_MAMBA2_LAYER_H_
 
 #include <cstdint>
 #include <vector>
 
-#include "engine/mamba2_model.h"
+#include "common/mamba2_model.h"
 
 namespace adjsh {
 
@@ -71,4 +71,4 @@ void Mamba2HaloBackward(const Mamba2Layer<T>& l, const Mamba2Config& cfg, const 
 
 }  // namespace adjsh
 
-#endif  // ADJSH_ENGINE_MAMBA2_LAYER_H_
+#endif  // ADJSH_KERNELS_CPU_MAMBA2_LAYER_H_

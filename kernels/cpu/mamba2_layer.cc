@@ -1,17 +1,17 @@
-// A Mamba-2 layer on a chunk (engine/mamba2_layer.h). Per row t, with u the layer input:
+// A Mamba-2 layer on a chunk (kernels/cpu/mamba2_layer.h). Per row t, with u the layer input:
 //   xn = rmsnorm(u; norm)                         zx = xn in_proj^T = [z | xBC_in | dt_raw]
 //   pre = causal depthwise conv(xBC_in) + bias    xbc = silu(pre) = [x | B | C]
 //   dt = softplus(dt_raw + dt_bias) (clamped)     A = -exp(A_log)
 //   per head h (group g = h / (H / G)): S_t = exp(dt_t A) S_{t-1} + dt_t x_t B_t^T,
 //                                       y_t = S_t C_t + D_h x_t
 //   gv = y * silu(z); n = rmsnorm per group of Di / G channels (gnorm); out = n out_proj^T
-// The scan and its backward are engine/mamba2_scan.h's, in the form Mamba2ScanFormFor(L) picks.
-#include "engine/mamba2_layer.h"
+// The scan and its backward are kernels/cpu/mamba2_scan.h's, in the form Mamba2ScanFormFor(L) picks.
+#include "kernels/cpu/mamba2_layer.h"
 
 #include <algorithm>
 #include <cmath>
 
-#include "engine/mamba2_scan.h"
+#include "kernels/cpu/mamba2_scan.h"
 #include "kernels/cpu/blas.h"
 #include "kernels/cpu/math.h"
 #include "kernels/cpu/rmsnorm.h"

@@ -1,4 +1,4 @@
-#include "engine/mamba2_init.h"
+#include "common/mamba2_init.h"
 
 #include <cmath>
 #include <string>

@@ -11,12 +11,12 @@
 // Mamba2ScanFormFor(L) picks the form (the rule and its measurements: docs/BENCHMARKS.md
 // "The block form of the scan"). Both round differently, so one chunking always uses one form:
 // the choice depends on L alone.
-#ifndef ADJSH_ENGINE_MAMBA2_SCAN_H_
-#define ADJSH_ENGINE_MAMBA2_SCAN_H_
+#ifndef ADJSH_KERNELS_CPU_MAMBA2_SCAN_H_
+#define ADJSH_KERNELS_CPU_MAMBA2_SCAN_H_
 
 #include <cstdint>
 
-#include "engine/mamba2_layer.h"
+#include "kernels/cpu/mamba2_layer.h"
 
 namespace adjsh {
 
@@ -59,4 +59,4 @@ void Mamba2ScanAdjoint(Mamba2ScanForm form, const Mamba2ScanRows<T>& r, const T*
 
 }  // namespace adjsh
 
-#endif  // ADJSH_ENGINE_MAMBA2_SCAN_H_
+#endif  // ADJSH_KERNELS_CPU_MAMBA2_SCAN_H_

@@ -6,8 +6,8 @@
 //   mixer.conv1d.weight (Cc, 1, W)             mixer.conv1d.bias (Cc)
 //   mixer.dt_bias, mixer.A_log, mixer.D (H)    mixer.norm.weight (Di)
 //   mixer.out_proj.weight (D, Di)              lm_head.weight (V, D) when untied
-#ifndef ADJSH_ENGINE_MAMBA2_MODEL_H_
-#define ADJSH_ENGINE_MAMBA2_MODEL_H_
+#ifndef ADJSH_COMMON_MAMBA2_MODEL_H_
+#define ADJSH_COMMON_MAMBA2_MODEL_H_
 
 #include <cstdint>
 #include <functional>
@@ -97,4 +97,4 @@ absl::StatusOr<Mamba2Params<T>> LoadMamba2ModelDir(const std::string& dir);
 
 }  // namespace adjsh
 
-#endif  // ADJSH_ENGINE_MAMBA2_MODEL_H_
+#endif  // ADJSH_COMMON_MAMBA2_MODEL_H_

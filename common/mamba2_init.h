@@ -8,13 +8,13 @@
 //   dt_bias (H)        softplus^-1(dt), dt = exp(u (ln 0.1 - ln 0.001) + ln 0.001) >= 1e-4
 //   A_log (H)          ln(a), a uniform in [1, 16)
 //   D (H), norms       1
-#ifndef ADJSH_ENGINE_MAMBA2_INIT_H_
-#define ADJSH_ENGINE_MAMBA2_INIT_H_
+#ifndef ADJSH_COMMON_MAMBA2_INIT_H_
+#define ADJSH_COMMON_MAMBA2_INIT_H_
 
 #include <cstdint>
 
 #include "absl/status/statusor.h"
-#include "engine/mamba2_model.h"
+#include "common/mamba2_model.h"
 
 namespace adjsh {
 
@@ -24,4 +24,4 @@ absl::StatusOr<Mamba2Params<T>> InitMamba2Params(const Mamba2Config& config, uin
 
 }  // namespace adjsh
 
-#endif  // ADJSH_ENGINE_MAMBA2_INIT_H_
+#endif  // ADJSH_COMMON_MAMBA2_INIT_H_

@@ -1,4 +1,4 @@
-#include "engine/mamba2_model.h"
+#include "common/mamba2_model.h"
 
 #include <filesystem>
 #include <set>

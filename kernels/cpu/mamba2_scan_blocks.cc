@@ -1,4 +1,4 @@
-// The block form of the Mamba-2 scan (engine/mamba2_scan.h; docs/MATH.md "The block form").
+// The block form of the Mamba-2 scan (kernels/cpu/mamba2_scan.h; docs/MATH.md "The block form").
 // The chunk's rows are cut into blocks of Q <= kMamba2ScanBlock rows. With e_t = exp(dt_t A) the
 // per-row decay, E_ij = prod_{j<t<=i} e_t (i >= j) and ec_i = prod_{t<=i} e_t inside a block
 // (rows counted from its start), a head's block is
@@ -15,7 +15,7 @@
 #include <cmath>
 #include <vector>
 
-#include "engine/mamba2_scan_blocks.h"
+#include "kernels/cpu/mamba2_scan_blocks.h"
 #include "kernels/cpu/blas.h"
 #include "kernels/cpu/rmsnorm.h"
 

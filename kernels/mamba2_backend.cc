@@ -1,4 +1,4 @@
-#include "engine/mamba2_backend.h"
+#include "kernels/mamba2_backend.h"
 
 #include <algorithm>
 #include <string>
@@ -23,7 +23,7 @@ ChunkScratch<T>& ThreadChunkScratch() {
   return s;
 }
 
-// The CPU's layer: the functions of engine/mamba2_layer.h, the activations of Adjoint and
+// The CPU's layer: the functions of kernels/cpu/mamba2_layer.h, the activations of Adjoint and
 // Backward recomputed by a full forward from S0 (outputs included, as Mamba2ChunkBackward
 // reads them).
 template <typename T>
