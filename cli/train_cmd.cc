@@ -173,7 +173,7 @@ int RunOnWorkers(train::BasicTrainer<P>& trainer, const ArgParser& a, const v1::
 
 // adjsh train for a Mamba-2 model folder (model_type mamba2): in-process (on the options'
 // device), or on local workers (on worker_devices; the worker tree or the star, as Mamba-1's);
-// the options its gradient lacks refused by the trainer (train/model_family.h).
+// the options its gradient lacks refused by the trainer (engine/families/family.h).
 int TrainMamba2(const ArgParser& a, const v1::JobSpec& spec, const train::TrainOptions& opt_in,
                 int64_t workers, int64_t lease_ms, std::vector<std::string> worker_devices) {
   train::TrainOptions opt = opt_in;

@@ -77,12 +77,7 @@ absl::StatusOr<MambaConfig> ParseConfigJson(std::string_view python_json_text) {
   if (absl::Status s = config_keys::CheckHiddenAct(j); !s.ok()) return s;
   MambaConfig c;
   absl::Status s;
-  if (s = ReadInt(j, "hidden_size", true, &c.hidden_size); !s.ok()) return s;
-  if (s = ReadInt(j, "num_hidden_layers", true, &c.num_hidden_layers); !s.ok()) return s;
-  if (s = ReadInt(j, "vocab_size", true, &c.vocab_size); !s.ok()) return s;
-  if (s = ReadInt(j, "state_size", false, &c.state_size); !s.ok()) return s;
-  if (s = ReadInt(j, "conv_kernel", false, &c.conv_kernel); !s.ok()) return s;
-  if (s = ReadInt(j, "expand", false, &c.expand); !s.ok()) return s;
+  if (s = config_keys::ReadSharedSizes(j, c); !s.ok()) return s;
   if (s = ReadDouble(j, "layer_norm_epsilon", &c.layer_norm_epsilon); !s.ok()) return s;
   if (s = ReadBool(j, "use_bias", &c.use_bias); !s.ok()) return s;
   if (s = ReadBool(j, "use_conv_bias", &c.use_conv_bias); !s.ok()) return s;

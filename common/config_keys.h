@@ -26,6 +26,25 @@ absl::Status ReadInt(const Json& j, const char* key, bool required, int64_t* out
 absl::Status ReadDouble(const Json& j, const char* key, double* out);
 absl::Status ReadBool(const Json& j, const char* key, bool* out);
 
+// The sizes both model types' configs have, read in this order: hidden_size, num_hidden_layers
+// and vocab_size (required), state_size, conv_kernel and expand. C: MambaConfig, Mamba2Config.
+template <typename C>
+absl::Status ReadSharedSizes(const Json& j, C& c) {
+  const struct {
+    const char* key;
+    bool required;
+    int64_t* out;
+  } sizes[] = {{"hidden_size", true, &c.hidden_size},
+               {"num_hidden_layers", true, &c.num_hidden_layers},
+               {"vocab_size", true, &c.vocab_size},
+               {"state_size", false, &c.state_size},
+               {"conv_kernel", false, &c.conv_kernel},
+               {"expand", false, &c.expand}};
+  for (const auto& s : sizes)
+    if (absl::Status st = ReadInt(j, s.key, s.required, s.out); !st.ok()) return st;
+  return absl::OkStatus();
+}
+
 // value in [lo, hi], else BadKey.
 absl::Status CheckRange(const char* key, int64_t value, int64_t lo, int64_t hi);
 

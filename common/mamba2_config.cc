@@ -120,12 +120,7 @@ absl::StatusOr<Mamba2Config> ParseMamba2ConfigJson(std::string_view python_json_
   if (absl::Status s = config_keys::CheckHiddenAct(j); !s.ok()) return s;
   Mamba2Config c;
   absl::Status s;
-  if (s = ReadInt(j, "hidden_size", true, &c.hidden_size); !s.ok()) return s;
-  if (s = ReadInt(j, "num_hidden_layers", true, &c.num_hidden_layers); !s.ok()) return s;
-  if (s = ReadInt(j, "vocab_size", true, &c.vocab_size); !s.ok()) return s;
-  if (s = ReadInt(j, "state_size", false, &c.state_size); !s.ok()) return s;
-  if (s = ReadInt(j, "conv_kernel", false, &c.conv_kernel); !s.ok()) return s;
-  if (s = ReadInt(j, "expand", false, &c.expand); !s.ok()) return s;
+  if (s = config_keys::ReadSharedSizes(j, c); !s.ok()) return s;
   if (s = ReadInt(j, "head_dim", false, &c.head_dim); !s.ok()) return s;
   if (s = ReadInt(j, "num_heads", false, &c.num_heads); !s.ok()) return s;
   if (s = ReadInt(j, "n_groups", false, &c.n_groups); !s.ok()) return s;

@@ -97,13 +97,10 @@ absl::StatusOr<Mamba2Params<T>> Mamba2ParamsFromTensors(const Mamba2Config& conf
   p.config = config;
   p.layers.resize(config.num_hidden_layers);
   std::set<std::string> expected;
-  absl::Status s = VisitMamba2Params<T>(
-      p, [&](const std::string& name, const std::vector<int64_t>& shape,
-             std::vector<T>& values) -> absl::Status {
-        expected.insert(name);
-        return TakeParamTensor<T>(tensors, name, shape, values);
-      });
-  if (!s.ok()) return s;
+  if (absl::Status s = TakeVisitedTensors<T>(
+          tensors, [&p](auto&& f) { return VisitMamba2Params<T>(p, f); }, &expected);
+      !s.ok())
+    return s;
   for (const auto& [name, tensor] : tensors) {
     if (expected.contains(name)) continue;
     // An explicit LM head in a tied checkpoint duplicates the embedding; it is not used (as

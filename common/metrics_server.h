@@ -12,7 +12,8 @@
 // The values, histograms and the text format are prometheus-cpp's (core); the HTTP endpoint is
 // this file's own small server rather than prometheus-cpp's civetweb Exposer: civetweb's
 // threads get a fixed 100 KiB stack, of which the static thread-local storage of adjsh's
-// libraries (OpenBLAS alone: 60 KiB) leaves too little, and a scrape overflowed it.
+// libraries (OpenBLAS's above all: docs/BENCHMARKS.md) leaves too little, and a scrape
+// overflowed it.
 #ifndef ADJSH_COMMON_METRICS_SERVER_H_
 #define ADJSH_COMMON_METRICS_SERVER_H_
 

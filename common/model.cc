@@ -239,12 +239,10 @@ absl::StatusOr<ModelParams<T>> ParamsFromTensors(const MambaConfig& config,
   p.config = config;
   p.layers.resize(static_cast<size_t>(config.num_hidden_layers));
   std::set<std::string> expected;
-  absl::Status s = VisitParams<T>(p, [&](const std::string& name, const Shape& shape,
-                                         std::vector<T>& values) -> absl::Status {
-    expected.insert(name);
-    return TakeParamTensor<T>(tensors, name, shape, values);
-  });
-  if (!s.ok()) return s;
+  if (absl::Status s = TakeVisitedTensors<T>(
+          tensors, [&p](auto&& f) { return VisitParams<T>(p, f); }, &expected);
+      !s.ok())
+    return s;
   for (const auto& [name, tensor] : tensors) {
     if (expected.contains(name)) continue;
     // An explicit LM head in a tied checkpoint duplicates the embedding; it is not used.

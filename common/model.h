@@ -20,6 +20,7 @@
 #define ADJSH_COMMON_MODEL_H_
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -117,6 +118,19 @@ TensorMap ParamsToTensors(const ModelParams<T>& params, DType dtype);
 template <typename T>
 absl::Status TakeParamTensor(const TensorMap& tensors, const std::string& name,
                              const std::vector<int64_t>& shape, std::vector<T>& values);
+
+// Every parameter a visit walks (visit(f) calls f(name, shape, values) for each, either model
+// type's), taken from tensors by TakeParamTensor; *taken gets their names, so that the caller
+// can refuse the tensors no parameter took.
+template <typename T, typename Visit>
+absl::Status TakeVisitedTensors(const TensorMap& tensors, Visit&& visit,
+                                std::set<std::string>* taken) {
+  return visit([&](const std::string& name, const std::vector<int64_t>& shape,
+                   std::vector<T>& values) -> absl::Status {
+    taken->insert(name);
+    return TakeParamTensor<T>(tensors, name, shape, values);
+  });
+}
 
 // A model directory's tensors: model.safetensors, or the shards listed in
 // model.safetensors.index.json (larger HF checkpoints are split). NOT_FOUND naming the

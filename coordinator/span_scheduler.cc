@@ -46,9 +46,9 @@ absl::StatusOr<std::unique_ptr<SpanScheduler>> SpanScheduler::Make(
     const GradOptions& options) {
   absl::StatusOr<std::unique_ptr<SpanScheduler>> s = MakeFor(params.config, tokens, options);
   if (!s.ok()) return s.status();
-  (*s)->params_ = &params;
-  (*s)->ledger_ = std::make_unique<SpanLedger<float>>(params, *(*s)->plan_, tokens,
-                                                      options.loss_mask);
+  (*s)->model_ = Model<ModelParams>{
+      &params,
+      std::make_unique<SpanLedger<float>>(params, *(*s)->plan_, tokens, options.loss_mask)};
   return s;
 }
 
@@ -57,15 +57,16 @@ absl::StatusOr<std::unique_ptr<SpanScheduler>> SpanScheduler::Make(
     const GradOptions& options) {
   absl::StatusOr<std::unique_ptr<SpanScheduler>> s = MakeFor(params.config, tokens, options);
   if (!s.ok()) return s.status();
-  (*s)->mamba2_ = &params;
-  (*s)->ledger2_ = std::make_unique<SpanLedger<float, Mamba2Params>>(params, *(*s)->plan_,
-                                                                     tokens, options.loss_mask);
+  (*s)->model_ = Model<Mamba2Params>{
+      &params, std::make_unique<SpanLedger<float, Mamba2Params>>(params, *(*s)->plan_, tokens,
+                                                                 options.loss_mask)};
   return s;
 }
 
 template <typename F>
 decltype(auto) SpanScheduler::WithLedger(F&& f) const {
-  return mamba2_ ? f(*ledger2_, mamba2_->config) : f(*ledger_, params_->config);
+  return std::visit([&f](const auto& m) -> decltype(auto) { return f(*m.ledger, m.params->config); },
+                    model_);
 }
 
 void SpanScheduler::ReduceAmongWorkers() {
@@ -212,14 +213,15 @@ void SpanScheduler::Apply(int64_t id, Result&& result, const std::string& worker
   rec.worker = worker;
   rec.bytes_in = bytes_in;
   rec.bytes_out = bytes_out;
-  if (auto* r = std::get_if<SpanResult<float>>(&result.value)) {
-    rec.compute_s = r->compute_seconds;
-    ledger_->Apply(id, std::move(r->out));
-  } else {
-    auto& r2 = std::get<SpanResultOf<float, Mamba2Config>>(result.value);
-    rec.compute_s = r2.compute_seconds;
-    ledger2_->Apply(id, std::move(r2.out));
-  }
+  // CheckResult made the result of the sequence's model type.
+  std::visit(
+      [&](auto& m) {
+        using C = std::remove_cvref_t<decltype(m.params->config)>;
+        auto& r = std::get<SpanResultOf<float, C>>(result.value);
+        rec.compute_s = r.compute_seconds;
+        m.ledger->Apply(id, std::move(r.out));
+      },
+      model_);
 }
 
 uint64_t SpanScheduler::MaxResultBytes(int64_t id) const {
@@ -232,15 +234,10 @@ uint64_t SpanScheduler::MaxResultBytes(int64_t id) const {
 template <template <typename> class P>
 GradResult<float, P> SpanScheduler::Finish(uint64_t wire_bytes) {
   GradResult<float, P> r;
-  if constexpr (std::is_same_v<P<float>, Mamba2Params<float>>) {
-    ADJSH_CHECK(ledger2_ != nullptr, "Finish of a Mamba-1 sequence as Mamba-2's");
-    r = ledger2_->Finish();
-    r.stored_bytes = ledger2_->held_bytes();
-  } else {
-    ADJSH_CHECK(ledger_ != nullptr, "Finish of a Mamba-2 sequence as Mamba-1's");
-    r = ledger_->Finish();
-    r.stored_bytes = ledger_->held_bytes();
-  }
+  Model<P>* m = std::get_if<Model<P>>(&model_);
+  ADJSH_CHECK(m != nullptr, "Finish of a sequence as another model type's");
+  r = m->ledger->Finish();
+  r.stored_bytes = m->ledger->held_bytes();
   r.profile =
       ProfileStep(*plan_, records_, wire_bytes, absl::ToDoubleSeconds(absl::Now() - start_));
   r.records = records_;

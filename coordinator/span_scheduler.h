@@ -2,7 +2,7 @@
 // step through workers"): its plan, its ledger (engine/span_ledger.h), its task queue, who owns
 // which span, and what each task cost. A step of a batch has one per sequence, all sharing one
 // SpanOwners (sequence b's span s is entry span_base + s). The sequence is of either model type:
-// a Mamba-1 or a Mamba-2 model's ledger (engine/span_family.h), the same tasks. The TaskService
+// a Mamba-1 or a Mamba-2 model's ledger (engine/families/mamba2.h), the same tasks. The TaskService
 // calls it under its own lock; nothing here locks.
 //
 // Ownership: a span's tasks go to its owner only. At a step's start (DealSpans) the owners that
@@ -33,6 +33,7 @@
 #include "engine/mamba2_grad.h"
 #include "common/mamba2_model.h"
 #include "coordinator/task_queue.h"
+#include "engine/families/families.h"
 #include "engine/span_ledger.h"
 #include "engine/span_plan.h"
 #include "engine/span_tensors.h"
@@ -53,13 +54,22 @@ struct SpanOwners {
 void DealSpans(SpanOwners& owners, const std::string& job_id, int64_t spans,
                const std::vector<std::string>& live_workers);
 
+// A sequence's model (P: ModelParams, Mamba2Params) and its ledger.
+template <template <typename> class P>
+struct SequenceModel {
+  const P<float>* params = nullptr;
+  std::unique_ptr<SpanLedger<float, P>> ledger;
+};
+
 class SpanScheduler {
  public:
   using Live = std::function<bool(const std::string& worker_id)>;
 
-  // A checked result of either model type's task (CheckResult), for Apply.
+  // A checked result of the sequence's model type's task (CheckResult), for Apply.
+  template <typename F>
+  using ResultOf = SpanResultOf<float, typename F::Config>;
   struct Result {
-    std::variant<SpanResult<float>, SpanResultOf<float, Mamba2Config>> value;
+    EachFamily<ResultOf> value;
     double rebuild_seconds = 0;
   };
 
@@ -72,7 +82,6 @@ class SpanScheduler {
   static absl::StatusOr<std::unique_ptr<SpanScheduler>> Make(const Mamba2Params<float>& params,
                                                              std::span<const uint32_t> tokens,
                                                              const GradOptions& options);
-  bool mamba2() const { return mamba2_ != nullptr; }
 
   // Starts the sequence with `owners` (dealt by DealSpans), its spans from span_base on.
   void Begin(SpanOwners& owners, int64_t span_base);
@@ -112,7 +121,9 @@ class SpanScheduler {
   uint64_t MaxResultBytes(int64_t id) const;
 
   TaskQueue& queue() { return *queue_; }
-  int64_t n_targets() const { return ledger_ ? ledger_->n_targets() : ledger2_->n_targets(); }
+  int64_t n_targets() const {
+    return std::visit([](const auto& s) { return s.ledger->n_targets(); }, model_);
+  }
   const SpanPlan& plan() const { return *plan_; }
   const SpanTask& task(int64_t id) const { return plan_->task(id); }
   // After every task: the result, its profile filled (wire bytes given by the caller), for the
@@ -131,14 +142,12 @@ class SpanScheduler {
   // f(ledger, config) with the sequence's ledger and its model's config, of either type.
   template <typename F>
   decltype(auto) WithLedger(F&& f) const;
-  // One of the two (the other null): the model, its ledger.
-  const ModelParams<float>* params_ = nullptr;
-  const Mamba2Params<float>* mamba2_ = nullptr;
-  std::unique_ptr<SpanLedger<float, Mamba2Params>> ledger2_;
+  template <template <typename> class P>
+  using Model = SequenceModel<P>;
   std::span<const uint32_t> tokens_;
   GradOptions options_;
   std::unique_ptr<SpanPlan> plan_;
-  std::unique_ptr<SpanLedger<float>> ledger_;
+  std::variant<Model<ModelParams>, Model<Mamba2Params>> model_;
   // With the worker tree (ReduceAmongWorkers): the wire form of the step's groups.
   std::unique_ptr<const GroupLayout> groups_;
   std::unique_ptr<TaskQueue> queue_;

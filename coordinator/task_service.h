@@ -16,6 +16,7 @@
 #include <span>
 #include <string>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -51,7 +52,8 @@ struct TaskServiceOptions {
 
 // Caps this process's malloc arenas. A coordinator's RPCs run on many gRPC threads at once (a
 // long poll per idle worker), and each thread's own arena fragments: with 32 workers the RSS
-// grew ~1 MiB per step for 10 steps; with 2 arenas it stays flat (tests/faults/test_load.py).
+// grew at every step; with 2 arenas it stays flat (tests/faults/test_load.py;
+// docs/BENCHMARKS.md).
 // The coordinator computes nothing per token, so fewer arenas cost nothing. Call once, before
 // serving (adjsh coordinator, and a local cluster's process).
 void LimitMallocArenasForServing();
@@ -170,8 +172,8 @@ class TaskServiceImpl final : public v1::TaskService::Service {
     // entries: the last is the step's task count).
     std::vector<std::unique_ptr<SpanScheduler>> seqs;
     std::vector<int64_t> first;
-    const ModelParams<float>* params = nullptr;   // a Mamba-1 model's step, or
-    const Mamba2Params<float>* mamba2 = nullptr;  // a Mamba-2 model's
+    // The parameters, of the step's model type (engine/families/family.h).
+    EachFamily<ParamsOf> params;
     // The parameters as tensors, made by the first fetch that streams them and shared by every
     // later one of the step (ParamTensors): one copy of the model, not one per fetch.
     std::shared_ptr<const TensorMap> param_tensors;

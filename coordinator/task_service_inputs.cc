@@ -9,7 +9,7 @@
 #include "common/model.h"
 #include "common/strings.h"
 #include "coordinator/task_service.h"
-#include "common/mamba2_model.h"
+#include "engine/families/families.h"
 #include "proto/status_util.h"
 #include "proto/tensor_codec.h"
 
@@ -87,11 +87,11 @@ grpc::Status TaskServiceImpl::FetchParams(grpc::ServerContext* ctx,
 
 std::shared_ptr<const TensorMap> TaskServiceImpl::ParamTensors() {
   if (!current_->param_tensors) {
-    // const_cast: the visit walks a mutable struct, reading only.
-    current_->param_tensors = std::make_shared<const TensorMap>(
-        current_->mamba2 ? Mamba2ParamsToTensors<float>(
-                               const_cast<Mamba2Params<float>&>(*current_->mamba2), DType::kF32)
-                         : ParamsToTensors<float>(*current_->params, DType::kF32));
+    current_->param_tensors = std::make_shared<const TensorMap>(std::visit(
+        [](auto* p) {
+          return FamilyOf<std::remove_cvref_t<decltype(*p)>>::ToTensors(*p, DType::kF32);
+        },
+        current_->params));
     ++param_snapshots_;
   }
   return current_->param_tensors;

@@ -12,6 +12,7 @@
 #include "common/mamba2_config.h"
 #include "common/model.h"
 #include "coordinator/task_service.h"
+#include "engine/families/families.h"
 #include "engine/capabilities.h"
 #include "common/mamba2_model.h"
 
@@ -96,7 +97,6 @@ template <template <typename> class P>
 absl::StatusOr<std::vector<GradResult<float, P>>> TaskServiceImpl::RunStep(
     const P<float>& params, std::span<const GradPiece> pieces, const std::string& job_id,
     int64_t step_index) {
-  constexpr bool kMamba2 = std::is_same_v<P<float>, Mamba2Params<float>>;
   if (pieces.empty()) return absl::InvalidArgumentError("no sequence to compute a gradient of");
   for (size_t b = 0; b < pieces.size(); ++b) {
     const GradOptions& options = pieces[b].options;
@@ -106,7 +106,7 @@ absl::StatusOr<std::vector<GradResult<float, P>>> TaskServiceImpl::RunStep(
     };
     if (absl::Status s = ValidateGradientInputs(params.config, pieces[b].tokens, options); !s.ok())
       return in_sequence(s);
-    if (absl::Status s = Supports({.model = kMamba2 ? ModelType::kMamba2 : ModelType::kMamba,
+    if (absl::Status s = Supports({.model = FamilyOf<P<float>>::kType,
                                    .runner = Runner::kWorkers,
                                    .options = options},
                                   Naming::kSpecField);
@@ -134,13 +134,8 @@ absl::StatusOr<std::vector<GradResult<float, P>>> TaskServiceImpl::RunStep(
     }
     step->seqs = std::move(made->seqs);
     step->first = std::move(made->first);
-    if constexpr (kMamba2) {
-      step->mamba2 = &params;
-      step->config_json = Mamba2ConfigToJson(params.config);
-    } else {
-      step->params = &params;
-      step->config_json = ConfigToJson(params.config);
-    }
+    step->params = &params;
+    step->config_json = FamilyOf<P<float>>::ConfigJson(params.config);
     step->job_id = job_id;
     step->step = step_index;
   } catch (...) {
@@ -260,17 +255,17 @@ void TaskServiceImpl::RestartIfTreeLost() {
   if (lost.empty()) {
     if (!current_->seqs[0]->queue().Finished()) return;
     if (current_->tasks_done_at == absl::InfiniteFuture()) current_->tasks_done_at = now;
-    const uint64_t bytes = current_->mamba2 ? Mamba2ParamBytesF32(current_->mamba2->config)
-                                            : ParamBytesF32(current_->params->config);
+    const uint64_t bytes = std::visit(
+        [](auto* p) { return FamilyOf<std::remove_cvref_t<decltype(*p)>>::ParamBytes(p->config); },
+        current_->params);
     if (now - current_->tasks_done_at <
         RootsDeadline(opt_.lease, bytes, current_->tree_workers.size()))
       return;
     roots_stuck = true;
   }
-  // New schedulers of the step's model type (a Mamba-2 step's params are null).
-  absl::StatusOr<Sequences> made = current_->mamba2
-                                       ? MakeSchedulers(*current_->mamba2, current_->pieces)
-                                       : MakeSchedulers(*current_->params, current_->pieces);
+  // New schedulers of the step's model type.
+  absl::StatusOr<Sequences> made = std::visit(
+      [&](auto* p) { return MakeSchedulers(*p, current_->pieces); }, current_->params);
   if (!made.ok()) {  // they were made once for these inputs: not expected
     aborted_ = made.status();
     done_cv_.notify_all();

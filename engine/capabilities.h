@@ -2,7 +2,7 @@
 // this process, or on workers) and the options of one gradient, whether the combination is
 // built, and if not which option and why. Every command (cli/grad_cmd.cc, cli/train_cmd.cc),
 // the job checks (coordinator/job_spec.cc), the coordinator's step (coordinator/
-// task_service_step.cc), the trainer's model families (train/model_family.cc) and the engine's
+// task_service_step.cc), the model families (engine/families/) and the engine's
 // own entry points (engine/adjoint_engine.cc) ask it, so a refusal reads the same everywhere.
 //
 // Two levels, in the spirit of a backend's supports_op:

@@ -97,7 +97,7 @@ void Mamba2SpanWork<T>::Forward(int64_t k, const SpanInputs<T>& in, Mamba2SpanOu
       ops.Forward(ChunkRows(k, c, sc.rows), ch.t0, ch.t0 + ch.len, out.h_end.data(), nullptr,
                   dt_sum.data());
     }
-    out.sigma.resize(d_.Di);  // each head's sum over its P channels (engine/span_family.h)
+    out.sigma.resize(d_.Di);  // each head's sum over its P channels (engine/families/mamba2.h)
     for (int64_t h = 0; h < d_.H; ++h)
       std::fill_n(out.sigma.begin() + h * d_.P, d_.P, dt_sum[h]);
     return;
@@ -126,28 +126,12 @@ void Mamba2SpanWork<T>::Forward(int64_t k, const SpanInputs<T>& in, Mamba2SpanOu
   out.halo_next.assign(last, last + n * D);
 }
 
-// The LM head over the span's rows through the backend (which blocks rows and vocabulary):
-// the loss sum, dL/du^K in g, the head's (V, D) and norm_f's partials.
+// The LM head over the span's rows (engine/span_work.h RunSpanHead).
 template <typename T>
 void Mamba2SpanWork<T>::Head(Mamba2SpanOutputs<T>& out) {
-  const int64_t D = d_.D, V = cfg_.vocab_size;
-  const std::vector<int64_t> targets = SpanTargets(plan_, r_, tokens_, mask_);
-  int64_t correct = 0;
-  cpu::LmHeadArgs<T> args{r_.len, D, V, cfg_.layer_norm_epsilon, p_.head().data(),
-                          p_.norm_f.data(), g_.data(), targets.data(), T(1) / T(n_targets_)};
-  if (!mask_.empty()) args.correct = &correct;
-  if (plan_.forward_only()) {  // an evaluation: the loss alone, no dL/du, no partials
-    out.loss_sum = m_.backend->HeadLoss(args);
-  } else {
-    out.embed.assign(V * D, T(0));
-    out.norm_f.assign(D, T(0));
-    thread_local std::vector<T> du;  // the thread's spare (len, D), swapped with g
-    du.resize(r_.len * D);
-    out.loss_sum =
-        m_.backend->HeadForwardBackward(args, du.data(), out.embed.data(), out.norm_f.data());
-    std::swap(g_, du);
-  }
-  out.correct = correct;
+  const SpanHeadArgs<T> head{m_.backend, p_.head().data(), p_.norm_f.data(), cfg_.vocab_size,
+                             d_.D, cfg_.layer_norm_epsilon};
+  RunSpanHead(head, plan_, r_, tokens_, mask_, n_targets_, g_, out);
   g_layer_ = cfg_.num_hidden_layers;
   next_halo_added_ = true;  // nothing after the head feeds g
 }

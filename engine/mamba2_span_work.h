@@ -1,7 +1,7 @@
 // What the owner of one span of a Mamba-2 step keeps and computes: the span tasks of
 // engine/span_plan.h on its own rows, as engine/span_work.h does for Mamba-1, with the same
 // inputs and outputs (SpanInputs, SpanOutputs with Mamba2Layer partials) combined by the same
-// ledger (engine/span_ledger.h, engine/span_family.h). Per span s with rows [t0, t0 + len) and
+// ledger (engine/span_ledger.h, engine/families/mamba2.h). Per span s with rows [t0, t0 + len) and
 // conv halo H = min(W - 1, t0):
 //   kept   u^k (H + len, D) for k = 0..K-1 in the storage format (halo rows first), each
 //          layer's start state (H P N) in T from its kForward, g (len, D) in T: u^K, then

@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/check.h"
-#include "engine/span_family.h"
+#include "engine/families/families.h"
 #include "engine/span_work.h"
 
 namespace adjsh {
@@ -60,7 +60,7 @@ std::vector<GroupLeaf<T>> TakeLeaves(const SpanTask& task, int64_t K,
     out.norm_f.clear();
   } else if (task.phase == SpanPhase::kBackward) {
     GroupValue<T> layer;
-    for (const auto& slot : LayerSlotsOf(&out.grad)) {
+    for (const auto& slot : FamilyOf<Layer>::template LayerSlots<T>()) {
       layer.push_back(std::move(out.grad.*slot.member));
       (out.grad.*slot.member).clear();
     }
@@ -82,15 +82,6 @@ void AddGroupValue(GroupValue<T>& left, const GroupValue<T>& right) {
     ADJSH_CHECK(x.size() == y.size(), "group tensors of different sizes");
     for (size_t i = 0; i < x.size(); ++i) x[i] += y[i];
   }
-}
-
-template <typename T>
-LayerParams<T> LayerFromGroup(GroupValue<T>&& v) {
-  LayerParams<T> p;
-  const auto& slots = LayerParamSlots<T>();
-  ADJSH_CHECK(v.size() == slots.size(), "a layer group has one tensor per layer parameter");
-  for (size_t j = 0; j < slots.size(); ++j) p.*slots[j].member = std::move(v[j]);
-  return p;
 }
 
 TensorMap PutGroup(const GroupLayout& l, int32_t group, const GroupValue<float>& v) {
@@ -154,8 +145,7 @@ uint64_t GroupBytes(const GroupLayout& l, int32_t group) {
                                                   SpanOutputs<T, LayerParams<T>>&);            \
   template std::vector<GroupLeaf<T>> TakeLeaves<T>(const SpanTask&, int64_t,                   \
                                                   SpanOutputs<T, Mamba2Layer<T>>&);            \
-  template void AddGroupValue<T>(GroupValue<T>&, const GroupValue<T>&);                        \
-  template LayerParams<T> LayerFromGroup<T>(GroupValue<T> &&);
+  template void AddGroupValue<T>(GroupValue<T>&, const GroupValue<T>&);
 ADJSH_REDUCE_GROUPS(float)
 ADJSH_REDUCE_GROUPS(double)
 #undef ADJSH_REDUCE_GROUPS

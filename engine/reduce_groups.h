@@ -54,9 +54,6 @@ std::vector<GroupLeaf<T>> TakeLeaves(const SpanTask& task, int64_t K,
 template <typename T>
 void AddGroupValue(GroupValue<T>& left, const GroupValue<T>& right);
 
-template <typename T>
-LayerParams<T> LayerFromGroup(GroupValue<T>&& v);
-
 // The wire form of a step's groups, for a model of either type: each group's tensors, named
 // and shaped (a layer's under its HF names, the others "value").
 struct GroupSlot {

@@ -81,7 +81,7 @@ SpanLedger<T, P>::SpanLedger(const P<T>& params, const SpanPlan& plan,
       S_(plan.spans()),
       K_(plan.layers()),
       D_(params.config.hidden_size),
-      DiN_(SpanFamily<P>::StateSize(params.config)),
+      DiN_(FamilyOfParams<P>::StateSize(params.config)),
       loss_(S_, 0.0),
       correct_(S_, 0),
       head_embed_sum_(S_, AddVector<T>),
@@ -92,7 +92,7 @@ SpanLedger<T, P>::SpanLedger(const P<T>& params, const SpanPlan& plan,
   if (!mask.empty()) n_targets_ = std::count_if(mask.begin() + 1, mask.end(), [](uint8_t m) {
                        return m != 0;
                      });
-  A_ = SpanFamily<P>::template Rates<T>(params);
+  A_ = FamilyOfParams<P>::template Rates<T>(params);
   for (auto* v : {&sigma_, &h_end_, &h0_, &halo_next_, &m_, &mu_, &du_halo_prev_})
     v->assign(K_ * S_, {});
   h0_ready_.assign(K_, 1);  // h0(k, 0) = 0
@@ -100,7 +100,7 @@ SpanLedger<T, P>::SpanLedger(const P<T>& params, const SpanPlan& plan,
   for (int64_t k = 0; k < K_; ++k) {
     h0_[k * S_].assign(DiN_, T(0));
     mu_[k * S_ + S_ - 1].clear();  // empty = zero
-    layer_sums_.emplace_back(S_, [](Layer& a, const Layer& b) { SpanFamily<P>::Add(a, b); });
+    layer_sums_.emplace_back(S_, [](Layer& a, const Layer& b) { FamilyOfParams<P>::Add(a, b); });
   }
 }
 
@@ -219,7 +219,7 @@ absl::Status SpanLedger<T, P>::SetReduced(int32_t group, GroupValue<T>&& value) 
         absl::StrCat("the ", GroupName(group, K_), " group is reduced already"));
   }
   if (group < K_) {
-    layer_sums_[group].SetRoot(SpanFamily<P>::FromGroup(std::move(value)));
+    layer_sums_[group].SetRoot(FamilyOfParams<P>::FromGroup(std::move(value)));
   } else {
     FixedTreeSum<std::vector<T>>& sum = group == HeadGroup(K_)     ? head_embed_sum_
                                         : group == LookupGroup(K_) ? lookup_embed_sum_
@@ -293,7 +293,7 @@ int64_t SpanLedger<T, P>::held_bytes() const {
   int64_t b = Bytes(sigma_) + Bytes(h_end_) + Bytes(h0_) + Bytes(halo_next_) + Bytes(m_) +
               Bytes(mu_) + Bytes(du_halo_prev_);
   const int64_t layer =  // bytes of one layer's partial
-      SpanFamily<P>::template LayerNumel<T>(p_.config) * static_cast<int64_t>(sizeof(T));
+      FamilyOfParams<P>::template LayerNumel<T>(p_.config) * static_cast<int64_t>(sizeof(T));
   for (const auto& t : layer_sums_) b += t.held() * layer;
   b += (head_embed_sum_.held() + lookup_embed_sum_.held()) *
        static_cast<int64_t>(p_.embed.size() * sizeof(T));

@@ -24,7 +24,7 @@
 #include "engine/grad_options.h"
 #include "engine/grad_result.h"
 #include "engine/reduce_groups.h"
-#include "engine/span_family.h"
+#include "engine/families/families.h"
 #include "engine/span_plan.h"
 #include "engine/span_tree.h"
 #include "engine/span_work.h"
@@ -52,11 +52,11 @@ class FixedTreeSum {
   std::optional<V> root_;
 };
 
-// P: the model type's parameter struct (ModelParams, Mamba2Params: engine/span_family.h).
+// P: the model type's parameter struct (ModelParams, Mamba2Params: engine/families/family.h).
 template <typename T, template <typename> class P = ModelParams>
 class SpanLedger {
  public:
-  using Layer = typename SpanFamily<P>::template Layer<T>;
+  using Layer = typename FamilyOfParams<P>::template Layer<T>;
   using Outputs = SpanOutputs<T, Layer>;
   // tokens and mask (empty or one per token) must outlive the ledger.
   SpanLedger(const P<T>& params, const SpanPlan& plan, std::span<const uint32_t> tokens,

@@ -50,9 +50,8 @@ std::vector<Slot<T>> InputSlots(const C& c, const SpanPlan& plan, const SpanTask
 
 template <typename T, typename C>
 std::vector<Slot<T>> OutputSlots(const C& c, const SpanPlan& plan, const SpanTask& t,
-                                 SpanOutputs<T, typename LayerOf<C, T>::type>& out,
+                                 SpanOutputs<T, typename Family<C>::template Layer<T>>& out,
                                  bool partials = true) {
-  using Layer = typename LayerOf<C, T>::type;
   const int64_t D = c.hidden_size, Di = c.inner(), N = c.state_size, V = c.vocab_size;
   const int64_t K = plan.layers(), k = t.layer;
   const SpanRange& r = plan.range(t.span);
@@ -75,7 +74,7 @@ std::vector<Slot<T>> OutputSlots(const C& c, const SpanPlan& plan, const SpanTas
       break;
     case SpanPhase::kBackward:
       if (partials) {
-        for (const auto& slot : LayerSlotsOf(static_cast<const Layer*>(nullptr)))
+        for (const auto& slot : Family<C>::template LayerSlots<T>())
           slots.push_back(
               {LayerParamName(k, slot.suffix), slot.shape(c), &(out.grad.*slot.member)});
       }
@@ -225,7 +224,7 @@ template <typename T, typename C>
 TensorMap PutSpanResult(const C& c, const SpanPlan& plan, const SpanTask& task,
                         const SpanResultOf<T, C>& r, bool partials) {
   TensorMap out;
-  using Outputs = SpanOutputs<T, typename LayerOf<C, T>::type>;
+  using Outputs = SpanOutputs<T, typename Family<C>::template Layer<T>>;
   Outputs& values = const_cast<Outputs&>(r.out);  // read only, as above
   for (const Slot<T>& slot : OutputSlots(c, plan, task, values, partials))
     out.emplace(slot.name, HostTensor::From<T>(*slot.values, slot.shape, DTypeOf<T>()));
@@ -268,7 +267,7 @@ absl::StatusOr<SpanResultOf<T, C>> TakeSpanResult(const C& c, const SpanPlan& pl
 
 template <typename C>
 bool HasPartials(const C& c, const SpanPlan& plan, const SpanTask& task, const TensorMap& got) {
-  SpanOutputs<float, typename LayerOf<C, float>::type> probe;
+  SpanOutputs<float, typename Family<C>::template Layer<float>> probe;
   const std::vector<Slot<float>> all = OutputSlots(c, plan, task, probe, true);
   const std::vector<Slot<float>> without = OutputSlots(c, plan, task, probe, false);
   for (const Slot<float>& slot : all) {
@@ -282,7 +281,7 @@ bool HasPartials(const C& c, const SpanPlan& plan, const SpanTask& task, const T
 template <typename C>
 uint64_t SpanResultBytes(const C& c, const SpanPlan& plan, const SpanTask& task,
                          int64_t value_bytes) {
-  SpanOutputs<double, typename LayerOf<C, double>::type> probe;
+  SpanOutputs<double, typename Family<C>::template Layer<double>> probe;
   uint64_t n = 64;  // the scalars
   for (const Slot<double>& slot : OutputSlots(c, plan, task, probe))
     n += static_cast<uint64_t>(ShapeNumel(slot.shape)) * static_cast<uint64_t>(value_bytes);
@@ -296,7 +295,7 @@ std::string FirstNonFinite(const SpanOutputs<T, Layer>& o) {
                          std::pair{"du_halo_prev", &o.du_halo_prev},
                          std::pair{"embed", &o.embed}, std::pair{"norm_f", &o.norm_f}})
     if (std::string bad = Scan(name, *v); !bad.empty()) return bad;
-  for (const auto& slot : LayerSlotsOf(static_cast<const Layer*>(nullptr)))
+  for (const auto& slot : FamilyOf<Layer>::template LayerSlots<T>())
     if (std::string bad = Scan(slot.suffix, o.grad.*slot.member); !bad.empty()) return bad;
   if (!std::isfinite(o.loss_sum)) return absl::StrCat("loss_sum = ", o.loss_sum);
   return "";
@@ -311,7 +310,7 @@ std::string FirstNonFinite(const SpanOutputs<T, Layer>& o) {
                                          const SpanResultOf<T, C>&, bool);                     \
   template absl::StatusOr<SpanResultOf<T, C>> TakeSpanResult<T, C>(                            \
       const C&, const SpanPlan&, const SpanTask&, TensorMap&, bool);                           \
-  template std::string FirstNonFinite<T>(const SpanOutputs<T, LayerOf<C, T>::type>&);
+  template std::string FirstNonFinite<T>(const SpanOutputs<T, typename Family<C>::template Layer<T>>&);
 ADJSH_SPAN_TENSORS(float, MambaConfig)
 ADJSH_SPAN_TENSORS(double, MambaConfig)
 ADJSH_SPAN_TENSORS(float, Mamba2Config)

@@ -33,7 +33,7 @@
 #include "common/config.h"
 #include "common/mamba2_config.h"
 #include "common/safetensors.h"
-#include "engine/span_family.h"
+#include "engine/families/families.h"
 #include "engine/span_plan.h"
 #include "engine/span_work.h"
 
@@ -42,7 +42,7 @@ namespace adjsh {
 // The prefix of a replayed task's inputs: "replay.fwd.3." (SpanPhaseName, layer).
 std::string ReplayPrefix(const SpanTask& task);
 
-// C: the model's config (MambaConfig, Mamba2Config: engine/span_family.h); both have the same
+// C: the model's config (MambaConfig, Mamba2Config: engine/families/family.h); both have the same
 // task tensors but for the names and shapes of a layer's partials (Di = H P for Mamba-2).
 template <typename T, typename C>
 void PutSpanInputs(const C& c, const SpanPlan& plan, const SpanTask& task,
@@ -68,7 +68,7 @@ struct SpanResult {
   double compute_seconds = 0, rebuild_seconds = 0;
 };
 template <typename T, typename C>
-using SpanResultOf = SpanResult<T, typename LayerOf<C, T>::type>;
+using SpanResultOf = SpanResult<T, typename Family<C>::template Layer<T>>;
 
 // partials = false: without the parameter partials (the worker tree sums them).
 template <typename T, typename C>

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
+#include "common/mamba2_model.h"
 #include "engine/decay.h"
 
 namespace adjsh {
@@ -190,29 +191,38 @@ std::vector<int64_t> SpanTargets(const SpanPlan& plan, const SpanRange& r,
   return targets;
 }
 
-template <typename T>
-void SpanWork<T>::Head(SpanOutputs<T>& out) {
-  const int64_t V = cfg_.vocab_size;
-  const std::vector<int64_t> targets = SpanTargets(plan_, r_, tokens_, mask_);
+template <typename T, typename Layer>
+void RunSpanHead(const SpanHeadArgs<T>& head, const SpanPlan& plan, const SpanRange& r,
+                 const std::vector<uint32_t>& tokens, const std::vector<uint8_t>& mask,
+                 int64_t n_targets, std::vector<T>& g, SpanOutputs<T, Layer>& out) {
+  const std::vector<int64_t> targets = SpanTargets(plan, r, tokens, mask);
   int64_t correct = 0;
-  cpu::LmHeadArgs<T> args{r_.len, D_, V, cfg_.layer_norm_epsilon, model_.params->head().data(),
-                          model_.params->norm_f.data(), g_.data(), targets.data(),
-                          T(1) / T(n_targets_)};
-  if (!mask_.empty()) args.correct = &correct;
-  if (plan_.forward_only()) {  // the loss alone (an evaluation): no dL/du, no partials
-    out.loss_sum = model_.backend->HeadLoss(args);
+  cpu::LmHeadArgs<T> args{r.len,  head.D,   head.V,         head.eps,
+                          head.E, head.norm_f, g.data(), targets.data(),
+                          T(1) / T(n_targets)};
+  if (!mask.empty()) args.correct = &correct;
+  if (plan.forward_only()) {  // the loss alone (an evaluation): no dL/du, no partials
+    out.loss_sum = head.backend->HeadLoss(args);
   } else {
-    out.embed.assign(V * D_, T(0));
-    out.norm_f.assign(D_, T(0));
+    out.embed.assign(head.V * head.D, T(0));
+    out.norm_f.assign(head.D, T(0));
     // The next g goes into the thread's spare buffer, and the old g becomes the spare: one
     // spare per thread, not per span (a fresh (len, D) buffer per task costs page faults).
     thread_local std::vector<T> du;
-    du.resize(r_.len * D_);
-    out.loss_sum = model_.backend->HeadForwardBackward(args, du.data(), out.embed.data(),
-                                                       out.norm_f.data());
-    std::swap(g_, du);
+    du.resize(r.len * head.D);
+    out.loss_sum =
+        head.backend->HeadForwardBackward(args, du.data(), out.embed.data(), out.norm_f.data());
+    std::swap(g, du);
   }
   out.correct = correct;
+}
+
+template <typename T>
+void SpanWork<T>::Head(SpanOutputs<T>& out) {
+  const SpanHeadArgs<T> head{model_.backend, model_.params->head().data(),
+                             model_.params->norm_f.data(), cfg_.vocab_size, D_,
+                             cfg_.layer_norm_epsilon};
+  RunSpanHead(head, plan_, r_, tokens_, mask_, n_targets_, g_, out);
   g_layer_ = cfg_.num_hidden_layers;
   next_halo_added_ = true;  // nothing after the head feeds g
 }
@@ -336,6 +346,15 @@ template void AddNextSpanHalo<float>(const std::vector<float>&, int64_t, int64_t
                                      std::vector<float>&);
 template void AddNextSpanHalo<double>(const std::vector<double>&, int64_t, int64_t,
                                       std::vector<double>&);
+#define ADJSH_SPAN_HEAD(T, Layer)                                                         \
+  template void RunSpanHead<T, Layer>(const SpanHeadArgs<T>&, const SpanPlan&, const SpanRange&, \
+                                      const std::vector<uint32_t>&, const std::vector<uint8_t>&,  \
+                                      int64_t, std::vector<T>&, SpanOutputs<T, Layer>&);
+ADJSH_SPAN_HEAD(float, LayerParams<float>)
+ADJSH_SPAN_HEAD(double, LayerParams<double>)
+ADJSH_SPAN_HEAD(float, Mamba2Layer<float>)
+ADJSH_SPAN_HEAD(double, Mamba2Layer<double>)
+#undef ADJSH_SPAN_HEAD
 template struct BackendModel<float>;
 template struct BackendModel<double>;
 template class SpanWork<float>;

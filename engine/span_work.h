@@ -84,6 +84,24 @@ std::vector<int64_t> SpanTargets(const SpanPlan& plan, const SpanRange& r,
 template <typename T>
 void AddNextSpanHalo(const std::vector<T>& du_halo, int64_t len, int64_t D, std::vector<T>& g);
 
+// The head task of a span of either model type: the LM head over its rows r through backend
+// (which blocks rows and vocabulary), with the head's (V, D) weights E and norm_f (D). g (len,
+// D) holds u^K and then dL/du^K; out gets the loss sum over the span's targets, their greedy
+// count with a mask, and the head's and norm_f's partials (a forward-only plan: the loss sum
+// alone, g untouched).
+template <typename T>
+struct SpanHeadArgs {
+  Backend<T>* backend;
+  const T* E;
+  const T* norm_f;
+  int64_t V, D;
+  double eps;
+};
+template <typename T, typename Layer>
+void RunSpanHead(const SpanHeadArgs<T>& head, const SpanPlan& plan, const SpanRange& r,
+                 const std::vector<uint32_t>& tokens, const std::vector<uint8_t>& mask,
+                 int64_t n_targets, std::vector<T>& g, SpanOutputs<T, Layer>& out);
+
 template <typename T>
 class SpanWork {
  public:

@@ -19,11 +19,11 @@ absl::StatusOr<StoredRows<T>> StoredRows<T>::Create(size_t n, Storage storage,
   StoredRows s;
   s.storage_ = storage;
   if (storage == Storage::kBF16) {
-    absl::StatusOr<RowStore<uint16_t>> rows = RowStore<uint16_t>::Create(n, spill_dir, zeroed);
+    absl::StatusOr<SpillBuffer<uint16_t>> rows = SpillBuffer<uint16_t>::Create(n, spill_dir, zeroed);
     if (!rows.ok()) return rows.status();
     s.bf16_ = std::move(*rows);
   } else {
-    absl::StatusOr<RowStore<T>> rows = RowStore<T>::Create(n, spill_dir, zeroed);
+    absl::StatusOr<SpillBuffer<T>> rows = SpillBuffer<T>::Create(n, spill_dir, zeroed);
     if (!rows.ok()) return rows.status();
     s.native_ = std::move(*rows);
   }

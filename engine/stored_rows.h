@@ -1,9 +1,10 @@
-// What the engine keeps from the forward pass for the backward (layer inputs, chunk-boundary
-// states): in the compute type T, or rounded to bf16 for half the bytes (f32 compute only
-// gains; f64 stays exact unless asked). A bf16 value is rounded once, when it is stored, and
-// every reader, the forward's next layer or chunk included, reads the same rounded number back:
-// the gradient is then the exact gradient of the model that rounds at those points (the
-// rounding's derivative taken as 1), whichever schedule or worker computes it.
+// The precision of what the engine keeps from the forward pass for the backward (layer inputs,
+// chunk-boundary states; where they live is engine/spill_buffer.h): the compute type T, or
+// bf16 for half the bytes (f32 compute only gains; f64 stays exact unless asked). A bf16 value
+// is rounded once, when it is stored, and every reader, the forward's next layer or chunk
+// included, reads the same rounded number back: the gradient is then the exact gradient of the
+// model that rounds at those points (the rounding's derivative taken as 1), whichever schedule
+// or worker computes it.
 #ifndef ADJSH_ENGINE_STORED_ROWS_H_
 #define ADJSH_ENGINE_STORED_ROWS_H_
 
@@ -14,7 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/grad_options.h"
-#include "engine/row_store.h"
+#include "engine/spill_buffer.h"
 
 namespace adjsh {
 
@@ -22,8 +23,8 @@ template <typename T>
 class StoredRows {
  public:
   StoredRows() = default;
-  // n zeros; on the heap, or spilled to spill_dir (RowStore). zeroed = false: on the heap,
-  // uninitialised (RowStore::Create), for a caller that writes every value before reading it.
+  // n zeros; on the heap, or spilled to spill_dir (SpillBuffer). zeroed = false: on the heap,
+  // uninitialised (SpillBuffer::Create), for a caller that writes every value before reading it.
   static absl::StatusOr<StoredRows> Create(size_t n, Storage storage,
                                            const std::string& spill_dir, bool zeroed = true);
 
@@ -43,8 +44,8 @@ class StoredRows {
 
  private:
   Storage storage_ = Storage::kCompute;
-  RowStore<T> native_;
-  RowStore<uint16_t> bf16_;
+  SpillBuffer<T> native_;
+  SpillBuffer<uint16_t> bf16_;
 };
 
 }  // namespace adjsh

@@ -16,7 +16,7 @@
 #include "common/file_io.h"
 #include "common/safetensors.h"
 #include "nlohmann/json.hpp"
-#include "train/model_family.h"
+#include "engine/families/families.h"
 
 namespace adjsh::train {
 namespace fs = std::filesystem;
@@ -46,7 +46,7 @@ absl::Status WriteStepDir(const fs::path& tmp_dir, const fs::path& final_dir, co
                           const std::vector<std::string>& side_files) {
   std::error_code ec;
   fs::remove_all(tmp_dir, ec);
-  if (absl::Status s = ModelFamily<P>::Save(tmp_dir.string(), params, model_dtype); !s.ok())
+  if (absl::Status s = FamilyOf<P>::Save(tmp_dir.string(), params, model_dtype); !s.ok())
     return s;
   for (const std::string& file : side_files) {
     fs::copy_file(file, tmp_dir / fs::path(file).filename(), fs::copy_options::overwrite_existing,
@@ -167,7 +167,7 @@ absl::StatusOr<Checkpoint<P>> LoadStepDir(const std::string& path) {
     if (!fs::is_regular_file(fs::path(path) / file, ec))
       return absl::NotFoundError(absl::StrCat(path, " has no ", file));
   }
-  absl::StatusOr<P> params = ModelFamily<P>::Load(ck.path);
+  absl::StatusOr<P> params = FamilyOf<P>::Load(ck.path);
   if (!params.ok()) return params.status();
   ck.params = std::move(*params);
   absl::StatusOr<TensorMap> moments =

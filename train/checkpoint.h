@@ -33,7 +33,7 @@ struct TrainerState {
   std::string definition;
 };
 
-// P: the model type's parameter struct (train/model_family.h), Mamba-1's by default.
+// P: the model type's parameter struct (engine/families/family.h), Mamba-1's by default.
 template <typename P = ModelParams<float>>
 struct Checkpoint {
   std::string path;  // the step folder

@@ -32,7 +32,7 @@ BasicTrainer<P>::BasicTrainer(P params, TokenData corpus, TrainOptions options)
       -> absl::StatusOr<std::vector<Grad>> {
     std::vector<Grad> out;
     for (const GradPiece& piece : pieces) {
-      absl::StatusOr<Grad> g = ModelFamily<P>::Gradient(p, piece);
+      absl::StatusOr<Grad> g = FamilyOf<P>::Gradient(p, piece);
       if (!g.ok()) return g.status();
       out.push_back(*std::move(g));
     }
@@ -71,7 +71,7 @@ absl::Status BasicTrainer<P>::Init() {
         "grad clip >= 0, warmup >= 0, 0 <= min lr ratio <= 1)");
   }
   if (opt_.batch_size < 1) return absl::InvalidArgumentError("batch size must be >= 1");
-  if (absl::Status s = Supports({.model = ModelFamily<P>::kType, .options = opt_.grad,
+  if (absl::Status s = Supports({.model = FamilyOf<P>::kType, .options = opt_.grad,
                                  .training = true});
       !s.ok())
     return s;
@@ -137,7 +137,7 @@ absl::Status BasicTrainer<P>::Init() {
         "; choose another checkpoint directory, or remove them"));
   }
   if (!ck.ok()) return ck.status();
-  if (ModelFamily<P>::Shape(ck->params.config) != ModelFamily<P>::Shape(params_.config)) {
+  if (FamilyOf<P>::Shape(ck->params.config) != FamilyOf<P>::Shape(params_.config)) {
     return absl::FailedPreconditionError(absl::StrCat(
         "the checkpoint in ", ck->path, " is of a different model configuration"));
   }
@@ -177,7 +177,7 @@ template <typename P>
 nlohmann::json BasicTrainer<P>::Definition() const {
   const AdamWOptions& o = opt_.adamw;
   return nlohmann::json{
-      {"model", nlohmann::json::parse(ModelFamily<P>::Shape(params_.config), nullptr, false)},
+      {"model", nlohmann::json::parse(FamilyOf<P>::Shape(params_.config), nullptr, false)},
       {"data", data_fingerprint_},
       {"loss_mask", mask_fingerprint_},
       {"context", opt_.context},
@@ -255,7 +255,7 @@ absl::StatusOr<EvalResult> BasicTrainer<P>::HeldOutLoss() {
     eo.threads = opt_.grad.threads;
     eo.device = opt_.grad.device;
     if (opt_.reset_at_documents) eo.doc_starts = opt_.val_doc_starts;
-    return ModelFamily<P>::Evaluate(params_, val_, eo);
+    return FamilyOf<P>::Evaluate(params_, val_, eo);
   }
   // The sequences Evaluate would cut, their losses weighted by their targets.
   const int64_t n = opt_.eval_tokens > 0 ? std::min(opt_.eval_tokens, val_.size()) : val_.size();

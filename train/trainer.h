@@ -28,7 +28,7 @@
 #include "nlohmann/json.hpp"
 #include "train/checkpoint.h"
 #include "train/dir_lock.h"
-#include "train/model_family.h"
+#include "engine/families/families.h"
 #include "train/optimizer.h"
 #include "train/sampler.h"
 
@@ -92,16 +92,16 @@ struct StepReport {
 // reset; each with TrainOptions::grad and its slice of the loss mask), one result per piece in
 // order: in-process one after the other by default, through the workers all at once
 // (coordinator/task_service.h ComputeGradients). The trainer combines them (engine/segments.h).
-// P: the model type's parameter struct (train/model_family.h).
+// P: the model type's parameter struct (engine/families/family.h).
 template <typename P>
 using GradientSourceFor =
-    std::function<absl::StatusOr<std::vector<typename ModelFamily<P>::Grad>>(
+    std::function<absl::StatusOr<std::vector<typename FamilyOf<P>::Grad>>(
         const P& params, std::span<const GradPiece> pieces)>;
 using GradientSource = GradientSourceFor<ModelParams<float>>;
 
 // The loop for either model type: Trainer (Mamba-1) and Mamba2Trainer below; the in-process
 // gradient source by default, a local cluster's or a coordinator's job's when set (the options
-// a model type cannot take are refused by Init: ModelFamily).
+// a model type cannot take are refused by Init: engine/capabilities.h).
 template <typename P>
 class BasicTrainer {
  public:
@@ -149,7 +149,7 @@ class BasicTrainer {
   const std::string& resume_note() const { return resume_note_; }
 
  private:
-  using Grad = typename ModelFamily<P>::Grad;
+  using Grad = typename FamilyOf<P>::Grad;
   P params_;
   TokenData corpus_;
   TokenData val_;

@@ -66,7 +66,7 @@ class SharedState {
   void WatchLoop();
   // How often WatchLoop looks at the stop flag. Each look wakes a thread that, on a machine
   // whose cores all compute, takes one from a task: at 10 ms the two workers of a 2-core
-  // machine spent about 5% more CPU time on a step (docs/BENCHMARKS.md, Scale-out).
+  // machine spent more CPU time on a step (docs/BENCHMARKS.md, "What was tried").
   static constexpr std::chrono::milliseconds kStopPoll{100};
   // Ends WatchLoop and the heartbeat waits and cancels every call in flight, for good.
   void Shutdown();

@@ -43,16 +43,6 @@ absl::StatusOr<SpanPlan> CheckTask(const v1::Task& task, int64_t K, int64_t W) {
                         task.forward_only());
 }
 
-void SpanStore::Job::DropSpans(int64_t b) {
-  if (b < 0) {
-    spans.clear();
-    mamba2_spans.clear();
-    return;
-  }
-  spans.erase(spans.lower_bound({b, 0}), spans.lower_bound({b + 1, 0}));
-  mamba2_spans.erase(mamba2_spans.lower_bound({b, 0}), mamba2_spans.lower_bound({b + 1, 0}));
-}
-
 absl::StatusOr<SpanStore::Job*> SpanStore::JobFor(const v1::Task& task) {
   auto it = jobs_.find(task.job_id());
   if (it != jobs_.end() && task.params_version() < it->second.version) {
@@ -66,32 +56,33 @@ absl::StatusOr<SpanStore::Job*> SpanStore::JobFor(const v1::Task& task) {
     if (!type.ok()) return type.status();
     Job fresh;
     fresh.config_json = task.config_json();
-    if (*type == "mamba2") {
-      absl::StatusOr<Mamba2Config> config = ParseMamba2ConfigJson(text);
-      if (!config.ok()) return config.status();
-      fresh.mamba2 = std::make_shared<const Mamba2Config>(*config);
-      fresh.groups = std::make_shared<const GroupLayout>(GroupLayout::Of(*config));
-    } else {
-      absl::StatusOr<MambaConfig> config = ParseConfigJson(text);
-      if (!config.ok()) return config.status();
-      fresh.config = std::make_shared<const MambaConfig>(*config);
-      fresh.groups = std::make_shared<const GroupLayout>(GroupLayout::Of(*config));
-    }
+    // The config's family, and its part of the job.
+    auto take = [&fresh](auto parsed) -> absl::Status {
+      if (!parsed.ok()) return parsed.status();
+      using C = typename decltype(parsed)::value_type;
+      JobModel<Family<C>> m;
+      m.config = std::make_shared<const C>(*parsed);
+      fresh.groups = std::make_shared<const GroupLayout>(GroupLayout::Of(*parsed));
+      fresh.model = std::move(m);
+      return absl::OkStatus();
+    };
+    if (absl::Status s = *type == "mamba2" ? take(ParseMamba2ConfigJson(text))
+                                           : take(ParseConfigJson(text));
+        !s.ok())
+      return s;
     fresh.version = task.params_version();
     it = jobs_.insert_or_assign(task.job_id(), std::move(fresh)).first;
   }
   Job& job = it->second;
-  absl::StatusOr<SpanPlan> plan =
-      job.mamba2 ? CheckTask(task, job.mamba2->num_hidden_layers, job.mamba2->conv_kernel)
-                 : CheckTask(task, job.config->num_hidden_layers, job.config->conv_kernel);
+  absl::StatusOr<SpanPlan> plan = std::visit(
+      [&task](const auto& m) {
+        return CheckTask(task, m.config->num_hidden_layers, m.config->conv_kernel);
+      },
+      job.model);
   if (!plan.ok()) return plan.status();
   if (task.params_version() > job.version) {
-    job.DropSpans(-1);  // before the model they point into
+    std::visit([](auto& m) { m.DropModel(); }, job.model);
     job.plans.clear();
-    job.model.reset();  // each model before the parameters it points into
-    job.params.reset();
-    job.mamba2_model.reset();
-    job.mamba2_params.reset();
     job.version = task.params_version();
   }
   const int64_t b = task.sequence();
@@ -117,9 +108,7 @@ absl::StatusOr<SpanStore::Job*> SpanStore::JobFor(const v1::Task& task) {
 int64_t SpanStore::kept_bytes() const {
   int64_t b = 0;
   for (const auto& [id, job] : jobs_)
-    for (const auto& [s, w] : job.spans) b += w->kept_bytes();
-  for (const auto& [id, job] : jobs_)
-    for (const auto& [s, w] : job.mamba2_spans) b += w->kept_bytes();
+    b += std::visit([](const auto& m) { return m.kept_bytes(); }, job.model);
   return b;
 }
 

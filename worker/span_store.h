@@ -3,8 +3,8 @@
 // batch's sequences run at once, proto/adjsh.proto Task.sequence), and the spans it owns there
 // (engine/span_work.h), by (sequence, span). A task of a newer version drops all of it first (a
 // new step: new parameters, and every span starts again from its tokens). At most max_jobs jobs
-// are kept, the least recently used dropped. A Mamba-2 model's job keeps the same in its
-// mamba2 members. Main thread only.
+// are kept, the least recently used dropped. The model's part is one model type's
+// (engine/families/family.h), chosen by the config's model_type. Main thread only.
 #ifndef ADJSH_WORKER_SPAN_STORE_H_
 #define ADJSH_WORKER_SPAN_STORE_H_
 
@@ -13,18 +13,13 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <variant>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "common/config.h"
-#include "common/mamba2_config.h"
-#include "common/model.h"
-#include "kernels/mamba2_backend.h"
-#include "common/mamba2_model.h"
-#include "engine/mamba2_span_work.h"
+#include "engine/families/families.h"
 #include "engine/reduce_groups.h"
 #include "engine/span_plan.h"
-#include "engine/span_work.h"
 #include "proto/adjsh.pb.h"
 
 namespace adjsh::worker {
@@ -35,31 +30,51 @@ namespace adjsh::worker {
 // otherwise. K layers, conv kernel W: the config's.
 absl::StatusOr<SpanPlan> CheckTask(const v1::Task& task, int64_t K, int64_t W);
 
+// One model type's part of a job (F: engine/families/family.h): its config, the parameters
+// of the job's version (null until fetched), them on the backend, and the spans owned, by
+// (sequence, span). Members in the order they are dropped in reverse: the spans point into the
+// model, the model into the parameters.
+template <typename F>
+struct JobModel {
+  using ModelFamily = F;
+  std::shared_ptr<const typename F::Config> config;
+  std::unique_ptr<typename F::template Params<float>> params;
+  std::unique_ptr<typename F::template Model<float>> model;
+  std::map<std::pair<int64_t, int64_t>, std::unique_ptr<typename F::template Work<float>>> spans;
+
+  void DropSpans(int64_t b) {  // of sequence b, or of every sequence (b < 0)
+    if (b < 0) spans.clear();
+    else spans.erase(spans.lower_bound({b, 0}), spans.lower_bound({b + 1, 0}));
+  }
+  void DropModel() {  // a new version: spans, then the model, then its parameters
+    spans.clear();
+    model.reset();
+    params.reset();
+  }
+  int64_t kept_bytes() const {
+    int64_t b = 0;
+    for (const auto& [s, w] : spans) b += w->kept_bytes();
+    return b;
+  }
+};
+
 class SpanStore {
  public:
-  // A job of a Mamba-1 model (config set) or of a Mamba-2 one (mamba2 set, by the config's
-  // model_type "mamba2"); the other's members stay empty.
   struct Job {
     std::string config_json;
-    std::shared_ptr<const MambaConfig> config;
     uint64_t version = 0;
-    std::unique_ptr<ModelParams<float>> params;   // null until fetched for `version`
-    std::unique_ptr<BackendModel<float>> model;   // params on the backend
     // Of `version`'s step, by sequence.
     std::map<int64_t, std::unique_ptr<SpanPlan>> plans;
-    // The spans owned, by (sequence, span).
-    std::map<std::pair<int64_t, int64_t>, std::unique_ptr<SpanWork<float>>> spans;
+    // The model type's part, one alternative per family (engine/families/families.h); after
+    // the plans, which its spans point into.
+    EachFamily<JobModel> model;
     uint64_t last_used = 0;
-    // Mamba-2 (engine/mamba2_span_work.h): its config, parameters (null until fetched) and
-    // spans, as above.
-    std::shared_ptr<const Mamba2Config> mamba2;
-    std::unique_ptr<Mamba2Params<float>> mamba2_params;
-    std::unique_ptr<Mamba2BackendModel<float>> mamba2_model;  // mamba2_params on the backend
-    std::map<std::pair<int64_t, int64_t>, std::unique_ptr<Mamba2SpanWork<float>>> mamba2_spans;
-    // The wire form of a worker tree's groups for either config (engine/reduce_groups.h).
+    // The wire form of a worker tree's groups for the config (engine/reduce_groups.h).
     std::shared_ptr<const GroupLayout> groups;
     // Drops every span of sequence b (its plan changed), or of every sequence (b < 0).
-    void DropSpans(int64_t b);
+    void DropSpans(int64_t b) {
+      std::visit([b](auto& m) { m.DropSpans(b); }, model);
+    }
   };
 
   explicit SpanStore(int max_jobs) : max_jobs_(max_jobs) {}

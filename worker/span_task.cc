@@ -1,5 +1,5 @@
-// TaskRunner::RunSpanTask (worker/task_runner.h): one span task of either model type
-// (worker/task_family.h). The model of the task's version from named tensors (down the worker
+// TaskRunner::RunSpanTask (worker/task_runner.h): one span task of any model type
+// (engine/families/family.h). The model of the task's version from named tensors (down the worker
 // tree when the step has one, else with the task's inputs), the span rebuilt from its tokens
 // and the ledger's replay when this worker does not hold it ready, the task run on the
 // worker's backend, its finite partials given to the tree (or sent with the result), the
@@ -15,15 +15,17 @@
 #include "engine/reduce_groups.h"
 #include "engine/span_tensors.h"
 #include "proto/span_kind.h"
-#include "worker/task_family.h"
 #include "worker/task_runner.h"
 
 namespace adjsh::worker {
 
-template <typename C>
+template <typename F>
 TaskRunner::Outcome TaskRunner::RunSpanTask(const v1::Task& task, const TaskState& held,
-                                            SpanStore::Job& job) {
-  using F = TaskFamily<C>;
+                                            SpanStore::Job& job, JobModel<F>& m) {
+  using C = typename F::Config;
+  using Params = typename F::template Params<float>;
+  using Model = typename F::template Model<float>;
+  using Work = typename F::template Work<float>;
   const std::string& tid = task.task_id();
   auto skip = [&](absl::string_view why) {
     return End(tid, NoResult{.skipped = true, .why = std::string(why)});
@@ -31,9 +33,9 @@ TaskRunner::Outcome TaskRunner::RunSpanTask(const v1::Task& task, const TaskStat
   auto drop = [&](std::string why) {
     return End(tid, NoResult{.skipped = false, .why = std::move(why)});
   };
-  const C& cfg = F::Config(job);
+  const C& cfg = *m.config;
   // What the device lacks, refused before the model or the span is fetched.
-  if (absl::Status st = F::Check(*backend_, cfg, task.masked()); !st.ok())
+  if (absl::Status st = F::CheckBackend(*backend_, cfg, task.masked()); !st.ok())
     return skip(st.message());
   const SpanPhase phase = *PhaseOf(task.kind());  // Run checked it
   const SpanPlan& plan = *job.plans.at(task.sequence());
@@ -41,9 +43,9 @@ TaskRunner::Outcome TaskRunner::RunSpanTask(const v1::Task& task, const TaskStat
   const SpanTask span_task{phase, task.layer(), task.span()};
   const int64_t id = plan.Id(span_task.phase, span_task.layer, span_task.span);
   if (id < 0) return skip("the plan has no such task");
-  typename F::Spans& spans = F::SpansOf(job);
-  std::unique_ptr<typename F::Params>& params = F::ParamsOf(job);
-  std::unique_ptr<typename F::Model>& model = F::ModelOf(job);
+  auto& spans = m.spans;
+  std::unique_ptr<Params>& params = m.params;
+  std::unique_ptr<Model>& model = m.model;
   auto owned = spans.find(key);
   // With a worker tree the parameters come down the tree, and the partials go up it.
   const bool tree = task.has_tree();
@@ -56,25 +58,28 @@ TaskRunner::Outcome TaskRunner::RunSpanTask(const v1::Task& task, const TaskStat
 
   // The model of the task's version, from named tensors, on the backend.
   auto take_model = [&](const TensorMap& named) -> absl::Status {
-    absl::StatusOr<typename F::Params> read = F::FromTensors(cfg, named);
+    absl::StatusOr<Params> read = F::FromTensors(cfg, named);
     if (!read.ok()) return read.status();
     spans.clear();  // they point into the model being replaced
     owned = spans.end();
     model.reset();
-    params = std::make_unique<typename F::Params>(*std::move(read));
-    absl::StatusOr<typename F::Model> made = F::MakeModel(*params, *backend_);
+    params = std::make_unique<Params>(*std::move(read));
+    absl::StatusOr<Model> made = F::MakeModel(*params, *backend_);
     if (!made.ok()) {
       params.reset();
       return made.status();
     }
-    model = std::make_unique<typename F::Model>(*std::move(made));
+    model = std::make_unique<Model>(*std::move(made));
     return absl::OkStatus();
   };
   TensorMap got;
   if (need_params && tree) {  // kept at once: a later failure of this task does not refetch
     TensorMap named;
-    if (std::optional<NoResult> no = TreeParams(held, task, F::ParamBytes(cfg),
-                                                16 * cfg.num_hidden_layers + 64, named))
+    // At most every layer's tensors, the embedding, norm_f and an untied LM head.
+    const int64_t max_tensors =
+        static_cast<int64_t>(F::template LayerSlots<float>().size()) * cfg.num_hidden_layers + 3;
+    if (std::optional<NoResult> no =
+            TreeParams(held, task, F::ParamBytes(cfg), max_tensors, named))
       return End(tid, *no);
     if (absl::Status st = take_model(named); !st.ok())
       return skip(absl::StrCat("parameters: ", st.message()));
@@ -103,14 +108,14 @@ TaskRunner::Outcome TaskRunner::RunSpanTask(const v1::Task& task, const TaskStat
     if (absl::Status st = TakeSpanStart(cfg, plan, task.span(), task.masked(), got, tokens, mask);
         !st.ok())
       return skip(st.message());
-    auto work = std::make_unique<typename F::Work>(
+    auto work = std::make_unique<Work>(
         *model, plan, task.span(), std::move(tokens), std::move(mask), task.targets(),
         task.storage() == "bf16" ? Storage::kBF16 : Storage::kCompute, opt_.spill_dir);
     for (int64_t r : plan.ReplayIds(id)) {
       absl::StatusOr<SpanInputs<float>> in =
           TakeSpanInputs<float>(cfg, plan, plan.task(r), ReplayPrefix(plan.task(r)), got);
       if (!in.ok()) return skip(absl::StrCat("replay: ", in.status().message()));
-      typename F::Outputs discard;
+      typename F::template Outputs<float> discard;
       if (absl::Status st = work->Run(plan.task(r), *in, discard); !st.ok())
         return skip(st.message());
     }
@@ -125,7 +130,7 @@ TaskRunner::Outcome TaskRunner::RunSpanTask(const v1::Task& task, const TaskStat
   if (!state_.TaskAlive(held, &why)) return drop(why);
   if (state_.Stopping()) return drop("stopping");
 
-  typename F::Work& work = *spans.at(key);
+  Work& work = *spans.at(key);
   const Clock::time_point computing = rebuild_s > 0 ? Clock::now() : started;
   SpanResultOf<float, C> result;
   if (absl::Status st = work.Run(span_task, *in, result.out); !st.ok()) return skip(st.message());
@@ -148,11 +153,9 @@ TaskRunner::Outcome TaskRunner::RunSpanTask(const v1::Task& task, const TaskStat
                     result.compute_seconds);
 }
 
-template TaskRunner::Outcome TaskRunner::RunSpanTask<MambaConfig>(const v1::Task&,
-                                                                  const TaskState&,
-                                                                  SpanStore::Job&);
-template TaskRunner::Outcome TaskRunner::RunSpanTask<Mamba2Config>(const v1::Task&,
-                                                                   const TaskState&,
-                                                                   SpanStore::Job&);
+template TaskRunner::Outcome TaskRunner::RunSpanTask<Family<MambaConfig>>(
+    const v1::Task&, const TaskState&, SpanStore::Job&, JobModel<Family<MambaConfig>>&);
+template TaskRunner::Outcome TaskRunner::RunSpanTask<Family<Mamba2Config>>(
+    const v1::Task&, const TaskState&, SpanStore::Job&, JobModel<Family<Mamba2Config>>&);
 
 }  // namespace adjsh::worker

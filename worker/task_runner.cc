@@ -100,8 +100,12 @@ TaskRunner::Outcome TaskRunner::Run(const v1::Task& task, const TaskState& held)
   absl::StatusOr<SpanStore::Job*> found = store_.JobFor(task);
   if (!found.ok()) return skip(absl::StrCat("job ", task.job_id(), ": ", found.status().message()));
   SpanStore::Job& job = **found;
-  if (job.mamba2) return RunSpanTask<Mamba2Config>(task, held, job);
-  return RunSpanTask<MambaConfig>(task, held, job);
+  return std::visit(
+      [&](auto& m) {
+        using F = typename std::remove_reference_t<decltype(m)>::ModelFamily;
+        return RunSpanTask<F>(task, held, job, m);
+      },
+      job.model);
 }
 
 std::optional<std::string> TaskRunner::EnterTree(const v1::Task& task,

@@ -43,10 +43,11 @@ class TaskRunner {
   enum class Outcome { kDone, kDropped };
 
   Outcome Run(const v1::Task& task, const TaskState& state);
-  // The task of a job whose model type's config is C (MambaConfig, Mamba2Config), after Run
-  // found its job: every step once for both types (worker/span_task.cc, worker/task_family.h).
-  template <typename C>
-  Outcome RunSpanTask(const v1::Task& task, const TaskState& state, SpanStore::Job& job);
+  // The task of a job of model type F (engine/families/family.h), m its part of the job, after
+  // Run found it: every step written once for every model type (worker/span_task.cc).
+  template <typename F>
+  Outcome RunSpanTask(const v1::Task& task, const TaskState& state, SpanStore::Job& job,
+                      JobModel<F>& m);
   // A task's worker tree, for either model type: checked against the task's plan and entered
   // in the PeerHub; why the task is skipped when the tree does not fit.
   std::optional<std::string> EnterTree(const v1::Task& task, const SpanStore::Job& job);

@@ -1,10 +1,10 @@
 // The projections' GEMMs with a fixed weight, C (M, N) = A (M, K) W^T with W (N, K) row-major (a
 // torch Linear's weight): in_proj's halves, x_proj and out_proj of kernels/cpu/mamba_block.cc,
-// and dn = dxz W_in of its backward (W^T = W_in). Through
-// OpenBLAS these ran at 71-87 GFLOP/s per thread inside a gradient, against its 95 on the same
-// shape with warm caches (docs/BENCHMARKS.md): each call packed W afresh, and with beta = 0 it
-// first zeroed C and then read it back. Here W is packed once, when a layer's block is made,
-// into panels of 32 columns, (K, 32) each, and every C row is written once.
+// and dn = dxz W_in of its backward (W^T = W_in). Through OpenBLAS these ran slower inside a
+// gradient than on the same shape with warm caches (docs/BENCHMARKS.md): each call packed W
+// afresh, and with beta = 0 it first zeroed C and then read it back. Here W is packed once,
+// when a layer's block is made, into panels of 32 columns, (K, 32) each, and every C row is
+// written once.
 //
 // Rounding: every element is one chain of fused multiply-adds in k order,
 //   s = 0;  s = fma(A[m, k], W[n, k], s) for k = 0 .. K - 1;
@@ -54,8 +54,8 @@ void GemmPacked(int64_t M, const float* A, int64_t lda, const PackedWeights& W, 
 // on the same kernels (the same bits on each). Neither operand is packed: a tile's MR elements
 // of A's row k are consecutive, and B's rows, two vectors per k, stay in L2 while a block of
 // 64 rows of C passes over them. OpenBLAS packed both operands on every call, and ran the
-// block's weight gradients at 89-103 GFLOP/s against 111-113 here (warm caches, one thread;
-// docs/BENCHMARKS.md).
+// block's weight gradients slower than this does (warm caches, one thread; docs/BENCHMARKS.md,
+// the kernel table's dw_ rows).
 void GemmAtB(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
              int64_t ldb, bool accumulate, float* C, int64_t ldc);
 bool GemmAtBWith(const char* kernel, int64_t M, int64_t N, int64_t K, const float* A,

@@ -47,7 +47,8 @@ inline void Tile(const float* A, int64_t lda, const float* wp, int64_t ldw, int6
   // The tile's lines of C, fetched for writing now so that their misses overlap the K loop:
   // inside a gradient a product's C is cold (a fresh activation, or the residual), and the
   // stores at the tile's end waited on them. kernel_bench's cold-cache rate of in_proj's half,
-  // whose C rows are 4 KiB apart, went from 94-99 to 105-106 GFLOP/s (warm: 112 both ways).
+  // whose C rows are 4 KiB apart, rose with this fetch; the warm rate did not move
+  // (docs/BENCHMARKS.md).
   // Only the lines the stores below reach: a vector past the product's width has none here,
   // and its address may be another row's or another array's.
   for (int r = 0; r < MR; ++r)

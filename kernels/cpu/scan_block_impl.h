@@ -34,7 +34,7 @@ VT* Work(int slot, int64_t n) {
 // Rows of Delta, x' and ybar are Di apart (2 KiB at Di = 512), so a block's walk over its rows
 // reads a new cache line per row and array, and those lines fall in the same few L1 sets: with
 // a prefetch a few rows ahead the prefetched lines still evicted one another, and the loads of a
-// row's Delta and x' took half of the forward scan's time inside a gradient (perf annotate,
+// row's Delta and x' held most of the forward scan's time inside a gradient (perf annotate,
 // docs/BENCHMARKS.md). So each block first copies its V columns of the arrays it reads, row by
 // row, into one contiguous (rows, k) array of vectors: the copy's loads are independent of one
 // another (the memory system overlaps their misses), and the scan then walks that array in
@@ -56,9 +56,9 @@ const VT* PackColumns(int64_t rows, int64_t Di, int64_t i0, const typename VT::S
 // L2 a row at a time while this block scans, so that its copy finds them there. Inside a
 // gradient these arrays are out of cache: the span schedule's passes read activations a
 // summary recomputed a phase earlier (kernels/cpu/mamba_block.h, Kept), and the copy's loads,
-// which overlap only one another, were a quarter of the forward scan's perf samples and a sixth
-// of the adjoint summary's and the backward's (docs/BENCHMARKS.md). A row's vector is one
-// cache line (the arrays start on one: aligned.h). The last block fetches nothing.
+// which overlap only one another, held a good share of each scan's perf samples
+// (docs/BENCHMARKS.md). A row's vector is one cache line (the arrays start on one: aligned.h).
+// The last block fetches nothing.
 template <class VT>
 struct NextColumns {
   using T = typename VT::Scalar;
@@ -193,12 +193,12 @@ void AdjointSummaryBlock(const ScanInputs<typename VT::Scalar>& in, int64_t i0, 
 //
 // With 8- or 16-lane vectors and N = 16 G = 8. Pass 2's carry, dA and A are then 24 vectors,
 // not 48: AVX2's 16 registers hold the 16 of carry and dA, AVX-512's 32 hold all 24, where one
-// group of 16 spilled (kernel_bench's scan_backward 2-7% faster). And the rows a group keeps are
-// half as many bytes (256 KiB at 256 rows on AVX-512, not 512), so they stay in L2 between its
-// passes. The sums that run over all states, y_t's, s_a and s_b of a row, go on from one group
-// to the next through `sums`, adding the same terms in the same state order, so the bits are one
-// group's; dB and dC of a row are written per state. G is a multiple of the 8 states AddLaneSums
-// transposes at once.
+// group of 16 spilled (kernel_bench's scan_backward is faster: docs/BENCHMARKS.md). And the rows
+// a group keeps are half as many bytes (256 KiB at 256 rows on AVX-512, not 512), so they stay
+// in L2 between its passes. The sums that run over all states, y_t's, s_a and s_b of a row, go
+// on from one group to the next through `sums`, adding the same terms in the same state order,
+// so the bits are one group's; dB and dC of a row are written per state. G is a multiple of the
+// 8 states AddLaneSums transposes at once.
 template <class VT, int kN>
 void BackwardBlock(const ScanInputs<typename VT::Scalar>& in, int64_t i0, int64_t len,
                    const typename VT::Scalar* h0, const typename VT::Scalar* mu,
@@ -301,10 +301,10 @@ void BackwardBlock(const ScanInputs<typename VT::Scalar>& in, int64_t i0, int64_
   }
   // The outputs' rows are Di apart, as the inputs' are (PackColumns): inside a gradient a store
   // per row and array in the passes reached a cold line in the same few L1 sets each time.
-  // Gathered here and written in one sweep after the last group, this kernel's perf samples in
-  // a 4K gradient fell 7%, though kernel_bench's scan_backward, whose outputs stay in L2
-  // between calls, runs 6% slower. (The forward's y, gathered the same way, went the other way
-  // inside the gradient, +5%, and is stored per row.) The values are the same.
+  // Gathered here and written in one sweep after the last group, this kernel takes less of a
+  // gradient's time, though kernel_bench's scan_backward, whose outputs stay in L2 between
+  // calls, runs slower (docs/BENCHMARKS.md). (The forward's y, gathered the same way, went the
+  // other way inside the gradient, and is stored per row.) The values are the same.
   for (int64_t t = 0; t < len; ++t) {
     outs[3 * t].Store(out.y + t * Di + i0);
     outs[3 * t + 1].Store(out.ddt + t * Di + i0);

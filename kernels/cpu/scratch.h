@@ -1,6 +1,7 @@
 // Per-thread scratch buffers reused from call to call. A chunk's buffers are O(rows (D + Di))
 // each; allocated afresh for every call they cost page faults (large blocks come from fresh
-// mmaps) and a zero fill each, which was a third of a single Mamba-1 gradient's time at T = 4K.
+// mmaps) and a zero fill each, a large part of a single Mamba-1 gradient's time
+// (docs/BENCHMARKS.md).
 //
 //   enum Slot { kA, kB, kSlots };                        // kSlots: the count
 //   AlignedVector<T>& a = ThreadScratch<T>(kA, n);        // n elements, contents unspecified

@@ -1,9 +1,10 @@
 // cuBLAS, loaded with dlopen when the first CUDA context is made instead of linked: libcublas
-// pulls in libcublasLt, whose load alone (static data and initialisers) costs a process about
-// 140 MiB of resident memory, and every adjsh process (coordinators, CPU workers, `adjsh
-// --help`) would pay it whether it uses a GPU or not. Only the functions adjsh calls are looked
-// up. The library is found as the dynamic loader finds it (LD_LIBRARY_PATH, ld.so.cache), else
-// in the CUDA toolkit this adjsh was built against.
+// pulls in libcublasLt, whose load alone (static data and initialisers) costs a process more
+// resident memory than a CPU adjsh process holds without it (docs/BENCHMARKS.md), and every
+// adjsh process (coordinators, CPU workers, `adjsh --help`) would pay it whether it uses a GPU
+// or not. Only the functions adjsh calls are looked up. The library is found as the dynamic
+// loader finds it (LD_LIBRARY_PATH, ld.so.cache), else in the CUDA toolkit this adjsh was built
+// against.
 #ifndef ADJSH_KERNELS_CUDA_CUBLAS_API_H_
 #define ADJSH_KERNELS_CUDA_CUBLAS_API_H_
 

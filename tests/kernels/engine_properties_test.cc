@@ -11,7 +11,7 @@
 
 #include "engine/adjoint_engine.h"
 #include "engine/gradient_step.h"
-#include "engine/row_store.h"
+#include "engine/spill_buffer.h"
 #include "kernels/cpu/kept_pool.h"
 #include "kernels/cpu/mamba_block.h"
 #include "kernels/reference/mamba_reference.h"
@@ -224,7 +224,7 @@ TEST(EngineSpillTest, SpilledRowsGiveTheSameGradient) {
   const GradResult<float> spilled = ComputeGradient<float>(params, tokens, opt).value();
   EXPECT_EQ(heap.loss, spilled.loss);
   EXPECT_EQ(MaxRelErr(heap.grad, spilled.grad), 0.0);
-  absl::StatusOr<RowStore<float>> rows = RowStore<float>::Create(1000, ::testing::TempDir());
+  absl::StatusOr<SpillBuffer<float>> rows = SpillBuffer<float>::Create(1000, ::testing::TempDir());
   ASSERT_TRUE(rows.ok());
   EXPECT_TRUE(rows->spilled());
   opt.spill_dir = "/nonexistent/dir";

@@ -1,5 +1,5 @@
 // The Mamba-2 span tasks (engine/mamba2_span_work.h) under the one ledger (engine/span_ledger.h,
-// engine/span_family.h): run task by task they give Mamba2Gradient's bits; a span lost at any
+// engine/families/mamba2.h): run task by task they give Mamba2Gradient's bits; a span lost at any
 // task and rebuilt from the ledger's inputs alone ends bitwise the same; any span count gives the
 // same gradient up to f64 rounding; a forward-only plan gives the full plan's loss bits; a task
 // the kept values do not serve is refused.

@@ -1,5 +1,5 @@
 // A trainer's gradient source for the resume tests of both model types: in-process, as the
-// default one (ModelFamily<P>::Gradient), until its n-th call, which fails UNAVAILABLE as a
+// default one (FamilyOf<P>::Gradient), until its n-th call, which fails UNAVAILABLE as a
 // lost worker does: a run killed during that step.
 #ifndef ADJSH_TESTS_TRAIN_LOST_WORKER_H_
 #define ADJSH_TESTS_TRAIN_LOST_WORKER_H_
@@ -8,7 +8,7 @@
 #include <span>
 #include <vector>
 
-#include "train/model_family.h"
+#include "engine/families/families.h"
 #include "train/trainer.h"
 
 namespace adjsh::train {
@@ -17,10 +17,10 @@ template <typename P>
 GradientSourceFor<P> LostOnCall(int n) {
   auto calls = std::make_shared<int>(0);
   return [calls, n](const P& p, std::span<const GradPiece> pieces)
-             -> absl::StatusOr<std::vector<typename ModelFamily<P>::Grad>> {
+             -> absl::StatusOr<std::vector<typename FamilyOf<P>::Grad>> {
     if (++*calls == n) return absl::UnavailableError("worker lost");
-    std::vector<typename ModelFamily<P>::Grad> out;
-    for (const GradPiece& piece : pieces) out.push_back(ModelFamily<P>::Gradient(p, piece).value());
+    std::vector<typename FamilyOf<P>::Grad> out;
+    for (const GradPiece& piece : pieces) out.push_back(FamilyOf<P>::Gradient(p, piece).value());
     return out;
   };
 }

@@ -1,4 +1,4 @@
-// Training a Mamba-2 model (train/model_family.h): the trainer's step is the gradient, clip and
+// Training a Mamba-2 model (engine/families/family.h): the trainer's step is the gradient, clip and
 // AdamW by hand, bit for bit; loss goes down; a resumed run is bitwise the straight one; the
 // checkpoint's model folder loads as a Mamba-2 model; options its gradient lacks and a
 // checkpoint of the other model type are refused by name. And the initialisation's streams.

@@ -11,6 +11,7 @@
 #include <random>
 
 #include "common/tokens.h"
+#include "engine/adjoint_engine.h"
 #include "engine/evaluate.h"
 #include "tests/common/test_util.h"
 #include "tests/kernels/test_util.h"

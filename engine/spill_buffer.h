@@ -1,9 +1,10 @@
-// Storage for the rows the engine keeps per token (the layer inputs): on the heap, or spilled
-// to an unlinked file in a directory, memory-mapped, so that the kernel can write cold rows out
+// Where the rows the engine keeps per token (the layer inputs) live: a buffer on the heap, or
+// spilled to an unlinked file in a directory, memory-mapped, so that the kernel can write cold rows out
 // to disk instead of holding them in memory (for contexts whose K T D numbers exceed RAM).
 // The numbers are the same either way: spilling changes where they live, not their values.
-#ifndef ADJSH_ENGINE_ROW_STORE_H_
-#define ADJSH_ENGINE_ROW_STORE_H_
+// Their precision is engine/stored_rows.h's, which keeps its values in one of these.
+#ifndef ADJSH_ENGINE_SPILL_BUFFER_H_
+#define ADJSH_ENGINE_SPILL_BUFFER_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -15,19 +16,19 @@
 namespace adjsh {
 
 template <typename T>
-class RowStore {
+class SpillBuffer {
  public:
-  RowStore() = default;
+  SpillBuffer() = default;
   // n zero-initialised values; spill_dir empty: on the heap, where zeroed = false leaves them
   // uninitialised for a caller that writes every value before reading it (touching the pages
   // only then, where the writes are spread over threads).
-  static absl::StatusOr<RowStore> Create(size_t n, const std::string& spill_dir,
+  static absl::StatusOr<SpillBuffer> Create(size_t n, const std::string& spill_dir,
                                          bool zeroed = true);
-  RowStore(RowStore&& other) noexcept;
-  RowStore& operator=(RowStore&& other) noexcept;
-  RowStore(const RowStore&) = delete;
-  RowStore& operator=(const RowStore&) = delete;
-  ~RowStore();
+  SpillBuffer(SpillBuffer&& other) noexcept;
+  SpillBuffer& operator=(SpillBuffer&& other) noexcept;
+  SpillBuffer(const SpillBuffer&) = delete;
+  SpillBuffer& operator=(const SpillBuffer&) = delete;
+  ~SpillBuffer();
 
   T* data() { return data_; }
   const T* data() const { return data_; }
@@ -44,4 +45,4 @@ class RowStore {
 
 }  // namespace adjsh
 
-#endif  // ADJSH_ENGINE_ROW_STORE_H_
+#endif  // ADJSH_ENGINE_SPILL_BUFFER_H_

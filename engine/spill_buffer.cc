@@ -1,4 +1,4 @@
-#include "engine/row_store.h"
+#include "engine/spill_buffer.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -13,9 +13,9 @@
 namespace adjsh {
 
 template <typename T>
-absl::StatusOr<RowStore<T>> RowStore<T>::Create(size_t n, const std::string& spill_dir,
+absl::StatusOr<SpillBuffer<T>> SpillBuffer<T>::Create(size_t n, const std::string& spill_dir,
                                                 bool zeroed) {
-  RowStore s;
+  SpillBuffer s;
   s.size_ = n;
   if (spill_dir.empty() || n == 0) {
     s.heap_.reset(zeroed ? new T[n]() : new T[n]);
@@ -49,13 +49,13 @@ absl::StatusOr<RowStore<T>> RowStore<T>::Create(size_t n, const std::string& spi
 }
 
 template <typename T>
-RowStore<T>::RowStore(RowStore&& o) noexcept
+SpillBuffer<T>::SpillBuffer(SpillBuffer&& o) noexcept
     : heap_(std::move(o.heap_)), data_(o.data_), size_(o.size_), mapped_(o.mapped_) {
   o.data_ = nullptr, o.size_ = 0, o.mapped_ = false;
 }
 
 template <typename T>
-RowStore<T>& RowStore<T>::operator=(RowStore&& o) noexcept {
+SpillBuffer<T>& SpillBuffer<T>::operator=(SpillBuffer&& o) noexcept {
   if (this != &o) {
     Release();
     heap_ = std::move(o.heap_);
@@ -66,19 +66,19 @@ RowStore<T>& RowStore<T>::operator=(RowStore&& o) noexcept {
 }
 
 template <typename T>
-void RowStore<T>::Release() {
+void SpillBuffer<T>::Release() {
   if (mapped_ && data_) munmap(data_, size_ * sizeof(T));
   heap_.reset();
   data_ = nullptr, size_ = 0, mapped_ = false;
 }
 
 template <typename T>
-RowStore<T>::~RowStore() {
+SpillBuffer<T>::~SpillBuffer() {
   Release();
 }
 
-template class RowStore<float>;
-template class RowStore<double>;
-template class RowStore<uint16_t>;  // bf16 storage
+template class SpillBuffer<float>;
+template class SpillBuffer<double>;
+template class SpillBuffer<uint16_t>;  // bf16 storage
 
 }  // namespace adjsh

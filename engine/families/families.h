@@ -1,0 +1,27 @@
+// Every model type's family (engine/families/family.h says what one gives), and the one list
+// of them: a new model type is one more header here and one more alternative in EachFamily.
+#ifndef ADJSH_ENGINE_FAMILIES_FAMILIES_H_
+#define ADJSH_ENGINE_FAMILIES_FAMILIES_H_
+
+#include <variant>
+
+#include "engine/families/family.h"
+#include "engine/families/mamba.h"
+#include "engine/families/mamba2.h"
+
+namespace adjsh {
+
+// One X<F> of some model type F, for what holds one model type's state and is visited
+// (std::visit) where it is used: the worker's jobs (worker/span_store.h), the coordinator's
+// step (coordinator/task_service.h) and a task's checked result (coordinator/
+// span_scheduler.h).
+template <template <typename> class X>
+using EachFamily = std::variant<X<Family<MambaConfig>>, X<Family<Mamba2Config>>>;
+
+// A family's float parameters, read-only (the coordinator's step), and a span task's result.
+template <typename F>
+using ParamsOf = const typename F::template Params<float>*;
+
+}  // namespace adjsh
+
+#endif  // ADJSH_ENGINE_FAMILIES_FAMILIES_H_

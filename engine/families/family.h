@@ -1,0 +1,88 @@
+// A model type's family: everything the schedules, the span ledger, the worker's task runner,
+// the coordinator and the trainer take of a model type, behind one interface, so each of them
+// is written once. One specialisation of Family<Config> per model type (engine/families/
+// mamba.h, engine/families/mamba2.h), gathered by engine/families/families.h.
+//
+// Family<Config> gives, for its config type:
+//   kType, kName                the capability table's model type (engine/capabilities.h), a name
+//   Params<T>, Layer<T>         the parameters and one layer's (HF names, common/ or kernels/)
+//   LayerSlots<T>()             a layer's tensors in order (name, shape): the wire form of a
+//                               layer partial (engine/span_tensors.h, engine/reduce_groups.h)
+//   Model<T>                    the parameters on a backend, per layer its chunk ops
+//   Work<T>, Outputs<T>         the owner of one span (its tasks of engine/span_plan.h) and a
+//                               task's results (engine/span_work.h SpanOutputs)
+//   StateSize, Rates<T>         the (Di N) state a span boundary carries, and per layer the decay
+//                               rates A that combine it across spans (engine/span_ledger.h)
+//   Add, LayerNumel<T>, FromGroup   a layer partial's sum, size and tree-group form (FamilyBase)
+//   ConfigJson, ParamBytes, ToTensors, FromTensors, CheckBackend, MakeModel
+//                               the config and parameters on the wire, the worker's model
+//                               of a version
+//   Shape, Save, Load           model folders, and what a resume must match
+//   Gradient, Evaluate          the in-process gradient of one piece and the held-out loss
+// Adding a model type: its config, parameters and kernels, its span work, one more file here,
+// one line in families.h and one column in engine/capabilities.cc (docs/ARCHITECTURE.md
+// "Model types").
+#ifndef ADJSH_ENGINE_FAMILIES_FAMILY_H_
+#define ADJSH_ENGINE_FAMILIES_FAMILY_H_
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "common/check.h"
+#include "common/tensor.h"
+
+namespace adjsh {
+
+template <typename Config>
+struct Family;
+
+// What every family computes alike from its LayerSlots<T>() (each slot: a member pointer into
+// the layer struct and its shape for a config), inherited by each Family<Config> (CRTP).
+template <typename Derived>
+struct FamilyBase {
+  // a += b, slot by slot, element by element (the ledger's and the tree's sums).
+  template <typename T, template <typename> class Layer>
+  static void Add(Layer<T>& a, const Layer<T>& b) {
+    for (const auto& slot : Derived::template LayerSlots<T>()) {
+      std::vector<T>& x = a.*slot.member;
+      const std::vector<T>& y = b.*slot.member;
+      ADJSH_CHECK(x.size() == y.size(), slot.suffix);
+      for (size_t i = 0; i < x.size(); ++i) x[i] += y[i];
+    }
+  }
+  // Values in one layer's partial.
+  template <typename T, typename Config>
+  static int64_t LayerNumel(const Config& c) {
+    int64_t n = 0;
+    for (const auto& slot : Derived::template LayerSlots<T>()) n += ShapeNumel(slot.shape(c));
+    return n;
+  }
+  // A layer from its tree group's value: the tensors in LayerSlots order.
+  template <typename T>
+  static auto FromGroup(std::vector<std::vector<T>>&& v) {
+    typename Derived::template Layer<T> l;
+    const auto& slots = Derived::template LayerSlots<T>();
+    ADJSH_CHECK(v.size() == slots.size(), "a layer group has one tensor per layer parameter");
+    for (size_t j = 0; j < slots.size(); ++j) l.*slots[j].member = std::move(v[j]);
+    return l;
+  }
+};
+
+// The family of a parameter struct template (ModelParams, Mamba2Params), for code templated on
+// it (the span ledger, the trainer).
+template <template <typename> class P>
+struct ParamsFamily;
+template <template <typename> class P>
+using FamilyOfParams = typename ParamsFamily<P>::type;
+// The family of one of its structs: a parameter struct (ModelParams<T>, Mamba2Params<T>) or a
+// layer struct (LayerParams<T>, Mamba2Layer<T>), for code templated on it (the trainer and its
+// checkpoints, engine/reduce_groups.h TakeLeaves).
+template <typename Struct>
+struct FamilyOfStruct;
+template <typename Struct>
+using FamilyOf = typename FamilyOfStruct<Struct>::type;
+
+}  // namespace adjsh
+
+#endif  // ADJSH_ENGINE_FAMILIES_FAMILY_H_

@@ -1,0 +1,96 @@
+// Mamba-1's family (engine/families/family.h): MambaConfig, ModelParams (common/model.h), its
+// block ops on a backend (kernels/backend.h BlockBackend) and SpanWork (engine/span_work.h).
+#ifndef ADJSH_ENGINE_FAMILIES_MAMBA_H_
+#define ADJSH_ENGINE_FAMILIES_MAMBA_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/config.h"
+#include "common/model.h"
+#include "common/safetensors.h"
+#include "common/token_data.h"
+#include "engine/capabilities.h"
+#include "engine/decay.h"
+#include "engine/evaluate.h"
+#include "engine/families/family.h"
+#include "engine/grad_result.h"
+#include "engine/segments.h"
+#include "engine/span_work.h"
+#include "kernels/backend.h"
+
+namespace adjsh {
+
+template <>
+struct Family<MambaConfig> : FamilyBase<Family<MambaConfig>> {
+  static constexpr ModelType kType = ModelType::kMamba;
+  static constexpr const char* kName = "Mamba";
+  using Config = MambaConfig;
+  template <typename T>
+  using Params = ModelParams<T>;
+  template <typename T>
+  using Layer = LayerParams<T>;
+  template <typename T>
+  using Model = BackendModel<T>;
+  template <typename T>
+  using Work = SpanWork<T>;
+  template <typename T>
+  using Outputs = SpanOutputs<T, Layer<T>>;
+  using Grad = GradResult<float, ModelParams>;
+
+  template <typename T>
+  static const std::vector<LayerParamSlot<T>>& LayerSlots() {
+    return LayerParamSlots<T>();
+  }
+  static int64_t StateSize(const Config& c) { return c.inner() * c.state_size; }  // Di N
+  template <typename T>
+  static std::vector<T> Rates(const Params<T>& p) {  // K x (Di, N)
+    return DecayRates(p);
+  }
+
+  static std::string ConfigJson(const Config& c) { return ConfigToJson(c); }
+  static uint64_t ParamBytes(const Config& c) { return ParamBytesF32(c); }
+  static TensorMap ToTensors(const Params<float>& p, DType dtype) {
+    return ParamsToTensors<float>(p, dtype);
+  }
+  static absl::StatusOr<Params<float>> FromTensors(const Config& c, const TensorMap& named) {
+    return ParamsFromTensors<float>(c, named);
+  }
+  // The shape the backend takes, and with a loss mask the head's greedy count.
+  static absl::Status CheckBackend(const Backend<float>& backend, const Config& c, bool masked) {
+    if (absl::Status s = backend.CheckConfig(c); !s.ok()) return s;
+    return masked ? backend.Require(Op::kHeadAccuracy) : absl::OkStatus();
+  }
+  static absl::StatusOr<Model<float>> MakeModel(const Params<float>& p, Backend<float>& backend) {
+    return Model<float>::Make(p, backend);
+  }
+
+  // The config without its extra keys, as JSON: a resume must match it.
+  static std::string Shape(const Config& config);
+  static absl::Status Save(const std::string& dir, const Params<float>& params, DType dtype);
+  static absl::StatusOr<Params<float>> Load(const std::string& dir);
+  // In-process (engine/adjoint_engine.h ComputeGradient), any option of the capability table.
+  static absl::StatusOr<Grad> Gradient(const Params<float>& params, const GradPiece& piece);
+  static absl::StatusOr<EvalResult> Evaluate(const Params<float>& params, const TokenData& tokens,
+                                             const EvalOptions& options);
+};
+
+template <>
+struct ParamsFamily<ModelParams> {
+  using type = Family<MambaConfig>;
+};
+template <typename T>
+struct FamilyOfStruct<LayerParams<T>> {
+  using type = Family<MambaConfig>;
+};
+template <typename T>
+struct FamilyOfStruct<ModelParams<T>> {
+  using type = Family<MambaConfig>;
+};
+
+}  // namespace adjsh
+
+#endif  // ADJSH_ENGINE_FAMILIES_MAMBA_H_

@@ -1,0 +1,109 @@
+// Mamba-2's family (engine/families/family.h): Mamba2Config, Mamba2Params (common/
+// mamba2_model.h), its chunk ops on a backend (kernels/mamba2_backend.h) and Mamba2SpanWork
+// (engine/mamba2_span_work.h). Its state is (H, P, N) per layer, Di = H P: A and dt are per
+// head, so the ledger's rates repeat A_h over the head's P N entries, and a span's Sigma repeats
+// dt_h's sum over the head's P channels (docs/MATH.md "Mamba-2", spans). Both types decay
+// exactly as the scan, exp(dt A) per token, whose product over a span is exp(A Sigma).
+#ifndef ADJSH_ENGINE_FAMILIES_MAMBA2_H_
+#define ADJSH_ENGINE_FAMILIES_MAMBA2_H_
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/mamba2_config.h"
+#include "common/mamba2_model.h"
+#include "common/safetensors.h"
+#include "common/token_data.h"
+#include "engine/capabilities.h"
+#include "engine/evaluate.h"
+#include "engine/families/family.h"
+#include "engine/grad_result.h"
+#include "engine/mamba2_span_work.h"
+#include "engine/segments.h"
+#include "kernels/backend.h"
+#include "kernels/mamba2_backend.h"
+
+namespace adjsh {
+
+template <>
+struct Family<Mamba2Config> : FamilyBase<Family<Mamba2Config>> {
+  static constexpr ModelType kType = ModelType::kMamba2;
+  static constexpr const char* kName = "Mamba-2";
+  using Config = Mamba2Config;
+  template <typename T>
+  using Params = Mamba2Params<T>;
+  template <typename T>
+  using Layer = Mamba2Layer<T>;
+  template <typename T>
+  using Model = Mamba2BackendModel<T>;
+  template <typename T>
+  using Work = Mamba2SpanWork<T>;
+  template <typename T>
+  using Outputs = SpanOutputs<T, Layer<T>>;
+  using Grad = GradResult<float, Mamba2Params>;
+
+  template <typename T>
+  static const std::vector<Mamba2LayerSlot<T>>& LayerSlots() {
+    return Mamba2LayerSlots<T>();
+  }
+  static int64_t StateSize(const Config& c) { return c.inner() * c.state_size; }  // H P N
+  template <typename T>
+  static std::vector<T> Rates(const Params<T>& p) {  // K x (H P, N): A_h repeated
+    const int64_t PN = p.config.head_dim * p.config.state_size, H = p.config.num_heads;
+    std::vector<T> A(p.layers.size() * H * PN);
+    for (size_t k = 0; k < p.layers.size(); ++k)
+      for (int64_t h = 0; h < H; ++h) {
+        const T a = -std::exp(p.layers[k].A_log[h]);
+        for (int64_t q = 0; q < PN; ++q) A[(k * H + h) * PN + q] = a;
+      }
+    return A;
+  }
+
+  static std::string ConfigJson(const Config& c) { return Mamba2ConfigToJson(c); }
+  static uint64_t ParamBytes(const Config& c) { return Mamba2ParamBytesF32(c); }
+  // const_cast: the slot walk takes a mutable struct, and only reads it here.
+  static TensorMap ToTensors(const Params<float>& p, DType dtype) {
+    return Mamba2ParamsToTensors<float>(const_cast<Params<float>&>(p), dtype);
+  }
+  static absl::StatusOr<Params<float>> FromTensors(const Config& c, const TensorMap& named) {
+    return Mamba2ParamsFromTensors<float>(c, named);
+  }
+  // A Mamba-2 layer (f32 storage on a GPU), the head, and with a loss mask its greedy count.
+  static absl::Status CheckBackend(const Backend<float>& backend, const Config&, bool masked) {
+    return CheckMamba2Backend(backend, masked);
+  }
+  static absl::StatusOr<Model<float>> MakeModel(const Params<float>& p, Backend<float>& backend) {
+    return Model<float>::Make(p, backend);
+  }
+
+  // Strict JSON, as Mamba-1's (a bare Infinity as common/python_json.h's marker string).
+  static std::string Shape(const Config& config);
+  static absl::Status Save(const std::string& dir, const Params<float>& params, DType dtype);
+  static absl::StatusOr<Params<float>> Load(const std::string& dir);
+  // In-process, on the options' device (engine/mamba2_grad.h); what it cannot take is refused
+  // by engine/capabilities.h's table.
+  static absl::StatusOr<Grad> Gradient(const Params<float>& params, const GradPiece& piece);
+  static absl::StatusOr<EvalResult> Evaluate(const Params<float>& params, const TokenData& tokens,
+                                             const EvalOptions& options);
+};
+
+template <>
+struct ParamsFamily<Mamba2Params> {
+  using type = Family<Mamba2Config>;
+};
+template <typename T>
+struct FamilyOfStruct<Mamba2Layer<T>> {
+  using type = Family<Mamba2Config>;
+};
+template <typename T>
+struct FamilyOfStruct<Mamba2Params<T>> {
+  using type = Family<Mamba2Config>;
+};
+
+}  // namespace adjsh
+
+#endif  // ADJSH_ENGINE_FAMILIES_MAMBA2_H_
