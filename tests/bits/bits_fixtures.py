@@ -2,7 +2,8 @@
 """The bits do not move: gradients and 5-step checkpoints of both model types, byte for byte.
 
 A fixed set of small runs (in-process, 3 workers with the tree and the star reduction, f32 and
-f64, bf16 storage, a truncated window, the wavefront, Mamba-1 and Mamba-2) whose outputs are
+f64, bf16 storage, a truncated window, the wavefront, held-out evaluation, decoding; Mamba-1 and
+Mamba-2) whose outputs are
 hashed tensor by tensor (name, dtype, shape and bytes of each safetensors entry, so a header's
 metadata may change without moving anything). tests/bits/fixtures.json holds the digests
 recorded before a refactor, keyed by the machine: OpenBLAS picks its GEMM kernels by CPU, so the
@@ -86,6 +87,31 @@ class Runner:
                  + flags)
         return {name: tensor_digest(out)}
 
+    def evaluate(self, name, model, flags):
+        """Held-out losses (the evaluator's, in-process or through workers) as a training run
+        logs them (shortest round-trip decimals, so every bit), and the steps' losses."""
+        log = self.path(name + ".jsonl")
+        self.run(["train", "--model", self.path(model), "--tokens", self.path("tok.u16"),
+                  "--context", "1000", "--steps", "2", "--chunk", "64", "--spans", "4",
+                  "--val-data", self.path("tok.u16"), "--eval-every", "1", "--eval-tokens", "2000",
+                  "--log-jsonl", log, "--checkpoint-dir", self.path(name), "--threads", "2"]
+                 + flags)
+        with open(log) as f:
+            rows = [json.loads(line) for line in f]
+        values = [[r["loss"], r["val_loss"]] for r in rows]
+        return {name: hashlib.sha256(repr(values).encode()).hexdigest()}
+
+    def generate(self, name, model, flags):
+        """Sampled ids after a prompt: decoding through the model's stream."""
+        prompt, out = self.path("prompt.u16"), self.path(name + ".u32")
+        with open(self.path("tok.u16"), "rb") as f, open(prompt, "wb") as g:
+            g.write(f.read(100))
+        self.run(["generate", "--model", self.path(model), "--prompt-tokens", prompt,
+                  "--max-new-tokens", "24", "--temperature", "0.8", "--top-k", "20", "--seed", "3",
+                  "--out", out] + flags)
+        with open(out, "rb") as f:
+            return {name: hashlib.sha256(f.read()).hexdigest()}
+
     def train(self, name, model, flags):
         ckpt = self.path(name)
         self.run(["train", "--model", self.path(model), "--tokens", self.path("tok.u16"),
@@ -126,6 +152,13 @@ CASES = [
     ("m2_train_bf16", "train", "m2", ["--storage", "bf16"]),
     ("m2_train_w3_tree", "train", "m2", W3 + ["--reduce", "tree"]),
     ("m2_train_w3_star", "train", "m2", W3 + ["--reduce", "star"]),
+    # Evaluation and decoding.
+    ("m1_eval", "evaluate", "m1", []),
+    ("m1_eval_w3", "evaluate", "m1", W3),
+    ("m2_eval", "evaluate", "m2", []),
+    ("m2_eval_w3", "evaluate", "m2", W3),
+    ("m1_generate", "generate", "m1", []),
+    ("m2_generate", "generate", "m2", []),
 ]
 
 
