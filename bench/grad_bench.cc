@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <memory>
 #include <random>
 #include <string>
 #include <type_traits>
@@ -60,7 +61,8 @@ int Run(const cli::ArgParser& a, const MambaConfig& config, const Counts& n) {
   const int64_t spans = opt.spans > 0 ? opt.spans
                                       : SpanPlan::DefaultSpans(T_, std::min(opt.chunk, T_),
                                                                config.conv_kernel);
-  absl::StatusOr<Device> device = ParseDevice(a.Get("device"));
+  // With --kept-mib's budget (Device::kept_budget), which every backend of the runs takes.
+  absl::StatusOr<Device> device = cli::DeviceFromFlags(a);
   absl::StatusOr<Storage> storage = ParseStorage(a.Get("storage"));
   if (!device.ok() || !storage.ok()) {
     std::fprintf(stderr, "grad_bench: bad --device or --storage\n");
@@ -124,8 +126,11 @@ int Run(const cli::ArgParser& a, const MambaConfig& config, const Counts& n) {
                                 : opt.schedule == Schedule::kSpans  ? double(spans - 1) / spans
                                                                     : 0.0;
   // The share of summarised chunks that kept their activations, over every run above (the
-  // same share each time: the budget and the shapes do not change).
-  const cpu::KeptTakes takes = cpu::KeptTakeCounts();
+  // same share each time: the budget and the shapes do not change). Read from the store every
+  // CPU backend of the runs shared (kernels/backend.h Device::kept_budget): made by the first
+  // run, so its counts are these runs' alone.
+  const std::shared_ptr<cpu::KeptStore> kept = cpu::KeptStore::Shared(opt.device.kept_budget);
+  const cpu::KeptTakes takes = kept->takes();
   const int64_t given = takes.given + takes.carried_to_summary;
   const double kept_share =
       given + takes.refused > 0 ? double(given) / double(given + takes.refused) : 0.0;
@@ -152,7 +157,7 @@ int Run(const cli::ArgParser& a, const MambaConfig& config, const Counts& n) {
       T_ / s, f.model * T_ / s / 1e9, f.executed * T_ / s / 1e9,
       static_cast<long long>(rss_before), static_cast<long long>(peak),
       double(peak - rss_before) / double(T_), kept_share, carried_share,
-      static_cast<long long>(adjsh::cpu::KeptPeakBytes()), prof.task_seconds,
+      static_cast<long long>(kept->peak_bytes()), prof.task_seconds,
       prof.critical_path_seconds, prof.task_seconds / (s * threads), device_fields.c_str());
   return 0;
 }

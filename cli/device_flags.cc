@@ -13,10 +13,27 @@ void AddDeviceFlags(ArgParser& a, const std::string& what) {
         "--loss-mask)", "cpu");
 }
 
+namespace {
+// --kept-mib in bytes: INVALID_ARGUMENT naming the flag.
+absl::StatusOr<int64_t> KeptBudgetFromFlag(const ArgParser& a) {
+  absl::StatusOr<int64_t> mib = a.GetInt("kept-mib", 0, int64_t{1} << 30);
+  if (!mib.ok()) return mib.status();
+  return *mib << 20;
+}
+}  // namespace
+
 absl::StatusOr<Device> DeviceFromFlags(const ArgParser& a) {
   absl::StatusOr<Device> device = ParseDevice(a.Get("device"));
   if (!device.ok()) {
     return absl::InvalidArgumentError("--" + std::string(device.status().message()));
+  }
+  // The kept budget travels with the device into every backend made of it (kernels/backend.h
+  // Device::kept_budget). Only a command with AddKeptFlag can be given the flag; without it,
+  // or with the flag at its default, the budget is the default (AddKeptFlag's, in MiB).
+  if (a.Given("kept-mib")) {
+    absl::StatusOr<int64_t> budget = KeptBudgetFromFlag(a);
+    if (!budget.ok()) return budget.status();
+    device->kept_budget = *budget;
   }
   return device;
 }
@@ -57,12 +74,9 @@ void AddKeptFlag(ArgParser& a) {
         std::to_string(cpu::kDefaultKeptBudget >> 20));
 }
 
-absl::Status ApplyKeptFlag(const ArgParser& a) {
-  absl::StatusOr<int64_t> mib = a.GetInt("kept-mib", 0, int64_t{1} << 30);
-  if (!mib.ok()) return mib.status();
-  cpu::SetKeptBudget(*mib << 20);
-  return absl::OkStatus();
-}
+// The budget reaches the backends through DeviceFromFlags (Device::kept_budget), and a local
+// cluster's workers through LocalClusterOptions::kept_budget; here it is checked.
+absl::Status ApplyKeptFlag(const ArgParser& a) { return KeptBudgetFromFlag(a).status(); }
 
 absl::Status CheckDeviceUsable(const Device& device) {
   if (device.is_cpu() && !device.bf16_storage) return absl::OkStatus();

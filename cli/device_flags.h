@@ -26,10 +26,11 @@ absl::StatusOr<std::vector<std::string>> WorkerDevicesFromFlags(const ArgParser&
 // The parsed --storage: INVALID_ARGUMENT naming the flag (bad usage, exit 2).
 absl::StatusOr<Storage> StorageFromFlags(const ArgParser& a);
 
-// `--kept-mib MIB` of the processes that run span tasks (grad, train, worker): the process's
-// budget for the activations a chunk's summary keeps for the pass after it (kernels/cpu/
-// kept_pool.h; the same results, only faster). ApplyKeptFlag sets it: INVALID_ARGUMENT naming
-// the flag for a bad value (bad usage, exit 2).
+// `--kept-mib MIB` of the processes that run span tasks (grad, train, worker): the budget of
+// their CPU backends' kept store for the activations a chunk's summary keeps for the pass after
+// it (kernels/cpu/kept_pool.h; the same results, only faster), carried by Device::kept_budget
+// (DeviceFromFlags). ApplyKeptFlag checks it: INVALID_ARGUMENT naming the flag for a bad value
+// (bad usage, exit 2).
 void AddKeptFlag(ArgParser& a);
 absl::Status ApplyKeptFlag(const ArgParser& a);
 

@@ -67,6 +67,7 @@ absl::Status RunGrad(const ArgParser& a, const GradOptions& opt, bool quiet, int
     if (workers > 0) {  // a local cluster: every task on worker processes
       coordinator::LocalClusterOptions options;
       options.worker_devices = std::move(worker_devices);
+      options.kept_budget = opt.device.kept_budget;
       options.service.trace_path = a.Get("trace");
       options.service.worker_tree = *ReduceFromFlags(a);  // checked by GradCommand
       absl::StatusOr<std::unique_ptr<coordinator::LocalCluster>> cluster =

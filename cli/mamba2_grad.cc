@@ -37,6 +37,7 @@ absl::Status Run(const std::string& model_dir, const std::string& tokens_path,
       coordinator::LocalClusterOptions cluster_options;
       cluster_options.service.worker_tree = worker_tree;
       cluster_options.worker_devices = std::move(worker_devices);
+      cluster_options.kept_budget = options.device.kept_budget;
       absl::StatusOr<std::unique_ptr<coordinator::LocalCluster>> cluster =
           coordinator::LocalCluster::Start(workers, SelfExe(), std::move(cluster_options));
       if (!cluster.ok()) return cluster.status();

@@ -149,6 +149,7 @@ int RunOnWorkers(train::BasicTrainer<P>& trainer, const ArgParser& a, const v1::
   cluster_options.service.worker_tree = *tree;
   cluster_options.worker_metrics = a.Get("worker-metrics-listen");
   cluster_options.worker_devices = std::move(worker_devices);
+  cluster_options.kept_budget = opt.grad.device.kept_budget;
   const std::string log_dir =
       a.Has("worker-log-dir") ? a.Get("worker-log-dir") : opt.checkpoint_dir + "/worker-logs";
   if (log_dir != "-") cluster_options.log_dir = log_dir;

@@ -81,6 +81,7 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(int workers,
     c->metrics_host_ = worker_metrics.substr(0, colon);
   }
   c->service_options_worker_tree_ = options.service.worker_tree;
+  c->kept_budget_ = options.kept_budget;
   if (!options.log_dir.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(options.log_dir, ec);
@@ -120,8 +121,7 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(int workers,
         absl::StrCat("cannot start the coordinator's server on ", c->address_));
   }
   // One core per worker when there are enough: a worker's compute thread then keeps its core's
-  // caches (measured: about 3% of a 2-worker step at 64K on 2 cores). The coordinator's threads
-  // stay free to run anywhere.
+  // caches (docs/BENCHMARKS.md). The coordinator's threads stay free to run anywhere.
   cpu_set_t allowed;
   CPU_ZERO(&allowed);
   if (sched_getaffinity(0, sizeof(allowed), &allowed) == 0) {
@@ -174,9 +174,10 @@ pid_t LocalCluster::Spawn(int slot) {
     args.push_back("--device");
     args.push_back(devices_[slot % devices_.size()]);
   }
-  // The workers keep activations under this process's budget (grad's or train's --kept-mib).
+  // The workers keep activations under the budget of the run that starts them (grad's or
+  // train's --kept-mib; this process keeps none).
   args.push_back("--kept-mib");
-  args.push_back(std::to_string(cpu::KeptBudget() >> 20));
+  args.push_back(std::to_string(kept_budget_ >> 20));
   if (service_options_worker_tree_) {  // the worker tree's endpoint, beside the socket
     args.push_back("--peer-listen");
     args.push_back(absl::StrCat("unix:", socket_dir_, "/peer-", slot));

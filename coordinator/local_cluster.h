@@ -29,6 +29,7 @@
 
 #include "absl/status/statusor.h"
 #include "coordinator/task_service.h"
+#include "kernels/cpu/kept_pool.h"
 #include "grpcpp/grpcpp.h"
 
 namespace adjsh::coordinator {
@@ -45,6 +46,8 @@ struct LocalClusterOptions {
   // the log paths, each worker's "metrics on HOST:PORT" line once it registered, and the last
   // lines of the log of a worker that cannot start.
   std::string log_dir;
+  // The workers' --kept-mib: the budget of the run that starts them (its Device::kept_budget).
+  int64_t kept_budget = cpu::kDefaultKeptBudget;
 };
 
 class LocalCluster {
@@ -90,6 +93,7 @@ class LocalCluster {
   std::string socket_dir_;  // the private directory of the sockets; removed with the cluster
   std::string log_dir_;     // LocalClusterOptions::log_dir
   bool service_options_worker_tree_ = true;  // workers serve peer endpoints (the worker tree)
+  int64_t kept_budget_ = cpu::kDefaultKeptBudget;  // bytes, passed on as --kept-mib
   std::unique_ptr<TaskServiceImpl> service_;
   std::unique_ptr<grpc::Server> server_;
   mutable std::mutex mu_;

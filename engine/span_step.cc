@@ -10,12 +10,12 @@
 #include <vector>
 
 #include "common/check.h"
+#include "common/thread_pool.h"
 #include "engine/mamba2_span_work.h"
 #include "engine/span_ledger.h"
 #include "engine/span_plan.h"
 #include "engine/span_work.h"
-#include "common/thread_pool.h"
-#include "kernels/cpu/kept_pool.h"
+#include "kernels/backend.h"
 
 namespace adjsh {
 
@@ -44,7 +44,9 @@ GradResult<T, P> RunSpans(const P<T>& params, const Model& model, const SpanPlan
   std::vector<int64_t> span_bytes(S, 0);
   ThreadPool pool(opt.threads);
   std::vector<TaskRecord> records(plan.num_tasks());
-  const int64_t refused_before = cpu::KeptTakeCounts().refused;
+  // The model's backend (either model type has one) says when its kept budget refuses a set.
+  const Backend<T>& backend = *model.backend;
+  const int64_t refused_before = backend.KeptRefusals();
   const auto start = std::chrono::steady_clock::now();
   RunDag(
       pool, plan.num_tasks(), [&](int64_t id) { return plan.Successors(id); },
@@ -96,7 +98,7 @@ GradResult<T, P> RunSpans(const P<T>& params, const Model& model, const SpanPlan
         if (task.phase == SpanPhase::kBackward && ++done_bwd % S == 0 && opt.progress)
           opt.progress("backward", done_bwd / S, K);
       },
-      // Once the kept budget has refused a summary a set (kernels/cpu/kept_pool.h), a ready
+      // Once the kept budget has refused a summary a set (Backend::KeptRefusals), a ready
       // forward or VJP task goes before a ready summary: each takes the sets its span's summary
       // kept, so they go back to the budget before more summaries ask for it. Taken in the
       // order they became ready, a layer's summaries ran for every span first, and at T = 64K
@@ -105,7 +107,7 @@ GradResult<T, P> RunSpans(const P<T>& params, const Model& model, const SpanPlan
       [&](int64_t id) {
         const SpanPhase p = plan.task(id).phase;
         const bool summary = p == SpanPhase::kForwardSummary || p == SpanPhase::kBackwardSummary;
-        return summary && cpu::KeptTakeCounts().refused > refused_before ? 1 : 0;
+        return summary && backend.KeptRefusals() > refused_before ? 1 : 0;
       });
   GradResult<T, P> result = ledger.Finish();
   result.stored_bytes = peak;

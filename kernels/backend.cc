@@ -94,7 +94,11 @@ class CpuBlock final : public BlockBackend<T> {
   }
 
  public:
-  CpuBlock(const MambaConfig& config, const LayerParams<T>& params) : block_(config, params) {}
+  // kept: the backend's store, held as long as the block (a Shared store is never destroyed,
+  // so a set its owner drops after the block and the backend still finds its pool).
+  CpuBlock(const MambaConfig& config, const LayerParams<T>& params,
+           std::shared_ptr<cpu::KeptStore> kept)
+      : kept_(std::move(kept)), block_(config, params, kept_.get()) {}
   void Forward(const T* u, cpu::ChunkRows rows, const T* h0, T* u_next, T* h_end) override {
     block_.Forward(u, rows, h0, u_next, h_end);
   }
@@ -145,6 +149,7 @@ class CpuBlock final : public BlockBackend<T> {
   }
 
  private:
+  const std::shared_ptr<cpu::KeptStore> kept_;
   const cpu::MambaBlockCpu<T> block_;
 };
 
@@ -167,12 +172,18 @@ class CpuBackend final : public Backend<T> {
   }
 
  public:
+  // The kept sets in the process's store of the device's budget, shared with the other CPU
+  // backends of that budget (kernels/cpu/kept_pool.h Shared: a backend lives for one gradient
+  // in-process, engine/span_step.cc, and its sets' free lists must outlive it).
+  explicit CpuBackend(const Device& device)
+      : device_(device), kept_(cpu::KeptStore::Shared(device.kept_budget)) {}
   const Device& device() const override { return device_; }
   bool Supports(Op) const override { return true; }
   std::unique_ptr<BlockBackend<T>> MakeBlock(const MambaConfig& config,
                                              const LayerParams<T>& params) override {
-    return std::make_unique<CpuBlock<T>>(config, params);
+    return std::make_unique<CpuBlock<T>>(config, params, kept_);
   }
+  int64_t KeptRefusals() const override { return kept_->takes().refused; }
   // Blocks of kRows rows, applied in row order: the engine's head does the same sums in the
   // same order.
   double HeadForwardBackward(const cpu::LmHeadArgs<T>& args, T* du, T* dE, T* dw_f) override {
@@ -199,7 +210,8 @@ class CpuBackend final : public Backend<T> {
   }
 
  private:
-  Device device_;
+  const Device device_;
+  const std::shared_ptr<cpu::KeptStore> kept_;
 };
 
 }  // namespace
@@ -228,7 +240,7 @@ absl::StatusOr<std::unique_ptr<Backend<T>>> MakeBackend(const Device& device) {
     if (device.bf16_storage) {
       return absl::UnimplementedError("bf16 storage is not supported on cpu (CUDA devices only)");
     }
-    return std::unique_ptr<Backend<T>>(std::make_unique<CpuBackend<T>>());
+    return std::unique_ptr<Backend<T>>(std::make_unique<CpuBackend<T>>(device));
   }
   if (!CudaBuilt()) {
     return absl::UnimplementedError(absl::StrCat(

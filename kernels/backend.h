@@ -18,6 +18,7 @@
 #include "common/device_memory.h"
 #include "common/mamba2_config.h"
 #include "common/model.h"
+#include "kernels/cpu/kept_pool.h"
 #include "kernels/cpu/lm_head.h"
 #include "kernels/cpu/mamba_block.h"
 #include "kernels/mamba2_tensors.h"
@@ -31,6 +32,12 @@ struct Device {
   // Activations and weights held in bf16 on the device, every sum in f32 (CUDA only; set from
   // --storage bf16, which on the CPU stores the engine's layer inputs instead: GradOptions).
   bool bf16_storage = false;
+  // The budget in bytes of the activations the CPU backend keeps for the pass after a summary
+  // (BlockBackend's *Keep and *Kept calls; set from --kept-mib: cli/device_flags.cc
+  // DeviceFromFlags). The CPU backends of one budget share one store (kernels/cpu/kept_pool.h
+  // KeptStore::Shared), so the sets one gradient's backend handed back are reused by the next.
+  // Other devices keep nothing (ToString leaves it out).
+  int64_t kept_budget = cpu::kDefaultKeptBudget;
 
   bool is_cpu() const { return kind == Kind::kCpu; }
   std::string ToString() const;  // "cpu", "cuda:0", "cuda:0 (bf16 storage)"
@@ -77,7 +84,7 @@ class BlockBackend {
   // (LocalSummary's for Forward, AdjointSummary's, with the same g, for an exact Backward); the
   // span schedule runs both on one owner, one phase apart (engine/span_work.h). The pass given
   // it skips that recompute, with the same bits as without. Null: nothing kept (the backend
-  // keeps none, or the process's budget is spent: kernels/cpu/kept_pool.h); the *Kept calls
+  // keeps none, or its store's budget is spent: Backend::KeptRefusals); the *Kept calls
   // take null as "recompute". ForwardKept returns what it carries on for the layer's
   // AdjointSummaryKeep or BackwardKept on the same rows (the rows' whole forward, so that pass
   // skips its recompute as well; cpu::MambaBlockCpu::Carries), or null; it carries nothing
@@ -166,6 +173,13 @@ class Backend {
   // gauges already report; on CUDA used = the bytes of adjsh's allocations on the GPU now
   // (weights, workspaces), peak = the most since the process started.
   virtual DeviceMemoryProbe MemoryProbe() const { return {}; }
+
+  // The summaries' takes of a kept set its blocks' store has refused for the budget since the
+  // store was made (kernels/cpu/kept_pool.h KeptTakes::refused; the store may be shared with
+  // the process's other backends of the same budget: Device::kept_budget), for a schedule to
+  // see whether the budget has run out between two readings (engine/span_step.cc). 0 for a
+  // backend that keeps nothing (this default).
+  virtual int64_t KeptRefusals() const { return 0; }
 };
 
 // The backend of `device` for compute type T (float or double). UNIMPLEMENTED for f64 on CUDA,

@@ -1,119 +1,133 @@
 #include "kernels/cpu/kept_pool.h"
 
 #include <algorithm>
+#include <atomic>
+#include <map>
+
+#include "common/check.h"
 
 namespace adjsh::cpu {
 namespace {
 
-struct State {
-  int64_t budget = kDefaultKeptBudget;
-  int64_t count = 0, peak = 0;
-  int64_t carried = 0;  // TryCarry's
-  int64_t cached = 0;   // of count: what the free lists and the spares hold (Cached)
-  KeptTakes takes;
-  std::vector<void (*)(int64_t)> trims;
+// Every store alive, for KeptBytes; never destroyed, as the Shared stores that stay listed.
+struct Live {
+  std::mutex mu;
+  std::vector<const KeptStore*> stores;
 };
-
-State& S() {
-  static State* s = new State;  // never destroyed, as the pools
-  return *s;
+Live& LiveStores() {
+  static Live* live = new Live;
+  return *live;
 }
 
 }  // namespace
 
-namespace kept_internal {
-
-std::mutex& Mutex() {
-  static std::mutex* m = new std::mutex;
-  return *m;
+KeptStore::KeptStore(int64_t budget) : budget_(std::max<int64_t>(budget, 0)) {
+  Live& live = LiveStores();
+  std::lock_guard<std::mutex> lock(live.mu);
+  live.stores.push_back(this);
 }
 
-bool Charge(int64_t delta) {
-  State& s = S();
-  if (delta > 0 && s.count + delta > s.budget) return false;
-  s.count += delta;
-  s.peak = std::max(s.peak, s.count);
+KeptStore::~KeptStore() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ADJSH_CHECK(carried_ == 0, "a kept store destroyed with sets carried");
+    for (const auto& [type, cache] : caches_)
+      ADJSH_CHECK(cache->Idle(), "a kept store destroyed with sets in use");
+  }
+  Live& live = LiveStores();
+  std::lock_guard<std::mutex> lock(live.mu);
+  live.stores.erase(std::find(live.stores.begin(), live.stores.end(), this));
+}
+
+std::shared_ptr<KeptStore> KeptStore::Shared(int64_t budget) {
+  static std::mutex* mu = new std::mutex;
+  static auto* stores = new std::map<int64_t, std::shared_ptr<KeptStore>>;  // never destroyed
+  budget = std::max<int64_t>(budget, 0);
+  std::lock_guard<std::mutex> lock(*mu);
+  std::shared_ptr<KeptStore>& store = (*stores)[budget];
+  if (!store) {
+    store = std::make_shared<KeptStore>(budget);
+    store->shared_ = true;
+  }
+  return store;
+}
+
+bool KeptStore::Charge(int64_t delta) {
+  if (delta > 0 && count_ + delta > budget_) return false;
+  count_ += delta;
+  peak_ = std::max(peak_, count_);
   return true;
 }
 
-void CountTake(bool given) { ++(given ? S().takes.given : S().takes.refused); }
+void KeptStore::CountTake(bool given) { ++(given ? takes_.given : takes_.refused); }
 
-bool OverBudget(int64_t headroom) { return S().count + headroom > S().budget; }
-
-void Cached(int64_t delta) { S().cached += delta; }
-
-void LeaveCache(int64_t bytes) {
+void KeptStore::LeaveCache(int64_t bytes) {
   Charge(-bytes);
   Cached(-bytes);
 }
 
-bool ChargeInUse(int64_t delta) {
+bool KeptStore::ChargeInUse(int64_t delta) {
   if (Charge(delta)) return true;
-  const State& s = S();
-  if (s.count - s.cached + delta > s.budget) return false;  // no trim would make room
-  for (void (*trim)(int64_t) : s.trims) trim(delta);
+  if (count_ - cached_ + delta > budget_) return false;  // no trim would make room
+  for (auto& [type, cache] : caches_) cache->Trim(delta);
   return Charge(delta);
 }
 
-void RegisterCache(void (*trim)(int64_t headroom)) {
-  // Called from a pool's first Get, which may hold no lock yet.
-  std::lock_guard<std::mutex> lock(Mutex());
-  S().trims.push_back(trim);
+void KeptStore::SetBudget(int64_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ADJSH_CHECK(!shared_, "a shared kept store's budget is its key (KeptStore::Shared)");
+  budget_ = std::max<int64_t>(bytes, 0);
+  for (auto& [type, cache] : caches_) cache->Trim(0);
 }
 
-}  // namespace kept_internal
-
-void SetKeptBudget(int64_t bytes) {
-  std::lock_guard<std::mutex> lock(kept_internal::Mutex());
-  S().budget = std::max<int64_t>(bytes, 0);
-  for (void (*trim)(int64_t) : S().trims) trim(0);
+int64_t KeptStore::budget() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return budget_;
+}
+int64_t KeptStore::bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return count_;
+}
+int64_t KeptStore::peak_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return peak_;
+}
+KeptTakes KeptStore::takes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return takes_;
 }
 
-namespace {
-// One field of the count, read under the mutex.
-template <typename Fn>
-auto UnderLock(Fn read) {
-  std::lock_guard<std::mutex> lock(kept_internal::Mutex());
-  return read(S());
-}
-// Whether `bytes` more carried and `reserve` besides fit in the budget (the mutex held).
-bool CarryRoom(const State& s, int64_t bytes, int64_t reserve) {
-  return s.carried + bytes + reserve <= s.budget;
-}
-}  // namespace
-
-int64_t KeptBudget() {
-  return UnderLock([](const State& s) { return s.budget; });
-}
-int64_t KeptBytes() {
-  return UnderLock([](const State& s) { return s.count; });
-}
-int64_t KeptPeakBytes() {
-  return UnderLock([](const State& s) { return s.peak; });
-}
-bool TryCarry(int64_t bytes, int64_t reserve) {
-  std::lock_guard<std::mutex> lock(kept_internal::Mutex());
-  if (!CarryRoom(S(), bytes, reserve)) return false;
-  S().carried += bytes;
+bool KeptStore::TryCarry(int64_t bytes, int64_t reserve) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!CarryRoom(bytes, reserve)) return false;
+  carried_ += bytes;
   return true;
 }
-bool CarryFits(int64_t bytes, int64_t reserve) {
-  return UnderLock([&](const State& s) { return CarryRoom(s, bytes, reserve); });
+bool KeptStore::CarryFits(int64_t bytes, int64_t reserve) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return CarryRoom(bytes, reserve);
 }
-void EndCarry(int64_t bytes) {
-  std::lock_guard<std::mutex> lock(kept_internal::Mutex());
-  S().carried -= bytes;
+void KeptStore::EndCarry(int64_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  carried_ -= bytes;
 }
-void CountCarryUse(bool by_summary, int64_t rows) {
-  std::lock_guard<std::mutex> lock(kept_internal::Mutex());
-  ++(by_summary ? S().takes.carried_to_summary : S().takes.carried_to_backward);
-  S().takes.carried_rows += rows;
+int64_t KeptStore::carried_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return carried_;
 }
-int64_t CarriedBytes() {
-  return UnderLock([](const State& s) { return s.carried; });
+void KeptStore::CountCarryUse(bool by_summary, int64_t rows) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++(by_summary ? takes_.carried_to_summary : takes_.carried_to_backward);
+  takes_.carried_rows += rows;
 }
-KeptTakes KeptTakeCounts() {
-  return UnderLock([](const State& s) { return s.takes; });
+
+int64_t KeptBytes() {
+  Live& live = LiveStores();
+  std::lock_guard<std::mutex> lock(live.mu);
+  int64_t sum = 0;
+  for (const KeptStore* s : live.stores) sum += s->bytes();
+  return sum;
 }
+
 
 }  // namespace adjsh::cpu

@@ -51,7 +51,10 @@ struct MambaBlockCpu<T>::Kept {
   // kBackward: AdjointSummary's (or the carried set it took), for Backward.
   enum class Stage { kEmpty, kForward, kCarried, kBackward };
   Stage stage = Stage::kEmpty;
-  int64_t carried = 0;  // bytes counted by TryCarry while kCarried (CarriedBytes)
+  // The pool it came from and its store's spares (MakeSet): where it goes back, and counts.
+  KeptPool<Kept>* pool = nullptr;
+  Spares* spares = nullptr;
+  int64_t carried = 0;  // bytes counted by its store's TryCarry while kCarried (CarriedBytes)
   // kBackward from a carried set AdjointSummary took: n and x' are still to be
   // refilled (FinishRefill), by Backward, which reads them, not by the summary, which does not.
   bool refill_pending = false;
@@ -68,15 +71,15 @@ struct MambaBlockCpu<T>::Kept {
   // The arrays a set gives up while carried or handed back (kernels/cpu/kept_spares.h): what
   // TakeCarried refills exactly from the rest (n, x', Delta) and the backward's own (dL/do);
   // CarriedBytes is what stays.
-  using Spares = KeptSpares<T, 4>;
   typename Spares::Roles SpareRoles() { return {&a.n, &a.xc, &a.dt, &d_o}; }
-  void GiveUpSpares() { Spares::Get().Put(SpareRoles()); }
+  void GiveUpSpares() { spares->Put(SpareRoles()); }
   // A set in use (from the pool) down to its carried arrays, counted as that much.
   void ShedSpares() {
-    KeptPool<Kept>::Get().Recount(this, CarriedBytes());
+    pool->Recount(this, CarriedBytes());
     GiveUpSpares();
   }
-  void TakeSpares() { Spares::Get().Take(SpareRoles()); }
+  void TakeSpares() { spares->Take(SpareRoles()); }
+  KeptStore& store() const { return pool->store(); }
   void SwapSpares(Kept& other) {
     const typename Spares::Roles mine = SpareRoles(), theirs = other.SpareRoles();
     for (size_t r = 0; r < mine.size(); ++r) mine[r]->swap(*theirs[r]);
@@ -95,12 +98,12 @@ struct MambaBlockCpu<T>::Kept {
 template <typename T>
 void MambaBlockCpu<T>::KeptReturn::operator()(Kept* k) const {
   if (k == nullptr) return;
-  if (k->carried > 0) EndCarry(k->carried), k->carried = 0;
+  if (k->carried > 0) k->store().EndCarry(k->carried), k->carried = 0;
   k->stage = Kept::Stage::kEmpty;
   k->refill_pending = false;
   // Back to the pool as a carried set's arrays; the others wait among the spares.
   k->ShedSpares();
-  KeptPool<Kept>::Get().Give(k);
+  k->pool->Give(k);
 }
 
 template <typename T>
@@ -127,19 +130,25 @@ typename MambaBlockCpu<T>::KeptPtr MambaBlockCpu<T>::MakeKept(ChunkRows rows) co
 template <typename T>
 typename MambaBlockCpu<T>::KeptPtr MambaBlockCpu<T>::MakeSet(ChunkRows rows,
                                                              bool summary) const {
+  if (pool_ == nullptr) return KeptPtr();  // no store: nothing kept
   // The spares first, uncounted, so that the pool's count of a whole set finds their room.
   Kept spares;
+  spares.spares = spares_;
   spares.TakeSpares();
-  KeptPtr set(KeptPool<Kept>::Get().Take(SetBytes(rows), summary));  // counted as a whole set
-  if (set) set->SwapSpares(spares);  // a set from the pool holds none of these
-  spares.GiveUpSpares();             // what is left: back among the spares
+  KeptPtr set(pool_->Take(SetBytes(rows), summary));  // counted as a whole set
+  if (set) {
+    set->pool = pool_, set->spares = spares_;
+    set->SwapSpares(spares);  // a set from the pool holds none of these
+  }
+  spares.GiveUpSpares();  // what is left: back among the spares
   return set;
 }
 
 template <typename T>
 typename MambaBlockCpu<T>::KeptPtr MambaBlockCpu<T>::MakeKeptToCarry(ChunkRows rows,
                                                                      int64_t room_for) const {
-  if (room_for < 0 || !CarryFits(CarriedSetBytes(rows), room_for * SetBytes(rows)))
+  if (room_for < 0 || kept_ == nullptr ||
+      !kept_->CarryFits(CarriedSetBytes(rows), room_for * SetBytes(rows)))
     return KeptPtr();
   return MakeSet(rows, /*summary=*/false);  // not a summary's take (KeptTakes)
 }
@@ -155,9 +164,11 @@ bool MambaBlockCpu<T>::ReadyForBackward(const Kept* kept, ChunkRows rows) const 
 }
 
 template <typename T>
-MambaBlockCpu<T>::MambaBlockCpu(const MambaConfig& config, const LayerParams<T>& params)
+MambaBlockCpu<T>::MambaBlockCpu(const MambaConfig& config, const LayerParams<T>& params,
+                                KeptStore* kept)
     : cfg_(config),
       p_(params),
+      kept_(kept),
       D_(config.hidden_size),
       Di_(config.inner()),
       N_(config.state_size),
@@ -177,6 +188,10 @@ MambaBlockCpu<T>::MambaBlockCpu(const MambaConfig& config, const LayerParams<T>&
   conv_t_.resize(W_ * Di_);
   for (int64_t i = 0; i < Di_; ++i)
     for (int64_t j = 0; j < W_; ++j) conv_t_[j * Di_ + i] = p_.conv_w[i * W_ + j];
+  if (kept_ != nullptr) {  // the spares first: the order a set's take first reaches them
+    spares_ = &kept_->CacheOf<Spares>();
+    pool_ = &kept_->Pool<Kept>();
+  }
 }
 
 namespace {
@@ -270,11 +285,12 @@ void MambaBlockCpu<T>::Recompute(const T* u, int64_t halo, int64_t M, Acts& a,
 
 template <typename T>
 bool MambaBlockCpu<T>::TakeCarried(const T* u, Kept& kept, bool by_summary) const {
-  EndCarry(kept.carried), kept.carried = 0;
+  KeptStore& store = kept.store();
+  store.EndCarry(kept.carried), kept.carried = 0;
   kept.stage = Kept::Stage::kEmpty;
-  CountCarryUse(by_summary, kept.rows.len);
+  store.CountCarryUse(by_summary, kept.rows.len);
   kept.TakeSpares();  // uncounted there, so that the set's growth below fits
-  const bool whole = KeptPool<Kept>::Get().Recount(&kept, SetBytes(kept.rows));
+  const bool whole = kept.pool->Recount(&kept, SetBytes(kept.rows));
   Acts& a = kept.a;
   const int64_t n = a.M * Di_;
   a.dt.resize(n);  // Delta = softplus(pre) (pre + b, as stored), as Recompute makes it
@@ -361,7 +377,7 @@ void MambaBlockCpu<T>::Forward(const T* u, ChunkRows rows, const T* h0, T* u_nex
   // keeping (and counted for) only what cannot be refilled; the rest goes to the spares.
   if (kept && room_for >= 0) {
     const int64_t bytes = kept->CarriedBytes();
-    if (TryCarry(bytes, room_for * SetBytes(rows))) {
+    if (kept->store().TryCarry(bytes, room_for * SetBytes(rows))) {
       kept->ShedSpares();
       kept->stage = Kept::Stage::kCarried, kept->carried = bytes;
     }

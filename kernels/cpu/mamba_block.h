@@ -18,6 +18,12 @@
 
 namespace adjsh::cpu {
 
+class KeptStore;  // kernels/cpu/kept_pool.h
+template <typename Obj>
+class KeptPool;
+template <typename T, int kRoles>
+class KeptSpares;  // kernels/cpu/kept_spares.h
+
 struct ChunkRows {
   int64_t halo = 0, len = 0, ahead = 0;
 };
@@ -29,8 +35,9 @@ class MambaBlockCpu {
   // schedule runs both on one owner, one phase apart: engine/span_work.h): LocalSummary's for
   // Forward, AdjointSummary's for an exact Backward. A pass given one skips that recompute and
   // returns the same bits as without it (the same calls on the same rows made them). They come
-  // from the process's pool under its budget (kernels/cpu/kept_pool.h); dropping one hands it
-  // back. MakeKept: an empty one, or null when the budget is spent (then recompute).
+  // from the pool of the block's store under its budget (kernels/cpu/kept_pool.h KeptStore,
+  // given at construction); dropping one hands it back to that store. MakeKept: an empty one,
+  // or null when the budget is spent or the block has no store (then recompute).
   // A set Forward took goes on, when the budget allows (kept_pool.h TryCarry), holding every
   // activation of the rows' forward: the layer's AdjointSummary (or Backward) on the same rows,
   // a whole forward and head later, then skips its recompute too (Carries says whether it does).
@@ -47,10 +54,14 @@ class MambaBlockCpu {
   // For a Forward with no LocalSummary set (a span schedule's last span runs no LocalSummary,
   // and a summary may have been refused one): an empty set for Forward to recompute into and
   // carry, or null when a carry of it would not fit now (Forward's room_for; never with
-  // room_for < 0) or the budget has no set to give. Not counted as a summary's take.
+  // room_for < 0), the budget has no set to give, or the block has no store. Not counted as a
+  // summary's take.
   KeptPtr MakeKeptToCarry(ChunkRows rows, int64_t room_for) const;
 
-  MambaBlockCpu(const MambaConfig& config, const LayerParams<T>& params);
+  // kept: the store its kept sets come from and count in (it outlives the block and every set
+  // taken); null keeps none. A CPU backend gives its blocks its own (kernels/backend.cc).
+  MambaBlockCpu(const MambaConfig& config, const LayerParams<T>& params,
+                KeptStore* kept = nullptr);
 
   // Forward pass one (two-pass forward): the scan from a zero state. h_local (Di, N) is the
   // chunk's state contribution, S (Di) = sum_t Delta_t, so that P_c = exp(A S) and
@@ -113,8 +124,14 @@ class MambaBlockCpu {
   KeptPtr MakeSet(ChunkRows rows, bool summary) const;  // MakeKept; summary: KeptTakes counts it
   int64_t CarriedSetBytes(ChunkRows rows) const;  // SetBytes' part that stays while carried
 
+  using Spares = KeptSpares<T, 4>;  // Kept::SpareRoles
+
   const MambaConfig& cfg_;
   const LayerParams<T>& p_;
+  // The block's store and its caches of sets and spares (null without a store), looked up once.
+  KeptStore* kept_;
+  KeptPool<Kept>* pool_ = nullptr;
+  Spares* spares_ = nullptr;
   int64_t D_, Di_, N_, R_, W_;
   std::vector<T> A_;       // (Di, N)
   std::vector<T> conv_t_;  // (W, Di) conv weight transposed, so the conv loops run over Di
