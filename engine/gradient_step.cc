@@ -42,7 +42,7 @@ GradientStep<T>::GradientStep(const ModelParams<T>& params, std::span<const uint
   absl::StatusOr<std::unique_ptr<Backend<T>>> backend = MakeBackend<T>(opt.device);
   ADJSH_CHECK(backend.ok(), "the device was not checked (CheckDevice) before the step");
   backend_ = *std::move(backend);
-  // The CPU's blocks pack their weights (about 0.6 ms a layer at D = 256): one layer a thread.
+  // The CPU's blocks pack their weights when made, a cost per layer: one layer a thread.
   blocks_.resize(K_);
   const auto make = [&](int64_t k) { blocks_[k] = backend_->MakeBlock(cfg_, p_.layers[k]); };
   if (opt.device.is_cpu()) {
@@ -90,10 +90,9 @@ GradResult<T> GradientStep<T>::Finish() {
 
 // Why the wavefront's graph tapers: its first forward task and its last backward task each run
 // alone, and so do the top layer's last forward, the last chunk's head and the first backward
-// task between them (each waits on the one before). At T = 4K and C = 256 on 2 threads the
-// threads sat idle 19-21 of their 600 ms there; with chunks of 64 rows at each end, 7-9
-// (docs/BENCHMARKS.md). A task has a fixed cost too (a 64-row backward task takes 30% of a
-// 256-row one, not 25%), so only the two ends are cut. Starts at multiples of 64 keep the CPU
+// task between them (each waits on the one before), and the threads idle there; quarter chunks
+// at each end shorten those stretches (docs/BENCHMARKS.md, "What was tried"). A task has a fixed
+// cost too (a short task costs more than its share of rows), so only the two ends are cut. Starts at multiples of 64 keep the CPU
 // head's blocks of 64 rows whole (RunWavefront).
 template <typename T>
 std::vector<int64_t> GradientStep<T>::ChunkStarts(int64_t rows, int64_t C, bool tapered) {
@@ -126,8 +125,8 @@ void GradientStep<T>::Progress(std::string_view phase, int64_t done, int64_t tot
 // Room for the layer inputs and chunk states; embed: u^1 = the embedding rows of the tokens
 // (else each chunk's forward task on layer 1 embeds its own rows: EmbedRows).
 // The layer inputs are left uninitialised: every row is written (u^1, u^{k+1} by the forward)
-// before it is read. Zeroing them here (16 MiB at T = 4K, D = 256) took about 7 ms of a 4K
-// gradient's 310 on one thread; the forward's first writes fault the pages in on every thread.
+// before it is read. Zeroing them here would be a serial pass over K T D values on one thread;
+// left alone, the forward's first writes fault the pages in on every thread.
 template <typename T>
 void GradientStep<T>::Prepare(bool embed) {
   layer_in_.clear();

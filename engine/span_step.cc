@@ -101,9 +101,9 @@ GradResult<T, P> RunSpans(const P<T>& params, const Model& model, const SpanPlan
       // Once the kept budget has refused a summary a set (Backend::KeptRefusals), a ready
       // forward or VJP task goes before a ready summary: each takes the sets its span's summary
       // kept, so they go back to the budget before more summaries ask for it. Taken in the
-      // order they became ready, a layer's summaries ran for every span first, and at T = 64K
-      // kept sets for about 40% of the chunks instead of 84% (docs/BENCHMARKS.md). While none
-      // is refused that order stays: it kept two threads busier at 16K.
+      // order they became ready, a layer's summaries ran for every span first and long sequences
+      // kept sets for far fewer chunks (docs/BENCHMARKS.md, "What was tried"). While none is
+      // refused that order stays: it keeps the threads busier.
       [&](int64_t id) {
         const SpanPhase p = plan.task(id).phase;
         const bool summary = p == SpanPhase::kForwardSummary || p == SpanPhase::kBackwardSummary;

@@ -2,7 +2,7 @@
 // it does not need them, for the next set that does. A set carried from a layer's forward to its
 // backward (kernels/cpu/mamba_block.h) keeps only what it cannot refill exactly, and a set handed
 // back keeps only that much too; the rest waits here. Freed instead, those buffers came back as
-// fresh pages: a 4K gradient took 7,400 minor faults instead of 1,000 (docs/BENCHMARKS.md). Here
+// fresh pages, each a minor fault (docs/BENCHMARKS.md, "What was tried"). Here
 // they stay counted in their store's budget, as the pool's free lists are, and a budget lowered
 // below the count, or a take that needs their room (kept_pool.h ChargeInUse), frees them. One
 // set of spares per store and type (KeptStore::CacheOf).
