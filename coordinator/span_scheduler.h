@@ -77,7 +77,7 @@ class SpanScheduler {
   static absl::StatusOr<std::unique_ptr<SpanScheduler>> Make(const ModelParams<float>& params,
                                                              std::span<const uint32_t> tokens,
                                                              const GradOptions& options);
-  // A Mamba-2 model's sequence (engine/mamba2_span_work.h): the same tasks, ledger and worker
+  // A Mamba-2 model's sequence (engine/mamba2_span_math.h): the same tasks, ledger and worker
   // tree (its layer groups under its own tensors' names).
   static absl::StatusOr<std::unique_ptr<SpanScheduler>> Make(const Mamba2Params<float>& params,
                                                              std::span<const uint32_t> tokens,

@@ -1,6 +1,6 @@
 // The exact gradient of a Mamba-2 model's mean next-token loss over one token sequence,
 // in-process on the options' device (docs/MATH.md "Mamba-2"), by the span schedule (engine/span_step.h,
-// engine/mamba2_span_work.h): each span keeps its rows of every layer's input u^k; the backward
+// engine/mamba2_span_math.h): each span keeps its rows of every layer's input u^k; the backward
 // runs the layers from the top down, each span's chunks in reverse (kernels/cpu/mamba2_layer.h),
 // after a forward sweep of the span rebuilt its heads' states at the chunk starts; each chunk
 // recomputes its own activations from its input rows and its start state. Memory: K T D stored

@@ -11,7 +11,7 @@
 
 #include "common/check.h"
 #include "common/thread_pool.h"
-#include "engine/mamba2_span_work.h"
+#include "engine/span_work.h"
 #include "engine/span_ledger.h"
 #include "engine/span_plan.h"
 #include "engine/span_work.h"

@@ -1,6 +1,6 @@
 // Mamba-2's family (engine/families/family.h): Mamba2Config, Mamba2Params (common/
 // mamba2_model.h), its chunk ops on a backend (kernels/mamba2_backend.h) and Mamba2SpanWork
-// (engine/mamba2_span_work.h). Its state is (H, P, N) per layer, Di = H P: A and dt are per
+// (engine/mamba2_span_math.h). Its state is (H, P, N) per layer, Di = H P: A and dt are per
 // head, so the ledger's rates repeat A_h over the head's P N entries, and a span's Sigma repeats
 // dt_h's sum over the head's P channels (docs/MATH.md "Mamba-2", spans). Both types decay
 // exactly as the scan, exp(dt A) per token, whose product over a span is exp(A Sigma).
@@ -22,7 +22,7 @@
 #include "engine/evaluate.h"
 #include "engine/families/family.h"
 #include "engine/grad_result.h"
-#include "engine/mamba2_span_work.h"
+#include "engine/span_work.h"
 #include "engine/segments.h"
 #include "kernels/backend.h"
 #include "kernels/mamba2_backend.h"

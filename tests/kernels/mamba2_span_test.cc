@@ -1,4 +1,4 @@
-// The Mamba-2 span tasks (engine/mamba2_span_work.h) under the one ledger (engine/span_ledger.h,
+// The Mamba-2 span tasks (engine/mamba2_span_math.h) under the one ledger (engine/span_ledger.h,
 // engine/families/mamba2.h): run task by task they give Mamba2Gradient's bits; a span lost at any
 // task and rebuilt from the ledger's inputs alone ends bitwise the same; any span count gives the
 // same gradient up to f64 rounding; a forward-only plan gives the full plan's loss bits; a task
@@ -12,7 +12,7 @@
 
 #include "engine/mamba2_grad.h"
 #include "common/mamba2_init.h"
-#include "engine/mamba2_span_work.h"
+#include "engine/span_work.h"
 #include "engine/span_ledger.h"
 #include "engine/span_plan.h"
 #include "tests/kernels/test_util.h"
