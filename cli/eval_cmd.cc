@@ -13,19 +13,18 @@
 #include "common/proc_stats.h"
 #include "common/token_data.h"
 #include "engine/evaluate.h"
-#include "engine/mamba2_eval.h"
 
 namespace adjsh::cli {
 namespace {
 
-// The loss of a Mamba-1 model (engine/evaluate.h) or a Mamba-2 one (engine/mamba2_eval.h).
+// The loss of a Mamba-1 or a Mamba-2 model (engine/evaluate.h).
 template <typename T>
 absl::StatusOr<EvalResult> EvaluateDir(const std::string& dir, bool mamba2,
                                        const TokenData& tokens, const EvalOptions& o) {
   if (mamba2) {
     absl::StatusOr<Mamba2Params<T>> params = LoadMamba2ModelDir<T>(dir);
     if (!params.ok()) return params.status();
-    return Mamba2Evaluate<T>(*params, tokens, o);
+    return Evaluate<T>(*params, tokens, o);
   }
   absl::StatusOr<ModelParams<T>> params = LoadModelDir<T>(dir);
   if (!params.ok()) return params.status();

@@ -19,7 +19,6 @@
 #include "common/model.h"
 #include "common/tokens.h"
 #include "engine/generate.h"
-#include "engine/mamba2_generate.h"
 
 namespace adjsh::cli {
 namespace {
@@ -48,7 +47,7 @@ absl::Status CheckOutWidth(int out_width, int64_t vocab_size) {
       " ids (more than 65536): use .u32"));
 }
 
-// A Mamba-1 model's tokens (engine/generate.h) or a Mamba-2 one's (engine/mamba2_generate.h).
+// A Mamba-1 or a Mamba-2 model's tokens (engine/generate.h).
 absl::StatusOr<std::vector<uint32_t>> GenerateFromDir(const std::string& dir,
                                                       std::span<const uint32_t> prompt,
                                                       const GenerateOptions& opt, int out_width,
@@ -57,7 +56,7 @@ absl::StatusOr<std::vector<uint32_t>> GenerateFromDir(const std::string& dir,
     absl::StatusOr<Mamba2Params<float>> params = LoadMamba2ModelDir<float>(dir);
     if (!params.ok()) return params.status();
     if (absl::Status s = CheckOutWidth(out_width, params->config.vocab_size); !s.ok()) return s;
-    return Mamba2Generate<float>(*params, prompt, opt, on);
+    return Generate<float>(*params, prompt, opt, on);
   }
   absl::StatusOr<ModelParams<float>> params = LoadModelDir<float>(dir);
   if (!params.ok()) return params.status();

@@ -43,7 +43,7 @@ constexpr OptionRow kOptionTable[] = {
      "a sequence cut at its documents runs as its pieces in this process",
      "it is built for Mamba-1 only"},
     // Forward-only span steps: evaluation through workers (Trainer::set_evaluation_source); a
-    // Mamba-2 run in-process evaluates by streaming instead (engine/mamba2_eval.h).
+    // Mamba-2 run in-process evaluates by streaming instead (engine/evaluate.h).
     {Option::kForwardOnly, "forward-only span steps", "forward_only",
      {{true, true}, {false, true}}, nullptr, "in-process it evaluates by streaming"},
 };

@@ -2,8 +2,9 @@
 // layer k (stage 0 also looks up the embedding); stage K is the head's loss. Wave w runs stage
 // k on chunk w - k for every k at once: stage k reads its input rows from in[k][c % 2] (written
 // by stage k - 1 in wave w - 1) and writes in[k + 1][c % 2], while stage k - 1 writes the other
-// parity, so no buffer is read and written in one wave. Each layer is a LayerStream
-// (engine/layer_stream.h): its state and last W - 1 input rows are all that survive a chunk.
+// parity, so no buffer is read and written in one wave. The layers are the model type's streams
+// (engine/model_stream.h): each layer's state and last W - 1 input rows are all that survive a
+// chunk. Written once for both model types.
 #include "engine/evaluate.h"
 
 #include <algorithm>
@@ -12,26 +13,22 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "engine/layer_stream.h"
+#include "engine/model_stream.h"
 #include "engine/segments.h"
-#include "engine/span_work.h"
 #include "common/thread_pool.h"
 
 namespace adjsh {
 namespace {
 
-template <typename T>
+template <typename Streams>
 class SequenceEval {
  public:
-  SequenceEval(const ModelParams<T>& params, Backend<T>& backend,
-               std::vector<std::unique_ptr<BlockBackend<T>>>& blocks, const TokenData& tokens,
-               int64_t chunk)
-      : p_(params), backend_(backend), blocks_(blocks), tokens_(tokens), C_(chunk) {
-    const MambaConfig& c = p_.config;
-    K_ = c.num_hidden_layers, D_ = c.hidden_size, H_ = c.conv_kernel - 1;
-    DiN_ = c.inner() * c.state_size;
+  using T = typename Streams::Value;
+
+  SequenceEval(Streams& streams, const TokenData& tokens, int64_t chunk)
+      : s_(streams), p_(streams.params()), tokens_(tokens), C_(chunk) {
+    K_ = p_.config.num_hidden_layers, D_ = p_.config.hidden_size, H_ = s_.halo();
     in_.assign((K_ + 1) * 2, std::vector<T>((H_ + C_) * D_));
-    for (int64_t k = 0; k < K_; ++k) layers_.emplace_back(D_, H_, DiN_);
   }
 
   // The loss sum of the sequence of tokens [start, start + len), len >= 2; on_chunk(rows) after
@@ -40,7 +37,7 @@ class SequenceEval {
              const std::function<void(int64_t)>& on_chunk) {
     start_ = start, len_ = len;
     nC_ = (len + C_ - 1) / C_;
-    for (LayerStream<T>& layer : layers_) layer.Reset();
+    s_.Reset();
     loss_ = 0;
     std::vector<int64_t> stages;
     for (int64_t w = 0; w < nC_ + K_; ++w) {
@@ -75,7 +72,7 @@ class SequenceEval {
         std::copy(row, row + D_, x + (H_ + t) * D_);
       }
     }
-    layers_[k].Advance(*blocks_[k], x, len, Input(k + 1, c) + H_ * D_);
+    s_.Advance(k, x, len, Input(k + 1, c) + H_ * D_);
   }
 
   void Head(int64_t c) {
@@ -86,24 +83,48 @@ class SequenceEval {
     tokens_.Copy(start_ + first + 1, known, ids.data());
     std::vector<int64_t> targets(static_cast<size_t>(len), -1);
     for (int64_t t = 0; t < known; ++t) targets[t] = ids[t];
-    const MambaConfig& cfg = p_.config;
-    cpu::LmHeadArgs<T> args{len,           D_,          cfg.vocab_size, cfg.layer_norm_epsilon,
-                            p_.head().data(), p_.norm_f.data(), Input(K_, c) + H_ * D_,
-                            targets.data(), T(1)};
-    loss_ += backend_.HeadLoss(args);
+    cpu::LmHeadArgs<T> args{len,
+                            D_,
+                            p_.config.vocab_size,
+                            p_.config.layer_norm_epsilon,
+                            p_.head().data(),
+                            p_.norm_f.data(),
+                            Input(K_, c) + H_ * D_,
+                            targets.data(),
+                            T(1)};
+    loss_ += s_.backend().HeadLoss(args);
   }
 
-  const ModelParams<T>& p_;
-  Backend<T>& backend_;
-  std::vector<std::unique_ptr<BlockBackend<T>>>& blocks_;
+  Streams& s_;
+  const typename Streams::Params& p_;
   const TokenData& tokens_;
   const int64_t C_;
-  int64_t K_ = 0, D_ = 0, H_ = 0, DiN_ = 0;
+  int64_t K_ = 0, D_ = 0, H_ = 0;
   int64_t start_ = 0, len_ = 0, nC_ = 0;
   std::vector<std::vector<T>> in_;  // (K + 1) x 2 parities of (H + C, D)
-  std::vector<LayerStream<T>> layers_;
   double loss_ = 0;
 };
+
+// The evaluation of a model of either type through its streams (engine/model_stream.h).
+template <typename Streams>
+absl::StatusOr<EvalResult> EvaluateWith(const typename Streams::Params& params,
+                                        const TokenData& tokens, const EvalOptions& options) {
+  absl::StatusOr<int64_t> count = EvalTokenCount(tokens, options);
+  if (!count.ok()) return count.status();
+  const int64_t n = *count;
+  absl::StatusOr<Streams> streams = Streams::Make(params, options.device, /*head=*/true);
+  if (!streams.ok()) return streams.status();
+  // The ids, once (the corpus may be a mapped file larger than memory).
+  if (absl::Status s = tokens.CheckInVocab(params.config.vocab_size, n); !s.ok()) return s;
+  ThreadPool pool(options.threads);
+  // A chunk longer than the longest sequence is that sequence in one chunk: the same losses,
+  // and buffers of the sequence's rows, not of the chunk asked for.
+  const int64_t longest = options.context > 0 ? std::min(options.context, n) : n;
+  SequenceEval<Streams> eval(*streams, tokens, std::min(options.chunk, longest));
+  return SumSequenceLosses(n, options, [&](int64_t start, int64_t len, const auto& rows_done) {
+    return eval.Run(start, len, pool, rows_done);
+  });
+}
 
 }  // namespace
 
@@ -158,30 +179,22 @@ EvalResult SumSequenceLosses(int64_t n, const EvalOptions& options,
 template <typename T>
 absl::StatusOr<EvalResult> Evaluate(const ModelParams<T>& params, const TokenData& tokens,
                                     const EvalOptions& options) {
-  absl::StatusOr<int64_t> count = EvalTokenCount(tokens, options);
-  if (!count.ok()) return count.status();
-  const int64_t n = *count;
-  absl::StatusOr<std::unique_ptr<Backend<T>>> backend =
-      MakeBackendFor<T>(options.device, params.config, {Op::kForward, Op::kHead});
-  if (!backend.ok()) return backend.status();
-  // The ids, once (the corpus may be a mapped file larger than memory).
-  if (absl::Status s = tokens.CheckInVocab(params.config.vocab_size, n); !s.ok()) return s;
-  BackendModel<T> model = BackendModel<T>::Make(params, **backend);
+  return EvaluateWith<MambaStreams<T>>(params, tokens, options);
+}
 
-  ThreadPool pool(options.threads);
-  // A chunk longer than the longest sequence is that sequence in one chunk: the same losses,
-  // and buffers of the sequence's rows, not of the chunk asked for (as mamba2_eval.cc's).
-  const int64_t longest = options.context > 0 ? std::min(options.context, n) : n;
-  SequenceEval<T> eval(params, **backend, model.blocks, tokens,
-                       std::min(options.chunk, longest));
-  return SumSequenceLosses(n, options, [&](int64_t start, int64_t len, const auto& rows_done) {
-    return eval.Run(start, len, pool, rows_done);
-  });
+template <typename T>
+absl::StatusOr<EvalResult> Evaluate(const Mamba2Params<T>& params, const TokenData& tokens,
+                                    const EvalOptions& options) {
+  return EvaluateWith<Mamba2Streams<T>>(params, tokens, options);
 }
 
 template absl::StatusOr<EvalResult> Evaluate<float>(const ModelParams<float>&, const TokenData&,
                                                     const EvalOptions&);
 template absl::StatusOr<EvalResult> Evaluate<double>(const ModelParams<double>&,
+                                                     const TokenData&, const EvalOptions&);
+template absl::StatusOr<EvalResult> Evaluate<float>(const Mamba2Params<float>&, const TokenData&,
+                                                    const EvalOptions&);
+template absl::StatusOr<EvalResult> Evaluate<double>(const Mamba2Params<double>&,
                                                      const TokenData&, const EvalOptions&);
 
 }  // namespace adjsh

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/mamba2_model.h"
 #include "common/model.h"
 #include "common/token_data.h"
 #include "kernels/backend.h"
@@ -48,15 +49,14 @@ struct EvalResult {
 std::vector<std::pair<int64_t, int64_t>> EvalSequences(int64_t n, int64_t context);
 
 // The tokens an evaluation with `options` reads (the first max_tokens, or all): INVALID_ARGUMENT
-// for chunk < 1, context 1 or negative, max_tokens < 0, or fewer than 2 tokens. Evaluate's and
-// Mamba2Evaluate's (engine/mamba2_eval.h) check.
+// for chunk < 1, context 1 or negative, max_tokens < 0, or fewer than 2 tokens: Evaluate's
+// check.
 absl::StatusOr<int64_t> EvalTokenCount(const TokenData& tokens, const EvalOptions& options);
 
 // The loss of the first n tokens in EvalSequences(n, options.context), each sequence cut into
 // pieces at options.doc_starts: sequence_loss(start, len, rows_done) returns one sequence's (or
 // piece's) loss sum and calls rows_done(rows) as it goes (which
-// reports options.progress); the sums are added in sequence order. Evaluate's and
-// Mamba2Evaluate's loop.
+// reports options.progress); the sums are added in sequence order: Evaluate's loop.
 using SequenceLossFn = std::function<double(int64_t start, int64_t len,
                                             const std::function<void(int64_t rows)>& rows_done)>;
 EvalResult SumSequenceLosses(int64_t n, const EvalOptions& options,
@@ -65,8 +65,13 @@ EvalResult SumSequenceLosses(int64_t n, const EvalOptions& options,
 // A last sequence of one token predicts nothing and is left out. INVALID_ARGUMENT for fewer than
 // 2 tokens to evaluate, an id >= V, chunk < 1 or context 1; the device's errors (UNIMPLEMENTED /
 // FAILED_PRECONDITION).
+// Either model type: a Mamba-2 model's layers carry their heads' states (H, P, N) and the
+// device must have a Mamba-2 layer (kernels/mamba2_backend.h).
 template <typename T>
 absl::StatusOr<EvalResult> Evaluate(const ModelParams<T>& params, const TokenData& tokens,
+                                    const EvalOptions& options);
+template <typename T>
+absl::StatusOr<EvalResult> Evaluate(const Mamba2Params<T>& params, const TokenData& tokens,
                                     const EvalOptions& options);
 
 }  // namespace adjsh

@@ -9,28 +9,28 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/tokens.h"
-#include "engine/layer_stream.h"
+#include "engine/model_stream.h"
 #include "engine/sample.h"
-#include "engine/span_work.h"
 
 namespace adjsh {
 
-template <typename T>
-absl::StatusOr<std::vector<uint32_t>> Generate(const ModelParams<T>& params,
-                                               std::span<const uint32_t> prompt,
-                                               const GenerateOptions& o,
-                                               const std::function<bool(uint32_t)>& on_token) {
-  const MambaConfig& c = params.config;
+namespace {
+
+// Decoding through a model's streams (engine/model_stream.h), either model type.
+template <typename Streams>
+absl::StatusOr<std::vector<uint32_t>> GenerateWith(const typename Streams::Params& params,
+                                                   std::span<const uint32_t> prompt,
+                                                   const GenerateOptions& o,
+                                                   const std::function<bool(uint32_t)>& on_token) {
+  using T = typename Streams::Value;
+  const auto& c = params.config;
   if (absl::Status s = CheckGenerateInputs(prompt, c.vocab_size, o); !s.ok()) return s;
   // The head's logits are computed on the host (Backend::HeadLogits): the layers' forward is all
   // the device must do.
-  absl::StatusOr<std::unique_ptr<Backend<T>>> backend =
-      MakeBackendFor<T>(o.device, c, {Op::kForward});
-  if (!backend.ok()) return backend.status();
-  const int64_t K = c.num_hidden_layers, D = c.hidden_size, H = c.conv_kernel - 1;
-  const BackendModel<T> model = BackendModel<T>::Make(params, **backend);
-  std::vector<LayerStream<T>> layers(K, LayerStream<T>(D, H, c.inner() * c.state_size));
-  // Runs rows (embedding lookups of ids) through every layer; returns u^K of the last row.
+  absl::StatusOr<Streams> streams = Streams::Make(params, o.device, /*head=*/false);
+  if (!streams.ok()) return streams.status();
+  const int64_t K = c.num_hidden_layers, D = c.hidden_size, H = streams->halo();
+  // Runs rows (embedding lookups of ids) through every layer; keeps u^K of the last row.
   const int64_t C = o.chunk;
   std::vector<T> x((H + C) * D), y((H + C) * D), last(D);
   auto feed = [&](std::span<const uint32_t> ids) {
@@ -41,7 +41,7 @@ absl::StatusOr<std::vector<uint32_t>> Generate(const ModelParams<T>& params,
         std::copy(row, row + D, x.begin() + (H + t) * D);
       }
       for (int64_t k = 0; k < K; ++k) {
-        layers[k].Advance(*model.blocks[k], x.data(), len, y.data() + H * D);
+        streams->Advance(k, x.data(), len, y.data() + H * D);
         std::swap(x, y);
       }
       std::copy(x.begin() + (H + len - 1) * D, x.begin() + (H + len) * D, last.begin());
@@ -50,11 +50,29 @@ absl::StatusOr<std::vector<uint32_t>> Generate(const ModelParams<T>& params,
   feed(prompt);
   return DecodeTokens<T>(
       o, c.vocab_size,
-      [&](std::vector<T>& logits) {
-        (*backend)->HeadLogits(last.data(), 1, D, c.vocab_size, c.layer_norm_epsilon,
-                               params.head().data(), params.norm_f.data(), logits.data());
+      [&](std::vector<T>& logits) {  // the head of the last row: rmsnorm(u; norm_f) head^T
+        streams->backend().HeadLogits(last.data(), 1, D, c.vocab_size, c.layer_norm_epsilon,
+                                      params.head().data(), params.norm_f.data(), logits.data());
       },
       [&](uint32_t id) { feed(std::span(&id, 1)); }, on_token);
+}
+
+}  // namespace
+
+template <typename T>
+absl::StatusOr<std::vector<uint32_t>> Generate(const ModelParams<T>& params,
+                                               std::span<const uint32_t> prompt,
+                                               const GenerateOptions& o,
+                                               const std::function<bool(uint32_t)>& on_token) {
+  return GenerateWith<MambaStreams<T>>(params, prompt, o, on_token);
+}
+
+template <typename T>
+absl::StatusOr<std::vector<uint32_t>> Generate(const Mamba2Params<T>& params,
+                                               std::span<const uint32_t> prompt,
+                                               const GenerateOptions& o,
+                                               const std::function<bool(uint32_t)>& on_token) {
+  return GenerateWith<Mamba2Streams<T>>(params, prompt, o, on_token);
 }
 
 template absl::StatusOr<std::vector<uint32_t>> Generate<float>(
@@ -62,6 +80,12 @@ template absl::StatusOr<std::vector<uint32_t>> Generate<float>(
     const std::function<bool(uint32_t)>&);
 template absl::StatusOr<std::vector<uint32_t>> Generate<double>(
     const ModelParams<double>&, std::span<const uint32_t>, const GenerateOptions&,
+    const std::function<bool(uint32_t)>&);
+template absl::StatusOr<std::vector<uint32_t>> Generate<float>(
+    const Mamba2Params<float>&, std::span<const uint32_t>, const GenerateOptions&,
+    const std::function<bool(uint32_t)>&);
+template absl::StatusOr<std::vector<uint32_t>> Generate<double>(
+    const Mamba2Params<double>&, std::span<const uint32_t>, const GenerateOptions&,
     const std::function<bool(uint32_t)>&);
 
 }  // namespace adjsh

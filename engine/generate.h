@@ -1,6 +1,6 @@
 // Recurrent decoding: a prompt, then new tokens one at a time, each with constant work and
-// memory (every layer a LayerStream, engine/layer_stream.h: its state and last W - 1 input
-// rows), whatever the length so far. The prompt is fed in chunks; each new token is one row
+// memory (the model's streams, engine/model_stream.h: each layer's state and last W - 1 input
+// rows), whatever the length so far. One decoder for both model types. The prompt is fed in chunks; each new token is one row
 // through every layer and the head's logits for it, sampled with a temperature and top-k from
 // a seeded generator, so the same seed gives the same tokens.
 #ifndef ADJSH_ENGINE_GENERATE_H_
@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/mamba2_model.h"
 #include "common/model.h"
 #include "kernels/backend.h"
 
@@ -34,6 +35,11 @@ template <typename T>
 absl::StatusOr<std::vector<uint32_t>> Generate(
     const ModelParams<T>& params, std::span<const uint32_t> prompt, const GenerateOptions& options,
     const std::function<bool(uint32_t)>& on_token = nullptr);
+// A Mamba-2 model's: the device must have a Mamba-2 layer and the head (its errors).
+template <typename T>
+absl::StatusOr<std::vector<uint32_t>> Generate(
+    const Mamba2Params<T>& params, std::span<const uint32_t> prompt,
+    const GenerateOptions& options, const std::function<bool(uint32_t)>& on_token = nullptr);
 
 }  // namespace adjsh
 

@@ -1,5 +1,5 @@
-// Drawing the next token from the head's logits, for every decoder (engine/generate.h,
-// engine/mamba2_generate.h): the same seed and logits give the same token.
+// Drawing the next token from the head's logits, for the decoder of either model type
+// (engine/generate.h): the same seed and logits give the same token.
 #ifndef ADJSH_ENGINE_SAMPLE_H_
 #define ADJSH_ENGINE_SAMPLE_H_
 

@@ -1,7 +1,7 @@
 #include "engine/families/mamba2.h"
 
 #include "common/python_json.h"
-#include "engine/mamba2_eval.h"
+#include "engine/evaluate.h"
 #include "engine/mamba2_grad.h"
 
 namespace adjsh {
@@ -32,7 +32,7 @@ absl::StatusOr<Mamba2::Grad> Mamba2::Gradient(const Params<float>& params,
 
 absl::StatusOr<EvalResult> Mamba2::Evaluate(const Params<float>& params, const TokenData& tokens,
                                             const EvalOptions& options) {
-  return Mamba2Evaluate<float>(params, tokens, options);
+  return adjsh::Evaluate<float>(params, tokens, options);
 }
 
 }  // namespace adjsh
