@@ -123,13 +123,7 @@ std::string ShapeJson(const MambaConfig& c) {
 std::string ConfigToJson(const MambaConfig& c) {
   // Keys and values as transformers' MambaConfig writes them, so the directory loads there.
   nlohmann::ordered_json j;
-  j["architectures"] = {"MambaForCausalLM"};
-  j["model_type"] = "mamba";
-  j["hidden_size"] = c.hidden_size;
-  j["num_hidden_layers"] = c.num_hidden_layers;
-  j["state_size"] = c.state_size;
-  j["conv_kernel"] = c.conv_kernel;
-  j["expand"] = c.expand;
+  config_keys::WriteSharedKeys("MambaForCausalLM", "mamba", c, j);
   j["intermediate_size"] = c.inner();
   j["time_step_rank"] = c.time_step_rank;
   j["vocab_size"] = c.vocab_size;

@@ -45,6 +45,20 @@ absl::Status ReadSharedSizes(const Json& j, C& c) {
   return absl::OkStatus();
 }
 
+// The keys config.json starts with for either model type, in transformers' order: its
+// architecture and model_type, then the sizes both have (ReadSharedSizes') but vocab_size.
+template <typename C>
+void WriteSharedKeys(const char* architecture, const char* model_type, const C& c,
+                     nlohmann::ordered_json& j) {
+  j["architectures"] = {architecture};
+  j["model_type"] = model_type;
+  j["hidden_size"] = c.hidden_size;
+  j["num_hidden_layers"] = c.num_hidden_layers;
+  j["state_size"] = c.state_size;
+  j["conv_kernel"] = c.conv_kernel;
+  j["expand"] = c.expand;
+}
+
 // value in [lo, hi], else BadKey.
 absl::Status CheckRange(const char* key, int64_t value, int64_t lo, int64_t hi);
 

@@ -149,13 +149,7 @@ absl::StatusOr<Mamba2Config> ParseMamba2ConfigJson(std::string_view python_json_
 
 std::string Mamba2ConfigToJson(const Mamba2Config& c) {
   nlohmann::ordered_json j;
-  j["architectures"] = {"Mamba2ForCausalLM"};
-  j["model_type"] = "mamba2";
-  j["hidden_size"] = c.hidden_size;
-  j["num_hidden_layers"] = c.num_hidden_layers;
-  j["state_size"] = c.state_size;
-  j["conv_kernel"] = c.conv_kernel;
-  j["expand"] = c.expand;
+  config_keys::WriteSharedKeys("Mamba2ForCausalLM", "mamba2", c, j);
   j["head_dim"] = c.head_dim;
   j["num_heads"] = c.num_heads;
   j["n_groups"] = c.n_groups;

@@ -9,8 +9,8 @@
 //   LayerSlots<T>()             a layer's tensors in order (name, shape): the wire form of a
 //                               layer partial (engine/span_tensors.h, engine/reduce_groups.h)
 //   Model<T>                    the parameters on a backend, per layer its chunk ops
-//   Work<T>, Outputs<T>         the owner of one span (its tasks of engine/span_plan.h) and a
-//                               task's results (engine/span_work.h SpanOutputs)
+//   SpanMath<T>                 its layer math for the owner of one span, Work<T> (its tasks of
+//                               engine/span_plan.h), and a task's Outputs<T> (FamilyBase)
 //   StateSize, Rates<T>         the (Di N) state a span boundary carries, and per layer the decay
 //                               rates A that combine it across spans (engine/span_ledger.h)
 //   Add, LayerNumel<T>, FromGroup   a layer partial's sum, size and tree-group form (FamilyBase)
@@ -26,11 +26,22 @@
 #define ADJSH_ENGINE_FAMILIES_FAMILY_H_
 
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "common/check.h"
+#include "common/safetensors.h"
 #include "common/tensor.h"
+#include "common/token_data.h"
+#include "engine/capabilities.h"
+#include "engine/evaluate.h"
+#include "engine/grad_result.h"
+#include "engine/segments.h"
+#include "engine/span_work.h"
+#include "kernels/backend.h"
 
 namespace adjsh {
 
@@ -41,6 +52,13 @@ struct Family;
 // the layer struct and its shape for a config), inherited by each Family<Config> (CRTP).
 template <typename Derived>
 struct FamilyBase {
+  // A task's outputs, and the span owner over the family's layer math (engine/span_work.h).
+  // (D: Derived, named late, when Derived is complete.)
+  template <typename T, typename D = Derived>
+  using Outputs = SpanOutputs<T, typename D::template Layer<T>>;
+  template <typename T, typename D = Derived>
+  using Work = BasicSpanWork<typename D::template SpanMath<T>>;
+
   // a += b, slot by slot, element by element (the ledger's and the tree's sums).
   template <typename T, template <typename> class Layer>
   static void Add(Layer<T>& a, const Layer<T>& b) {

@@ -3,24 +3,10 @@
 #ifndef ADJSH_ENGINE_FAMILIES_MAMBA_H_
 #define ADJSH_ENGINE_FAMILIES_MAMBA_H_
 
-#include <cstdint>
-#include <string>
-#include <vector>
-
-#include "absl/status/status.h"
-#include "absl/status/statusor.h"
 #include "common/config.h"
 #include "common/model.h"
-#include "common/safetensors.h"
-#include "common/token_data.h"
-#include "engine/capabilities.h"
 #include "engine/decay.h"
-#include "engine/evaluate.h"
 #include "engine/families/family.h"
-#include "engine/grad_result.h"
-#include "engine/segments.h"
-#include "engine/span_work.h"
-#include "kernels/backend.h"
 
 namespace adjsh {
 
@@ -36,9 +22,7 @@ struct Family<MambaConfig> : FamilyBase<Family<MambaConfig>> {
   template <typename T>
   using Model = BackendModel<T>;
   template <typename T>
-  using Work = SpanWork<T>;
-  template <typename T>
-  using Outputs = SpanOutputs<T, Layer<T>>;
+  using SpanMath = MambaSpanMath<T>;
   using Grad = GradResult<float, ModelParams>;
 
   template <typename T>

@@ -8,23 +8,10 @@
 #define ADJSH_ENGINE_FAMILIES_MAMBA2_H_
 
 #include <cmath>
-#include <cstdint>
-#include <string>
-#include <vector>
 
-#include "absl/status/status.h"
-#include "absl/status/statusor.h"
 #include "common/mamba2_config.h"
 #include "common/mamba2_model.h"
-#include "common/safetensors.h"
-#include "common/token_data.h"
-#include "engine/capabilities.h"
-#include "engine/evaluate.h"
 #include "engine/families/family.h"
-#include "engine/grad_result.h"
-#include "engine/span_work.h"
-#include "engine/segments.h"
-#include "kernels/backend.h"
 #include "kernels/mamba2_backend.h"
 
 namespace adjsh {
@@ -41,9 +28,7 @@ struct Family<Mamba2Config> : FamilyBase<Family<Mamba2Config>> {
   template <typename T>
   using Model = Mamba2BackendModel<T>;
   template <typename T>
-  using Work = Mamba2SpanWork<T>;
-  template <typename T>
-  using Outputs = SpanOutputs<T, Layer<T>>;
+  using SpanMath = Mamba2SpanMath<T>;
   using Grad = GradResult<float, Mamba2Params>;
 
   template <typename T>
