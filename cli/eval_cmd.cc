@@ -8,7 +8,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/device_flags.h"
-#include "common/mamba2_config.h"
+#include "engine/families/families.h"
 #include "common/model.h"
 #include "common/proc_stats.h"
 #include "common/token_data.h"
@@ -17,22 +17,19 @@
 namespace adjsh::cli {
 namespace {
 
-// The loss of a Mamba-1 or a Mamba-2 model (engine/evaluate.h).
+// The loss of a model of any type (engine/evaluate.h).
 template <typename T>
-absl::StatusOr<EvalResult> EvaluateDir(const std::string& dir, bool mamba2,
-                                       const TokenData& tokens, const EvalOptions& o) {
-  if (mamba2) {
-    absl::StatusOr<Mamba2Params<T>> params = LoadMamba2ModelDir<T>(dir);
+absl::StatusOr<EvalResult> EvaluateDir(const std::string& dir, const TokenData& tokens,
+                                       const EvalOptions& o) {
+  return VisitFamily(ModelTypeOfFolder(dir), [&](auto family) -> absl::StatusOr<EvalResult> {
+    auto params = decltype(family)::template Load<T>(dir);
     if (!params.ok()) return params.status();
     return Evaluate<T>(*params, tokens, o);
-  }
-  absl::StatusOr<ModelParams<T>> params = LoadModelDir<T>(dir);
-  if (!params.ok()) return params.status();
-  return Evaluate<T>(*params, tokens, o);
+  });
 }
 
 template <typename T>
-absl::Status RunEval(const ArgParser& a, const EvalOptions& opt, bool mamba2, bool quiet) {
+absl::Status RunEval(const ArgParser& a, const EvalOptions& opt, bool quiet) {
   absl::StatusOr<TokenData> tokens = TokenData::Map(a.Get("tokens"));
   if (!tokens.ok()) return tokens.status();
   EvalOptions o = opt;
@@ -50,7 +47,7 @@ absl::Status RunEval(const ArgParser& a, const EvalOptions& opt, bool mamba2, bo
                    static_cast<double>(done) / std::max(s, 1e-9));
     };
   }
-  absl::StatusOr<EvalResult> r = EvaluateDir<T>(a.Get("model"), mamba2, *tokens, o);
+  absl::StatusOr<EvalResult> r = EvaluateDir<T>(a.Get("model"), *tokens, o);
   if (!r.ok()) return r.status();
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -112,11 +109,10 @@ int EvalCommand(const std::vector<std::string>& args) {
     return BadUsage("eval", absl::InvalidArgumentError("--dtype must be f32 or f64, got '" +
                                                        dtype + "'"));
   }
-  const bool mamba2 = ModelTypeOfDir(a.Get("model")) == "mamba2";
   if (absl::Status s = CheckDeviceUsable(opt.device); !s.ok()) return Fail("eval", s);
   const bool quiet = a.GetBool("quiet");
-  const absl::Status status = dtype == "f32" ? RunEval<float>(a, opt, mamba2, quiet)
-                                             : RunEval<double>(a, opt, mamba2, quiet);
+  const absl::Status status =
+      dtype == "f32" ? RunEval<float>(a, opt, quiet) : RunEval<double>(a, opt, quiet);
   return status.ok() ? 0 : Fail("eval", status);
 }
 

@@ -15,7 +15,7 @@
 #include "cli/commands.h"
 #include "cli/data_tool.h"
 #include "cli/device_flags.h"
-#include "common/mamba2_config.h"
+#include "engine/families/families.h"
 #include "common/model.h"
 #include "common/tokens.h"
 #include "engine/generate.h"
@@ -47,21 +47,20 @@ absl::Status CheckOutWidth(int out_width, int64_t vocab_size) {
       " ids (more than 65536): use .u32"));
 }
 
-// A Mamba-1 or a Mamba-2 model's tokens (engine/generate.h).
+// A model's tokens, of any type (engine/generate.h).
 absl::StatusOr<std::vector<uint32_t>> GenerateFromDir(const std::string& dir,
                                                       std::span<const uint32_t> prompt,
                                                       const GenerateOptions& opt, int out_width,
                                                       const std::function<bool(uint32_t)>& on) {
-  if (ModelTypeOfDir(dir) == "mamba2") {
-    absl::StatusOr<Mamba2Params<float>> params = LoadMamba2ModelDir<float>(dir);
-    if (!params.ok()) return params.status();
-    if (absl::Status s = CheckOutWidth(out_width, params->config.vocab_size); !s.ok()) return s;
-    return Generate<float>(*params, prompt, opt, on);
-  }
-  absl::StatusOr<ModelParams<float>> params = LoadModelDir<float>(dir);
-  if (!params.ok()) return params.status();
-  if (absl::Status s = CheckOutWidth(out_width, params->config.vocab_size); !s.ok()) return s;
-  return Generate<float>(*params, prompt, opt, on);
+  return VisitFamily(ModelTypeOfFolder(dir),
+                     [&](auto family) -> absl::StatusOr<std::vector<uint32_t>> {
+                       auto params = decltype(family)::template Load<float>(dir);
+                       if (!params.ok()) return params.status();
+                       if (absl::Status s = CheckOutWidth(out_width, params->config.vocab_size);
+                           !s.ok())
+                         return s;
+                       return Generate<float>(*params, prompt, opt, on);
+                     });
 }
 
 absl::Status RunGenerate(const ArgParser& a, const GenerateOptions& opt) {

@@ -172,13 +172,14 @@ int RunOnWorkers(train::BasicTrainer<P>& trainer, const ArgParser& a, const v1::
   return RunTrainer(trainer, a, spec, opt, cluster.get(), workers, first_step);
 }
 
-// adjsh train for a Mamba-2 model folder (model_type mamba2): in-process (on the options'
-// device), or on local workers (on worker_devices; the worker tree or the star, as Mamba-1's);
-// the options its gradient lacks refused by the trainer (engine/families/family.h).
-int TrainMamba2(const ArgParser& a, const v1::JobSpec& spec, const train::TrainOptions& opt_in,
+// adjsh train for a model of family F (engine/families/family.h): in-process (on the options'
+// device), or on local workers (on worker_devices; the worker tree or the star); the options
+// its gradient lacks refused by the trainer (engine/capabilities.h).
+template <typename F>
+int TrainFamily(const ArgParser& a, const v1::JobSpec& spec, const train::TrainOptions& opt_in,
                 int64_t workers, int64_t lease_ms, std::vector<std::string> worker_devices) {
   train::TrainOptions opt = opt_in;
-  absl::StatusOr<Mamba2Params<float>> params = LoadMamba2ModelDir<float>(spec.model_dir());
+  absl::StatusOr<typename F::template Params<float>> params = coordinator::JobParams<F>(spec);
   if (!params.ok()) return Fail("train", params.status());
   absl::StatusOr<coordinator::JobDataSet> data =
       coordinator::JobData(spec, coordinator::NoJobLimits(), params->config.vocab_size);
@@ -187,7 +188,8 @@ int TrainMamba2(const ArgParser& a, const v1::JobSpec& spec, const train::TrainO
     opt.doc_starts = std::move(data->doc_starts);
     opt.val_doc_starts = std::move(data->val_doc_starts);
   }
-  train::Mamba2Trainer trainer(*std::move(params), std::move(data->corpus), opt);
+  train::BasicTrainer<typename F::template Params<float>> trainer(*std::move(params),
+                                                                  std::move(data->corpus), opt);
   if (data->val) trainer.set_validation(*std::move(data->val));
   if (absl::Status s = trainer.Init(); !s.ok()) return Fail("train", s);
   if (workers == 0) return RunTrainer(trainer, a, spec, opt, nullptr, 0, trainer.state().step);
@@ -305,7 +307,7 @@ int TrainCommand(const std::vector<std::string>& args) {
     request.options.cotangent = *cotangent;
     request.options.schedule = *schedule;
     request.options.device = *device;
-    if (coordinator::JobIsMamba2(*spec)) request.model = ModelType::kMamba2;
+    request.model = coordinator::JobModelType(*spec);
     if (absl::Status s = Supports(request); !s.ok()) return BadUsage("train", s);
   }
   for (const char* flag :
@@ -354,23 +356,10 @@ int TrainCommand(const std::vector<std::string>& args) {
     if (!config.ok()) return Fail("train", config.status());
     if (absl::Status s = CheckModelFitsInMemory(*config, 4); !s.ok()) return Fail("train", s);
   }
-  if (coordinator::JobIsMamba2(*spec))
-    return TrainMamba2(a, *spec, opt, workers, lease_ms, *std::move(worker_devices));
-  absl::StatusOr<ModelParams<float>> params = coordinator::JobModelParams(*spec);
-  if (!params.ok()) return Fail("train", params.status());
-  absl::StatusOr<coordinator::JobDataSet> data =
-      coordinator::JobData(*spec, coordinator::NoJobLimits(), params->config.vocab_size);
-  if (!data.ok()) return Fail("train", data.status());
-
-  if (opt.reset_at_documents) {
-    opt.doc_starts = std::move(data->doc_starts);
-    opt.val_doc_starts = std::move(data->val_doc_starts);
-  }
-  train::Trainer trainer(*std::move(params), std::move(data->corpus), opt);
-  if (data->val) trainer.set_validation(*std::move(data->val));
-  if (absl::Status s = trainer.Init(); !s.ok()) return Fail("train", s);
-  if (workers == 0) return RunTrainer(trainer, a, *spec, opt, nullptr, 0, trainer.state().step);
-  return RunOnWorkers(trainer, a, *spec, opt, workers, lease_ms, *std::move(worker_devices));
+  return VisitFamily(coordinator::JobModelType(*spec), [&](auto family) {
+    return TrainFamily<decltype(family)>(a, *spec, opt, workers, lease_ms,
+                                         *std::move(worker_devices));
+  });
 }
 
 }  // namespace adjsh::cli

@@ -209,14 +209,11 @@ absl::Status JobServiceImpl::RunJob(JobRecord& rec) {
     job_id = rec.job.job_id();
     ckpt = rec.checkpoint_dir;
   }
-  if (JobIsMamba2(spec)) {
-    absl::StatusOr<Mamba2Params<float>> params = LoadMamba2ModelDir<float>(spec.model_dir());
+  return VisitFamily(JobModelType(spec), [&](auto family) -> absl::Status {
+    auto params = JobParams<decltype(family)>(spec);
     if (!params.ok()) return params.status();
     return TrainJob(rec, spec, job_id, ckpt, *std::move(params));
-  }
-  absl::StatusOr<ModelParams<float>> params = JobModelParams(spec);
-  if (!params.ok()) return params.status();
-  return TrainJob(rec, spec, job_id, ckpt, *std::move(params));
+  });
 }
 
 template <typename P>

@@ -321,7 +321,7 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const JobLimits& limits,
     request.runner = Runner::kWorkers;
     request.f64 = spec.dtype() == "f64";
     request.options.window = spec.window();
-    if (JobIsMamba2(spec)) request.model = ModelType::kMamba2;
+    request.model = JobModelType(spec);
     if (absl::Status s = Supports(request, Naming::kSpecField); !s.ok()) return s;
   }
   if (spec.dtype() == "f64") {  // a job trains in f32 wherever it runs (f64 is adjsh grad's)
@@ -473,6 +473,20 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const JobLimits& limits,
 bool JobIsMamba2(const v1::JobSpec& spec) {  // init makes Mamba-1 models only
   return spec.model_case() == v1::JobSpec::kModelDir &&
          ModelTypeOfDir(spec.model_dir()) == "mamba2";
+}
+
+ModelType JobModelType(const v1::JobSpec& spec) {
+  return JobIsMamba2(spec) ? ModelType::kMamba2 : ModelType::kMamba;
+}
+
+template <>
+absl::StatusOr<ModelParams<float>> JobParams<Family<MambaConfig>>(const v1::JobSpec& spec) {
+  return JobModelParams(spec);
+}
+
+template <>
+absl::StatusOr<Mamba2Params<float>> JobParams<Family<Mamba2Config>>(const v1::JobSpec& spec) {
+  return LoadMamba2ModelDir<float>(spec.model_dir());
 }
 
 absl::StatusOr<ModelParams<float>> JobModelParams(const v1::JobSpec& spec) {

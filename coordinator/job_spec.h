@@ -43,6 +43,7 @@
 #include "common/mamba2_config.h"
 #include "common/model.h"
 #include "common/token_data.h"
+#include "engine/families/families.h"
 #include "proto/adjsh.pb.h"
 #include "train/trainer.h"
 
@@ -100,12 +101,21 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const JobLimits& limits = 
 absl::StatusOr<MambaConfig> ConfigFromInit(const v1::InitConfig& init);
 
 // Whether the spec's model is a Mamba-2 model_dir (its config.json's model_type is "mamba2");
-// init makes Mamba-1 models only. Then LoadMamba2ModelDir (common/mamba2_model.h) loads it,
-// else JobModelParams (whose loader says why a model_dir cannot be read).
+// init makes Mamba-1 models only.
 bool JobIsMamba2(const v1::JobSpec& spec);
+// The spec's model type (engine/families/families.h), by JobIsMamba2.
+ModelType JobModelType(const v1::JobSpec& spec);
 
 // The spec's model: loaded from model_dir, or initialised from init (its seed).
 absl::StatusOr<ModelParams<float>> JobModelParams(const v1::JobSpec& spec);
+// The spec's model as the family F's parameters (F of JobModelType): a Mamba-1 model by
+// JobModelParams, a Mamba-2 one from its model_dir.
+template <typename F>
+absl::StatusOr<typename F::template Params<float>> JobParams(const v1::JobSpec& spec);
+template <>
+absl::StatusOr<ModelParams<float>> JobParams<Family<MambaConfig>>(const v1::JobSpec& spec);
+template <>
+absl::StatusOr<Mamba2Params<float>> JobParams<Family<Mamba2Config>>(const v1::JobSpec& spec);
 
 // The spec's training tokens: the token file (mapped), a prepared corpus's train split (its
 // vocabulary checked against vocab_size), or the text files / built-in corpus as bytes; and

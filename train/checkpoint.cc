@@ -167,7 +167,7 @@ absl::StatusOr<Checkpoint<P>> LoadStepDir(const std::string& path) {
     if (!fs::is_regular_file(fs::path(path) / file, ec))
       return absl::NotFoundError(absl::StrCat(path, " has no ", file));
   }
-  absl::StatusOr<P> params = FamilyOf<P>::Load(ck.path);
+  absl::StatusOr<P> params = FamilyOf<P>::template Load<float>(ck.path);
   if (!params.ok()) return params.status();
   ck.params = std::move(*params);
   absl::StatusOr<TensorMap> moments =

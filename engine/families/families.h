@@ -3,6 +3,7 @@
 #ifndef ADJSH_ENGINE_FAMILIES_FAMILIES_H_
 #define ADJSH_ENGINE_FAMILIES_FAMILIES_H_
 
+#include <string>
 #include <variant>
 
 #include "engine/families/family.h"
@@ -18,9 +19,23 @@ namespace adjsh {
 template <template <typename> class X>
 using EachFamily = std::variant<X<Family<MambaConfig>>, X<Family<Mamba2Config>>>;
 
-// A family's float parameters, read-only (the coordinator's step), and a span task's result.
+// A family's float parameters, read-only (the coordinator's step).
 template <typename F>
 using ParamsOf = const typename F::template Params<float>*;
+
+// f(Family<Config>{}) for the family of `type`: what every model type's code path is chosen by
+// (a command's model folder, a job's model). Each branch must return the same type.
+template <typename Fn>
+decltype(auto) VisitFamily(ModelType type, Fn&& f) {
+  if (type == ModelType::kMamba2) return f(Family<Mamba2Config>{});
+  return f(Family<MambaConfig>{});
+}
+
+// The model type a model folder's config.json names (common/mamba2_config.h ModelTypeOfDir):
+// "mamba2" is Mamba-2's; anything else goes to Mamba-1's reader, which names what it refuses.
+inline ModelType ModelTypeOfFolder(const std::string& dir) {
+  return ModelTypeOfDir(dir) == "mamba2" ? ModelType::kMamba2 : ModelType::kMamba;
+}
 
 }  // namespace adjsh
 

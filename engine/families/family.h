@@ -17,7 +17,7 @@
 //   ConfigJson, ParamBytes, ToTensors, FromTensors, CheckBackend, MakeModel
 //                               the config and parameters on the wire, the worker's model
 //                               of a version
-//   Shape, Save, Load           model folders, and what a resume must match
+//   Shape, Save, Load<T>        model folders, and what a resume must match
 //   Gradient, Evaluate          the in-process gradient of one piece and the held-out loss
 // Adding a model type: its config, parameters and kernels, its span work, one more file here,
 // one line in families.h and one column in engine/capabilities.cc (docs/ARCHITECTURE.md

@@ -12,10 +12,6 @@ absl::Status Mamba::Save(const std::string& dir, const Params<float>& params, DT
   return SaveModelDir(dir, params, dtype);
 }
 
-absl::StatusOr<Mamba::Params<float>> Mamba::Load(const std::string& dir) {
-  return LoadModelDir<float>(dir);
-}
-
 absl::StatusOr<Mamba::Grad> Mamba::Gradient(const Params<float>& params, const GradPiece& piece) {
   return ComputeGradient<float>(params, piece.tokens, piece.options);
 }

@@ -55,7 +55,10 @@ struct Family<MambaConfig> : FamilyBase<Family<MambaConfig>> {
   // The config without its extra keys, as JSON: a resume must match it.
   static std::string Shape(const Config& config);
   static absl::Status Save(const std::string& dir, const Params<float>& params, DType dtype);
-  static absl::StatusOr<Params<float>> Load(const std::string& dir);
+  template <typename T>
+  static absl::StatusOr<Params<T>> Load(const std::string& dir) {
+    return LoadModelDir<T>(dir);
+  }
   // In-process (engine/adjoint_engine.h ComputeGradient), any option of the capability table.
   static absl::StatusOr<Grad> Gradient(const Params<float>& params, const GradPiece& piece);
   static absl::StatusOr<EvalResult> Evaluate(const Params<float>& params, const TokenData& tokens,

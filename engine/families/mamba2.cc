@@ -20,10 +20,6 @@ absl::Status Mamba2::Save(const std::string& dir, const Params<float>& params, D
   return SaveMamba2ModelDir(dir, params, dtype);
 }
 
-absl::StatusOr<Mamba2::Params<float>> Mamba2::Load(const std::string& dir) {
-  return LoadMamba2ModelDir<float>(dir);
-}
-
 absl::StatusOr<Mamba2::Grad> Mamba2::Gradient(const Params<float>& params,
                                               const GradPiece& piece) {
   if (absl::Status s = Supports({.model = kType, .options = piece.options}); !s.ok()) return s;

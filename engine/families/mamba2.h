@@ -68,7 +68,10 @@ struct Family<Mamba2Config> : FamilyBase<Family<Mamba2Config>> {
   // Strict JSON, as Mamba-1's (a bare Infinity as common/python_json.h's marker string).
   static std::string Shape(const Config& config);
   static absl::Status Save(const std::string& dir, const Params<float>& params, DType dtype);
-  static absl::StatusOr<Params<float>> Load(const std::string& dir);
+  template <typename T>
+  static absl::StatusOr<Params<T>> Load(const std::string& dir) {
+    return LoadMamba2ModelDir<T>(dir);
+  }
   // In-process, on the options' device (engine/mamba2_grad.h); what it cannot take is refused
   // by engine/capabilities.h's table.
   static absl::StatusOr<Grad> Gradient(const Params<float>& params, const GradPiece& piece);
