@@ -4,7 +4,7 @@
 #   scripts/build.sh                       everything: the adjsh binary, benchmarks and tests
 #   scripts/build.sh --target adjsh        only what that target needs (scripts/run.sh does this)
 #   scripts/build.sh [--target T ...] [CMAKE_CONFIGURE_ARGS...]
-# The first full build takes about 10 minutes on 2 cores, the adjsh binary alone about 4.
+# The first full build takes about 10 minutes on 2 cores, the adjsh binary alone about 3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 targets=()
@@ -30,7 +30,7 @@ else
   echo "build: [2/3] build/ is configured" >&2
 fi
 jobs=$(nproc 2>/dev/null || echo 2)
-echo "build: [3/3] building $what with $jobs jobs (a first build takes minutes: about 4 for" \
+echo "build: [3/3] building $what with $jobs jobs (a first build takes minutes: about 3 for" \
      "adjsh alone, 10 for everything on 2 cores; an up-to-date tree, seconds)" >&2
 start=$SECONDS
 cmake --build build -j "$jobs" "${targets[@]}" >&2

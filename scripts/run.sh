@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job, on a fresh machine or again: builds the adjsh binary alone (installing the
-# missing build packages; about 4 minutes the first time on 2 cores, with a line per stage and
+# missing build packages; about 3 minutes the first time on 2 cores, with a line per stage and
 # the build's progress), then trains a byte-level Mamba LM (D=128, K=4) on a local cluster (a
 # coordinator and 2 worker processes on loopback) on the built-in corpus (the license texts
 # every Debian machine has, /usr/share/common-licenses) with 16K-token sequences and the exact
