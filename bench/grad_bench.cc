@@ -211,8 +211,9 @@ int main(int argc, char** argv) {
   get("threads", 0, 4096, n.threads);
   get("spans", 0, int64_t{1} << 30, n.spans);
   get("repeat", 1, 100, n.repeat);
-  if (const absl::Status kept = adjsh::cli::ApplyKeptFlag(a); !kept.ok()) {
-    adjsh::cli::BadUsage("grad_bench", kept);
+  // --device and --kept-mib (Device::kept_budget), each refused naming the flag.
+  if (const absl::StatusOr<adjsh::Device> d = adjsh::cli::DeviceFromFlags(a); !d.ok()) {
+    adjsh::cli::BadUsage("grad_bench", d.status());
     bad = true;
   }
   const std::string dtype = a.Get("dtype");

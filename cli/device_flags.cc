@@ -74,9 +74,6 @@ void AddKeptFlag(ArgParser& a) {
         std::to_string(cpu::kDefaultKeptBudget >> 20));
 }
 
-// The budget reaches the backends through DeviceFromFlags (Device::kept_budget), and a local
-// cluster's workers through LocalClusterOptions::kept_budget; here it is checked.
-absl::Status ApplyKeptFlag(const ArgParser& a) { return KeptBudgetFromFlag(a).status(); }
 
 absl::Status CheckDeviceUsable(const Device& device) {
   if (device.is_cpu() && !device.bf16_storage) return absl::OkStatus();

@@ -29,10 +29,8 @@ absl::StatusOr<Storage> StorageFromFlags(const ArgParser& a);
 // `--kept-mib MIB` of the processes that run span tasks (grad, train, worker): the budget of
 // their CPU backends' kept store for the activations a chunk's summary keeps for the pass after
 // it (kernels/cpu/kept_pool.h; the same results, only faster), carried by Device::kept_budget
-// (DeviceFromFlags). ApplyKeptFlag checks it: INVALID_ARGUMENT naming the flag for a bad value
-// (bad usage, exit 2).
+// (DeviceFromFlags, which refuses a bad value naming the flag: bad usage, exit 2).
 void AddKeptFlag(ArgParser& a);
-absl::Status ApplyKeptFlag(const ArgParser& a);
 
 // `--reduce tree|star` (default tree); `when` prefixes its help ("with --workers: ").
 void AddReduceFlag(ArgParser& a, const std::string& when);

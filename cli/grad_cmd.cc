@@ -18,6 +18,7 @@
 #include "common/tokens.h"
 #include "engine/adjoint_engine.h"
 #include "engine/capabilities.h"
+#include "engine/families/families.h"
 #include "engine/segments.h"
 #include "engine/span_plan.h"
 #include "engine/step_profile.h"
@@ -173,7 +174,6 @@ int GradCommand(const std::vector<std::string>& args) {
   if (!threads.ok()) return BadUsage("grad", threads.status());
   opt.threads = static_cast<int>(*threads);
   opt.spill_dir = a.Get("spill-dir");
-  if (absl::Status s = ApplyKeptFlag(a); !s.ok()) return BadUsage("grad", s);
   absl::StatusOr<Storage> storage = StorageFromFlags(a);
   if (!storage.ok()) return BadUsage("grad", storage.status());
   opt.storage = *storage;  // on a GPU also its activations and weights
@@ -222,8 +222,9 @@ int GradCommand(const std::vector<std::string>& args) {
     }
   }
   // What this model type can compute where (engine/capabilities.h), before anything runs.
-  const bool mamba2 = ModelTypeOfDir(a.Get("model")) == "mamba2";
-  RunRequest request{.model = mamba2 ? ModelType::kMamba2 : ModelType::kMamba,
+  const ModelType model_type = ModelTypeOfFolder(a.Get("model"));
+  const bool mamba2 = model_type == ModelType::kMamba2;
+  RunRequest request{.model = model_type,
                      .runner = *workers > 0 ? Runner::kWorkers : Runner::kInProcess,
                      .f64 = dtype == "f64",
                      .options = opt,

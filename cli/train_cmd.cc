@@ -290,7 +290,6 @@ int TrainCommand(const std::vector<std::string>& args) {
   }
   absl::StatusOr<Device> device = DeviceFromFlags(a);
   if (!device.ok()) return BadUsage("train", device.status());
-  if (absl::Status s = ApplyKeptFlag(a); !s.ok()) return BadUsage("train", s);
   absl::StatusOr<Cotangent> cotangent = CotangentFromName(a.Get("cotangent"));
   if (!cotangent.ok()) return BadUsage("train", cotangent.status());
   absl::StatusOr<Schedule> schedule = ScheduleFromName(a.Get("schedule"));

@@ -117,7 +117,6 @@ int WorkerCommand(const std::vector<std::string>& args) {
                                     "(the address peers reach this worker at)"));
     }
   }
-  if (absl::Status s = ApplyKeptFlag(a); !s.ok()) return BadUsage("worker", s);
   if (a.Has("spill-dir")) {
     opt.spill_dir = a.Get("spill-dir");
     if (access(opt.spill_dir.c_str(), W_OK | X_OK) != 0) {

@@ -317,9 +317,8 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const JobLimits& limits,
     return Invalid("window", absl::StrCat("must be >= 0, got ", spec.window()));
   if (!in_process) {
     // What workers compute (engine/capabilities.h): a truncated window runs in-process only.
-    RunRequest request;
+    RunRequest request;  // (f64 is refused for every job below)
     request.runner = Runner::kWorkers;
-    request.f64 = spec.dtype() == "f64";
     request.options.window = spec.window();
     request.model = JobModelType(spec);
     if (absl::Status s = Supports(request, Naming::kSpecField); !s.ok()) return s;

@@ -75,7 +75,7 @@ grpc::Status TaskServiceImpl::PushResult(grpc::ServerContext* ctx,
     limits.max_total_bytes = std::min<uint64_t>(opt_.max_result_bytes, seq.MaxResultBytes(local));
     limits.max_tensor_bytes = limits.max_total_bytes;
     // The result's tensors, and one more so that an extra one is named in the error.
-    limits.max_tensors = LayerParamSlots<float>().size() + 8;
+    limits.max_tensors = MaxGroupTensors() + 8;
   }
   uint64_t result_bytes = 0;
   absl::StatusOr<TensorMap> read =

@@ -104,13 +104,13 @@ absl::StatusOr<std::vector<GradResult<float, P>>> TaskServiceImpl::RunStep(
       if (pieces.size() == 1) return s;
       return absl::Status(s.code(), absl::StrCat("sequence ", b, " of the step: ", s.message()));
     };
-    if (absl::Status s = ValidateGradientInputs(params.config, pieces[b].tokens, options); !s.ok())
-      return in_sequence(s);
     if (absl::Status s = Supports({.model = FamilyOf<P<float>>::kType,
                                    .runner = Runner::kWorkers,
                                    .options = options},
                                   Naming::kSpecField);
         !s.ok())
+      return in_sequence(s);
+    if (absl::Status s = ValidateGradientInputs(params.config, pieces[b].tokens, options); !s.ok())
       return in_sequence(s);
     if (options.forward_only != pieces[0].options.forward_only) {
       return absl::InvalidArgumentError(

@@ -5,7 +5,8 @@
 // the whole. One class per model type, with one interface, which engine/evaluate.cc and
 // engine/generate.cc are written over:
 //   static StatusOr<Streams> Make(params, device, head)  the layers on the device (and with
-//                                                        head, the LM head's loss there too)
+//                                                        head, the LM head's loss there too;
+//                                                        Mamba-2's device always has both)
 //   Backend<T>& backend();  const Params& params();  int64_t halo() (H = W - 1);  Reset()
 //   Advance(k, x, len, out)  layer k on a piece: x (H + len, D) holds the piece's rows at
 //                            [H, H + len) (its first H rows are overwritten with the halo);

@@ -1,4 +1,4 @@
-// A Mamba-2 model's layers on a device: what Mamba2SpanWork (engine/mamba2_span_math.h) calls
+// A Mamba-2 model's layers on a device: what Mamba2SpanWork (engine/span_work.h, with engine/mamba2_span_math.h) calls
 // for every chunk, so that a span's tasks reach the kernels through one interface whatever the
 // device, as Mamba-1's reach them through BlockBackend (kernels/backend.h).
 //

@@ -8,19 +8,20 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 targets=()
+names=()
 configure=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --target)
       [ $# -ge 2 ] || { echo "build.sh: --target needs a target name" >&2; exit 2; }
-      targets+=(--target "$2"); shift 2 ;;
+      targets+=(--target "$2"); names+=("$2"); shift 2 ;;
     -h|--help)
       sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) configure+=("$1"); shift ;;
   esac
 done
 what="everything"
-[ ${#targets[@]} -eq 0 ] || what="${targets[*]//--target /}"
+[ ${#names[@]} -eq 0 ] || what="${names[*]}"
 echo "build: [1/3] checking system packages (scripts/install-deps.sh)" >&2
 scripts/install-deps.sh
 if [ ! -f build/build.ninja ]; then

@@ -5,7 +5,7 @@
 # coordinator and 2 worker processes on loopback) on the built-in corpus (the license texts
 # every Debian machine has, /usr/share/common-licenses) with 16K-token sequences and the exact
 # adjoint-sharded gradient, 40 steps, checkpointing to build/run/ckpt. Each run starts afresh.
-#   scripts/run.sh [adjsh train flags...]      e.g. scripts/run.sh --steps 20 --window 1024
+#   scripts/run.sh [adjsh train flags...]      e.g. scripts/run.sh --steps 20 --chunk 512
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ADJSH_DEPS=build scripts/build.sh --target adjsh

@@ -57,21 +57,22 @@ absl::StatusOr<SpanStore::Job*> SpanStore::JobFor(const v1::Task& task) {
     Job fresh;
     fresh.config_json = task.config_json();
     // The config's family, and its part of the job.
-    auto take = [&fresh](auto parsed) -> absl::Status {
-      if (!parsed.ok()) return parsed.status();
-      using C = typename decltype(parsed)::value_type;
-      JobModel<Family<C>> m;
-      m.config = std::make_shared<const C>(*parsed);
-      fresh.groups = std::make_shared<const GroupLayout>(GroupLayout::Of(*parsed));
-      fresh.model = std::move(m);
-      return absl::OkStatus();
-    };
-    if (absl::Status s = *type == "mamba2" ? take(ParseMamba2ConfigJson(text))
-                                           : take(ParseConfigJson(text));
+    if (absl::Status s = VisitFamily(ModelTypeOfName(*type), [&](auto family) -> absl::Status {
+          using F = decltype(family);
+          absl::StatusOr<typename F::Config> config = F::ParseConfig(text);
+          if (!config.ok()) return config.status();
+          JobModel<F> m;
+          m.config = std::make_shared<const typename F::Config>(*config);
+          fresh.groups = std::make_shared<const GroupLayout>(GroupLayout::Of(*config));
+          fresh.model = std::move(m);
+          return absl::OkStatus();
+        });
         !s.ok())
       return s;
     fresh.version = task.params_version();
-    it = jobs_.insert_or_assign(task.job_id(), std::move(fresh)).first;
+    // The old job goes whole first: its spans before the model and the plans they point into.
+    if (it != jobs_.end()) jobs_.erase(it);
+    it = jobs_.emplace(task.job_id(), std::move(fresh)).first;
   }
   Job& job = it->second;
   absl::StatusOr<SpanPlan> plan = std::visit(

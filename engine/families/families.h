@@ -4,6 +4,7 @@
 #define ADJSH_ENGINE_FAMILIES_FAMILIES_H_
 
 #include <string>
+#include <string_view>
 #include <variant>
 
 #include "engine/families/family.h"
@@ -31,10 +32,14 @@ decltype(auto) VisitFamily(ModelType type, Fn&& f) {
   return f(Family<MambaConfig>{});
 }
 
-// The model type a model folder's config.json names (common/mamba2_config.h ModelTypeOfDir):
-// "mamba2" is Mamba-2's; anything else goes to Mamba-1's reader, which names what it refuses.
+// The model type a config.json's model_type names: "mamba2" is Mamba-2's; anything else goes to
+// Mamba-1's reader, which names what it refuses.
+inline ModelType ModelTypeOfName(std::string_view model_type) {
+  return model_type == "mamba2" ? ModelType::kMamba2 : ModelType::kMamba;
+}
+// The model type a model folder's config.json names (common/mamba2_config.h ModelTypeOfDir).
 inline ModelType ModelTypeOfFolder(const std::string& dir) {
-  return ModelTypeOfDir(dir) == "mamba2" ? ModelType::kMamba2 : ModelType::kMamba;
+  return ModelTypeOfName(ModelTypeOfDir(dir));
 }
 
 }  // namespace adjsh

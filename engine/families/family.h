@@ -4,7 +4,7 @@
 // mamba.h, engine/families/mamba2.h), gathered by engine/families/families.h.
 //
 // Family<Config> gives, for its config type:
-//   kType, kName                the capability table's model type (engine/capabilities.h), a name
+//   kType                       the capability table's model type (engine/capabilities.h)
 //   Params<T>, Layer<T>         the parameters and one layer's (HF names, common/ or kernels/)
 //   LayerSlots<T>()             a layer's tensors in order (name, shape): the wire form of a
 //                               layer partial (engine/span_tensors.h, engine/reduce_groups.h)
@@ -14,14 +14,12 @@
 //   StateSize, Rates<T>         the (Di N) state a span boundary carries, and per layer the decay
 //                               rates A that combine it across spans (engine/span_ledger.h)
 //   Add, LayerNumel<T>, FromGroup   a layer partial's sum, size and tree-group form (FamilyBase)
-//   ConfigJson, ParamBytes, ToTensors, FromTensors, CheckBackend, MakeModel
+//   ParseConfig, ConfigJson, ParamBytes, ToTensors, FromTensors, CheckBackend, MakeModel
 //                               the config and parameters on the wire, the worker's model
 //                               of a version
 //   Shape, Save, Load<T>        model folders, and what a resume must match
 //   Gradient, Evaluate          the in-process gradient of one piece and the held-out loss
-// Adding a model type: its config, parameters and kernels, its span work, one more file here,
-// one line in families.h and one column in engine/capabilities.cc (docs/ARCHITECTURE.md
-// "Model types").
+// Adding a model type: docs/ARCHITECTURE.md "Model types" lists what it takes, file by file.
 #ifndef ADJSH_ENGINE_FAMILIES_FAMILY_H_
 #define ADJSH_ENGINE_FAMILIES_FAMILY_H_
 
@@ -68,6 +66,24 @@ struct FamilyBase {
       ADJSH_CHECK(x.size() == y.size(), slot.suffix);
       for (size_t i = 0; i < x.size(); ++i) x[i] += y[i];
     }
+  }
+  // The state a span boundary carries per layer: (Di, N), Mamba-2's Di = H P.
+  template <typename Config>
+  static int64_t StateSize(const Config& c) {
+    return c.inner() * c.state_size;
+  }
+  // The parameters on a backend (both must outlive the model); the backend's errors.
+  template <typename D = Derived>
+  static absl::StatusOr<typename D::template Model<float>> MakeModel(
+      const typename D::template Params<float>& p, Backend<float>& backend) {
+    return D::template Model<float>::Make(p, backend);
+  }
+  // The held-out loss of a corpus (engine/evaluate.h, one evaluator for every type).
+  template <typename D = Derived>
+  static absl::StatusOr<EvalResult> Evaluate(const typename D::template Params<float>& p,
+                                             const TokenData& tokens,
+                                             const EvalOptions& options) {
+    return adjsh::Evaluate<float>(p, tokens, options);
   }
   // Values in one layer's partial.
   template <typename T, typename Config>

@@ -16,9 +16,4 @@ absl::StatusOr<Mamba::Grad> Mamba::Gradient(const Params<float>& params, const G
   return ComputeGradient<float>(params, piece.tokens, piece.options);
 }
 
-absl::StatusOr<EvalResult> Mamba::Evaluate(const Params<float>& params, const TokenData& tokens,
-                                           const EvalOptions& options) {
-  return adjsh::Evaluate<float>(params, tokens, options);
-}
-
 }  // namespace adjsh

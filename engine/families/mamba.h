@@ -13,7 +13,6 @@ namespace adjsh {
 template <>
 struct Family<MambaConfig> : FamilyBase<Family<MambaConfig>> {
   static constexpr ModelType kType = ModelType::kMamba;
-  static constexpr const char* kName = "Mamba";
   using Config = MambaConfig;
   template <typename T>
   using Params = ModelParams<T>;
@@ -29,12 +28,14 @@ struct Family<MambaConfig> : FamilyBase<Family<MambaConfig>> {
   static const std::vector<LayerParamSlot<T>>& LayerSlots() {
     return LayerParamSlots<T>();
   }
-  static int64_t StateSize(const Config& c) { return c.inner() * c.state_size; }  // Di N
   template <typename T>
   static std::vector<T> Rates(const Params<T>& p) {  // K x (Di, N)
     return DecayRates(p);
   }
 
+  static absl::StatusOr<Config> ParseConfig(std::string_view text) {
+    return ParseConfigJson(text);
+  }
   static std::string ConfigJson(const Config& c) { return ConfigToJson(c); }
   static uint64_t ParamBytes(const Config& c) { return ParamBytesF32(c); }
   static TensorMap ToTensors(const Params<float>& p, DType dtype) {
@@ -48,9 +49,6 @@ struct Family<MambaConfig> : FamilyBase<Family<MambaConfig>> {
     if (absl::Status s = backend.CheckConfig(c); !s.ok()) return s;
     return masked ? backend.Require(Op::kHeadAccuracy) : absl::OkStatus();
   }
-  static absl::StatusOr<Model<float>> MakeModel(const Params<float>& p, Backend<float>& backend) {
-    return Model<float>::Make(p, backend);
-  }
 
   // The config without its extra keys, as JSON: a resume must match it.
   static std::string Shape(const Config& config);
@@ -61,8 +59,6 @@ struct Family<MambaConfig> : FamilyBase<Family<MambaConfig>> {
   }
   // In-process (engine/adjoint_engine.h ComputeGradient), any option of the capability table.
   static absl::StatusOr<Grad> Gradient(const Params<float>& params, const GradPiece& piece);
-  static absl::StatusOr<EvalResult> Evaluate(const Params<float>& params, const TokenData& tokens,
-                                             const EvalOptions& options);
 };
 
 template <>

@@ -26,9 +26,4 @@ absl::StatusOr<Mamba2::Grad> Mamba2::Gradient(const Params<float>& params,
   return Mamba2Gradient<float>(params, piece.tokens, Mamba2GradOptionsFrom(piece.options));
 }
 
-absl::StatusOr<EvalResult> Mamba2::Evaluate(const Params<float>& params, const TokenData& tokens,
-                                            const EvalOptions& options) {
-  return adjsh::Evaluate<float>(params, tokens, options);
-}
-
 }  // namespace adjsh

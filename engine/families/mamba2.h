@@ -1,5 +1,5 @@
 // Mamba-2's family (engine/families/family.h): Mamba2Config, Mamba2Params (common/
-// mamba2_model.h), its chunk ops on a backend (kernels/mamba2_backend.h) and Mamba2SpanWork
+// mamba2_model.h), its chunk ops on a backend (kernels/mamba2_backend.h) and its span math
 // (engine/mamba2_span_math.h). Its state is (H, P, N) per layer, Di = H P: A and dt are per
 // head, so the ledger's rates repeat A_h over the head's P N entries, and a span's Sigma repeats
 // dt_h's sum over the head's P channels (docs/MATH.md "Mamba-2", spans). Both types decay
@@ -19,7 +19,6 @@ namespace adjsh {
 template <>
 struct Family<Mamba2Config> : FamilyBase<Family<Mamba2Config>> {
   static constexpr ModelType kType = ModelType::kMamba2;
-  static constexpr const char* kName = "Mamba-2";
   using Config = Mamba2Config;
   template <typename T>
   using Params = Mamba2Params<T>;
@@ -35,7 +34,6 @@ struct Family<Mamba2Config> : FamilyBase<Family<Mamba2Config>> {
   static const std::vector<Mamba2LayerSlot<T>>& LayerSlots() {
     return Mamba2LayerSlots<T>();
   }
-  static int64_t StateSize(const Config& c) { return c.inner() * c.state_size; }  // H P N
   template <typename T>
   static std::vector<T> Rates(const Params<T>& p) {  // K x (H P, N): A_h repeated
     const int64_t PN = p.config.head_dim * p.config.state_size, H = p.config.num_heads;
@@ -48,6 +46,9 @@ struct Family<Mamba2Config> : FamilyBase<Family<Mamba2Config>> {
     return A;
   }
 
+  static absl::StatusOr<Config> ParseConfig(std::string_view text) {
+    return ParseMamba2ConfigJson(text);
+  }
   static std::string ConfigJson(const Config& c) { return Mamba2ConfigToJson(c); }
   static uint64_t ParamBytes(const Config& c) { return Mamba2ParamBytesF32(c); }
   // const_cast: the slot walk takes a mutable struct, and only reads it here.
@@ -61,9 +62,6 @@ struct Family<Mamba2Config> : FamilyBase<Family<Mamba2Config>> {
   static absl::Status CheckBackend(const Backend<float>& backend, const Config&, bool masked) {
     return CheckMamba2Backend(backend, masked);
   }
-  static absl::StatusOr<Model<float>> MakeModel(const Params<float>& p, Backend<float>& backend) {
-    return Model<float>::Make(p, backend);
-  }
 
   // Strict JSON, as Mamba-1's (a bare Infinity as common/python_json.h's marker string).
   static std::string Shape(const Config& config);
@@ -75,8 +73,6 @@ struct Family<Mamba2Config> : FamilyBase<Family<Mamba2Config>> {
   // In-process, on the options' device (engine/mamba2_grad.h); what it cannot take is refused
   // by engine/capabilities.h's table.
   static absl::StatusOr<Grad> Gradient(const Params<float>& params, const GradPiece& piece);
-  static absl::StatusOr<EvalResult> Evaluate(const Params<float>& params, const TokenData& tokens,
-                                             const EvalOptions& options);
 };
 
 template <>

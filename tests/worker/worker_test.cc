@@ -727,7 +727,7 @@ TEST_F(WorkerTest, ASpanNotReadyForItsTaskIsRebuilt) {
 }
 
 // A Mamba-2 model's step (its config_json's model_type "mamba2"): every task in order to one
-// worker, each result bitwise the local run of Mamba2SpanWork (engine/mamba2_span_math.h)
+// worker, each result bitwise the local run of Mamba2SpanWork (engine/span_work.h, with engine/mamba2_span_math.h)
 // under Mamba-2's names; the model fetched once, each span's start with its first task.
 TEST_F(WorkerTest, AMamba2StepsTasksAreBitwiseTheLocalRun) {
   ASSERT_EQ(static_cast<int64_t>(Mamba2Cases().tasks.size()), kTasks);
