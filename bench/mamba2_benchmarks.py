@@ -10,7 +10,7 @@ autograd of the reference (tests/torch/mamba2_ref.py) on this CPU, and its memor
 Model: D=256, K=4, N=64, head_dim 32 (H=16), G=1, W=4, V=256, synthetic weights; chunk 256.
   adjsh s        `adjsh grad`'s own time of the gradient, f32, one span on one thread (the
                  plain chunk-by-chunk pass; OpenBLAS runs single-threaded inside adjsh)
-  spans s        the same with the default spans (engine/mamba2_span_math.h) on 1 and 2 threads
+  spans s        the same with the default spans (engine/span_math.h) on 1 and 2 threads
   workers s      the same default spans on 1 and 2 local worker processes (`--workers`, one
                  thread each; the gradient's time, after the workers registered)
   torch s        loss.backward() of the reference after its forward, f32, torch.set_num_threads(1)

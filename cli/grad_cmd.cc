@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <thread>
+#include <type_traits>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -11,7 +13,6 @@
 #include "cli/commands.h"
 #include "cli/device_flags.h"
 #include "cli/grad_output.h"
-#include "cli/mamba2_grad.h"
 #include "common/token_data.h"
 #include "common/model.h"
 #include "coordinator/local_cluster.h"
@@ -26,10 +27,13 @@
 namespace adjsh::cli {
 namespace {
 
-template <typename T>
+// The gradient of the model type F in precision T: in-process, on local workers (f32), or per
+// document piece (Mamba-1's --doc-starts); what F cannot do was refused by Supports.
+template <typename F, typename T>
 absl::Status RunGrad(const ArgParser& a, const GradOptions& opt, bool quiet, int workers,
                      std::vector<std::string> worker_devices) {
-  absl::StatusOr<ModelParams<T>> params = LoadModelDir<T>(a.Get("model"));
+  using Result = typename F::template GradOf<T>;
+  absl::StatusOr<typename F::template Params<T>> params = F::template Load<T>(a.Get("model"));
   if (!params.ok()) return params.status();
   absl::StatusOr<std::vector<uint32_t>> tokens = ReadTokenFile(a.Get("tokens"));
   if (!tokens.ok()) return tokens.status();
@@ -49,17 +53,17 @@ absl::Status RunGrad(const ArgParser& a, const GradOptions& opt, bool quiet, int
   // The gradient's time: with workers, from after they registered until the result is in (not
   // the cluster's start, nor its stop when it goes out of scope).
   double seconds = -1;
-  absl::StatusOr<GradResult<T>> result;
+  absl::StatusOr<Result> result;
   // The masked model's pieces; none for a sequence too short for a target, which the plain
   // path below refuses by name.
   const std::vector<std::pair<int64_t, int64_t>> pieces =
       doc_starts.empty() ? std::vector<std::pair<int64_t, int64_t>>()
                          : PiecesAtStarts(static_cast<int64_t>(tokens->size()), doc_starts);
   if (!pieces.empty()) {  // the masked model: its documents' pieces, combined
-    std::vector<GradResult<T>> parts;
+    std::vector<Result> parts;
     for (const auto& [first, len] : pieces) {
-      absl::StatusOr<GradResult<T>> g =
-          ComputeGradient<T>(*params, std::span(*tokens).subspan(first, len), opt);
+      absl::StatusOr<Result> g =
+          F::Gradient(*params, GradPiece{std::span(*tokens).subspan(first, len), opt});
       if (!g.ok()) return g.status();
       parts.push_back(*std::move(g));
     }
@@ -80,7 +84,7 @@ absl::Status RunGrad(const ArgParser& a, const GradOptions& opt, bool quiet, int
       seconds = since_start() - registered;
     }
   }
-  if (workers == 0 && pieces.empty()) result = ComputeGradient<T>(*params, *tokens, opt);
+  if (workers == 0 && pieces.empty()) result = F::Gradient(*params, GradPiece{*tokens, opt});
   if (!result.ok()) return result.status();
   if (workers == 0 && a.Has("trace") && result->profile.tasks > 0) {
     absl::StatusOr<SpanPlan> plan =
@@ -93,12 +97,15 @@ absl::Status RunGrad(const ArgParser& a, const GradOptions& opt, bool quiet, int
   if (seconds < 0) seconds = since_start();
 
   const DType dtype = std::is_same_v<T, double> ? DType::kF64 : DType::kF32;
-  if (absl::Status s = WriteGradOutput(a.Get("out"), ParamsToTensors(result->grad, dtype),
+  if (absl::Status s = WriteGradOutput(a.Get("out"), F::ToTensors(result->grad, dtype),
                                        result->loss, dtype);
       !s.ok())
     return s;
   if (!quiet) {
-    PrintGradSummary(result->loss, tokens->size(), seconds, a.Get("out"));
+    const std::string where =
+        workers == 0 ? "in-process" : absl::StrCat(workers, workers == 1 ? " worker" : " workers");
+    PrintGradSummary(result->loss, tokens->size(), seconds, a.Get("out"),
+                     absl::StrCat("(", F::kLabel, ", ", where, ")"));
     if (result->profile.tasks > 0)
       std::fprintf(stderr, "%s\n", ProfileSummary(result->profile).c_str());
   }
@@ -223,7 +230,6 @@ int GradCommand(const std::vector<std::string>& args) {
   }
   // What this model type can compute where (engine/capabilities.h), before anything runs.
   const ModelType model_type = ModelTypeOfFolder(a.Get("model"));
-  const bool mamba2 = model_type == ModelType::kMamba2;
   RunRequest request{.model = model_type,
                      .runner = *workers > 0 ? Runner::kWorkers : Runner::kInProcess,
                      .f64 = dtype == "f64",
@@ -242,20 +248,14 @@ int GradCommand(const std::vector<std::string>& args) {
   if (a.Given("reduce") && *workers == 0) {  // in-process there are no partials to move
     return BadUsage("grad", absl::InvalidArgumentError("--reduce needs --workers N (N >= 1)"));
   }
-  if (mamba2) {
-    // Mamba-2: the exact gradient by the span schedule, in-process (on --device) or on
-    // workers (on --worker-device).
-    if (absl::Status s = CheckDeviceUsable(opt.device); !s.ok()) return Fail("grad", s);
-    const absl::Status s = RunMamba2Grad(
-        a.Get("model"), a.Get("tokens"), a.Get("out"), dtype == "f64", opt,
-        static_cast<int>(*workers), *ReduceFromFlags(a), *std::move(worker_devices), quiet);
-    return s.ok() ? 0 : Fail("grad", s);
-  }
   if (absl::Status s = CheckDeviceUsable(opt.device); !s.ok()) return Fail("grad", s);
   const int w = static_cast<int>(*workers);
-  const absl::Status status = dtype == "f32"
-                                  ? RunGrad<float>(a, opt, quiet, w, *std::move(worker_devices))
-                                  : RunGrad<double>(a, opt, quiet, w, {});
+  const bool f64 = dtype == "f64";
+  const absl::Status status = VisitFamily(model_type, [&](auto family) {
+    using F = decltype(family);
+    return f64 ? RunGrad<F, double>(a, opt, quiet, w, {})
+               : RunGrad<F, float>(a, opt, quiet, w, *std::move(worker_devices));
+  });
   return status.ok() ? 0 : Fail("grad", status);
 }
 

@@ -41,27 +41,21 @@ absl::StatusOr<std::unique_ptr<SpanScheduler>> SpanScheduler::MakeFor(
   return s;
 }
 
+template <typename Params>
 absl::StatusOr<std::unique_ptr<SpanScheduler>> SpanScheduler::Make(
-    const ModelParams<float>& params, std::span<const uint32_t> tokens,
-    const GradOptions& options) {
+    const Params& params, std::span<const uint32_t> tokens, const GradOptions& options) {
   absl::StatusOr<std::unique_ptr<SpanScheduler>> s = MakeFor(params.config, tokens, options);
   if (!s.ok()) return s.status();
-  (*s)->model_ = Model<ModelParams>{
+  (*s)->model_ = SequenceModel<FamilyOf<Params>>{
       &params,
-      std::make_unique<SpanLedger<float>>(params, *(*s)->plan_, tokens, options.loss_mask)};
+      std::make_unique<LedgerOf<Params>>(params, *(*s)->plan_, tokens, options.loss_mask)};
   return s;
 }
 
-absl::StatusOr<std::unique_ptr<SpanScheduler>> SpanScheduler::Make(
-    const Mamba2Params<float>& params, std::span<const uint32_t> tokens,
-    const GradOptions& options) {
-  absl::StatusOr<std::unique_ptr<SpanScheduler>> s = MakeFor(params.config, tokens, options);
-  if (!s.ok()) return s.status();
-  (*s)->model_ = Model<Mamba2Params>{
-      &params, std::make_unique<SpanLedger<float, Mamba2Params>>(params, *(*s)->plan_, tokens,
-                                                                 options.loss_mask)};
-  return s;
-}
+template absl::StatusOr<std::unique_ptr<SpanScheduler>> SpanScheduler::Make(
+    const ModelParams<float>&, std::span<const uint32_t>, const GradOptions&);
+template absl::StatusOr<std::unique_ptr<SpanScheduler>> SpanScheduler::Make(
+    const Mamba2Params<float>&, std::span<const uint32_t>, const GradOptions&);
 
 template <typename F>
 decltype(auto) SpanScheduler::WithLedger(F&& f) const {
@@ -234,7 +228,7 @@ uint64_t SpanScheduler::MaxResultBytes(int64_t id) const {
 template <template <typename> class P>
 GradResult<float, P> SpanScheduler::Finish(uint64_t wire_bytes) {
   GradResult<float, P> r;
-  Model<P>* m = std::get_if<Model<P>>(&model_);
+  auto* m = std::get_if<SequenceModel<FamilyOfParams<P>>>(&model_);
   ADJSH_CHECK(m != nullptr, "Finish of a sequence as another model type's");
   r = m->ledger->Finish();
   r.stored_bytes = m->ledger->held_bytes();

@@ -54,11 +54,12 @@ struct SpanOwners {
 void DealSpans(SpanOwners& owners, const std::string& job_id, int64_t spans,
                const std::vector<std::string>& live_workers);
 
-// A sequence's model (P: ModelParams, Mamba2Params) and its ledger.
-template <template <typename> class P>
+// A sequence's model of the family F (engine/families/) and its ledger.
+template <typename F>
 struct SequenceModel {
-  const P<float>* params = nullptr;
-  std::unique_ptr<SpanLedger<float, P>> ledger;
+  using Params = typename F::template Params<float>;
+  const Params* params = nullptr;
+  std::unique_ptr<LedgerOf<Params>> ledger;
 };
 
 class SpanScheduler {
@@ -74,12 +75,10 @@ class SpanScheduler {
   };
 
   // Validated inputs (ValidateGradientInputs); params, tokens and options.loss_mask outlive it.
-  static absl::StatusOr<std::unique_ptr<SpanScheduler>> Make(const ModelParams<float>& params,
-                                                             std::span<const uint32_t> tokens,
-                                                             const GradOptions& options);
-  // A Mamba-2 model's sequence (engine/mamba2_span_math.h): the same tasks, ledger and worker
-  // tree (its layer groups under its own tensors' names).
-  static absl::StatusOr<std::unique_ptr<SpanScheduler>> Make(const Mamba2Params<float>& params,
+  // Params: ModelParams<float> or Mamba2Params<float> (the same tasks, ledger and worker tree
+  // for either model type, its layer groups under its own tensors' names).
+  template <typename Params>
+  static absl::StatusOr<std::unique_ptr<SpanScheduler>> Make(const Params& params,
                                                              std::span<const uint32_t> tokens,
                                                              const GradOptions& options);
 
@@ -142,12 +141,10 @@ class SpanScheduler {
   // f(ledger, config) with the sequence's ledger and its model's config, of either type.
   template <typename F>
   decltype(auto) WithLedger(F&& f) const;
-  template <template <typename> class P>
-  using Model = SequenceModel<P>;
   std::span<const uint32_t> tokens_;
   GradOptions options_;
   std::unique_ptr<SpanPlan> plan_;
-  std::variant<Model<ModelParams>, Model<Mamba2Params>> model_;
+  EachFamily<SequenceModel> model_;
   // With the worker tree (ReduceAmongWorkers): the wire form of the step's groups.
   std::unique_ptr<const GroupLayout> groups_;
   std::unique_ptr<TaskQueue> queue_;

@@ -78,7 +78,7 @@ class TaskServiceImpl final : public v1::TaskService::Service {
   absl::StatusOr<std::vector<GradResult<float>>> ComputeGradients(
       const ModelParams<float>& params, std::span<const GradPiece> pieces,
       const std::string& job_id, int64_t step);
-  // The same for a Mamba-2 model (engine/mamba2_span_math.h): the same tasks, ledger, leases
+  // The same for a Mamba-2 model (engine/span_math.h): the same tasks, ledger, leases
   // and rebuilds, reduced as a Mamba-1 step (the worker tree or the star), on the workers'
   // devices (a device lacking a Mamba-2 layer skips the tasks, naming it).
   absl::StatusOr<Mamba2GradResult<float>> ComputeGradient(const Mamba2Params<float>& params,

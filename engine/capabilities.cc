@@ -6,7 +6,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "kernels/mamba2_backend.h"
+#include "kernels/mamba2_chunk_ops.h"
 #include "kernels/backend.h"
 
 namespace adjsh {
@@ -103,11 +103,6 @@ absl::Status Supports(const RunRequest& r, Naming naming) {
   }
   if (r.trace && r.doc_starts) {
     return absl::InvalidArgumentError("--doc-starts runs in-process (no --workers or --trace)");
-  }
-  // adjsh grad writes a Mamba-2 gradient without a task trace (cli/mamba2_grad.h); a training
-  // run's trace is the coordinator's, for either model type.
-  if (mamba2 && r.trace && !r.training) {
-    return absl::UnimplementedError("--trace is not available for Mamba-2 models in adjsh grad");
   }
   if (o.forward_only &&
       (o.schedule != Schedule::kSpans || o.window != 0 || o.cotangent != Cotangent::kExact)) {

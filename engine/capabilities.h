@@ -54,7 +54,7 @@ absl::Status Supports(const RunRequest& request, Naming naming = Naming::kFlag);
 // OK on the CPU; else the device's backend must exist for T, take the config and support every
 // op the options' schedule uses (UNIMPLEMENTED or FAILED_PRECONDITION naming what is missing).
 // A Mamba-2 model needs its layer op, the head (and its greedy count with a loss mask), and f32
-// storage on a GPU (kernels/mamba2_backend.h CheckMamba2Backend).
+// storage on a GPU (kernels/mamba2_chunk_ops.h CheckMamba2Backend).
 template <typename T>
 absl::Status CheckDevice(const MambaConfig& config, const GradOptions& options);
 template <typename T>

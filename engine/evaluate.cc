@@ -179,13 +179,13 @@ EvalResult SumSequenceLosses(int64_t n, const EvalOptions& options,
 template <typename T>
 absl::StatusOr<EvalResult> Evaluate(const ModelParams<T>& params, const TokenData& tokens,
                                     const EvalOptions& options) {
-  return EvaluateWith<MambaStreams<T>>(params, tokens, options);
+  return EvaluateWith<ModelStreams<ModelParams<T>>>(params, tokens, options);
 }
 
 template <typename T>
 absl::StatusOr<EvalResult> Evaluate(const Mamba2Params<T>& params, const TokenData& tokens,
                                     const EvalOptions& options) {
-  return EvaluateWith<Mamba2Streams<T>>(params, tokens, options);
+  return EvaluateWith<ModelStreams<Mamba2Params<T>>>(params, tokens, options);
 }
 
 template absl::StatusOr<EvalResult> Evaluate<float>(const ModelParams<float>&, const TokenData&,

@@ -66,7 +66,7 @@ EvalResult SumSequenceLosses(int64_t n, const EvalOptions& options,
 // 2 tokens to evaluate, an id >= V, chunk < 1 or context 1; the device's errors (UNIMPLEMENTED /
 // FAILED_PRECONDITION).
 // Either model type: a Mamba-2 model's layers carry their heads' states (H, P, N) and the
-// device must have a Mamba-2 layer (kernels/mamba2_backend.h).
+// device must have a Mamba-2 layer (kernels/mamba2_chunk_ops.h).
 template <typename T>
 absl::StatusOr<EvalResult> Evaluate(const ModelParams<T>& params, const TokenData& tokens,
                                     const EvalOptions& options);

@@ -64,7 +64,7 @@ absl::StatusOr<std::vector<uint32_t>> Generate(const ModelParams<T>& params,
                                                std::span<const uint32_t> prompt,
                                                const GenerateOptions& o,
                                                const std::function<bool(uint32_t)>& on_token) {
-  return GenerateWith<MambaStreams<T>>(params, prompt, o, on_token);
+  return GenerateWith<ModelStreams<ModelParams<T>>>(params, prompt, o, on_token);
 }
 
 template <typename T>
@@ -72,7 +72,7 @@ absl::StatusOr<std::vector<uint32_t>> Generate(const Mamba2Params<T>& params,
                                                std::span<const uint32_t> prompt,
                                                const GenerateOptions& o,
                                                const std::function<bool(uint32_t)>& on_token) {
-  return GenerateWith<Mamba2Streams<T>>(params, prompt, o, on_token);
+  return GenerateWith<ModelStreams<Mamba2Params<T>>>(params, prompt, o, on_token);
 }
 
 template absl::StatusOr<std::vector<uint32_t>> Generate<float>(

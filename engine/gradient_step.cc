@@ -9,7 +9,7 @@
 
 #include "common/check.h"
 #include "common/tokens.h"
-#include "engine/decay.h"
+#include "kernels/decay.h"
 #include "kernels/cpu/lm_head.h"
 
 namespace adjsh {

@@ -1,5 +1,5 @@
 // Mamba-2's exact gradient (engine/mamba2_grad.h): the inputs checked, then the span schedule
-// of engine/span_step.h on Mamba2SpanWork (engine/span_work.h, with engine/mamba2_span_math.h), the tasks a coordinator's
+// of engine/span_step.h on Mamba2SpanWork (engine/span_work.h over engine/span_math.h), the tasks a coordinator's
 // workers run.
 #include "engine/mamba2_grad.h"
 

@@ -1,6 +1,6 @@
 // The exact gradient of a Mamba-2 model's mean next-token loss over one token sequence,
 // in-process on the options' device (docs/MATH.md "Mamba-2"), by the span schedule (engine/span_step.h,
-// engine/mamba2_span_math.h): each span keeps its rows of every layer's input u^k; the backward
+// engine/span_math.h): each span keeps its rows of every layer's input u^k; the backward
 // runs the layers from the top down, each span's chunks in reverse (kernels/cpu/mamba2_layer.h),
 // after a forward sweep of the span rebuilt its heads' states at the chunk starts; each chunk
 // recomputes its own activations from its input rows and its start state. Memory: K T D stored
@@ -45,7 +45,7 @@ struct Mamba2GradOptions {
   // memory-mapped files there (the same values).
   Storage storage = Storage::kCompute;
   std::string spill_dir;
-  // Where the layers and the head run (kernels/mamba2_backend.h): the CPU, or a device whose
+  // Where the layers and the head run (kernels/mamba2_chunk_ops.h): the CPU, or a device whose
   // backend has a Mamba-2 layer (UNIMPLEMENTED naming it otherwise).
   Device device;
   // Progress: (phase, layers done, layers) after each layer's forward ("forward") and backward

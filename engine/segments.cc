@@ -76,5 +76,7 @@ template GradResult<float> CombineGradients(std::vector<GradResult<float>>);
 template GradResult<double> CombineGradients(std::vector<GradResult<double>>);
 template GradResult<float, Mamba2Params> CombineGradients(
     std::vector<GradResult<float, Mamba2Params>>);
+template GradResult<double, Mamba2Params> CombineGradients(
+    std::vector<GradResult<double, Mamba2Params>>);
 
 }  // namespace adjsh

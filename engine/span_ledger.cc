@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
-#include "engine/decay.h"
+#include "kernels/decay.h"
 
 namespace adjsh {
 

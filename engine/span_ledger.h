@@ -113,6 +113,17 @@ class SpanLedger {
   FixedTreeSum<std::vector<T>> head_embed_sum_, lookup_embed_sum_, norm_f_sum_;
 };
 
+// The ledger of a parameter struct (ModelParams<T>, Mamba2Params<T>), for code that holds the
+// struct's type rather than its template.
+template <typename Params>
+struct LedgerFor;
+template <typename T, template <typename> class P>
+struct LedgerFor<P<T>> {
+  using type = SpanLedger<T, P>;
+};
+template <typename Params>
+using LedgerOf = typename LedgerFor<Params>::type;
+
 }  // namespace adjsh
 
 #endif  // ADJSH_ENGINE_SPAN_LEDGER_H_

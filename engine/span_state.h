@@ -4,7 +4,7 @@
 //   kept   u^k (H + len, D) for k = 0..K-1 in the storage format (halo rows first, from the
 //          coordinator), g (len, D) in the compute type: u^K, then dL/du^K from the head, then
 //          dL/du^k as the backward goes down; and what the model type's layer math keeps
-//          (engine/mamba_span_math.h, engine/mamba2_span_math.h).
+//          (engine/span_math.h).
 //   sent   only (Di, N)-sized summaries, halo rows and parameter partials (SpanOutputs).
 #ifndef ADJSH_ENGINE_SPAN_STATE_H_
 #define ADJSH_ENGINE_SPAN_STATE_H_

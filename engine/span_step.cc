@@ -11,11 +11,12 @@
 
 #include "common/check.h"
 #include "common/thread_pool.h"
-#include "engine/span_work.h"
 #include "engine/span_ledger.h"
 #include "engine/span_plan.h"
 #include "engine/span_work.h"
 #include "kernels/backend.h"
+#include "kernels/mamba2_chunk_ops.h"
+#include "kernels/mamba_chunk_ops.h"
 
 namespace adjsh {
 
@@ -131,7 +132,7 @@ absl::StatusOr<GradResult<T>> RunSpanStep(const ModelParams<T>& params,
   if (!plan.ok()) return plan.status();
   absl::StatusOr<std::unique_ptr<Backend<T>>> backend = MakeBackend<T>(opt.device);
   if (!backend.ok()) return backend.status();
-  const BackendModel<T> model = BackendModel<T>::Make(params, **backend);
+  const LayerModel<ModelParams<T>> model = MakeLayerModel(params, **backend);
   return RunSpans<T, ModelParams, SpanWork<T>>(
       params, model, *plan, tokens,
       {opt.threads, opt.loss_mask, opt.storage, opt.spill_dir, opt.progress});
@@ -146,8 +147,8 @@ absl::StatusOr<Mamba2GradResult<T>> RunMamba2SpanStep(const Mamba2Params<T>& par
       SpanPlan::Make(static_cast<int64_t>(tokens.size()), opt.chunk, opt.spans,
                      c.num_hidden_layers, c.conv_kernel);
   if (!plan.ok()) return plan.status();
-  absl::StatusOr<Mamba2DeviceModel<T>> model =
-      Mamba2DeviceModel<T>::Make(params, opt.device, !opt.loss_mask.empty());
+  absl::StatusOr<DeviceModel<Mamba2Params<T>>> model =
+      MakeDeviceModel(params, opt.device, !opt.loss_mask.empty());
   if (!model.ok()) return model.status();
   return RunSpans<T, Mamba2Params, Mamba2SpanWork<T>>(
       params, model->model, *plan, tokens,

@@ -23,7 +23,7 @@ absl::StatusOr<GradResult<T>> RunSpanStep(const ModelParams<T>& params,
                                           std::span<const uint32_t> tokens,
                                           const GradOptions& options);
 
-// The same schedule for a Mamba-2 model (engine/mamba2_span_math.h), which Mamba2Gradient runs
+// The same schedule for a Mamba-2 model (engine/span_math.h), which Mamba2Gradient runs
 // (engine/mamba2_grad.h): the step's spans options.spans, on options.threads threads. Inputs
 // validated by the caller.
 template <typename T>

@@ -157,9 +157,9 @@ int64_t BasicSpanWork<Math>::kept_bytes() const {
   return b + math_.kept_bytes();
 }
 
-template class BasicSpanWork<MambaSpanMath<float>>;
-template class BasicSpanWork<MambaSpanMath<double>>;
-template class BasicSpanWork<Mamba2SpanMath<float>>;
-template class BasicSpanWork<Mamba2SpanMath<double>>;
+template class BasicSpanWork<SpanMath<ModelParams<float>>>;
+template class BasicSpanWork<SpanMath<ModelParams<double>>>;
+template class BasicSpanWork<SpanMath<Mamba2Params<float>>>;
+template class BasicSpanWork<SpanMath<Mamba2Params<double>>>;
 
 }  // namespace adjsh

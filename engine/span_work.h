@@ -3,8 +3,8 @@
 // engine/span_plan.h on its own rows. BasicSpanWork<Math> is written once: the task order
 // (Ready), the span's rows and g (engine/span_state.h SpanRows), the halo rows in and out, the
 // head task, the embedding lookup's partial and what g holds as the backward goes down. Math is
-// the model type's layer math, each task's loop over the span's chunks and what it keeps
-// besides the rows (engine/mamba_span_math.h, engine/mamba2_span_math.h):
+// the layer math, each task's loop over the span's chunks and what it keeps besides the rows,
+// written once over the layer op table of kernels/chunk_ops.h (engine/span_math.h):
 //   Math(model, rows); ForwardSummary(rows, k, out); Forward(rows, k, h0, top);
 //   BackwardSummary(rows, k, out); Backward(rows, k, mu, out, du); DropLayer(k); kept_bytes().
 // Every kernel call goes through the backend (kernels/backend.h). A task is a pure function of
@@ -17,8 +17,9 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "engine/mamba2_span_math.h"
-#include "engine/mamba_span_math.h"
+#include "common/mamba2_model.h"
+#include "common/model.h"
+#include "engine/span_math.h"
 #include "engine/span_plan.h"
 #include "engine/span_state.h"
 
@@ -66,9 +67,9 @@ class BasicSpanWork {
 
 // The span owners of the two model types (engine/families/).
 template <typename T>
-using SpanWork = BasicSpanWork<MambaSpanMath<T>>;
+using SpanWork = BasicSpanWork<SpanMath<ModelParams<T>>>;
 template <typename T>
-using Mamba2SpanWork = BasicSpanWork<Mamba2SpanMath<T>>;
+using Mamba2SpanWork = BasicSpanWork<SpanMath<Mamba2Params<T>>>;
 template <typename T>
 using Mamba2SpanOutputs = SpanOutputs<T, Mamba2Layer<T>>;
 

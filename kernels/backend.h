@@ -54,7 +54,7 @@ enum class Op {
   kBackwardTruncated,   // chunk VJPs with a truncated window (lookahead rows)
   kHead,                // final norm, tied LM head, cross-entropy and their backward
   kHeadAccuracy,        // the head's count of rows decoded right (LmHeadArgs::correct)
-  kMamba2Layer,         // a Mamba-2 layer's chunk (kernels/mamba2_backend.h)
+  kMamba2Layer,         // a Mamba-2 layer's chunk (kernels/mamba2_chunk_ops.h)
 };
 std::string_view OpName(Op op);
 
@@ -115,9 +115,13 @@ class BlockBackend {
   }
 };
 
-// A Mamba-2 layer's chunk on a device other than the CPU, whose Mamba-2 layer is the
-// engine's own (kernels/mamba2_backend.h): the contracts of Mamba2ChunkOps there, the layer's
-// gradient as plain pointers (kernels/mamba2_tensors.h). Pointers are host memory.
+// A Mamba-2 layer's chunk on a device other than the CPU (whose layer is kernels/cpu/
+// mamba2_layer.h's, called by kernels/mamba2_chunk_ops.cc): Forward with S (H, P, N) the states
+// before t0 in and after out, out (L, D) the layer's addition or null, dt_sum (H) each head's dt
+// summed over the rows (added to) or null; Adjoint, Backward and HaloBackward as
+// Mamba2ChunkAdjoint, Mamba2ChunkBackward and Mamba2HaloBackward there, each recomputing the
+// chunk's activations from u and S0; the layer's gradient as plain pointers
+// (kernels/mamba2_tensors.h). Pointers are host memory.
 template <typename T>
 class Mamba2BlockBackend {
  public:

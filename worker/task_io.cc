@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/model.h"
 #include "common/strings.h"
+#include "engine/reduce_groups.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/status_util.h"
 #include "worker/retry.h"
@@ -33,7 +34,9 @@ AssemblerLimits SpanInputLimits(int64_t K, int64_t D, int64_t DiN, int64_t W,
   AssemblerLimits limits;
   limits.max_total_bytes = 2 * param_bytes + span + (2 * layers + 2) * per_task + (1 << 20);
   limits.max_tensor_bytes = limits.max_total_bytes;
-  limits.max_tensors = 16 * layers + 64;
+  // Every layer's parameters (at most a group's tensors each), and the few of the whole model
+  // and of the task (embedding, final norm, head; tokens, mask, halo rows, summaries).
+  limits.max_tensors = MaxGroupTensors() * layers + 64;
   return limits;
 }
 namespace {

@@ -4,7 +4,7 @@
 // hold the span ready for the task: a new owner, or one that lost or moved past it), rebuilds
 // the span if so, runs the task on the worker's backend and pushes the outputs
 // (engine/span_tensors.h). A task of a Mamba-2 model ("model_type": "mamba2") runs its span on
-// a Mamba2SpanWork (engine/span_work.h, with engine/mamba2_span_math.h), on the same backend. Any invalid task is logged and
+// a Mamba2SpanWork (engine/span_work.h over engine/span_math.h), on the same backend. Any invalid task is logged and
 // skipped without a result, and said to the coordinator on the next pull (skipped()), which ends
 // its lease. Main thread only.
 #ifndef ADJSH_WORKER_TASK_RUNNER_H_

@@ -8,9 +8,11 @@
 //   Params<T>, Layer<T>         the parameters and one layer's (HF names, common/ or kernels/)
 //   LayerSlots<T>()             a layer's tensors in order (name, shape): the wire form of a
 //                               layer partial (engine/span_tensors.h, engine/reduce_groups.h)
-//   Model<T>                    the parameters on a backend, per layer its chunk ops
-//   SpanMath<T>                 its layer math for the owner of one span, Work<T> (its tasks of
-//                               engine/span_plan.h), and a task's Outputs<T> (FamilyBase)
+//   Model<T>                    the parameters on a backend, per layer its op table
+//                               (kernels/chunk_ops.h LayerModel; MakeModel)
+//   SpanMath<T>                 the layer math of the owner of one span (engine/span_math.h),
+//                               Work<T> (its tasks of engine/span_plan.h), and a task's
+//                               Outputs<T> (FamilyBase)
 //   StateSize, Rates<T>         the (Di N) state a span boundary carries, and per layer the decay
 //                               rates A that combine it across spans (engine/span_ledger.h)
 //   Add, LayerNumel<T>, FromGroup   a layer partial's sum, size and tree-group form (FamilyBase)
@@ -76,7 +78,7 @@ struct FamilyBase {
   template <typename D = Derived>
   static absl::StatusOr<typename D::template Model<float>> MakeModel(
       const typename D::template Params<float>& p, Backend<float>& backend) {
-    return D::template Model<float>::Make(p, backend);
+    return MakeLayerModel(p, backend);  // kernels/<type>_chunk_ops.h
   }
   // The held-out loss of a corpus (engine/evaluate.h, one evaluator for every type).
   template <typename D = Derived>

@@ -12,8 +12,15 @@ absl::Status Mamba::Save(const std::string& dir, const Params<float>& params, DT
   return SaveModelDir(dir, params, dtype);
 }
 
-absl::StatusOr<Mamba::Grad> Mamba::Gradient(const Params<float>& params, const GradPiece& piece) {
-  return ComputeGradient<float>(params, piece.tokens, piece.options);
+template <typename T>
+absl::StatusOr<GradResult<T, ModelParams>> Mamba::Gradient(const Params<T>& params,
+                                                           const GradPiece& piece) {
+  return ComputeGradient<T>(params, piece.tokens, piece.options);
 }
+
+template absl::StatusOr<GradResult<float, ModelParams>> Mamba::Gradient(const Params<float>&,
+                                                                        const GradPiece&);
+template absl::StatusOr<GradResult<double, ModelParams>> Mamba::Gradient(const Params<double>&,
+                                                                         const GradPiece&);
 
 }  // namespace adjsh

@@ -1,12 +1,13 @@
-// Mamba-1's family (engine/families/family.h): MambaConfig, ModelParams (common/model.h), its
-// block ops on a backend (kernels/backend.h BlockBackend) and SpanWork (engine/span_work.h).
+// Mamba-1's family (engine/families/family.h): MambaConfig, ModelParams (common/model.h) and its
+// layer op table on a backend (kernels/mamba_chunk_ops.h).
 #ifndef ADJSH_ENGINE_FAMILIES_MAMBA_H_
 #define ADJSH_ENGINE_FAMILIES_MAMBA_H_
 
 #include "common/config.h"
 #include "common/model.h"
-#include "engine/decay.h"
 #include "engine/families/family.h"
+#include "kernels/decay.h"
+#include "kernels/mamba_chunk_ops.h"
 
 namespace adjsh {
 
@@ -19,10 +20,13 @@ struct Family<MambaConfig> : FamilyBase<Family<MambaConfig>> {
   template <typename T>
   using Layer = LayerParams<T>;
   template <typename T>
-  using Model = BackendModel<T>;
+  using Model = LayerModel<ModelParams<T>>;
   template <typename T>
-  using SpanMath = MambaSpanMath<T>;
-  using Grad = GradResult<float, ModelParams>;
+  using SpanMath = adjsh::SpanMath<ModelParams<T>>;
+  template <typename T>
+  using GradOf = GradResult<T, ModelParams>;  // a gradient and its loss (engine/grad_result.h)
+  using Grad = GradOf<float>;
+  static constexpr const char* kLabel = "Mamba-1";  // in messages
 
   template <typename T>
   static const std::vector<LayerParamSlot<T>>& LayerSlots() {
@@ -38,8 +42,9 @@ struct Family<MambaConfig> : FamilyBase<Family<MambaConfig>> {
   }
   static std::string ConfigJson(const Config& c) { return ConfigToJson(c); }
   static uint64_t ParamBytes(const Config& c) { return ParamBytesF32(c); }
-  static TensorMap ToTensors(const Params<float>& p, DType dtype) {
-    return ParamsToTensors<float>(p, dtype);
+  template <typename T>
+  static TensorMap ToTensors(const Params<T>& p, DType dtype) {
+    return ParamsToTensors<T>(p, dtype);
   }
   static absl::StatusOr<Params<float>> FromTensors(const Config& c, const TensorMap& named) {
     return ParamsFromTensors<float>(c, named);
@@ -58,7 +63,8 @@ struct Family<MambaConfig> : FamilyBase<Family<MambaConfig>> {
     return LoadModelDir<T>(dir);
   }
   // In-process (engine/adjoint_engine.h ComputeGradient), any option of the capability table.
-  static absl::StatusOr<Grad> Gradient(const Params<float>& params, const GradPiece& piece);
+  template <typename T>
+  static absl::StatusOr<GradOf<T>> Gradient(const Params<T>& params, const GradPiece& piece);
 };
 
 template <>

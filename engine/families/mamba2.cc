@@ -1,5 +1,7 @@
 #include "engine/families/mamba2.h"
 
+#include <type_traits>
+
 #include "common/python_json.h"
 #include "engine/evaluate.h"
 #include "engine/mamba2_grad.h"
@@ -20,10 +22,19 @@ absl::Status Mamba2::Save(const std::string& dir, const Params<float>& params, D
   return SaveMamba2ModelDir(dir, params, dtype);
 }
 
-absl::StatusOr<Mamba2::Grad> Mamba2::Gradient(const Params<float>& params,
-                                              const GradPiece& piece) {
-  if (absl::Status s = Supports({.model = kType, .options = piece.options}); !s.ok()) return s;
-  return Mamba2Gradient<float>(params, piece.tokens, Mamba2GradOptionsFrom(piece.options));
+template <typename T>
+absl::StatusOr<GradResult<T, Mamba2Params>> Mamba2::Gradient(const Params<T>& params,
+                                                             const GradPiece& piece) {
+  if (absl::Status s = Supports({.model = kType, .f64 = std::is_same_v<T, double>,
+                                 .options = piece.options});
+      !s.ok())
+    return s;
+  return Mamba2Gradient<T>(params, piece.tokens, Mamba2GradOptionsFrom(piece.options));
 }
+
+template absl::StatusOr<GradResult<float, Mamba2Params>> Mamba2::Gradient(const Params<float>&,
+                                                                          const GradPiece&);
+template absl::StatusOr<GradResult<double, Mamba2Params>> Mamba2::Gradient(
+    const Params<double>&, const GradPiece&);
 
 }  // namespace adjsh

@@ -1,9 +1,9 @@
 // Mamba-2's family (engine/families/family.h): Mamba2Config, Mamba2Params (common/
-// mamba2_model.h), its chunk ops on a backend (kernels/mamba2_backend.h) and its span math
-// (engine/mamba2_span_math.h). Its state is (H, P, N) per layer, Di = H P: A and dt are per
-// head, so the ledger's rates repeat A_h over the head's P N entries, and a span's Sigma repeats
-// dt_h's sum over the head's P channels (docs/MATH.md "Mamba-2", spans). Both types decay
-// exactly as the scan, exp(dt A) per token, whose product over a span is exp(A Sigma).
+// mamba2_model.h) and its layer op table on a backend (kernels/mamba2_chunk_ops.h). Its state is
+// (H, P, N) per layer, Di = H P: A and dt are per head, so the ledger's rates repeat A_h over the
+// head's P N entries, and a span's Sigma repeats dt_h's sum over the head's P channels
+// (docs/MATH.md "Mamba-2", spans). Both types decay exactly as the scan, exp(dt A) per token,
+// whose product over a span is exp(A Sigma).
 #ifndef ADJSH_ENGINE_FAMILIES_MAMBA2_H_
 #define ADJSH_ENGINE_FAMILIES_MAMBA2_H_
 
@@ -12,7 +12,7 @@
 #include "common/mamba2_config.h"
 #include "common/mamba2_model.h"
 #include "engine/families/family.h"
-#include "kernels/mamba2_backend.h"
+#include "kernels/mamba2_chunk_ops.h"
 
 namespace adjsh {
 
@@ -25,10 +25,13 @@ struct Family<Mamba2Config> : FamilyBase<Family<Mamba2Config>> {
   template <typename T>
   using Layer = Mamba2Layer<T>;
   template <typename T>
-  using Model = Mamba2BackendModel<T>;
+  using Model = LayerModel<Mamba2Params<T>>;
   template <typename T>
-  using SpanMath = Mamba2SpanMath<T>;
-  using Grad = GradResult<float, Mamba2Params>;
+  using SpanMath = adjsh::SpanMath<Mamba2Params<T>>;
+  template <typename T>
+  using GradOf = GradResult<T, Mamba2Params>;  // a gradient and its loss (engine/grad_result.h)
+  using Grad = GradOf<float>;
+  static constexpr const char* kLabel = "Mamba-2";  // in messages
 
   template <typename T>
   static const std::vector<Mamba2LayerSlot<T>>& LayerSlots() {
@@ -52,8 +55,9 @@ struct Family<Mamba2Config> : FamilyBase<Family<Mamba2Config>> {
   static std::string ConfigJson(const Config& c) { return Mamba2ConfigToJson(c); }
   static uint64_t ParamBytes(const Config& c) { return Mamba2ParamBytesF32(c); }
   // const_cast: the slot walk takes a mutable struct, and only reads it here.
-  static TensorMap ToTensors(const Params<float>& p, DType dtype) {
-    return Mamba2ParamsToTensors<float>(const_cast<Params<float>&>(p), dtype);
+  template <typename T>
+  static TensorMap ToTensors(const Params<T>& p, DType dtype) {
+    return Mamba2ParamsToTensors<T>(const_cast<Params<T>&>(p), dtype);
   }
   static absl::StatusOr<Params<float>> FromTensors(const Config& c, const TensorMap& named) {
     return Mamba2ParamsFromTensors<float>(c, named);
@@ -72,7 +76,8 @@ struct Family<Mamba2Config> : FamilyBase<Family<Mamba2Config>> {
   }
   // In-process, on the options' device (engine/mamba2_grad.h); what it cannot take is refused
   // by engine/capabilities.h's table.
-  static absl::StatusOr<Grad> Gradient(const Params<float>& params, const GradPiece& piece);
+  template <typename T>
+  static absl::StatusOr<GradOf<T>> Gradient(const Params<T>& params, const GradPiece& piece);
 };
 
 template <>

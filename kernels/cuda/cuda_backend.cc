@@ -99,7 +99,7 @@ class CudaBackend final : public Backend<float> {
     return std::make_unique<CudaBlock>(device_, config, params);
   }
   // f32 storage only: MakeMamba2Block is not called with bf16 storage
-  // (kernels/mamba2_backend.cc refuses it by name).
+  // (kernels/mamba2_chunk_ops.cc refuses it by name).
   std::unique_ptr<Mamba2BlockBackend<float>> MakeMamba2Block(
       const Mamba2Config& config, const Mamba2Tensors<const float>& weights) override {
     ADJSH_CHECK(!device_.bf16_storage, "a Mamba-2 layer on the GPU keeps f32");

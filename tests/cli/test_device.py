@@ -57,7 +57,7 @@ def max_rel_l2(ref_path, got_path):
 
 
 def check_mamba2(adjsh, tmp, tokens, check, no_crash):
-    """A Mamba-2 model's gradient on a device (kernels/mamba2_backend.h): refused with the
+    """A Mamba-2 model's gradient on a device (kernels/mamba2_chunk_ops.h): refused with the
     reason where the device cannot be used or lacks what is asked (f64, bf16 storage on a GPU);
     with a GPU, the GPU's gradient, in-process and through GPU workers, is the CPU's within
     1e-4 (f32 both, different summation orders)."""

@@ -175,7 +175,7 @@ def main():
                  "--checkpoint-dir", os.path.join(tmp, "bf16"), *TRAIN])
         check("train --storage bf16 (the layer inputs kept in bf16)", r.returncode == 0, r.stderr)
 
-        # Through local workers (the span tasks of engine/mamba2_span_math.h): bitwise the
+        # Through local workers (the span tasks of engine/span_math.h): bitwise the
         # in-process run on threads, for 2 and 3 workers, with the held-out loss on them too.
         base = ["train", "--model", model, "--tokens", corpus, "--steps", "4", "--spans", "4",
                 "--val-data", corpus, "--eval-tokens", "1024",

@@ -261,16 +261,18 @@ class ModelAndTraceTest(unittest.TestCase):
     def test_the_plan_is_the_one_grad_runs(self):
         self.ok("init", "--out", "m", "--hidden-size", "16", "--layers", "2", "--vocab-size",
                 "256", "--state-size", "4")
+        self.ok("init", "--out", "m2", "--model-type", "mamba2", "--hidden-size", "16",
+                "--layers", "2", "--vocab-size", "256", "--state-size", "8", "--head-dim", "8")
         self.ok("tokenize", "--text", CORPUS, "--out", "t.u32", "--length", "700")
-        for spans in ("5", "0"):
-            trace = f"trace{spans}.jsonl"
-            self.ok("grad", "--model", "m", "--tokens", "t.u32", "--out", "g.st", "--chunk",
+        for model, spans in (("m", "5"), ("m", "0"), ("m2", "5")):
+            trace = f"trace-{model}-{spans}.jsonl"
+            self.ok("grad", "--model", model, "--tokens", "t.u32", "--out", "g.st", "--chunk",
                     "64", "--spans", spans, "--quiet", "--trace", trace)
             with open(os.path.join(self.dir, trace)) as f:
                 recs = sorted((json.loads(line) for line in f if line.strip()),
                               key=lambda r: r["id"])
             j = plan(700, 64, int(spans), 2)
-            self.assertEqual(recs[0]["spans"], j["num_spans"])
+            self.assertEqual(recs[0]["spans"], j["num_spans"], model)
             self.assertEqual([(r["id"], r["phase"], r["layer"], r["span"], r["deps"])
                               for r in recs],
                              [(t["id"], t["phase"], t["layer"], t["span"], t["deps"])

@@ -39,6 +39,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
+#include "kernels/mamba_chunk_ops.h"
 #include "proto/adjsh.grpc.pb.h"
 #include "proto/span_kind.h"
 #include "proto/status_util.h"
@@ -147,7 +148,7 @@ struct FakeWorker {
   uint64_t version = 0;
   std::unique_ptr<MambaConfig> config;
   std::unique_ptr<ModelParams<float>> params;
-  std::unique_ptr<BackendModel<float>> model;
+  std::unique_ptr<LayerModel<ModelParams<float>>> model;
   std::map<int64_t, std::unique_ptr<SpanPlan>> plans;  // by sequence of the step
   std::map<std::pair<int64_t, int64_t>, std::unique_ptr<SpanWork<float>>> spans;  // (b, s)
   std::vector<FetchRecord> fetches;
@@ -419,8 +420,8 @@ class TaskServiceWireTest : public ::testing::Test {
       EXPECT_TRUE(p.ok()) << p.status();
       if (!p.ok()) return p.status();
       fw.params = std::make_unique<ModelParams<float>>(*std::move(p));
-      fw.model = std::make_unique<BackendModel<float>>(
-          BackendModel<float>::Make(*fw.params, *fw.backend));
+      fw.model = std::make_unique<LayerModel<ModelParams<float>>>(
+          MakeLayerModel(*fw.params, *fw.backend));
     }
     double rebuild_s = 0;
     if (include_span) {  // a fresh span, replayed up to this task

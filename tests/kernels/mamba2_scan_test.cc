@@ -3,7 +3,7 @@
 // recurrence's to 1e-12 (relative to each tensor's largest value), over G in {1, 2}, head_dim
 // in {4, 16}, chunk rows on and off the block size, and decays from mild to near-total; in f32
 // to 1e-5. The block form's states-only forward gives the bits of its full forward, which the
-// span schedule's sweep relies on (engine/mamba2_span_math.h).
+// span schedule's sweep relies on (engine/span_math.h).
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -1,4 +1,4 @@
-// The Mamba-2 span tasks (engine/mamba2_span_math.h) under the one ledger (engine/span_ledger.h,
+// The Mamba-2 span tasks (engine/span_math.h) under the one ledger (engine/span_ledger.h,
 // engine/families/mamba2.h): run task by task they give Mamba2Gradient's bits; a span lost at any
 // task and rebuilt from the ledger's inputs alone ends bitwise the same; any span count gives the
 // same gradient up to f64 rounding; a forward-only plan gives the full plan's loss bits; a task
@@ -17,6 +17,7 @@
 #include "engine/span_plan.h"
 #include "tests/kernels/test_util.h"
 #include "engine/span_tensors.h"
+#include "kernels/mamba2_chunk_ops.h"
 
 namespace adjsh {
 namespace {
@@ -68,7 +69,7 @@ Mamba2GradResult<T> RunTasks(const Mamba2Params<T>& params, const std::vector<ui
   const Mamba2Config& c = params.config;
   SpanLedger<T, Mamba2Params> ledger(params, plan, tokens, mask);
   const std::unique_ptr<Backend<T>> backend = MakeBackend<T>(Device{}).value();
-  const Mamba2BackendModel<T> model = Mamba2BackendModel<T>::Make(params, *backend).value();
+  const LayerModel<Mamba2Params<T>> model = MakeLayerModel(params, *backend).value();
   std::vector<std::unique_ptr<Mamba2SpanWork<T>>> work(plan.spans());
   int64_t built = 0, lost = 0;
   for (int64_t id = 0; id < plan.num_tasks(); ++id) {
@@ -218,7 +219,7 @@ TEST(Mamba2SpanTest, ATaskOutOfOrderIsRefused) {
   const SpanPlan plan = SpanPlan::Make(40, 10, 2, 3, 4).value();
   SpanLedger<float, Mamba2Params> ledger(params, plan, tokens, {});
   const std::unique_ptr<Backend<float>> backend = MakeBackend<float>(Device{}).value();
-  const Mamba2BackendModel<float> model = Mamba2BackendModel<float>::Make(params, *backend).value();
+  const LayerModel<Mamba2Params<float>> model = MakeLayerModel(params, *backend).value();
   Mamba2SpanWork<float> w(model, plan, 0, ledger.SpanTokens(0), {}, ledger.n_targets(),
                           Storage::kCompute, "");
   Mamba2SpanOutputs<float> out;

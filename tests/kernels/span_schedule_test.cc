@@ -13,6 +13,7 @@
 #include "engine/span_work.h"
 #include "kernels/cpu/kept_pool.h"
 #include "kernels/cpu/mamba_block.h"
+#include "kernels/mamba_chunk_ops.h"
 #include "tests/kernels/test_util.h"
 
 namespace adjsh {
@@ -263,7 +264,7 @@ TEST(SpanScheduleTest, ARebuiltSpanGivesTheSameBits) {
   const std::vector<uint32_t> tokens = testing::RandomTokens(333, config.vocab_size, 6);
   const SpanPlan plan = SpanPlan::Make(333, 20, 4, 3, config.conv_kernel).value();
   std::unique_ptr<Backend<float>> backend = MakeBackend<float>(Device{}).value();
-  const BackendModel<float> model = BackendModel<float>::Make(params, *backend);
+  const LayerModel<ModelParams<float>> model = MakeLayerModel(params, *backend);
   auto run = [&](int64_t lose_at) {  // -1: nothing lost
     SpanLedger<float> ledger(params, plan, tokens, {});
     std::vector<std::unique_ptr<SpanWork<float>>> work(plan.spans());
@@ -311,7 +312,7 @@ TEST(SpanScheduleTest, ATaskOutOfOrderIsRefused) {
   const std::vector<uint32_t> tokens = testing::RandomTokens(40, config.vocab_size, 6);
   const SpanPlan plan = SpanPlan::Make(40, 10, 2, 2, config.conv_kernel).value();
   std::unique_ptr<Backend<float>> backend = MakeBackend<float>(Device{}).value();
-  const BackendModel<float> model = BackendModel<float>::Make(params, *backend);
+  const LayerModel<ModelParams<float>> model = MakeLayerModel(params, *backend);
   SpanLedger<float> ledger(params, plan, tokens, {});
   SpanWork<float> w(model, plan, 0, ledger.SpanTokens(0), {}, ledger.n_targets(),
                     Storage::kCompute, "");

@@ -183,7 +183,7 @@ def test_model(tmp, name, seed, T, token_seed):
 
 
 def check_spans(adjsh, tmp):
-    """The span schedule (engine/mamba2_span_math.h): every span count gives the reference's
+    """The span schedule (engine/span_math.h): every span count gives the reference's
     gradient (< 1e-9 in f64), and the same bytes on 1, 2 and 3 threads (f32, 3 runs each)."""
     T = 300
     label, cfg, params, mdir, tok, tpath = test_model(tmp, "m-spans", 12, T, 9)
@@ -212,7 +212,7 @@ def check_spans(adjsh, tmp):
 
 
 def check_workers(adjsh, tmp):
-    """--workers N (local CPU worker processes, the span tasks of engine/mamba2_span_math.h
+    """--workers N (local CPU worker processes, the span tasks of engine/span_math.h
     through the coordinator): the reference's gradient in f32 (< 1e-4), and bitwise the
     in-process run on threads for 1, 2 and 3 workers, in full and in bf16 storage."""
     T = 300

@@ -37,6 +37,8 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
+#include "kernels/mamba2_chunk_ops.h"
+#include "kernels/mamba_chunk_ops.h"
 #include "proto/adjsh.grpc.pb.h"
 #include "proto/status_util.h"
 #include "proto/tensor_codec.h"
@@ -131,7 +133,7 @@ StepCases BuildCases() {
   const MambaConfig config = TinyConfig();
   const ModelParams<float> params = InitParams<float>(config, 1234);
   const std::unique_ptr<Backend<float>> backend = MakeBackend<float>(Device{}).value();
-  const BackendModel<float> model = BackendModel<float>::Make(params, *backend);
+  const LayerModel<ModelParams<float>> model = MakeLayerModel(params, *backend);
   return BuildCasesOf<ModelParams>(
       config, params, ParamsToTensors<float>(params, DType::kF32), ConfigToJson(config),
       [&](const SpanPlan& plan, const SpanLedger<float>& ledger, int64_t s) {
@@ -150,8 +152,7 @@ StepCases BuildMamba2Cases() {
   Mamba2Params<float> params = InitMamba2Params<float>(config, 99).value();
   TensorMap tensors = Mamba2ParamsToTensors<float>(params, DType::kF32);
   const std::unique_ptr<Backend<float>> backend = MakeBackend<float>(Device{}).value();
-  const Mamba2BackendModel<float> model =
-      Mamba2BackendModel<float>::Make(params, *backend).value();
+  const LayerModel<Mamba2Params<float>> model = MakeLayerModel(params, *backend).value();
   return BuildCasesOf<Mamba2Params>(
       config, params, std::move(tensors), Mamba2ConfigToJson(config),
       [&](const SpanPlan& plan, const SpanLedger<float, Mamba2Params>& ledger, int64_t s) {
@@ -727,7 +728,7 @@ TEST_F(WorkerTest, ASpanNotReadyForItsTaskIsRebuilt) {
 }
 
 // A Mamba-2 model's step (its config_json's model_type "mamba2"): every task in order to one
-// worker, each result bitwise the local run of Mamba2SpanWork (engine/span_work.h, with engine/mamba2_span_math.h)
+// worker, each result bitwise the local run of Mamba2SpanWork (engine/span_work.h over engine/span_math.h)
 // under Mamba-2's names; the model fetched once, each span's start with its first task.
 TEST_F(WorkerTest, AMamba2StepsTasksAreBitwiseTheLocalRun) {
   ASSERT_EQ(static_cast<int64_t>(Mamba2Cases().tasks.size()), kTasks);

@@ -1,4 +1,4 @@
-// What a Mamba-2 model needs of a device (kernels/mamba2_backend.h), checked without a GPU on a
+// What a Mamba-2 model needs of a device (kernels/mamba2_chunk_ops.h), checked without a GPU on a
 // stand-in backend that claims a CUDA device and lacks what a test names: each lack refused
 // with UNIMPLEMENTED naming it, before any layer is made; a device whose backend makes no
 // Mamba-2 layer refused likewise; the CPU takes everything.
@@ -8,7 +8,7 @@
 #include <set>
 #include <string>
 
-#include "kernels/mamba2_backend.h"
+#include "kernels/mamba2_chunk_ops.h"
 #include "common/mamba2_init.h"
 
 namespace adjsh {
@@ -63,10 +63,10 @@ TEST(Mamba2BackendTest, ADeviceThatMakesNoLayerIsRefusedAndTheCpuTakesAll) {
   c.num_heads = 4, c.n_groups = 1, c.vocab_size = 11;
   const Mamba2Params<float> params = InitMamba2Params<float>(c, 3).value();
   StandIn device(Cuda(), {});
-  ExpectRefused(Mamba2BackendModel<float>::Make(params, device).status(), "cuda:0");
+  ExpectRefused(MakeLayerModel(params, device).status(), "cuda:0");
   std::unique_ptr<Backend<float>> cpu = MakeBackend<float>(Device{}).value();
   EXPECT_TRUE(CheckMamba2Backend<float>(*cpu, true).ok());
-  absl::StatusOr<Mamba2BackendModel<float>> m = Mamba2BackendModel<float>::Make(params, *cpu);
+  absl::StatusOr<LayerModel<Mamba2Params<float>>> m = MakeLayerModel(params, *cpu);
   ASSERT_TRUE(m.ok()) << m.status();
   EXPECT_EQ(m->layers.size(), 2u);
 }

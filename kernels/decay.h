@@ -1,8 +1,8 @@
 // The scan's decays and the exact combine of two stretches of tokens (docs/MATH.md "Chunks",
-// "Spans"), shared by the chunk schedules (gradient_step.cc), a span's owner (span_work.cc) and
-// the coordinator's ledger (span_ledger.cc).
-#ifndef ADJSH_ENGINE_DECAY_H_
-#define ADJSH_ENGINE_DECAY_H_
+// "Spans"), shared by Mamba-1's chunk ops (kernels/mamba_chunk_ops.cc), the in-process chunk
+// schedules (engine/gradient_step.cc) and the span ledger (engine/span_ledger.cc).
+#ifndef ADJSH_KERNELS_DECAY_H_
+#define ADJSH_KERNELS_DECAY_H_
 
 #include <cmath>
 #include <cstdint>
@@ -32,4 +32,4 @@ void DecayAdd(const T* A, const T* S, const T* v, const T* add, int64_t DiN, int
 
 }  // namespace adjsh
 
-#endif  // ADJSH_ENGINE_DECAY_H_
+#endif  // ADJSH_KERNELS_DECAY_H_
