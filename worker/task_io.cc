@@ -34,9 +34,11 @@ AssemblerLimits SpanInputLimits(int64_t K, int64_t D, int64_t DiN, int64_t W,
   AssemblerLimits limits;
   limits.max_total_bytes = 2 * param_bytes + span + (2 * layers + 2) * per_task + (1 << 20);
   limits.max_tensor_bytes = limits.max_total_bytes;
-  // Every layer's parameters (at most a group's tensors each), and the few of the whole model
-  // and of the task (embedding, final norm, head; tokens, mask, halo rows, summaries).
-  limits.max_tensors = MaxGroupTensors() * layers + 64;
+  // Per layer its parameters (a group's tensors at most) and a replay's inputs of its four tasks
+  // (engine/span_tensors.cc InputSlots: halo_u; halo_u, h0; du_halo; du_halo, mu), and the few
+  // of the whole model and of the task itself (embedding, final norm, head, tokens, mask).
+  constexpr uint64_t kReplayInputsPerLayer = 6;
+  limits.max_tensors = (MaxGroupTensors() + kReplayInputsPerLayer) * layers + 64;
   return limits;
 }
 namespace {
