@@ -213,6 +213,7 @@ void SpanScheduler::Apply(int64_t id, Result&& result, const std::string& worker
         using C = std::remove_cvref_t<decltype(m.params->config)>;
         auto& r = std::get<SpanResultOf<float, C>>(result.value);
         rec.compute_s = r.compute_seconds;
+        rec.device = r.device;
         m.ledger->Apply(id, std::move(r.out));
       },
       model_);

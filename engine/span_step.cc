@@ -60,6 +60,7 @@ GradResult<T, P> RunSpans(const P<T>& params, const Model& model, const SpanPlan
         }
         // A span's tasks form a chain (span_plan.h), so only this thread touches work[s] now.
         std::unique_ptr<Work>& w = work[task.span];
+        const DeviceTraffic traffic_before = backend.ThreadTraffic();  // this thread's
         if (!w) {
           std::vector<uint32_t> toks;
           std::vector<uint8_t> mask;
@@ -77,6 +78,7 @@ GradResult<T, P> RunSpans(const P<T>& params, const Model& model, const SpanPlan
         const double seconds =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         ADJSH_CHECK(s.ok(), std::string(s.message()).c_str());
+        const DeviceTraffic traffic = backend.ThreadTraffic() - traffic_before;
         const int64_t bytes = w->kept_bytes();
         // The span's last task: its rows go.
         if ((task.phase == SpanPhase::kBackward && task.layer == 0) ||
@@ -88,6 +90,7 @@ GradResult<T, P> RunSpans(const P<T>& params, const Model& model, const SpanPlan
         rec.end_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         rec.start_s = rec.end_s - seconds;
         rec.worker = "in-process";
+        rec.device = traffic;
         ledger.Apply(id, std::move(out));
         kept += bytes - span_bytes[task.span];
         span_bytes[task.span] = bytes;

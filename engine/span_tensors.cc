@@ -14,6 +14,7 @@ constexpr char kTokens[] = "tokens";
 constexpr char kMask[] = "mask";
 constexpr char kComputeSeconds[] = "compute_seconds";
 constexpr char kRebuildSeconds[] = "rebuild_seconds";
+constexpr char kDeviceTraffic[] = "device_traffic";
 constexpr char kLossSum[] = "loss_sum";
 constexpr char kCorrect[] = "correct";
 
@@ -112,6 +113,40 @@ HostTensor Scalar(V value, DType dtype) {
   t.data.resize(sizeof(V));
   std::memcpy(t.data.data(), &value, sizeof(V));
   return t;
+}
+
+// DeviceTraffic's six counts as I64 (6), in its order.
+HostTensor TrafficTensor(const DeviceTraffic& d) {
+  const uint64_t v[6] = {d.h2d_bytes, d.d2h_bytes, d.h2d_copies, d.d2h_copies, d.syncs,
+                         d.allocations};
+  HostTensor t;
+  t.dtype = DType::kI64;
+  t.shape = {6};
+  t.data.resize(sizeof(v));
+  std::memcpy(t.data.data(), v, sizeof(v));
+  return t;
+}
+
+absl::StatusOr<DeviceTraffic> TakeTraffic(TensorMap& got) {
+  auto it = got.find(kDeviceTraffic);
+  if (it == got.end() || it->second.dtype != DType::kI64 ||
+      it->second.shape != std::vector<int64_t>{6} || it->second.data.size() != 6 * sizeof(int64_t)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a result needs \"", kDeviceTraffic, "\" I64(6)"));
+  }
+  int64_t v[6];
+  std::memcpy(v, it->second.data.data(), sizeof(v));
+  for (int64_t x : v) {
+    if (x < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor \"", kDeviceTraffic, "\" has a negative count"));
+    }
+  }
+  got.erase(it);
+  DeviceTraffic d;
+  d.h2d_bytes = v[0], d.d2h_bytes = v[1], d.h2d_copies = v[2], d.d2h_copies = v[3];
+  d.syncs = v[4], d.allocations = v[5];
+  return d;
 }
 
 template <typename V>
@@ -234,6 +269,7 @@ TensorMap PutSpanResult(const C& c, const SpanPlan& plan, const SpanTask& task,
   }
   out.emplace(kComputeSeconds, Scalar(r.compute_seconds, DType::kF64));
   out.emplace(kRebuildSeconds, Scalar(r.rebuild_seconds, DType::kF64));
+  out.emplace(kDeviceTraffic, TrafficTensor(r.device));
   return out;
 }
 
@@ -258,6 +294,9 @@ absl::StatusOr<SpanResultOf<T, C>> TakeSpanResult(const C& c, const SpanPlan& pl
   absl::StatusOr<double> rebuild = TakeScalar<double>(got, kRebuildSeconds, DType::kF64);
   if (!rebuild.ok()) return rebuild.status();
   r.compute_seconds = *compute, r.rebuild_seconds = *rebuild;
+  absl::StatusOr<DeviceTraffic> traffic = TakeTraffic(got);
+  if (!traffic.ok()) return traffic.status();
+  r.device = *traffic;
   if (!got.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("result has an unexpected tensor \"", got.begin()->first, "\""));

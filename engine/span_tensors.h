@@ -20,7 +20,8 @@
 //             kBackwardSummary "m" (Di, N)
 //             kBackward       layer k's partials under their Hugging Face names,
 //                             "du_halo_prev" (H, D); k = 0: "backbone.embeddings.weight" (V, D)
-//             every task      "compute_seconds" F64 (), "rebuild_seconds" F64 () (0: none)
+//             every task      "compute_seconds" F64 (), "rebuild_seconds" F64 () (0: none),
+//                             "device_traffic" I64 (6): DeviceTraffic's six counts in order
 #ifndef ADJSH_ENGINE_SPAN_TENSORS_H_
 #define ADJSH_ENGINE_SPAN_TENSORS_H_
 
@@ -32,6 +33,7 @@
 #include "absl/status/statusor.h"
 #include "common/config.h"
 #include "common/mamba2_config.h"
+#include "common/device_memory.h"
 #include "common/safetensors.h"
 #include "engine/families/families.h"
 #include "engine/span_plan.h"
@@ -66,6 +68,7 @@ template <typename T, typename Layer = LayerParams<T>>
 struct SpanResult {
   SpanOutputs<T, Layer> out;
   double compute_seconds = 0, rebuild_seconds = 0;
+  DeviceTraffic device;  // what the task moved to and from its device (zero on the CPU)
 };
 template <typename T, typename C>
 using SpanResultOf = SpanResult<T, typename Family<C>::template Layer<T>>;

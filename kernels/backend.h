@@ -177,6 +177,10 @@ class Backend {
   // gauges already report; on CUDA used = the bytes of adjsh's allocations on the GPU now
   // (weights, workspaces), peak = the most since the process started.
   virtual DeviceMemoryProbe MemoryProbe() const { return {}; }
+  // What the calling thread has moved between the host and this backend's device, synced and
+  // allocated there since it started (common/device_memory.h): a task's traffic is the
+  // difference of two readings around it on its thread. Zero on the CPU, which has none.
+  virtual DeviceTraffic ThreadTraffic() const { return {}; }
 
   // The summaries' takes of a kept set its blocks' store has refused for the budget since the
   // store was made (kernels/cpu/kept_pool.h KeptTakes::refused; the store may be shared with

@@ -16,7 +16,8 @@ using metrics::MetricDef;
 
 enum Index {
   kInfo, kDone, kFailed, kRejected, kTokens, kDuration, kReceived, kSent,
-  kResident, kPeak, kLimit, kKept, kGpuUsed, kGpuPeak, kBuildInfo, kCount
+  kResident, kPeak, kLimit, kKept, kGpuUsed, kGpuPeak, kBuildInfo, kH2dBytes, kD2hBytes,
+  kH2dCopies, kD2hCopies, kSyncs, kAllocations, kCount
 };
 
 const std::vector<MetricDef>& Table() {
@@ -50,6 +51,18 @@ const std::vector<MetricDef>& Table() {
        "Most accelerator memory adjsh has held since the worker started (absent on the CPU)."},
       {"adjsh_build_info", Kind::kGauge,
        "Always 1; labels: the component, the version, the source revision, CUDA built."},
+      {"adjsh_worker_device_h2d_bytes_total", Kind::kCounter,
+       "Bytes copied from the host to the accelerator (absent on the CPU)."},
+      {"adjsh_worker_device_d2h_bytes_total", Kind::kCounter,
+       "Bytes copied from the accelerator to the host (absent on the CPU)."},
+      {"adjsh_worker_device_h2d_copies_total", Kind::kCounter,
+       "Host-to-accelerator copies (absent on the CPU)."},
+      {"adjsh_worker_device_d2h_copies_total", Kind::kCounter,
+       "Accelerator-to-host copies (absent on the CPU)."},
+      {"adjsh_worker_device_syncs_total", Kind::kCounter,
+       "Times the host waited for the accelerator's stream (absent on the CPU)."},
+      {"adjsh_worker_device_allocations_total", Kind::kCounter,
+       "Accelerator memory allocations (absent on the CPU)."},
   };
   return table;
 }
@@ -82,7 +95,7 @@ WorkerMetrics::WorkerMetrics(WorkerMetricsOptions options)
       }()),
       // 1 ms .. ~131 s, doubling: a task is milliseconds on a small chunk, seconds on a big one.
       duration_(metrics::ExponentialBuckets(0.001, 2, 18)) {
-  static_assert(kCount == 15, "one Index per table entry");
+  static_assert(kCount == 21, "one Index per table entry");
 }
 
 void WorkerMetrics::TaskDone(double seconds, int64_t tokens, uint64_t bytes_received,
@@ -132,6 +145,13 @@ std::vector<prometheus::MetricFamily> WorkerMetrics::Collect() const {
     if (std::optional<DeviceMemoryUsage> gpu = opt_.device_memory()) {
       add(kGpuUsed, static_cast<double>(gpu->used_bytes));
       add(kGpuPeak, static_cast<double>(gpu->peak_bytes));
+      const DeviceTraffic& t = gpu->traffic;
+      add(kH2dBytes, static_cast<double>(t.h2d_bytes));
+      add(kD2hBytes, static_cast<double>(t.d2h_bytes));
+      add(kH2dCopies, static_cast<double>(t.h2d_copies));
+      add(kD2hCopies, static_cast<double>(t.d2h_copies));
+      add(kSyncs, static_cast<double>(t.syncs));
+      add(kAllocations, static_cast<double>(t.allocations));
     }
   }
   return out;

@@ -16,6 +16,9 @@
 //   adjsh_worker_gpu_memory_used_bytes            from the DeviceMemoryProbe (absent on the CPU):
 //                                                 on CUDA, the bytes adjsh holds on the GPU now
 //   adjsh_worker_gpu_memory_peak_bytes            likewise: the most held since the start
+//   adjsh_worker_device_{h2d,d2h}_bytes_total     the probe's traffic (absent on the CPU):
+//   adjsh_worker_device_{h2d,d2h}_copies_total    bytes and copies each way, stream syncs and
+//   adjsh_worker_device_{syncs,allocations}_total allocations (kernels/cuda/context.h counts)
 // Thread-safe: the task loop records, the metrics server's thread collects.
 #ifndef ADJSH_WORKER_METRICS_H_
 #define ADJSH_WORKER_METRICS_H_

@@ -43,6 +43,9 @@ TaskRunner::Outcome TaskRunner::RunSpanTask(const v1::Task& task, const TaskStat
   const SpanTask span_task{phase, task.layer(), task.span()};
   const int64_t id = plan.Id(span_task.phase, span_task.layer, span_task.span);
   if (id < 0) return skip("the plan has no such task");
+  // The task's device traffic: its model's upload (a new version), its span's rebuild and its
+  // compute, all on this thread (Backend::ThreadTraffic).
+  const DeviceTraffic traffic_before = backend_->ThreadTraffic();
   auto& spans = m.spans;
   std::unique_ptr<Params>& params = m.params;
   std::unique_ptr<Model>& model = m.model;
@@ -136,6 +139,7 @@ TaskRunner::Outcome TaskRunner::RunSpanTask(const v1::Task& task, const TaskStat
   if (absl::Status st = work.Run(span_task, *in, result.out); !st.ok()) return skip(st.message());
   result.compute_seconds = std::chrono::duration<double>(Clock::now() - computing).count();
   result.rebuild_seconds = rebuild_s;
+  result.device = backend_->ThreadTraffic() - traffic_before;
   rows_ = plan.range(task.span()).len;
   // The span's last task: its rows are of no more use.
   if (span_task.phase == SpanPhase::kBackward && span_task.layer == 0) spans.erase(key);

@@ -7,7 +7,8 @@ from .plan import FWD_SUMMARY, FWD, BWD_SUMMARY, BWD
 from .shape import F32
 
 
-TIMING_BYTES = 16         # "compute_seconds" and "rebuild_seconds", F64 each, in every result
+TIMING_BYTES = 64         # in every result: "compute_seconds", "rebuild_seconds" F64 each and
+                          # "device_traffic" I64 (6) (engine/span_tensors.h)
 HEAD_SCALAR_BYTES = 16    # "loss_sum" F64 and "correct" I64 with fwd(K-1, s)
 HEAD = "head"             # reduction groups beside layer k's (engine/reduce_groups.h): the LM
 LOOKUP = "lookup"         # head's (V, D) partial, the embedding lookups' (V, D) and norm_f's (D)

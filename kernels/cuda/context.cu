@@ -49,6 +49,7 @@ DeviceMemoryProbe DeviceMemoryProbeOf(int device) {
     DeviceMemoryUsage usage;
     usage.used_bytes = static_cast<uint64_t>(held);
     usage.peak_bytes = static_cast<uint64_t>(std::max(counts->peak_since_start(), held));
+    usage.traffic = counts->traffic();
     return usage;
   };
 }
@@ -87,6 +88,7 @@ char* Context::Workspace(size_t bytes) {
   Count(-static_cast<int64_t>(ws_bytes_));
   const size_t grown = bytes + bytes / 8;  // headroom for slightly larger chunks
   ADJSH_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&ws_), grown));
+  NoteAllocation();
   ws_bytes_ = grown;
   Count(static_cast<int64_t>(grown));
   return ws_;
@@ -96,6 +98,7 @@ void* Context::Alloc(size_t bytes) {
   ADJSH_CUDA_CHECK(cudaSetDevice(device_));
   void* p = nullptr;
   ADJSH_CUDA_CHECK(cudaMalloc(&p, bytes == 0 ? 1 : bytes));
+  NoteAllocation();
   Count(static_cast<int64_t>(bytes));
   return p;
 }
@@ -106,17 +109,13 @@ void Context::Free(void* p, size_t bytes) {
   Count(-static_cast<int64_t>(bytes));
 }
 
-void Context::Upload(void* dst, const void* src, size_t bytes) {
-  if (bytes == 0) return;
-  ADJSH_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
+void Context::CopyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  ADJSH_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, stream_));
 }
 
-void Context::Download(void* dst, const void* src, size_t bytes) {
-  if (bytes == 0) return;
-  ADJSH_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
-}
+void Context::SyncStream() { ADJSH_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
-void Context::Sync() { ADJSH_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+DeviceTraffic ThreadTraffic() { return ThreadTrafficCounts(); }
 
 void Gemm(Context& ctx, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
           const void* a, cudaDataType_t a_type, int64_t lda, const void* b, cudaDataType_t b_type,

@@ -4,6 +4,12 @@
 // report. Calls on a device are serialised by its mutex: a call uploads its inputs, runs its
 // kernels on the stream and downloads its outputs, so the workspace is free again when it ends.
 // The byte counts alone are read from any thread without the mutex (MemoryCounts).
+//
+// Every copy between host and device, every stream sync and every device allocation goes
+// through a Context, which counts it (common/device_memory.h DeviceTraffic) per device and per
+// calling thread before the device API does it; the host-emulated device
+// (tests/cuda/emulated_device.h) defines only the device API calls, so what it counts is what a
+// GPU's run counts.
 #ifndef ADJSH_KERNELS_CUDA_CONTEXT_H_
 #define ADJSH_KERNELS_CUDA_CONTEXT_H_
 
@@ -16,6 +22,8 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+
+#include "common/device_memory.h"
 
 // Errors of the CUDA runtime or cuBLAS after the device was validated are device faults or
 // programming errors: report where and abort (a silently wrong gradient is worse than a crash).
@@ -63,7 +71,34 @@ class MemoryCounts {
   }
 
   std::atomic<int64_t> held_{0}, peak_{0}, peak_since_start_{0};
+
+ public:
+  // The device's traffic since the process started (DeviceTraffic), added to by its Context.
+  void AddTraffic(const DeviceTraffic& d) {
+    h2d_bytes_ += d.h2d_bytes, d2h_bytes_ += d.d2h_bytes;
+    h2d_copies_ += d.h2d_copies, d2h_copies_ += d.d2h_copies;
+    syncs_ += d.syncs, allocations_ += d.allocations;
+  }
+  DeviceTraffic traffic() const {
+    DeviceTraffic t;
+    t.h2d_bytes = h2d_bytes_.load(), t.d2h_bytes = d2h_bytes_.load();
+    t.h2d_copies = h2d_copies_.load(), t.d2h_copies = d2h_copies_.load();
+    t.syncs = syncs_.load(), t.allocations = allocations_.load();
+    return t;
+  }
+
+ private:
+  std::atomic<uint64_t> h2d_bytes_{0}, d2h_bytes_{0}, h2d_copies_{0}, d2h_copies_{0}, syncs_{0},
+      allocations_{0};
 };
+
+// The traffic the calling thread has caused on every device since it started: a task's own is
+// the difference of two readings on the thread that ran it (kernels/backend.h
+// Backend::ThreadTraffic).
+inline DeviceTraffic& ThreadTrafficCounts() {
+  thread_local DeviceTraffic t;
+  return t;
+}
 
 // The counts of GPU `device`, created on first use (no CUDA call: reading them never creates the
 // device's context) and shared by its context and every reader for the process's life.
@@ -86,9 +121,28 @@ class Context {
   void* Alloc(size_t bytes);
   void Free(void* p, size_t bytes);
 
-  void Upload(void* dst, const void* src, size_t bytes);
-  void Download(void* dst, const void* src, size_t bytes);
-  void Sync();
+  // Asynchronous on the stream, counted (DeviceTraffic) before they are queued.
+  void Upload(void* dst, const void* src, size_t bytes) {
+    if (bytes == 0) return;
+    DeviceTraffic d;
+    d.h2d_bytes = bytes, d.h2d_copies = 1;
+    Note(d);
+    CopyAsync(dst, src, bytes, cudaMemcpyHostToDevice);
+  }
+  void Download(void* dst, const void* src, size_t bytes) {
+    if (bytes == 0) return;
+    DeviceTraffic d;
+    d.d2h_bytes = bytes, d.d2h_copies = 1;
+    Note(d);
+    CopyAsync(dst, src, bytes, cudaMemcpyDeviceToHost);
+  }
+  // The host waits for the stream.
+  void Sync() {
+    DeviceTraffic d;
+    d.syncs = 1;
+    Note(d);
+    SyncStream();
+  }
 
   // Bytes held now (parameters + workspace + cuBLAS workspace) and the most held since the last
   // ResetPeak; thread-safe (MemoryCounts).
@@ -99,6 +153,18 @@ class Context {
  private:
   explicit Context(int device);
   void Count(int64_t delta) { counts_->Add(delta); }
+  void Note(const DeviceTraffic& d) {
+    counts_->AddTraffic(d);
+    ThreadTrafficCounts() += d;
+  }
+  void NoteAllocation() {
+    DeviceTraffic d;
+    d.allocations = 1;
+    Note(d);
+  }
+  // The device API under Upload, Download and Sync (context.cu; the emulated device's own).
+  void CopyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind);
+  void SyncStream();
 
   int device_;
   std::mutex mu_;

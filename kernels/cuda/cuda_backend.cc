@@ -112,6 +112,7 @@ class CudaBackend final : public Backend<float> {
                       dw_f);
   }
   DeviceMemoryProbe MemoryProbe() const override { return DeviceMemoryProbeOf(device_.index); }
+  DeviceTraffic ThreadTraffic() const override { return cuda::ThreadTraffic(); }
 
  private:
   Device device_;

@@ -107,8 +107,12 @@ struct DeviceMemory {
 DeviceMemory MemoryOf(int device);
 void ResetPeak(int device);
 
+// The traffic the calling thread has caused on every GPU since it started (DeviceTraffic:
+// copies, syncs, allocations, counted by each device's Context).
+DeviceTraffic ThreadTraffic();
+
 // The worker metrics' reader of GPU `device` (common/device_memory.h): used = MemoryOf's held
-// now, peak = the most held since the process started (ResetPeak leaves it). Lock-free, callable
+// now, peak = the most held since the process started (ResetPeak leaves it), and its traffic. Lock-free, callable
 // from any thread while calls run; it shares the device's counts, so it stays valid whatever is
 // destroyed first (backend, blocks, the device's context at exit). Creates no CUDA context: 0
 // bytes until the device's first call.

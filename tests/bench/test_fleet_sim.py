@@ -51,7 +51,8 @@ CORPUS = "/usr/share/common-licenses/GPL-3"
 
 # A real trace: `adjsh grad --workers 2 --chunk 64 --spans 4 --trace` of a model D=16, K=3, N=4,
 # V=256, E=2 on T=512 tokens. (id, phase, layer, span, deps, worker, bytes_in, bytes_out,
-# start_s, end_s, compute_s).
+# start_s, end_s, compute_s). Recorded before results carried "device_traffic" (I64 (6)):
+# fixture_records adds its 48 bytes to every bytes_out.
 FIXTURE_SHAPE = (16, 3, 4, 256, 2)
 FIXTURE_T, FIXTURE_CHUNK, FIXTURE_SPANS = 512, 64, 4
 FIXTURE = [
@@ -100,10 +101,14 @@ FIXTURE = [
 ]
 
 
+DEVICE_TRAFFIC_BYTES = 48
+
+
 def fixture_records():
     return [{"step": 0, "id": i, "phase": ph, "layer": k, "span": s, "deps": d,
              "start_s": t0, "end_s": t1, "compute_s": c, "rebuild_s": 0.0, "worker": w,
-             "bytes_in": bi, "bytes_out": bo, "T": FIXTURE_T, "spans": FIXTURE_SPANS}
+             "bytes_in": bi, "bytes_out": bo + DEVICE_TRAFFIC_BYTES, "T": FIXTURE_T,
+             "spans": FIXTURE_SPANS}
             for i, ph, k, s, d, w, bi, bo, t0, t1, c in FIXTURE]
 
 

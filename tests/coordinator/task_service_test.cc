@@ -405,11 +405,11 @@ TEST_F(TaskServiceWireTest, MalformedResultStreamsAreInvalidArgumentAndApplyNoth
   };
 
   // The stream itself, on the first task (the summary of layer 0, span 0): "compute_seconds",
-  // "h_end" (16, 4), "rebuild_seconds", "sigma" (16), in stream order.
+  // "device_traffic" (6), "h_end" (16, 4), "rebuild_seconds", "sigma" (16), in stream order.
   const v1::Task t = PullTaskWait(w);
   ASSERT_EQ(t.kind(), v1::Task::SPAN_FORWARD_SUMMARY);
   const Named good = Work(w, t);
-  ASSERT_EQ(good.size(), 4u);
+  ASSERT_EQ(good.size(), 5u);
   const v1::ResultChunk hdr = Header(w, t);
   std::vector<StreamCase> cases;
   cases.push_back({"empty stream", {}, {"header"}});
@@ -533,6 +533,19 @@ TEST_F(TaskServiceWireTest, MalformedResultStreamsAreInvalidArgumentAndApplyNoth
                                                          DType::kF32);
     cases.push_back({"rebuild_seconds not an F64 scalar", Messages(hdr, n),
                      {"\"rebuild_seconds\" must be a F64 scalar"}});
+  }
+  {
+    Named n = good;
+    Erase(n, "device_traffic");
+    cases.push_back({"missing device_traffic", Messages(hdr, n), {"\"device_traffic\" I64(6)"}});
+  }
+  {
+    Named n = good;
+    HostTensor& t = Find(n, "device_traffic");
+    const int64_t negative = -1;
+    std::memcpy(t.data.data() + 4 * sizeof(int64_t), &negative, sizeof(negative));  // syncs
+    cases.push_back({"a negative device count", Messages(hdr, n),
+                     {"\"device_traffic\" has a negative count"}});
   }
   cases.push_back({"no tensors at all", {hdr}, {"missing tensor"}});
   {

@@ -104,6 +104,55 @@ TEST(MemoryCountsTest, ConcurrentChangesLoseNothing) {
   EXPECT_EQ(c.peak(), c.peak_since_start());
 }
 
+// Every host-device copy and sync of a call is counted, per thread (Backend::ThreadTraffic) and
+// per device, by the Context the block's code calls: a chunk forward moves its rows and start
+// state up and its output rows and end state down with one sync; the exact backward moves its
+// rows, g, h0, mu and the layer's whole gradient up, and du (with the halo's rows), mu_out and
+// the gradient down, with one sync. Another thread's calls are not this thread's.
+TEST(BlockTrafficTest, EveryCopyAndSyncOfACallIsCounted) {
+  const MambaConfig config = testing::SmallConfig(1, 16, 8, 4, 3, 29);
+  const ModelParams<float> p32 = InitParams<float>(config, 21);
+  const int64_t D = config.hidden_size, DiN = config.inner() * config.state_size;
+  const int64_t halo = 3, len = 40, P = halo + len, f = sizeof(float);
+  cuda::DeviceBlock block(0, false, cuda::BlockShapeOf(config),
+                          cuda::LayerTensorsOf<const float>(p32.layers[0]));
+  std::vector<float> u(P * D, 0.5f), h0(DiN, 0.1f), mu(DiN, 0.01f), g(len * D, 0.02f);
+  std::vector<float> u_next(len * D), h_end(DiN), du(len * D), du_halo(halo * D), mu_out(DiN);
+  LayerParams<float> grad = ZeroLayer<float>(config);
+  int64_t grad_values = 0;
+  for (const auto& slot : LayerParamSlots<float>()) grad_values += (grad.*slot.member).size();
+  block.Forward(u.data(), halo, len, h0.data(), u_next.data(), h_end.data());  // workspace grown
+
+  const DeviceTraffic before = cuda::ThreadTraffic();
+  block.Forward(u.data(), halo, len, h0.data(), u_next.data(), h_end.data());
+  DeviceTraffic d = cuda::ThreadTraffic() - before;
+  EXPECT_EQ(d.h2d_bytes, static_cast<uint64_t>((P * D + DiN) * f));
+  EXPECT_EQ(d.d2h_bytes, static_cast<uint64_t>((len * D + DiN) * f));
+  EXPECT_EQ(d.h2d_copies, 2u);
+  EXPECT_EQ(d.d2h_copies, 2u);
+  EXPECT_EQ(d.syncs, 1u);
+  EXPECT_EQ(d.allocations, 0u);
+
+  const DeviceTraffic mid = cuda::ThreadTraffic();
+  block.Backward(u.data(), halo, len, g.data(), h0.data(), mu.data(),
+                 cuda::LayerTensorsOf<float>(grad), du.data(), du_halo.data(), mu_out.data());
+  d = cuda::ThreadTraffic() - mid;
+  EXPECT_EQ(d.h2d_bytes, static_cast<uint64_t>((P * D + len * D + 2 * DiN + grad_values) * f));
+  EXPECT_EQ(d.d2h_bytes, static_cast<uint64_t>((P * D + DiN + grad_values) * f));
+  EXPECT_EQ(d.h2d_copies, 5u);
+  EXPECT_EQ(d.d2h_copies, 3u);
+  EXPECT_EQ(d.syncs, 1u);
+
+  const DeviceTraffic mine = cuda::ThreadTraffic();
+  std::thread other([&] {
+    std::vector<float> next(len * D), end(DiN);
+    block.Forward(u.data(), halo, len, nullptr, next.data(), end.data());
+    EXPECT_EQ(cuda::ThreadTraffic().h2d_copies, 1u) << "no h0: the rows alone go up";
+  });
+  other.join();
+  EXPECT_TRUE((cuda::ThreadTraffic() - mine).empty());
+}
+
 // The block's host transfers go through one pinned staging buffer per block (cudaHostAlloc,
 // emulated_device.h counts it): allocated once, kept for calls that fit, grown for a larger
 // chunk, freed with the block. And Backward accumulates: from a non-zero grad G0 the result is

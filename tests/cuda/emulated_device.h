@@ -96,6 +96,7 @@ char* Context::Workspace(size_t bytes) {
   if (bytes > ws_bytes_) {
     std::free(ws_);
     ws_ = static_cast<char*>(std::malloc(bytes));
+    NoteAllocation();
     Count(static_cast<int64_t>(bytes) - static_cast<int64_t>(ws_bytes_));
     ws_bytes_ = bytes;
   }
@@ -105,6 +106,7 @@ char* Context::Workspace(size_t bytes) {
   return ws_;
 }
 void* Context::Alloc(size_t bytes) {
+  NoteAllocation();
   Count(static_cast<int64_t>(bytes));
   return std::malloc(bytes == 0 ? 1 : bytes);
 }
@@ -112,9 +114,12 @@ void Context::Free(void* p, size_t bytes) {
   Count(-static_cast<int64_t>(bytes));
   std::free(p);
 }
-void Context::Upload(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
-void Context::Download(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
-void Context::Sync() {}
+// The device API under Context's counted Upload, Download and Sync (kernels/cuda/context.h).
+void Context::CopyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind) {
+  std::memcpy(dst, src, bytes);
+}
+void Context::SyncStream() {}
+DeviceTraffic ThreadTraffic() { return ThreadTrafficCounts(); }
 
 float LoadAs(const void* p, cudaDataType_t t, int64_t k) {
   if (t == CUDA_R_32F) return static_cast<const float*>(p)[k];

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "common/build_info.h"
 #include "common/metrics_server.h"
 #include "common/proc_stats.h"
@@ -94,8 +95,11 @@ TEST(WorkerMetricsTest, ExportsItsTableAndCountsTasks) {
   m.TaskFailed(7);
   const auto f = ByName(m.Collect());
   std::set<std::string> expected = Names(worker::WorkerMetrics::Definitions());
-  expected.erase("adjsh_worker_gpu_memory_used_bytes");  // no probe: no GPU gauges
+  expected.erase("adjsh_worker_gpu_memory_used_bytes");  // no probe: no GPU series
   expected.erase("adjsh_worker_gpu_memory_peak_bytes");
+  for (const char* c : {"h2d_bytes", "d2h_bytes", "h2d_copies", "d2h_copies", "syncs",
+                        "allocations"})
+    expected.erase(absl::StrCat("adjsh_worker_device_", c, "_total"));
   EXPECT_EQ(Keys(f), expected);
   ExpectConventional(f);
   const prometheus::ClientMetric& build = f.at("adjsh_build_info").metric.at(0);
@@ -129,8 +133,11 @@ TEST(WorkerMetricsTest, ExportsItsTableAndCountsTasks) {
 }
 
 TEST(WorkerMetricsTest, GpuGaugesComeFromTheProbeOnly) {
-  std::optional<DeviceMemoryUsage> reading = DeviceMemoryUsage{.used_bytes = 3 << 20,
-                                                               .peak_bytes = 5 << 20};
+  DeviceTraffic traffic;
+  traffic.h2d_bytes = 1000, traffic.d2h_bytes = 2000, traffic.h2d_copies = 3;
+  traffic.d2h_copies = 4, traffic.syncs = 5, traffic.allocations = 6;
+  std::optional<DeviceMemoryUsage> reading = DeviceMemoryUsage{
+      .used_bytes = 3 << 20, .peak_bytes = 5 << 20, .traffic = traffic};
   worker::WorkerMetrics m({.device = "cuda:1", .name = "w", .device_memory = [&] {
                              return reading;
                            }});
@@ -139,10 +146,23 @@ TEST(WorkerMetricsTest, GpuGaugesComeFromTheProbeOnly) {
   EXPECT_EQ(f.at("adjsh_worker_gpu_memory_used_bytes").metric.at(0).gauge.value, 3 << 20);
   EXPECT_EQ(f.at("adjsh_worker_gpu_memory_peak_bytes").metric.at(0).gauge.value, 5 << 20);
   EXPECT_EQ(Label(f.at("adjsh_worker_gpu_memory_used_bytes").metric[0], "device"), "cuda:1");
-  reading.reset();  // no reading right now: the gauges are left out, not zero
+  int want = 1000;  // the traffic's six totals, as counters, in DeviceTraffic's order
+  for (const char* c : {"h2d_bytes", "d2h_bytes"}) {
+    const auto& family = f.at(absl::StrCat("adjsh_worker_device_", c, "_total"));
+    EXPECT_EQ(family.type, prometheus::MetricType::Counter) << c;
+    EXPECT_EQ(family.metric.at(0).counter.value, want) << c;
+    want += 1000;
+  }
+  want = 3;
+  for (const char* c : {"h2d_copies", "d2h_copies", "syncs", "allocations"})
+    EXPECT_EQ(f.at(absl::StrCat("adjsh_worker_device_", c, "_total")).metric.at(0).counter.value,
+              want++)
+        << c;
+  reading.reset();  // no reading right now: the series are left out, not zero
   f = ByName(m.Collect());
   EXPECT_FALSE(f.contains("adjsh_worker_gpu_memory_used_bytes"));
   EXPECT_FALSE(f.contains("adjsh_worker_gpu_memory_peak_bytes"));
+  EXPECT_FALSE(f.contains("adjsh_worker_device_h2d_bytes_total"));
 }
 
 // A backend standing for a GPU's: only its device and its memory probe are used, the probe
@@ -165,7 +185,7 @@ class FakeGpuBackend final : public Backend<float> {
   DeviceMemoryProbe MemoryProbe() const override {
     return [used = used_]() -> std::optional<DeviceMemoryUsage> {
       const uint64_t now = used->load();
-      return DeviceMemoryUsage{.used_bytes = now, .peak_bytes = 2 * now};
+      return DeviceMemoryUsage{.used_bytes = now, .peak_bytes = 2 * now, .traffic = {}};
     };
   }
 
