@@ -6,9 +6,11 @@
 #ifndef ADJSH_TESTS_CUDA_EMULATED_DEVICE_H_
 #define ADJSH_TESTS_CUDA_EMULATED_DEVICE_H_
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -120,6 +122,16 @@ void Context::CopyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind
 }
 void Context::SyncStream() {}
 DeviceTraffic ThreadTraffic() { return ThreadTrafficCounts(); }
+// The memory and traffic reader (context.cu's), over the emulated context's counts.
+DeviceMemoryProbe DeviceMemoryProbeOf(int device) {
+  return [device]() -> std::optional<DeviceMemoryUsage> {
+    Context& ctx = Context::Get(device);
+    DeviceMemoryUsage usage;
+    usage.used_bytes = static_cast<uint64_t>(std::max<int64_t>(ctx.held_bytes(), 0));
+    usage.peak_bytes = static_cast<uint64_t>(std::max<int64_t>(ctx.peak_bytes(), 0));
+    return usage;
+  };
+}
 
 float LoadAs(const void* p, cudaDataType_t t, int64_t k) {
   if (t == CUDA_R_32F) return static_cast<const float*>(p)[k];
@@ -138,6 +150,7 @@ void StoreAs(void* p, cudaDataType_t t, int64_t k, float v) {
 void Gemm(Context&, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
           const void* a, cudaDataType_t a_type, int64_t lda, const void* b, cudaDataType_t b_type,
           int64_t ldb, float beta, void* c, cudaDataType_t c_type, int64_t ldc) {
+  if (emulation::skip_kernels) return;
   auto col = [](cublasOperation_t op_a, cublasOperation_t op_b, int64_t cm, int64_t cn,
                 int64_t ck, const float* al, const void* ca, cudaDataType_t cat, int64_t clda,
                 const void* cb, cudaDataType_t cbt, int64_t cldb, const float* be, void* cc,
