@@ -1,11 +1,11 @@
 #!/usr/bin/python3
-"""Host-device traffic of one gradient step with the CUDA backend (build/bench/device_traffic:
+"""Host-device traffic of one gradient step with the CUDA backend (build/bench/emulated_step,
 counted on the host-emulated device, kernels skipped, so no GPU is needed): both model types at
 D=256, K=4, V=50,280, T = 64K and 256K, one device owning every span (the in-process span step,
 what one GPU worker owning the step runs). Writes the table into docs/BENCHMARKS.md between the
 `traffic` markers, and prints it.
 
-  bench/traffic_benchmarks.py [--binary build/bench/device_traffic] [--no-write]
+  bench/traffic_benchmarks.py [--binary build/bench/emulated_step] [--no-write]
 """
 import argparse
 import datetime
@@ -25,7 +25,7 @@ SHAPE = ["--hidden-size", "256", "--layers", "4", "--vocab-size", "50280", "--ch
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--binary", default=os.path.join(ROOT, "build", "bench", "device_traffic"))
+    ap.add_argument("--binary", default=os.path.join(ROOT, "build", "bench", "emulated_step"))
     ap.add_argument("--no-write", action="store_true", help="print the table only")
     a = ap.parse_args()
     if not os.access(a.binary, os.X_OK):
@@ -43,8 +43,9 @@ def main():
                             capture_output=True, text=True).stdout.strip() or "unknown"
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M")
     lines = [f"{describe()}; {when} UTC; code {commit}. The design as it is: every call uploads "
-             "its rows and downloads its outputs, the backward moves the layer's whole gradient "
-             "both ways per chunk, the head uploads the embedding per call.", "",
+             "its rows and downloads its outputs and syncs; Mamba-1's backward keeps a task's "
+             "gradient sum on the device (down once per task), Mamba-2's moves the layer's "
+             "whole gradient both ways per chunk; the head uploads the embedding per call.", "",
              "| model | T | spans | tasks | H2D B/token | D2H B/token | beyond one parameter "
              "upload and one gradient download, B/token | syncs per task | copies | "
              "allocations |", "|---|---|---|---|---|---|---|---|---|---|"]

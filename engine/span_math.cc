@@ -170,6 +170,7 @@ void SpanMath<Params>::Backward(SpanRows<T>& s, int64_t k, const std::vector<T>&
     ops.HaloBackward(s.u[k].Read(0, r.halo * D, sc.in), r.t0, conv_carry.data(), out.grad,
                      out.du_halo_prev.data());
   }
+  ops.FinishBackward(out.grad);
   kept_.clear();
 }
 

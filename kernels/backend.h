@@ -113,6 +113,15 @@ class BlockBackend {
                             T* du_halo, T* mu_out) {
     Backward(u, rows, g, h0, mu, 0, grad, du, du_halo, mu_out);
   }
+  // As BackwardKept, for a task whose calls end with FinishBackward(grad): a device may keep the
+  // sum in its own memory until then (grad holds it only after FinishBackward). The default adds
+  // at once, as BackwardKept.
+  virtual void BackwardDeferred(std::unique_ptr<KeptActs> kept, const T* u, cpu::ChunkRows rows,
+                                const T* g, const T* h0, const T* mu, LayerParams<T>& grad,
+                                T* du, T* du_halo, T* mu_out) {
+    BackwardKept(std::move(kept), u, rows, g, h0, mu, grad, du, du_halo, mu_out);
+  }
+  virtual void FinishBackward(LayerParams<T>& /*grad*/) {}
 };
 
 // A Mamba-2 layer's chunk on a device other than the CPU (whose layer is kernels/cpu/

@@ -79,6 +79,9 @@ class ChunkOps {
   // kCarried: what conv_carry holds at a span's first chunk (t0), through the n = min(W - 1, t0)
   // rows before it (u (n, D)), into grad and added to du (n, D). kRows: nothing.
   virtual void HaloBackward(const T* u, int64_t t0, const T* conv_carry, Layer& grad, T* du) = 0;
+  // After a task's Backward (and HaloBackward) calls into grad: the sum is in grad when this
+  // returns (a device may keep it in its own memory until then).
+  virtual void FinishBackward(Layer& grad) = 0;
 };
 
 // A model's layers on a backend, shared by the spans of one step (read-only while they run).

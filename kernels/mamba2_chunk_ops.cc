@@ -83,6 +83,9 @@ class Mamba2Ops : public ChunkOps<T, Mamba2Layer<T>> {
     }
     ChunkBackward(u, c.t0, c.t0 + c.len, h0, g, mu_out, conv_carry, grad, du);
   }
+  // Every call above added into grad on return (kernels/cuda/mamba2_block.h moves the layer's
+  // gradient both ways per call).
+  void FinishBackward(Mamba2Layer<T>&) override {}
 
  protected:
   // Forward: S the states before t0 in, after out; out (L, D) the layer's addition or null;

@@ -50,9 +50,10 @@ class MambaChunkOps final : public ChunkOps<T, LayerParams<T>> {
   }
   void Backward(Kept kept, const T* u, ChunkSpan c, const T* h0, const T* g, const T* mu,
                 T* mu_out, T*, LayerParams<T>& grad, T* du, T* du_halo) override {
-    block_->BackwardKept(std::move(kept), u, Rows(c), g, h0, mu, grad, du, du_halo, mu_out);
+    block_->BackwardDeferred(std::move(kept), u, Rows(c), g, h0, mu, grad, du, du_halo, mu_out);
   }
   void HaloBackward(const T*, int64_t, const T*, LayerParams<T>&, T*) override {}
+  void FinishBackward(LayerParams<T>& grad) override { block_->FinishBackward(grad); }
 
  private:
   // A summary's parts per thread: spans run on several threads at once through one layer.

@@ -67,6 +67,19 @@ class CudaBlock final : public BlockBackend<float> {
     block_.Backward(u, rows.halo, rows.len, g, h0, mu, LayerTensorsOf<float>(grad), du, du_halo,
                     mu_out);
   }
+  // The span schedule's backward: a task's chunks add into one accumulator on the device, which
+  // FinishBackward brings down once (kernels/cuda/device_block.h).
+  void BackwardDeferred(std::unique_ptr<KeptActs>, const float* u, cpu::ChunkRows rows,
+                        const float* g, const float* h0, const float* mu,
+                        LayerParams<float>& grad, float* du, float* du_halo,
+                        float* mu_out) override {
+    ADJSH_CHECK(rows.ahead == 0, "the exact backward has no lookahead rows");
+    block_.Backward(u, rows.halo, rows.len, g, h0, mu, LayerTensorsOf<float>(grad), du, du_halo,
+                    mu_out, /*defer_grad=*/true);
+  }
+  void FinishBackward(LayerParams<float>& grad) override {
+    block_.FinishBackward(LayerTensorsOf<float>(grad));
+  }
 
  private:
   DeviceBlock block_;

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <type_traits>
 #include <vector>
 
@@ -32,6 +33,13 @@ std::vector<int64_t> Sizes(const BlockShape& s) {
           s.Di, s.D * s.Di};
 }
 
+// Values in one layer's gradient (its tensors in LayerTensors order).
+int64_t GradValues(const BlockShape& s) {
+  int64_t n = 0;
+  for (int64_t v : Sizes(s)) n += v;
+  return n;
+}
+
 
 }  // namespace
 
@@ -53,6 +61,10 @@ struct DeviceBlock::Impl {
   // Pinned host staging, under ctx's mutex; grown (never shrunk) by Staging.
   char* pinned = nullptr;
   size_t pinned_bytes = 0;
+  // The gradient accumulators on the device, one per host gradient a task's Backward calls add
+  // into (keyed by its first tensor), until FinishBackward brings it down: a task's chunks add
+  // there instead of moving the whole layer gradient both ways per chunk (under ctx's mutex).
+  std::map<const float*, float*> acc;
 
   // At least `bytes` of pinned host memory. Every call ends with the stream synchronised, so no
   // copy is in flight when it is replaced.
@@ -88,7 +100,7 @@ struct DeviceBlock::Impl {
   template <typename S>
   void Backward(const float* u, int64_t halo, int64_t len, const float* g, const float* h0,
                 const float* mu, const LayerTensors<float>& grad, float* du, float* du_halo,
-                float* mu_out);
+                float* mu_out, bool defer_grad);
 };
 
 DeviceBlock::DeviceBlock(int device, bool bf16_storage, const BlockShape& shape,
@@ -144,6 +156,8 @@ DeviceBlock::DeviceBlock(int device, bool bf16_storage, const BlockShape& shape,
 DeviceBlock::~DeviceBlock() {
   std::lock_guard<std::mutex> lock(impl_->ctx.mutex());
   impl_->ctx.Sync();
+  const size_t acc_bytes = GradValues(impl_->s) * sizeof(float);
+  for (const auto& [key, buffer] : impl_->acc) impl_->ctx.Free(buffer, acc_bytes);
   impl_->ctx.Free(impl_->mem, impl_->mem_bytes);
   if (impl_->pinned) ADJSH_CUDA_CHECK(cudaFreeHost(impl_->pinned));
 }
@@ -168,11 +182,11 @@ void DeviceBlock::AdjointSummary(const float* u, int64_t halo, int64_t len, cons
 
 void DeviceBlock::Backward(const float* u, int64_t halo, int64_t len, const float* g,
                            const float* h0, const float* mu, const LayerTensors<float>& grad,
-                           float* du, float* du_halo, float* mu_out) {
+                           float* du, float* du_halo, float* mu_out, bool defer_grad) {
   if (impl_->bf16) {
-    return impl_->Backward<bf16>(u, halo, len, g, h0, mu, grad, du, du_halo, mu_out);
+    return impl_->Backward<bf16>(u, halo, len, g, h0, mu, grad, du, du_halo, mu_out, defer_grad);
   }
-  impl_->Backward<float>(u, halo, len, g, h0, mu, grad, du, du_halo, mu_out);
+  impl_->Backward<float>(u, halo, len, g, h0, mu, grad, du, du_halo, mu_out, defer_grad);
 }
 
 // The activations both directions recompute from u: n, r, xz, (cpre), xc, dbc, dtpre.
@@ -315,7 +329,7 @@ template <typename S>
 void DeviceBlock::Impl::Backward(const float* u, int64_t halo, int64_t len, const float* g,
                                  const float* h0, const float* mu,
                                  const LayerTensors<float>& grad, float* du, float* du_halo,
-                                 float* mu_out) {
+                                 float* mu_out, bool defer_grad) {
   std::lock_guard<std::mutex> lock(ctx.mutex());
   ADJSH_CUDA_CHECK(cudaSetDevice(ctx.device()));
   const int64_t P = halo + len, D = s.D, Di = s.Di, N = s.N, R = s.R, Q = R + 2 * N;
@@ -326,7 +340,7 @@ void DeviceBlock::Impl::Backward(const float* u, int64_t halo, int64_t len, cons
   for (int64_t n : sizes) grad_total += n;
 
   Acts<S> a;
-  float *g_d, *d_o, *dxc, *dn, *h0_d, *mu_d, *mu_out_d, *grads, *acc, *scratch, *reduce;
+  float *g_d, *d_o, *dxc, *dn, *h0_d, *mu_d, *mu_out_d, *grads, *acc_ws, *scratch, *reduce;
   S *g_s, *o, *dxz, *ddt, *ddbc;
   CarveWorkspace(ctx, [&](Carver& c) {
     a.Take(c, s, P, len, true);
@@ -343,15 +357,30 @@ void DeviceBlock::Impl::Backward(const float* u, int64_t halo, int64_t len, cons
     mu_d = c.Take<float>(DiN);
     mu_out_d = c.Take<float>(DiN);
     grads = c.Take<float>(grad_total);
-    acc = c.Take<float>(grad_total);
+    acc_ws = c.Take<float>(defer_grad ? 0 : grad_total);
     scratch = c.Take<float>(ScanBackwardScratch(len, Di, N));
     // The conv's and the norm's weight-gradient partials, one after the other on the stream.
     reduce = c.Take<float>(std::max(ConvSiluBackwardScratch(len, Di, s.W),
                                     RmsNormBackwardScratch(P, D)));
   });
+  // The sum: deferred, the task's accumulator on the device, the caller's gradient uploaded at
+  // its first call only (FinishBackward brings the sum down); else in the workspace, the
+  // caller's gradient up and the sum down in this call.
+  const std::vector<float*> dst = Members(grad);
+  float* acc_d = acc_ws;
+  bool first = true;
+  if (defer_grad) {
+    auto open = acc.find(grad.norm);
+    first = open == acc.end();
+    if (first) {
+      open = acc.emplace(grad.norm, static_cast<float*>(ctx.Alloc(grad_total * sizeof(float))))
+                 .first;
+    }
+    acc_d = open->second;
+  }
   // Pinned staging: u, g, h0, mu in; du_halo and du (as dn: halo + len rows), mu_out out; the
-  // caller's gradient in and the accumulated one out (one buffer: the stream orders the upload
-  // before the download).
+  // caller's gradient in and, not deferred, the sum out (one buffer: the stream orders the
+  // upload before the download).
   float *u_h, *g_h, *h0_h, *mu_h, *du_h, *mu_out_h, *grad_h;
   CarveStaging([&](Carver& c) {
     u_h = c.Take<float>(P * D);
@@ -360,9 +389,8 @@ void DeviceBlock::Impl::Backward(const float* u, int64_t halo, int64_t len, cons
     mu_h = c.Take<float>(DiN);
     du_h = c.Take<float>(P * D);
     mu_out_h = c.Take<float>(DiN);
-    grad_h = c.Take<float>(grad_total);
+    grad_h = c.Take<float>(first ? grad_total : 0);
   });
-  const std::vector<float*> dst = Members(grad);
   // The gradient block in LayerTensors order.
   LayerTensors<float> gd;
   {
@@ -376,7 +404,7 @@ void DeviceBlock::Impl::Backward(const float* u, int64_t halo, int64_t len, cons
   std::memcpy(g_h, g, len * D * sizeof(float));
   std::memcpy(h0_h, h0, DiN * sizeof(float));
   if (mu) std::memcpy(mu_h, mu, DiN * sizeof(float));
-  {
+  if (first) {
     float* p = grad_h;
     for (size_t q = 0; q < sizes.size(); ++q) {
       std::memcpy(p, dst[q], sizes[q] * sizeof(float));
@@ -387,7 +415,7 @@ void DeviceBlock::Impl::Backward(const float* u, int64_t halo, int64_t len, cons
   ctx.Upload(g_d, g_h, len * D * sizeof(float));
   ctx.Upload(h0_d, h0_h, DiN * sizeof(float));
   if (mu) ctx.Upload(mu_d, mu_h, DiN * sizeof(float));
-  ctx.Upload(acc, grad_h, grad_total * sizeof(float));
+  if (first) ctx.Upload(acc_d, grad_h, grad_total * sizeof(float));
   if (!std::is_same_v<S, float>) Convert<S>(stream, g_d, len * D, g_s);
   Recompute<S>(ctx, s, w, halo, len, a);
 
@@ -417,16 +445,40 @@ void DeviceBlock::Impl::Backward(const float* u, int64_t halo, int64_t len, cons
   Gemm(ctx, false, false, P, D, 2 * Di, 1, dxz, st, 2 * Di, w.in_proj, st, D, 0, dn, f32, D);
   RmsNormBackward(stream, a.u, P, D, w.norm, a.r, dn, gd.norm, dn, reduce);
   Add(stream, g_d, dn + halo * D, len * D, dn + halo * D);  // du = g + the path through the block
-  // The accumulation: acc = (the caller's grad) + (this call's), as the host's grad += did.
-  Add(stream, acc, grads, grad_total, acc);
+  // The accumulation: acc = (the task's sum so far) + (this call's), one f32 add per entry, as
+  // the host's grad += did when every call moved the sum both ways.
+  Add(stream, acc_d, grads, grad_total, acc_d);
 
   ctx.Download(du_h, dn, P * D * sizeof(float));
   if (mu_out) ctx.Download(mu_out_h, mu_out_d, DiN * sizeof(float));
-  ctx.Download(grad_h, acc, grad_total * sizeof(float));
+  if (!defer_grad) ctx.Download(grad_h, acc_d, grad_total * sizeof(float));
   ctx.Sync();
   if (halo > 0) std::memcpy(du_halo, du_h, halo * D * sizeof(float));
   std::memcpy(du, du_h + halo * D, len * D * sizeof(float));
   if (mu_out) std::memcpy(mu_out, mu_out_h, DiN * sizeof(float));
+  if (defer_grad) return;
+  const float* src = grad_h;
+  for (size_t q = 0; q < sizes.size(); ++q) {
+    std::memcpy(dst[q], src, sizes[q] * sizeof(float));
+    src += sizes[q];
+  }
+}
+
+void DeviceBlock::FinishBackward(const LayerTensors<float>& grad) {
+  Impl& m = *impl_;
+  std::lock_guard<std::mutex> lock(m.ctx.mutex());
+  auto open = m.acc.find(grad.norm);
+  if (open == m.acc.end()) return;  // no Backward call added into it
+  ADJSH_CUDA_CHECK(cudaSetDevice(m.ctx.device()));
+  const std::vector<int64_t> sizes = Sizes(m.s);
+  const int64_t total = GradValues(m.s);
+  float* grad_h = nullptr;
+  m.CarveStaging([&](Carver& c) { grad_h = c.Take<float>(total); });
+  m.ctx.Download(grad_h, open->second, total * sizeof(float));
+  m.ctx.Sync();
+  m.ctx.Free(open->second, total * sizeof(float));
+  m.acc.erase(open);
+  const std::vector<float*> dst = Members(grad);
   const float* src = grad_h;
   for (size_t q = 0; q < sizes.size(); ++q) {
     std::memcpy(dst[q], src, sizes[q] * sizeof(float));

@@ -77,10 +77,15 @@ class DeviceBlock {
   void AdjointSummary(const float* u, int64_t halo, int64_t len, const float* g, float* m,
                       float* S);
   // The exact backward: g (len, D), h0 (Di, N), mu (Di, N) or nullptr; grad accumulated;
-  // du (len, D), du_halo (halo, D) and mu_out (Di, N, if non-null) written.
+  // du (len, D), du_halo (halo, D) and mu_out (Di, N, if non-null) written. defer_grad: the sum
+  // stays on the device (the caller's grad uploaded at the first such call for it, its tensors'
+  // addresses naming it) until FinishBackward(grad) brings it into grad, so the calls of one
+  // task move the layer's gradient once each way rather than per call; the same bits.
   void Backward(const float* u, int64_t halo, int64_t len, const float* g, const float* h0,
                 const float* mu, const LayerTensors<float>& grad, float* du, float* du_halo,
-                float* mu_out);
+                float* mu_out, bool defer_grad = false);
+  // The deferred sum of grad's Backward calls into grad (nothing when none is open).
+  void FinishBackward(const LayerTensors<float>& grad);
 
  private:
   struct Impl;

@@ -153,6 +153,62 @@ TEST(BlockTrafficTest, EveryCopyAndSyncOfACallIsCounted) {
   EXPECT_TRUE((cuda::ThreadTraffic() - mine).empty());
 }
 
+// A task's chunks with the sum left on the device (defer_grad) and brought down once by
+// FinishBackward: the same bits as the sum moved both ways per call (one f32 add per entry per
+// call, in the same order), the layer's gradient uploaded once and downloaded once, one
+// device allocation for the task's accumulator; FinishBackward without an open sum does
+// nothing.
+TEST(BlockTrafficTest, ADeferredGradientMovesOnceAndSumsTheSameBits) {
+  const MambaConfig config = testing::SmallConfig(1, 16, 8, 4, 3, 29);
+  const ModelParams<float> p32 = InitParams<float>(config, 22);
+  const int64_t D = config.hidden_size, DiN = config.inner() * config.state_size;
+  const int64_t halo = 3, len = 24, P = halo + len, f = sizeof(float), chunks = 3;
+  cuda::DeviceBlock block(0, false, cuda::BlockShapeOf(config),
+                          cuda::LayerTensorsOf<const float>(p32.layers[0]));
+  std::mt19937_64 rng(4);
+  std::normal_distribution<float> dist(0, 1);
+  auto random = [&](int64_t n, float scale) {
+    std::vector<float> v(n);
+    for (float& x : v) x = scale * dist(rng);
+    return v;
+  };
+  std::vector<std::vector<float>> u, g, h0, mu;
+  for (int64_t c = 0; c < chunks; ++c) {
+    u.push_back(random(P * D, 1)), g.push_back(random(len * D, 0.05f));
+    h0.push_back(random(DiN, 0.2f)), mu.push_back(random(DiN, 0.05f));
+  }
+  auto task = [&](bool defer, LayerParams<float>& grad) {
+    std::vector<float> du(len * D), du_halo(halo * D), mu_out(DiN);
+    for (int64_t c = 0; c < chunks; ++c)
+      block.Backward(u[c].data(), halo, len, g[c].data(), h0[c].data(), mu[c].data(),
+                     cuda::LayerTensorsOf<float>(grad), du.data(), du_halo.data(), mu_out.data(),
+                     defer);
+    if (defer) block.FinishBackward(cuda::LayerTensorsOf<float>(grad));
+  };
+  LayerParams<float> per_call = ZeroLayer<float>(config), deferred = ZeroLayer<float>(config);
+  int64_t grad_values = 0;
+  for (const auto& slot : LayerParamSlots<float>()) grad_values += (per_call.*slot.member).size();
+  task(false, per_call);
+  const DeviceTraffic before = cuda::ThreadTraffic();
+  task(true, deferred);
+  const DeviceTraffic d = cuda::ThreadTraffic() - before;
+  for (const auto& slot : LayerParamSlots<float>()) {
+    const std::vector<float>& a = per_call.*slot.member;
+    const std::vector<float>& b = deferred.*slot.member;
+    ASSERT_EQ(a.size(), b.size());
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << slot.suffix;
+  }
+  const uint64_t rows_up = chunks * (P * D + len * D + 2 * DiN) * f;
+  const uint64_t rows_down = chunks * (P * D + DiN) * f;
+  EXPECT_EQ(d.h2d_bytes, rows_up + static_cast<uint64_t>(grad_values * f));
+  EXPECT_EQ(d.d2h_bytes, rows_down + static_cast<uint64_t>(grad_values * f));
+  EXPECT_EQ(d.syncs, static_cast<uint64_t>(chunks + 1));  // each call's, and FinishBackward's
+  EXPECT_EQ(d.allocations, 1u);
+  const DeviceTraffic idle = cuda::ThreadTraffic();
+  block.FinishBackward(cuda::LayerTensorsOf<float>(deferred));  // nothing open: nothing moves
+  EXPECT_TRUE((cuda::ThreadTraffic() - idle).empty());
+}
+
 // The block's host transfers go through one pinned staging buffer per block (cudaHostAlloc,
 // emulated_device.h counts it): allocated once, kept for calls that fit, grown for a larger
 // chunk, freed with the block. And Backward accumulates: from a non-zero grad G0 the result is
