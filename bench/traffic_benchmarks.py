@@ -43,9 +43,9 @@ def main():
                             capture_output=True, text=True).stdout.strip() or "unknown"
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M")
     lines = [f"{describe()}; {when} UTC; code {commit}. The design as it is: every call uploads "
-             "its rows and downloads its outputs and syncs; Mamba-1's backward keeps a task's "
-             "gradient sum on the device (down once per task), Mamba-2's moves the layer's "
-             "whole gradient both ways per chunk; the head uploads the embedding per call.", "",
+             "its rows and downloads its outputs and syncs; the backward keeps a task's gradient "
+             "sum on the device (up and down once per task); the head uploads the embedding "
+             "per call.", "",
              "| model | T | spans | tasks | H2D B/token | D2H B/token | beyond one parameter "
              "upload and one gradient download, B/token | syncs per task | copies | "
              "allocations |", "|---|---|---|---|---|---|---|---|---|---|"]

@@ -130,7 +130,8 @@ class BlockBackend {
 // summed over the rows (added to) or null; Adjoint, Backward and HaloBackward as
 // Mamba2ChunkAdjoint, Mamba2ChunkBackward and Mamba2HaloBackward there, each recomputing the
 // chunk's activations from u and S0; the layer's gradient as plain pointers
-// (kernels/mamba2_tensors.h). Pointers are host memory.
+// (kernels/mamba2_tensors.h), its sum kept on the device across a task's Backward and
+// HaloBackward calls until FinishBackward brings it into grad. Pointers are host memory.
 template <typename T>
 class Mamba2BlockBackend {
  public:
@@ -142,6 +143,7 @@ class Mamba2BlockBackend {
                         T* carry, T* halo, const Mamba2Tensors<T>& grad, T* du) = 0;
   virtual void HaloBackward(const T* u, int64_t t0, const T* halo,
                             const Mamba2Tensors<T>& grad, T* du) = 0;
+  virtual void FinishBackward(const Mamba2Tensors<T>& grad) = 0;
 };
 
 template <typename T>

@@ -83,9 +83,6 @@ class Mamba2Ops : public ChunkOps<T, Mamba2Layer<T>> {
     }
     ChunkBackward(u, c.t0, c.t0 + c.len, h0, g, mu_out, conv_carry, grad, du);
   }
-  // Every call above added into grad on return (kernels/cuda/mamba2_block.h moves the layer's
-  // gradient both ways per call).
-  void FinishBackward(Mamba2Layer<T>&) override {}
 
  protected:
   // Forward: S the states before t0 in, after out; out (L, D) the layer's addition or null;
@@ -113,6 +110,7 @@ class CpuMamba2Ops final : public Mamba2Ops<T> {
                     T* du) override {
     Mamba2HaloBackward(l_, this->cfg_, u, t0, halo, grad, du);
   }
+  void FinishBackward(Mamba2Layer<T>&) override {}  // every call added into grad at once
 
  private:
   void ChunkForward(const T* u, int64_t t0, int64_t t1, T* S, T* out, T* dt_sum) override {
@@ -153,6 +151,9 @@ class DeviceMamba2Ops final : public Mamba2Ops<T> {
   void HaloBackward(const T* u, int64_t t0, const T* halo, Mamba2Layer<T>& grad,
                     T* du) override {
     block_->HaloBackward(u, t0, halo, Mamba2TensorsOf<T>(grad), du);
+  }
+  void FinishBackward(Mamba2Layer<T>& grad) override {
+    block_->FinishBackward(Mamba2TensorsOf<T>(grad));
   }
 
  private:

@@ -28,12 +28,13 @@ class CudaMamba2Block final : public Mamba2BlockBackend<float> {
   void Backward(const float* u, int64_t t0, int64_t t1, const float* S0, const float* dout,
                 float* carry, float* halo, const Mamba2Tensors<float>& grad,
                 float* du) override {
-    block_.Backward(u, t0, t1, S0, dout, carry, halo, grad, du);
+    block_.Backward(u, t0, t1, S0, dout, carry, halo, grad, du, /*defer_grad=*/true);
   }
   void HaloBackward(const float* u, int64_t t0, const float* halo,
                     const Mamba2Tensors<float>& grad, float* du) override {
-    block_.HaloBackward(u, t0, halo, grad, du);
+    block_.HaloBackward(u, t0, halo, grad, du, /*defer_grad=*/true);
   }
+  void FinishBackward(const Mamba2Tensors<float>& grad) override { block_.FinishBackward(grad); }
 
  private:
   DeviceMamba2Block block_;

@@ -4,10 +4,12 @@
 // call's buffers are carved from the device workspace, sized by the chunk, and host data moves
 // with the context's Upload / Download (cudaMemcpyAsync on the stream; each call ends
 // synchronised, so the host buffers may be reused at once). The layer's gradient is accumulated
-// on the device as device_block.cu does: the caller's accumulator goes up, this call's gradient
-// (written into a block of its own) is added to it there, and the sum comes back.
+// on the device as device_block.cu does: this call's gradient (written into a block of its own)
+// is added to the caller's accumulator there, which goes up and comes back each call, or
+// (deferred) stays on the device for the task's calls until FinishBackward.
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <vector>
 
 #include "kernels/cuda/context.h"
@@ -121,24 +123,42 @@ struct DeviceMamba2Block::Impl {
                  s.Dp(), s.Di, s.G, w.gnorm, dy, dzx);
   }
   // Adds gd (this call's gradient) to the caller's accumulators for the first `count` tensors
-  // of grad (in Mamba2Tensors order): they go up into acc, one Add runs over their contiguous
-  // span, and the sums come back.
+  // of grad (in Mamba2Tensors order), one Add over their contiguous span. Not deferred: they go
+  // up into acc (the workspace's), and the sums come back. Deferred: the sum stays in the
+  // accumulator this block keeps on the device for grad (all its tensors uploaded at its first
+  // call) until FinishBackward brings it down.
   void AccumulateGrad(float* acc, const float* gd, const Mamba2Tensors<float>& grad,
-                      size_t count) {
+                      size_t count, bool defer) {
     const std::vector<float*> dst = TensorList(grad);
     const std::vector<int64_t> sizes = TensorSizes(s);
-    int64_t off = 0;
-    for (size_t q = 0; q < count; ++q) {
-      ctx.Upload(acc + off, dst[q], sizes[q] * sizeof(float));
-      off += sizes[q];
+    size_t up = count;
+    if (defer) {
+      auto open = deferred.find(grad.norm);
+      up = open == deferred.end() ? sizes.size() : 0;
+      if (open == deferred.end()) {
+        open = deferred.emplace(grad.norm,
+                                static_cast<float*>(ctx.Alloc(GradTotal() * sizeof(float))))
+                   .first;
+      }
+      acc = open->second;
     }
-    Add(ctx.stream(), acc, gd, off, acc);
+    int64_t off = 0, span = 0;
+    for (size_t q = 0; q < sizes.size(); ++q) {
+      if (q < up) ctx.Upload(acc + off, dst[q], sizes[q] * sizeof(float));
+      off += sizes[q];
+      if (q + 1 == count) span = off;
+    }
+    Add(ctx.stream(), acc, gd, span, acc);
+    if (defer) return;
     off = 0;
     for (size_t q = 0; q < count; ++q) {
       ctx.Download(dst[q], acc + off, sizes[q] * sizeof(float));
       off += sizes[q];
     }
   }
+  // The deferred accumulators, one per host gradient (keyed by its first tensor), under ctx's
+  // mutex.
+  std::map<const float*, float*> deferred;
   int64_t GradTotal() const {
     int64_t total = 0;
     for (int64_t n : TensorSizes(s)) total += n;
@@ -173,6 +193,8 @@ DeviceMamba2Block::DeviceMamba2Block(int device, const Mamba2Shape& shape,
 DeviceMamba2Block::~DeviceMamba2Block() {
   std::lock_guard<std::mutex> lock(impl_->ctx.mutex());
   impl_->ctx.Sync();
+  for (const auto& [key, acc] : impl_->deferred)
+    impl_->ctx.Free(acc, impl_->GradTotal() * sizeof(float));
   impl_->ctx.Free(impl_->mem, impl_->mem_bytes);
 }
 
@@ -238,7 +260,7 @@ void DeviceMamba2Block::Adjoint(const float* u, int64_t t0, int64_t t1, const fl
 
 void DeviceMamba2Block::Backward(const float* u, int64_t t0, int64_t t1, const float* S0,
                                  const float* dout, float* carry, float* halo,
-                                 const Mamba2Tensors<float>& grad, float* du) {
+                                 const Mamba2Tensors<float>& grad, float* du, bool defer_grad) {
   Impl& m = *impl_;
   std::lock_guard<std::mutex> lock(m.ctx.mutex());
   ADJSH_CUDA_CHECK(cudaSetDevice(m.ctx.device()));
@@ -315,7 +337,7 @@ void DeviceMamba2Block::Backward(const float* u, int64_t t0, int64_t t1, const f
   RmsNormBackward(stream, a.u + a.hb * D, L, D, m.w.norm, a.r1 + a.hb, dxn, gd.norm, dxn, reduce);
   Add(stream, dout_d, dxn, L * D, dxn);
 
-  m.AccumulateGrad(acc, gbuf, grad, 9);
+  m.AccumulateGrad(acc, gbuf, grad, 9, defer_grad);
   m.ctx.Download(du, dxn, L * D * sizeof(float));
   m.ctx.Download(carry, carry_d, SN * sizeof(float));
   m.ctx.Download(halo, halo_out, H1 * Cc * sizeof(float));
@@ -323,7 +345,8 @@ void DeviceMamba2Block::Backward(const float* u, int64_t t0, int64_t t1, const f
 }
 
 void DeviceMamba2Block::HaloBackward(const float* u, int64_t t0, const float* halo,
-                                     const Mamba2Tensors<float>& grad, float* du) {
+                                     const Mamba2Tensors<float>& grad, float* du,
+                                     bool defer_grad) {
   Impl& m = *impl_;
   const Mamba2Shape& s = m.s;
   const int64_t n = std::min(s.W - 1, t0), skip = (s.W - 1) - n;  // halo rows before row 0
@@ -359,9 +382,27 @@ void DeviceMamba2Block::HaloBackward(const float* u, int64_t t0, const float* ha
        CUDA_R_32F, D);
   RmsNormBackward(stream, u_d, n, D, m.w.norm, r1, dxn, gd.norm, dxn, reduce);
   Add(stream, du_d, dxn, n * D, du_d);
-  m.AccumulateGrad(acc, gbuf, grad, 2);  // the norm's and in_proj's gradients alone
+  m.AccumulateGrad(acc, gbuf, grad, 2, defer_grad);  // the norm's and in_proj's gradients alone
   m.ctx.Download(du, du_d, n * D * sizeof(float));
   m.ctx.Sync();
+}
+
+void DeviceMamba2Block::FinishBackward(const Mamba2Tensors<float>& grad) {
+  Impl& m = *impl_;
+  std::lock_guard<std::mutex> lock(m.ctx.mutex());
+  auto open = m.deferred.find(grad.norm);
+  if (open == m.deferred.end()) return;  // no deferred call added into it
+  ADJSH_CUDA_CHECK(cudaSetDevice(m.ctx.device()));
+  const std::vector<float*> dst = TensorList(grad);
+  const std::vector<int64_t> sizes = TensorSizes(m.s);
+  int64_t off = 0;
+  for (size_t q = 0; q < sizes.size(); ++q) {
+    m.ctx.Download(dst[q], open->second + off, sizes[q] * sizeof(float));
+    off += sizes[q];
+  }
+  m.ctx.Sync();
+  m.ctx.Free(open->second, m.GradTotal() * sizeof(float));
+  m.deferred.erase(open);
 }
 
 }  // namespace adjsh::cuda

@@ -44,8 +44,12 @@ class DeviceMamba2Block {
   // states before t0: dout (L, D); carry (H, P, N) = dL/dS_{t1-1} in, dL/dS_{t0-1} out;
   // halo (W - 1, Cc) the gradient of the conv input rows [t1 - W + 1, t1) in, of rows
   // [t0 - W + 1, t0) out; grad accumulated (grad = grad + this chunk's); du (L, D) written.
+  // defer_grad: the sum stays on the device (grad uploaded at the first such call for it, its
+  // tensors' addresses naming it) until FinishBackward(grad), the same bits with the layer's
+  // gradient moved once each way per task rather than per call.
   void Backward(const float* u, int64_t t0, int64_t t1, const float* S0, const float* dout,
-                float* carry, float* halo, const Mamba2Tensors<float>& grad, float* du);
+                float* carry, float* halo, const Mamba2Tensors<float>& grad, float* du,
+                bool defer_grad = false);
 
   // Mamba2ChunkAdjoint, the forward recomputed from u and S0 as Backward's: carry (H, P, N)
   // dL/dS_{t1-1} in, dL/dS_{t0-1} out.
@@ -56,7 +60,9 @@ class DeviceMamba2Block {
   // (W - 1, Cc) as Backward leaves it; the in_proj and norm gradients accumulated into grad
   // (its other tensors untouched); du (n, D) added to.
   void HaloBackward(const float* u, int64_t t0, const float* halo,
-                    const Mamba2Tensors<float>& grad, float* du);
+                    const Mamba2Tensors<float>& grad, float* du, bool defer_grad = false);
+  // The deferred sum of grad's calls into grad (nothing when none is open).
+  void FinishBackward(const Mamba2Tensors<float>& grad);
 
  private:
   struct Impl;

@@ -167,9 +167,10 @@ inline Outputs<double> RunCpu(const Mamba2Config& c, const Mamba2Layer<float>& w
 }
 
 // The device layer; each backward runs `calls` times into the same accumulators (the
-// incoming carry and halo the same each time).
+// incoming carry and halo the same each time); defer: the sums kept on the device across the
+// calls (defer_grad) and brought down by FinishBackward.
 inline Outputs<float> RunDevice(const Mamba2Config& c, const Mamba2Layer<float>& w,
-                                const Inputs& in, int calls = 1) {
+                                const Inputs& in, int calls = 1, bool defer = false) {
   const Mamba2Dims d(c);
   const int64_t L = in.t1 - in.t0;
   cuda::DeviceMamba2Block block(0, cuda::Mamba2ShapeOf(c), cuda::Mamba2TensorsOf<const float>(w));
@@ -186,8 +187,9 @@ inline Outputs<float> RunDevice(const Mamba2Config& c, const Mamba2Layer<float>&
   for (int k = 0; k < calls; ++k) {
     carry = in.carry, halo = in.halo;
     block.Backward(in.u.data(), in.t0, in.t1, in.S0.data(), in.dout.data(), carry.data(),
-                   halo.data(), cuda::Mamba2TensorsOf<float>(g), du.data());
+                   halo.data(), cuda::Mamba2TensorsOf<float>(g), du.data(), defer);
   }
+  if (defer) block.FinishBackward(cuda::Mamba2TensorsOf<float>(g));
   o.Add("du", du), o.Add("carry", carry), o.Add("halo", halo);
   o.AddGrad("grad ", g, false);
   if (in.hb > 0) {
@@ -195,7 +197,8 @@ inline Outputs<float> RunDevice(const Mamba2Config& c, const Mamba2Layer<float>&
     std::vector<float> du_h = in.du_halo;
     for (int k = 0; k < calls; ++k)
       block.HaloBackward(in.u.data(), in.t0, halo.data(), cuda::Mamba2TensorsOf<float>(gh),
-                         du_h.data());
+                         du_h.data(), defer);
+    if (defer) block.FinishBackward(cuda::Mamba2TensorsOf<float>(gh));
     o.Add("halo du", du_h);
     o.AddGrad("halo grad ", gh, true);
   }

@@ -123,6 +123,34 @@ TEST(Mamba2EmulationRepeatTest, RepeatsBitwiseAndAccumulates) {
   }
 }
 
+// Sums kept on the device across a task's calls (defer_grad, then FinishBackward) give the
+// bits of the sums moved both ways per call, every output alike, with the layer's gradient
+// moved once each way (9 tensors up at the first call, 9 down at the end) where per call it
+// went up and down every time.
+TEST(Mamba2EmulationRepeatTest, DeferredSumsAreTheSameBitsMovedOnce) {
+  const Mamba2Config c = ConfigOf({16, 2, 4, true});
+  const Mamba2Layer<float> w = RandomLayer(c, 3);
+  const Inputs in = RandomInputs(c, 9, 7, 5);
+  const DeviceTraffic t0 = cuda::ThreadTraffic();
+  const Outputs<float> per_call = RunDevice(c, w, in, 3, false);
+  const DeviceTraffic t1 = cuda::ThreadTraffic();
+  const Outputs<float> deferred = RunDevice(c, w, in, 3, true);
+  const DeviceTraffic t2 = cuda::ThreadTraffic();
+  ASSERT_EQ(per_call.names, deferred.names);
+  for (size_t q = 0; q < per_call.names.size(); ++q) {
+    const std::vector<float>& a = per_call.values[q];
+    ASSERT_EQ(a.size(), deferred.values[q].size()) << per_call.names[q];
+    EXPECT_EQ(std::memcmp(a.data(), deferred.values[q].data(), a.size() * sizeof(float)), 0)
+        << per_call.names[q];
+  }
+  const DeviceTraffic moved_per_call = t1 - t0, moved_deferred = t2 - t1;
+  EXPECT_LT(moved_deferred.h2d_bytes, moved_per_call.h2d_bytes);
+  EXPECT_LT(moved_deferred.d2h_copies, moved_per_call.d2h_copies);
+  // Per call: 3 Backward calls x 9 tensors each way; deferred: 9 up and 9 down (the halo's
+  // accumulator likewise: 3 x 2 per call against 9 and 9).
+  EXPECT_EQ(moved_per_call.d2h_copies - moved_deferred.d2h_copies, (27u + 6u) - (9u + 9u));
+}
+
 INSTANTIATE_TEST_SUITE_P(Shapes, Mamba2EmulationTest,
                          ::testing::Values(Shape{16, 1, 4, false}, Shape{16, 1, 16, false},
                                            Shape{16, 2, 4, true}, Shape{16, 2, 16, true}),
