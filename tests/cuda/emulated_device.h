@@ -1,8 +1,10 @@
 // The CUDA block and head (kernels/cuda/device_block.cu, lm_head.cu with the scan and op
 // kernels) compiled for the host, for tests: kernels run block by block on host threads
 // (host_emulation.h), device memory is host memory, and cuBLAS is replaced by a plain GEMM with
-// f32 sums over the same row-major operands. Include once per test binary: it defines the
-// host stand-in for kernels/cuda/context.cu.
+// f32 sums over the same row-major operands. Stricter than a plain host run where a GPU would
+// be: fresh device memory (allocations, a grown workspace) is NaN bytes, and a launch a GPU
+// would refuse aborts (host_emulation.h CheckLaunch). Include once per test binary: it defines
+// the host stand-in for kernels/cuda/context.cu.
 #ifndef ADJSH_TESTS_CUDA_EMULATED_DEVICE_H_
 #define ADJSH_TESTS_CUDA_EMULATED_DEVICE_H_
 
@@ -98,6 +100,7 @@ char* Context::Workspace(size_t bytes) {
   if (bytes > ws_bytes_) {
     std::free(ws_);
     ws_ = static_cast<char*>(std::malloc(bytes));
+    std::memset(ws_, 0xff, bytes);  // fresh: NaN bytes, as Alloc's
     NoteAllocation();
     Count(static_cast<int64_t>(bytes) - static_cast<int64_t>(ws_bytes_));
     ws_bytes_ = bytes;
@@ -107,10 +110,14 @@ char* Context::Workspace(size_t bytes) {
   if (emulation::workspace_poison >= 0) std::memset(ws_, emulation::workspace_poison, ws_bytes_);
   return ws_;
 }
+// Fresh device memory is NaN bytes (0xff), as a GPU's is whatever was there: a kernel or a copy
+// that reads what nothing wrote shows it.
 void* Context::Alloc(size_t bytes) {
   NoteAllocation();
   Count(static_cast<int64_t>(bytes));
-  return std::malloc(bytes == 0 ? 1 : bytes);
+  void* p = std::malloc(bytes == 0 ? 1 : bytes);
+  if (p != nullptr) std::memset(p, 0xff, bytes);
+  return p;
 }
 void Context::Free(void* p, size_t bytes) {
   Count(-static_cast<int64_t>(bytes));
