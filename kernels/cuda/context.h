@@ -123,18 +123,10 @@ class Context {
 
   // Asynchronous on the stream, counted (DeviceTraffic) before they are queued.
   void Upload(void* dst, const void* src, size_t bytes) {
-    if (bytes == 0) return;
-    DeviceTraffic d;
-    d.h2d_bytes = bytes, d.h2d_copies = 1;
-    Note(d);
-    CopyAsync(dst, src, bytes, cudaMemcpyHostToDevice);
+    CountedCopy(dst, src, bytes, cudaMemcpyHostToDevice);
   }
   void Download(void* dst, const void* src, size_t bytes) {
-    if (bytes == 0) return;
-    DeviceTraffic d;
-    d.d2h_bytes = bytes, d.d2h_copies = 1;
-    Note(d);
-    CopyAsync(dst, src, bytes, cudaMemcpyDeviceToHost);
+    CountedCopy(dst, src, bytes, cudaMemcpyDeviceToHost);
   }
   // The host waits for the stream.
   void Sync() {
@@ -161,6 +153,16 @@ class Context {
     DeviceTraffic d;
     d.allocations = 1;
     Note(d);
+  }
+  // A host-device copy of `kind`, counted each way (nothing for 0 bytes).
+  void CountedCopy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+    if (bytes == 0) return;
+    DeviceTraffic d;
+    const bool up = kind == cudaMemcpyHostToDevice;
+    (up ? d.h2d_bytes : d.d2h_bytes) = bytes;
+    (up ? d.h2d_copies : d.d2h_copies) = 1;
+    Note(d);
+    CopyAsync(dst, src, bytes, kind);
   }
   // The device API under Upload, Download and Sync (context.cu; the emulated device's own).
   void CopyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind);

@@ -287,7 +287,7 @@ void DeviceMamba2Block::Backward(const float* u, int64_t t0, int64_t t1, const f
     halo_out = c.Take<float>(H1 * Cc);
     dxn = c.Take<float>(L * D);
     gbuf = c.Take<float>(total);
-    acc = c.Take<float>(total);
+    acc = c.Take<float>(defer_grad ? 0 : total);  // deferred: the block's own accumulator
     reduce = c.Take<float>(RmsNormBackwardScratch(L, D));
   });
   const Mamba2Tensors<float> gd = SplitTensors(gbuf, s);
@@ -364,7 +364,7 @@ void DeviceMamba2Block::HaloBackward(const float* u, int64_t t0, const float* ha
     dxn = c.Take<float>(n * D);
     du_d = c.Take<float>(n * D);
     gbuf = c.Take<float>(total);
-    acc = c.Take<float>(total);
+    acc = c.Take<float>(defer_grad ? 0 : total);  // deferred: the block's own accumulator
     reduce = c.Take<float>(RmsNormBackwardScratch(n, D));
   });
   const Mamba2Tensors<float> gd = SplitTensors(gbuf, s);
