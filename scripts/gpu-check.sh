@@ -1,19 +1,25 @@
 #!/usr/bin/env bash
-# The GPU check: a preflight (the driver, the CUDA runtime, a usable device), the CUDA-against-CPU
-# tests, then the GPU benchmarks, then a correctness, timing and memory report in Markdown, ready
-# to paste into docs/BENCHMARKS.md. Unattended; every step runs under its own time limit, and
-# the logs and the report are written as it goes, so a run stopped midway leaves both.
+# The GPU check, in the order of what matters most: a preflight (the driver, the CUDA runtime, a
+# usable device); the CUDA-against-CPU tests (again with ADJSH_CUDA_SYNC=1, which names a kernel
+# that faults, and under compute-sanitizer's memcheck and racecheck where it is installed); a
+# gradient through GPU workers against the CPU's (tests/cli/test_device.py --expect-gpu); device
+# memory against T; tokens/s; scan bandwidth; then a correctness, timing and memory report in
+# Markdown, ready to paste into docs/BENCHMARKS.md. Unattended; every step runs under its own
+# time limit, and the logs and the report are written as it goes, so a run stopped midway leaves
+# both; where $OUT names a folder (the device tool's), gpu-check.md and gpu-check-logs.tar.gz are
+# copied there after every step.
 #
-#   scripts/gpu-check.sh [REPORT.md]     on a GPU machine, the full check (about 37 minutes of
+#   scripts/gpu-check.sh [REPORT.md]     on a GPU machine, the full check (about 49 minutes of
 #                                        step limits; default report: gpu-check.md, raw logs in
 #                                        gpu-check-logs/). Uses gpu-bundle.tar.xz when it is
 #                                        there, else builds into build-gpu/ (Release, CUDA on).
 #   scripts/gpu-check.sh --quick [REPORT.md]
 #                                        the check in at most 8 minutes of GPU time: the
-#                                        preflight, the tests, the scan bench, memory for T up
-#                                        to 256K, one tokens/s point (T=4096, f32), no PyTorch
-#                                        baseline. Needs binaries: gpu-bundle.tar.xz or
-#                                        --prebuilt DIR (a build there can outlast 8 minutes).
+#                                        preflight, the tests (the sanitizers on a few small
+#                                        tests), memory for T up to 256K, one tokens/s point
+#                                        (T=4096, f32), the scan bench, no PyTorch baseline.
+#                                        Needs binaries: gpu-bundle.tar.xz or --prebuilt DIR (a
+#                                        build there can outlast 8 minutes).
 #   --plan                               print the steps with their time limits and the total
 #                                        (for the mode and binaries given), then exit: no GPU
 #                                        needed, nothing runs.
@@ -34,9 +40,11 @@
 #
 # On a GPU machine the check fails (exit 1, saying why) when no device is usable: no GPU, a
 # driver too old for the binaries' CUDA runtime, a device the CUDA test binary cannot use (the
-# preflight stops the run there), or any CUDA test that skipped itself. The report is rewritten
-# after every step with a table of the steps (limit, seconds, result); SIGTERM, SIGINT or SIGHUP
-# stops the running step, records it and exits 128+signal.
+# preflight stops the run there); and, after the remaining steps ran, when any step failed: a
+# test that failed or skipped itself (every test must run on a GPU), a sanitizer error, a
+# benchmark that exited non-zero, crashed (a signal) or outran its limit. The report is
+# rewritten after every step with a table of the steps (limit, seconds, result); SIGTERM, SIGINT
+# or SIGHUP stops the running step, records it and exits 128+signal.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
@@ -66,14 +74,27 @@ elapsed() { echo $(($(date +%s) - start)); }
 step() { echo "== $(elapsed) s: $*" >&2; }
 jobs=$(nproc 2>/dev/null || echo 4)
 # What the check runs, by its path in a build tree (a bundle keeps the file names in bin/).
-targets=(cli/adjsh tests/cuda/cuda_backend_test tests/kernels/kernels_test bench/grad_bench
-         bench/cuda_scan_bench)
+targets=(cli/adjsh tests/cuda/cuda_backend_test tests/cuda/launch_check_test
+         tests/kernels/kernels_test bench/grad_bench bench/cuda_scan_bench)
 # Every command runs under `timeout`: SIGTERM at its step's deadline, SIGKILL grace s later.
 grace=2
 # Line-buffered output, so that each log holds what its step has printed so far.
 lb="env"
 command -v stdbuf >/dev/null 2>&1 && lb="stdbuf -oL -eL"
 export PYTHONUNBUFFERED=1
+# compute-sanitizer: on PATH, else in a CUDA install (the toolkit keeps it in bin/ and in
+# compute-sanitizer/). The bundle does not carry it: where it is absent its steps say so and pass.
+sanitizer=$(command -v compute-sanitizer 2>/dev/null)
+if [ -z "$sanitizer" ]; then
+  for f in ${CUDA_HOME:+"$CUDA_HOME/bin/compute-sanitizer"} /usr/local/cuda/bin/compute-sanitizer \
+      /usr/local/cuda/compute-sanitizer/compute-sanitizer /usr/local/cuda-*/bin/compute-sanitizer; do
+    if [ -x "$f" ]; then sanitizer=$f; break; fi
+  done
+fi
+# What runs under it: small shapes that reach every kernel (one block's forward and backward in
+# f32 and bf16 storage with halo rows, a whole gradient with the head, a Mamba-2 block), so that
+# the instrumented run takes seconds.
+sanitize_filter='CudaTest.BlockMatchesCpuF64WithHaloStateAndAdjoint:CudaTest.GradientMatchesTheOracle:Shapes/Mamba2CudaTest.MatchesCpuF64/D16_G1_P4'
 
 # lim CMD...: CMD under what is left of the current step's limit (step_deadline); 124 when the
 # step has no time left. Run in the background and waited for, so a signal stops it at once.
@@ -189,20 +210,24 @@ case "$src" in
     add build.configure 300 "cmake: build-gpu/, Release, CUDA on, this GPU's architecture"
     add build.compile 1800 "build the check's binaries" ;;
 esac
-add preflight.device 30 "the binaries' CUDA runtime against the driver; libcublas.so.13; one CUDA test on cuda:0 (no usable device: stop)"
-add tests.cuda "$(q 90 300)" "cuda_backend_test: CUDA against CPU f64 and the oracle (a skipped test fails the check)"
-add tests.backend "$(q 20 120)" "kernels_test ParseDevice*:Backend*: backend selection"
-add tests.cli "$(q 60 300)" "tests/cli/test_device.py: --device on adjsh grad, train and worker"
-for s in f32 bf16; do
-  add "scan.$s" "$(q 25 60)" "cuda_scan_bench --storage $s: scan bandwidth against a device-to-device copy"
-done
+# The order is what matters most, first (a run stopped early has the most important results):
+# the device usable; the CUDA tests; a gradient through GPU workers against the CPU's; memory
+# flat in T; tokens/s; scan bandwidth. --quick's limits sum to at most 480 s, kill grace and the
+# bundle's unpack included (tests/cuda/test_gpu_check.py holds it to that).
+add preflight.device "$(q 25 30)" "the binaries' CUDA runtime against the driver; libcublas.so.13; one CUDA test on cuda:0 (no usable device: stop)"
+add tests.cuda "$(q 60 300)" "cuda_backend_test: CUDA against CPU f64 and the oracle (a skipped test fails the check)"
+add tests.cuda.sync "$(q 40 300)" "launch_check_test (a faulting kernel is named), then cuda_backend_test with ADJSH_CUDA_SYNC=1 (a sync after every launch)"
+add sanitizer.memcheck "$(q 40 180)" "compute-sanitizer --tool memcheck, cuda_backend_test on a few small tests (skipped where compute-sanitizer is absent)"
+add sanitizer.racecheck "$(q 30 180)" "compute-sanitizer --tool racecheck, the same tests (skipped where compute-sanitizer is absent)"
+add tests.backend "$(q 10 120)" "kernels_test ParseDevice*:Backend*: backend selection"
+add tests.cli "$(q 60 300)" "tests/cli/test_device.py (--expect-gpu on a GPU machine): --device on adjsh grad, train and worker; the gradient through GPU workers against the CPU's"
 mem_tokens="65536 262144"
 [ "$quick" = 1 ] || mem_tokens="$mem_tokens 1048576 4194304"
 for T in $mem_tokens; do
-  add "memory.T$T" "$(q 45 150)" "grad_bench D=768 K=2 V=256 chunk 2048 T=$T: device memory"
+  add "memory.T$T" "$(q $((T > 65536 ? 35 : 25)) 150)" "grad_bench D=768 K=2 V=256 chunk 2048 T=$T: device memory"
 done
 if [ "$quick" = 1 ]; then
-  add tokens.T4096.full 60 "grad_bench D=768 K=24 V=50280 T=4096, f32 storage: tokens/s"
+  add tokens.T4096.full 45 "grad_bench D=768 K=24 V=50280 T=4096, f32 storage: tokens/s"
 else
   for T in 4096 16384; do
     for s in full bf16; do
@@ -211,6 +236,9 @@ else
   done
   add torch 240 "bench/torch_baseline.py --device cuda, T=4096 (where a python3 has torch with CUDA)"
 fi
+for s in f32 bf16; do
+  add "scan.$s" "$(q 12 60)" "cuda_scan_bench --storage $s: scan bandwidth against a device-to-device copy"
+done
 add report "$(q 10 30)" "bench/gpu_report.py: the report"
 plan_total=0
 for l in "${P_LIMIT[@]}"; do plan_total=$((plan_total + l)); done
@@ -220,7 +248,7 @@ print_plan() {
   local i
   echo "plan: $cmdline ($mode_name; binaries: $src${prebuilt:+ $prebuilt})"
   for i in "${!P_NAME[@]}"; do
-    printf 'step %-18s %5d s  %s\n' "${P_NAME[i]}" "${P_LIMIT[i]}" "${P_DESC[i]}"
+    printf 'step %-19s %5d s  %s\n' "${P_NAME[i]}" "${P_LIMIT[i]}" "${P_DESC[i]}"
   done
   echo "total $plan_total s of step limits; at most $plan_worst s with ${grace} s per step to kill" \
     "a command past its limit ($(((plan_worst + 59) / 60)) min)"
@@ -242,7 +270,7 @@ cat "$logs/plan.txt" >&2
 
 py=/usr/bin/python3
 [ -x "$py" ] || py=$(command -v python3)
-gpu=0 driver=unknown drv_cuda="" runtime="" fatal=0 fatal_why="" would=()
+gpu=0 driver=unknown drv_cuda="" runtime="" fatal=0 fatal_why="" would=() failed_steps=()
 cuda_rc=-1 backend_rc=-1 cli_rc=-1
 binaries="build-gpu (built here)"
 if [ "$src" = prebuilt ]; then
@@ -316,16 +344,28 @@ would_fail() {
   say "gpu-check: REHEARSAL: would fail here on a GPU machine: $1"
 }
 
+# timed_out RC: whether RC is `timeout`'s for the step's limit: 124, or 137 (SIGKILL after the
+# grace) once the deadline has passed; a 137 before it is a kill from elsewhere (the OOM killer).
+timed_out() { [ "$1" -eq 124 ] || { [ "$1" -eq 137 ] && [ "$(date +%s)" -ge "$step_deadline" ]; }; }
+# crash RC: "crashed (SIGSEGV)" for a command a signal ended (timeout passes its signal on as
+# 128+N), else nothing.
+crash() {
+  [ "$1" -gt 128 ] && [ "$1" -lt 160 ] && ! timed_out "$1" || return 0
+  echo "crashed (SIG$(kill -l $(($1 - 128)) 2>/dev/null || echo $(($1 - 128))))"
+}
+
 # failed RC ERR_FILE KEY VALUE...: a JSON line for a step that failed, with its reason: the
-# limit when it timed out, else the first line of its stderr when it was told its usage, else
-# the last. Sets last_why.
+# limit when it timed out, the signal when it crashed (with its last line of stderr), else the
+# first line of its stderr when it was told its usage, else the last. Sets last_why.
 last_why=""
 failed() {
   local rc=$1 err=$2 why pick=tail
   shift 2
   grep -q '^usage:' "$err" 2>/dev/null && pick="head"
   why=$(grep -v '^\s*$' "$err" 2>/dev/null | $pick -1 | tr -d '"\\' | cut -c1-200)
-  if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then why="timed out: the step's limit is ${P_LIMIT[cur]} s"; fi
+  if timed_out "$rc"; then why="timed out: the step's limit is ${P_LIMIT[cur]} s"
+  elif [ -n "$(crash "$rc")" ]; then why="$(crash "$rc")${why:+: $why}"
+  fi
   last_why=${why:-no output}
   echo "{$(printf '"%s": %s, ' "$@")\"failed\": true, \"why\": \"$last_why\"}"
 }
@@ -372,7 +412,7 @@ preflight_gpu() {
       would_fail "no NVIDIA GPU ($why)"
       return 0
     fi
-    fatal "no NVIDIA GPU here ($why): nothing to check (--rehearse runs the steps anyway)"
+    fatal "no GPU: no NVIDIA GPU here ($why): nothing to check (--rehearse runs the steps anyway)"
     return 1
   fi
   gpu=1
@@ -414,8 +454,11 @@ preflight_device() {
   # the toolkit's, or a pip wheel's (CUDA 12 wheels: nvidia/cublas/lib; CUDA 13: nvidia/cu13/lib).
   local cublas_dir="" d
   if ! ldconfig -p 2>/dev/null | grep -q 'libcublas\.so\.13 '; then
-    for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
-        $(lim "$py" -c 'import nvidia, os; print(*[os.path.join(p, s) for p in nvidia.__path__ for s in ("cu13/lib", "cublas/lib")])' 2>/dev/null); do
+    local p wheels=""
+    for p in $(printf '%s\n' "$py" "$(command -v python3)" | sort -u); do
+      wheels="$wheels $(lim "$p" -c 'import nvidia, os; print(*[os.path.join(p, s) for p in nvidia.__path__ for s in ("cu13/lib", "cublas/lib")])' 2>/dev/null)"
+    done
+    for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib $wheels; do
       if [ -e "$d/libcublas.so.13" ]; then
         cublas_dir=$d
         export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -475,6 +518,51 @@ body() {
       gtest_verdict "$logs/cuda_tests.txt" "$cuda_rc" || rc=$?
       [ "$cuda_rc" -ne 0 ] || cuda_rc=$rc
       return "$rc" ;;
+    tests.cuda.sync)
+      # The check itself first: on a GPU, a kernel that faults on the device is named.
+      local rc2=0 first=""
+      lim $lb "$(bin launch_check_test)" >"$logs/launch_check.txt" 2>&1 || rc=$?
+      gtest_verdict "$logs/launch_check.txt" "$rc" || rc=$?
+      [ "$rc" -eq 0 ] || first="launch_check_test: ${note:-exit $rc}; "
+      # Then every CUDA test with a sync after each launch: a fault names its kernel, where
+      # tests.cuda (no sync, as users run) would report it at a later sync, unnamed.
+      lim env ADJSH_CUDA_SYNC=1 $lb "$(bin cuda_backend_test)" >"$logs/cuda_tests_sync.txt" 2>&1 || rc2=$?
+      tail -3 "$logs/cuda_tests_sync.txt" >&2
+      gtest_verdict "$logs/cuda_tests_sync.txt" "$rc2" || rc2=$?
+      if [ "$rc2" -eq 0 ] && [ "$gpu" = 1 ] && ! grep -q 'ADJSH_CUDA_SYNC=1: the device is synchronised' "$logs/cuda_tests_sync.txt"; then
+        note="FAILED: cuda_backend_test did not take ADJSH_CUDA_SYNC=1 (binaries older than this script?)"
+        rc2=1
+      fi
+      if [ -n "$first" ]; then
+        note="FAILED: $first${note:-cuda_backend_test: exit $rc2}"
+      fi
+      [ "$rc" -ne 0 ] || rc=$rc2
+      return "$rc" ;;
+    sanitizer.*)
+      local tool=${name#sanitizer.} errors
+      if [ -z "$sanitizer" ]; then
+        note="skipped: no compute-sanitizer (not on PATH, nor in /usr/local/cuda*/ or \$CUDA_HOME)"
+        return 0
+      fi
+      say "gpu-check: $sanitizer --tool $tool, cuda_backend_test --gtest_filter=$sanitize_filter"
+      lim $lb "$sanitizer" --tool "$tool" --error-exitcode 99 "$(bin cuda_backend_test)" \
+        --gtest_filter="$sanitize_filter" >"$logs/$name.txt" 2>&1 || rc=$?
+      tail -3 "$logs/$name.txt" >&2
+      # A sandbox can keep the tool from the device (seen under gVisor: "Device not supported"):
+      # the tool cannot run here, which says nothing of the kernels.
+      if grep -q 'Device not supported' "$logs/$name.txt"; then
+        note="skipped: compute-sanitizer cannot use this device here ($(grep -m1 'Device not supported' "$logs/$name.txt" | cut -c1-120))"
+        return 0
+      fi
+      # memcheck: "ERROR SUMMARY: N errors"; racecheck: "RACECHECK SUMMARY: H hazards displayed
+      # (N errors, W warnings)".
+      errors=$(grep -oE 'ERROR SUMMARY: [0-9]+ error|\([0-9]+ error' "$logs/$name.txt" | grep -oE '[0-9]+' | tail -1)
+      if [ "${errors:-0}" -gt 0 ] || [ "$rc" -eq 99 ]; then
+        note="FAILED: $tool found ${errors:-some} error(s): $(grep -m1 -E '^========= (Invalid|Error|Race|Program hit)' "$logs/$name.txt" | cut -c11-170)"
+        return 1
+      fi
+      gtest_verdict "$logs/$name.txt" "$rc" || rc=$?
+      return "$rc" ;;
     tests.backend)
       lim $lb "$(bin kernels_test)" --gtest_filter='ParseDevice*:Backend*' >"$logs/backend_tests.txt" 2>&1
       backend_rc=$?
@@ -482,7 +570,10 @@ body() {
       [ "$backend_rc" -ne 0 ] || backend_rc=$rc
       return "$rc" ;;
     tests.cli)
-      lim "$py" tests/cli/test_device.py --adjsh "$(bin adjsh)" >"$logs/cli_device.txt" 2>&1
+      # On a GPU machine cuda:0 must be used: --expect-gpu fails where it is refused.
+      local expect=()
+      [ "$gpu" = 1 ] && expect=(--expect-gpu)
+      lim "$py" tests/cli/test_device.py --adjsh "$(bin adjsh)" "${expect[@]}" >"$logs/cli_device.txt" 2>&1
       cli_rc=$?
       tail -1 "$logs/cli_device.txt" >&2
       return "$cli_rc" ;;
@@ -531,6 +622,20 @@ body() {
   esac
 }
 
+# gpu_step NAME: the steps that need a GPU to pass at all (a rehearsal shows their failures).
+gpu_step() { case "$1" in scan.* | memory.* | tokens.* | torch | sanitizer.*) return 0 ;; esac; return 1; }
+
+# publish: where $OUT names a folder (the device tool brings back what it holds, also from a run
+# stopped at its limit), the report as gpu-check.md and the logs as gpu-check-logs.tar.gz, each
+# replaced whole.
+publish() {
+  [ -n "${OUT:-}" ] && [ -d "$OUT" ] || return 0
+  { cp -f "$report" "$OUT/gpu-check.md.tmp" && mv -f "$OUT/gpu-check.md.tmp" "$OUT/gpu-check.md" &&
+    tar -C "$(dirname "$logs")" -czf "$OUT/gpu-check-logs.tmp" "$(basename "$logs")" &&
+    mv -f "$OUT/gpu-check-logs.tmp" "$OUT/gpu-check-logs.tar.gz"; } 2>>"$logs/run.log" ||
+    echo "gpu-check: could not copy the report and logs to \$OUT=$OUT (see $logs/run.log)" >&2
+}
+
 # run_step I: the plan's step I under its limit; its state in the report before and after.
 run_step() {
   local i=$1 rc=0
@@ -544,8 +649,16 @@ run_step() {
   S_SECS[i]=$(($(date +%s) - step_t0))
   if [ -n "$note" ]; then S_RES[i]=$note
   elif [ "$rc" -eq 0 ]; then S_RES[i]=ok
-  elif [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then S_RES[i]="timed out (limit ${P_LIMIT[i]} s)"
+  elif timed_out "$rc"; then S_RES[i]="timed out (limit ${P_LIMIT[i]} s)"
+  elif [ -n "$(crash "$rc")" ]; then S_RES[i]="FAILED: $(crash "$rc")"
   else S_RES[i]="failed (exit $rc)"
+  fi
+  # Any step that did not pass fails the check; in a rehearsal without a GPU, the GPU steps
+  # (benchmarks, sanitizers) fail by design and are only shown.
+  if [ "$rc" -ne 0 ] || [[ "${S_RES[i]}" == FAILED* ]]; then
+    if [ "$gpu" = 1 ] || [ "$rehearse" = 0 ] || ! gpu_step "${P_NAME[i]}"; then
+      failed_steps+=("${P_NAME[i]}: ${S_RES[i]}")
+    fi
   fi
   # The report first, then the step's line in steps.tsv: a run killed between the two leaves a
   # report at least as far as steps.tsv.
@@ -556,9 +669,11 @@ run_step() {
   cur=""
   if [ "$fatal" = 1 ]; then
     say "gpu-check: $fatal_why"
-    say "gpu-check: partial report in $report, raw logs in $logs/"
+    say "gpu-check: partial report in $report, raw logs in $logs/${OUT:+; copied to $OUT}"
+    publish
     exit 1
   fi
+  publish
 }
 
 # on_signal NAME NUMBER: stop the running step, record it, write the report, exit 128+NUMBER.
@@ -576,6 +691,7 @@ on_signal() {
   run_state="Stopped by SIG$1 after $(elapsed) s${cur:+ during ${P_NAME[cur]}}: the steps not reached did not run."
   render_report
   say "gpu-check: stopped by SIG$1${cur:+ during ${P_NAME[cur]}}; partial report in $report, raw logs in $logs/"
+  publish
   exit $((128 + $2))
 }
 trap 'on_signal TERM 15' TERM
@@ -592,5 +708,11 @@ if [ "${#would[@]}" -gt 0 ]; then
   say "gpu-check: rehearsal without a GPU: on a GPU machine these would fail the check:"
   for w in "${would[@]}"; do say "  $w"; done
 fi
-say "gpu-check: report in $report, raw logs in $logs/ ($(elapsed) s; step limits $plan_total s)"
-[ "$report_ok" = 1 ] && [ "$cuda_rc" -eq 0 ] && [ "$backend_rc" -eq 0 ] && [ "$cli_rc" -eq 0 ]
+if [ "${#failed_steps[@]}" -gt 0 ]; then
+  say "gpu-check: FAILED: ${#failed_steps[@]} step(s) did not pass:"
+  for f in "${failed_steps[@]}"; do say "  $f"; done
+fi
+say "gpu-check: report in $report, raw logs in $logs/ ($(elapsed) s; step limits $plan_total s)${OUT:+; copied to $OUT}"
+publish
+[ "$report_ok" = 1 ] && [ "${#failed_steps[@]}" -eq 0 ] && [ "$cuda_rc" -eq 0 ] && [ "$backend_rc" -eq 0 ] &&
+  [ "$cli_rc" -eq 0 ]

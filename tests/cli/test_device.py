@@ -3,7 +3,7 @@
 coordinator computes nothing and takes no --device).
 
 Usage:
-  test_device.py --adjsh build/cli/adjsh
+  test_device.py --adjsh build/cli/adjsh [--expect-gpu]
 
 Standard library only. On any machine: malformed values are bad usage (exit 2, the flag named);
 a device this process cannot use (cuda:1023; any CUDA device in a build without CUDA or on a
@@ -12,7 +12,9 @@ naming it, never a crash or a hang; `--device cpu` writes the same bytes as the 
 `--worker-device` is checked, passed to a local cluster's workers, and a worker that cannot use
 its device is given up (the run ends with the reason when no worker is left). Where
 `--device cuda:0` works (a GPU), its gradient is compared with the CPU's. The same for a
-Mamba-2 model (check_mamba2).
+Mamba-2 model (check_mamba2). With --expect-gpu (scripts/gpu-check.sh on a GPU machine), a
+refused `cuda:0` fails instead of taking the no-GPU path, and so does a run in which the GPU
+cases did not all run: on a GPU machine, skipping them is a failure.
 Prints one PASS/FAIL line per case and `N passed, N failed` last; exits 1 if any case failed.
 """
 import argparse
@@ -56,7 +58,7 @@ def max_rel_l2(ref_path, got_path):
     return worst
 
 
-def check_mamba2(adjsh, tmp, tokens, check, no_crash):
+def check_mamba2(adjsh, tmp, tokens, check, no_crash, expect_gpu=False, gpu_ran=None):
     """A Mamba-2 model's gradient on a device (kernels/mamba2_chunk_ops.h): refused with the
     reason where the device cannot be used or lacks what is asked (f64, bf16 storage on a GPU);
     with a GPU, the GPU's gradient, in-process and through GPU workers, is the CPU's within
@@ -90,9 +92,14 @@ def check_mamba2(adjsh, tmp, tokens, check, no_crash):
               rc == 1 and "cuda:1023" in err and no_crash(rc, err), f"rc={rc} stderr={err!r}")
     rc, _, err = run(adjsh, grad + [out("m2-gpu.safetensors"), "--device", "cuda:0"])
     if rc != 0:
-        check("Mamba-2 grad --device cuda:0 without a usable GPU: exit 1, no crash",
-              rc == 1 and "cuda:0" in err and no_crash(rc, err), f"rc={rc} stderr={err!r}")
+        if expect_gpu:
+            check("--expect-gpu: Mamba-2 grad --device cuda:0 runs", False, f"rc={rc} stderr={err!r}")
+        else:
+            check("Mamba-2 grad --device cuda:0 without a usable GPU: exit 1, no crash",
+                  rc == 1 and "cuda:0" in err and no_crash(rc, err), f"rc={rc} stderr={err!r}")
         return
+    if gpu_ran is not None:
+        gpu_ran.append("mamba2")
     worst = max_rel_l2(out("m2-cpu.safetensors"), out("m2-gpu.safetensors"))
     check(f"Mamba-2 grad --device cuda:0 matches cpu (worst tensor rel L2 {worst:.1e} <= 1e-4)",
           worst <= 1e-4, err)
@@ -114,8 +121,11 @@ def check_mamba2(adjsh, tmp, tokens, check, no_crash):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--adjsh", required=True)
+    ap.add_argument("--expect-gpu", action="store_true",
+                    help="a GPU machine: fail where cuda:0 is refused or the GPU cases skip")
     a = ap.parse_args()
     results = []
+    gpu_ran = []  # the GPU cases that ran: the Mamba-1 and the Mamba-2 gradients
 
     def check(name, ok, detail=""):
         results.append(ok)
@@ -235,6 +245,7 @@ def main():
         # With a GPU: the CUDA gradient's loss agrees with the CPU's.
         rc, _, err = run(a.adjsh, grad + ["--out", out("gpu.safetensors"), "--device", "cuda:0"])
         if rc == 0:
+            gpu_ran.append("mamba")
             l_cpu, l_gpu = read_loss(out("cpu.safetensors")), read_loss(out("gpu.safetensors"))
             check("grad --device cuda:0 loss matches cpu", abs(l_cpu - l_gpu) <= 1e-5 * abs(l_cpu),
                   f"{l_cpu} vs {l_gpu}")
@@ -254,6 +265,8 @@ def main():
                 else float("inf")
             check(f"grad --workers 2 --worker-device cuda:0 gradient matches cpu (worst "
                   f"tensor rel L2 {err_w:.1e} <= 1e-4)", err_w <= 1e-4, f"rc={rc} {err[-800:]}")
+        elif a.expect_gpu:
+            check("--expect-gpu: grad --device cuda:0 runs", False, f"rc={rc} stderr={err!r}")
         else:
             check("grad --device cuda:0 without a usable GPU: exit 1, no crash",
                   rc == 1 and "cuda:0" in err and no_crash(rc, err), f"rc={rc} stderr={err!r}")
@@ -263,7 +276,11 @@ def main():
                       "no NVIDIA driver is installed" in err or "older than this adjsh's CUDA"
                       in err, err)
 
-        check_mamba2(a.adjsh, tmp, tokens, check, no_crash)
+        check_mamba2(a.adjsh, tmp, tokens, check, no_crash, a.expect_gpu, gpu_ran)
+
+    if a.expect_gpu:
+        check(f"--expect-gpu: every GPU case ran (ran: {', '.join(gpu_ran) or 'none'})",
+              gpu_ran == ["mamba", "mamba2"])
 
     failed = results.count(False)
     print(f"{len(results) - failed} passed, {failed} failed")

@@ -10,9 +10,13 @@ at most 480 s in all, kill grace included, with the bundle's unpack too); a rehe
 step with this build's binaries (`--rehearse --prebuilt BUILD_DIR`, full and --quick), which must
 reach each binary's device check (every failed step's reason names the missing CUDA device, never
 a flag), show the preflight and the skipped CUDA tests as what would fail on a GPU machine, and
-render every table with one row per step; the GPU machine's failures, with a stand-in nvidia-smi
-on PATH (a driver too old for CUDA 13, no usable device: the preflight stops the check with exit
-1; a device the probe passes but CUDA tests that skip: exit 1); a rehearsal killed midway
+render every table with one row per step; the dry run on this machine (`--quick --prebuilt`
+without a GPU: exit 1 at the preflight, "no GPU", within 10 s, the report and logs copied to
+$OUT); the plan's order (preflight, CUDA tests, the gradient through GPU workers, memory,
+tokens/s, scan); the GPU machine's failures, with a stand-in nvidia-smi on PATH (a driver too old
+for CUDA 13, no usable device: the preflight stops the check with exit 1; a device the probe
+passes but CUDA tests that skip: exit 1; a benchmark that crashes, a sanitizer that finds an
+error: exit 1, each step named, the rest still run); a rehearsal killed midway
 (SIGKILL to all its processes, SIGTERM to the script), which must leave its logs and a report
 naming the steps done; and the report's rows for results as the benchmarks print them on a GPU.
 On a machine with a GPU this exits 77 (skipped): the check itself is the test there.
@@ -26,6 +30,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 
@@ -154,6 +159,13 @@ def plan_cases(build):
     check("the preflight comes first and the device check before the tests",
           names[0] == "preflight.gpu" and "preflight.device" in names and "tests.cuda" in names
           and names.index("preflight.device") < names.index("tests.cuda"), names)
+    first = lambda prefix: next((i for i, n in enumerate(names) if n.startswith(prefix)), -1)  # noqa: E731
+    order = [first(p) for p in ("preflight.device", "tests.cuda", "tests.cli", "memory.", "tokens.", "scan.")]
+    check("the plan's order: preflight, CUDA tests, gradient through GPU workers, memory, tokens/s, scan",
+          -1 not in order and order == sorted(order), f"{names}")
+    check("the CUDA tests run again with ADJSH_CUDA_SYNC=1 and under memcheck and racecheck",
+          {"tests.cuda.sync", "sanitizer.memcheck", "sanitizer.racecheck"} <= set(names)
+          and max(first("tests.cuda.sync"), first("sanitizer.")) < first("tests.cli"), f"{names}")
     mem = [int(n[len("memory.T"):]) for n in names if n.startswith("memory.T")]
     check("--quick: the CUDA tests, the scan bench, T up to 256K, one tokens/s point, no baseline",
           "scan.f32" in names and "scan.bf16" in names and mem and max(mem) == 262144
@@ -189,6 +201,34 @@ def plan_cases(build):
         steps, total, worst = parse_plan(out)
         check("--plan without binaries lists the build steps",
               rc == 0 and {"build.configure", "build.compile"} <= set(dict(steps)), out)
+
+
+def dry_run(build):
+    """The --quick check on this machine (no GPU): it fails cleanly at the preflight, fast, and
+    leaves the report and the logs in $OUT (the device tool's folder) too."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out_dir = os.path.join(tmp, "out")
+        os.makedirs(out_dir)
+        env = dict(os.environ, OUT=out_dir)
+        t0 = time.time()
+        rc, out, err = run([SCRIPT, "--quick", "--prebuilt", build, "--logs", os.path.join(tmp, "logs"),
+                            os.path.join(tmp, "r.md")], env=env)
+        secs = time.time() - t0
+        check(f"dry run --quick without a GPU: exit 1 at the preflight, 'no GPU', in {secs:.1f} s (< 10 s)",
+              rc == 1 and "no GPU" in err and "preflight.gpu: FAILED" in err and secs < 10,
+              f"rc={rc} {err[-1500:]}")
+        got = sorted(os.listdir(out_dir))
+        check("dry run: $OUT holds gpu-check.md and gpu-check-logs.tar.gz, nothing else",
+              got == ["gpu-check-logs.tar.gz", "gpu-check.md"], f"{got}")
+        if "gpu-check-logs.tar.gz" in got:
+            with tarfile.open(os.path.join(out_dir, "gpu-check-logs.tar.gz")) as t:
+                names = t.getnames()
+            check("dry run: the logs' tarball has run.log, steps.tsv and the preflight's log",
+                  all(f"logs/{n}" in names for n in ("run.log", "steps.tsv", "preflight.txt")), f"{names}")
+            report = open(os.path.join(out_dir, "gpu-check.md")).read()
+            check("dry run: $OUT's report shows the preflight failed",
+                  steps_table(report).get("preflight.gpu", ("", "", ""))[2].startswith("FAILED: no GPU"),
+                  report[-800:])
 
 
 def rehearsal(build, quick=False):
@@ -289,6 +329,7 @@ def gpu_machine_failures(build):
      echo '[  SKIPPED ] CudaTest.A' ;;
 esac""",
             "kernels_test": "echo '[==========] 9 tests from 2 test suites ran. (5 ms total)'; echo '[  PASSED  ] 9 tests.'",
+            "launch_check_test": "echo '[==========] 4 tests from 1 test suite ran. (5 ms total)'; echo '[  PASSED  ] 4 tests.'",
             "cuda_scan_bench": "echo 'cuda_scan_bench: stand-in' >&2; exit 1",
             "grad_bench": "echo 'grad_bench: stand-in' >&2; exit 1",
             "adjsh": "echo 'adjsh: stand-in' >&2; exit 1",
@@ -310,6 +351,60 @@ esac""",
         check("GPU machine: the steps after a failed test still run, and the report is complete",
               steps.get("report", ("", "", ""))[2] == "ok" and report.rstrip().endswith("<!-- gpu:end -->"),
               f"{steps}")
+
+        # ... the tests pass, but a benchmark crashes (a signal) and memcheck finds an error: the
+        # check fails naming both, and every step still runs.
+        def write(name, body):
+            path = os.path.join(bundle, "bin", name)
+            open(path, "w").write("#!/bin/sh\n" + body + "\n")
+            os.chmod(path, 0o755)
+        write("cuda_backend_test", """case "$*" in
+  *=CudaTest.UnsupportedOpsAreRefused) n=1 ;;
+  *) n=3 ;;
+esac
+[ -n "$ADJSH_CUDA_SYNC" ] && echo 'adjsh: ADJSH_CUDA_SYNC=1: the device is synchronised after every kernel launch'
+echo "[==========] $n tests from 1 test suite ran. (1 ms total)"
+echo "[  PASSED  ] $n tests."
+""")
+        write("grad_bench", "echo 'grad_bench: about to fault' >&2; kill -SEGV $$")
+        sanitizer_dir = os.path.join(tmp, "sanitizer")
+        os.makedirs(sanitizer_dir)
+        with open(os.path.join(sanitizer_dir, "compute-sanitizer"), "w") as f:
+            f.write("""#!/bin/sh
+tool=memcheck
+while [ $# -gt 0 ]; do
+  case "$1" in --tool) tool=$2; shift 2 ;; --error-exitcode) shift 2 ;; --*) shift ;; *) break ;; esac
+done
+"$@" || exit $?
+if [ "$tool" = memcheck ]; then
+  echo '========= Invalid __global__ write of size 4 bytes'
+  echo '========= ERROR SUMMARY: 2 errors'
+  exit 99
+fi
+echo '========= RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)'
+""")
+        os.chmod(os.path.join(sanitizer_dir, "compute-sanitizer"), 0o755)
+        env2 = dict(env, PATH=sanitizer_dir + os.pathsep + env["PATH"])
+        rc, out, err = run([SCRIPT, "--quick", "--prebuilt", bundle, "--logs", logs, report_path],
+                           env=env2, timeout=600)
+        report = open(report_path).read() if os.path.exists(report_path) else ""
+        steps = steps_table(report)
+        failed_list = err.split("did not pass:", 1)[1] if "did not pass:" in err else ""
+        crashed = [n for n in steps if n.startswith(("memory.", "tokens.")) and "crashed (SIGSEGV)" in steps[n][2]]
+        check("GPU machine, a benchmark crashes (SIGSEGV): the check fails (exit 1), each crashed step named",
+              rc == 1 and len(crashed) == 3 and all(n in failed_list for n in crashed), f"rc={rc} {steps} {err[-1500:]}")
+        check("GPU machine, memcheck finds errors: that step fails, saying how many; racecheck passes",
+              steps.get("sanitizer.memcheck", ("", "", ""))[2].startswith("FAILED: memcheck found 2 error(s): Invalid")
+              and "sanitizer.memcheck" in failed_list and steps.get("sanitizer.racecheck", ("", "", ""))[2] == "ok",
+              f"{steps}")
+        check("GPU machine: the CUDA tests with ADJSH_CUDA_SYNC=1 pass; the steps after the failures ran",
+              steps.get("tests.cuda.sync", ("", "", ""))[2] == "ok" and steps.get("scan.bf16", ("", "", ""))[2] != "not reached"
+              and steps.get("report", ("", "", ""))[2] == "ok", f"{steps}")
+        cli_path = os.path.join(logs, "cli_device.txt")
+        cli_log = open(cli_path).read() if os.path.exists(cli_path) else ""
+        check("GPU machine: test_device.py runs with --expect-gpu (a refused cuda:0 fails it)",
+              "FAIL --expect-gpu: grad --device cuda:0 runs" in cli_log
+              and "tests.cli" in failed_list, cli_log[-800:])
 
 
 def killed_rehearsal(build, sig):
@@ -424,6 +519,7 @@ def main():
     build = os.path.abspath(a.build)
     usage_cases()
     plan_cases(build)
+    dry_run(build)
     report_rows()
     gpu_machine_failures(build)
     killed_rehearsal(build, signal.SIGKILL)
