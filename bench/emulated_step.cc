@@ -10,14 +10,17 @@
 //                             values are meaningless then.
 //   --kernels run             the kernels emulated too (slow: small shapes), and the gradient
 //                             compared with the CPU backend's on the same model and tokens.
-// One JSON line: the shape, the step's tasks, the traffic in all and per token, syncs per task,
-// the model's f32 bytes (one parameter upload, or one gradient download, of the step), and with
-// --kernels run the loss of both and the gradient's relative L2 distance from the CPU's.
+// One JSON line: the shape, the step's tasks, the traffic in all (the device's own counts around
+// the step: making the model on it included) and per token, syncs per task (all, and the most
+// one task waited), the model's f32 bytes (one parameter upload, or one gradient download, of
+// the step), and with --kernels run the loss of both, the gradient's relative L2 distance from
+// the CPU's and a digest of its bytes (--threads: the step's threads, for bitwise checks).
 // docs/BENCHMARKS.md "Host-device traffic of a GPU step" has the table and the command.
 #include <cuda_runtime.h>
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -32,6 +35,7 @@
 
 #include "absl/strings/str_format.h"
 #include "cli/args.h"
+#include "common/hash.h"
 #include "common/mamba2_init.h"
 #include "common/model.h"
 #include "engine/families/families.h"
@@ -62,6 +66,22 @@ double RelL2(const adjsh::TensorMap& a, const adjsh::TensorMap& b) {
   return norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff);
 }
 
+// FNV-1a over a gradient's tensor map, name by name (the map is ordered): equal digests, equal
+// bits.
+uint64_t Digest(const adjsh::TensorMap& m) {
+  uint64_t h = adjsh::kFnv1aBasis;
+  for (const auto& [name, t] : m) {
+    for (char c : name) h = adjsh::Fnv1a(h, static_cast<uint8_t>(c));
+    const std::vector<float> values = t.To<float>().value();
+    for (float v : values) {
+      uint32_t bits;
+      std::memcpy(&bits, &v, sizeof bits);
+      for (int b = 0; b < 4; ++b) h = adjsh::Fnv1a(h, static_cast<uint8_t>(bits >> (8 * b)));
+    }
+  }
+  return h;
+}
+
 std::vector<uint32_t> Tokens(int64_t T, int64_t V) {
   std::mt19937_64 rng(5);
   std::vector<uint32_t> t(T);
@@ -74,7 +94,11 @@ template <typename F>
 int Step(const char* type, const typename F::template Params<float>& p,
          const std::vector<uint32_t>& tokens, const adjsh::GradOptions& opt, bool run_kernels) {
   using Grad = typename F::Grad;
+  // The device's own counts around the whole step: its tasks' traffic and what making the model
+  // on the device moved (its parameters, the resident head's tables).
+  const DeviceTraffic before = adjsh::cuda::DeviceMemoryProbeOf(0)()->traffic;
   const absl::StatusOr<Grad> r = F::Gradient(p, adjsh::GradPiece{tokens, opt});
+  const DeviceTraffic d = adjsh::cuda::DeviceMemoryProbeOf(0)()->traffic - before;
   if (!r.ok()) {
     std::fprintf(stderr, "emulated_step: %s\n", std::string(r.status().message()).c_str());
     return 1;
@@ -88,11 +112,14 @@ int Step(const char* type, const typename F::template Params<float>& p,
       std::fprintf(stderr, "emulated_step: cpu: %s\n", std::string(c.status().message()).c_str());
       return 1;
     }
+    const adjsh::TensorMap grad = F::ToTensors(r->grad, adjsh::DType::kF32);
     compared = absl::StrFormat(
-        ", \"loss\": %.9g, \"loss_cpu\": %.9g, \"rel_l2_vs_cpu\": %.3g", r->loss, c->loss,
-        RelL2(F::ToTensors(r->grad, adjsh::DType::kF32), F::ToTensors(c->grad, adjsh::DType::kF32)));
+        ", \"loss\": %.9g, \"loss_cpu\": %.9g, \"rel_l2_vs_cpu\": %.3g, \"digest\": \"%016x\"",
+        r->loss, c->loss, RelL2(grad, F::ToTensors(c->grad, adjsh::DType::kF32)), Digest(grad));
   }
-  const DeviceTraffic& d = r->profile.device;
+  uint64_t task_syncs = 0;  // the most one task waited for the device
+  for (const adjsh::TaskRecord& rec : r->records)
+    task_syncs = std::max<uint64_t>(task_syncs, rec.device.syncs);
   const int64_t T = static_cast<int64_t>(tokens.size());
   const double t = static_cast<double>(T);
   const uint64_t param_bytes = F::ParamBytes(p.config);
@@ -103,11 +130,12 @@ int Step(const char* type, const typename F::template Params<float>& p,
       "\"spans\": %d, \"tasks\": %d, \"param_bytes\": %d, \"h2d_bytes\": %d, \"d2h_bytes\": %d, "
       "\"h2d_copies\": %d, \"d2h_copies\": %d, \"syncs\": %d, \"allocations\": %d, "
       "\"h2d_per_token\": %.1f, \"d2h_per_token\": %.1f, "
-      "\"beyond_params_and_grad_per_token\": %.1f, \"syncs_per_task\": %.2f%s}\n",
+      "\"beyond_params_and_grad_per_token\": %.1f, \"syncs_per_task\": %.2f, "
+      "\"most_syncs_in_a_task\": %d%s}\n",
       type, p.config.hidden_size, p.config.num_hidden_layers, p.config.vocab_size, T, opt.chunk,
       r->profile.spans, r->profile.tasks, param_bytes, d.h2d_bytes, d.d2h_bytes, d.h2d_copies,
       d.d2h_copies, d.syncs, d.allocations, d.h2d_bytes / t, d.d2h_bytes / t, beyond / t,
-      static_cast<double>(d.syncs) / static_cast<double>(r->profile.tasks), compared);
+      static_cast<double>(d.syncs) / static_cast<double>(r->profile.tasks), task_syncs, compared);
   return 0;
 }
 
@@ -127,6 +155,7 @@ int main(int argc, char** argv) {
   a.Add("tokens", "T", "sequence length", "65536");
   a.Add("chunk", "C", "tokens per chunk", "256");
   a.Add("spans", "S", "spans (0: the default)", "0");
+  a.Add("threads", "N", "the step's threads (the counts do not depend on them)", "1");
   a.Add("kernels", "skip|run", "skip: count the traffic only; run: emulate the kernels too and "
         "compare the gradient with the CPU's (small shapes)", "skip");
   if (auto code = adjsh::cli::ParseOrExit(a, std::vector<std::string>(argv + 1, argv + argc)))
@@ -143,9 +172,12 @@ int main(int argc, char** argv) {
     v[i] = *got;
   }
   absl::StatusOr<int64_t> spans = a.GetInt("spans", 0, int64_t{1} << 30);
-  if (!spans.ok()) {
-    std::fprintf(stderr, "emulated_step: %s\n", std::string(spans.status().message()).c_str());
-    return 2;
+  absl::StatusOr<int64_t> threads = a.GetInt("threads", 1, 64);
+  for (const absl::StatusOr<int64_t>* got : {&spans, &threads}) {
+    if (!got->ok()) {
+      std::fprintf(stderr, "emulated_step: %s\n", std::string(got->status().message()).c_str());
+      return 2;
+    }
   }
   const std::string kernels = a.Get("kernels"), type = a.Get("model-type");
   if (kernels != "skip" && kernels != "run") {
@@ -165,7 +197,7 @@ int main(int argc, char** argv) {
   opt.device = *adjsh::ParseDevice("cuda:0");
   opt.chunk = v[6];
   opt.spans = *spans;
-  opt.threads = 1;  // the emulated device is one host; the counts do not depend on threads
+  opt.threads = static_cast<int>(*threads);
   const std::vector<uint32_t> tokens = Tokens(T, V);
   if (type == "mamba") {
     adjsh::MambaConfig c;

@@ -230,6 +230,20 @@ absl::Status SpanLedger<T, P>::SetReduced(int32_t group, GroupValue<T>&& value) 
 }
 
 template <typename T, template <typename> class P>
+absl::Status SpanLedger<T, P>::SetReducedTiedEmbed(std::vector<T>&& head_plus_lookup) {
+  if (!p_.config.tie_word_embeddings) {
+    return absl::FailedPreconditionError("an untied model's head and lookup sum apart");
+  }
+  if (Reduced(HeadGroup(K_)) || Reduced(LookupGroup(K_))) {
+    return absl::FailedPreconditionError("the head or lookup group is reduced already");
+  }
+  head_embed_sum_.SetRoot(std::move(head_plus_lookup));
+  lookup_embed_sum_.SetRoot({});
+  tied_summed_ = true;
+  return absl::OkStatus();
+}
+
+template <typename T, template <typename> class P>
 bool SpanLedger<T, P>::Reduced(int32_t group) const {
   if (group < K_) return layer_sums_[group].Complete();
   if (group == HeadGroup(K_)) return head_embed_sum_.Complete();
@@ -258,7 +272,8 @@ GradResult<T, P> SpanLedger<T, P>::Finish() {
   }
   if (p_.config.tie_word_embeddings) {
     r.grad.embed = head_embed_sum_.TakeRoot();  // the head's part, then the lookups'
-    AddVector(r.grad.embed, lookup_embed_sum_.TakeRoot());
+    std::vector<T> lookup = lookup_embed_sum_.TakeRoot();
+    if (!tied_summed_) AddVector(r.grad.embed, lookup);
   } else {  // an untied head: its partials are lm_head's gradient, the lookups the embedding's
     r.grad.lm_head = head_embed_sum_.TakeRoot();
     r.grad.embed = lookup_embed_sum_.TakeRoot();
@@ -308,6 +323,8 @@ template class FixedTreeSum<std::vector<float>>;
 template class FixedTreeSum<std::vector<double>>;
 template class FixedTreeSum<Mamba2Layer<float>>;
 template class FixedTreeSum<Mamba2Layer<double>>;
+template class FixedTreeSum<RowBuffer<float>>;  // a resident step's: engine/device_sums.h
+template class FixedTreeSum<RowBuffer<double>>;
 template class SpanLedger<float>;
 template class SpanLedger<double>;
 template class SpanLedger<float, Mamba2Params>;

@@ -83,6 +83,10 @@ class SpanLedger {
   // The root of group g (engine/reduce_groups.h), reduced elsewhere. FAILED_PRECONDITION when
   // it was given already.
   absl::Status SetReduced(int32_t group, GroupValue<T>&& value);
+  // A tied model's head and lookup roots added elsewhere (head + lookup, element by element, as
+  // Finish adds them): both groups at once, so that their sum crosses once
+  // (engine/device_sums.h). FAILED_PRECONDITION when untied or either was given already.
+  absl::Status SetReducedTiedEmbed(std::vector<T>&& head_plus_lookup);
   bool Reduced(int32_t group) const;
   bool AllReduced() const;
   // After every task: the loss, the gradient (none for a forward-only plan), the counts.
@@ -111,6 +115,7 @@ class SpanLedger {
   bool elsewhere_ = false;
   std::vector<FixedTreeSum<Layer>> layer_sums_;
   FixedTreeSum<std::vector<T>> head_embed_sum_, lookup_embed_sum_, norm_f_sum_;
+  bool tied_summed_ = false;  // head_embed_sum_ holds head + lookup (SetReducedTiedEmbed)
 };
 
 // The ledger of a parameter struct (ModelParams<T>, Mamba2Params<T>), for code that holds the

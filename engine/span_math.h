@@ -10,6 +10,9 @@
 //   - the conv halo's gradient handed to earlier rows: per chunk as rows of du (HaloGrad::kRows,
 //     added in chunk order) or carried through the chunks and, at the span's start, through
 //     span s - 1's rows (kCarried); the part for span s - 1 goes out as du_halo_prev.
+// Every state, adjoint and row it keeps or passes between calls is in the model's row space
+// (kernels/row_space.h); a task's inputs go in and its outputs come out through the space, so
+// on a GPU a task moves only those (the span owner's Finish brings them to the host).
 #ifndef ADJSH_ENGINE_SPAN_MATH_H_
 #define ADJSH_ENGINE_SPAN_MATH_H_
 
@@ -40,14 +43,15 @@ class SpanMath {
   // The adjoint out of the span from zero, last chunk first.
   void BackwardSummary(SpanRows<T>& s, int64_t k, Outputs& out);
   // The chunks from the last with the adjoint mu (empty: zero) into the span's last token: the
-  // layer's partial, dL/du^k rows into du (len, D), the conv halo's part for span s - 1 as
-  // out.du_halo_prev.
+  // layer's partial (out.grad, or for a resident model out.grad_sum), dL/du^k rows into du
+  // (len, D), the conv halo's part for span s - 1 as out.du_halo_prev.
   void Backward(SpanRows<T>& s, int64_t k, const std::vector<T>& mu, Outputs& out, T* du);
   void DropLayer(int64_t k);  // after layer k's backward
   int64_t kept_bytes() const;
 
  private:
-  // The state before chunk i (c - c0) of layer k (scratch: the storage's read buffer).
+  // The state before chunk i (c - c0) of layer k, in the row space (scratch: the storage's read
+  // buffer).
   const T* ChunkStart(SpanRows<T>& s, int64_t k, int64_t i, std::vector<T>& scratch);
   // Hands back what an earlier summary kept and makes room (all null) for what the summary
   // `phase` of layer k is about to keep.
@@ -58,9 +62,10 @@ class SpanMath {
   const Model& model_;
   const int64_t S_;  // the state's size
   const bool keeps_chunk_states_;
-  std::vector<StoredRows<T>> states_;  // keeps_chunk_states_: K x (chunks, S)
-  std::vector<std::vector<T>> start_;  // otherwise: K x (S) from each layer's kForward, and
-  std::vector<T> rebuilt_;             // (chunks, S) of layer rebuilt_layer_
+  RowSpace<T>& space_;                  // the model's row space, where all of these are
+  std::vector<StoredRows<T>> states_;   // keeps_chunk_states_: K x (chunks, S)
+  std::vector<RowBuffer<T>> start_;     // otherwise: K x (S) from each layer's kForward, and
+  RowBuffer<T> rebuilt_;                // (chunks, S) of layer rebuilt_layer_
   int64_t rebuilt_layer_ = -1;
   // What the last summary task kept per chunk for the pass after it (that summary's phase and
   // layer), and what each layer's kForward carried per chunk for its kBackwardSummary

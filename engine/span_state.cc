@@ -9,8 +9,9 @@
 namespace adjsh {
 
 template <typename T>
-StoredRows<T> MakeSpanRows(size_t n, Storage storage, const std::string& spill_dir) {
-  absl::StatusOr<StoredRows<T>> rows = StoredRows<T>::Create(n, storage, spill_dir);
+StoredRows<T> MakeSpanRows(size_t n, Storage storage, const std::string& spill_dir,
+                           RowSpace<T>& space) {
+  absl::StatusOr<StoredRows<T>> rows = StoredRows<T>::Create(n, storage, spill_dir, true, &space);
   if (!rows.ok()) {
     std::fprintf(stderr, "adjsh: %s; keeping the rows in memory\n",
                  std::string(rows.status().message()).c_str());
@@ -22,17 +23,19 @@ StoredRows<T> MakeSpanRows(size_t n, Storage storage, const std::string& spill_d
 template <typename T>
 SpanRows<T>::SpanRows(const SpanPlan& plan, int64_t span, int64_t K, int64_t D,
                       std::vector<uint32_t> tokens, std::vector<uint8_t> mask, Storage storage,
-                      const std::string& spill_dir)
+                      const std::string& spill_dir, RowSpace<T>& space)
     : plan(plan),
       span(span),
       r(plan.range(span)),
       D(D),
       tokens(std::move(tokens)),
       mask(std::move(mask)),
-      storage(storage) {
+      storage(storage),
+      space(space) {
   const int64_t rows = r.halo + r.len;
   ADJSH_CHECK(static_cast<int64_t>(this->tokens.size()) >= rows, "span tokens too short");
-  for (int64_t k = 0; k < K; ++k) u.push_back(MakeSpanRows<T>(rows * D, storage, spill_dir));
+  for (int64_t k = 0; k < K; ++k)
+    u.push_back(MakeSpanRows<T>(rows * D, storage, spill_dir, space));
 }
 
 template <typename T>
@@ -75,8 +78,10 @@ std::vector<int64_t> SpanTargets(const SpanPlan& plan, const SpanRange& r,
   return targets;
 }
 
-template StoredRows<float> MakeSpanRows<float>(size_t, Storage, const std::string&);
-template StoredRows<double> MakeSpanRows<double>(size_t, Storage, const std::string&);
+template StoredRows<float> MakeSpanRows<float>(size_t, Storage, const std::string&,
+                                               RowSpace<float>&);
+template StoredRows<double> MakeSpanRows<double>(size_t, Storage, const std::string&,
+                                                 RowSpace<double>&);
 template struct SpanRows<float>;
 template struct SpanRows<double>;
 

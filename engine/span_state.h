@@ -4,7 +4,8 @@
 //   kept   u^k (H + len, D) for k = 0..K-1 in the storage format (halo rows first, from the
 //          coordinator), g (len, D) in the compute type: u^K, then dL/du^K from the head, then
 //          dL/du^k as the backward goes down; and what the model type's layer math keeps
-//          (engine/span_math.h).
+//          (engine/span_math.h); all of it in the model's row space (kernels/row_space.h: the
+//          host's, or a GPU's for a resident model).
 //   sent   only (Di, N)-sized summaries, halo rows and parameter partials (SpanOutputs).
 #ifndef ADJSH_ENGINE_SPAN_STATE_H_
 #define ADJSH_ENGINE_SPAN_STATE_H_
@@ -44,13 +45,18 @@ struct SpanOutputs {
                                  // the (V, D) partial of the embedding lookup
   std::vector<T> m;             // kBackwardSummary: (Di, N)
   Layer grad;                   // kBackward: layer k's partial over the span
+  // A resident span's (V, D) partial (embed's) and layer partial (its tensors back to back:
+  // ChunkOps::grad_size) where its rows are, instead of embed and grad, when its owner was
+  // asked to leave them there (engine/span_work.h Run).
+  RowBuffer<T> embed_sum, grad_sum;
   std::vector<T> du_halo_prev;  // kBackward, s > 0: (H, D) for span s - 1's last rows of dL/du^k
 };
 
 // n stored values on the heap, or spilled when a directory is given and the disk takes them
-// (else in memory, saying so on stderr).
+// (else in memory, saying so on stderr); in a device's memory for a device space.
 template <typename T>
-StoredRows<T> MakeSpanRows(size_t n, Storage storage, const std::string& spill_dir);
+StoredRows<T> MakeSpanRows(size_t n, Storage storage, const std::string& spill_dir,
+                           RowSpace<T>& space);
 
 // The rows a span keeps of every layer, and its place in the step: what the span owner
 // (engine/span_work.h) and its model type's layer math read and write.
@@ -59,7 +65,8 @@ struct SpanRows {
   // tokens: ids [t0 - H, min(T, t0 + len + 1)); mask: empty, or the loss mask over the same
   // positions. K layers of width D; u[0] is left for the owner to fill (the embedding rows).
   SpanRows(const SpanPlan& plan, int64_t span, int64_t K, int64_t D, std::vector<uint32_t> tokens,
-           std::vector<uint8_t> mask, Storage storage, const std::string& spill_dir);
+           std::vector<uint8_t> mask, Storage storage, const std::string& spill_dir,
+           RowSpace<T>& space);
 
   const SpanPlan& plan;
   const int64_t span;
@@ -68,8 +75,9 @@ struct SpanRows {
   const std::vector<uint32_t> tokens;
   const std::vector<uint8_t> mask;
   const Storage storage;
+  RowSpace<T>& space;
   std::vector<StoredRows<T>> u;  // K x (H + len, D)
-  std::vector<T> g;              // (len, D)
+  RowBuffer<T> g;                // (len, D)
 
   int64_t base() const { return r.t0 - r.halo; }  // the token of u[k]'s row 0
   // The rows chunk c reads of u^k (its conv halo, then its own), through scratch when the

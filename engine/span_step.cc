@@ -11,6 +11,7 @@
 
 #include "common/check.h"
 #include "common/thread_pool.h"
+#include "engine/device_sums.h"
 #include "engine/span_ledger.h"
 #include "engine/span_plan.h"
 #include "engine/span_work.h"
@@ -48,6 +49,10 @@ GradResult<T, P> RunSpans(const P<T>& params, const Model& model, const SpanPlan
   // The model's backend (either model type has one) says when its kept budget refuses a set.
   const Backend<T>& backend = *model.backend;
   const int64_t refused_before = backend.KeptRefusals();
+  // A resident model's partials are summed on its device (engine/device_sums.h).
+  std::unique_ptr<DeviceSums<T, P, Model>> device_sums;
+  if (!model.rows->host())
+    device_sums = std::make_unique<DeviceSums<T, P, Model>>(model, plan, ledger);
   const auto start = std::chrono::steady_clock::now();
   RunDag(
       pool, plan.num_tasks(), [&](int64_t id) { return plan.Successors(id); },
@@ -74,7 +79,7 @@ GradResult<T, P> RunSpans(const P<T>& params, const Model& model, const SpanPlan
         }
         typename SpanLedger<T, P>::Outputs out;
         const auto t0 = std::chrono::steady_clock::now();
-        const absl::Status s = w->Run(task, in, out);
+        const absl::Status s = w->Run(task, in, out, /*device_partials=*/device_sums != nullptr);
         const double seconds =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         ADJSH_CHECK(s.ok(), std::string(s.message()).c_str());
@@ -91,6 +96,7 @@ GradResult<T, P> RunSpans(const P<T>& params, const Model& model, const SpanPlan
         rec.start_s = rec.end_s - seconds;
         rec.worker = "in-process";
         rec.device = traffic;
+        if (device_sums) device_sums->Take(task, out);
         ledger.Apply(id, std::move(out));
         kept += bytes - span_bytes[task.span];
         span_bytes[task.span] = bytes;
@@ -135,7 +141,8 @@ absl::StatusOr<GradResult<T>> RunSpanStep(const ModelParams<T>& params,
   if (!plan.ok()) return plan.status();
   absl::StatusOr<std::unique_ptr<Backend<T>>> backend = MakeBackend<T>(opt.device);
   if (!backend.ok()) return backend.status();
-  const LayerModel<ModelParams<T>> model = MakeLayerModel(params, **backend);
+  const LayerModel<ModelParams<T>> model =
+      MakeLayerModel(params, **backend, RowPlace::kResident);
   return RunSpans<T, ModelParams, SpanWork<T>>(
       params, model, *plan, tokens,
       {opt.threads, opt.loss_mask, opt.storage, opt.spill_dir, opt.progress});

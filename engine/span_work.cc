@@ -17,12 +17,17 @@ BasicSpanWork<Math>::BasicSpanWork(const Model& model, const SpanPlan& plan, int
       W_(model.params->config.conv_kernel),
       n_targets_(n_targets),
       rows_(plan, span, K_, model.params->config.hidden_size, std::move(tokens), std::move(mask),
-            storage, spill_dir),
+            storage, spill_dir, *model.rows),
       math_(model, rows_) {
-  const int64_t D = rows_.D;
+  const int64_t D = rows_.D, n = rows_.r.halo + rows_.r.len;
   const std::vector<T>& E = model_.params->embed;
-  for (int64_t t = 0; t < rows_.r.halo + rows_.r.len; ++t)
-    rows_.u[0].Commit(t * D, D, E.data() + int64_t{rows_.tokens[t]} * D);
+  if (rows_.space.host()) {
+    for (int64_t t = 0; t < n; ++t)
+      rows_.u[0].Commit(t * D, D, E.data() + int64_t{rows_.tokens[t]} * D);
+    return;
+  }
+  std::vector<T> scratch;  // unused: resident rows are written where they are
+  model_.head->Gather(rows_.tokens.data(), n, rows_.u[0].WriteBuffer(0, n * D, scratch));
 }
 
 template <typename Math>
@@ -32,7 +37,7 @@ bool BasicSpanWork<Math>::Ready(const SpanTask& task) const {
 
 template <typename Math>
 absl::Status BasicSpanWork<Math>::Run(const SpanTask& task, const SpanInputs<T>& in,
-                                      Outputs& out) {
+                                      Outputs& out, bool device_partials) {
   if (task.span != rows_.span || !Ready(task))
     return SpanNotReady(rows_.span, task, forward_done_, g_layer_);
   const int64_t k = task.layer;
@@ -54,6 +59,22 @@ absl::Status BasicSpanWork<Math>::Run(const SpanTask& task, const SpanInputs<T>&
       Backward(k, in, out);
       break;
   }
+  // The resident head waited for its loss, after which nothing is queued unless the partials
+  // come down.
+  bool waited = model_.head && task.phase == SpanPhase::kForward && k + 1 == K_;
+  if (!device_partials && (out.embed_sum.size() > 0 || out.grad_sum.size() > 0)) {
+    waited = false;
+    if (out.embed_sum.size() > 0) {
+      out.embed.resize(out.embed_sum.size());
+      rows_.space.Download(out.embed.data(), out.embed_sum.data(), out.embed_sum.size());
+      out.embed_sum.reset();
+    }
+    if (out.grad_sum.size() > 0) {
+      model_.layers[k]->DownloadGrad(out.grad_sum.data(), out.grad);
+      out.grad_sum.reset();
+    }
+  }
+  if (!waited) rows_.space.Finish();  // the task's outputs on the host: its one sync on a GPU
   return absl::OkStatus();
 }
 
@@ -63,7 +84,7 @@ void BasicSpanWork<Math>::SetHalo(int64_t k, const SpanInputs<T>& in) {
   const int64_t H = rows_.r.halo, D = rows_.D;
   if (k == 0 || H == 0) return;
   ADJSH_CHECK(static_cast<int64_t>(in.halo_u.size()) == H * D, "halo_u has the wrong size");
-  rows_.u[k].Commit(0, H * D, in.halo_u.data());
+  rows_.u[k].Upload(0, H * D, in.halo_u.data());
 }
 
 // Span s + 1's part of dL/du^{k+1} of the last rows, once per layer.
@@ -74,7 +95,13 @@ void BasicSpanWork<Math>::AddNextHalo(const SpanInputs<T>& in) {
   const int64_t D = rows_.D, n = static_cast<int64_t>(in.du_halo.size()) / D;
   ADJSH_CHECK(n <= rows_.r.len, "du_halo longer than the span");
   T* last = rows_.g.data() + (rows_.r.len - n) * D;
-  for (int64_t q = 0; q < n * D; ++q) last[q] += in.du_halo[q];
+  if (rows_.space.host()) {
+    for (int64_t q = 0; q < n * D; ++q) last[q] += in.du_halo[q];
+    return;
+  }
+  RowBuffer<T> halo(rows_.space, n * D);
+  rows_.space.Upload(halo.data(), in.du_halo.data(), n * D);
+  rows_.space.Add(last, halo.data(), n * D);
 }
 
 // From the true start state; the top layer's output goes to g and on to the head, any other's
@@ -83,17 +110,19 @@ template <typename Math>
 void BasicSpanWork<Math>::Forward(int64_t k, const SpanInputs<T>& in, Outputs& out) {
   const int64_t D = rows_.D, len = rows_.r.len;
   const bool top = k + 1 == K_;
-  if (top) rows_.g.assign(len * D, T(0));
+  if (top) {
+    rows_.g = TakeSpare(len * D);
+    rows_.space.Zero(rows_.g.data(), len * D);
+  }
   math_.Forward(rows_, k, in.h0, top);
   forward_done_ = std::max(forward_done_, k + 1);
   if (top) {
     Head(out);
     return;
   }
-  thread_local std::vector<T> scratch;
   const int64_t n = std::min(W_ - 1, len);
-  const T* last = rows_.u[k + 1].Read((rows_.r.halo + len - n) * D, n * D, scratch);
-  out.halo_next.assign(last, last + n * D);
+  out.halo_next.resize(n * D);
+  rows_.u[k + 1].Download((rows_.r.halo + len - n) * D, n * D, out.halo_next.data());
 }
 
 // The LM head over the span's rows through the backend (which blocks rows and vocabulary): the
@@ -110,18 +139,24 @@ void BasicSpanWork<Math>::Head(Outputs& out) {
                           p.head().data(), p.norm_f.data(), rows_.g.data(), targets.data(),
                           T(1) / T(n_targets_)};
   if (!rows_.mask.empty()) args.correct = &correct;
-  if (rows_.plan.forward_only()) {  // an evaluation: no dL/du, no partials
+  if (rows_.plan.forward_only() && !model_.head) {  // an evaluation: no dL/du, no partials
     out.loss_sum = model_.backend->HeadLoss(args);
   } else {
-    out.embed.assign(V * D, T(0));
     out.norm_f.assign(D, T(0));
-    // The next g goes into the thread's spare buffer, and the old g becomes the spare: one
-    // spare per thread, not per span (a fresh (len, D) buffer per task costs page faults).
-    thread_local std::vector<T> du;
-    du.resize(len * D);
-    out.loss_sum = model_.backend->HeadForwardBackward(args, du.data(), out.embed.data(),
-                                                       out.norm_f.data());
+    RowBuffer<T> du = TakeSpare(len * D);
+    if (model_.head) {  // resident: the (V, D) partial stays on the device
+      out.embed_sum = RowBuffer<T>(rows_.space, V * D);
+      rows_.space.Zero(out.embed_sum.data(), V * D);
+      out.loss_sum = model_.head->ForwardBackward(args, du.data(), out.embed_sum.data(),
+                                                  out.norm_f.data());
+    } else {
+      out.embed.assign(V * D, T(0));
+      out.loss_sum = model_.backend->HeadForwardBackward(args, du.data(), out.embed.data(),
+                                                         out.norm_f.data());
+    }
     std::swap(rows_.g, du);
+    GiveSpare(std::move(du));
+    if (rows_.plan.forward_only()) out.embed_sum.reset(), out.norm_f.clear();
   }
   out.correct = correct;
   g_layer_ = K_;
@@ -132,10 +167,10 @@ void BasicSpanWork<Math>::Head(Outputs& out) {
 template <typename Math>
 void BasicSpanWork<Math>::Backward(int64_t k, const SpanInputs<T>& in, Outputs& out) {
   const int64_t D = rows_.D, len = rows_.r.len;
-  thread_local std::vector<T> du;  // the thread's spare, as in Head (Backward writes every row)
-  du.resize(len * D);
+  RowBuffer<T> du = TakeSpare(len * D);  // Backward writes every row
   math_.Backward(rows_, k, in.mu, out, du.data());
   std::swap(rows_.g, du);
+  GiveSpare(std::move(du));
   g_layer_ = k;
   next_halo_added_ = false;
   rows_.u[k] = StoredRows<T>();
@@ -143,11 +178,40 @@ void BasicSpanWork<Math>::Backward(int64_t k, const SpanInputs<T>& in, Outputs& 
   if (k > 0) return;
   // The embedding lookup: dE[token_t] += dL/du^0_t in token order (span s + 1's halo part of
   // the last rows is added by the ledger: it has those rows).
-  out.embed.assign(model_.params->config.vocab_size * D, T(0));
+  const int64_t VD = model_.params->config.vocab_size * D;
+  if (model_.head) {  // resident: summed on the device in the same order
+    out.embed_sum = RowBuffer<T>(rows_.space, VD);
+    rows_.space.Zero(out.embed_sum.data(), VD);
+    model_.head->LookupBackward(rows_.tokens.data() + rows_.r.halo, len, rows_.g.data(),
+                                out.embed_sum.data());
+    return;
+  }
+  out.embed.assign(VD, T(0));
   for (int64_t t = 0; t < len; ++t) {
     T* row = out.embed.data() + int64_t{rows_.tokens[rows_.r.halo + t]} * D;
-    for (int64_t d = 0; d < D; ++d) row[d] += rows_.g[t * D + d];
+    for (int64_t d = 0; d < D; ++d) row[d] += rows_.g.data()[t * D + d];
   }
+}
+
+// The thread's spare (len, D) buffer where the rows are the host's (a fresh one per task costs
+// page faults; one per thread, not per span), else a buffer of the device's space, which pools.
+template <typename Math>
+RowBuffer<typename Math::Value>& BasicSpanWork<Math>::HostSpare() {
+  thread_local RowBuffer<T> spare;
+  return spare;
+}
+
+template <typename Math>
+RowBuffer<typename Math::Value> BasicSpanWork<Math>::TakeSpare(size_t n) {
+  if (!rows_.space.host()) return RowBuffer<T>(rows_.space, n);
+  RowBuffer<T>& spare = HostSpare();
+  if (spare.size() != n) spare = RowBuffer<T>(rows_.space, n);
+  return std::move(spare);
+}
+
+template <typename Math>
+void BasicSpanWork<Math>::GiveSpare(RowBuffer<T>&& b) {
+  if (rows_.space.host()) HostSpare() = std::move(b);
 }
 
 template <typename Math>

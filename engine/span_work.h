@@ -45,7 +45,11 @@ class BasicSpanWork {
   // be rebuilt (a fresh work replayed up to the task).
   bool Ready(const SpanTask& task) const;
   // Runs the task (Ready must hold: FAILED_PRECONDITION otherwise). out's buffers are resized.
-  absl::Status Run(const SpanTask& task, const SpanInputs<T>& in, Outputs& out);
+  // A resident span's (V, D) and layer partials come to the host (out.embed, out.grad) unless
+  // device_partials, which leaves them where the rows are (out.embed_sum, out.grad_sum) for a
+  // sum taken there (engine/span_step.cc).
+  absl::Status Run(const SpanTask& task, const SpanInputs<T>& in, Outputs& out,
+                   bool device_partials = false);
 
   int64_t kept_bytes() const;  // what the span holds now
 
@@ -55,6 +59,10 @@ class BasicSpanWork {
   void Forward(int64_t k, const SpanInputs<T>& in, Outputs& out);
   void Head(Outputs& out);
   void Backward(int64_t k, const SpanInputs<T>& in, Outputs& out);
+  // A (len, D) buffer of the rows' space for g's next value, and the old g given back.
+  RowBuffer<T> TakeSpare(size_t n);
+  void GiveSpare(RowBuffer<T>&& b);
+  static RowBuffer<T>& HostSpare();
 
   const Model& model_;
   const int64_t K_, W_, n_targets_;

@@ -15,9 +15,17 @@ uint16_t ToBF16(double v) { return F64ToBF16(v); }
 
 template <typename T>
 absl::StatusOr<StoredRows<T>> StoredRows<T>::Create(size_t n, Storage storage,
-                                                    const std::string& spill_dir, bool zeroed) {
+                                                    const std::string& spill_dir, bool zeroed,
+                                                    RowSpace<T>* space) {
   StoredRows s;
   s.storage_ = storage;
+  if (space != nullptr && !space->host()) {
+    s.storage_ = Storage::kCompute;
+    s.device_ = RowBuffer<T>(*space, n);
+    if (zeroed) space->Zero(s.device_.data(), n);
+    s.space_ = space;
+    return s;
+  }
   if (storage == Storage::kBF16) {
     absl::StatusOr<SpillBuffer<uint16_t>> rows = SpillBuffer<uint16_t>::Create(n, spill_dir, zeroed);
     if (!rows.ok()) return rows.status();
@@ -32,6 +40,7 @@ absl::StatusOr<StoredRows<T>> StoredRows<T>::Create(size_t n, Storage storage,
 
 template <typename T>
 const T* StoredRows<T>::Read(size_t offset, size_t n, std::vector<T>& scratch) const {
+  if (device_.data()) return device_.data() + offset;
   if (storage_ != Storage::kBF16) return native_.data() + offset;
   if (scratch.size() < n) scratch.resize(n);
   const uint16_t* src = bf16_.data() + offset;
@@ -41,6 +50,7 @@ const T* StoredRows<T>::Read(size_t offset, size_t n, std::vector<T>& scratch) c
 
 template <typename T>
 T* StoredRows<T>::WriteBuffer(size_t offset, size_t n, std::vector<T>& scratch) {
+  if (device_.data()) return device_.data() + offset;
   if (storage_ != Storage::kBF16) return native_.data() + offset;
   if (scratch.size() < n) scratch.resize(n);
   return scratch.data();
@@ -48,6 +58,10 @@ T* StoredRows<T>::WriteBuffer(size_t offset, size_t n, std::vector<T>& scratch) 
 
 template <typename T>
 void StoredRows<T>::Commit(size_t offset, size_t n, const T* values) {
+  if (device_.data()) {
+    space_->Copy(device_.data() + offset, values, n);
+    return;
+  }
   if (storage_ != Storage::kBF16) {
     T* dst = native_.data() + offset;
     if (values != dst) std::copy_n(values, n, dst);
@@ -55,6 +69,26 @@ void StoredRows<T>::Commit(size_t offset, size_t n, const T* values) {
   }
   uint16_t* dst = bf16_.data() + offset;
   for (size_t i = 0; i < n; ++i) dst[i] = ToBF16(values[i]);
+}
+
+template <typename T>
+void StoredRows<T>::Upload(size_t offset, size_t n, const T* values) {
+  if (device_.data()) {
+    space_->Upload(device_.data() + offset, values, n);
+    return;
+  }
+  Commit(offset, n, values);
+}
+
+template <typename T>
+void StoredRows<T>::Download(size_t offset, size_t n, T* host) const {
+  if (device_.data()) {
+    space_->Download(host, device_.data() + offset, n);
+    return;
+  }
+  std::vector<T> scratch;
+  const T* values = Read(offset, n, scratch);
+  std::copy_n(values, n, host);
 }
 
 template class StoredRows<float>;

@@ -4,7 +4,9 @@
 // is rounded once, when it is stored, and every reader, the forward's next layer or chunk
 // included, reads the same rounded number back: the gradient is then the exact gradient of the
 // model that rounds at those points (the rounding's derivative taken as 1), whichever schedule
-// or worker computes it.
+// or worker computes it. Rows may also live in a device's memory (a resident span's,
+// kernels/row_space.h): there in the compute type (a GPU rounds its own: Device::bf16_storage),
+// and read and written through the space.
 #ifndef ADJSH_ENGINE_STORED_ROWS_H_
 #define ADJSH_ENGINE_STORED_ROWS_H_
 
@@ -16,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "engine/grad_options.h"
 #include "engine/spill_buffer.h"
+#include "kernels/row_space.h"
 
 namespace adjsh {
 
@@ -25,18 +28,29 @@ class StoredRows {
   StoredRows() = default;
   // n zeros; on the heap, or spilled to spill_dir (SpillBuffer). zeroed = false: on the heap,
   // uninitialised (SpillBuffer::Create), for a caller that writes every value before reading it.
+  // A space other than the host's: in its memory in the compute type whatever the storage (a
+  // GPU with bf16 storage rounds its own activations: Device::bf16_storage), spill_dir unused.
   static absl::StatusOr<StoredRows> Create(size_t n, Storage storage,
-                                           const std::string& spill_dir, bool zeroed = true);
+                                           const std::string& spill_dir, bool zeroed = true,
+                                           RowSpace<T>* space = nullptr);
 
-  // n values from offset. Compute-type storage: a pointer into the store; bf16: widened into
-  // scratch (resized as needed).
+  // n values from offset, in the rows' space. Compute-type storage: a pointer into the store;
+  // bf16: widened into scratch (resized as needed).
   const T* Read(size_t offset, size_t n, std::vector<T>& scratch) const;
   // Where to put n values for offset: the store itself, or scratch; Commit with the same
   // arguments afterwards (bf16: rounds scratch in; compute type: nothing to do).
   T* WriteBuffer(size_t offset, size_t n, std::vector<T>& scratch);
+  // values: n values in the rows' space.
   void Commit(size_t offset, size_t n, const T* values);
+  // values: n values in host memory (as Commit where the rows are the host's).
+  void Upload(size_t offset, size_t n, const T* values);
+  // n values from offset to host memory, there once the space has finished (RowSpace::Finish).
+  void Download(size_t offset, size_t n, T* host) const;
 
-  size_t size() const { return storage_ == Storage::kBF16 ? bf16_.size() : native_.size(); }
+  size_t size() const {
+    if (device_.data()) return device_.size();
+    return storage_ == Storage::kBF16 ? bf16_.size() : native_.size();
+  }
   size_t bytes() const { return size() * ValueBytes(storage_); }
   static size_t ValueBytes(Storage storage) {
     return storage == Storage::kBF16 ? sizeof(uint16_t) : sizeof(T);
@@ -46,6 +60,8 @@ class StoredRows {
   Storage storage_ = Storage::kCompute;
   SpillBuffer<T> native_;
   SpillBuffer<uint16_t> bf16_;
+  RowBuffer<T> device_;  // a device space's rows, else empty
+  RowSpace<T>* space_ = nullptr;
 };
 
 }  // namespace adjsh

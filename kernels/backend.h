@@ -14,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/check.h"
 #include "common/config.h"
 #include "common/device_memory.h"
 #include "common/mamba2_config.h"
@@ -22,6 +23,7 @@
 #include "kernels/cpu/lm_head.h"
 #include "kernels/cpu/mamba_block.h"
 #include "kernels/mamba2_tensors.h"
+#include "kernels/row_space.h"
 
 namespace adjsh {
 
@@ -122,6 +124,27 @@ class BlockBackend {
     BackwardKept(std::move(kept), u, rows, g, h0, mu, grad, du, du_halo, mu_out);
   }
   virtual void FinishBackward(LayerParams<T>& /*grad*/) {}
+
+  // A resident block's summaries (Backend::MakeResidentBlock), folded into a running value where
+  // the rows are (kernels/decay.h DecayAdd with the layer's A): state = exp(A S) state +
+  // h_local and sigma (Di) += S; carry = exp(A S) carry + m. A block of host rows has its chunk
+  // ops fold on the host instead (kernels/mamba_chunk_ops.cc).
+  virtual void FoldLocalSummary(const T* /*u*/, cpu::ChunkRows /*rows*/, T* /*state*/,
+                                T* /*sigma*/) {
+    ADJSH_CHECK(false, "FoldLocalSummary of a block of host rows");
+  }
+  virtual void FoldAdjointSummary(const T* /*u*/, cpu::ChunkRows /*rows*/, const T* /*g*/,
+                                  T* /*carry*/) {
+    ADJSH_CHECK(false, "FoldAdjointSummary of a block of host rows");
+  }
+  // A resident block's exact backward: the layer's gradient added into sum (GradSize() values
+  // of the device's memory: norm, in_proj, conv_w, conv_b, x_proj, dt_w, dt_b, A_log, Dskip,
+  // out_proj back to back), where the step's sums are taken.
+  virtual void BackwardInto(const T* /*u*/, cpu::ChunkRows /*rows*/, const T* /*g*/,
+                            const T* /*h0*/, const T* /*mu*/, T* /*sum*/, T* /*du*/,
+                            T* /*du_halo*/, T* /*mu_out*/) {
+    ADJSH_CHECK(false, "BackwardInto of a block of host rows");
+  }
 };
 
 // A Mamba-2 layer's chunk on a device other than the CPU (whose layer is kernels/cpu/
@@ -146,6 +169,22 @@ class Mamba2BlockBackend {
   virtual void FinishBackward(const Mamba2Tensors<T>& grad) = 0;
 };
 
+// A resident model's embedding and head on the device (Backend::MakeResidentHead), made with the
+// model, so that the (V, D) tables cross PCIe once per parameter version rather than per span: a
+// resident span's first rows are gathered from it, its head runs against it and its lookup's
+// gradient is summed there. Rows, u, du, g and the (V, D) partials dE are ResidentRows() memory
+// (dE added into); ids, targets and dw_f host memory.
+template <typename T>
+class ResidentHead {
+ public:
+  virtual ~ResidentHead() = default;
+  virtual void Gather(const uint32_t* ids, int64_t n, T* rows) = 0;  // rows (n, D) = embed[ids]
+  // As Backend::HeadForwardBackward, with the head's own weights (args.E, args.w_f unread).
+  virtual double ForwardBackward(const cpu::LmHeadArgs<T>& args, T* du, T* dE, T* dw_f) = 0;
+  // dE (V, D) += the lookup's gradient: g[t] added into row ids[t] in token order.
+  virtual void LookupBackward(const uint32_t* ids, int64_t n, const T* g, T* dE) = 0;
+};
+
 template <typename T>
 class Backend {
  public:
@@ -160,6 +199,22 @@ class Backend {
   // The block of one layer; config and params must outlive it (a device copy may be taken).
   virtual std::unique_ptr<BlockBackend<T>> MakeBlock(const MambaConfig& config,
                                                      const LayerParams<T>& params) = 0;
+  // Where a resident model keeps its spans' rows (kernels/row_space.h): the device's memory, or
+  // null where the host's is the device's (the CPU; this default). The backend owns it.
+  virtual RowSpace<T>* ResidentRows() { return nullptr; }
+  // A block whose calls take ResidentRows() pointers for every row, state and adjoint (null
+  // where ResidentRows() is).
+  virtual std::unique_ptr<BlockBackend<T>> MakeResidentBlock(const MambaConfig& /*config*/,
+                                                             const LayerParams<T>& /*params*/) {
+    return nullptr;
+  }
+  // A resident model's head (null where ResidentRows() is): embed and head (V, D), the same
+  // pointer when tied, and w_f (D), copied.
+  virtual std::unique_ptr<ResidentHead<T>> MakeResidentHead(const T* /*embed*/,
+                                                            const T* /*head*/, const T* /*w_f*/,
+                                                            int64_t /*V*/, int64_t /*D*/) {
+    return nullptr;
+  }
   // A Mamba-2 layer on the device (weights copied there when the backend keeps them); null
   // where the engine's own layer runs (the CPU) or the device has none (Supports says which).
   virtual std::unique_ptr<Mamba2BlockBackend<T>> MakeMamba2Block(

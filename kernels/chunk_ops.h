@@ -8,8 +8,9 @@
 // A chunk is rows [t0, t0 + len) of one layer; u holds the layer input's rows
 // [t0 - halo, t0 + len), halo = min(W - 1, t0) (the causal conv's halo first). A state is what a
 // chunk boundary carries (state_size values: (Di, N) for Mamba-1, (H, P, N) for Mamba-2), an
-// adjoint its gradient. Pointers are host memory; calls may come from several threads at once
-// (different chunks of different spans).
+// adjoint its gradient. Pointers are in the model's row space (LayerModel::rows: host memory,
+// or a GPU's for a resident model); calls may come from several threads at once (different
+// chunks of different spans).
 #ifndef ADJSH_KERNELS_CHUNK_OPS_H_
 #define ADJSH_KERNELS_CHUNK_OPS_H_
 
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "kernels/backend.h"
+#include "kernels/row_space.h"
 
 namespace adjsh {
 
@@ -74,15 +76,31 @@ class ChunkOps {
   // dL/d(state before it) (may be mu); the layer's gradient accumulated into grad; du (len, D)
   // written. kRows: du_halo (halo, D) written; kCarried: conv_carry holds the conv input's
   // gradient from the later chunks and is left holding this chunk's part for the earlier rows.
+  // sum: a resident model's (grad_size()), added into instead of grad (below).
   virtual void Backward(Kept kept, const T* u, ChunkSpan c, const T* h0, const T* g, const T* mu,
-                        T* mu_out, T* conv_carry, Layer& grad, T* du, T* du_halo) = 0;
+                        T* mu_out, T* conv_carry, Layer& grad, T* du, T* du_halo,
+                        T* sum = nullptr) = 0;
   // kCarried: what conv_carry holds at a span's first chunk (t0), through the n = min(W - 1, t0)
-  // rows before it (u (n, D)), into grad and added to du (n, D). kRows: nothing.
-  virtual void HaloBackward(const T* u, int64_t t0, const T* conv_carry, Layer& grad, T* du) = 0;
+  // rows before it (u (n, D)), into grad (or sum) and added to du (n, D). kRows: nothing.
+  virtual void HaloBackward(const T* u, int64_t t0, const T* conv_carry, Layer& grad, T* du,
+                            T* sum = nullptr) = 0;
   // After a task's Backward (and HaloBackward) calls into grad: the sum is in grad when this
   // returns (a device may keep it in its own memory until then).
   virtual void FinishBackward(Layer& grad) = 0;
+  // A resident model's layer gradient stays where its rows are: a task's Backward and
+  // HaloBackward calls add into `sum`, grad_size() values of the row space (the layer's tensors
+  // back to back), where the step sums the spans' (engine/span_step.cc) or the span owner
+  // brings it into grad's tensors with DownloadGrad (there once the space has finished).
+  // FinishBackward is not called for such a sum. 0 and unused where the rows are the host's.
+  virtual int64_t grad_size() const { return 0; }
+  virtual void DownloadGrad(const T* /*sum*/, Layer& /*grad*/) {
+    ADJSH_CHECK(false, "DownloadGrad of a model whose rows are the host's");
+  }
 };
+
+// Where a model's spans keep their rows: host memory, or resident, in the device's own memory
+// where the backend has it (Backend::ResidentRows: a GPU), so that no row crosses PCIe.
+enum class RowPlace { kHost, kResident };
 
 // A model's layers on a backend, shared by the spans of one step (read-only while they run).
 // Params: ModelParams<T> or Mamba2Params<T>; both it and the backend outlive the model.
@@ -92,6 +110,9 @@ struct LayerModel {
   using Layer = typename decltype(Params::layers)::value_type;
   const Params* params = nullptr;
   Backend<Value>* backend = nullptr;  // the LM head's, and the device's
+  RowSpace<Value>* rows = nullptr;    // where the ops' pointers are: HostRows, or the backend's
+  // Resident: the embedding and head on the device (Backend::MakeResidentHead); else null.
+  std::shared_ptr<ResidentHead<Value>> head;
   std::vector<std::unique_ptr<ChunkOps<Value, Layer>>> layers;
 };
 

@@ -75,7 +75,7 @@ class Mamba2Ops : public ChunkOps<T, Mamba2Layer<T>> {
     return nullptr;
   }
   void Backward(Kept, const T* u, ChunkSpan c, const T* h0, const T* g, const T* mu, T* mu_out,
-                T* conv_carry, Mamba2Layer<T>& grad, T* du, T*) override {
+                T* conv_carry, Mamba2Layer<T>& grad, T* du, T*, T*) override {
     if (mu == nullptr) {
       std::fill_n(mu_out, state_size(), T(0));
     } else if (mu != mu_out) {
@@ -106,8 +106,8 @@ class CpuMamba2Ops final : public Mamba2Ops<T> {
   CpuMamba2Ops(const Mamba2Layer<T>& layer, const Mamba2Config& config)
       : Mamba2Ops<T>(config), l_(layer) {}
 
-  void HaloBackward(const T* u, int64_t t0, const T* halo, Mamba2Layer<T>& grad,
-                    T* du) override {
+  void HaloBackward(const T* u, int64_t t0, const T* halo, Mamba2Layer<T>& grad, T* du,
+                    T*) override {
     Mamba2HaloBackward(l_, this->cfg_, u, t0, halo, grad, du);
   }
   void FinishBackward(Mamba2Layer<T>&) override {}  // every call added into grad at once
@@ -148,8 +148,8 @@ class DeviceMamba2Ops final : public Mamba2Ops<T> {
   DeviceMamba2Ops(std::unique_ptr<Mamba2BlockBackend<T>> block, const Mamba2Config& config)
       : Mamba2Ops<T>(config), block_(std::move(block)) {}
 
-  void HaloBackward(const T* u, int64_t t0, const T* halo, Mamba2Layer<T>& grad,
-                    T* du) override {
+  void HaloBackward(const T* u, int64_t t0, const T* halo, Mamba2Layer<T>& grad, T* du,
+                    T*) override {
     block_->HaloBackward(u, t0, halo, Mamba2TensorsOf<T>(grad), du);
   }
   void FinishBackward(Mamba2Layer<T>& grad) override {
@@ -189,11 +189,12 @@ absl::Status CheckMamba2Backend(const Backend<T>& backend, bool loss_mask) {
 
 template <typename T>
 absl::StatusOr<LayerModel<Mamba2Params<T>>> MakeLayerModel(const Mamba2Params<T>& params,
-                                                           Backend<T>& backend) {
+                                                           Backend<T>& backend, RowPlace) {
   if (absl::Status s = CheckMamba2Backend(backend, false); !s.ok()) return s;
   LayerModel<Mamba2Params<T>> m;
   m.params = &params;
   m.backend = &backend;
+  m.rows = &HostRows<T>();  // a GPU's Mamba-2 layer takes host rows (no resident block yet)
   const Device& device = backend.device();
   for (const Mamba2Layer<T>& l : params.layers) {
     if (device.is_cpu()) {
@@ -229,9 +230,9 @@ absl::StatusOr<DeviceModel<Mamba2Params<T>>> MakeDeviceModel(const Mamba2Params<
 template absl::Status CheckMamba2Backend<float>(const Backend<float>&, bool);
 template absl::Status CheckMamba2Backend<double>(const Backend<double>&, bool);
 template absl::StatusOr<LayerModel<Mamba2Params<float>>> MakeLayerModel(
-    const Mamba2Params<float>&, Backend<float>&);
+    const Mamba2Params<float>&, Backend<float>&, RowPlace);
 template absl::StatusOr<LayerModel<Mamba2Params<double>>> MakeLayerModel(
-    const Mamba2Params<double>&, Backend<double>&);
+    const Mamba2Params<double>&, Backend<double>&, RowPlace);
 template absl::StatusOr<DeviceModel<Mamba2Params<float>>> MakeDeviceModel(
     const Mamba2Params<float>&, const Device&, bool);
 template absl::StatusOr<DeviceModel<Mamba2Params<double>>> MakeDeviceModel(

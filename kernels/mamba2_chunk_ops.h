@@ -25,10 +25,12 @@ template <typename T>
 absl::Status CheckMamba2Backend(const Backend<T>& backend, bool loss_mask);
 
 // The layers of params on backend (both outlive the model): CheckMamba2Backend's errors
-// (without a loss mask).
+// (without a loss mask). Their rows are the host's whatever the place (a GPU's Mamba-2 layer
+// has no resident block yet).
 template <typename T>
 absl::StatusOr<LayerModel<Mamba2Params<T>>> MakeLayerModel(const Mamba2Params<T>& params,
-                                                           Backend<T>& backend);
+                                                           Backend<T>& backend,
+                                                           RowPlace place = RowPlace::kHost);
 
 // The device's backend with the layers of params on it: MakeBackend's errors,
 // CheckMamba2Backend's (with loss_mask), then MakeLayerModel's.

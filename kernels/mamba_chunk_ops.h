@@ -16,9 +16,11 @@
 
 namespace adjsh {
 
-// The layers of params on backend (both outlive the model).
+// The layers of params on backend (both outlive the model); resident: their rows in the
+// backend's ResidentRows() where it has them (a GPU), else the host's.
 template <typename T>
-LayerModel<ModelParams<T>> MakeLayerModel(const ModelParams<T>& params, Backend<T>& backend);
+LayerModel<ModelParams<T>> MakeLayerModel(const ModelParams<T>& params, Backend<T>& backend,
+                                          RowPlace place = RowPlace::kHost);
 
 // The device's backend, checked to take the config and to run `ops` (MakeBackendFor's errors),
 // with the layers of params on it.

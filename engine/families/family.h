@@ -74,11 +74,12 @@ struct FamilyBase {
   static int64_t StateSize(const Config& c) {
     return c.inner() * c.state_size;
   }
-  // The parameters on a backend (both must outlive the model); the backend's errors.
+  // The parameters on a backend (both must outlive the model), the spans' rows resident on
+  // its device where it has its own memory (a worker's); the backend's errors.
   template <typename D = Derived>
   static absl::StatusOr<typename D::template Model<float>> MakeModel(
       const typename D::template Params<float>& p, Backend<float>& backend) {
-    return MakeLayerModel(p, backend);  // kernels/<type>_chunk_ops.h
+    return MakeLayerModel(p, backend, RowPlace::kResident);  // kernels/<type>_chunk_ops.h
   }
   // The held-out loss of a corpus (engine/evaluate.h, one evaluator for every type).
   template <typename D = Derived>

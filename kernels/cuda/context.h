@@ -141,6 +141,7 @@ class Context {
   int64_t held_bytes() const { return counts_->held(); }
   int64_t peak_bytes() const { return counts_->peak(); }
   void ResetPeak() { counts_->ResetPeak(); }
+  DeviceTraffic traffic() const { return counts_->traffic(); }  // since the process started
 
  private:
   explicit Context(int device);

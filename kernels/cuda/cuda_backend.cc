@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
 #include "kernels/cuda/device_block.h"
+#include "kernels/cuda/device_rows.h"
 #include "kernels/cuda/mamba2_block.h"
 
 namespace adjsh::cuda {
@@ -40,11 +41,13 @@ class CudaMamba2Block final : public Mamba2BlockBackend<float> {
   DeviceMamba2Block block_;
 };
 
+// A layer's block; resident: its pointers are the device's rows (DeviceRowSpace below).
 class CudaBlock final : public BlockBackend<float> {
  public:
-  CudaBlock(const Device& device, const MambaConfig& c, const LayerParams<float>& p)
+  CudaBlock(const Device& device, const MambaConfig& c, const LayerParams<float>& p,
+            bool resident)
       : block_(device.index, device.bf16_storage, BlockShapeOf(c),
-               LayerTensorsOf<const float>(p)) {}
+               LayerTensorsOf<const float>(p), resident) {}
 
   void Forward(const float* u, cpu::ChunkRows rows, const float* h0, float* u_next,
                float* h_end) override {
@@ -81,9 +84,80 @@ class CudaBlock final : public BlockBackend<float> {
   void FinishBackward(LayerParams<float>& grad) override {
     block_.FinishBackward(LayerTensorsOf<float>(grad));
   }
+  void BackwardInto(const float* u, cpu::ChunkRows rows, const float* g, const float* h0,
+                    const float* mu, float* sum, float* du, float* du_halo,
+                    float* mu_out) override {
+    ADJSH_CHECK(rows.ahead == 0, "the exact backward has no lookahead rows");
+    block_.Backward(u, rows.halo, rows.len, g, h0, mu, LayerTensors<float>{}, du, du_halo, mu_out,
+                    /*defer_grad=*/false, sum);
+  }
+  void FoldLocalSummary(const float* u, cpu::ChunkRows rows, float* state,
+                        float* sigma) override {
+    ADJSH_CHECK(rows.ahead == 0, "the chunk summaries have no lookahead rows");
+    block_.FoldLocalSummary(u, rows.halo, rows.len, state, sigma);
+  }
+  void FoldAdjointSummary(const float* u, cpu::ChunkRows rows, const float* g,
+                          float* carry) override {
+    ADJSH_CHECK(rows.ahead == 0, "the chunk summaries have no lookahead rows");
+    block_.FoldAdjointSummary(u, rows.halo, rows.len, g, carry);
+  }
 
  private:
   DeviceBlock block_;
+};
+
+class CudaResidentHead final : public ResidentHead<float> {
+ public:
+  CudaResidentHead(const Device& device, const float* embed, const float* head,
+                   const float* w_f, int64_t V, int64_t D)
+      : weights_(device.index, device.bf16_storage, V, D, embed, head, w_f) {}
+  void Gather(const uint32_t* ids, int64_t n, float* rows) override {
+    weights_.Gather(ids, n, rows);
+  }
+  double ForwardBackward(const cpu::LmHeadArgs<float>& a, float* du, float* dE,
+                         float* dw_f) override {
+    return weights_.ForwardBackward(a.M, static_cast<float>(a.eps), a.u, a.targets, a.scale, du,
+                                    dE, dw_f);
+  }
+  void LookupBackward(const uint32_t* ids, int64_t n, const float* g, float* dE) override {
+    weights_.LookupBackward(ids, n, g, dE);
+  }
+
+ private:
+  DeviceHeadWeights weights_;
+};
+
+// A resident span's memory on the GPU (kernels/cuda/device_rows.h); it keeps up to 512 MiB of
+// freed buffers for reuse (a free syncs the device).
+class DeviceRowSpace final : public RowSpace<float> {
+ public:
+  explicit DeviceRowSpace(int device) : RowSpace<float>(size_t{512} << 20), device_(device) {}
+  ~DeviceRowSpace() override {  // one wait, then the pool's buffers go
+    Finish();
+    draining_ = true;
+    Drain();
+  }
+  bool host() const override { return false; }
+  void Upload(float* dst, const float* src, size_t n) override {
+    RowsUpload(device_, dst, src, n);
+  }
+  void Download(float* dst, const float* src, size_t n) override {
+    RowsDownload(device_, dst, src, n);
+  }
+  void Copy(float* dst, const float* src, size_t n) override { RowsCopy(device_, dst, src, n); }
+  void Add(float* dst, const float* src, size_t n) override { RowsAdd(device_, dst, src, n); }
+  void Zero(float* dst, size_t n) override { RowsZero(device_, dst, n); }
+  void Finish() override { RowsFinish(device_); }
+
+ private:
+  float* Allocate(size_t n) override { return RowsAlloc(device_, n); }
+  // Nothing queued may still use it: a free is a wait (rare: the space pools).
+  void Release(float* p, size_t n) override {
+    if (!draining_) Finish();
+    RowsFree(device_, p, n);
+  }
+  const int device_;
+  bool draining_ = false;
 };
 
 }  // namespace
@@ -97,7 +171,7 @@ namespace {
 
 class CudaBackend final : public Backend<float> {
  public:
-  explicit CudaBackend(const Device& device) : device_(device) {}
+  explicit CudaBackend(const Device& device) : device_(device), rows_(device.index) {}
   const Device& device() const override { return device_; }
   bool Supports(Op op) const override { return CudaSupports(op); }
   absl::Status CheckConfig(const MambaConfig& config) const override {
@@ -110,7 +184,12 @@ class CudaBackend final : public Backend<float> {
   }
   std::unique_ptr<BlockBackend<float>> MakeBlock(const MambaConfig& config,
                                                  const LayerParams<float>& params) override {
-    return std::make_unique<CudaBlock>(device_, config, params);
+    return std::make_unique<CudaBlock>(device_, config, params, /*resident=*/false);
+  }
+  RowSpace<float>* ResidentRows() override { return &rows_; }
+  std::unique_ptr<BlockBackend<float>> MakeResidentBlock(
+      const MambaConfig& config, const LayerParams<float>& params) override {
+    return std::make_unique<CudaBlock>(device_, config, params, /*resident=*/true);
   }
   // f32 storage only: MakeMamba2Block is not called with bf16 storage
   // (kernels/mamba2_chunk_ops.cc refuses it by name).
@@ -125,11 +204,17 @@ class CudaBackend final : public Backend<float> {
                       static_cast<float>(a.eps), a.E, a.w_f, a.u, a.targets, a.scale, du, dE,
                       dw_f);
   }
+  std::unique_ptr<ResidentHead<float>> MakeResidentHead(const float* embed, const float* head,
+                                                        const float* w_f, int64_t V,
+                                                        int64_t D) override {
+    return std::make_unique<CudaResidentHead>(device_, embed, head, w_f, V, D);
+  }
   DeviceMemoryProbe MemoryProbe() const override { return DeviceMemoryProbeOf(device_.index); }
   DeviceTraffic ThreadTraffic() const override { return cuda::ThreadTraffic(); }
 
  private:
   Device device_;
+  DeviceRowSpace rows_;
 };
 
 }  // namespace

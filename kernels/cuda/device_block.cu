@@ -6,6 +6,8 @@
 // transfers, kept and grown across calls, freed with the block); the layer's gradient is
 // accumulated on the device (the caller's accumulator goes up, the call's gradient is added to
 // it there, the sum comes back once), in the order the host add had: grad = grad + this call's.
+// A resident block (device_block.h) reads and writes the span's rows, states and adjoints where
+// they are, queues its kernels and returns: no copies, no sync.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -13,6 +15,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "common/check.h"
 #include "kernels/cuda/context.h"
 #include "kernels/cuda/device_block.h"
 #include "kernels/cuda/ops.h"
@@ -55,6 +58,7 @@ struct DeviceBlock::Impl {
   Context& ctx;
   bool bf16;
   BlockShape s;
+  bool resident;
   Weights w{};
   void* mem = nullptr;
   size_t mem_bytes = 0;
@@ -87,25 +91,26 @@ struct DeviceBlock::Impl {
     layout(real);
   }
 
-  Impl(int device, bool bf16_storage, const BlockShape& shape) :
-      ctx(Context::Get(device)), bf16(bf16_storage), s(shape) {}
+  Impl(int device, bool bf16_storage, const BlockShape& shape, bool resident_rows)
+      : ctx(Context::Get(device)), bf16(bf16_storage), s(shape), resident(resident_rows) {}
 
   template <typename S>
   void Forward(const float* u, int64_t halo, int64_t len, const float* h0, float* u_next,
                float* h_end);
-  // g nullptr: the forward summary (h_local, S); else the adjoint one (m, S).
+  // g nullptr: the forward summary (state = h_local); else the adjoint one (state = m); dt_total
+  // = S. Resident: folded into state and dt_total (null: the adjoint's) instead.
   template <typename S>
-  void Summary(const float* u, int64_t halo, int64_t len, const float* g, float* h_local,
-               float* m, float* dt_total);
+  void Summary(const float* u, int64_t halo, int64_t len, const float* g, float* state,
+               float* dt_total);
   template <typename S>
   void Backward(const float* u, int64_t halo, int64_t len, const float* g, const float* h0,
                 const float* mu, const LayerTensors<float>& grad, float* du, float* du_halo,
-                float* mu_out, bool defer_grad);
+                float* mu_out, bool defer_grad, float* sum);
 };
 
 DeviceBlock::DeviceBlock(int device, bool bf16_storage, const BlockShape& shape,
-                         const LayerTensors<const float>& src)
-    : impl_(std::make_unique<Impl>(device, bf16_storage, shape)) {
+                         const LayerTensors<const float>& src, bool resident)
+    : impl_(std::make_unique<Impl>(device, bf16_storage, shape, resident)) {
   Impl& m = *impl_;
   const int64_t D = shape.D, Di = shape.Di, N = shape.N, Q = shape.R + 2 * shape.N;
   std::vector<float> A(Di * N);
@@ -170,24 +175,47 @@ void DeviceBlock::Forward(const float* u, int64_t halo, int64_t len, const float
 
 void DeviceBlock::LocalSummary(const float* u, int64_t halo, int64_t len, float* h_local,
                                float* S) {
-  if (impl_->bf16) return impl_->Summary<bf16>(u, halo, len, nullptr, h_local, nullptr, S);
-  impl_->Summary<float>(u, halo, len, nullptr, h_local, nullptr, S);
+  ADJSH_CHECK(!impl_->resident, "LocalSummary of a resident block (FoldLocalSummary)");
+  if (impl_->bf16) return impl_->Summary<bf16>(u, halo, len, nullptr, h_local, S);
+  impl_->Summary<float>(u, halo, len, nullptr, h_local, S);
 }
 
 void DeviceBlock::AdjointSummary(const float* u, int64_t halo, int64_t len, const float* g,
                                  float* m, float* S) {
-  if (impl_->bf16) return impl_->Summary<bf16>(u, halo, len, g, nullptr, m, S);
-  impl_->Summary<float>(u, halo, len, g, nullptr, m, S);
+  ADJSH_CHECK(!impl_->resident,
+                        "AdjointSummary of a resident block (FoldAdjointSummary)");
+  if (impl_->bf16) return impl_->Summary<bf16>(u, halo, len, g, m, S);
+  impl_->Summary<float>(u, halo, len, g, m, S);
+}
+
+void DeviceBlock::FoldLocalSummary(const float* u, int64_t halo, int64_t len, float* state,
+                                   float* sigma) {
+  ADJSH_CHECK(impl_->resident, "FoldLocalSummary of a block of host rows");
+  if (impl_->bf16) return impl_->Summary<bf16>(u, halo, len, nullptr, state, sigma);
+  impl_->Summary<float>(u, halo, len, nullptr, state, sigma);
+}
+
+void DeviceBlock::FoldAdjointSummary(const float* u, int64_t halo, int64_t len, const float* g,
+                                     float* carry) {
+  ADJSH_CHECK(impl_->resident, "FoldAdjointSummary of a block of host rows");
+  if (impl_->bf16) return impl_->Summary<bf16>(u, halo, len, g, carry, nullptr);
+  impl_->Summary<float>(u, halo, len, g, carry, nullptr);
 }
 
 void DeviceBlock::Backward(const float* u, int64_t halo, int64_t len, const float* g,
                            const float* h0, const float* mu, const LayerTensors<float>& grad,
-                           float* du, float* du_halo, float* mu_out, bool defer_grad) {
+                           float* du, float* du_halo, float* mu_out, bool defer_grad,
+                           float* sum) {
+  ADJSH_CHECK(impl_->resident == (sum != nullptr),
+              "a resident block's backward adds into a device sum, only it");
   if (impl_->bf16) {
-    return impl_->Backward<bf16>(u, halo, len, g, h0, mu, grad, du, du_halo, mu_out, defer_grad);
+    return impl_->Backward<bf16>(u, halo, len, g, h0, mu, grad, du, du_halo, mu_out, defer_grad,
+                                 sum);
   }
-  impl_->Backward<float>(u, halo, len, g, h0, mu, grad, du, du_halo, mu_out, defer_grad);
+  impl_->Backward<float>(u, halo, len, g, h0, mu, grad, du, du_halo, mu_out, defer_grad, sum);
 }
+
+int64_t DeviceBlock::GradSize() const { return GradValues(impl_->s); }
 
 // The activations both directions recompute from u: n, r, xz, (cpre), xc, dbc, dtpre.
 template <typename S>
@@ -195,8 +223,10 @@ struct Acts {
   float* u;
   S *n, *xz, *cpre, *xc, *dbc, *dtpre;
   float* r;
-  void Take(Carver& c, const BlockShape& s, int64_t P, int64_t M, bool keep_cpre) {
-    u = c.Take<float>(P * s.D);
+  // resident_u: u is the span's rows themselves (set by the caller), not a copy here.
+  void Take(Carver& c, const BlockShape& s, int64_t P, int64_t M, bool keep_cpre,
+            bool resident_u) {
+    u = resident_u ? nullptr : c.Take<float>(P * s.D);
     n = c.Take<S>(P * s.D);
     r = c.Take<float>(P);
     xz = c.Take<S>(P * 2 * s.Di);
@@ -239,13 +269,30 @@ void DeviceBlock::Impl::Forward(const float* u, int64_t halo, int64_t len, const
   S* o = nullptr;
   float *out = nullptr, *h0_d = nullptr, *hend_d = nullptr, *scratch = nullptr;
   CarveWorkspace(ctx, [&](Carver& c) {
-    a.Take(c, s, P, len, false);
+    a.Take(c, s, P, len, false, resident);
     o = c.Take<S>(len * Di);
-    out = c.Take<float>(len * D);
+    out = resident ? nullptr : c.Take<float>(len * D);
     h0_d = c.Take<float>(DiN);
-    hend_d = c.Take<float>(DiN);
+    hend_d = resident ? nullptr : c.Take<float>(DiN);
     scratch = c.Take<float>(ScanForwardScratch(len, Di, s.N));
   });
+  if (resident) {  // h0 is copied only where the state it ends in overwrites it
+    a.u = const_cast<float*>(u), out = u_next, hend_d = h_end;
+    if (h0 != nullptr && h0 == h_end) {
+      ADJSH_CUDA_CHECK(cudaMemcpyAsync(h0_d, h0, DiN * sizeof(float), cudaMemcpyDeviceToDevice,
+                                       ctx.stream()));
+    } else {
+      h0_d = const_cast<float*>(h0);
+    }
+    Recompute<S>(ctx, s, w, halo, len, a);
+    ScanForward<S>(ctx.stream(), ScanView<S>(s, w, a, halo, len), h0 ? h0_d : nullptr, hend_d, o,
+                   scratch);
+    ADJSH_CUDA_CHECK(cudaMemcpyAsync(out, a.u + halo * D, len * D * sizeof(float),
+                                     cudaMemcpyDeviceToDevice, ctx.stream()));
+    Gemm(ctx, false, true, len, D, Di, 1, o, DataType<S>(), Di, w.out_proj, DataType<S>(), Di, 1,
+         out, CUDA_R_32F, D);
+    return;
+  }
   // Pinned staging: u and h0 in; u_next and h_end out.
   float *u_h, *h0_h, *out_h, *hend_h;
   CarveStaging([&](Carver& c) {
@@ -277,7 +324,7 @@ void DeviceBlock::Impl::Forward(const float* u, int64_t halo, int64_t len, const
 
 template <typename S>
 void DeviceBlock::Impl::Summary(const float* u, int64_t halo, int64_t len, const float* g,
-                                float* h_local, float* m, float* dt_total) {
+                                float* state, float* dt_total) {
   std::lock_guard<std::mutex> lock(ctx.mutex());
   ADJSH_CUDA_CHECK(cudaSetDevice(ctx.device()));
   const int64_t P = halo + len, D = s.D, Di = s.Di, DiN = s.Di * s.N;
@@ -285,31 +332,38 @@ void DeviceBlock::Impl::Summary(const float* u, int64_t halo, int64_t len, const
   float *g_d = nullptr, *d_o = nullptr, *state_d = nullptr, *S_d = nullptr, *scratch = nullptr;
   S* g_s = nullptr;
   CarveWorkspace(ctx, [&](Carver& c) {
-    a.Take(c, s, P, len, false);
+    a.Take(c, s, P, len, false, resident);
     if (g) {
-      g_d = c.Take<float>(len * D);
-      g_s = std::is_same_v<S, float> ? reinterpret_cast<S*>(g_d) : c.Take<S>(len * D);
+      g_d = resident ? nullptr : c.Take<float>(len * D);
+      g_s = std::is_same_v<S, float> ? nullptr : c.Take<S>(len * D);
       d_o = c.Take<float>(len * Di);
     }
     state_d = c.Take<float>(DiN);
     S_d = c.Take<float>(Di);
     scratch = c.Take<float>(ScanSummaryScratch(len, Di, s.N));
   });
-  // Pinned staging: u (and g) in; the state summary (h_local or m) and S out.
-  float *u_h, *g_h = nullptr, *state_h, *S_h;
-  CarveStaging([&](Carver& c) {
-    u_h = c.Take<float>(P * D);
-    if (g) g_h = c.Take<float>(len * D);
-    state_h = c.Take<float>(DiN);
-    S_h = c.Take<float>(Di);
-  });
-  std::memcpy(u_h, u, P * D * sizeof(float));
-  ctx.Upload(a.u, u_h, P * D * sizeof(float));
-  if (g) {
-    std::memcpy(g_h, g, len * D * sizeof(float));
-    ctx.Upload(g_d, g_h, len * D * sizeof(float));
-    if (!std::is_same_v<S, float>) Convert<S>(ctx.stream(), g_d, len * D, g_s);
+  if (resident) {
+    a.u = const_cast<float*>(u);
+    if (g) g_d = const_cast<float*>(g);
   }
+  if (g && std::is_same_v<S, float>) g_s = reinterpret_cast<S*>(g_d);
+  // Pinned staging: u (and g) in; the state summary (h_local or m) and S out.
+  float *u_h = nullptr, *g_h = nullptr, *state_h = nullptr, *S_h = nullptr;
+  if (!resident) {
+    CarveStaging([&](Carver& c) {
+      u_h = c.Take<float>(P * D);
+      if (g) g_h = c.Take<float>(len * D);
+      state_h = c.Take<float>(DiN);
+      S_h = c.Take<float>(Di);
+    });
+    std::memcpy(u_h, u, P * D * sizeof(float));
+    ctx.Upload(a.u, u_h, P * D * sizeof(float));
+    if (g) {
+      std::memcpy(g_h, g, len * D * sizeof(float));
+      ctx.Upload(g_d, g_h, len * D * sizeof(float));
+    }
+  }
+  if (g && !std::is_same_v<S, float>) Convert<S>(ctx.stream(), g_d, len * D, g_s);
   Recompute<S>(ctx, s, w, halo, len, a);
   // dL/do = g W_out, as the backward's first step; the scan applies the gate (ybar).
   if (g) {
@@ -318,10 +372,14 @@ void DeviceBlock::Impl::Summary(const float* u, int64_t halo, int64_t len, const
   }
   ScanSummary<S>(ctx.stream(), ScanView<S>(s, w, a, halo, len), d_o, g ? nullptr : state_d,
                  g ? state_d : nullptr, S_d, scratch);
+  if (resident) {  // state = exp(A S) state + this chunk's; dt_total += S
+    DecayFold(ctx.stream(), w.A, S_d, state_d, Di, s.N, state, dt_total);
+    return;
+  }
   ctx.Download(state_h, state_d, DiN * sizeof(float));
   ctx.Download(S_h, S_d, Di * sizeof(float));
   ctx.Sync();
-  std::memcpy(g ? m : h_local, state_h, DiN * sizeof(float));
+  std::memcpy(state, state_h, DiN * sizeof(float));
   std::memcpy(dt_total, S_h, Di * sizeof(float));
 }
 
@@ -329,7 +387,7 @@ template <typename S>
 void DeviceBlock::Impl::Backward(const float* u, int64_t halo, int64_t len, const float* g,
                                  const float* h0, const float* mu,
                                  const LayerTensors<float>& grad, float* du, float* du_halo,
-                                 float* mu_out, bool defer_grad) {
+                                 float* mu_out, bool defer_grad, float* sum) {
   std::lock_guard<std::mutex> lock(ctx.mutex());
   ADJSH_CUDA_CHECK(cudaSetDevice(ctx.device()));
   const int64_t P = halo + len, D = s.D, Di = s.Di, N = s.N, R = s.R, Q = R + 2 * N;
@@ -343,9 +401,9 @@ void DeviceBlock::Impl::Backward(const float* u, int64_t halo, int64_t len, cons
   float *g_d, *d_o, *dxc, *dn, *h0_d, *mu_d, *mu_out_d, *grads, *acc_ws, *scratch, *reduce;
   S *g_s, *o, *dxz, *ddt, *ddbc;
   CarveWorkspace(ctx, [&](Carver& c) {
-    a.Take(c, s, P, len, true);
-    g_d = c.Take<float>(len * D);
-    g_s = std::is_same_v<S, float> ? reinterpret_cast<S*>(g_d) : c.Take<S>(len * D);
+    a.Take(c, s, P, len, true, resident);
+    g_d = resident ? nullptr : c.Take<float>(len * D);
+    g_s = std::is_same_v<S, float> ? nullptr : c.Take<S>(len * D);
     d_o = c.Take<float>(len * Di);
     o = c.Take<S>(len * Di);
     dxz = c.Take<S>(P * 2 * Di);
@@ -353,23 +411,23 @@ void DeviceBlock::Impl::Backward(const float* u, int64_t halo, int64_t len, cons
     dxc = c.Take<float>(len * Di);
     ddbc = c.Take<S>(len * Q);
     dn = c.Take<float>(P * D);
-    h0_d = c.Take<float>(DiN);
-    mu_d = c.Take<float>(DiN);
+    h0_d = resident ? nullptr : c.Take<float>(DiN);
+    mu_d = resident ? nullptr : c.Take<float>(DiN);
     mu_out_d = c.Take<float>(DiN);
     grads = c.Take<float>(grad_total);
-    acc_ws = c.Take<float>(defer_grad ? 0 : grad_total);
+    acc_ws = c.Take<float>(defer_grad || resident ? 0 : grad_total);
     scratch = c.Take<float>(ScanBackwardScratch(len, Di, N));
     // The conv's and the norm's weight-gradient partials, one after the other on the stream.
     reduce = c.Take<float>(std::max(ConvSiluBackwardScratch(len, Di, s.W),
                                     RmsNormBackwardScratch(P, D)));
   });
-  // The sum: deferred, the task's accumulator on the device, the caller's gradient uploaded at
-  // its first call only (FinishBackward brings the sum down); else in the workspace, the
-  // caller's gradient up and the sum down in this call.
+  // The sum: resident, the caller's on the device; deferred, the task's accumulator on the
+  // device, the caller's gradient uploaded at its first call only (FinishBackward brings the sum
+  // down); else in the workspace, the caller's gradient up and the sum down in this call.
   const std::vector<float*> dst = Members(grad);
-  float* acc_d = acc_ws;
+  float* acc_d = resident ? sum : acc_ws;
   bool first = true;
-  if (defer_grad) {
+  if (defer_grad && !resident) {
     auto open = acc.find(grad.norm);
     first = open == acc.end();
     if (first) {
@@ -378,11 +436,17 @@ void DeviceBlock::Impl::Backward(const float* u, int64_t halo, int64_t len, cons
     }
     acc_d = open->second;
   }
+  if (resident) {
+    a.u = const_cast<float*>(u), g_d = const_cast<float*>(g);
+    h0_d = const_cast<float*>(h0), mu_d = const_cast<float*>(mu);
+  }
+  if (std::is_same_v<S, float>) g_s = reinterpret_cast<S*>(g_d);
   // Pinned staging: u, g, h0, mu in; du_halo and du (as dn: halo + len rows), mu_out out; the
   // caller's gradient in and, not deferred, the sum out (one buffer: the stream orders the
   // upload before the download).
-  float *u_h, *g_h, *h0_h, *mu_h, *du_h, *mu_out_h, *grad_h;
-  CarveStaging([&](Carver& c) {
+  float *u_h = nullptr, *g_h = nullptr, *h0_h = nullptr, *mu_h = nullptr, *du_h = nullptr,
+        *mu_out_h = nullptr, *grad_h = nullptr;
+  if (!resident) CarveStaging([&](Carver& c) {
     u_h = c.Take<float>(P * D);
     g_h = c.Take<float>(len * D);
     h0_h = c.Take<float>(DiN);
@@ -400,22 +464,24 @@ void DeviceBlock::Impl::Backward(const float* u, int64_t halo, int64_t len, cons
     for (size_t q = 0; q < sizes.size(); ++q) *slots[q] = p, p += sizes[q];
   }
   cudaStream_t stream = ctx.stream();
-  std::memcpy(u_h, u, P * D * sizeof(float));
-  std::memcpy(g_h, g, len * D * sizeof(float));
-  std::memcpy(h0_h, h0, DiN * sizeof(float));
-  if (mu) std::memcpy(mu_h, mu, DiN * sizeof(float));
-  if (first) {
-    float* p = grad_h;
-    for (size_t q = 0; q < sizes.size(); ++q) {
-      std::memcpy(p, dst[q], sizes[q] * sizeof(float));
-      p += sizes[q];
+  if (!resident) {
+    std::memcpy(u_h, u, P * D * sizeof(float));
+    std::memcpy(g_h, g, len * D * sizeof(float));
+    std::memcpy(h0_h, h0, DiN * sizeof(float));
+    if (mu) std::memcpy(mu_h, mu, DiN * sizeof(float));
+    if (first) {
+      float* p = grad_h;
+      for (size_t q = 0; q < sizes.size(); ++q) {
+        std::memcpy(p, dst[q], sizes[q] * sizeof(float));
+        p += sizes[q];
+      }
     }
+    ctx.Upload(a.u, u_h, P * D * sizeof(float));
+    ctx.Upload(g_d, g_h, len * D * sizeof(float));
+    ctx.Upload(h0_d, h0_h, DiN * sizeof(float));
+    if (mu) ctx.Upload(mu_d, mu_h, DiN * sizeof(float));
+    if (first) ctx.Upload(acc_d, grad_h, grad_total * sizeof(float));
   }
-  ctx.Upload(a.u, u_h, P * D * sizeof(float));
-  ctx.Upload(g_d, g_h, len * D * sizeof(float));
-  ctx.Upload(h0_d, h0_h, DiN * sizeof(float));
-  if (mu) ctx.Upload(mu_d, mu_h, DiN * sizeof(float));
-  if (first) ctx.Upload(acc_d, grad_h, grad_total * sizeof(float));
   if (!std::is_same_v<S, float>) Convert<S>(stream, g_d, len * D, g_s);
   Recompute<S>(ctx, s, w, halo, len, a);
 
@@ -449,6 +515,18 @@ void DeviceBlock::Impl::Backward(const float* u, int64_t halo, int64_t len, cons
   // the host's grad += did when every call moved the sum both ways.
   Add(stream, acc_d, grads, grad_total, acc_d);
 
+  if (resident) {  // du, du_halo and mu_out where the span keeps them
+    auto d2d = [&](float* to, const float* from, int64_t n) {
+      if (n > 0) {
+        ADJSH_CUDA_CHECK(cudaMemcpyAsync(to, from, n * sizeof(float), cudaMemcpyDeviceToDevice,
+                                         stream));
+      }
+    };
+    d2d(du_halo, dn, halo * D);
+    d2d(du, dn + halo * D, len * D);
+    if (mu_out) d2d(mu_out, mu_out_d, DiN);
+    return;
+  }
   ctx.Download(du_h, dn, P * D * sizeof(float));
   if (mu_out) ctx.Download(mu_out_h, mu_out_d, DiN * sizeof(float));
   if (!defer_grad) ctx.Download(grad_h, acc_d, grad_total * sizeof(float));
@@ -472,13 +550,13 @@ void DeviceBlock::FinishBackward(const LayerTensors<float>& grad) {
   ADJSH_CUDA_CHECK(cudaSetDevice(m.ctx.device()));
   const std::vector<int64_t> sizes = Sizes(m.s);
   const int64_t total = GradValues(m.s);
+  const std::vector<float*> dst = Members(grad);
   float* grad_h = nullptr;
   m.CarveStaging([&](Carver& c) { grad_h = c.Take<float>(total); });
   m.ctx.Download(grad_h, open->second, total * sizeof(float));
   m.ctx.Sync();
   m.ctx.Free(open->second, total * sizeof(float));
   m.acc.erase(open);
-  const std::vector<float*> dst = Members(grad);
   const float* src = grad_h;
   for (size_t q = 0; q < sizes.size(); ++q) {
     std::memcpy(dst[q], src, sizes[q] * sizeof(float));

@@ -1,6 +1,8 @@
 // The CUDA backend's kernels behind a plain C++ interface (no CUDA, no absl types), so that the
-// rest of adjsh compiles with the host compiler alone. Pointers are host memory; each call
-// uploads its inputs, runs on the device's stream and returns when its outputs are on the host.
+// rest of adjsh compiles with the host compiler alone. A block's pointers are host memory (each
+// call uploads its inputs, runs on the device's stream and returns when its outputs are on the
+// host), or for a resident block device memory (the span's rows, states and adjoints where a
+// resident span keeps them, kernels/cuda/device_rows.h: a call only queues its kernels).
 // Shapes and contracts as cpu::MambaBlockCpu (kernels/cpu/mamba_block.h) and
 // cpu::LmHeadForwardBackward (kernels/cpu/lm_head.h); compute is f32, storage f32 or bf16.
 #ifndef ADJSH_KERNELS_CUDA_DEVICE_BLOCK_H_
@@ -61,8 +63,11 @@ inline constexpr int64_t kMaxStateSize = 32;
 
 class DeviceBlock {
  public:
-  // Copies the layer's weights to GPU `device` (converted to bf16 for bf16 storage).
-  DeviceBlock(int device, bool bf16, const BlockShape& shape, const LayerTensors<const float>& w);
+  // Copies the layer's weights to GPU `device` (converted to bf16 for bf16 storage). resident:
+  // every row, state and adjoint pointer of its calls is device memory (the gradient's are
+  // still host memory).
+  DeviceBlock(int device, bool bf16, const BlockShape& shape, const LayerTensors<const float>& w,
+              bool resident = false);
   ~DeviceBlock();
   DeviceBlock(const DeviceBlock&) = delete;
   DeviceBlock& operator=(const DeviceBlock&) = delete;
@@ -76,16 +81,26 @@ class DeviceBlock {
   void LocalSummary(const float* u, int64_t halo, int64_t len, float* h_local, float* S);
   void AdjointSummary(const float* u, int64_t halo, int64_t len, const float* g, float* m,
                       float* S);
+  // Resident: the summaries folded into a running value where the rows are (kernels/decay.h
+  // DecayAdd with the layer's A): state = exp(A S) state + h_local and sigma (Di) += S; carry =
+  // exp(A S) carry + m.
+  void FoldLocalSummary(const float* u, int64_t halo, int64_t len, float* state, float* sigma);
+  void FoldAdjointSummary(const float* u, int64_t halo, int64_t len, const float* g,
+                          float* carry);
   // The exact backward: g (len, D), h0 (Di, N), mu (Di, N) or nullptr; grad accumulated;
   // du (len, D), du_halo (halo, D) and mu_out (Di, N, if non-null) written. defer_grad: the sum
   // stays on the device (the caller's grad uploaded at the first such call for it, its tensors'
   // addresses naming it) until FinishBackward(grad) brings it into grad, so the calls of one
-  // task move the layer's gradient once each way rather than per call; the same bits.
+  // task move the layer's gradient once each way rather than per call; the same bits. A
+  // resident block adds into `sum` instead (GradSize() floats of device memory, the layer's
+  // tensors back to back in LayerTensors order; grad and defer_grad unused), where the span's
+  // sums are taken (engine/span_step.cc).
   void Backward(const float* u, int64_t halo, int64_t len, const float* g, const float* h0,
                 const float* mu, const LayerTensors<float>& grad, float* du, float* du_halo,
-                float* mu_out, bool defer_grad = false);
+                float* mu_out, bool defer_grad = false, float* sum = nullptr);
   // The deferred sum of grad's Backward calls into grad (nothing when none is open).
   void FinishBackward(const LayerTensors<float>& grad);
+  int64_t GradSize() const;  // the values of one layer's gradient
 
  private:
   struct Impl;
@@ -93,10 +108,37 @@ class DeviceBlock {
 };
 
 // The head over M rows in blocks of rows and of vocabulary: returns the loss sum; du (M, D)
-// written; dE (V, D) and dw_f (D) accumulated.
+// written; dE (V, D) and dw_f (D) accumulated. resident: u and du are device memory (a resident
+// span's rows), the rest host memory.
 double DeviceHead(int device, bool bf16, int64_t M, int64_t D, int64_t V, float eps,
                   const float* E, const float* w_f, const float* u, const int64_t* targets,
-                  float scale, float* du, float* dE, float* dw_f);
+                  float scale, float* du, float* dE, float* dw_f, bool resident = false);
+
+// A model's embedding and head weights on GPU `device` for a resident model, uploaded once per
+// parameter version (the (V, D) table crosses PCIe once, not per span): embed (V, D) f32 for the
+// lookup, head (V, D) the head's (the same pointer when tied; bf16 on the device for bf16
+// storage) and w_f (D). Rows, u, du, g and dE are device memory (a resident span's; dE added
+// into); ids, targets and dw_f host memory. Calls only queue, except ForwardBackward, which
+// waits for its loss.
+class DeviceHeadWeights {
+ public:
+  DeviceHeadWeights(int device, bool bf16, int64_t V, int64_t D, const float* embed,
+                    const float* head, const float* w_f);
+  ~DeviceHeadWeights();
+  DeviceHeadWeights(const DeviceHeadWeights&) = delete;
+  DeviceHeadWeights& operator=(const DeviceHeadWeights&) = delete;
+
+  void Gather(const uint32_t* ids, int64_t n, float* rows);  // rows (n, D) = embed[ids]
+  // As DeviceHead over M resident rows.
+  double ForwardBackward(int64_t M, float eps, const float* u, const int64_t* targets,
+                         float scale, float* du, float* dE, float* dw_f);
+  // dE (V, D) += the lookup's gradient: g[t] added into row ids[t] in token order.
+  void LookupBackward(const uint32_t* ids, int64_t n, const float* g, float* dE);
+
+ private:
+  struct Impl;
+  Impl* impl_;
+};
 
 // The number of CUDA devices; 0 with *error set when the runtime reports none or fails.
 int DeviceCount(std::string* error);

@@ -2,7 +2,8 @@
 // blocks of kRows rows and, inside each, blocks of kVocab vocabulary entries. Pass one keeps a
 // running log-sum-exp per row; pass two recomputes each block's logits for the softmax gradient
 // and accumulates dnf and dE by GEMMs. Only (kRows, kVocab) logits exist at a time, whatever
-// the number of rows; dE stays on the device until the end.
+// the number of rows; dE stays on the device until the end, and the host waits once. Resident
+// rows (u and du in the device's memory, a resident span's) are read and written where they are.
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
@@ -24,19 +25,31 @@ namespace {
 constexpr int64_t kRows = ADJSH_CUDA_HEAD_ROWS;
 constexpr int64_t kVocab = ADJSH_CUDA_HEAD_VOCAB;
 
+// The head's weights on the device: E in the storage type (the GEMMs' operand) and w_f; null
+// for a call that uploads its own. With them, dE is device memory too (added into where it is).
+template <typename S>
+struct HeadWeights {
+  const S* E = nullptr;
+  const float* w_f = nullptr;
+};
+
 template <typename S>
 double Head(Context& ctx, int64_t M, int64_t D, int64_t V, float eps, const float* E,
-            const float* w_f, const float* u, const int64_t* targets, float scale, float* du,
-            float* dE, float* dw_f) {
+            const float* w_f, HeadWeights<S> on_device, const float* u, const int64_t* targets,
+            float scale, float* du, float* dE, float* dw_f, bool resident) {
   const int64_t R = std::min(kRows, M), Vb = std::min(kVocab, V);
   const cudaDataType_t st = DataType<S>(), f32 = CUDA_R_32F;
-  float *E_d, *w_d, *u_d, *r, *logits, *mx, *sum, *tl, *dnf, *dE_d, *dw_acc, *dw_blk, *reduce;
-  S *E_s, *nf, *dl;
+  const bool upload = on_device.E == nullptr;
+  float *E_d = nullptr, *w_d = nullptr, *u_d, *r, *logits, *mx, *sum, *tl, *dnf, *dE_d, *dw_acc,
+        *dw_blk, *reduce;
+  S *E_s = nullptr, *nf, *dl;
   int64_t* tg;
   CarveWorkspace(ctx, [&](Carver& c) {
-    E_d = c.Take<float>(V * D);
-    E_s = std::is_same_v<S, float> ? reinterpret_cast<S*>(E_d) : c.Take<S>(V * D);
-    w_d = c.Take<float>(D);
+    if (upload) {
+      E_d = c.Take<float>(V * D);
+      E_s = std::is_same_v<S, float> ? reinterpret_cast<S*>(E_d) : c.Take<S>(V * D);
+      w_d = c.Take<float>(D);
+    }
     u_d = c.Take<float>(R * D);
     nf = c.Take<S>(R * D);
     r = c.Take<float>(R);
@@ -47,22 +60,29 @@ double Head(Context& ctx, int64_t M, int64_t D, int64_t V, float eps, const floa
     sum = c.Take<float>(R);
     tl = c.Take<float>(R);
     dnf = c.Take<float>(R * D);
-    dE_d = c.Take<float>(V * D);
+    dE_d = upload ? c.Take<float>(V * D) : dE;
     dw_acc = c.Take<float>(D);
     dw_blk = c.Take<float>(D);
     reduce = c.Take<float>(RmsNormBackwardScratch(R, D));
   });
   cudaStream_t s = ctx.stream();
-  ctx.Upload(E_d, E, V * D * sizeof(float));
-  ctx.Upload(w_d, w_f, D * sizeof(float));
-  if (!std::is_same_v<S, float>) Convert<S>(s, E_d, V * D, E_s);
-  ADJSH_CUDA_CHECK(cudaMemsetAsync(dE_d, 0, V * D * sizeof(float), s));
+  if (upload) {
+    ctx.Upload(E_d, E, V * D * sizeof(float));
+    ctx.Upload(w_d, w_f, D * sizeof(float));
+    if (!std::is_same_v<S, float>) Convert<S>(s, E_d, V * D, E_s);
+  } else {
+    E_s = const_cast<S*>(on_device.E), w_d = const_cast<float*>(on_device.w_f);
+  }
+  if (upload) ADJSH_CUDA_CHECK(cudaMemsetAsync(dE_d, 0, V * D * sizeof(float), s));
   ADJSH_CUDA_CHECK(cudaMemsetAsync(dw_acc, 0, D * sizeof(float), s));
-  std::vector<float> h_mx(R), h_sum(R), h_tl(R);
-  double loss = 0;
+  std::vector<float> h_mx(M), h_sum(M), h_tl(M);  // each row's statistics, for the loss
   for (int64_t r0 = 0; r0 < M; r0 += R) {
     const int64_t rows = std::min(R, M - r0);
-    ctx.Upload(u_d, u + r0 * D, rows * D * sizeof(float));
+    if (resident) {
+      u_d = const_cast<float*>(u) + r0 * D;
+    } else {
+      ctx.Upload(u_d, u + r0 * D, rows * D * sizeof(float));
+    }
     ctx.Upload(tg, targets + r0, rows * sizeof(int64_t));
     RmsNormForward<S>(s, u_d, rows, D, w_d, eps, nf, r);
     for (int64_t v0 = 0; v0 < V; v0 += Vb) {
@@ -70,9 +90,9 @@ double Head(Context& ctx, int64_t M, int64_t D, int64_t V, float eps, const floa
       Gemm(ctx, false, true, rows, vb, D, 1, nf, st, D, E_s + v0 * D, st, D, 0, logits, f32, vb);
       CeStats(s, logits, rows, vb, v0, tg, v0 == 0, mx, sum, tl);
     }
-    ctx.Download(h_mx.data(), mx, rows * sizeof(float));
-    ctx.Download(h_sum.data(), sum, rows * sizeof(float));
-    ctx.Download(h_tl.data(), tl, rows * sizeof(float));
+    ctx.Download(h_mx.data() + r0, mx, rows * sizeof(float));
+    ctx.Download(h_sum.data() + r0, sum, rows * sizeof(float));
+    ctx.Download(h_tl.data() + r0, tl, rows * sizeof(float));
     for (int64_t v0 = 0; v0 < V; v0 += Vb) {
       const int64_t vb = std::min(Vb, V - v0);
       Gemm(ctx, false, true, rows, vb, D, 1, nf, st, D, E_s + v0 * D, st, D, 0, logits, f32, vb);
@@ -81,21 +101,23 @@ double Head(Context& ctx, int64_t M, int64_t D, int64_t V, float eps, const floa
            dnf, f32, D);
       Gemm(ctx, true, false, vb, D, rows, 1, dl, st, vb, nf, st, D, 1, dE_d + v0 * D, f32, D);
     }
-    RmsNormBackward(s, u_d, rows, D, w_d, r, dnf, dw_blk, dnf, reduce);
+    RmsNormBackward(s, u_d, rows, D, w_d, r, dnf, dw_blk, resident ? du + r0 * D : dnf, reduce);
     Add(s, dw_acc, dw_blk, D, dw_acc);
-    ctx.Download(du + r0 * D, dnf, rows * D * sizeof(float));
-    ctx.Sync();
-    // loss_t = logsumexp - logit[target] = log(sum) - (logit[target] - max), as the CPU head.
-    for (int64_t t = 0; t < rows; ++t) {
-      if (targets[r0 + t] < 0) continue;
-      loss += static_cast<double>(std::log(h_sum[t])) - static_cast<double>(h_tl[t] - h_mx[t]);
-    }
+    if (!resident) ctx.Download(du + r0 * D, dnf, rows * D * sizeof(float));
   }
-  std::vector<float> h_dE(V * D), h_dw(D);
-  ctx.Download(h_dE.data(), dE_d, V * D * sizeof(float));
+  std::vector<float> h_dE(upload ? V * D : 0), h_dw(D);
+  if (upload) ctx.Download(h_dE.data(), dE_d, V * D * sizeof(float));
   ctx.Download(h_dw.data(), dw_acc, D * sizeof(float));
   ctx.Sync();
-  for (int64_t k = 0; k < V * D; ++k) dE[k] += h_dE[k];
+  // loss_t = logsumexp - logit[target] = log(sum) - (logit[target] - max), as the CPU head.
+  double loss = 0;
+  for (int64_t t = 0; t < M; ++t) {
+    if (targets[t] < 0) continue;
+    loss += static_cast<double>(std::log(h_sum[t])) - static_cast<double>(h_tl[t] - h_mx[t]);
+  }
+  if (upload) {
+    for (int64_t k = 0; k < V * D; ++k) dE[k] += h_dE[k];
+  }
   for (int64_t d = 0; d < D; ++d) dw_f[d] += h_dw[d];
   return loss;
 }
@@ -104,12 +126,104 @@ double Head(Context& ctx, int64_t M, int64_t D, int64_t V, float eps, const floa
 
 double DeviceHead(int device, bool bf16_storage, int64_t M, int64_t D, int64_t V, float eps,
                   const float* E, const float* w_f, const float* u, const int64_t* targets,
-                  float scale, float* du, float* dE, float* dw_f) {
+                  float scale, float* du, float* dE, float* dw_f, bool resident) {
   Context& ctx = Context::Get(device);
   std::lock_guard<std::mutex> lock(ctx.mutex());
   ADJSH_CUDA_CHECK(cudaSetDevice(device));
-  if (bf16_storage) return Head<bf16>(ctx, M, D, V, eps, E, w_f, u, targets, scale, du, dE, dw_f);
-  return Head<float>(ctx, M, D, V, eps, E, w_f, u, targets, scale, du, dE, dw_f);
+  if (bf16_storage) {
+    return Head<bf16>(ctx, M, D, V, eps, E, w_f, {}, u, targets, scale, du, dE, dw_f, resident);
+  }
+  return Head<float>(ctx, M, D, V, eps, E, w_f, {}, u, targets, scale, du, dE, dw_f, resident);
+}
+
+struct DeviceHeadWeights::Impl {
+  Context& ctx;
+  bool bf16;
+  int64_t V, D;
+  float* embed = nullptr;  // (V, D) f32: the lookup's rows
+  void* head = nullptr;    // (V, D) in the storage type: the head's GEMM operand
+  float* w_f = nullptr;    // (D)
+  size_t head_bytes = 0;
+  bool head_is_embed = false;  // tied, f32: one table
+};
+
+DeviceHeadWeights::DeviceHeadWeights(int device, bool bf16_storage, int64_t V, int64_t D,
+                                     const float* embed, const float* head, const float* w_f)
+    : impl_(new Impl{Context::Get(device), bf16_storage, V, D}) {
+  Impl& m = *impl_;
+  std::lock_guard<std::mutex> lock(m.ctx.mutex());
+  ADJSH_CUDA_CHECK(cudaSetDevice(device));
+  cudaStream_t s = m.ctx.stream();
+  m.embed = static_cast<float*>(m.ctx.Alloc(V * D * sizeof(float)));
+  m.ctx.Upload(m.embed, embed, V * D * sizeof(float));
+  m.w_f = static_cast<float*>(m.ctx.Alloc(D * sizeof(float)));
+  m.ctx.Upload(m.w_f, w_f, D * sizeof(float));
+  m.head_is_embed = head == embed && !bf16_storage;
+  if (m.head_is_embed) {
+    m.head = m.embed;
+  } else {
+    // An untied head, or the bf16 operand of a tied one: f32 up (through the workspace when
+    // converted), then the storage type.
+    m.head_bytes = V * D * (bf16_storage ? sizeof(bf16) : sizeof(float));
+    m.head = m.ctx.Alloc(m.head_bytes);
+    if (!bf16_storage) {
+      m.ctx.Upload(m.head, head, m.head_bytes);
+    } else if (head == embed) {
+      Convert<bf16>(s, m.embed, V * D, static_cast<bf16*>(m.head));
+    } else {
+      float* staged = reinterpret_cast<float*>(m.ctx.Workspace(V * D * sizeof(float)));
+      m.ctx.Upload(staged, head, V * D * sizeof(float));
+      Convert<bf16>(s, staged, V * D, static_cast<bf16*>(m.head));
+    }
+  }
+  m.ctx.Sync();  // the host's tables may go once this returns
+}
+
+DeviceHeadWeights::~DeviceHeadWeights() {
+  Impl& m = *impl_;
+  std::lock_guard<std::mutex> lock(m.ctx.mutex());
+  m.ctx.Sync();
+  m.ctx.Free(m.embed, m.V * m.D * sizeof(float));
+  m.ctx.Free(m.w_f, m.D * sizeof(float));
+  if (!m.head_is_embed) m.ctx.Free(m.head, m.head_bytes);
+  delete impl_;
+}
+
+void DeviceHeadWeights::Gather(const uint32_t* ids, int64_t n, float* rows) {
+  Impl& m = *impl_;
+  std::lock_guard<std::mutex> lock(m.ctx.mutex());
+  ADJSH_CUDA_CHECK(cudaSetDevice(m.ctx.device()));
+  uint32_t* ids_d = nullptr;
+  CarveWorkspace(m.ctx, [&](Carver& c) { ids_d = c.Take<uint32_t>(n); });
+  m.ctx.Upload(ids_d, ids, n * sizeof(uint32_t));
+  GatherRows(m.ctx.stream(), m.embed, ids_d, n, m.D, rows);
+}
+
+double DeviceHeadWeights::ForwardBackward(int64_t M, float eps, const float* u,
+                                          const int64_t* targets, float scale, float* du,
+                                          float* dE, float* dw_f) {
+  Impl& m = *impl_;
+  std::lock_guard<std::mutex> lock(m.ctx.mutex());
+  ADJSH_CUDA_CHECK(cudaSetDevice(m.ctx.device()));
+  if (m.bf16) {
+    return Head<bf16>(m.ctx, M, m.D, m.V, eps, nullptr, nullptr,
+                      {static_cast<const bf16*>(m.head), m.w_f}, u, targets, scale, du, dE, dw_f,
+                      /*resident=*/true);
+  }
+  return Head<float>(m.ctx, M, m.D, m.V, eps, nullptr, nullptr,
+                     {static_cast<const float*>(m.head), m.w_f}, u, targets, scale, du, dE, dw_f,
+                     /*resident=*/true);
+}
+
+void DeviceHeadWeights::LookupBackward(const uint32_t* ids, int64_t n, const float* g,
+                                       float* dE) {
+  Impl& m = *impl_;
+  std::lock_guard<std::mutex> lock(m.ctx.mutex());
+  ADJSH_CUDA_CHECK(cudaSetDevice(m.ctx.device()));
+  uint32_t* ids_d = nullptr;
+  CarveWorkspace(m.ctx, [&](Carver& c) { ids_d = c.Take<uint32_t>(n); });
+  m.ctx.Upload(ids_d, ids, n * sizeof(uint32_t));
+  ScatterAddRows(m.ctx.stream(), g, ids_d, n, m.D, dE);
 }
 
 int DeviceCount(std::string* error) {

@@ -49,6 +49,21 @@ void Add(cudaStream_t s, const float* a, const float* b, int64_t n, float* out) 
   ops_internal::AddImpl(s, a, b, n, out);
 }
 
+void DecayFold(cudaStream_t s, const float* A, const float* S, const float* add, int64_t Di,
+               int64_t N, float* v, float* sigma) {
+  ops_internal::DecayFoldImpl(s, A, S, add, Di, N, v, sigma);
+}
+
+void GatherRows(cudaStream_t s, const float* table, const uint32_t* ids, int64_t n, int64_t D,
+                float* rows) {
+  ops_internal::GatherRowsImpl(s, table, ids, n, D, rows);
+}
+
+void ScatterAddRows(cudaStream_t s, const float* rows, const uint32_t* ids, int64_t n, int64_t D,
+                    float* table) {
+  ops_internal::ScatterAddRowsImpl(s, rows, ids, n, D, table);
+}
+
 void CeStats(cudaStream_t s, const float* logits, int64_t M, int64_t Vb, int64_t v0,
              const int64_t* targets, bool first, float* mx, float* sum, float* tlogit) {
   ops_internal::CeStatsImpl(s, logits, M, Vb, v0, targets, first, mx, sum, tlogit);

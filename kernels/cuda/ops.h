@@ -47,6 +47,19 @@ void Convert(cudaStream_t s, const float* in, int64_t n, S* out);
 // out[k] = a[k] + b[k] (f32).
 void Add(cudaStream_t s, const float* a, const float* b, int64_t n, float* out);
 
+// v (Di, N) = exp(A S) v + add per (i, n), with S (Di) a chunk's delta sums (kernels/decay.h
+// DecayAdd); sigma (Di) += S when non-null. v may not alias add.
+void DecayFold(cudaStream_t s, const float* A, const float* S, const float* add, int64_t Di,
+               int64_t N, float* v, float* sigma);
+
+// rows (n, D) = table[ids]: the embedding lookup of n tokens.
+void GatherRows(cudaStream_t s, const float* table, const uint32_t* ids, int64_t n, int64_t D,
+                float* rows);
+// table[ids[t]] += rows[t] for t = 0..n-1, each entry's sum in token order (the lookup's
+// backward; no atomics).
+void ScatterAddRows(cudaStream_t s, const float* rows, const uint32_t* ids, int64_t n, int64_t D,
+                    float* table);
+
 // One vocabulary block [v0, v0 + Vb) of the cross-entropy over M rows, logits (M, Vb) f32.
 // Running log-sum-exp state per row: mx (running max) and sum (of exp(logit - mx)); first = the
 // first block (state initialised). tlogit[row] = the target's logit when the target is in the

@@ -209,6 +209,32 @@ __global__ void AddKernel(const float* a, const float* b, int64_t n, float* out)
   ADJSH_GRID_LOOP(k, n) out[k] = a[k] + b[k];
 }
 
+// v = exp(A S) v + add per (i, n) (kernels/decay.h DecayAdd: a state or adjoint carried across
+// a chunk plus what the chunk adds); sigma (Di) += S, when given, by the first lane of each row.
+__global__ void DecayFoldKernel(const float* A, const float* S, const float* add, int64_t DiN,
+                                int64_t N, float* v, float* sigma) {
+  ADJSH_GRID_LOOP(q, DiN) {
+    const int64_t i = q / N;
+    v[q] = expf(A[q] * S[i]) * v[q] + add[q];
+    if (sigma != nullptr && q % N == 0) sigma[i] += S[i];
+  }
+}
+
+// rows (n, D) = table[ids] (f32 rows of a (V, D) table).
+__global__ void GatherRowsKernel(const float* table, const uint32_t* ids, int64_t n, int64_t D,
+                                 float* rows) {
+  ADJSH_GRID_LOOP(k, n * D) rows[k] = table[int64_t{ids[k / D]} * D + k % D];
+}
+
+// table[ids[t]] += rows[t] for t = 0..n-1 in that order, one thread per column: each entry's
+// sum is taken in token order, as the host's lookup backward takes it (no atomics).
+__global__ void ScatterAddRowsKernel(const float* rows, const uint32_t* ids, int64_t n,
+                                     int64_t D, float* table) {
+  ADJSH_GRID_LOOP(d, D) {
+    for (int64_t t = 0; t < n; ++t) table[int64_t{ids[t]} * D + d] += rows[t * D + d];
+  }
+}
+
 __global__ void CeStatsKernel(const float* logits, int64_t Vb, int64_t v0, const int64_t* targets,
                               bool first, float* mx, float* sum, float* tlogit) {
   __shared__ float shared[kThreads];
@@ -343,6 +369,30 @@ inline void AddImpl(cudaStream_t s, const float* a, const float* b, int64_t n, f
   (void)s;
   if (n == 0) return;
   ADJSH_LAUNCH(AddKernel, dim3(GridFor(n, kThreads)), kThreads, s, a, b, n, out);
+}
+
+inline void DecayFoldImpl(cudaStream_t s, const float* A, const float* S, const float* add,
+                          int64_t Di, int64_t N, float* v, float* sigma) {
+  (void)s;
+  if (Di * N == 0) return;
+  ADJSH_LAUNCH(DecayFoldKernel, dim3(GridFor(Di * N, kThreads)), kThreads, s, A, S, add, Di * N,
+               N, v, sigma);
+}
+
+inline void GatherRowsImpl(cudaStream_t s, const float* table, const uint32_t* ids, int64_t n,
+                           int64_t D, float* rows) {
+  (void)s;
+  if (n * D == 0) return;
+  ADJSH_LAUNCH(GatherRowsKernel, dim3(GridFor(n * D, kThreads)), kThreads, s, table, ids, n, D,
+               rows);
+}
+
+inline void ScatterAddRowsImpl(cudaStream_t s, const float* rows, const uint32_t* ids, int64_t n,
+                               int64_t D, float* table) {
+  (void)s;
+  if (n * D == 0) return;
+  ADJSH_LAUNCH(ScatterAddRowsKernel, dim3(GridFor(D, kThreads)), kThreads, s, rows, ids, n, D,
+               table);
 }
 
 inline void CeStatsImpl(cudaStream_t s, const float* logits, int64_t M, int64_t Vb, int64_t v0,

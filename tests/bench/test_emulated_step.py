@@ -2,11 +2,12 @@
 """bench/emulated_step (one step with the CUDA backend on the host-emulated device): --help; bad
 flags refused with a message and exit 2; counting (kernels skipped), for both model types a small
 step reports its plan's task count, finite counts that include the weights' upload, at least one
-sync per task (the backend syncs every call), and the same line twice (the counts follow from
-the host code alone); computing (kernels run), both model types' gradient and loss equal the
-CPU backend's within f32 rounding (relative L2 < 1e-4: two f32 computations that sum in
-different orders). The exact counts of a call are tests/cuda/block_emulation_test.cc's
-(BlockTrafficTest).
+sync per task, and the same line twice (the counts follow from the host code alone); Mamba-1's
+resident step (its rows, head and sums on the device) waits for the device once per task and
+moves about one gradient each way, not one per span; computing (kernels run), both model types'
+gradient and loss equal the CPU backend's within f32 rounding (relative L2 < 1e-4: two f32
+computations that sum in different orders), with the same bits on 1 and 3 threads. The exact
+counts of a call are tests/cuda/block_emulation_test.cc's (BlockTrafficTest).
 
   test_emulated_step.py --emulated-step PATH --adjsh PATH
 """
@@ -55,6 +56,13 @@ def main():
         assert r["h2d_bytes"] >= r["param_bytes"], (model, r)  # the weights went up
         assert r["d2h_bytes"] > 0 and r["allocations"] >= 2, (model, r)
         assert r["syncs"] >= r["tasks"], (model, r)
+        if model == "mamba":  # resident: one wait per task; one gradient down, not one per span
+            assert r["most_syncs_in_a_task"] == 1, r
+            # With a vocabulary large enough that the (V, D) partials outweigh the per-task
+            # summaries: 4 spans' partials per group would be 4x.
+            wide = json.loads(run(exe, *SHAPE, "--vocab-size", "4096").stdout)
+            assert wide["param_bytes"] <= wide["d2h_bytes"] < 1.5 * wide["param_bytes"], wide
+            assert wide["param_bytes"] <= wide["h2d_bytes"] < 1.5 * wide["param_bytes"], wide
         again = run(exe, "--model-type", model, *SHAPE, *extra)
         assert again.stdout == first.stdout, (model, first.stdout, again.stdout)
 
@@ -63,6 +71,10 @@ def main():
         c = json.loads(computed.stdout)
         assert c["rel_l2_vs_cpu"] < 1e-4, (model, c)
         assert abs(c["loss"] - c["loss_cpu"]) <= 1e-5 * abs(c["loss_cpu"]), (model, c)
+        threads = run(exe, "--model-type", model, "--kernels", "run", "--threads", "3", *SMALL,
+                      *extra, timeout=300)
+        assert threads.returncode == 0, (model, threads.stderr)
+        assert json.loads(threads.stdout)["digest"] == c["digest"], (model, threads.stdout, c)
         print(f"  {model}: gradient {c['rel_l2_vs_cpu']:.2g} from the CPU's, loss "
               f"{c['loss']:.7f} / {c['loss_cpu']:.7f}")
     print("emulated_step: flags, counts (both model types, repeatable), gradients: ok")

@@ -70,6 +70,7 @@ inline cudaError_t FreeHost(void* p) {
 #endif
 #include "kernels/cuda/device_block.cu"
 #include "kernels/cuda/lm_head.cu"
+#include "kernels/cuda/device_rows.cu"
 #include "kernels/cuda/ops.cu"
 #include "kernels/cuda/scan.cu"
 #include "common/model.h"
@@ -136,6 +137,7 @@ DeviceMemoryProbe DeviceMemoryProbeOf(int device) {
     DeviceMemoryUsage usage;
     usage.used_bytes = static_cast<uint64_t>(std::max<int64_t>(ctx.held_bytes(), 0));
     usage.peak_bytes = static_cast<uint64_t>(std::max<int64_t>(ctx.peak_bytes(), 0));
+    usage.traffic = ctx.traffic();
     return usage;
   };
 }

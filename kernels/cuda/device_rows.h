@@ -1,0 +1,24 @@
+// The memory of a resident span on one GPU (kernels/row_space.h's device space, made by the
+// CUDA backend): plain C++ over the device's Context, so that kernels/cuda/cuda_backend.cc needs
+// no CUDA headers. Every call is queued on the device's stream in order with the blocks' calls
+// and counted by its Context (copies, allocations, the one sync of Finish); Download's values
+// are on the host after Finish. Thread-safe (the Context's mutex).
+#ifndef ADJSH_KERNELS_CUDA_DEVICE_ROWS_H_
+#define ADJSH_KERNELS_CUDA_DEVICE_ROWS_H_
+
+#include <cstddef>
+
+namespace adjsh::cuda {
+
+float* RowsAlloc(int device, size_t n);
+void RowsFree(int device, float* p, size_t n);  // nothing queued may use p (RowsFinish first)
+void RowsUpload(int device, float* dst, const float* host_src, size_t n);
+void RowsDownload(int device, float* host_dst, const float* src, size_t n);
+void RowsCopy(int device, float* dst, const float* src, size_t n);
+void RowsAdd(int device, float* dst, const float* src, size_t n);  // dst += src
+void RowsZero(int device, float* dst, size_t n);
+void RowsFinish(int device);  // the host waits for the device's stream
+
+}  // namespace adjsh::cuda
+
+#endif  // ADJSH_KERNELS_CUDA_DEVICE_ROWS_H_

@@ -1,0 +1,79 @@
+#include "kernels/row_space.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace adjsh {
+namespace {
+
+template <typename T>
+class HostSpace final : public RowSpace<T> {
+ public:
+  HostSpace() : RowSpace<T>(0) {}
+  bool host() const override { return true; }
+  void Upload(T* dst, const T* src, size_t n) override { Copy(dst, src, n); }
+  void Download(T* dst, const T* src, size_t n) override { Copy(dst, src, n); }
+  void Copy(T* dst, const T* src, size_t n) override {
+    if (n && dst != src) std::memmove(dst, src, n * sizeof(T));
+  }
+  void Add(T* dst, const T* src, size_t n) override {
+    for (size_t i = 0; i < n; ++i) dst[i] += src[i];
+  }
+  void Zero(T* dst, size_t n) override { std::fill_n(dst, n, T(0)); }
+  void Finish() override {}
+
+ private:
+  T* Allocate(size_t n) override { return new T[n]; }
+  void Release(T* p, size_t) override { delete[] p; }
+};
+
+}  // namespace
+
+template <typename T>
+T* RowSpace<T>::Alloc(size_t n) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = pool_.find(n);
+    if (it != pool_.end()) {
+      T* p = it->second;
+      pool_.erase(it);
+      pooled_ -= n * sizeof(T);
+      return p;
+    }
+  }
+  return Allocate(n);
+}
+
+template <typename T>
+void RowSpace<T>::Free(T* p, size_t n) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (pooled_ + n * sizeof(T) <= pool_cap_) {
+      pool_.emplace(n, p);
+      pooled_ += n * sizeof(T);
+      return;
+    }
+  }
+  Release(p, n);
+}
+
+template <typename T>
+void RowSpace<T>::Drain() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [n, p] : pool_) Release(p, n);
+  pool_.clear();
+  pooled_ = 0;
+}
+
+template <typename T>
+RowSpace<T>& HostRows() {
+  static RowSpace<T>* space = new HostSpace<T>();
+  return *space;
+}
+
+template class RowSpace<float>;
+template class RowSpace<double>;
+template RowSpace<float>& HostRows<float>();
+template RowSpace<double>& HostRows<double>();
+
+}  // namespace adjsh

@@ -1,0 +1,96 @@
+// Where a span's rows, states and adjoints live while its owner works on them: host memory (the
+// CPU, and every call whose pointers are host memory) or one GPU's memory (a resident model:
+// kernels/chunk_ops.h LayerModel::rows). The span owner and its layer math (engine/span_work.h,
+// engine/span_math.h) do what they do between kernel calls (copies, sums of halo rows, the few
+// values a task sends or receives) through the space, so that the same code runs on both and
+// nothing proportional to the sequence crosses PCIe on a GPU.
+//
+// Calls are queued in order with the device's kernel calls; what Download writes to the host is
+// there after Finish, which the span owner calls once at the end of a task (the task's one host
+// sync on a GPU). Thread-safe: spans run on several threads at once.
+#ifndef ADJSH_KERNELS_ROW_SPACE_H_
+#define ADJSH_KERNELS_ROW_SPACE_H_
+
+#include <cstddef>
+#include <map>
+#include <mutex>
+#include <utility>
+
+namespace adjsh {
+
+template <typename T>
+class RowSpace {
+ public:
+  // pooled_bytes: how much of what is freed the space keeps for reuse (0: none).
+  explicit RowSpace(size_t pooled_bytes) : pool_cap_(pooled_bytes) {}
+  virtual ~RowSpace() = default;
+  // Whether the host may read and write its pointers.
+  virtual bool host() const = 0;
+
+  // n values, uninitialised. A freed buffer of the same size is reused while the pool has room:
+  // a GPU's allocation is a device-wide sync, and a span's tasks take and give back buffers
+  // (states, a (len, D) cotangent) every task.
+  T* Alloc(size_t n);
+  void Free(T* p, size_t n);
+
+  virtual void Upload(T* dst, const T* host_src, size_t n) = 0;
+  virtual void Download(T* host_dst, const T* src, size_t n) = 0;  // on the host after Finish
+  virtual void Copy(T* dst, const T* src, size_t n) = 0;
+  virtual void Add(T* dst, const T* src, size_t n) = 0;  // dst[i] += src[i], one f32/f64 add each
+  virtual void Zero(T* dst, size_t n) = 0;
+  virtual void Finish() = 0;
+
+ protected:
+  virtual T* Allocate(size_t n) = 0;
+  virtual void Release(T* p, size_t n) = 0;
+  // Frees what the pool keeps (a device space's destructor, before its memory goes).
+  void Drain();
+
+ private:
+  const size_t pool_cap_;
+  size_t pooled_ = 0;  // bytes in pool_
+  std::mutex mu_;
+  std::multimap<size_t, T*> pool_;
+};
+
+// The host's space, which pools nothing (never destroyed: a thread's buffers freed at its exit
+// still find it).
+template <typename T>
+RowSpace<T>& HostRows();
+
+// n values of a space, owned; moves, never copies.
+template <typename T>
+class RowBuffer {
+ public:
+  RowBuffer() = default;
+  RowBuffer(RowSpace<T>& space, size_t n)
+      : space_(&space), n_(n), p_(n ? space.Alloc(n) : nullptr) {}
+  ~RowBuffer() { reset(); }
+  RowBuffer(RowBuffer&& o) noexcept { *this = std::move(o); }
+  RowBuffer& operator=(RowBuffer&& o) noexcept {
+    if (this != &o) {
+      reset();
+      std::swap(space_, o.space_), std::swap(n_, o.n_), std::swap(p_, o.p_);
+    }
+    return *this;
+  }
+  RowBuffer(const RowBuffer&) = delete;
+  RowBuffer& operator=(const RowBuffer&) = delete;
+
+  T* data() { return p_; }
+  const T* data() const { return p_; }
+  size_t size() const { return n_; }
+  void reset() {
+    if (p_) space_->Free(p_, n_);
+    p_ = nullptr, n_ = 0;
+  }
+
+ private:
+  RowSpace<T>* space_ = nullptr;
+  size_t n_ = 0;
+  T* p_ = nullptr;
+};
+
+}  // namespace adjsh
+
+#endif  // ADJSH_KERNELS_ROW_SPACE_H_
