@@ -128,6 +128,14 @@ GradResult<T, P> RunSpans(const P<T>& params, const Model& model, const SpanPlan
   return result;
 }
 
+// Resident on a GPU (kernels/row_space.h) unless the rows are rounded to bf16 or spilled: a
+// device keeps its rows in the compute type, in its own memory.
+template <typename O>
+RowPlace RowsFor(const O& opt) {
+  return opt.storage == Storage::kCompute && opt.spill_dir.empty() ? RowPlace::kResident
+                                                                   : RowPlace::kHost;
+}
+
 }  // namespace
 
 template <typename T>
@@ -141,8 +149,7 @@ absl::StatusOr<GradResult<T>> RunSpanStep(const ModelParams<T>& params,
   if (!plan.ok()) return plan.status();
   absl::StatusOr<std::unique_ptr<Backend<T>>> backend = MakeBackend<T>(opt.device);
   if (!backend.ok()) return backend.status();
-  const LayerModel<ModelParams<T>> model =
-      MakeLayerModel(params, **backend, RowPlace::kResident);
+  const LayerModel<ModelParams<T>> model = MakeLayerModel(params, **backend, RowsFor(opt));
   return RunSpans<T, ModelParams, SpanWork<T>>(
       params, model, *plan, tokens,
       {opt.threads, opt.loss_mask, opt.storage, opt.spill_dir, opt.progress});
@@ -158,7 +165,7 @@ absl::StatusOr<Mamba2GradResult<T>> RunMamba2SpanStep(const Mamba2Params<T>& par
                      c.num_hidden_layers, c.conv_kernel);
   if (!plan.ok()) return plan.status();
   absl::StatusOr<DeviceModel<Mamba2Params<T>>> model =
-      MakeDeviceModel(params, opt.device, !opt.loss_mask.empty());
+      MakeDeviceModel(params, opt.device, !opt.loss_mask.empty(), RowsFor(opt));
   if (!model.ok()) return model.status();
   return RunSpans<T, Mamba2Params, Mamba2SpanWork<T>>(
       params, model->model, *plan, tokens,

@@ -139,7 +139,9 @@ void BasicSpanWork<Math>::Head(Outputs& out) {
                           p.head().data(), p.norm_f.data(), rows_.g.data(), targets.data(),
                           T(1) / T(n_targets_)};
   if (!rows_.mask.empty()) args.correct = &correct;
-  if (rows_.plan.forward_only() && !model_.head) {  // an evaluation: no dL/du, no partials
+  // An evaluation needs no dL/du and no partials: the host head runs its forward alone; a
+  // resident head runs its backward too, and what it gave is dropped.
+  if (rows_.plan.forward_only() && !model_.head) {
     out.loss_sum = model_.backend->HeadLoss(args);
   } else {
     out.norm_f.assign(D, T(0));

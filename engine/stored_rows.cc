@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "common/check.h"
 #include "common/tensor.h"
 
 namespace adjsh {
@@ -20,7 +21,7 @@ absl::StatusOr<StoredRows<T>> StoredRows<T>::Create(size_t n, Storage storage,
   StoredRows s;
   s.storage_ = storage;
   if (space != nullptr && !space->host()) {
-    s.storage_ = Storage::kCompute;
+    ADJSH_CHECK(storage == Storage::kCompute, "resident rows are in the compute type");
     s.device_ = RowBuffer<T>(*space, n);
     if (zeroed) space->Zero(s.device_.data(), n);
     s.space_ = space;

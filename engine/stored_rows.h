@@ -5,8 +5,9 @@
 // included, reads the same rounded number back: the gradient is then the exact gradient of the
 // model that rounds at those points (the rounding's derivative taken as 1), whichever schedule
 // or worker computes it. Rows may also live in a device's memory (a resident span's,
-// kernels/row_space.h): there in the compute type (a GPU rounds its own: Device::bf16_storage),
-// and read and written through the space.
+// kernels/row_space.h): there in the compute type only (a model is resident only with
+// compute-type storage and no spill directory: engine/span_step.cc), read and written through
+// the space.
 #ifndef ADJSH_ENGINE_STORED_ROWS_H_
 #define ADJSH_ENGINE_STORED_ROWS_H_
 
@@ -28,8 +29,8 @@ class StoredRows {
   StoredRows() = default;
   // n zeros; on the heap, or spilled to spill_dir (SpillBuffer). zeroed = false: on the heap,
   // uninitialised (SpillBuffer::Create), for a caller that writes every value before reading it.
-  // A space other than the host's: in its memory in the compute type whatever the storage (a
-  // GPU with bf16 storage rounds its own activations: Device::bf16_storage), spill_dir unused.
+  // A space other than the host's: in its memory, compute-type storage only (checked),
+  // spill_dir unused.
   static absl::StatusOr<StoredRows> Create(size_t n, Storage storage,
                                            const std::string& spill_dir, bool zeroed = true,
                                            RowSpace<T>* space = nullptr);

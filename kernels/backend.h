@@ -137,9 +137,9 @@ class BlockBackend {
                                   T* /*carry*/) {
     ADJSH_CHECK(false, "FoldAdjointSummary of a block of host rows");
   }
-  // A resident block's exact backward: the layer's gradient added into sum (GradSize() values
-  // of the device's memory: norm, in_proj, conv_w, conv_b, x_proj, dt_w, dt_b, A_log, Dskip,
-  // out_proj back to back), where the step's sums are taken.
+  // A resident block's exact backward: the layer's gradient added into sum (the layer's values,
+  // ChunkOps::grad_size, in the device's memory: norm, in_proj, conv_w, conv_b, x_proj, dt_w,
+  // dt_b, A_log, Dskip, out_proj back to back), where the step's sums are taken.
   virtual void BackwardInto(const T* /*u*/, cpu::ChunkRows /*rows*/, const T* /*g*/,
                             const T* /*h0*/, const T* /*mu*/, T* /*sum*/, T* /*du*/,
                             T* /*du_halo*/, T* /*mu_out*/) {
@@ -167,6 +167,26 @@ class Mamba2BlockBackend {
   virtual void HaloBackward(const T* u, int64_t t0, const T* halo,
                             const Mamba2Tensors<T>& grad, T* du) = 0;
   virtual void FinishBackward(const Mamba2Tensors<T>& grad) = 0;
+
+  // A resident block (Backend::MakeResidentMamba2Block): every pointer is ResidentRows()
+  // memory; Forward and Adjoint as above (Forward with dt_sum null); FoldForward is Forward's
+  // states alone with each head's dt sum added to sigma (Di: repeated over the head's P
+  // channels); the gradient goes into sum (GradSize() values, the tensors back to back in
+  // Mamba2Tensors order; ChunkOps::grad_size) instead of grad. Blocks of host rows refuse
+  // these.
+  virtual void FoldForward(const T* /*u*/, int64_t /*t0*/, int64_t /*t1*/, T* /*S*/,
+                           T* /*sigma*/) {
+    ADJSH_CHECK(false, "FoldForward of a block of host rows");
+  }
+  virtual void BackwardInto(const T* /*u*/, int64_t /*t0*/, int64_t /*t1*/, const T* /*S0*/,
+                            const T* /*dout*/, T* /*carry*/, T* /*halo*/, T* /*sum*/,
+                            T* /*du*/) {
+    ADJSH_CHECK(false, "BackwardInto of a block of host rows");
+  }
+  virtual void HaloBackwardInto(const T* /*u*/, int64_t /*t0*/, const T* /*halo*/, T* /*sum*/,
+                                T* /*du*/) {
+    ADJSH_CHECK(false, "HaloBackwardInto of a block of host rows");
+  }
 };
 
 // A resident model's embedding and head on the device (Backend::MakeResidentHead), made with the
@@ -179,7 +199,8 @@ class ResidentHead {
  public:
   virtual ~ResidentHead() = default;
   virtual void Gather(const uint32_t* ids, int64_t n, T* rows) = 0;  // rows (n, D) = embed[ids]
-  // As Backend::HeadForwardBackward, with the head's own weights (args.E, args.w_f unread).
+  // As Backend::HeadForwardBackward, with the head's own weights (args.E, args.w_f unread), and
+  // no greedy count (args.correct unread: a backend with a resident head refuses kHeadAccuracy).
   virtual double ForwardBackward(const cpu::LmHeadArgs<T>& args, T* du, T* dE, T* dw_f) = 0;
   // dE (V, D) += the lookup's gradient: g[t] added into row ids[t] in token order.
   virtual void LookupBackward(const uint32_t* ids, int64_t n, const T* g, T* dE) = 0;
@@ -218,6 +239,11 @@ class Backend {
   // A Mamba-2 layer on the device (weights copied there when the backend keeps them); null
   // where the engine's own layer runs (the CPU) or the device has none (Supports says which).
   virtual std::unique_ptr<Mamba2BlockBackend<T>> MakeMamba2Block(
+      const Mamba2Config& /*config*/, const Mamba2Tensors<const T>& /*weights*/) {
+    return nullptr;
+  }
+  // A Mamba-2 layer taking ResidentRows() pointers (null where ResidentRows() is).
+  virtual std::unique_ptr<Mamba2BlockBackend<T>> MakeResidentMamba2Block(
       const Mamba2Config& /*config*/, const Mamba2Tensors<const T>& /*weights*/) {
     return nullptr;
   }

@@ -110,7 +110,7 @@ struct LayerModel {
   using Layer = typename decltype(Params::layers)::value_type;
   const Params* params = nullptr;
   Backend<Value>* backend = nullptr;  // the LM head's, and the device's
-  RowSpace<Value>* rows = nullptr;    // where the ops' pointers are: HostRows, or the backend's
+  RowSpace<Value>* rows = &HostRows<Value>();  // where the ops' pointers are, or the backend's
   // Resident: the embedding and head on the device (Backend::MakeResidentHead); else null.
   std::shared_ptr<ResidentHead<Value>> head;
   std::vector<std::unique_ptr<ChunkOps<Value, Layer>>> layers;

@@ -25,8 +25,8 @@ template <typename T>
 absl::Status CheckMamba2Backend(const Backend<T>& backend, bool loss_mask);
 
 // The layers of params on backend (both outlive the model): CheckMamba2Backend's errors
-// (without a loss mask). Their rows are the host's whatever the place (a GPU's Mamba-2 layer
-// has no resident block yet).
+// (without a loss mask); resident: their rows in the backend's ResidentRows() where it has them
+// (a GPU), else the host's.
 template <typename T>
 absl::StatusOr<LayerModel<Mamba2Params<T>>> MakeLayerModel(const Mamba2Params<T>& params,
                                                            Backend<T>& backend,
@@ -37,7 +37,8 @@ absl::StatusOr<LayerModel<Mamba2Params<T>>> MakeLayerModel(const Mamba2Params<T>
 template <typename T>
 absl::StatusOr<DeviceModel<Mamba2Params<T>>> MakeDeviceModel(const Mamba2Params<T>& params,
                                                              const Device& device,
-                                                             bool loss_mask = false);
+                                                             bool loss_mask = false,
+                                                             RowPlace place = RowPlace::kHost);
 
 }  // namespace adjsh
 

@@ -21,6 +21,7 @@ class MambaChunkOps final : public ChunkOps<T, LayerParams<T>> {
       : space_(&space),
         resident_(!space.host()),
         block_(std::move(block)),
+        grad_size_(resident_ ? LayerValues(config) : 0),
         cfg_(config),
         Di_(config.inner()),
         N_(config.state_size),
@@ -69,13 +70,7 @@ class MambaChunkOps final : public ChunkOps<T, LayerParams<T>> {
   }
   void HaloBackward(const T*, int64_t, const T*, LayerParams<T>&, T*, T*) override {}
   void FinishBackward(LayerParams<T>& grad) override { block_->FinishBackward(grad); }
-  int64_t grad_size() const override {
-    if (!resident_) return 0;
-    int64_t n = 0;
-    LayerParams<T> zero = ZeroLayer();
-    for (std::vector<T>* t : Tensors(zero)) n += static_cast<int64_t>(t->size());
-    return n;
-  }
+  int64_t grad_size() const override { return grad_size_; }
   void DownloadGrad(const T* sum, LayerParams<T>& grad) override {
     grad = ZeroLayer();  // sized
     for (std::vector<T>* t : Tensors(grad)) {
@@ -85,6 +80,12 @@ class MambaChunkOps final : public ChunkOps<T, LayerParams<T>> {
   }
 
  private:
+  static int64_t LayerValues(const MambaConfig& config) {
+    LayerParams<T> zero = adjsh::ZeroLayer<T>(config);
+    int64_t n = 0;
+    for (std::vector<T>* t : Tensors(zero)) n += static_cast<int64_t>(t->size());
+    return n;
+  }
   // A layer's tensors in the order of BlockBackend::BackwardInto's sum.
   static std::vector<std::vector<T>*> Tensors(LayerParams<T>& l) {
     return {&l.norm, &l.in_proj, &l.conv_w, &l.conv_b, &l.x_proj,
@@ -109,6 +110,7 @@ class MambaChunkOps final : public ChunkOps<T, LayerParams<T>> {
   RowSpace<T>* const space_;
   const bool resident_;
   std::unique_ptr<BlockBackend<T>> block_;
+  const int64_t grad_size_;
   const MambaConfig& cfg_;
   const int64_t Di_, N_;
   const std::vector<T> A_;

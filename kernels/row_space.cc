@@ -31,6 +31,7 @@ class HostSpace final : public RowSpace<T> {
 
 template <typename T>
 T* RowSpace<T>::Alloc(size_t n) {
+  if (pool_cap_ == 0) return Allocate(n);
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = pool_.find(n);
@@ -46,22 +47,35 @@ T* RowSpace<T>::Alloc(size_t n) {
 
 template <typename T>
 void RowSpace<T>::Free(T* p, size_t n) {
+  if (pool_cap_ == 0) return Release(p, n);
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (pooled_ + n * sizeof(T) <= pool_cap_) {
       pool_.emplace(n, p);
       pooled_ += n * sizeof(T);
-      return;
+    } else {
+      pending_.emplace_back(p, n);
     }
   }
-  Release(p, n);
+}
+
+template <typename T>
+void RowSpace<T>::AfterWait() {
+  std::vector<std::pair<T*, size_t>> go;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    go.swap(pending_);
+  }
+  for (const auto& [p, n] : go) Release(p, n);
 }
 
 template <typename T>
 void RowSpace<T>::Drain() {
   std::lock_guard<std::mutex> lock(mu_);
   for (const auto& [n, p] : pool_) Release(p, n);
+  for (const auto& [p, n] : pending_) Release(p, n);
   pool_.clear();
+  pending_.clear();
   pooled_ = 0;
 }
 

@@ -5,9 +5,12 @@
 // values a task sends or receives) through the space, so that the same code runs on both and
 // nothing proportional to the sequence crosses PCIe on a GPU.
 //
-// Calls are queued in order with the device's kernel calls; what Download writes to the host is
-// there after Finish, which the span owner calls once at the end of a task (the task's one host
-// sync on a GPU). Thread-safe: spans run on several threads at once.
+// Calls are queued in order with the device's kernel calls, on its one stream; what Download
+// writes to the host is there after Finish, which the span owner calls at the end of a task
+// (the task's one host sync on a GPU; a task that waited already, the resident head's, skips
+// it). A buffer freed while work that uses it is still queued may be reused at once: the next
+// user's work is queued after it on the same stream. Thread-safe: spans run on several threads
+// at once.
 #ifndef ADJSH_KERNELS_ROW_SPACE_H_
 #define ADJSH_KERNELS_ROW_SPACE_H_
 
@@ -15,6 +18,7 @@
 #include <map>
 #include <mutex>
 #include <utility>
+#include <vector>
 
 namespace adjsh {
 
@@ -27,9 +31,10 @@ class RowSpace {
   // Whether the host may read and write its pointers.
   virtual bool host() const = 0;
 
-  // n values, uninitialised. A freed buffer of the same size is reused while the pool has room:
-  // a GPU's allocation is a device-wide sync, and a span's tasks take and give back buffers
-  // (states, a (len, D) cotangent) every task.
+  // n values, uninitialised. A freed buffer of the same size is reused while the pool has room
+  // (a span's tasks take and give back buffers every task: states, a (len, D) cotangent, and a
+  // GPU's allocation or free is a device-wide wait); past the pool, a freed buffer goes at the
+  // space's next wait (AfterWait), when nothing queued can use it.
   T* Alloc(size_t n);
   void Free(T* p, size_t n);
 
@@ -42,8 +47,10 @@ class RowSpace {
 
  protected:
   virtual T* Allocate(size_t n) = 0;
-  virtual void Release(T* p, size_t n) = 0;
-  // Frees what the pool keeps (a device space's destructor, before its memory goes).
+  virtual void Release(T* p, size_t n) = 0;  // nothing queued uses p
+  // After the space waited for its device (Finish): the buffers freed past the pool go.
+  void AfterWait();
+  // Frees what the pool keeps and what waits to go (a device space's destructor, after a wait).
   void Drain();
 
  private:
@@ -51,6 +58,7 @@ class RowSpace {
   size_t pooled_ = 0;  // bytes in pool_
   std::mutex mu_;
   std::multimap<size_t, T*> pool_;
+  std::vector<std::pair<T*, size_t>> pending_;  // freed past the pool, until the next wait
 };
 
 // The host's space, which pools nothing (never destroyed: a thread's buffers freed at its exit

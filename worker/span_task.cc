@@ -67,7 +67,10 @@ TaskRunner::Outcome TaskRunner::RunSpanTask(const v1::Task& task, const TaskStat
     owned = spans.end();
     model.reset();
     params = std::make_unique<Params>(*std::move(read));
-    absl::StatusOr<Model> made = F::MakeModel(*params, *backend_);
+    // Resident on a GPU unless the job's rows are rounded to bf16 or the worker spills them.
+    const RowPlace place = task.storage() != "bf16" && opt_.spill_dir.empty() ? RowPlace::kResident
+                                                                              : RowPlace::kHost;
+    absl::StatusOr<Model> made = F::MakeModel(*params, *backend_, place);
     if (!made.ok()) {
       params.reset();
       return made.status();

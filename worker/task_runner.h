@@ -72,8 +72,10 @@ class TaskRunner {
   SharedState& state_;
   PeerHub& peers_;  // the worker tree of steps that have one
   TaskIo io_;
+  // The worker's device (the CPU is one too): declared before the spans and models it holds
+  // (the store's), so that they go first (a resident span's rows are the backend's memory).
+  std::unique_ptr<Backend<float>> backend_;
   SpanStore store_;
-  std::unique_ptr<Backend<float>> backend_;  // the worker's device (the CPU is one too)
   Clock::time_point progress_start_;
   uint64_t bytes_received_ = 0, bytes_sent_ = 0;  // of the task being served, for the metrics
   bool accepted_ = false;                         // the coordinator's answer to its result

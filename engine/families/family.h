@@ -74,12 +74,13 @@ struct FamilyBase {
   static int64_t StateSize(const Config& c) {
     return c.inner() * c.state_size;
   }
-  // The parameters on a backend (both must outlive the model), the spans' rows resident on
-  // its device where it has its own memory (a worker's); the backend's errors.
+  // The parameters on a backend (both must outlive the model); resident: the spans' rows on
+  // its device where it has its own memory (a GPU worker's). The backend's errors.
   template <typename D = Derived>
   static absl::StatusOr<typename D::template Model<float>> MakeModel(
-      const typename D::template Params<float>& p, Backend<float>& backend) {
-    return MakeLayerModel(p, backend, RowPlace::kResident);  // kernels/<type>_chunk_ops.h
+      const typename D::template Params<float>& p, Backend<float>& backend,
+      RowPlace place = RowPlace::kHost) {
+    return MakeLayerModel(p, backend, place);  // kernels/<type>_chunk_ops.h
   }
   // The held-out loss of a corpus (engine/evaluate.h, one evaluator for every type).
   template <typename D = Derived>

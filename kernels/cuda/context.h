@@ -2,7 +2,9 @@
 // handle with a fixed workspace (cuBLAS is bitwise reproducible run to run on one stream with a
 // fixed workspace), a growable scratch workspace carved per call, and byte counts for the memory
 // report. Calls on a device are serialised by its mutex: a call uploads its inputs, runs its
-// kernels on the stream and downloads its outputs, so the workspace is free again when it ends.
+// kernels on the stream and downloads its outputs, so the workspace is free again when it ends;
+// a resident call (device_block.h) returns with its kernels queued, and the next call's use of
+// the workspace follows them on the one stream.
 // The byte counts alone are read from any thread without the mutex (MemoryCounts).
 //
 // Every copy between host and device, every stream sync and every device allocation goes
@@ -114,7 +116,8 @@ class Context {
   cublasHandle_t blas() const { return blas_; }
   int device() const { return device_; }
 
-  // At least `bytes` of scratch, valid until the next call (growth synchronises the stream).
+  // At least `bytes` of scratch, valid until the next call queues its work (growth synchronises
+  // the stream).
   char* Workspace(size_t bytes);
 
   // Device memory outside the workspace (layer parameters), counted in the report.

@@ -11,12 +11,13 @@
 namespace adjsh::cuda {
 namespace {
 
-// A Mamba-2 layer on the GPU (kernels/cuda/mamba2_block.h), f32 storage.
+// A Mamba-2 layer on the GPU (kernels/cuda/mamba2_block.h), f32 storage; resident: its
+// pointers are the device's rows (DeviceRowSpace below).
 class CudaMamba2Block final : public Mamba2BlockBackend<float> {
  public:
   CudaMamba2Block(const Device& device, const Mamba2Config& c,
-                  const Mamba2Tensors<const float>& w)
-      : block_(device.index, Mamba2ShapeOf(c), w) {}
+                  const Mamba2Tensors<const float>& w, bool resident)
+      : block_(device.index, Mamba2ShapeOf(c), w, resident) {}
 
   void Forward(const float* u, int64_t t0, int64_t t1, float* S, float* out,
                float* dt_sum) override {
@@ -36,6 +37,18 @@ class CudaMamba2Block final : public Mamba2BlockBackend<float> {
     block_.HaloBackward(u, t0, halo, grad, du, /*defer_grad=*/true);
   }
   void FinishBackward(const Mamba2Tensors<float>& grad) override { block_.FinishBackward(grad); }
+  void FoldForward(const float* u, int64_t t0, int64_t t1, float* S, float* sigma) override {
+    block_.FoldForward(u, t0, t1, S, sigma);
+  }
+  void BackwardInto(const float* u, int64_t t0, int64_t t1, const float* S0, const float* dout,
+                    float* carry, float* halo, float* sum, float* du) override {
+    block_.Backward(u, t0, t1, S0, dout, carry, halo, Mamba2Tensors<float>{}, du,
+                    /*defer_grad=*/false, sum);
+  }
+  void HaloBackwardInto(const float* u, int64_t t0, const float* halo, float* sum,
+                        float* du) override {
+    block_.HaloBackward(u, t0, halo, Mamba2Tensors<float>{}, du, /*defer_grad=*/false, sum);
+  }
 
  private:
   DeviceMamba2Block block_;
@@ -133,8 +146,7 @@ class DeviceRowSpace final : public RowSpace<float> {
  public:
   explicit DeviceRowSpace(int device) : RowSpace<float>(size_t{512} << 20), device_(device) {}
   ~DeviceRowSpace() override {  // one wait, then the pool's buffers go
-    Finish();
-    draining_ = true;
+    RowsFinish(device_);
     Drain();
   }
   bool host() const override { return false; }
@@ -147,17 +159,15 @@ class DeviceRowSpace final : public RowSpace<float> {
   void Copy(float* dst, const float* src, size_t n) override { RowsCopy(device_, dst, src, n); }
   void Add(float* dst, const float* src, size_t n) override { RowsAdd(device_, dst, src, n); }
   void Zero(float* dst, size_t n) override { RowsZero(device_, dst, n); }
-  void Finish() override { RowsFinish(device_); }
+  void Finish() override {
+    RowsFinish(device_);
+    AfterWait();
+  }
 
  private:
   float* Allocate(size_t n) override { return RowsAlloc(device_, n); }
-  // Nothing queued may still use it: a free is a wait (rare: the space pools).
-  void Release(float* p, size_t n) override {
-    if (!draining_) Finish();
-    RowsFree(device_, p, n);
-  }
+  void Release(float* p, size_t n) override { RowsFree(device_, p, n); }
   const int device_;
-  bool draining_ = false;
 };
 
 }  // namespace
@@ -196,7 +206,12 @@ class CudaBackend final : public Backend<float> {
   std::unique_ptr<Mamba2BlockBackend<float>> MakeMamba2Block(
       const Mamba2Config& config, const Mamba2Tensors<const float>& weights) override {
     ADJSH_CHECK(!device_.bf16_storage, "a Mamba-2 layer on the GPU keeps f32");
-    return std::make_unique<CudaMamba2Block>(device_, config, weights);
+    return std::make_unique<CudaMamba2Block>(device_, config, weights, /*resident=*/false);
+  }
+  std::unique_ptr<Mamba2BlockBackend<float>> MakeResidentMamba2Block(
+      const Mamba2Config& config, const Mamba2Tensors<const float>& weights) override {
+    ADJSH_CHECK(!device_.bf16_storage, "a Mamba-2 layer on the GPU keeps f32");
+    return std::make_unique<CudaMamba2Block>(device_, config, weights, /*resident=*/true);
   }
   double HeadForwardBackward(const cpu::LmHeadArgs<float>& a, float* du, float* dE,
                              float* dw_f) override {

@@ -70,8 +70,8 @@ struct DeviceBlock::Impl {
   // there instead of moving the whole layer gradient both ways per chunk (under ctx's mutex).
   std::map<const float*, float*> acc;
 
-  // At least `bytes` of pinned host memory. Every call ends with the stream synchronised, so no
-  // copy is in flight when it is replaced.
+  // At least `bytes` of pinned host memory. Every call that stages ends with the stream
+  // synchronised (a resident call stages nothing), so no copy is in flight when it is replaced.
   char* Staging(size_t bytes) {
     if (bytes <= pinned_bytes) return pinned;
     if (pinned) ADJSH_CUDA_CHECK(cudaFreeHost(pinned));

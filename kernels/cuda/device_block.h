@@ -64,8 +64,8 @@ inline constexpr int64_t kMaxStateSize = 32;
 class DeviceBlock {
  public:
   // Copies the layer's weights to GPU `device` (converted to bf16 for bf16 storage). resident:
-  // every row, state and adjoint pointer of its calls is device memory (the gradient's are
-  // still host memory).
+  // every row, state and adjoint pointer of its calls is device memory, and the backward adds
+  // into a device sum (Backward's `sum`).
   DeviceBlock(int device, bool bf16, const BlockShape& shape, const LayerTensors<const float>& w,
               bool resident = false);
   ~DeviceBlock();
@@ -108,11 +108,10 @@ class DeviceBlock {
 };
 
 // The head over M rows in blocks of rows and of vocabulary: returns the loss sum; du (M, D)
-// written; dE (V, D) and dw_f (D) accumulated. resident: u and du are device memory (a resident
-// span's rows), the rest host memory.
+// written; dE (V, D) and dw_f (D) accumulated.
 double DeviceHead(int device, bool bf16, int64_t M, int64_t D, int64_t V, float eps,
                   const float* E, const float* w_f, const float* u, const int64_t* targets,
-                  float scale, float* du, float* dE, float* dw_f, bool resident = false);
+                  float scale, float* du, float* dE, float* dw_f);
 
 // A model's embedding and head weights on GPU `device` for a resident model, uploaded once per
 // parameter version (the (V, D) table crosses PCIe once, not per span): embed (V, D) f32 for the

@@ -2,8 +2,9 @@
 // blocks of kRows rows and, inside each, blocks of kVocab vocabulary entries. Pass one keeps a
 // running log-sum-exp per row; pass two recomputes each block's logits for the softmax gradient
 // and accumulates dnf and dE by GEMMs. Only (kRows, kVocab) logits exist at a time, whatever
-// the number of rows; dE stays on the device until the end, and the host waits once. Resident
-// rows (u and du in the device's memory, a resident span's) are read and written where they are.
+// the number of rows; dE stays on the device until the end, and the host waits once. With the
+// weights resident (DeviceHeadWeights), u, du and dE are the device's too (a resident span's),
+// read and written where they are.
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
@@ -36,10 +37,11 @@ struct HeadWeights {
 template <typename S>
 double Head(Context& ctx, int64_t M, int64_t D, int64_t V, float eps, const float* E,
             const float* w_f, HeadWeights<S> on_device, const float* u, const int64_t* targets,
-            float scale, float* du, float* dE, float* dw_f, bool resident) {
+            float scale, float* du, float* dE, float* dw_f) {
   const int64_t R = std::min(kRows, M), Vb = std::min(kVocab, V);
   const cudaDataType_t st = DataType<S>(), f32 = CUDA_R_32F;
-  const bool upload = on_device.E == nullptr;
+  // The weights uploaded per call with host rows and partials; resident, all on the device.
+  const bool upload = on_device.E == nullptr, resident = !upload;
   float *E_d = nullptr, *w_d = nullptr, *u_d, *r, *logits, *mx, *sum, *tl, *dnf, *dE_d, *dw_acc,
         *dw_blk, *reduce;
   S *E_s = nullptr, *nf, *dl;
@@ -126,14 +128,14 @@ double Head(Context& ctx, int64_t M, int64_t D, int64_t V, float eps, const floa
 
 double DeviceHead(int device, bool bf16_storage, int64_t M, int64_t D, int64_t V, float eps,
                   const float* E, const float* w_f, const float* u, const int64_t* targets,
-                  float scale, float* du, float* dE, float* dw_f, bool resident) {
+                  float scale, float* du, float* dE, float* dw_f) {
   Context& ctx = Context::Get(device);
   std::lock_guard<std::mutex> lock(ctx.mutex());
   ADJSH_CUDA_CHECK(cudaSetDevice(device));
   if (bf16_storage) {
-    return Head<bf16>(ctx, M, D, V, eps, E, w_f, {}, u, targets, scale, du, dE, dw_f, resident);
+    return Head<bf16>(ctx, M, D, V, eps, E, w_f, {}, u, targets, scale, du, dE, dw_f);
   }
-  return Head<float>(ctx, M, D, V, eps, E, w_f, {}, u, targets, scale, du, dE, dw_f, resident);
+  return Head<float>(ctx, M, D, V, eps, E, w_f, {}, u, targets, scale, du, dE, dw_f);
 }
 
 struct DeviceHeadWeights::Impl {
@@ -207,12 +209,10 @@ double DeviceHeadWeights::ForwardBackward(int64_t M, float eps, const float* u,
   ADJSH_CUDA_CHECK(cudaSetDevice(m.ctx.device()));
   if (m.bf16) {
     return Head<bf16>(m.ctx, M, m.D, m.V, eps, nullptr, nullptr,
-                      {static_cast<const bf16*>(m.head), m.w_f}, u, targets, scale, du, dE, dw_f,
-                      /*resident=*/true);
+                      {static_cast<const bf16*>(m.head), m.w_f}, u, targets, scale, du, dE, dw_f);
   }
   return Head<float>(m.ctx, M, m.D, m.V, eps, nullptr, nullptr,
-                     {static_cast<const float*>(m.head), m.w_f}, u, targets, scale, du, dE, dw_f,
-                     /*resident=*/true);
+                     {static_cast<const float*>(m.head), m.w_f}, u, targets, scale, du, dE, dw_f);
 }
 
 void DeviceHeadWeights::LookupBackward(const uint32_t* ids, int64_t n, const float* g,

@@ -6,12 +6,15 @@
 // synchronised, so the host buffers may be reused at once). The layer's gradient is accumulated
 // on the device as device_block.cu does: this call's gradient (written into a block of its own)
 // is added to the caller's accumulator there, which goes up and comes back each call, or
-// (deferred) stays on the device for the task's calls until FinishBackward.
+// (deferred) stays on the device for the task's calls until FinishBackward. A resident block
+// reads and writes the span's rows, states and halos where they are and adds its gradient into
+// the caller's device sum: no copies but within the device, no sync.
 #include <algorithm>
 #include <cmath>
 #include <map>
 #include <vector>
 
+#include "common/check.h"
 #include "kernels/cuda/context.h"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/mamba2_block.h"
@@ -82,11 +85,27 @@ using namespace mamba2_internal;
 struct DeviceMamba2Block::Impl {
   Context& ctx;
   Mamba2Shape s;
+  bool resident;
   Mamba2Tensors<float> w;  // w.A_log holds A
   void* mem = nullptr;
   size_t mem_bytes = 0;
 
-  Impl(int device, const Mamba2Shape& shape) : ctx(Context::Get(device)), s(shape) {}
+  Impl(int device, const Mamba2Shape& shape, bool resident_rows)
+      : ctx(Context::Get(device)), s(shape), resident(resident_rows) {}
+  // n floats from src to dst: up from the host, or within the device for a resident block.
+  void In(float* dst, const float* src, int64_t n) {
+    if (!resident) return ctx.Upload(dst, src, n * sizeof(float));
+    if (n > 0 && dst != src) {
+      ADJSH_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice,
+                                       ctx.stream()));
+    }
+  }
+  // n floats from the device to dst: down to the host (the call syncs before returning), or
+  // within the device.
+  void Out(float* dst, const float* src, int64_t n) {
+    if (!resident) return ctx.Download(dst, src, n * sizeof(float));
+    In(dst, src, n);
+  }
 
   Mamba2ScanArgs Scan(const Mamba2Acts& a) const {
     return {a.L, s.H, s.P, s.G, s.N, s.Di, s.Cc(), a.dt, a.xbc, w.A_log, w.Dskip};
@@ -128,9 +147,15 @@ struct DeviceMamba2Block::Impl {
   // accumulator this block keeps on the device for grad (all its tensors uploaded at its first
   // call) until FinishBackward brings it down.
   void AccumulateGrad(float* acc, const float* gd, const Mamba2Tensors<float>& grad,
-                      size_t count, bool defer) {
-    const std::vector<float*> dst = TensorList(grad);
+                      size_t count, bool defer, float* sum) {
     const std::vector<int64_t> sizes = TensorSizes(s);
+    if (resident) {  // the caller's device sum
+      int64_t span = 0;
+      for (size_t q = 0; q < count; ++q) span += sizes[q];
+      Add(ctx.stream(), sum, gd, span, sum);
+      return;
+    }
+    const std::vector<float*> dst = TensorList(grad);
     size_t up = count;
     if (defer) {
       auto open = deferred.find(grad.norm);
@@ -167,8 +192,8 @@ struct DeviceMamba2Block::Impl {
 };
 
 DeviceMamba2Block::DeviceMamba2Block(int device, const Mamba2Shape& shape,
-                                     const Mamba2Tensors<const float>& src)
-    : impl_(std::make_unique<Impl>(device, shape)) {
+                                     const Mamba2Tensors<const float>& src, bool resident)
+    : impl_(std::make_unique<Impl>(device, shape, resident)) {
   Impl& m = *impl_;
   std::vector<float> A(shape.H);
   for (int64_t h = 0; h < shape.H; ++h) A[h] = -std::exp(src.A_log[h]);
@@ -209,16 +234,22 @@ void DeviceMamba2Block::Forward(const float* u, int64_t t0, int64_t t1, float* S
   float* out_d = nullptr;
   CarveWorkspace(m.ctx, [&](Carver& c) {
     a.Take(c, s, out != nullptr, false);
-    if (out) out_d = c.Take<float>(a.L * s.D);
+    if (out && !m.resident) out_d = c.Take<float>(a.L * s.D);
   });
-  m.ctx.Upload(a.u, u, a.R * s.D * sizeof(float));
-  m.ctx.Upload(a.S, S, SN * sizeof(float));
+  if (m.resident) {  // the rows and states where they are: S in place, out written there
+    ADJSH_CHECK(dt_sum == nullptr, "a resident block folds dt sums with FoldForward");
+    a.u = const_cast<float*>(u), a.S = S, out_d = out;
+  } else {
+    m.ctx.Upload(a.u, u, a.R * s.D * sizeof(float));
+    m.ctx.Upload(a.S, S, SN * sizeof(float));
+  }
   m.RunForward(a);
   if (out) {
     Gemm(m.ctx, false, true, a.L, s.D, s.Di, 1, a.n, CUDA_R_32F, s.Di, m.w.out_proj, CUDA_R_32F,
          s.Di, 0, out_d, CUDA_R_32F, s.D);
-    m.ctx.Download(out, out_d, a.L * s.D * sizeof(float));
+    if (!m.resident) m.ctx.Download(out, out_d, a.L * s.D * sizeof(float));
   }
+  if (m.resident) return;
   m.ctx.Download(S, a.S, SN * sizeof(float));
   std::vector<float> dt;
   if (dt_sum) {
@@ -229,6 +260,23 @@ void DeviceMamba2Block::Forward(const float* u, int64_t t0, int64_t t1, float* S
   for (int64_t i = 0; dt_sum && i < a.L; ++i)
     for (int64_t h = 0; h < s.H; ++h) dt_sum[h] += dt[i * s.H + h];
 }
+
+void DeviceMamba2Block::FoldForward(const float* u, int64_t t0, int64_t t1, float* S,
+                                    float* sigma) {
+  Impl& m = *impl_;
+  ADJSH_CHECK(m.resident, "FoldForward of a block of host rows");
+  std::lock_guard<std::mutex> lock(m.ctx.mutex());
+  ADJSH_CUDA_CHECK(cudaSetDevice(m.ctx.device()));
+  const Mamba2Shape& s = m.s;
+  Mamba2Acts a = ActsFor(s, t0, t1);
+  CarveWorkspace(m.ctx, [&](Carver& c) { a.Take(c, s, false, false); });
+  a.u = const_cast<float*>(u), a.S = S;
+  m.RunForward(a);
+  ADJSH_LAUNCH(DtSigmaKernel, dim3(GridFor(s.H * s.P, kThreads)), kThreads, m.ctx.stream(), a.dt,
+               a.L, s.H, s.P, sigma);
+}
+
+int64_t DeviceMamba2Block::GradSize() const { return impl_->GradTotal(); }
 
 void DeviceMamba2Block::Adjoint(const float* u, int64_t t0, int64_t t1, const float* S0,
                                 const float* dout, float* carry) {
@@ -246,22 +294,30 @@ void DeviceMamba2Block::Adjoint(const float* u, int64_t t0, int64_t t1, const fl
     dy = c.Take<float>(a.L * s.Di);
     carry_d = c.Take<float>(SN);
   });
-  m.ctx.Upload(a.u, u, a.R * s.D * sizeof(float));
-  m.ctx.Upload(a.S, S0, SN * sizeof(float));
-  m.ctx.Upload(dout_d, dout, a.L * s.D * sizeof(float));
-  m.ctx.Upload(carry_d, carry, SN * sizeof(float));
+  if (m.resident) {  // S0 copied (the recompute runs the scan on it); the rest read in place
+    a.u = const_cast<float*>(u), dout_d = const_cast<float*>(dout), carry_d = carry;
+  } else {
+    m.ctx.Upload(a.u, u, a.R * s.D * sizeof(float));
+    m.ctx.Upload(dout_d, dout, a.L * s.D * sizeof(float));
+    m.ctx.Upload(carry_d, carry, SN * sizeof(float));
+  }
+  m.In(a.S, S0, SN);
   m.RunForward(a);
   m.GatedBackward(a, dout_d, dn, dy, nullptr);
   ADJSH_LAUNCH(ScanAdjointKernel, dim3(static_cast<unsigned>(s.H)), BlockThreadsFor(s.P * s.N),
                m.ctx.stream(), m.Scan(a), dy, carry_d);
+  if (m.resident) return;
   m.ctx.Download(carry, carry_d, SN * sizeof(float));
   m.ctx.Sync();
 }
 
 void DeviceMamba2Block::Backward(const float* u, int64_t t0, int64_t t1, const float* S0,
                                  const float* dout, float* carry, float* halo,
-                                 const Mamba2Tensors<float>& grad, float* du, bool defer_grad) {
+                                 const Mamba2Tensors<float>& grad, float* du, bool defer_grad,
+                                 float* sum) {
   Impl& m = *impl_;
+  ADJSH_CHECK(m.resident == (sum != nullptr),
+              "a resident block's backward adds into a device sum, only it");
   std::lock_guard<std::mutex> lock(m.ctx.mutex());
   ADJSH_CUDA_CHECK(cudaSetDevice(m.ctx.device()));
   const Mamba2Shape& s = m.s;
@@ -287,16 +343,25 @@ void DeviceMamba2Block::Backward(const float* u, int64_t t0, int64_t t1, const f
     halo_out = c.Take<float>(H1 * Cc);
     dxn = c.Take<float>(L * D);
     gbuf = c.Take<float>(total);
-    acc = c.Take<float>(defer_grad ? 0 : total);  // deferred: the block's own accumulator
+    // deferred: the block's own accumulator; resident: the caller's sum
+    acc = c.Take<float>(defer_grad || m.resident ? 0 : total);
     reduce = c.Take<float>(RmsNormBackwardScratch(L, D));
   });
   const Mamba2Tensors<float> gd = SplitTensors(gbuf, s);
   cudaStream_t stream = m.ctx.stream();
-  m.ctx.Upload(a.u, u, a.R * D * sizeof(float));
-  m.ctx.Upload(a.S, S0, SN * sizeof(float));
-  m.ctx.Upload(dout_d, dout, L * D * sizeof(float));
-  m.ctx.Upload(carry_d, carry, SN * sizeof(float));
-  m.ctx.Upload(halo_in, halo, H1 * Cc * sizeof(float));
+  if (m.resident) {  // S0 and the halo copied (rewritten here); the rest read in place
+    a.u = const_cast<float*>(u), dout_d = const_cast<float*>(dout), carry_d = carry;
+  } else {
+    m.ctx.Upload(a.u, u, a.R * D * sizeof(float));
+    m.ctx.Upload(dout_d, dout, L * D * sizeof(float));
+    m.ctx.Upload(carry_d, carry, SN * sizeof(float));
+  }
+  m.In(a.S, S0, SN);
+  if (m.resident) {
+    halo_in = halo;  // read by the conv's input gradient, which writes halo_out
+  } else {
+    m.ctx.Upload(halo_in, halo, H1 * Cc * sizeof(float));
+  }
   m.RunForward(a);
 
   // dzx (L, Dp) is written column block by column block, never added to: z by the gated
@@ -337,17 +402,20 @@ void DeviceMamba2Block::Backward(const float* u, int64_t t0, int64_t t1, const f
   RmsNormBackward(stream, a.u + a.hb * D, L, D, m.w.norm, a.r1 + a.hb, dxn, gd.norm, dxn, reduce);
   Add(stream, dout_d, dxn, L * D, dxn);
 
-  m.AccumulateGrad(acc, gbuf, grad, 9, defer_grad);
-  m.ctx.Download(du, dxn, L * D * sizeof(float));
+  m.AccumulateGrad(acc, gbuf, grad, 9, defer_grad, sum);
+  m.Out(du, dxn, L * D);
+  m.Out(halo, halo_out, H1 * Cc);
+  if (m.resident) return;
   m.ctx.Download(carry, carry_d, SN * sizeof(float));
-  m.ctx.Download(halo, halo_out, H1 * Cc * sizeof(float));
   m.ctx.Sync();
 }
 
 void DeviceMamba2Block::HaloBackward(const float* u, int64_t t0, const float* halo,
                                      const Mamba2Tensors<float>& grad, float* du,
-                                     bool defer_grad) {
+                                     bool defer_grad, float* sum) {
   Impl& m = *impl_;
+  ADJSH_CHECK(m.resident == (sum != nullptr),
+              "a resident block's backward adds into a device sum, only it");
   const Mamba2Shape& s = m.s;
   const int64_t n = std::min(s.W - 1, t0), skip = (s.W - 1) - n;  // halo rows before row 0
   if (n == 0) return;
@@ -364,14 +432,18 @@ void DeviceMamba2Block::HaloBackward(const float* u, int64_t t0, const float* ha
     dxn = c.Take<float>(n * D);
     du_d = c.Take<float>(n * D);
     gbuf = c.Take<float>(total);
-    acc = c.Take<float>(defer_grad ? 0 : total);  // deferred: the block's own accumulator
+    acc = c.Take<float>(defer_grad || m.resident ? 0 : total);
     reduce = c.Take<float>(RmsNormBackwardScratch(n, D));
   });
   const Mamba2Tensors<float> gd = SplitTensors(gbuf, s);
   cudaStream_t stream = m.ctx.stream();
-  m.ctx.Upload(u_d, u, n * D * sizeof(float));
-  m.ctx.Upload(halo_d, halo, (s.W - 1) * Cc * sizeof(float));
-  m.ctx.Upload(du_d, du, n * D * sizeof(float));
+  if (m.resident) {  // read and added to where they are
+    u_d = const_cast<float*>(u), halo_d = const_cast<float*>(halo), du_d = du;
+  } else {
+    m.ctx.Upload(u_d, u, n * D * sizeof(float));
+    m.ctx.Upload(halo_d, halo, (s.W - 1) * Cc * sizeof(float));
+    m.ctx.Upload(du_d, du, n * D * sizeof(float));
+  }
   RmsNormForward<float>(stream, u_d, n, D, m.w.norm, s.eps, xn, r1);
   ADJSH_CUDA_CHECK(cudaMemsetAsync(dzx, 0, n * Dp * sizeof(float), stream));
   ADJSH_LAUNCH(HaloScatterKernel, dim3(GridFor(n * Cc, kThreads)), kThreads, stream, halo_d, n,
@@ -382,7 +454,8 @@ void DeviceMamba2Block::HaloBackward(const float* u, int64_t t0, const float* ha
        CUDA_R_32F, D);
   RmsNormBackward(stream, u_d, n, D, m.w.norm, r1, dxn, gd.norm, dxn, reduce);
   Add(stream, du_d, dxn, n * D, du_d);
-  m.AccumulateGrad(acc, gbuf, grad, 2, defer_grad);  // the norm's and in_proj's gradients alone
+  m.AccumulateGrad(acc, gbuf, grad, 2, defer_grad, sum);  // the norm's and in_proj's alone
+  if (m.resident) return;
   m.ctx.Download(du, du_d, n * D * sizeof(float));
   m.ctx.Sync();
 }

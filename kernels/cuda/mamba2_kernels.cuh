@@ -66,6 +66,18 @@ __global__ void DtForwardKernel(const float* zx, int64_t hb, int64_t L, int64_t 
   }
 }
 
+// sigma (H P) += each head's dt (L, H) over the rows, in row order, into every one of its P
+// entries (a span's delta sums repeat the head's over its channels): the host's running sum
+// per head, taken by each entry alone.
+__global__ void DtSigmaKernel(const float* dt, int64_t L, int64_t H, int64_t P, float* sigma) {
+  ADJSH_GRID_LOOP(q, H * P) {
+    const int64_t h = q / P;
+    float v = sigma[q];
+    for (int64_t i = 0; i < L; ++i) v += dt[i * H + h];
+    sigma[q] = v;
+  }
+}
+
 // The scan forward, one block per head h, its threads over the (P, N) state elements:
 // S_t = exp(dt_t A) S_{t-1} + dt_t x_t B_t^T in place in S (H, P, N); with y non-null also
 // y_t (L, Di) = S_t C_t + D_h x_t, the sum over N through prod (H, P, N) in order of n; with
