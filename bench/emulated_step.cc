@@ -12,7 +12,7 @@
 //                             compared with the CPU backend's on the same model and tokens.
 // One JSON line: the shape, the step's tasks, the traffic in all (the device's own counts around
 // the step: making the model on it included) and per token, syncs per task (all, and the most
-// one task waited), the model's f32 bytes (one parameter upload, or one gradient download, of
+// one task waited), the device memory the step held at its peak, the model's f32 bytes (one parameter upload, or one gradient download, of
 // the step), and with --kernels run the loss of both, the gradient's relative L2 distance from
 // the CPU's and a digest of its bytes (--threads: the step's threads, for bitwise checks).
 // docs/BENCHMARKS.md "Host-device traffic of a GPU step" has the table and the command.
@@ -97,8 +97,10 @@ int Step(const char* type, const typename F::template Params<float>& p,
   // The device's own counts around the whole step: its tasks' traffic and what making the model
   // on the device moved (its parameters, the resident head's tables).
   const DeviceTraffic before = adjsh::cuda::DeviceMemoryProbeOf(0)()->traffic;
+  adjsh::cuda::ResetPeak(0);
   const absl::StatusOr<Grad> r = F::Gradient(p, adjsh::GradPiece{tokens, opt});
   const DeviceTraffic d = adjsh::cuda::DeviceMemoryProbeOf(0)()->traffic - before;
+  const int64_t device_peak = adjsh::cuda::MemoryOf(0).peak;  // the step's, the model's included
   if (!r.ok()) {
     std::fprintf(stderr, "emulated_step: %s\n", std::string(r.status().message()).c_str());
     return 1;
@@ -131,11 +133,12 @@ int Step(const char* type, const typename F::template Params<float>& p,
       "\"h2d_copies\": %d, \"d2h_copies\": %d, \"syncs\": %d, \"allocations\": %d, "
       "\"h2d_per_token\": %.1f, \"d2h_per_token\": %.1f, "
       "\"beyond_params_and_grad_per_token\": %.1f, \"syncs_per_task\": %.2f, "
-      "\"most_syncs_in_a_task\": %d%s}\n",
+      "\"most_syncs_in_a_task\": %d, \"device_peak_bytes\": %d%s}\n",
       type, p.config.hidden_size, p.config.num_hidden_layers, p.config.vocab_size, T, opt.chunk,
       r->profile.spans, r->profile.tasks, param_bytes, d.h2d_bytes, d.d2h_bytes, d.h2d_copies,
       d.d2h_copies, d.syncs, d.allocations, d.h2d_bytes / t, d.d2h_bytes / t, beyond / t,
-      static_cast<double>(d.syncs) / static_cast<double>(r->profile.tasks), task_syncs, compared);
+      static_cast<double>(d.syncs) / static_cast<double>(r->profile.tasks), task_syncs, device_peak,
+      compared);
   return 0;
 }
 

@@ -46,7 +46,9 @@ double Head(Context& ctx, int64_t M, int64_t D, int64_t V, float eps, const floa
         *dw_blk, *reduce;
   S *E_s = nullptr, *nf, *dl;
   int64_t* tg;
+  double* loss_d = nullptr;
   CarveWorkspace(ctx, [&](Carver& c) {
+    loss_d = c.Take<double>(resident ? 1 : 0);
     if (upload) {
       E_d = c.Take<float>(V * D);
       E_s = std::is_same_v<S, float> ? reinterpret_cast<S*>(E_d) : c.Take<S>(V * D);
@@ -77,7 +79,9 @@ double Head(Context& ctx, int64_t M, int64_t D, int64_t V, float eps, const floa
   }
   if (upload) ADJSH_CUDA_CHECK(cudaMemsetAsync(dE_d, 0, V * D * sizeof(float), s));
   ADJSH_CUDA_CHECK(cudaMemsetAsync(dw_acc, 0, D * sizeof(float), s));
-  std::vector<float> h_mx(M), h_sum(M), h_tl(M);  // each row's statistics, for the loss
+  if (resident) ADJSH_CUDA_CHECK(cudaMemsetAsync(loss_d, 0, sizeof(double), s));
+  // Each row's statistics, for the loss on the host (resident: summed on the device instead).
+  std::vector<float> h_mx(resident ? 0 : M), h_sum(resident ? 0 : M), h_tl(resident ? 0 : M);
   for (int64_t r0 = 0; r0 < M; r0 += R) {
     const int64_t rows = std::min(R, M - r0);
     if (resident) {
@@ -92,9 +96,13 @@ double Head(Context& ctx, int64_t M, int64_t D, int64_t V, float eps, const floa
       Gemm(ctx, false, true, rows, vb, D, 1, nf, st, D, E_s + v0 * D, st, D, 0, logits, f32, vb);
       CeStats(s, logits, rows, vb, v0, tg, v0 == 0, mx, sum, tl);
     }
-    ctx.Download(h_mx.data() + r0, mx, rows * sizeof(float));
-    ctx.Download(h_sum.data() + r0, sum, rows * sizeof(float));
-    ctx.Download(h_tl.data() + r0, tl, rows * sizeof(float));
+    if (resident) {
+      CeLossAdd(s, mx, sum, tl, tg, rows, loss_d);
+    } else {
+      ctx.Download(h_mx.data() + r0, mx, rows * sizeof(float));
+      ctx.Download(h_sum.data() + r0, sum, rows * sizeof(float));
+      ctx.Download(h_tl.data() + r0, tl, rows * sizeof(float));
+    }
     for (int64_t v0 = 0; v0 < V; v0 += Vb) {
       const int64_t vb = std::min(Vb, V - v0);
       Gemm(ctx, false, true, rows, vb, D, 1, nf, st, D, E_s + v0 * D, st, D, 0, logits, f32, vb);
@@ -110,10 +118,11 @@ double Head(Context& ctx, int64_t M, int64_t D, int64_t V, float eps, const floa
   std::vector<float> h_dE(upload ? V * D : 0), h_dw(D);
   if (upload) ctx.Download(h_dE.data(), dE_d, V * D * sizeof(float));
   ctx.Download(h_dw.data(), dw_acc, D * sizeof(float));
+  double loss = 0;
+  if (resident) ctx.Download(&loss, loss_d, sizeof(double));
   ctx.Sync();
   // loss_t = logsumexp - logit[target] = log(sum) - (logit[target] - max), as the CPU head.
-  double loss = 0;
-  for (int64_t t = 0; t < M; ++t) {
+  for (int64_t t = 0; t < M && !resident; ++t) {
     if (targets[t] < 0) continue;
     loss += static_cast<double>(std::log(h_sum[t])) - static_cast<double>(h_tl[t] - h_mx[t]);
   }

@@ -64,6 +64,11 @@ void ScatterAddRows(cudaStream_t s, const float* rows, const uint32_t* ids, int6
   ops_internal::ScatterAddRowsImpl(s, rows, ids, n, D, table);
 }
 
+void CeLossAdd(cudaStream_t s, const float* mx, const float* sum, const float* tlogit,
+               const int64_t* targets, int64_t M, double* loss) {
+  ops_internal::CeLossAddImpl(s, mx, sum, tlogit, targets, M, loss);
+}
+
 void CeStats(cudaStream_t s, const float* logits, int64_t M, int64_t Vb, int64_t v0,
              const int64_t* targets, bool first, float* mx, float* sum, float* tlogit) {
   ops_internal::CeStatsImpl(s, logits, M, Vb, v0, targets, first, mx, sum, tlogit);

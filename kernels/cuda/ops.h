@@ -67,6 +67,11 @@ void ScatterAddRows(cudaStream_t s, const float* rows, const uint32_t* ids, int6
 void CeStats(cudaStream_t s, const float* logits, int64_t M, int64_t Vb, int64_t v0,
              const int64_t* targets, bool first, float* mx, float* sum, float* tlogit);
 
+// *loss += log(sum) - (tlogit - mx) over the M rows with a target, in row order, in double:
+// the loss of a block of rows from CeStats's state, summed where it is.
+void CeLossAdd(cudaStream_t s, const float* mx, const float* sum, const float* tlogit,
+               const int64_t* targets, int64_t M, double* loss);
+
 // dlogits (M, Vb) = scale (softmax - onehot(target)), 0 for rows with a negative target.
 template <typename S>
 void CeGrad(cudaStream_t s, const float* logits, int64_t M, int64_t Vb, int64_t v0,

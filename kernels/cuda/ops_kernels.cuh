@@ -235,6 +235,19 @@ __global__ void ScatterAddRowsKernel(const float* rows, const uint32_t* ids, int
   }
 }
 
+// *loss += log(sum) - (tlogit - mx) over the rows with a target, in row order, one thread (the
+// host head's sum, in double, where the rows are).
+__global__ void CeLossAddKernel(const float* mx, const float* sum, const float* tlogit,
+                                const int64_t* targets, int64_t M, double* loss) {
+  if (blockIdx.x != 0 || threadIdx.x != 0) return;
+  double acc = *loss;
+  for (int64_t t = 0; t < M; ++t) {
+    if (targets[t] < 0) continue;
+    acc += static_cast<double>(logf(sum[t])) - static_cast<double>(tlogit[t] - mx[t]);
+  }
+  *loss = acc;
+}
+
 __global__ void CeStatsKernel(const float* logits, int64_t Vb, int64_t v0, const int64_t* targets,
                               bool first, float* mx, float* sum, float* tlogit) {
   __shared__ float shared[kThreads];
@@ -393,6 +406,13 @@ inline void ScatterAddRowsImpl(cudaStream_t s, const float* rows, const uint32_t
   if (n * D == 0) return;
   ADJSH_LAUNCH(ScatterAddRowsKernel, dim3(GridFor(D, kThreads)), kThreads, s, rows, ids, n, D,
                table);
+}
+
+inline void CeLossAddImpl(cudaStream_t s, const float* mx, const float* sum, const float* tlogit,
+                          const int64_t* targets, int64_t M, double* loss) {
+  (void)s;
+  if (M == 0) return;
+  ADJSH_LAUNCH(CeLossAddKernel, dim3(1), 1, s, mx, sum, tlogit, targets, M, loss);
 }
 
 inline void CeStatsImpl(cudaStream_t s, const float* logits, int64_t M, int64_t Vb, int64_t v0,
