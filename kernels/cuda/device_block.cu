@@ -276,6 +276,7 @@ void DeviceBlock::Impl::Forward(const float* u, int64_t halo, int64_t len, const
     hend_d = resident ? nullptr : c.Take<float>(DiN);
     scratch = c.Take<float>(ScanForwardScratch(len, Di, s.N));
   });
+  float *u_h = nullptr, *h0_h = nullptr, *out_h = nullptr, *hend_h = nullptr;
   if (resident) {  // h0 is copied only where the state it ends in overwrites it
     a.u = const_cast<float*>(u), out = u_next, hend_d = h_end;
     if (h0 != nullptr && h0 == h_end) {
@@ -284,28 +285,19 @@ void DeviceBlock::Impl::Forward(const float* u, int64_t halo, int64_t len, const
     } else {
       h0_d = const_cast<float*>(h0);
     }
-    Recompute<S>(ctx, s, w, halo, len, a);
-    ScanForward<S>(ctx.stream(), ScanView<S>(s, w, a, halo, len), h0 ? h0_d : nullptr, hend_d, o,
-                   scratch);
-    ADJSH_CUDA_CHECK(cudaMemcpyAsync(out, a.u + halo * D, len * D * sizeof(float),
-                                     cudaMemcpyDeviceToDevice, ctx.stream()));
-    Gemm(ctx, false, true, len, D, Di, 1, o, DataType<S>(), Di, w.out_proj, DataType<S>(), Di, 1,
-         out, CUDA_R_32F, D);
-    return;
-  }
-  // Pinned staging: u and h0 in; u_next and h_end out.
-  float *u_h, *h0_h, *out_h, *hend_h;
-  CarveStaging([&](Carver& c) {
-    u_h = c.Take<float>(P * D);
-    h0_h = c.Take<float>(DiN);
-    out_h = c.Take<float>(len * D);
-    hend_h = c.Take<float>(DiN);
-  });
-  std::memcpy(u_h, u, P * D * sizeof(float));
-  ctx.Upload(a.u, u_h, P * D * sizeof(float));
-  if (h0) {
-    std::memcpy(h0_h, h0, DiN * sizeof(float));
-    ctx.Upload(h0_d, h0_h, DiN * sizeof(float));
+  } else {  // pinned staging: u and h0 in; u_next and h_end out
+    CarveStaging([&](Carver& c) {
+      u_h = c.Take<float>(P * D);
+      h0_h = c.Take<float>(DiN);
+      out_h = c.Take<float>(len * D);
+      hend_h = c.Take<float>(DiN);
+    });
+    std::memcpy(u_h, u, P * D * sizeof(float));
+    ctx.Upload(a.u, u_h, P * D * sizeof(float));
+    if (h0) {
+      std::memcpy(h0_h, h0, DiN * sizeof(float));
+      ctx.Upload(h0_d, h0_h, DiN * sizeof(float));
+    }
   }
   Recompute<S>(ctx, s, w, halo, len, a);
   ScanForward<S>(ctx.stream(), ScanView<S>(s, w, a, halo, len), h0 ? h0_d : nullptr, hend_d, o,
@@ -315,6 +307,7 @@ void DeviceBlock::Impl::Forward(const float* u, int64_t halo, int64_t len, const
                                    cudaMemcpyDeviceToDevice, ctx.stream()));
   Gemm(ctx, false, true, len, D, Di, 1, o, DataType<S>(), Di, w.out_proj, DataType<S>(), Di, 1,
        out, CUDA_R_32F, D);
+  if (resident) return;
   ctx.Download(out_h, out, len * D * sizeof(float));
   ctx.Download(hend_h, hend_d, DiN * sizeof(float));
   ctx.Sync();

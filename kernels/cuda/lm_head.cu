@@ -156,6 +156,15 @@ struct DeviceHeadWeights::Impl {
   float* w_f = nullptr;    // (D)
   size_t head_bytes = 0;
   bool head_is_embed = false;  // tied, f32: one table
+
+  // n token ids up into the workspace (under ctx's mutex, on the device).
+  const uint32_t* Ids(const uint32_t* ids, int64_t n) {
+    ADJSH_CUDA_CHECK(cudaSetDevice(ctx.device()));
+    uint32_t* ids_d = nullptr;
+    CarveWorkspace(ctx, [&](Carver& c) { ids_d = c.Take<uint32_t>(n); });
+    ctx.Upload(ids_d, ids, n * sizeof(uint32_t));
+    return ids_d;
+  }
 };
 
 DeviceHeadWeights::DeviceHeadWeights(int device, bool bf16_storage, int64_t V, int64_t D,
@@ -203,11 +212,7 @@ DeviceHeadWeights::~DeviceHeadWeights() {
 void DeviceHeadWeights::Gather(const uint32_t* ids, int64_t n, float* rows) {
   Impl& m = *impl_;
   std::lock_guard<std::mutex> lock(m.ctx.mutex());
-  ADJSH_CUDA_CHECK(cudaSetDevice(m.ctx.device()));
-  uint32_t* ids_d = nullptr;
-  CarveWorkspace(m.ctx, [&](Carver& c) { ids_d = c.Take<uint32_t>(n); });
-  m.ctx.Upload(ids_d, ids, n * sizeof(uint32_t));
-  GatherRows(m.ctx.stream(), m.embed, ids_d, n, m.D, rows);
+  GatherRows(m.ctx.stream(), m.embed, m.Ids(ids, n), n, m.D, rows);
 }
 
 double DeviceHeadWeights::ForwardBackward(int64_t M, float eps, const float* u,
@@ -228,11 +233,7 @@ void DeviceHeadWeights::LookupBackward(const uint32_t* ids, int64_t n, const flo
                                        float* dE) {
   Impl& m = *impl_;
   std::lock_guard<std::mutex> lock(m.ctx.mutex());
-  ADJSH_CUDA_CHECK(cudaSetDevice(m.ctx.device()));
-  uint32_t* ids_d = nullptr;
-  CarveWorkspace(m.ctx, [&](Carver& c) { ids_d = c.Take<uint32_t>(n); });
-  m.ctx.Upload(ids_d, ids, n * sizeof(uint32_t));
-  ScatterAddRows(m.ctx.stream(), g, ids_d, n, m.D, dE);
+  ScatterAddRows(m.ctx.stream(), g, m.Ids(ids, n), n, m.D, dE);
 }
 
 int DeviceCount(std::string* error) {
