@@ -12,8 +12,10 @@
 //                             compared with the CPU backend's on the same model and tokens.
 // One JSON line: the shape, the step's tasks, the traffic in all (the device's own counts around
 // the step: making the model on it included) and per token, syncs per task (all, and the most
-// one task waited), the device memory the step held at its peak, the model's f32 bytes (one parameter upload, or one gradient download, of
-// the step), and with --kernels run the loss of both, the gradient's relative L2 distance from
+// one task waited), the device memory the step held at its peak and the most rows it kept in
+// mapped host memory past --row-budget-bytes (kernels/cuda/cuda_backend.cc DeviceRowSpace), the
+// model's f32 bytes (one parameter upload, or one gradient download, of the step), and with
+// --kernels run the loss of both, the gradient's relative L2 distance from
 // the CPU's and a digest of its bytes (--threads: the step's threads, for bitwise checks).
 // docs/BENCHMARKS.md "Host-device traffic of a GPU step" has the table and the command.
 #include <cuda_runtime.h>
@@ -98,6 +100,7 @@ int Step(const char* type, const typename F::template Params<float>& p,
   // on the device moved (its parameters, the resident head's tables).
   const DeviceTraffic before = adjsh::cuda::DeviceMemoryProbeOf(0)()->traffic;
   adjsh::cuda::ResetPeak(0);
+  adjsh::emulation::mapped_peak_bytes = adjsh::emulation::mapped_live_bytes;
   const absl::StatusOr<Grad> r = F::Gradient(p, adjsh::GradPiece{tokens, opt});
   const DeviceTraffic d = adjsh::cuda::DeviceMemoryProbeOf(0)()->traffic - before;
   const int64_t device_peak = adjsh::cuda::MemoryOf(0).peak;  // the step's, the model's included
@@ -133,12 +136,13 @@ int Step(const char* type, const typename F::template Params<float>& p,
       "\"h2d_copies\": %d, \"d2h_copies\": %d, \"syncs\": %d, \"allocations\": %d, "
       "\"h2d_per_token\": %.1f, \"d2h_per_token\": %.1f, "
       "\"beyond_params_and_grad_per_token\": %.1f, \"syncs_per_task\": %.2f, "
-      "\"most_syncs_in_a_task\": %d, \"device_peak_bytes\": %d%s}\n",
+      "\"most_syncs_in_a_task\": %d, \"device_peak_bytes\": %d, "
+      "\"mapped_peak_bytes\": %d%s}\n",
       type, p.config.hidden_size, p.config.num_hidden_layers, p.config.vocab_size, T, opt.chunk,
       r->profile.spans, r->profile.tasks, param_bytes, d.h2d_bytes, d.d2h_bytes, d.h2d_copies,
       d.d2h_copies, d.syncs, d.allocations, d.h2d_bytes / t, d.d2h_bytes / t, beyond / t,
       static_cast<double>(d.syncs) / static_cast<double>(r->profile.tasks), task_syncs, device_peak,
-      compared);
+      adjsh::emulation::mapped_peak_bytes, compared);
   return 0;
 }
 
@@ -159,6 +163,9 @@ int main(int argc, char** argv) {
   a.Add("chunk", "C", "tokens per chunk", "256");
   a.Add("spans", "S", "spans (0: the default)", "0");
   a.Add("threads", "N", "the step's threads (the counts do not depend on them)", "1");
+  a.Add("row-budget-bytes", "B",
+        "the device memory the span rows may take, past which they are mapped host memory "
+        "(-1: the default, 80% of the emulated device's free memory)", "-1");
   a.Add("kernels", "skip|run", "skip: count the traffic only; run: emulate the kernels too and "
         "compare the gradient with the CPU's (small shapes)", "skip");
   if (auto code = adjsh::cli::ParseOrExit(a, std::vector<std::string>(argv + 1, argv + argc)))
@@ -176,7 +183,8 @@ int main(int argc, char** argv) {
   }
   absl::StatusOr<int64_t> spans = a.GetInt("spans", 0, int64_t{1} << 30);
   absl::StatusOr<int64_t> threads = a.GetInt("threads", 1, 64);
-  for (const absl::StatusOr<int64_t>* got : {&spans, &threads}) {
+  absl::StatusOr<int64_t> budget = a.GetInt("row-budget-bytes", -1, int64_t{1} << 50);
+  for (const absl::StatusOr<int64_t>* got : {&spans, &threads, &budget}) {
     if (!got->ok()) {
       std::fprintf(stderr, "emulated_step: %s\n", std::string(got->status().message()).c_str());
       return 2;
@@ -196,8 +204,12 @@ int main(int argc, char** argv) {
   const int64_t D = v[0], K = v[1], N = v[2], P = v[3], V = v[4], T = v[5];
   const bool run = kernels == "run";
   adjsh::emulation::skip_kernels = !run;
+  // Counting only: nothing to guard, and a protection change per copy over a long context's rows
+  // would cost more than the run (tests/cuda/emulated_memory.h).
+  adjsh::emulation::guard_device_memory = run;
   adjsh::GradOptions opt;
   opt.device = *adjsh::ParseDevice("cuda:0");
+  opt.device.row_budget = *budget;
   opt.chunk = v[6];
   opt.spans = *spans;
   opt.threads = static_cast<int>(*threads);

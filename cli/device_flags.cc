@@ -35,6 +35,11 @@ absl::StatusOr<Device> DeviceFromFlags(const ArgParser& a) {
     if (!budget.ok()) return budget.status();
     device->kept_budget = *budget;
   }
+  if (a.Given("device-mem-mib")) {
+    absl::StatusOr<int64_t> mib = a.GetInt("device-mem-mib", 0, int64_t{1} << 30);
+    if (!mib.ok()) return mib.status();
+    device->row_budget = *mib << 20;
+  }
   return device;
 }
 
@@ -74,6 +79,12 @@ void AddKeptFlag(ArgParser& a) {
         std::to_string(cpu::kDefaultKeptBudget >> 20));
 }
 
+void AddDeviceMemFlag(ArgParser& a) {
+  a.Add("device-mem-mib", "MIB",
+        "CUDA: the GPU memory the span rows may take (layer inputs, states, adjoints), read "
+        "when the first rows come; past it they live in pinned host memory the GPU reads over "
+        "PCIe: the same results, slower [default: 80% of the free GPU memory]");
+}
 
 absl::Status CheckDeviceUsable(const Device& device) {
   if (device.is_cpu() && !device.bf16_storage) return absl::OkStatus();

@@ -31,6 +31,10 @@ absl::StatusOr<Storage> StorageFromFlags(const ArgParser& a);
 // it (kernels/cpu/kept_pool.h; the same results, only faster), carried by Device::kept_budget
 // (DeviceFromFlags, which refuses a bad value naming the flag: bad usage, exit 2).
 void AddKeptFlag(ArgParser& a);
+// `--device-mem-mib MIB` of the same processes: the GPU memory a resident model's span rows may
+// take, past which they live in mapped pinned host memory (Device::row_budget; CUDA only, the
+// CPU has no use for it). Refused like --kept-mib.
+void AddDeviceMemFlag(ArgParser& a);
 
 // `--reduce tree|star` (default tree); `when` prefixes its help ("with --workers: ").
 void AddReduceFlag(ArgParser& a, const std::string& when);

@@ -73,6 +73,7 @@ absl::Status RunGrad(const ArgParser& a, const GradOptions& opt, bool quiet, int
       coordinator::LocalClusterOptions options;
       options.worker_devices = std::move(worker_devices);
       options.kept_budget = opt.device.kept_budget;
+      options.row_budget = opt.device.row_budget;
       options.service.trace_path = a.Get("trace");
       options.service.worker_tree = *ReduceFromFlags(a);  // checked by GradCommand
       absl::StatusOr<std::unique_ptr<coordinator::LocalCluster>> cluster =
@@ -159,6 +160,7 @@ int GradCommand(const std::vector<std::string>& args) {
         "keep the layer inputs in memory-mapped files here (the OS may write them to disk)");
   AddDeviceFlags(a, "the forward, head and backward tasks in-process");
   AddKeptFlag(a);
+  AddDeviceMemFlag(a);
   a.AddBool("quiet", "print nothing on success");
   if (auto code = ParseOrExit(a, args)) return *code;
 

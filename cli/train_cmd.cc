@@ -150,6 +150,7 @@ int RunOnWorkers(train::BasicTrainer<P>& trainer, const ArgParser& a, const v1::
   cluster_options.worker_metrics = a.Get("worker-metrics-listen");
   cluster_options.worker_devices = std::move(worker_devices);
   cluster_options.kept_budget = opt.grad.device.kept_budget;
+  cluster_options.row_budget = opt.grad.device.row_budget;
   const std::string log_dir =
       a.Has("worker-log-dir") ? a.Get("worker-log-dir") : opt.checkpoint_dir + "/worker-logs";
   if (log_dir != "-") cluster_options.log_dir = log_dir;
@@ -255,6 +256,7 @@ int TrainCommand(const std::vector<std::string>& args) {
             "output) instead of stopping with the reason");
   AddDeviceFlags(a, "the tasks of an in-process run (with --workers, see --worker-device)");
   AddKeptFlag(a);
+  AddDeviceMemFlag(a);
   if (auto code = ParseOrExit(a, args)) return *code;
 
   // What is trained: the job (one definition with `adjsh submit`, cli/job_flags.h).

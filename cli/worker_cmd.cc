@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdio>
 #include <memory>
+#include <optional>
 
 #include <unistd.h>
 
@@ -45,6 +46,7 @@ int WorkerCommand(const std::vector<std::string>& args) {
   a.AddBool("quiet", "log warnings and errors only");
   AddDeviceFlags(a, "compute the tasks");
   AddKeptFlag(a);
+  AddDeviceMemFlag(a);
   a.Add("storage", "full|bf16",
         "with --device cuda:N: activations and weights held in bf16 on the GPU, sums in f32 "
         "(CUDA only; how a span's rows are kept is the job's --storage)",
@@ -172,6 +174,17 @@ int WorkerCommand(const std::vector<std::string>& args) {
   std::atomic<bool>& stop = InstallStopSignals();
   worker::Worker w(opt);
   const absl::Status status = w.Run(stop);
+  if (!opt.device.is_cpu() && opt.log_level >= 1) {
+    // The device's counts outlive the worker's backends (kernels/cuda/context.h MemoryCountsOf).
+    absl::StatusOr<std::unique_ptr<Backend<float>>> backend = MakeBackend<float>(opt.device);
+    if (backend.ok()) {
+      if (std::optional<DeviceMemoryUsage> use = (*backend)->MemoryProbe()()) {
+        std::fprintf(stderr, "worker: %s held at most %.2f MiB of device memory\n",
+                     opt.device.ToString().c_str(),
+                     static_cast<double>(use->peak_bytes) / 1048576.0);
+      }
+    }
+  }
   return status.ok() ? 0 : Fail("worker", status);
 }
 

@@ -82,6 +82,7 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(int workers,
   }
   c->service_options_worker_tree_ = options.service.worker_tree;
   c->kept_budget_ = options.kept_budget;
+  c->row_budget_ = options.row_budget;
   if (!options.log_dir.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(options.log_dir, ec);
@@ -178,6 +179,10 @@ pid_t LocalCluster::Spawn(int slot) {
   // train's --kept-mib; this process keeps none).
   args.push_back("--kept-mib");
   args.push_back(std::to_string(kept_budget_ >> 20));
+  if (row_budget_ >= 0) {
+    args.push_back("--device-mem-mib");
+    args.push_back(std::to_string(row_budget_ >> 20));
+  }
   if (service_options_worker_tree_) {  // the worker tree's endpoint, beside the socket
     args.push_back("--peer-listen");
     args.push_back(absl::StrCat("unix:", socket_dir_, "/peer-", slot));

@@ -48,6 +48,8 @@ struct LocalClusterOptions {
   std::string log_dir;
   // The workers' --kept-mib: the budget of the run that starts them (its Device::kept_budget).
   int64_t kept_budget = cpu::kDefaultKeptBudget;
+  // The workers' --device-mem-mib when >= 0 (its Device::row_budget); < 0: their default.
+  int64_t row_budget = -1;
 };
 
 class LocalCluster {
@@ -94,6 +96,7 @@ class LocalCluster {
   std::string log_dir_;     // LocalClusterOptions::log_dir
   bool service_options_worker_tree_ = true;  // workers serve peer endpoints (the worker tree)
   int64_t kept_budget_ = cpu::kDefaultKeptBudget;  // bytes, passed on as --kept-mib
+  int64_t row_budget_ = -1;                         // bytes, passed on as --device-mem-mib
   std::unique_ptr<TaskServiceImpl> service_;
   std::unique_ptr<grpc::Server> server_;
   mutable std::mutex mu_;

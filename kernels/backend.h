@@ -40,6 +40,10 @@ struct Device {
   // KeptStore::Shared), so the sets one gradient's backend handed back are reused by the next.
   // Other devices keep nothing (ToString leaves it out).
   int64_t kept_budget = cpu::kDefaultKeptBudget;
+  // The device memory in bytes a resident model's span rows may take (CUDA; set from
+  // --device-mem-mib: cli/device_flags.cc); past it, rows live in mapped pinned host memory
+  // (kernels/cuda/cuda_backend.cc DeviceRowSpace). < 0: 80% of the memory free at the first rows.
+  int64_t row_budget = -1;
 
   bool is_cpu() const { return kind == Kind::kCpu; }
   std::string ToString() const;  // "cpu", "cuda:0", "cuda:0 (bf16 storage)"

@@ -7,6 +7,8 @@
 // the workspace follows them on the one stream.
 // The byte counts alone are read from any thread without the mutex (MemoryCounts).
 //
+// Host memory on the far side of a copy is staged through pinned memory the context keeps
+// (staging.cu), so that copies are asynchronous on a GPU and a task waits for its device once.
 // Every copy between host and device, every stream sync and every device allocation goes
 // through a Context, which counts it (common/device_memory.h DeviceTraffic) per device and per
 // calling thread before the device API does it; the host-emulated device
@@ -24,6 +26,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 #include "common/device_memory.h"
 
@@ -124,20 +127,32 @@ class Context {
   void* Alloc(size_t bytes);
   void Free(void* p, size_t bytes);
 
-  // Asynchronous on the stream, counted (DeviceTraffic) before they are queued.
-  void Upload(void* dst, const void* src, size_t bytes) {
+  // Copies between the device and host memory that may be pageable (a std::vector's), queued on
+  // the stream and counted (DeviceTraffic): the host side goes through the context's pinned
+  // staging (kernels/cuda/staging.cu), since from pageable memory a GPU's asynchronous copy is a
+  // host wait. Upload has read `src` when it returns; Download's bytes reach `dst` at the next
+  // Sync. Staging grows to what the calls between two syncs move, up to kStagingCap; past that
+  // the context waits for the stream (a counted sync) and starts the staging over.
+  void Upload(void* dst, const void* src, size_t bytes);
+  void Download(void* dst, const void* src, size_t bytes);
+  // The same where the host side is already pinned (cudaHostAlloc) and stays until the next
+  // Sync (device_block.cu's own staging): queued as it is.
+  void UploadPinned(void* dst, const void* src, size_t bytes) {
     CountedCopy(dst, src, bytes, cudaMemcpyHostToDevice);
   }
-  void Download(void* dst, const void* src, size_t bytes) {
+  void DownloadPinned(void* dst, const void* src, size_t bytes) {
     CountedCopy(dst, src, bytes, cudaMemcpyDeviceToHost);
   }
-  // The host waits for the stream.
-  void Sync() {
-    DeviceTraffic d;
-    d.syncs = 1;
-    Note(d);
-    SyncStream();
+  // A copy within the device's memory, queued on the stream (not counted: no PCIe). Either side
+  // may be rows past the device budget, in mapped pinned host memory (cuda_backend.cc
+  // DeviceRowSpace), so the runtime infers the direction from the addresses.
+  void CopyOnDevice(void* dst, const void* src, size_t bytes) {
+    if (bytes > 0) CopyAsync(dst, src, bytes, cudaMemcpyDefault);
   }
+  // The host waits for the stream; staged downloads land, and the staging is free again.
+  void Sync();
+  static constexpr size_t kStagingCap = size_t{64} << 20;
+  size_t staging_bytes() const { return stage_bytes_; }  // pinned host memory it keeps
 
   // Bytes held now (parameters + workspace + cuBLAS workspace) and the most held since the last
   // ResetPeak; thread-safe (MemoryCounts).
@@ -168,9 +183,13 @@ class Context {
     Note(d);
     CopyAsync(dst, src, bytes, kind);
   }
-  // The device API under Upload, Download and Sync (context.cu; the emulated device's own).
+  // The device API under the copies and Sync (context.cu; the emulated device's own). `kind` is
+  // what the caller means; a GPU is told cudaMemcpyDefault, since a device side may be mapped
+  // host memory (CopyOnDevice).
   void CopyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind);
   void SyncStream();
+  // `bytes` (at most kStagingCap) of pinned staging until the next Sync (staging.cu).
+  char* Stage(size_t bytes);
 
   int device_;
   std::mutex mu_;
@@ -179,6 +198,17 @@ class Context {
   void* blas_ws_ = nullptr;
   char* ws_ = nullptr;
   size_t ws_bytes_ = 0;
+  // Pinned staging (staging.cu): the buffer, its size and what the calls since the last Sync
+  // took of it; buffers it outgrew, freed at the next Sync; downloads that land then.
+  char* stage_ = nullptr;
+  size_t stage_bytes_ = 0, stage_used_ = 0;
+  std::vector<char*> stage_retired_;
+  struct Landing {
+    void* dst;
+    const char* staged;
+    size_t bytes;
+  };
+  std::vector<Landing> landings_;
   const std::shared_ptr<MemoryCounts> counts_;  // MemoryCountsOf(device_)
 };
 

@@ -1,5 +1,8 @@
 #include "kernels/cuda/cuda_backend.h"
 
+#include <algorithm>
+#include <mutex>
+#include <set>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -141,10 +144,15 @@ class CudaResidentHead final : public ResidentHead<float> {
 };
 
 // A resident span's memory on the GPU (kernels/cuda/device_rows.h); it keeps up to 512 MiB of
-// freed buffers for reuse (a free syncs the device).
+// freed buffers for reuse (a free syncs the device). Rows take device memory up to the budget
+// (Device::row_budget; unset: 80% of what is free when the first rows come, after the model's
+// parameters, leaving the rest to the workspace, which grows with the chunk, not the context);
+// past it, a buffer is mapped pinned host memory the kernels read and write over PCIe: slower,
+// the same bits, and no device allocation that fails mid-step.
 class DeviceRowSpace final : public RowSpace<float> {
  public:
-  explicit DeviceRowSpace(int device) : RowSpace<float>(size_t{512} << 20), device_(device) {}
+  DeviceRowSpace(int device, int64_t budget)
+      : RowSpace<float>(size_t{512} << 20), device_(device), budget_(budget) {}
   ~DeviceRowSpace() override {  // one wait, then the pool's buffers go
     RowsFinish(device_);
     Drain();
@@ -163,11 +171,43 @@ class DeviceRowSpace final : public RowSpace<float> {
     RowsFinish(device_);
     AfterWait();
   }
+  RowSpaceUse use() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return use_;
+  }
 
  private:
-  float* Allocate(size_t n) override { return RowsAlloc(device_, n); }
-  void Release(float* p, size_t n) override { RowsFree(device_, p, n); }
+  float* Allocate(size_t n) override {
+    const int64_t bytes = static_cast<int64_t>(n * sizeof(float));
+    std::lock_guard<std::mutex> lock(mu_);
+    if (budget_ < 0) budget_ = static_cast<int64_t>(RowsFreeBytes(device_) / 5 * 4);
+    if (use_.device_bytes + bytes <= budget_) {
+      use_.device_bytes += bytes;
+      return RowsAlloc(device_, n);
+    }
+    float* p = RowsAllocMapped(device_, n);
+    mapped_.insert(p);
+    use_.mapped_bytes += bytes;
+    use_.mapped_peak_bytes = std::max(use_.mapped_peak_bytes, use_.mapped_bytes);
+    return p;
+  }
+  void Release(float* p, size_t n) override {
+    const int64_t bytes = static_cast<int64_t>(n * sizeof(float));
+    std::lock_guard<std::mutex> lock(mu_);
+    if (mapped_.erase(p) > 0) {
+      use_.mapped_bytes -= bytes;
+      RowsFreeMapped(device_, p);
+    } else {
+      use_.device_bytes -= bytes;
+      RowsFree(device_, p, n);
+    }
+  }
+
   const int device_;
+  mutable std::mutex mu_;
+  int64_t budget_;  // bytes; < 0 until the first rows come (the default)
+  RowSpaceUse use_;
+  std::set<float*> mapped_;
 };
 
 }  // namespace
@@ -181,7 +221,8 @@ namespace {
 
 class CudaBackend final : public Backend<float> {
  public:
-  explicit CudaBackend(const Device& device) : device_(device), rows_(device.index) {}
+  explicit CudaBackend(const Device& device)
+      : device_(device), rows_(device.index, device.row_budget) {}
   const Device& device() const override { return device_; }
   bool Supports(Op op) const override { return CudaSupports(op); }
   absl::Status CheckConfig(const MambaConfig& config) const override {

@@ -280,8 +280,7 @@ void DeviceBlock::Impl::Forward(const float* u, int64_t halo, int64_t len, const
   if (resident) {  // h0 is copied only where the state it ends in overwrites it
     a.u = const_cast<float*>(u), out = u_next, hend_d = h_end;
     if (h0 != nullptr && h0 == h_end) {
-      ADJSH_CUDA_CHECK(cudaMemcpyAsync(h0_d, h0, DiN * sizeof(float), cudaMemcpyDeviceToDevice,
-                                       ctx.stream()));
+      ctx.CopyOnDevice(h0_d, h0, DiN * sizeof(float));
     } else {
       h0_d = const_cast<float*>(h0);
     }
@@ -293,23 +292,22 @@ void DeviceBlock::Impl::Forward(const float* u, int64_t halo, int64_t len, const
       hend_h = c.Take<float>(DiN);
     });
     std::memcpy(u_h, u, P * D * sizeof(float));
-    ctx.Upload(a.u, u_h, P * D * sizeof(float));
+    ctx.UploadPinned(a.u, u_h, P * D * sizeof(float));
     if (h0) {
       std::memcpy(h0_h, h0, DiN * sizeof(float));
-      ctx.Upload(h0_d, h0_h, DiN * sizeof(float));
+      ctx.UploadPinned(h0_d, h0_h, DiN * sizeof(float));
     }
   }
   Recompute<S>(ctx, s, w, halo, len, a);
   ScanForward<S>(ctx.stream(), ScanView<S>(s, w, a, halo, len), h0 ? h0_d : nullptr, hend_d, o,
                  scratch);
   // u_next = u + o W_out^T (f32 output, f32 residual).
-  ADJSH_CUDA_CHECK(cudaMemcpyAsync(out, a.u + halo * D, len * D * sizeof(float),
-                                   cudaMemcpyDeviceToDevice, ctx.stream()));
+  ctx.CopyOnDevice(out, a.u + halo * D, len * D * sizeof(float));
   Gemm(ctx, false, true, len, D, Di, 1, o, DataType<S>(), Di, w.out_proj, DataType<S>(), Di, 1,
        out, CUDA_R_32F, D);
   if (resident) return;
-  ctx.Download(out_h, out, len * D * sizeof(float));
-  ctx.Download(hend_h, hend_d, DiN * sizeof(float));
+  ctx.DownloadPinned(out_h, out, len * D * sizeof(float));
+  ctx.DownloadPinned(hend_h, hend_d, DiN * sizeof(float));
   ctx.Sync();
   std::memcpy(u_next, out_h, len * D * sizeof(float));
   std::memcpy(h_end, hend_h, DiN * sizeof(float));
@@ -350,10 +348,10 @@ void DeviceBlock::Impl::Summary(const float* u, int64_t halo, int64_t len, const
       S_h = c.Take<float>(Di);
     });
     std::memcpy(u_h, u, P * D * sizeof(float));
-    ctx.Upload(a.u, u_h, P * D * sizeof(float));
+    ctx.UploadPinned(a.u, u_h, P * D * sizeof(float));
     if (g) {
       std::memcpy(g_h, g, len * D * sizeof(float));
-      ctx.Upload(g_d, g_h, len * D * sizeof(float));
+      ctx.UploadPinned(g_d, g_h, len * D * sizeof(float));
     }
   }
   if (g && !std::is_same_v<S, float>) Convert<S>(ctx.stream(), g_d, len * D, g_s);
@@ -369,8 +367,8 @@ void DeviceBlock::Impl::Summary(const float* u, int64_t halo, int64_t len, const
     DecayFold(ctx.stream(), w.A, S_d, state_d, Di, s.N, state, dt_total);
     return;
   }
-  ctx.Download(state_h, state_d, DiN * sizeof(float));
-  ctx.Download(S_h, S_d, Di * sizeof(float));
+  ctx.DownloadPinned(state_h, state_d, DiN * sizeof(float));
+  ctx.DownloadPinned(S_h, S_d, Di * sizeof(float));
   ctx.Sync();
   std::memcpy(state, state_h, DiN * sizeof(float));
   std::memcpy(dt_total, S_h, Di * sizeof(float));
@@ -469,11 +467,11 @@ void DeviceBlock::Impl::Backward(const float* u, int64_t halo, int64_t len, cons
         p += sizes[q];
       }
     }
-    ctx.Upload(a.u, u_h, P * D * sizeof(float));
-    ctx.Upload(g_d, g_h, len * D * sizeof(float));
-    ctx.Upload(h0_d, h0_h, DiN * sizeof(float));
-    if (mu) ctx.Upload(mu_d, mu_h, DiN * sizeof(float));
-    if (first) ctx.Upload(acc_d, grad_h, grad_total * sizeof(float));
+    ctx.UploadPinned(a.u, u_h, P * D * sizeof(float));
+    ctx.UploadPinned(g_d, g_h, len * D * sizeof(float));
+    ctx.UploadPinned(h0_d, h0_h, DiN * sizeof(float));
+    if (mu) ctx.UploadPinned(mu_d, mu_h, DiN * sizeof(float));
+    if (first) ctx.UploadPinned(acc_d, grad_h, grad_total * sizeof(float));
   }
   if (!std::is_same_v<S, float>) Convert<S>(stream, g_d, len * D, g_s);
   Recompute<S>(ctx, s, w, halo, len, a);
@@ -510,19 +508,16 @@ void DeviceBlock::Impl::Backward(const float* u, int64_t halo, int64_t len, cons
 
   if (resident) {  // du, du_halo and mu_out where the span keeps them
     auto d2d = [&](float* to, const float* from, int64_t n) {
-      if (n > 0) {
-        ADJSH_CUDA_CHECK(cudaMemcpyAsync(to, from, n * sizeof(float), cudaMemcpyDeviceToDevice,
-                                         stream));
-      }
+      ctx.CopyOnDevice(to, from, n * sizeof(float));
     };
     d2d(du_halo, dn, halo * D);
     d2d(du, dn + halo * D, len * D);
     if (mu_out) d2d(mu_out, mu_out_d, DiN);
     return;
   }
-  ctx.Download(du_h, dn, P * D * sizeof(float));
-  if (mu_out) ctx.Download(mu_out_h, mu_out_d, DiN * sizeof(float));
-  if (!defer_grad) ctx.Download(grad_h, acc_d, grad_total * sizeof(float));
+  ctx.DownloadPinned(du_h, dn, P * D * sizeof(float));
+  if (mu_out) ctx.DownloadPinned(mu_out_h, mu_out_d, DiN * sizeof(float));
+  if (!defer_grad) ctx.DownloadPinned(grad_h, acc_d, grad_total * sizeof(float));
   ctx.Sync();
   if (halo > 0) std::memcpy(du_halo, du_h, halo * D * sizeof(float));
   std::memcpy(du, du_h + halo * D, len * D * sizeof(float));
@@ -546,7 +541,7 @@ void DeviceBlock::FinishBackward(const LayerTensors<float>& grad) {
   const std::vector<float*> dst = Members(grad);
   float* grad_h = nullptr;
   m.CarveStaging([&](Carver& c) { grad_h = c.Take<float>(total); });
-  m.ctx.Download(grad_h, open->second, total * sizeof(float));
+  m.ctx.DownloadPinned(grad_h, open->second, total * sizeof(float));
   m.ctx.Sync();
   m.ctx.Free(open->second, total * sizeof(float));
   m.acc.erase(open);

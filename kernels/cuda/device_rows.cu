@@ -3,6 +3,9 @@
 #include "kernels/cuda/context.h"
 #include "kernels/cuda/ops.h"
 
+#include <cstdio>
+#include <cstdlib>
+
 namespace adjsh::cuda {
 namespace {
 
@@ -27,6 +30,33 @@ void RowsFree(int device, float* p, size_t n) {
   d.ctx.Free(p, n * sizeof(float));
 }
 
+float* RowsAllocMapped(int device, size_t n) {
+  Locked d(device);
+  void* p = nullptr;
+  ADJSH_CUDA_CHECK(cudaHostAlloc(&p, n == 0 ? 1 : n * sizeof(float),
+                                 cudaHostAllocMapped | cudaHostAllocPortable));
+  void* on_device = nullptr;
+  ADJSH_CUDA_CHECK(cudaHostGetDevicePointer(&on_device, p, 0));
+  if (on_device != p) {  // unified addressing (every 64-bit CUDA platform) makes them one
+    std::fprintf(stderr, "mapped host memory at %p is %p on device %d: no unified addressing\n",
+                 p, on_device, device);
+    std::abort();
+  }
+  return static_cast<float*>(p);
+}
+
+void RowsFreeMapped(int device, float* p) {
+  Locked d(device);
+  ADJSH_CUDA_CHECK(cudaFreeHost(p));
+}
+
+size_t RowsFreeBytes(int device) {
+  Locked d(device);
+  size_t free_bytes = 0, total_bytes = 0;
+  ADJSH_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  return free_bytes;
+}
+
 void RowsUpload(int device, float* dst, const float* src, size_t n) {
   Locked d(device);
   d.ctx.Upload(dst, src, n * sizeof(float));
@@ -40,8 +70,7 @@ void RowsDownload(int device, float* dst, const float* src, size_t n) {
 void RowsCopy(int device, float* dst, const float* src, size_t n) {
   if (n == 0 || dst == src) return;
   Locked d(device);
-  ADJSH_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice,
-                                   d.ctx.stream()));
+  d.ctx.CopyOnDevice(dst, src, n * sizeof(float));
 }
 
 void RowsAdd(int device, float* dst, const float* src, size_t n) {

@@ -12,6 +12,13 @@ namespace adjsh::cuda {
 
 float* RowsAlloc(int device, size_t n);
 void RowsFree(int device, float* p, size_t n);  // nothing queued may use p (RowsFinish first)
+// n floats of pinned host memory mapped into the device's address space (the same address on
+// both sides): the device's kernels and copies read and write it in place, over PCIe. For rows
+// past the device budget (cuda_backend.cc DeviceRowSpace).
+float* RowsAllocMapped(int device, size_t n);
+void RowsFreeMapped(int device, float* p);  // as RowsFree
+// The device memory free now (cudaMemGetInfo).
+size_t RowsFreeBytes(int device);
 void RowsUpload(int device, float* dst, const float* host_src, size_t n);
 void RowsDownload(int device, float* host_dst, const float* src, size_t n);
 void RowsCopy(int device, float* dst, const float* src, size_t n);

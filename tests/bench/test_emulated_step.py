@@ -6,7 +6,8 @@ sync per task, and the same line twice (the counts follow from the host code alo
 resident step (its rows, head and sums on the device) waits for the device once per task and
 moves about one gradient each way, not one per span; computing (kernels run), both model types'
 gradient and loss equal the CPU backend's within f32 rounding (relative L2 < 1e-4: two f32
-computations that sum in different orders), with the same bits on 1 and 3 threads. The exact
+computations that sum in different orders), with the same bits on 1 and 3 threads and with the
+span rows past a device budget (all of them, then about half) in mapped host memory. The exact
 counts of a call are tests/cuda/block_emulation_test.cc's (BlockTrafficTest).
 
   test_emulated_step.py --emulated-step PATH --adjsh PATH
@@ -75,6 +76,22 @@ def main():
                       *extra, timeout=300)
         assert threads.returncode == 0, (model, threads.stderr)
         assert json.loads(threads.stdout)["digest"] == c["digest"], (model, threads.stdout, c)
+        # Past the device budget rows are mapped host memory: every row (budget 0), then about
+        # half of them; the same bits, less device memory.
+        assert c["mapped_peak_bytes"] == 0, c
+        spilled = []
+        for budget in (0, None):
+            if budget is None:
+                budget = spilled[0]["mapped_peak_bytes"] // 2
+            out = run(exe, "--model-type", model, "--kernels", "run", "--row-budget-bytes",
+                      str(budget), *SMALL, *extra, timeout=300)
+            assert out.returncode == 0, (model, budget, out.stderr)
+            spilled.append(json.loads(out.stdout))
+        for b in spilled:
+            assert b["digest"] == c["digest"], (model, b, c)
+            assert 0 < b["mapped_peak_bytes"], (model, b)
+            assert b["device_peak_bytes"] < c["device_peak_bytes"], (model, b, c)
+        assert spilled[1]["mapped_peak_bytes"] < spilled[0]["mapped_peak_bytes"], spilled
         print(f"  {model}: gradient {c['rel_l2_vs_cpu']:.2g} from the CPU's, loss "
               f"{c['loss']:.7f} / {c['loss_cpu']:.7f}")
     print("emulated_step: flags, counts (both model types, repeatable), gradients: ok")

@@ -1,9 +1,13 @@
 // The CUDA block and head (kernels/cuda/device_block.cu, lm_head.cu with the scan and op
 // kernels) compiled for the host, for tests: kernels run block by block on host threads
-// (host_emulation.h), device memory is host memory, and cuBLAS is replaced by a plain GEMM with
-// f32 sums over the same row-major operands. Stricter than a plain host run where a GPU would
-// be: fresh device memory (allocations, a grown workspace) is NaN bytes, and a launch a GPU
-// would refuse aborts (host_emulation.h CheckLaunch). Include once per test binary: it defines
+// (host_emulation.h), device memory is a host range the host cannot touch outside device work
+// (emulated_memory.h), and cuBLAS is replaced by a plain GEMM with f32 sums over the same
+// row-major operands. Stricter than a plain host run where a GPU would be: fresh device memory
+// (allocations, a grown workspace) is NaN bytes; a launch a GPU would refuse aborts
+// (host_emulation.h CheckLaunch); host code reading device memory faults; and every copy
+// between host and device must have its host side in pinned memory (cudaHostAlloc), since from
+// pageable memory a GPU's asynchronous copy is a host wait, or must name what it copies between
+// correctly (a device side inside a live allocation). Include once per test binary: it defines
 // the host stand-in for kernels/cuda/context.cu.
 #ifndef ADJSH_TESTS_CUDA_EMULATED_DEVICE_H_
 #define ADJSH_TESTS_CUDA_EMULATED_DEVICE_H_
@@ -12,6 +16,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -23,30 +28,39 @@
 namespace adjsh::emulation {
 // The byte every Context::Workspace call fills the workspace with; -1: left as it was.
 inline int workspace_poison = -1;
-inline cudaError_t Memcpy(void* dst, const void* src, size_t n) {
-  std::memcpy(dst, src, n);
-  return cudaSuccess;
-}
-inline cudaError_t Memset(void* dst, int v, size_t n) {
-  std::memset(dst, v, n);
-  return cudaSuccess;
-}
 // Pinned host memory is plain host memory here; the live allocations and their bytes are
-// counted, so that a test can see staging buffers kept, grown and freed.
+// counted, so that a test can see staging buffers kept, grown and freed. Mapped ones
+// (cudaHostAllocMapped: rows past the device budget, kernels/cuda/device_rows.h) are device
+// memory too: kernels and copies reach them as a GPU does over PCIe.
 inline int64_t pinned_live = 0, pinned_live_bytes = 0, pinned_allocs = 0;
-inline std::vector<std::pair<void*, size_t>> pinned_blocks;
-inline cudaError_t HostAlloc(void** p, size_t n, unsigned int) {
+inline int64_t mapped_live_bytes = 0, mapped_peak_bytes = 0;  // the mapped ones
+struct PinnedBlock {
+  void* p;
+  size_t bytes;
+  bool mapped;
+};
+inline std::vector<PinnedBlock> pinned_blocks;
+inline std::mutex pinned_mu;
+inline cudaError_t HostAlloc(void** p, size_t n, unsigned int flags) {
   *p = std::malloc(n == 0 ? 1 : n);
   if (*p == nullptr) return cudaErrorMemoryAllocation;
-  pinned_blocks.emplace_back(*p, n);
+  std::lock_guard<std::mutex> lock(pinned_mu);
+  const bool mapped = (flags & cudaHostAllocMapped) != 0;
+  pinned_blocks.push_back({*p, n, mapped});
   ++pinned_live, ++pinned_allocs;
   pinned_live_bytes += static_cast<int64_t>(n);
+  if (mapped) {
+    mapped_live_bytes += static_cast<int64_t>(n);
+    mapped_peak_bytes = std::max(mapped_peak_bytes, mapped_live_bytes);
+  }
   return cudaSuccess;
 }
 inline cudaError_t FreeHost(void* p) {
+  std::lock_guard<std::mutex> lock(pinned_mu);
   for (size_t k = 0; k < pinned_blocks.size(); ++k) {
-    if (pinned_blocks[k].first != p) continue;
-    pinned_live_bytes -= static_cast<int64_t>(pinned_blocks[k].second);
+    if (pinned_blocks[k].p != p) continue;
+    pinned_live_bytes -= static_cast<int64_t>(pinned_blocks[k].bytes);
+    if (pinned_blocks[k].mapped) mapped_live_bytes -= static_cast<int64_t>(pinned_blocks[k].bytes);
     pinned_blocks.erase(pinned_blocks.begin() + static_cast<std::ptrdiff_t>(k));
     --pinned_live;
     std::free(p);
@@ -54,13 +68,75 @@ inline cudaError_t FreeHost(void* p) {
   }
   return cudaErrorInvalidValue;  // not from HostAlloc: a bug the test should see
 }
+// Whether [p, p + n) lies in one pinned allocation (mapped only: one the device reaches).
+inline bool IsPinned(const void* p, size_t n, bool mapped_only = false) {
+  std::lock_guard<std::mutex> lock(pinned_mu);
+  const char* c = static_cast<const char*>(p);
+  for (const PinnedBlock& b : pinned_blocks) {
+    const char* at = static_cast<const char*>(b.p);
+    if (c >= at && c + n <= at + b.bytes && (b.mapped || !mapped_only)) return true;
+  }
+  return false;
+}
+inline bool IsDeviceMemory(const void* p, size_t n) {
+  return DeviceArena::Get().Contains(p, n) || IsPinned(p, n, /*mapped_only=*/true);
+}
+// The device memory the emulated GPU has (cudaMemGetInfo's total; its free is this less what
+// the arena holds); a test may shrink it.
+inline size_t device_total_bytes = size_t{80} << 30;
+inline cudaError_t MemGetInfo(size_t* free_bytes, size_t* total_bytes) {
+  const size_t held = DeviceArena::Get().live_bytes();
+  *total_bytes = device_total_bytes;
+  *free_bytes = held < device_total_bytes ? device_total_bytes - held : 0;
+  return cudaSuccess;
+}
+// What fresh device memory holds: NaN bytes, as a GPU's holds whatever was there; zeros when the
+// kernels are skipped (a counting run), so that what the host code computes from the device's
+// results stays finite and a coordinator takes them.
+inline int FreshByte() { return skip_kernels ? 0 : 0xff; }
+// A copy the GPU would not do as the code means it: named, then abort.
+inline void RefuseCopy(const char* what, const void* dst, const void* src, size_t n) {
+  std::fprintf(stderr, "emulated device: refused copy of %zu bytes from %p to %p: %s\n", n, src,
+               dst, what);
+  std::abort();
+}
+// Every copy: device sides inside live allocations (or mapped pinned memory); host sides pinned
+// (a pageable one would make the GPU's asynchronous copy a host wait). cudaMemcpyDefault (a copy
+// within the device, either side perhaps mapped host memory): both sides device memory.
+inline cudaError_t Memcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind) {
+  if (n == 0) return cudaSuccess;
+  const bool on_device = kind == cudaMemcpyDeviceToDevice || kind == cudaMemcpyDefault;
+  const bool dst_device = on_device || kind == cudaMemcpyHostToDevice;
+  const bool src_device = on_device || kind == cudaMemcpyDeviceToHost;
+  if (dst_device && !IsDeviceMemory(dst, n))
+    RefuseCopy("its device destination is not inside one device allocation", dst, src, n);
+  if (src_device && !IsDeviceMemory(src, n))
+    RefuseCopy("its device source is not inside one device allocation", dst, src, n);
+  if (!dst_device && !IsPinned(dst, n))
+    RefuseCopy("its host destination is pageable (on a GPU: a host wait)", dst, src, n);
+  if (!src_device && !IsPinned(src, n))
+    RefuseCopy("its host source is pageable (on a GPU: a host wait)", dst, src, n);
+  DeviceAccess access;
+  std::memcpy(dst, src, n);
+  return cudaSuccess;
+}
+inline cudaError_t Memset(void* dst, int v, size_t n) {
+  if (n == 0) return cudaSuccess;
+  if (!IsDeviceMemory(dst, n))
+    RefuseCopy("a memset outside one device allocation", dst, nullptr, n);
+  DeviceAccess access;
+  std::memset(dst, v, n);
+  return cudaSuccess;
+}
 }  // namespace adjsh::emulation
 #define cudaSetDevice(d) ((void)(d), cudaSuccess)
-#define cudaMemcpyAsync(dst, src, n, kind, s) ::adjsh::emulation::Memcpy(dst, src, n)
+#define cudaMemcpyAsync(dst, src, n, kind, s) ::adjsh::emulation::Memcpy(dst, src, n, kind)
 #define cudaMemsetAsync(dst, v, n, s) ::adjsh::emulation::Memset(dst, v, n)
 #define cudaHostAlloc(p, n, flags) ::adjsh::emulation::HostAlloc(p, n, flags)
 #define cudaMallocHost(p, n) ::adjsh::emulation::HostAlloc(p, n, 0)
 #define cudaFreeHost(p) ::adjsh::emulation::FreeHost(p)
+#define cudaHostGetDevicePointer(d, p, flags) ((void)(flags), *(d) = (p), cudaSuccess)
+#define cudaMemGetInfo(f, t) ::adjsh::emulation::MemGetInfo(f, t)
 
 // The device code, compiled here for the host; the head in blocks of 8 rows x 16 entries unless
 // the includer chose (shapes_emulation_test: the GPU's 1024 x 8192).
@@ -71,6 +147,7 @@ inline cudaError_t FreeHost(void* p) {
 #include "kernels/cuda/device_block.cu"
 #include "kernels/cuda/lm_head.cu"
 #include "kernels/cuda/device_rows.cu"
+#include "kernels/cuda/staging.cu"
 #include "kernels/cuda/ops.cu"
 #include "kernels/cuda/scan.cu"
 #include "common/model.h"
@@ -99,16 +176,19 @@ Context& Context::Get(int device) {
 Context::Context(int device) : device_(device), counts_(std::make_shared<MemoryCounts>()) {}
 char* Context::Workspace(size_t bytes) {
   if (bytes > ws_bytes_) {
-    std::free(ws_);
-    ws_ = static_cast<char*>(std::malloc(bytes));
-    std::memset(ws_, 0xff, bytes);  // fresh: NaN bytes, as Alloc's
+    emulation::DeviceArena& arena = emulation::DeviceArena::Get();
+    if (ws_) arena.Free(ws_);
+    ws_ = static_cast<char*>(arena.Alloc(bytes, emulation::FreshByte()));
     NoteAllocation();
     Count(static_cast<int64_t>(bytes) - static_cast<int64_t>(ws_bytes_));
     ws_bytes_ = bytes;
   }
   // Whatever an earlier call left in the workspace, as a test chooses: a kernel that reads a
   // workspace byte its call did not write sees this pattern.
-  if (emulation::workspace_poison >= 0) std::memset(ws_, emulation::workspace_poison, ws_bytes_);
+  if (emulation::workspace_poison >= 0) {
+    emulation::DeviceAccess access;
+    std::memset(ws_, emulation::workspace_poison, ws_bytes_);
+  }
   return ws_;
 }
 // Fresh device memory is NaN bytes (0xff), as a GPU's is whatever was there: a kernel or a copy
@@ -116,17 +196,15 @@ char* Context::Workspace(size_t bytes) {
 void* Context::Alloc(size_t bytes) {
   NoteAllocation();
   Count(static_cast<int64_t>(bytes));
-  void* p = std::malloc(bytes == 0 ? 1 : bytes);
-  if (p != nullptr) std::memset(p, 0xff, bytes);
-  return p;
+  return emulation::DeviceArena::Get().Alloc(bytes, emulation::FreshByte());
 }
 void Context::Free(void* p, size_t bytes) {
   Count(-static_cast<int64_t>(bytes));
-  std::free(p);
+  emulation::DeviceArena::Get().Free(p);
 }
-// The device API under Context's counted Upload, Download and Sync (kernels/cuda/context.h).
-void Context::CopyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind) {
-  std::memcpy(dst, src, bytes);
+// The device API under Context's counted copies and Sync (kernels/cuda/context.h).
+void Context::CopyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  emulation::Memcpy(dst, src, bytes, kind);
 }
 void Context::SyncStream() {}
 DeviceTraffic ThreadTraffic() { return ThreadTrafficCounts(); }
@@ -160,6 +238,7 @@ void Gemm(Context&, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
           const void* a, cudaDataType_t a_type, int64_t lda, const void* b, cudaDataType_t b_type,
           int64_t ldb, float beta, void* c, cudaDataType_t c_type, int64_t ldc) {
   if (emulation::skip_kernels) return;
+  emulation::DeviceAccess access;
   auto col = [](cublasOperation_t op_a, cublasOperation_t op_b, int64_t cm, int64_t cn,
                 int64_t ck, const float* al, const void* ca, cudaDataType_t cat, int64_t clda,
                 const void* cb, cudaDataType_t cbt, int64_t cldb, const float* be, void* cc,

@@ -17,6 +17,8 @@
 #include <thread>
 #include <vector>
 
+#include "tests/cuda/emulated_memory.h"
+
 namespace adjsh::emulation {
 
 inline thread_local uint3 thread_idx, block_idx;
@@ -41,27 +43,31 @@ inline float ShflXor(unsigned, float v, int lane_mask, int) {
 
 // A launch a GPU would refuse (cudaErrorInvalidConfiguration) fails here too, loudly: the
 // ADJSH_CUDA_CHECK after a real launch would abort the same way.
-inline void RefuseLaunch(dim3 grid, dim3 block, const char* why) {
-  std::fprintf(stderr, "emulated launch refused (grid %u x %u x %u, block %u x %u x %u): %s\n",
-               grid.x, grid.y, grid.z, block.x, block.y, block.z, why);
+inline void RefuseLaunch(const char* kernel, dim3 grid, dim3 block, const char* why) {
+  std::fprintf(stderr,
+               "emulated launch of %s refused (grid %u x %u x %u, block %u x %u x %u): %s\n",
+               kernel, grid.x, grid.y, grid.z, block.x, block.y, block.z, why);
   std::abort();
 }
-inline void CheckLaunch(dim3 grid, dim3 block) {
+inline void CheckLaunch(const char* kernel, dim3 grid, dim3 block) {
   if (grid.x == 0 || grid.y == 0 || grid.z == 0 || block.x == 0 || block.y == 0 || block.z == 0)
-    RefuseLaunch(grid, block, "a zero grid or block dimension");
+    RefuseLaunch(kernel, grid, block, "a zero grid or block dimension");
   if (static_cast<uint64_t>(block.x) * block.y * block.z > 1024)
-    RefuseLaunch(grid, block, "more than 1024 threads per block");
-  if (grid.y > 65535 || grid.z > 65535) RefuseLaunch(grid, block, "grid y or z above 65535");
+    RefuseLaunch(kernel, grid, block, "more than 1024 threads per block");
+  if (grid.y > 65535 || grid.z > 65535)
+    RefuseLaunch(kernel, grid, block, "grid y or z above 65535");
   if (block.y != 1 || block.z != 1)  // a GPU takes them; this emulation runs block.x threads
-    RefuseLaunch(grid, block, "the emulation runs one-dimensional blocks only");
+    RefuseLaunch(kernel, grid, block, "the emulation runs one-dimensional blocks only");
 }
 
 // One host thread per thread of a block, created once per launch; they run the grid's blocks
-// one after another, with a barrier between blocks (so the __shared__ statics are one block's).
+// one after another, with a barrier between blocks (so the __shared__ statics are one block's),
+// the device's memory open to them (emulated_memory.h) while they run.
 template <typename Fn>
-void Launch(dim3 grid, dim3 block, Fn fn) {
-  CheckLaunch(grid, block);
+void Launch(const char* kernel, dim3 grid, dim3 block, Fn fn) {
+  CheckLaunch(kernel, grid, block);
   if (skip_kernels) return;
+  DeviceAccess access;
   std::barrier<> barrier(block.x);
   block_barrier = &barrier;
   exchange.assign(block.x, 0.0f);
@@ -94,6 +100,6 @@ void Launch(dim3 grid, dim3 block, Fn fn) {
 #define __syncthreads ::adjsh::emulation::SyncThreads
 #define __shfl_xor_sync ::adjsh::emulation::ShflXor
 #define ADJSH_LAUNCH(kernel, grid, block, stream, ...) \
-  ::adjsh::emulation::Launch(dim3(grid), dim3(block), [&] { kernel(__VA_ARGS__); })
+  ::adjsh::emulation::Launch(#kernel, dim3(grid), dim3(block), [&] { kernel(__VA_ARGS__); })
 
 #endif  // ADJSH_TESTS_CUDA_HOST_EMULATION_H_

@@ -8,6 +8,8 @@ For Mamba-1 and Mamba-2 (tiny shapes: every kernel runs on host threads):
   - `grad --workers W --worker-device cuda:0` for W = 1, 2, 4 (Mamba-2: 2) writes bitwise the
     gradient of the in-process `grad --device cuda:0` (the resident step summing its partials on
     the device; the workers bring each task's partials down and sum them in the worker tree);
+    so does Mamba-1's with 2 workers whose rows are all past the device budget
+    (`--device-mem-mib 0`: mapped host memory);
   - a training job on a coordinator with 2 GPU workers, one SIGKILLed as it leases a forward task
     and another as it leases a backward task (each started again under a new name; the spans
     they owned rebuilt onto their new owners' devices), ends with bitwise the weights and
@@ -86,6 +88,16 @@ def body(adjsh, tmp, cluster, record):
                                   out], timeout=600)
             record(f"{name}: {w} GPU worker(s) ({time.time() - t0:.0f} s): the gradient is "
                    "bitwise the in-process one", r.returncode == 0 and read(out) == ref,
+                   r.stderr)
+        if name == "Mamba-1":  # every row past the device budget: mapped host memory
+            out = os.path.join(tmp, f"{name}-mapped.safetensors")
+            t0 = time.time()
+            r = run_adjsh(adjsh, [*grad, "--workers", "2", "--worker-device", "cuda:0",
+                                  "--device-mem-mib", "0", "--out", out], timeout=600)
+            record(f"{name}: 2 GPU workers, --device-mem-mib 0 ({time.time() - t0:.0f} s): the "
+                   "gradient is bitwise the in-process one, and each worker says its device "
+                   "peak", r.returncode == 0 and read(out) == ref and
+                   len(re.findall(r"worker: cuda:0 held at most [0-9.]+ MiB", r.stderr)) == 2,
                    r.stderr)
 
         # A job on 2 GPU workers, one killed in the forward and one in the backward.
