@@ -26,8 +26,15 @@ BasicSpanWork<Math>::BasicSpanWork(const Model& model, const SpanPlan& plan, int
       rows_.u[0].Commit(t * D, D, E.data() + int64_t{rows_.tokens[t]} * D);
     return;
   }
+  // The span's ids go up once (a float's bytes each: the head reads them as uint32); the
+  // lookups and the head's targets read them there.
+  if constexpr (sizeof(T) == sizeof(uint32_t)) {
+    ids_ = RowBuffer<T>(rows_.space, rows_.tokens.size());
+    rows_.space.Upload(ids_.data(), reinterpret_cast<const T*>(rows_.tokens.data()),
+                       rows_.tokens.size());
+  }
   std::vector<T> scratch;  // unused: resident rows are written where they are
-  model_.head->Gather(rows_.tokens.data(), n, rows_.u[0].WriteBuffer(0, n * D, scratch));
+  model_.head->Gather(DeviceIds(), n, rows_.u[0].WriteBuffer(0, n * D, scratch));
 }
 
 template <typename Math>
@@ -132,8 +139,10 @@ template <typename Math>
 void BasicSpanWork<Math>::Head(Outputs& out) {
   const auto& p = *model_.params;
   const int64_t D = rows_.D, V = p.config.vocab_size, len = rows_.r.len;
+  // The host's targets (a resident head reads the span's ids on the device instead).
   const std::vector<int64_t> targets =
-      SpanTargets(rows_.plan, rows_.r, rows_.tokens, rows_.mask);
+      model_.head ? std::vector<int64_t>()
+                  : SpanTargets(rows_.plan, rows_.r, rows_.tokens, rows_.mask);
   int64_t correct = 0;
   cpu::LmHeadArgs<T> args{len,           D,           V, p.config.layer_norm_epsilon,
                           p.head().data(), p.norm_f.data(), rows_.g.data(), targets.data(),
@@ -149,7 +158,12 @@ void BasicSpanWork<Math>::Head(Outputs& out) {
     if (model_.head) {  // resident: the (V, D) partial stays on the device
       out.embed_sum = RowBuffer<T>(rows_.space, V * D);
       rows_.space.Zero(out.embed_sum.data(), V * D);
-      out.loss_sum = model_.head->ForwardBackward(args, du.data(), out.embed_sum.data(),
+      // Row t's target is token t + 1: ids [halo + 1, tokens.size()) (one fewer at the end).
+      ADJSH_CHECK(rows_.mask.empty(), "a resident head takes no loss mask");
+      const int64_t valid = std::min<int64_t>(
+          len, static_cast<int64_t>(rows_.tokens.size()) - rows_.r.halo - 1);
+      out.loss_sum = model_.head->ForwardBackward(args, DeviceIds() + rows_.r.halo + 1, valid,
+                                                  du.data(), out.embed_sum.data(),
                                                   out.norm_f.data());
     } else {
       out.embed.assign(V * D, T(0));
@@ -184,7 +198,7 @@ void BasicSpanWork<Math>::Backward(int64_t k, const SpanInputs<T>& in, Outputs& 
   if (model_.head) {  // resident: summed on the device in the same order
     out.embed_sum = RowBuffer<T>(rows_.space, VD);
     rows_.space.Zero(out.embed_sum.data(), VD);
-    model_.head->LookupBackward(rows_.tokens.data() + rows_.r.halo, len, rows_.g.data(),
+    model_.head->LookupBackward(DeviceIds() + rows_.r.halo, len, rows_.g.data(),
                                 out.embed_sum.data());
     return;
   }

@@ -63,11 +63,14 @@ class BasicSpanWork {
   RowBuffer<T> TakeSpare(size_t n);
   void GiveSpare(RowBuffer<T>&& b);
   static RowBuffer<T>& HostSpare();
+  // The span's token ids on the device, as uint32 in T's bytes (a resident head's; else empty).
+  const uint32_t* DeviceIds() const { return reinterpret_cast<const uint32_t*>(ids_.data()); }
 
   const Model& model_;
   const int64_t K_, W_, n_targets_;
   SpanRows<T> rows_;
   Math math_;
+  RowBuffer<T> ids_;  // rows_.tokens where the rows are, with a resident head: up once
   int64_t forward_done_ = 0;      // layers whose kForward ran (u^0..u^{forward_done_} kept)
   int64_t g_layer_ = -1;          // g holds dL/du^{g_layer_} (K after the head), or -1
   bool next_halo_added_ = false;  // span s + 1's part of g is in

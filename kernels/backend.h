@@ -202,10 +202,14 @@ template <typename T>
 class ResidentHead {
  public:
   virtual ~ResidentHead() = default;
+  // ids, next_ids: the span's token ids where its rows are (ResidentRows() memory), uploaded
+  // once per span, so that no task moves ids or targets.
   virtual void Gather(const uint32_t* ids, int64_t n, T* rows) = 0;  // rows (n, D) = embed[ids]
-  // As Backend::HeadForwardBackward, with the head's own weights (args.E, args.w_f unread), and
-  // no greedy count (args.correct unread: a backend with a resident head refuses kHeadAccuracy).
-  virtual double ForwardBackward(const cpu::LmHeadArgs<T>& args, T* du, T* dE, T* dw_f) = 0;
+  // As Backend::HeadForwardBackward, with the head's own weights (args.E, args.w_f unread), row
+  // t's target next_ids[t] for t < valid and none after (args.targets unread), and no greedy
+  // count (args.correct unread: a backend with a resident head refuses kHeadAccuracy).
+  virtual double ForwardBackward(const cpu::LmHeadArgs<T>& args, const uint32_t* next_ids,
+                                 int64_t valid, T* du, T* dE, T* dw_f) = 0;
   // dE (V, D) += the lookup's gradient: g[t] added into row ids[t] in token order.
   virtual void LookupBackward(const uint32_t* ids, int64_t n, const T* g, T* dE) = 0;
 };

@@ -130,10 +130,10 @@ class CudaResidentHead final : public ResidentHead<float> {
   void Gather(const uint32_t* ids, int64_t n, float* rows) override {
     weights_.Gather(ids, n, rows);
   }
-  double ForwardBackward(const cpu::LmHeadArgs<float>& a, float* du, float* dE,
-                         float* dw_f) override {
-    return weights_.ForwardBackward(a.M, static_cast<float>(a.eps), a.u, a.targets, a.scale, du,
-                                    dE, dw_f);
+  double ForwardBackward(const cpu::LmHeadArgs<float>& a, const uint32_t* next_ids,
+                         int64_t valid, float* du, float* dE, float* dw_f) override {
+    return weights_.ForwardBackward(a.M, static_cast<float>(a.eps), a.u, next_ids, valid,
+                                    a.scale, du, dE, dw_f);
   }
   void LookupBackward(const uint32_t* ids, int64_t n, const float* g, float* dE) override {
     weights_.LookupBackward(ids, n, g, dE);

@@ -127,10 +127,11 @@ class DeviceHeadWeights {
   DeviceHeadWeights(const DeviceHeadWeights&) = delete;
   DeviceHeadWeights& operator=(const DeviceHeadWeights&) = delete;
 
+  // Every pointer is device memory; ids are the span's token ids where it keeps them.
   void Gather(const uint32_t* ids, int64_t n, float* rows);  // rows (n, D) = embed[ids]
-  // As DeviceHead over M resident rows.
-  double ForwardBackward(int64_t M, float eps, const float* u, const int64_t* targets,
-                         float scale, float* du, float* dE, float* dw_f);
+  // As DeviceHead over M resident rows, row t's target next_ids[t] for t < valid, none after.
+  double ForwardBackward(int64_t M, float eps, const float* u, const uint32_t* next_ids,
+                         int64_t valid, float scale, float* du, float* dE, float* dw_f);
   // dE (V, D) += the lookup's gradient: g[t] added into row ids[t] in token order.
   void LookupBackward(const uint32_t* ids, int64_t n, const float* g, float* dE);
 

@@ -37,7 +37,8 @@ struct HeadWeights {
 template <typename S>
 double Head(Context& ctx, int64_t M, int64_t D, int64_t V, float eps, const float* E,
             const float* w_f, HeadWeights<S> on_device, const float* u, const int64_t* targets,
-            float scale, float* du, float* dE, float* dw_f) {
+            const uint32_t* next_ids, int64_t valid, float scale, float* du, float* dE,
+            float* dw_f) {
   const int64_t R = std::min(kRows, M), Vb = std::min(kVocab, V);
   const cudaDataType_t st = DataType<S>(), f32 = CUDA_R_32F;
   // The weights uploaded per call with host rows and partials; resident, all on the device.
@@ -89,7 +90,11 @@ double Head(Context& ctx, int64_t M, int64_t D, int64_t V, float eps, const floa
     } else {
       ctx.Upload(u_d, u + r0 * D, rows * D * sizeof(float));
     }
-    ctx.Upload(tg, targets + r0, rows * sizeof(int64_t));
+    if (resident) {  // the targets from the span's ids, where they are
+      NextTargets(s, next_ids + r0, std::clamp<int64_t>(valid - r0, 0, rows), rows, tg);
+    } else {
+      ctx.Upload(tg, targets + r0, rows * sizeof(int64_t));
+    }
     RmsNormForward<S>(s, u_d, rows, D, w_d, eps, nf, r);
     for (int64_t v0 = 0; v0 < V; v0 += Vb) {
       const int64_t vb = std::min(Vb, V - v0);
@@ -142,9 +147,10 @@ double DeviceHead(int device, bool bf16_storage, int64_t M, int64_t D, int64_t V
   std::lock_guard<std::mutex> lock(ctx.mutex());
   ADJSH_CUDA_CHECK(cudaSetDevice(device));
   if (bf16_storage) {
-    return Head<bf16>(ctx, M, D, V, eps, E, w_f, {}, u, targets, scale, du, dE, dw_f);
+    return Head<bf16>(ctx, M, D, V, eps, E, w_f, {}, u, targets, nullptr, 0, scale, du, dE,
+                      dw_f);
   }
-  return Head<float>(ctx, M, D, V, eps, E, w_f, {}, u, targets, scale, du, dE, dw_f);
+  return Head<float>(ctx, M, D, V, eps, E, w_f, {}, u, targets, nullptr, 0, scale, du, dE, dw_f);
 }
 
 struct DeviceHeadWeights::Impl {
@@ -157,14 +163,6 @@ struct DeviceHeadWeights::Impl {
   size_t head_bytes = 0;
   bool head_is_embed = false;  // tied, f32: one table
 
-  // n token ids up into the workspace (under ctx's mutex, on the device).
-  const uint32_t* Ids(const uint32_t* ids, int64_t n) {
-    ADJSH_CUDA_CHECK(cudaSetDevice(ctx.device()));
-    uint32_t* ids_d = nullptr;
-    CarveWorkspace(ctx, [&](Carver& c) { ids_d = c.Take<uint32_t>(n); });
-    ctx.Upload(ids_d, ids, n * sizeof(uint32_t));
-    return ids_d;
-  }
 };
 
 DeviceHeadWeights::DeviceHeadWeights(int device, bool bf16_storage, int64_t V, int64_t D,
@@ -212,28 +210,32 @@ DeviceHeadWeights::~DeviceHeadWeights() {
 void DeviceHeadWeights::Gather(const uint32_t* ids, int64_t n, float* rows) {
   Impl& m = *impl_;
   std::lock_guard<std::mutex> lock(m.ctx.mutex());
-  GatherRows(m.ctx.stream(), m.embed, m.Ids(ids, n), n, m.D, rows);
+  ADJSH_CUDA_CHECK(cudaSetDevice(m.ctx.device()));
+  GatherRows(m.ctx.stream(), m.embed, ids, n, m.D, rows);
 }
 
 double DeviceHeadWeights::ForwardBackward(int64_t M, float eps, const float* u,
-                                          const int64_t* targets, float scale, float* du,
-                                          float* dE, float* dw_f) {
+                                          const uint32_t* next_ids, int64_t valid, float scale,
+                                          float* du, float* dE, float* dw_f) {
   Impl& m = *impl_;
   std::lock_guard<std::mutex> lock(m.ctx.mutex());
   ADJSH_CUDA_CHECK(cudaSetDevice(m.ctx.device()));
   if (m.bf16) {
     return Head<bf16>(m.ctx, M, m.D, m.V, eps, nullptr, nullptr,
-                      {static_cast<const bf16*>(m.head), m.w_f}, u, targets, scale, du, dE, dw_f);
+                      {static_cast<const bf16*>(m.head), m.w_f}, u, nullptr, next_ids, valid,
+                      scale, du, dE, dw_f);
   }
   return Head<float>(m.ctx, M, m.D, m.V, eps, nullptr, nullptr,
-                     {static_cast<const float*>(m.head), m.w_f}, u, targets, scale, du, dE, dw_f);
+                     {static_cast<const float*>(m.head), m.w_f}, u, nullptr, next_ids, valid,
+                     scale, du, dE, dw_f);
 }
 
 void DeviceHeadWeights::LookupBackward(const uint32_t* ids, int64_t n, const float* g,
                                        float* dE) {
   Impl& m = *impl_;
   std::lock_guard<std::mutex> lock(m.ctx.mutex());
-  ScatterAddRows(m.ctx.stream(), g, m.Ids(ids, n), n, m.D, dE);
+  ADJSH_CUDA_CHECK(cudaSetDevice(m.ctx.device()));
+  ScatterAddRows(m.ctx.stream(), g, ids, n, m.D, dE);
 }
 
 int DeviceCount(std::string* error) {

@@ -64,6 +64,11 @@ void ScatterAddRows(cudaStream_t s, const float* rows, const uint32_t* ids, int6
   ops_internal::ScatterAddRowsImpl(s, rows, ids, n, D, table);
 }
 
+void NextTargets(cudaStream_t s, const uint32_t* next_ids, int64_t valid, int64_t n,
+                 int64_t* targets) {
+  ops_internal::NextTargetsImpl(s, next_ids, valid, n, targets);
+}
+
 void CeLossAdd(cudaStream_t s, const float* mx, const float* sum, const float* tlogit,
                const int64_t* targets, int64_t M, double* loss) {
   ops_internal::CeLossAddImpl(s, mx, sum, tlogit, targets, M, loss);

@@ -60,6 +60,11 @@ void GatherRows(cudaStream_t s, const float* table, const uint32_t* ids, int64_t
 void ScatterAddRows(cudaStream_t s, const float* rows, const uint32_t* ids, int64_t n, int64_t D,
                     float* table);
 
+// targets[t] = next_ids[t] for t < valid, -1 (no target) for valid <= t < n: a resident span's
+// targets from its token ids on the device (the next token of each row).
+void NextTargets(cudaStream_t s, const uint32_t* next_ids, int64_t valid, int64_t n,
+                 int64_t* targets);
+
 // One vocabulary block [v0, v0 + Vb) of the cross-entropy over M rows, logits (M, Vb) f32.
 // Running log-sum-exp state per row: mx (running max) and sum (of exp(logit - mx)); first = the
 // first block (state initialised). tlogit[row] = the target's logit when the target is in the

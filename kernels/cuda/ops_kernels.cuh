@@ -235,6 +235,11 @@ __global__ void ScatterAddRowsKernel(const float* rows, const uint32_t* ids, int
   }
 }
 
+__global__ void NextTargetsKernel(const uint32_t* next_ids, int64_t valid, int64_t n,
+                                  int64_t* targets) {
+  ADJSH_GRID_LOOP(t, n) targets[t] = t < valid ? int64_t{next_ids[t]} : -1;
+}
+
 // *loss += log(sum) - (tlogit - mx) over the rows with a target, in row order, one thread (the
 // host head's sum, in double, where the rows are).
 __global__ void CeLossAddKernel(const float* mx, const float* sum, const float* tlogit,
@@ -406,6 +411,14 @@ inline void ScatterAddRowsImpl(cudaStream_t s, const float* rows, const uint32_t
   if (n * D == 0) return;
   ADJSH_LAUNCH(ScatterAddRowsKernel, dim3(GridFor(D, kThreads)), kThreads, s, rows, ids, n, D,
                table);
+}
+
+inline void NextTargetsImpl(cudaStream_t s, const uint32_t* next_ids, int64_t valid, int64_t n,
+                            int64_t* targets) {
+  (void)s;
+  if (n == 0) return;
+  ADJSH_LAUNCH(NextTargetsKernel, dim3(GridFor(n, kThreads)), kThreads, s, next_ids, valid, n,
+               targets);
 }
 
 inline void CeLossAddImpl(cudaStream_t s, const float* mx, const float* sum, const float* tlogit,

@@ -5,7 +5,7 @@ tests/cuda/emulated_gpu_backend.cc), each process a GPU of its own, its spans re
   test_emulated_workers.py --adjsh build/tests/cuda/adjsh_emulated_gpu [--keep]
 
 For Mamba-1 and Mamba-2 (tiny shapes: every kernel runs on host threads):
-  - `grad --workers W --worker-device cuda:0` for W = 1, 2, 4 (Mamba-2: 2) writes bitwise the
+  - `grad --workers W --worker-device cuda:0` for W = 1, 2, 4 writes bitwise the
     gradient of the in-process `grad --device cuda:0` (the resident step summing its partials on
     the device; the workers bring each task's partials down and sum them in the worker tree);
     so does Mamba-1's with 2 workers whose rows are all past the device budget
@@ -28,7 +28,7 @@ CONTEXT, CHUNK, SPANS, STEPS = 256, 32, 4, 2
 MODELS = {  # name: (init flags, worker counts)
     "Mamba-1": (["--hidden-size", "8", "--layers", "2", "--state-size", "4"], [1, 2, 4]),
     "Mamba-2": (["--model-type", "mamba2", "--hidden-size", "8", "--layers", "2",
-                 "--state-size", "4", "--head-dim", "4"], [2]),
+                 "--state-size", "4", "--head-dim", "4"], [1, 2, 4]),
 }
 GPU = ("--device", "cuda:0")
 
