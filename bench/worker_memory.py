@@ -5,7 +5,8 @@
 each worker process a GPU of its own) with the kernels skipped (ADJSH_EMULATION_SKIP_KERNELS=1:
 the host code's allocations, the same as a GPU's, without computing what they hold). Each worker
 says at its exit the most device memory it held (cli/worker_cmd.cc); the table gives the largest
-and the smallest of the W, and a line through them its fixed part and its part per token owned.
+and the smallest of the W, and a line through them its fixed part and its part per token owned;
+then T = 256K again with --device-mem-mib 64, where the rows past the budget spill.
 Writes it into docs/BENCHMARKS.md between the `worker-memory`
 markers, and prints it.
 
@@ -28,15 +29,17 @@ from machine import describe  # noqa: E402
 
 SHAPE = ["--hidden-size", "256", "--layers", "4", "--vocab-size", "50280"]
 CHUNK, SPANS = 256, 8
+BUDGET = 64  # MiB: --device-mem-mib of the budgeted rows
 HELD = re.compile(r"worker: cuda:0 held at most ([0-9.]+) MiB of device memory")
 
 
-def peaks(binary, model, tokens, workers, tmp):
+def peaks(binary, model, tokens, workers, tmp, budget=None):
     """The device peaks (MiB) the W workers of one `grad --workers` said at their exit."""
     env = dict(os.environ, ADJSH_EMULATION_SKIP_KERNELS="1")
+    extra = [] if budget is None else ["--device-mem-mib", str(budget)]
     p = subprocess.run([binary, "grad", "--model", model, "--tokens", tokens, "--chunk",
                         str(CHUNK), "--spans", str(SPANS), "--workers", str(workers),
-                        "--worker-device", "cuda:0", "--quiet", "--out",
+                        "--worker-device", "cuda:0", "--quiet", *extra, "--out",
                         os.path.join(tmp, "grad.safetensors")],
                        capture_output=True, text=True, env=env, timeout=1800)
     if p.returncode != 0:
@@ -72,6 +75,12 @@ def main():
                 print(f"  T={T} W={W} ...", file=sys.stderr, flush=True)
                 held = peaks(a.binary, model, tokens, W, tmp)
                 rows.append((T, W, max(held), min(held)))
+        # With a budget below what the rows of the longest context take: they spill.
+        budgeted = []
+        for W in (1, 2, 4):
+            print(f"  T=262144 W={W} --device-mem-mib {BUDGET} ...", file=sys.stderr, flush=True)
+            held = peaks(a.binary, model, tokens, W, tmp, budget=BUDGET)
+            budgeted.append((262144, W, max(held), min(held)))
     # A line through (tokens per worker, largest peak): the fixed part and the part per token.
     xs = [T / W for T, W, _, _ in rows]
     ys = [hi for _, _, hi, _ in rows]
@@ -93,7 +102,17 @@ def main():
     lines += ["", f"The peak follows the tokens a worker owns, whatever T: {fixed:,.0f} MiB "
               f"(the tied embedding and its gradient sum, the layers, the workspace) plus "
               f"{slope * 1048576 / 1024:,.2f} KiB per token owned (each layer's input rows, "
-              f"the span's states and adjoints), within {worst:,.0f} MiB of every row."]
+              f"the span's states and adjoints), within {worst:,.0f} MiB of every row.", "",
+              f"With `--device-mem-mib {BUDGET}` the rows past {BUDGET} MiB are pinned host "
+              "memory the device reads in place (kernels/cuda/cuda_backend.cc DeviceRowSpace): "
+              "the device peak stays under the fixed part plus the budget (the same bits: "
+              "tests/bench/test_emulated_step.py, tests/cuda/test_emulated_workers.py).", "",
+              "| T | workers | tokens per worker | device peak per worker, MiB (largest / "
+              f"smallest) | under the fixed part + {BUDGET} MiB |", "|---|---|---|---|---|"]
+    for T, W, hi, lo in budgeted:
+        under = "yes" if hi <= fixed + BUDGET + worst else "no"
+        lines.append(f"| {T // 1024}K | {W} | {T // W // 1024}K | {hi:,.0f} / {lo:,.0f} | "
+                     f"{under} |")
     table = "\n".join(lines)
     print(table)
     if not a.no_write:
