@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Host-device traffic of one gradient step with the CUDA backend (build/bench/emulated_step,
 counted on the host-emulated device, kernels skipped, so no GPU is needed): both model types at
-D=256, K=4, V=50,280, T = 64K, 128K and 256K, one device owning every span (the in-process span
+D=256, K=4, V=50,280, T = 64K (the plan's spans and 4), 128K and 256K, one device owning every
+span (the in-process span
 step, what one GPU worker owning the step runs), with the device memory the step held at its
 peak. Writes the table into docs/BENCHMARKS.md between the
 `traffic` markers, and prints it.
@@ -33,10 +34,11 @@ def main():
         sys.exit(f"traffic_benchmarks: no {a.binary} (a CUDA build: scripts/build.sh)")
     rows = []
     for model in ("mamba", "mamba2"):
-        for T in (65536, 131072, 262144):
+        # The plan's spans at each T, and 64K again with 4 spans (half the boundaries).
+        for T, spans in ((65536, 0), (65536, 4), (131072, 0), (262144, 0)):
             print(f"  {model} T={T} ...", file=sys.stderr, flush=True)
-            p = subprocess.run([a.binary, "--model-type", model, "--tokens", str(T), *SHAPE],
-                               capture_output=True, text=True)
+            p = subprocess.run([a.binary, "--model-type", model, "--tokens", str(T), "--spans",
+                                str(spans), *SHAPE], capture_output=True, text=True)
             if p.returncode != 0:
                 sys.exit(f"traffic_benchmarks: {model} T={T}: {p.stderr.strip()}")
             rows.append(json.loads(p.stdout))
@@ -62,10 +64,13 @@ def main():
     lines += ["", "The goal (issue 49): at most 64 B/token beyond one parameter upload and one "
               "gradient download per step, at most 1 sync per task. Syncs beyond the tasks' are "
               "the step's own (making the model, bringing each group's root down). What is "
-              "left is mostly the (layer, span) summaries the ledger combines on the host: a "
-              "state each way per summary and per forward or backward task, 4 K S (state bytes) "
-              "/ T, 64 B/token at 64K with 8 spans (32 at 256K with 16); the rest is the head's "
-              "targets and the lookups' ids (16 B/token) and the halo rows."]
+              "left is what crosses at each span boundary, per layer: the four states the "
+              "ledger combines on the host (a forward summary and a backward summary down, the "
+              "boundary state and adjoint up: 32 KiB each here), the forward's delta sums and "
+              "four (W - 1)-row halos, about 8.9 B/token per boundary at 64K (62 with 8 spans' "
+              "7 boundaries), and the span's token ids, once (4 B/token). The goal is met at "
+              "64K with up to 7 spans and at 128K and 256K with the plan's; with 8 spans at 64K "
+              "it would need the ledger's combination on the device or the halos kept there."]
     body = "\n".join(lines)
     print(body)
     if not a.no_write:
