@@ -49,7 +49,7 @@ def main():
              "states and cotangents stay on the device, the embedding and head are uploaded "
              "once per model, the partials are summed on the device in the ledger's tree and "
              "each group's root comes down once; what crosses per task is its (layer, span) "
-             "summaries (states, halo rows), its targets and ids.", "",
+             "summaries (states, halo rows), and the span's token ids go up once.", "",
              "| model | T | spans | tasks | H2D B/token | D2H B/token | beyond one parameter "
              "upload and one gradient download, B/token | syncs per task (most in one) | copies "
              "| allocations | device peak MiB |", "|---|---|---|---|---|---|---|---|---|---|---|"]
