@@ -219,6 +219,17 @@ TEST(BlockStagingTest, PinnedStagingIsKeptGrownAndFreedAndGradAccumulates) {
   const ModelParams<float> p32 = InitParams<float>(config, 21);
   const LayerParams<float>& w = p32.layers[0];
   const int64_t D = config.hidden_size, DiN = config.inner() * config.state_size, halo = 2;
+  {  // The context's own staging (kernels/cuda/staging.cu) made first, larger than the block's
+    // parameters, so that what is counted below is the block's alone, in any test order.
+    cuda::Context& ctx = cuda::Context::Get(0);
+    std::lock_guard<std::mutex> lock(ctx.mutex());
+    const size_t n = size_t{1} << 18;
+    float* dev = static_cast<float*>(ctx.Alloc(n * sizeof(float)));
+    const std::vector<float> zeros(n, 0.0f);
+    ctx.Upload(dev, zeros.data(), n * sizeof(float));
+    ctx.Sync();
+    ctx.Free(dev, n * sizeof(float));
+  }
   const int64_t live0 = emulation::pinned_live, bytes0 = emulation::pinned_live_bytes;
   auto block = std::make_unique<cuda::DeviceBlock>(0, false, cuda::BlockShapeOf(config),
                                                    cuda::LayerTensorsOf<const float>(w));
