@@ -110,8 +110,7 @@ void Context::Free(void* p, size_t bytes) {
 }
 
 void Context::CopyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
-  (void)kind;  // what the caller means (the emulated device checks it); the runtime infers it
-  ADJSH_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_));
+  ADJSH_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, stream_));
 }
 
 void Context::SyncStream() { ADJSH_CUDA_CHECK(cudaStreamSynchronize(stream_)); }

@@ -143,12 +143,6 @@ class Context {
   void DownloadPinned(void* dst, const void* src, size_t bytes) {
     CountedCopy(dst, src, bytes, cudaMemcpyDeviceToHost);
   }
-  // A copy within the device's memory, queued on the stream (not counted: no PCIe). Either side
-  // may be rows past the device budget, in mapped pinned host memory (cuda_backend.cc
-  // DeviceRowSpace), so the runtime infers the direction from the addresses.
-  void CopyOnDevice(void* dst, const void* src, size_t bytes) {
-    if (bytes > 0) CopyAsync(dst, src, bytes, cudaMemcpyDefault);
-  }
   // The host waits for the stream; staged downloads land, and the staging is free again.
   void Sync();
   static constexpr size_t kStagingCap = size_t{64} << 20;
@@ -183,9 +177,7 @@ class Context {
     Note(d);
     CopyAsync(dst, src, bytes, kind);
   }
-  // The device API under the copies and Sync (context.cu; the emulated device's own). `kind` is
-  // what the caller means; a GPU is told cudaMemcpyDefault, since a device side may be mapped
-  // host memory (CopyOnDevice).
+  // The device API under Upload, Download and Sync (context.cu; the emulated device's own).
   void CopyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind);
   void SyncStream();
   // `bytes` (at most kStagingCap) of pinned staging until the next Sync (staging.cu).

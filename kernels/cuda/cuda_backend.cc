@@ -2,7 +2,8 @@
 
 #include <algorithm>
 #include <mutex>
-#include <set>
+#include <cstring>
+#include <map>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -148,7 +149,10 @@ class CudaResidentHead final : public ResidentHead<float> {
 // (Device::row_budget; unset: 80% of what is free when the first rows come, after the model's
 // parameters, leaving the rest to the workspace, which grows with the chunk, not the context);
 // past it, a buffer is mapped pinned host memory the kernels read and write over PCIe: slower,
-// the same bits, and no device allocation that fails mid-step.
+// the same bits, and no device allocation that fails mid-step. Only kernels touch a mapped
+// buffer on the device's side (ops.h CopyFloats, ZeroFloats: a cudaMemcpyAsync between it and
+// pinned staging would be host-to-host, outside the stream's order); its uploads and downloads
+// wait for the stream (a counted sync) and copy on the host.
 class DeviceRowSpace final : public RowSpace<float> {
  public:
   DeviceRowSpace(int device, int64_t budget)
@@ -159,10 +163,14 @@ class DeviceRowSpace final : public RowSpace<float> {
   }
   bool host() const override { return false; }
   void Upload(float* dst, const float* src, size_t n) override {
-    RowsUpload(device_, dst, src, n);
+    if (!Mapped(dst)) return RowsUpload(device_, dst, src, n);
+    RowsFinish(device_);  // no queued kernel reads dst any more
+    std::memcpy(dst, src, n * sizeof(float));
   }
   void Download(float* dst, const float* src, size_t n) override {
-    RowsDownload(device_, dst, src, n);
+    if (!Mapped(src)) return RowsDownload(device_, dst, src, n);
+    RowsFinish(device_);  // every queued write of src is done
+    std::memcpy(dst, src, n * sizeof(float));
   }
   void Copy(float* dst, const float* src, size_t n) override { RowsCopy(device_, dst, src, n); }
   void Add(float* dst, const float* src, size_t n) override { RowsAdd(device_, dst, src, n); }
@@ -186,7 +194,7 @@ class DeviceRowSpace final : public RowSpace<float> {
       return RowsAlloc(device_, n);
     }
     float* p = RowsAllocMapped(device_, n);
-    mapped_.insert(p);
+    mapped_.emplace(p, n);
     use_.mapped_bytes += bytes;
     use_.mapped_peak_bytes = std::max(use_.mapped_peak_bytes, use_.mapped_bytes);
     return p;
@@ -196,6 +204,7 @@ class DeviceRowSpace final : public RowSpace<float> {
     std::lock_guard<std::mutex> lock(mu_);
     if (mapped_.erase(p) > 0) {
       use_.mapped_bytes -= bytes;
+      RowsFinish(device_);  // as cudaFree does: no queued kernel may still use it
       RowsFreeMapped(device_, p);
     } else {
       use_.device_bytes -= bytes;
@@ -206,8 +215,17 @@ class DeviceRowSpace final : public RowSpace<float> {
   const int device_;
   mutable std::mutex mu_;
   int64_t budget_;  // bytes; < 0 until the first rows come (the default)
+  // Whether p lies in a mapped buffer.
+  bool Mapped(const float* p) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = mapped_.upper_bound(const_cast<float*>(p));
+    if (it == mapped_.begin()) return false;
+    --it;
+    return p < it->first + it->second;
+  }
+
   RowSpaceUse use_;
-  std::set<float*> mapped_;
+  std::map<float*, size_t> mapped_;  // start -> floats
 };
 
 }  // namespace

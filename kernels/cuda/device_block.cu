@@ -280,7 +280,7 @@ void DeviceBlock::Impl::Forward(const float* u, int64_t halo, int64_t len, const
   if (resident) {  // h0 is copied only where the state it ends in overwrites it
     a.u = const_cast<float*>(u), out = u_next, hend_d = h_end;
     if (h0 != nullptr && h0 == h_end) {
-      ctx.CopyOnDevice(h0_d, h0, DiN * sizeof(float));
+      CopyFloats(ctx.stream(), h0, DiN, h0_d);
     } else {
       h0_d = const_cast<float*>(h0);
     }
@@ -302,7 +302,7 @@ void DeviceBlock::Impl::Forward(const float* u, int64_t halo, int64_t len, const
   ScanForward<S>(ctx.stream(), ScanView<S>(s, w, a, halo, len), h0 ? h0_d : nullptr, hend_d, o,
                  scratch);
   // u_next = u + o W_out^T (f32 output, f32 residual).
-  ctx.CopyOnDevice(out, a.u + halo * D, len * D * sizeof(float));
+  CopyFloats(ctx.stream(), a.u + halo * D, len * D, out);
   Gemm(ctx, false, true, len, D, Di, 1, o, DataType<S>(), Di, w.out_proj, DataType<S>(), Di, 1,
        out, CUDA_R_32F, D);
   if (resident) return;
@@ -508,7 +508,7 @@ void DeviceBlock::Impl::Backward(const float* u, int64_t halo, int64_t len, cons
 
   if (resident) {  // du, du_halo and mu_out where the span keeps them
     auto d2d = [&](float* to, const float* from, int64_t n) {
-      ctx.CopyOnDevice(to, from, n * sizeof(float));
+      CopyFloats(stream, from, n, to);
     };
     d2d(du_halo, dn, halo * D);
     d2d(du, dn + halo * D, len * D);

@@ -70,7 +70,7 @@ void RowsDownload(int device, float* dst, const float* src, size_t n) {
 void RowsCopy(int device, float* dst, const float* src, size_t n) {
   if (n == 0 || dst == src) return;
   Locked d(device);
-  d.ctx.CopyOnDevice(dst, src, n * sizeof(float));
+  CopyFloats(d.ctx.stream(), src, static_cast<int64_t>(n), dst);
 }
 
 void RowsAdd(int device, float* dst, const float* src, size_t n) {
@@ -82,7 +82,7 @@ void RowsAdd(int device, float* dst, const float* src, size_t n) {
 void RowsZero(int device, float* dst, size_t n) {
   if (n == 0) return;
   Locked d(device);
-  ADJSH_CUDA_CHECK(cudaMemsetAsync(dst, 0, n * sizeof(float), d.ctx.stream()));
+  ZeroFloats(d.ctx.stream(), static_cast<int64_t>(n), dst);
 }
 
 void RowsFinish(int device) {

@@ -162,7 +162,6 @@ struct DeviceHeadWeights::Impl {
   float* w_f = nullptr;    // (D)
   size_t head_bytes = 0;
   bool head_is_embed = false;  // tied, f32: one table
-
 };
 
 DeviceHeadWeights::DeviceHeadWeights(int device, bool bf16_storage, int64_t V, int64_t D,

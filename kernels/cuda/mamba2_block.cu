@@ -95,7 +95,7 @@ struct DeviceMamba2Block::Impl {
   // n floats from src to dst: up from the host, or within the device for a resident block.
   void In(float* dst, const float* src, int64_t n) {
     if (!resident) return ctx.Upload(dst, src, n * sizeof(float));
-    if (dst != src) ctx.CopyOnDevice(dst, src, n * sizeof(float));
+    CopyFloats(ctx.stream(), src, n, dst);
   }
   // n floats from the device to dst: down to the host (the call syncs before returning), or
   // within the device.

@@ -64,6 +64,12 @@ void ScatterAddRows(cudaStream_t s, const float* rows, const uint32_t* ids, int6
   ops_internal::ScatterAddRowsImpl(s, rows, ids, n, D, table);
 }
 
+void CopyFloats(cudaStream_t s, const float* src, int64_t n, float* dst) {
+  ops_internal::CopyFloatsImpl(s, src, n, dst);
+}
+
+void ZeroFloats(cudaStream_t s, int64_t n, float* dst) { ops_internal::ZeroFloatsImpl(s, n, dst); }
+
 void NextTargets(cudaStream_t s, const uint32_t* next_ids, int64_t valid, int64_t n,
                  int64_t* targets) {
   ops_internal::NextTargetsImpl(s, next_ids, valid, n, targets);

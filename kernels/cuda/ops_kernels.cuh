@@ -235,6 +235,14 @@ __global__ void ScatterAddRowsKernel(const float* rows, const uint32_t* ids, int
   }
 }
 
+__global__ void CopyFloatsKernel(const float* src, int64_t n, float* dst) {
+  ADJSH_GRID_LOOP(k, n) dst[k] = src[k];
+}
+
+__global__ void ZeroFloatsKernel(int64_t n, float* dst) {
+  ADJSH_GRID_LOOP(k, n) dst[k] = 0.0f;
+}
+
 __global__ void NextTargetsKernel(const uint32_t* next_ids, int64_t valid, int64_t n,
                                   int64_t* targets) {
   ADJSH_GRID_LOOP(t, n) targets[t] = t < valid ? int64_t{next_ids[t]} : -1;
@@ -411,6 +419,18 @@ inline void ScatterAddRowsImpl(cudaStream_t s, const float* rows, const uint32_t
   if (n * D == 0) return;
   ADJSH_LAUNCH(ScatterAddRowsKernel, dim3(GridFor(D, kThreads)), kThreads, s, rows, ids, n, D,
                table);
+}
+
+inline void CopyFloatsImpl(cudaStream_t s, const float* src, int64_t n, float* dst) {
+  (void)s;
+  if (n == 0 || src == dst) return;
+  ADJSH_LAUNCH(CopyFloatsKernel, dim3(GridFor(n, kThreads)), kThreads, s, src, n, dst);
+}
+
+inline void ZeroFloatsImpl(cudaStream_t s, int64_t n, float* dst) {
+  (void)s;
+  if (n == 0) return;
+  ADJSH_LAUNCH(ZeroFloatsKernel, dim3(GridFor(n, kThreads)), kThreads, s, n, dst);
 }
 
 inline void NextTargetsImpl(cudaStream_t s, const uint32_t* next_ids, int64_t valid, int64_t n,

@@ -39,7 +39,8 @@ TEST(StrictEmulationTest, BadLaunchesAreRefusedAndFreshMemoryIsPoisoned) {
 // Device memory is not the host's: host code that reads or writes a device pointer outside a
 // kernel, GEMM or copy dies naming what it did (a planted read and a planted write), while the
 // same bytes move through a copy, and a kernel reads them. A copy whose host side is pageable
-// (a GPU's asynchronous copy would wait) or whose device side is no allocation is refused.
+// (a GPU's asynchronous copy would wait), whose device side is no allocation, or which touches
+// mapped host memory (only kernels reach it in the stream's order) is refused.
 TEST(StrictEmulationTest, HostAccessToDeviceMemoryFaultsAndCopiesAreChecked) {
   cuda::Context& ctx = cuda::Context::Get(0);
   std::unique_lock<std::mutex> lock(ctx.mutex());
@@ -64,6 +65,14 @@ TEST(StrictEmulationTest, HostAccessToDeviceMemoryFaultsAndCopiesAreChecked) {
                "device source is not inside one device allocation");
   EXPECT_DEATH(emulation::Memcpy(dev + 32, dev, 200, cudaMemcpyDeviceToDevice),
                "device destination is not inside one device allocation");
+  // Rows past the device budget (mapped host memory) are reached by kernels only.
+  void* mapped = nullptr;
+  ASSERT_EQ(emulation::HostAlloc(&mapped, 256, cudaHostAllocMapped), cudaSuccess);
+  EXPECT_DEATH(emulation::Memcpy(mapped, dev, 256, cudaMemcpyDeviceToDevice),
+               "mapped host memory, which only kernels reach");
+  EXPECT_DEATH(emulation::Memset(mapped, 0, 256), "outside one device allocation");
+  EXPECT_TRUE(std::isnan(static_cast<float*>(mapped)[0]));  // fresh, as device memory is
+  ASSERT_EQ(emulation::FreeHost(mapped), cudaSuccess);
   ctx.Free(dev, 64 * sizeof(float));
 }
 

@@ -30,8 +30,8 @@ namespace adjsh::emulation {
 inline int workspace_poison = -1;
 // Pinned host memory is plain host memory here; the live allocations and their bytes are
 // counted, so that a test can see staging buffers kept, grown and freed. Mapped ones
-// (cudaHostAllocMapped: rows past the device budget, kernels/cuda/device_rows.h) are device
-// memory too: kernels and copies reach them as a GPU does over PCIe.
+// (cudaHostAllocMapped: rows past the device budget, kernels/cuda/device_rows.h) are the
+// device's too: kernels reach them, as a GPU's do over PCIe; copies may not (Memcpy below).
 inline int64_t pinned_live = 0, pinned_live_bytes = 0, pinned_allocs = 0;
 inline int64_t mapped_live_bytes = 0, mapped_peak_bytes = 0;  // the mapped ones
 struct PinnedBlock {
@@ -46,6 +46,7 @@ inline cudaError_t HostAlloc(void** p, size_t n, unsigned int flags) {
   if (*p == nullptr) return cudaErrorMemoryAllocation;
   std::lock_guard<std::mutex> lock(pinned_mu);
   const bool mapped = (flags & cudaHostAllocMapped) != 0;
+  if (mapped) std::memset(*p, 0xff, n);  // device memory too: as fresh as Alloc's
   pinned_blocks.push_back({*p, n, mapped});
   ++pinned_live, ++pinned_allocs;
   pinned_live_bytes += static_cast<int64_t>(n);
@@ -78,9 +79,7 @@ inline bool IsPinned(const void* p, size_t n, bool mapped_only = false) {
   }
   return false;
 }
-inline bool IsDeviceMemory(const void* p, size_t n) {
-  return DeviceArena::Get().Contains(p, n) || IsPinned(p, n, /*mapped_only=*/true);
-}
+inline bool IsMapped(const void* p, size_t n) { return IsPinned(p, n, /*mapped_only=*/true); }
 // The device memory the emulated GPU has (cudaMemGetInfo's total; its free is this less what
 // the arena holds); a test may shrink it.
 inline size_t device_total_bytes = size_t{80} << 30;
@@ -100,17 +99,20 @@ inline void RefuseCopy(const char* what, const void* dst, const void* src, size_
                dst, what);
   std::abort();
 }
-// Every copy: device sides inside live allocations (or mapped pinned memory); host sides pinned
-// (a pageable one would make the GPU's asynchronous copy a host wait). cudaMemcpyDefault (a copy
-// within the device, either side perhaps mapped host memory): both sides device memory.
+// Every copy: device sides inside live allocations; host sides pinned (a pageable one would
+// make the GPU's asynchronous copy a host wait); neither side mapped memory, which only kernels
+// may reach (with pinned memory on the other side, a GPU's copy would be host-to-host, outside
+// the stream's order: kernels/cuda/ops.h CopyFloats).
 inline cudaError_t Memcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind) {
   if (n == 0) return cudaSuccess;
-  const bool on_device = kind == cudaMemcpyDeviceToDevice || kind == cudaMemcpyDefault;
+  if (IsMapped(dst, 1) || IsMapped(src, 1))
+    RefuseCopy("a side is mapped host memory, which only kernels reach", dst, src, n);
+  const bool on_device = kind == cudaMemcpyDeviceToDevice;
   const bool dst_device = on_device || kind == cudaMemcpyHostToDevice;
   const bool src_device = on_device || kind == cudaMemcpyDeviceToHost;
-  if (dst_device && !IsDeviceMemory(dst, n))
+  if (dst_device && !DeviceArena::Get().Contains(dst, n))
     RefuseCopy("its device destination is not inside one device allocation", dst, src, n);
-  if (src_device && !IsDeviceMemory(src, n))
+  if (src_device && !DeviceArena::Get().Contains(src, n))
     RefuseCopy("its device source is not inside one device allocation", dst, src, n);
   if (!dst_device && !IsPinned(dst, n))
     RefuseCopy("its host destination is pageable (on a GPU: a host wait)", dst, src, n);
@@ -122,7 +124,7 @@ inline cudaError_t Memcpy(void* dst, const void* src, size_t n, cudaMemcpyKind k
 }
 inline cudaError_t Memset(void* dst, int v, size_t n) {
   if (n == 0) return cudaSuccess;
-  if (!IsDeviceMemory(dst, n))
+  if (!DeviceArena::Get().Contains(dst, n))
     RefuseCopy("a memset outside one device allocation", dst, nullptr, n);
   DeviceAccess access;
   std::memset(dst, v, n);

@@ -68,7 +68,10 @@ class DeviceArena {
     size_t at = it->first, n = it->second;
     live_.erase(it);
     live_bytes_ -= n;
-    if (n >= (size_t{1} << 20)) madvise(base_ + at, n, MADV_DONTNEED);  // keep the RSS bounded
+    if (n >= (size_t{1} << 20)) {  // its whole pages back to the system: the RSS stays bounded
+      const size_t lo = Round(at, page_), hi = (at + n) / page_ * page_;
+      if (hi > lo) madvise(base_ + lo, hi - lo, MADV_DONTNEED);
+    }
     auto next = free_.lower_bound(at);
     if (next != free_.end() && next->first == at + n) n += next->second, next = free_.erase(next);
     if (next != free_.begin()) {
