@@ -15,19 +15,12 @@
 #define ADJSH_KERNELS_ROW_SPACE_H_
 
 #include <cstddef>
-#include <cstdint>
 #include <map>
 #include <mutex>
 #include <utility>
 #include <vector>
 
 namespace adjsh {
-
-// What a space holds now: on its device, and past the device's budget in mapped host memory
-// (the CUDA space: kernels/cuda/cuda_backend.cc DeviceRowSpace), with the most it held there.
-struct RowSpaceUse {
-  int64_t device_bytes = 0, mapped_bytes = 0, mapped_peak_bytes = 0;
-};
 
 template <typename T>
 class RowSpace {
@@ -51,7 +44,6 @@ class RowSpace {
   virtual void Add(T* dst, const T* src, size_t n) = 0;  // dst[i] += src[i], one f32/f64 add each
   virtual void Zero(T* dst, size_t n) = 0;
   virtual void Finish() = 0;
-  virtual RowSpaceUse use() const { return {}; }  // thread-safe
 
  protected:
   virtual T* Allocate(size_t n) = 0;

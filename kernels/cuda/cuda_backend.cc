@@ -1,9 +1,8 @@
 #include "kernels/cuda/cuda_backend.h"
 
-#include <algorithm>
-#include <mutex>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -179,35 +178,27 @@ class DeviceRowSpace final : public RowSpace<float> {
     RowsFinish(device_);
     AfterWait();
   }
-  RowSpaceUse use() const override {
-    std::lock_guard<std::mutex> lock(mu_);
-    return use_;
-  }
 
  private:
   float* Allocate(size_t n) override {
     const int64_t bytes = static_cast<int64_t>(n * sizeof(float));
     std::lock_guard<std::mutex> lock(mu_);
     if (budget_ < 0) budget_ = static_cast<int64_t>(RowsFreeBytes(device_) / 5 * 4);
-    if (use_.device_bytes + bytes <= budget_) {
-      use_.device_bytes += bytes;
+    if (device_bytes_ + bytes <= budget_) {
+      device_bytes_ += bytes;
       return RowsAlloc(device_, n);
     }
     float* p = RowsAllocMapped(device_, n);
     mapped_.emplace(p, n);
-    use_.mapped_bytes += bytes;
-    use_.mapped_peak_bytes = std::max(use_.mapped_peak_bytes, use_.mapped_bytes);
     return p;
   }
   void Release(float* p, size_t n) override {
-    const int64_t bytes = static_cast<int64_t>(n * sizeof(float));
     std::lock_guard<std::mutex> lock(mu_);
     if (mapped_.erase(p) > 0) {
-      use_.mapped_bytes -= bytes;
       RowsFinish(device_);  // as cudaFree does: no queued kernel may still use it
       RowsFreeMapped(device_, p);
     } else {
-      use_.device_bytes -= bytes;
+      device_bytes_ -= static_cast<int64_t>(n * sizeof(float));
       RowsFree(device_, p, n);
     }
   }
@@ -215,17 +206,17 @@ class DeviceRowSpace final : public RowSpace<float> {
   const int device_;
   mutable std::mutex mu_;
   int64_t budget_;  // bytes; < 0 until the first rows come (the default)
+  int64_t device_bytes_ = 0;  // what the rows hold of the device's memory (pooled included)
+  std::map<const float*, size_t> mapped_;  // the buffers past the budget: start -> floats
+
   // Whether p lies in a mapped buffer.
   bool Mapped(const float* p) const {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = mapped_.upper_bound(const_cast<float*>(p));
+    auto it = mapped_.upper_bound(p);
     if (it == mapped_.begin()) return false;
     --it;
     return p < it->first + it->second;
   }
-
-  RowSpaceUse use_;
-  std::map<float*, size_t> mapped_;  // start -> floats
 };
 
 }  // namespace

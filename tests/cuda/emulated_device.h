@@ -6,8 +6,8 @@
 // (allocations, a grown workspace) is NaN bytes; a launch a GPU would refuse aborts
 // (host_emulation.h CheckLaunch); host code reading device memory faults; and every copy
 // between host and device must have its host side in pinned memory (cudaHostAlloc), since from
-// pageable memory a GPU's asynchronous copy is a host wait, or must name what it copies between
-// correctly (a device side inside a live allocation). Include once per test binary: it defines
+// pageable memory a GPU's asynchronous copy is a host wait, and its device side inside a live
+// allocation, never mapped host memory (Memcpy below). Include once per test binary: it defines
 // the host stand-in for kernels/cuda/context.cu.
 #ifndef ADJSH_TESTS_CUDA_EMULATED_DEVICE_H_
 #define ADJSH_TESTS_CUDA_EMULATED_DEVICE_H_
@@ -61,7 +61,8 @@ inline cudaError_t FreeHost(void* p) {
   for (size_t k = 0; k < pinned_blocks.size(); ++k) {
     if (pinned_blocks[k].p != p) continue;
     pinned_live_bytes -= static_cast<int64_t>(pinned_blocks[k].bytes);
-    if (pinned_blocks[k].mapped) mapped_live_bytes -= static_cast<int64_t>(pinned_blocks[k].bytes);
+    if (pinned_blocks[k].mapped)
+      mapped_live_bytes -= static_cast<int64_t>(pinned_blocks[k].bytes);
     pinned_blocks.erase(pinned_blocks.begin() + static_cast<std::ptrdiff_t>(k));
     --pinned_live;
     std::free(p);
