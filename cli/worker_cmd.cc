@@ -182,6 +182,14 @@ int WorkerCommand(const std::vector<std::string>& args) {
         std::fprintf(stderr, "worker: %s held at most %.2f MiB of device memory\n",
                      opt.device.ToString().c_str(),
                      static_cast<double>(use->peak_bytes) / 1048576.0);
+        const DeviceTraffic& t = use->traffic;
+        std::fprintf(stderr,
+                     "worker: %s copied %llu B to the device and %llu B back (%llu copies, "
+                     "%llu syncs)\n",
+                     opt.device.ToString().c_str(), static_cast<unsigned long long>(t.h2d_bytes),
+                     static_cast<unsigned long long>(t.d2h_bytes),
+                     static_cast<unsigned long long>(t.h2d_copies + t.d2h_copies),
+                     static_cast<unsigned long long>(t.syncs));
       }
     }
   }

@@ -186,6 +186,9 @@ absl::Status SpanScheduler::SetReduced(int32_t group, TensorMap& tensors) {
   absl::StatusOr<GroupValue<float>> v = TakeGroup(*groups_, group, tensors);
   if (!v.ok()) return v.status();
   return WithLedger([&](auto& ledger, const auto&) -> absl::Status {
+    // A tied model's head and lookup roots, added by the worker that computed both.
+    if (group == TiedEmbedGroup(groups_->K))
+      return ledger.SetReducedTiedEmbed(std::move(v->at(0)));
     if (ledger.Reduced(group)) {
       return absl::FailedPreconditionError(
           absl::StrCat("the ", GroupName(group, groups_->K), " group is reduced already"));

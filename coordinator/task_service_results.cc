@@ -149,11 +149,13 @@ grpc::Status TaskServiceImpl::PushReduced(grpc::ServerContext* ctx,
     }
     const int64_t S = current_->seqs[0]->plan().spans();
     const int64_t K = current_->seqs[0]->plan().layers();
-    if (header.group() < 0 || header.group() >= NumGroups(K) || header.lo() != 0 ||
+    // Group TiedEmbedGroup(K) is a tied model's head + lookup (an untied one's is refused by
+    // SetReduced, which reads the step's layout).
+    if (header.group() < 0 || header.group() > TiedEmbedGroup(K) || header.lo() != 0 ||
         header.hi() != S) {
       return absl::InvalidArgumentError(
           absl::StrCat("the coordinator takes the roots [0, ", S, ") of groups 0..",
-                       NumGroups(K) - 1, " only, not [", header.lo(), ", ", header.hi(),
+                       TiedEmbedGroup(K), " only, not [", header.lo(), ", ", header.hi(),
                        ") of group ", header.group()));
     }
     return true;

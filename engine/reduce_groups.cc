@@ -26,6 +26,8 @@ GroupLayout LayoutOf(const Config& c, const Slots& slots) {
   l.groups.push_back({{kValue, {c.vocab_size, c.hidden_size}}});  // the head
   l.groups.push_back({{kValue, {c.vocab_size, c.hidden_size}}});  // the lookups
   l.groups.push_back({{kValue, {c.hidden_size}}});                // norm_f
+  l.tied = c.tie_word_embeddings;
+  if (l.tied) l.groups.push_back({{kValue, {c.vocab_size, c.hidden_size}}});  // head + lookup
   return l;
 }
 
@@ -41,6 +43,7 @@ std::string GroupName(int32_t group, int64_t K) {
   if (group == HeadGroup(K)) return "head";
   if (group == LookupGroup(K)) return "lookup";
   if (group == NormFGroup(K)) return "norm_f";
+  if (group == TiedEmbedGroup(K)) return "head + lookup";
   return absl::StrCat("group ", group);
 }
 
@@ -53,22 +56,25 @@ template <typename T, typename Layer>
 std::vector<GroupLeaf<T>> TakeLeaves(const SpanTask& task, int64_t K,
                                      SpanOutputs<T, Layer>& out) {
   std::vector<GroupLeaf<T>> leaves;
-  if (task.phase == SpanPhase::kForward && task.layer + 1 == K) {
-    leaves.push_back({HeadGroup(K), {std::move(out.embed)}});
-    leaves.push_back({NormFGroup(K), {std::move(out.norm_f)}});
+  // The (V, D) partial: on the device, or on the host.
+  auto embed = [&out](int32_t group) {
+    GroupLeaf<T> leaf{group, {}, std::move(out.embed_sum)};
+    if (leaf.device.size() == 0) leaf.value.push_back(std::move(out.embed));
     out.embed.clear();
+    return leaf;
+  };
+  if (task.phase == SpanPhase::kForward && task.layer + 1 == K) {
+    leaves.push_back(embed(HeadGroup(K)));
+    leaves.push_back({NormFGroup(K), {std::move(out.norm_f)}, {}});
     out.norm_f.clear();
   } else if (task.phase == SpanPhase::kBackward) {
-    GroupValue<T> layer;
+    GroupLeaf<T> layer{static_cast<int32_t>(task.layer), {}, std::move(out.grad_sum)};
     for (const auto& slot : FamilyOf<Layer>::template LayerSlots<T>()) {
-      layer.push_back(std::move(out.grad.*slot.member));
+      if (layer.device.size() == 0) layer.value.push_back(std::move(out.grad.*slot.member));
       (out.grad.*slot.member).clear();
     }
-    leaves.push_back({static_cast<int32_t>(task.layer), std::move(layer)});
-    if (task.layer == 0) {
-      leaves.push_back({LookupGroup(K), {std::move(out.embed)}});
-      out.embed.clear();
-    }
+    leaves.push_back(std::move(layer));
+    if (task.layer == 0) leaves.push_back(embed(LookupGroup(K)));
   }
   return leaves;
 }
@@ -98,7 +104,7 @@ absl::StatusOr<GroupValue<float>> TakeGroup(const GroupLayout& l, int32_t group,
   const std::vector<GroupSlot>* slots = SlotsOf(l, group);
   if (slots == nullptr) {
     return absl::InvalidArgumentError(
-        absl::StrCat("group ", group, " is not one of the step's ", NumGroups(l.K)));
+        absl::StrCat("group ", group, " is not one of the step's ", l.groups.size()));
   }
   const std::string what = GroupName(group, l.K);
   GroupValue<float> v;

@@ -6,6 +6,9 @@
 //   group K           the LM head's (V, D) partial (kForward at the top layer)
 //   group K + 1       the embedding lookups' (V, D) partial (kBackward of layer 0)
 //   group K + 2       norm_f's (D) partial (kForward at the top layer)
+// and, for a tied model, one more that is no tree's: TiedEmbedGroup K + 3, the head's and the
+// lookups' roots added (head + lookup), which the worker tree sends the coordinator in their
+// place (engine/tree_reduce.h TieEmbedRoots).
 // On the wire (PushSum, PushReduced) a layer's node is its tensors under their Hugging Face
 // names, another group's the one tensor "value", in f32.
 #ifndef ADJSH_ENGINE_REDUCE_GROUPS_H_
@@ -21,6 +24,7 @@
 #include "common/model.h"
 #include "common/safetensors.h"
 #include "engine/span_plan.h"
+#include "kernels/row_space.h"
 
 namespace adjsh {
 
@@ -35,16 +39,22 @@ inline int32_t NumGroups(int64_t K) { return static_cast<int32_t>(K + 3); }
 inline int32_t HeadGroup(int64_t K) { return static_cast<int32_t>(K); }
 inline int32_t LookupGroup(int64_t K) { return static_cast<int32_t>(K + 1); }
 inline int32_t NormFGroup(int64_t K) { return static_cast<int32_t>(K + 2); }
-std::string GroupName(int32_t group, int64_t K);  // "layer 3", "head", "lookup", "norm_f"
+inline int32_t TiedEmbedGroup(int64_t K) { return static_cast<int32_t>(K + 3); }
+// "layer 3", "head", "lookup", "norm_f", "head + lookup"
+std::string GroupName(int32_t group, int64_t K);
 
+// A leaf: its value on the host, or (a resident span's partial left where its rows are:
+// SpanOutputs::embed_sum, grad_sum) `device`, the group's tensors back to back in its order.
 template <typename T>
 struct GroupLeaf {
   int32_t group;
   GroupValue<T> value;
+  RowBuffer<T> device;
 };
 
 // Moves the partials out of a task's outputs (summaries and forwards below the top carry none),
-// a layer's tensors in its slot order (LayerParamSlots, Mamba2LayerSlots).
+// a layer's tensors in its slot order (LayerParamSlots, Mamba2LayerSlots); those left on the
+// device stay there (GroupLeaf::device).
 template <typename T, typename Layer>
 std::vector<GroupLeaf<T>> TakeLeaves(const SpanTask& task, int64_t K,
                                      SpanOutputs<T, Layer>& out);
@@ -62,7 +72,8 @@ struct GroupSlot {
 };
 struct GroupLayout {
   int64_t K = 0;
-  std::vector<std::vector<GroupSlot>> groups;  // NumGroups(K)
+  bool tied = false;                           // tie_word_embeddings
+  std::vector<std::vector<GroupSlot>> groups;  // NumGroups(K), and TiedEmbedGroup(K) when tied
   static GroupLayout Of(const MambaConfig& c);
   static GroupLayout Of(const Mamba2Config& c);
 };

@@ -49,6 +49,7 @@ struct SpanOutputs {
   // ChunkOps::grad_size) where its rows are, instead of embed and grad, when its owner was
   // asked to leave them there (engine/span_work.h Run).
   RowBuffer<T> embed_sum, grad_sum;
+  T partials_nonfinite = 0;  // with embed_sum or grad_sum: 1 where either holds a NaN or an Inf
   std::vector<T> du_halo_prev;  // kBackward, s > 0: (H, D) for span s - 1's last rows of dL/du^k
 };
 

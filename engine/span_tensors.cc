@@ -337,6 +337,7 @@ std::string FirstNonFinite(const SpanOutputs<T, Layer>& o) {
   for (const auto& slot : FamilyOf<Layer>::template LayerSlots<T>())
     if (std::string bad = Scan(slot.suffix, o.grad.*slot.member); !bad.empty()) return bad;
   if (!std::isfinite(o.loss_sum)) return absl::StrCat("loss_sum = ", o.loss_sum);
+  if (o.partials_nonfinite != T(0)) return "a partial left on the device (embed or grad)";
   return "";
 }
 

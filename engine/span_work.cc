@@ -48,6 +48,7 @@ absl::Status BasicSpanWork<Math>::Run(const SpanTask& task, const SpanInputs<T>&
   if (task.span != rows_.span || !Ready(task))
     return SpanNotReady(rows_.span, task, forward_done_, g_layer_);
   const int64_t k = task.layer;
+  check_head_ = device_partials;
   switch (task.phase) {
     case SpanPhase::kForwardSummary:
       SetHalo(k, in);
@@ -67,22 +68,41 @@ absl::Status BasicSpanWork<Math>::Run(const SpanTask& task, const SpanInputs<T>&
       break;
   }
   // The resident head waited for its loss, after which nothing is queued unless the partials
-  // come down.
+  // come down or are checked.
   bool waited = model_.head && task.phase == SpanPhase::kForward && k + 1 == K_;
   if (!device_partials && (out.embed_sum.size() > 0 || out.grad_sum.size() > 0)) {
     waited = false;
-    if (out.embed_sum.size() > 0) {
-      out.embed.resize(out.embed_sum.size());
-      rows_.space.Download(out.embed.data(), out.embed_sum.data(), out.embed_sum.size());
-      out.embed_sum.reset();
-    }
-    if (out.grad_sum.size() > 0) {
-      model_.layers[k]->DownloadGrad(out.grad_sum.data(), out.grad);
-      out.grad_sum.reset();
-    }
+    QueuePartialsDown(k, out);
+  } else if (!waited && (out.embed_sum.size() > 0 || out.grad_sum.size() > 0)) {
+    // One flag comes down with the task's outputs, not the partials (the head's: in its wait).
+    RowBuffer<T> flag(rows_.space, 1);
+    rows_.space.Zero(flag.data(), 1);
+    rows_.space.MarkNonFinite(flag.data(), out.embed_sum.data(), out.embed_sum.size());
+    rows_.space.MarkNonFinite(flag.data(), out.grad_sum.data(), out.grad_sum.size());
+    rows_.space.Download(&out.partials_nonfinite, flag.data(), 1);
   }
   if (!waited) rows_.space.Finish();  // the task's outputs on the host: its one sync on a GPU
   return absl::OkStatus();
+}
+
+template <typename Math>
+void BasicSpanWork<Math>::QueuePartialsDown(int64_t k, Outputs& out) {
+  if (out.embed_sum.size() > 0) {
+    out.embed.resize(out.embed_sum.size());
+    rows_.space.Download(out.embed.data(), out.embed_sum.data(), out.embed_sum.size());
+    out.embed_sum.reset();
+  }
+  if (out.grad_sum.size() > 0) {
+    model_.layers[k]->DownloadGrad(out.grad_sum.data(), out.grad);
+    out.grad_sum.reset();
+  }
+}
+
+template <typename Math>
+void BasicSpanWork<Math>::PartialsToHost(int64_t layer, Outputs& out) {
+  if (out.embed_sum.size() == 0 && out.grad_sum.size() == 0) return;
+  QueuePartialsDown(layer, out);
+  rows_.space.Finish();
 }
 
 // Rows [0, H) of u^k: the previous span's last rows (layer 0 has them from the tokens).
@@ -164,7 +184,8 @@ void BasicSpanWork<Math>::Head(Outputs& out) {
           len, static_cast<int64_t>(rows_.tokens.size()) - rows_.r.halo - 1);
       out.loss_sum = model_.head->ForwardBackward(args, DeviceIds() + rows_.r.halo + 1, valid,
                                                   du.data(), out.embed_sum.data(),
-                                                  out.norm_f.data());
+                                                  out.norm_f.data(),
+                                                  check_head_ ? &out.partials_nonfinite : nullptr);
     } else {
       out.embed.assign(V * D, T(0));
       out.loss_sum = model_.backend->HeadForwardBackward(args, du.data(), out.embed.data(),

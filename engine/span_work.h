@@ -47,13 +47,18 @@ class BasicSpanWork {
   // Runs the task (Ready must hold: FAILED_PRECONDITION otherwise). out's buffers are resized.
   // A resident span's (V, D) and layer partials come to the host (out.embed, out.grad) unless
   // device_partials, which leaves them where the rows are (out.embed_sum, out.grad_sum) for a
-  // sum taken there (engine/span_step.cc).
+  // sum taken there (engine/span_step.cc, engine/tree_reduce.h), with out.partials_nonfinite
+  // saying whether they are finite (checked there, on the host with the task's other outputs).
   absl::Status Run(const SpanTask& task, const SpanInputs<T>& in, Outputs& out,
                    bool device_partials = false);
+  // Brings partials left on the device by Run to the host after all (out.embed, out.grad), as
+  // Run would have without device_partials; one wait. Nothing where there are none.
+  void PartialsToHost(int64_t layer, Outputs& out);
 
   int64_t kept_bytes() const;  // what the span holds now
 
  private:
+  void QueuePartialsDown(int64_t k, Outputs& out);       // Download, freed; there at Finish
   void SetHalo(int64_t k, const SpanInputs<T>& in);      // rows [0, H) of u^k
   void AddNextHalo(const SpanInputs<T>& in);             // span s + 1's part of g, once a layer
   void Forward(int64_t k, const SpanInputs<T>& in, Outputs& out);
@@ -74,6 +79,7 @@ class BasicSpanWork {
   int64_t forward_done_ = 0;      // layers whose kForward ran (u^0..u^{forward_done_} kept)
   int64_t g_layer_ = -1;          // g holds dL/du^{g_layer_} (K after the head), or -1
   bool next_halo_added_ = false;  // span s + 1's part of g is in
+  bool check_head_ = false;       // the resident head flags a non-finite partial (Run's task)
 };
 
 // The span owners of the two model types (engine/families/).

@@ -208,8 +208,10 @@ class ResidentHead {
   // As Backend::HeadForwardBackward, with the head's own weights (args.E, args.w_f unread), row
   // t's target next_ids[t] for t < valid and none after (args.targets unread), and no greedy
   // count (args.correct unread: a backend with a resident head refuses kHeadAccuracy).
+  // dE_nonfinite: null, or a host value set to 1 where dE holds a NaN or an Inf after the call
+  // (kernels/row_space.h MarkNonFinite), found within the call's one wait.
   virtual double ForwardBackward(const cpu::LmHeadArgs<T>& args, const uint32_t* next_ids,
-                                 int64_t valid, T* du, T* dE, T* dw_f) = 0;
+                                 int64_t valid, T* du, T* dE, T* dw_f, T* dE_nonfinite) = 0;
   // dE (V, D) += the lookup's gradient: g[t] added into row ids[t] in token order.
   virtual void LookupBackward(const uint32_t* ids, int64_t n, const T* g, T* dE) = 0;
 };

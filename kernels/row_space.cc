@@ -1,6 +1,7 @@
 #include "kernels/row_space.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 namespace adjsh {
@@ -20,6 +21,14 @@ class HostSpace final : public RowSpace<T> {
     for (size_t i = 0; i < n; ++i) dst[i] += src[i];
   }
   void Zero(T* dst, size_t n) override { std::fill_n(dst, n, T(0)); }
+  void MarkNonFinite(T* flag, const T* src, size_t n) override {
+    for (size_t i = 0; i < n; ++i) {
+      if (!std::isfinite(src[i])) {
+        flag[0] = T(1);
+        return;
+      }
+    }
+  }
   void Finish() override {}
 
  private:

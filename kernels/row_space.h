@@ -43,6 +43,8 @@ class RowSpace {
   virtual void Copy(T* dst, const T* src, size_t n) = 0;
   virtual void Add(T* dst, const T* src, size_t n) = 0;  // dst[i] += src[i], one f32/f64 add each
   virtual void Zero(T* dst, size_t n) = 0;
+  // flag[0] = 1 where any of src[0, n) is NaN or infinite; otherwise flag is left as it was.
+  virtual void MarkNonFinite(T* flag, const T* src, size_t n) = 0;
   virtual void Finish() = 0;
 
  protected:

@@ -103,7 +103,8 @@ bool PeerHub::Current(const std::string& job, uint64_t version) const {
   return step_.reduce != nullptr && step_.job_id == job && step_.version == version;
 }
 
-void PeerHub::Enter(const v1::Task& task, std::shared_ptr<const GroupLayout> layout) {
+void PeerHub::Enter(const v1::Task& task, std::shared_ptr<const GroupLayout> layout,
+                    RowSpace<float>* device_rows) {
   std::lock_guard<std::mutex> lock(mu_);
   if (Current(task.job_id(), task.params_version())) return;
   if (step_.job_id == task.job_id() && step_.version > task.params_version()) return;  // stale
@@ -114,6 +115,15 @@ void PeerHub::Enter(const v1::Task& task, std::shared_ptr<const GroupLayout> lay
   fresh.version = task.params_version();
   fresh.reduce = std::make_unique<TreeReduce<float>>(task.spans(), std::move(owner), tree.self(),
                                                      layout->K);
+  if (device_rows != nullptr) {  // a resident GPU worker's leaves may stay on its device
+    std::vector<std::vector<size_t>> sizes;
+    for (const std::vector<GroupSlot>& group : layout->groups) {
+      sizes.emplace_back();
+      for (const GroupSlot& slot : group) sizes.back().push_back(ShapeNumel(slot.shape));
+    }
+    fresh.reduce->SetDevice(device_rows, std::move(sizes));
+  }
+  if (layout->tied) fresh.reduce->TieEmbedRoots();  // head + lookup cross as one
   fresh.layout = std::move(layout);
   fresh.tree = tree;
   fresh.relay = std::make_shared<Relay>();
@@ -130,7 +140,8 @@ absl::Status PeerHub::AddLeaves(const v1::Task& task, std::vector<GroupLeaf<floa
   std::vector<TreeReduce<float>::Send> out;
   absl::Status status;
   for (GroupLeaf<float>& leaf : leaves) {
-    status = step_.reduce->PutLeaf(leaf.group, task.span(), std::move(leaf.value), out);
+    status = step_.reduce->PutLeaf(leaf.group, task.span(), std::move(leaf.value),
+                                   std::move(leaf.device), out);
     if (!status.ok()) break;
   }
   Queue(out);  // what the leaves before a refused one made

@@ -58,13 +58,15 @@ class PeerHub {
   // The step of `task`, which has a tree: the first task of a newer (job, version) drops what
   // the older one held.
   // layout: the wire form of the step's groups (engine/reduce_groups.h), of either model type.
-  void Enter(const v1::Task& task, std::shared_ptr<const GroupLayout> layout);
+  // device_rows: a resident GPU worker's row space, where its leaves may stay (else null).
+  void Enter(const v1::Task& task, std::shared_ptr<const GroupLayout> layout,
+             RowSpace<float>* device_rows);
   // The parameters of the task's version, from the worker before it in the tree's order
   // (worker 0: the coordinator), relayed to the next as they arrive; from the coordinator when
   // that worker fails.
   std::optional<NoResult> FetchParams(const TaskState& held, const v1::Task& task,
                                       const AssemblerLimits& limits, TensorMap& got);
-  // The partials of a task of an owned span: leaves of its trees.
+  // The partials of a task of an owned span: leaves of its trees, on the host or the device.
   absl::Status AddLeaves(const v1::Task& task, std::vector<GroupLeaf<float>> leaves);
 
   grpc::Status ServeParams(grpc::ServerContext* ctx, const v1::FetchParamsRequest* req,

@@ -139,7 +139,15 @@ TaskRunner::Outcome TaskRunner::RunSpanTask(const v1::Task& task, const TaskStat
   Work& work = *spans.at(key);
   const Clock::time_point computing = rebuild_s > 0 ? Clock::now() : started;
   SpanResultOf<float, C> result;
-  if (absl::Status st = work.Run(span_task, *in, result.out); !st.ok()) return skip(st.message());
+  // A resident model's partials stay on the device for the tree to sum there
+  // (engine/tree_reduce.h): only the nodes that leave this worker come down.
+  const bool device_partials = tree && !model->rows->host();
+  if (absl::Status st = work.Run(span_task, *in, result.out, device_partials); !st.ok())
+    return skip(st.message());
+  // With a tree, finite partials become leaves of it here; non-finite ones travel in the
+  // result (brought down for it), which the coordinator refuses as it would any.
+  const bool finite = FirstNonFinite(result.out).empty();
+  if (!finite) work.PartialsToHost(span_task.layer, result.out);
   result.compute_seconds = std::chrono::duration<double>(Clock::now() - computing).count();
   result.rebuild_seconds = rebuild_s;
   result.device = backend_->ThreadTraffic() - traffic_before;
@@ -147,9 +155,7 @@ TaskRunner::Outcome TaskRunner::RunSpanTask(const v1::Task& task, const TaskStat
   // The span's last task: its rows are of no more use.
   if (span_task.phase == SpanPhase::kBackward && span_task.layer == 0) spans.erase(key);
 
-  // With a tree, finite partials become leaves of it here; non-finite ones travel in the
-  // result, which the coordinator refuses as it would any.
-  const bool leaves = tree && FirstNonFinite(result.out).empty();
+  const bool leaves = tree && finite;
   if (leaves) {
     if (absl::Status st = peers_.AddLeaves(
             task, TakeLeaves(span_task, cfg.num_hidden_layers, result.out));

@@ -115,7 +115,7 @@ std::optional<std::string> TaskRunner::EnterTree(const v1::Task& task,
     return "the task's worker tree does not fit its plan";
   for (int32_t o : t.span_owner())
     if (o < 0 || o >= t.peer_size()) return "the task's worker tree names no such worker";
-  peers_.Enter(task, job.groups);
+  peers_.Enter(task, job.groups, backend_->ResidentRows());
   return std::nullopt;
 }
 

@@ -131,9 +131,10 @@ class CudaResidentHead final : public ResidentHead<float> {
     weights_.Gather(ids, n, rows);
   }
   double ForwardBackward(const cpu::LmHeadArgs<float>& a, const uint32_t* next_ids,
-                         int64_t valid, float* du, float* dE, float* dw_f) override {
+                         int64_t valid, float* du, float* dE, float* dw_f,
+                         float* dE_nonfinite) override {
     return weights_.ForwardBackward(a.M, static_cast<float>(a.eps), a.u, next_ids, valid,
-                                    a.scale, du, dE, dw_f);
+                                    a.scale, du, dE, dw_f, dE_nonfinite);
   }
   void LookupBackward(const uint32_t* ids, int64_t n, const float* g, float* dE) override {
     weights_.LookupBackward(ids, n, g, dE);
@@ -174,6 +175,9 @@ class DeviceRowSpace final : public RowSpace<float> {
   void Copy(float* dst, const float* src, size_t n) override { RowsCopy(device_, dst, src, n); }
   void Add(float* dst, const float* src, size_t n) override { RowsAdd(device_, dst, src, n); }
   void Zero(float* dst, size_t n) override { RowsZero(device_, dst, n); }
+  void MarkNonFinite(float* flag, const float* src, size_t n) override {
+    RowsMarkNonFinite(device_, flag, src, n);
+  }
   void Finish() override {
     RowsFinish(device_);
     AfterWait();

@@ -130,8 +130,10 @@ class DeviceHeadWeights {
   // Every pointer is device memory; ids are the span's token ids where it keeps them.
   void Gather(const uint32_t* ids, int64_t n, float* rows);  // rows (n, D) = embed[ids]
   // As DeviceHead over M resident rows, row t's target next_ids[t] for t < valid, none after.
+  // dE_nonfinite: null, or a host float set to 1 where dE holds a NaN or an Inf (else 0).
   double ForwardBackward(int64_t M, float eps, const float* u, const uint32_t* next_ids,
-                         int64_t valid, float scale, float* du, float* dE, float* dw_f);
+                         int64_t valid, float scale, float* du, float* dE, float* dw_f,
+                         float* dE_nonfinite);
   // dE (V, D) += the lookup's gradient: g[t] added into row ids[t] in token order.
   void LookupBackward(const uint32_t* ids, int64_t n, const float* g, float* dE);
 

@@ -85,6 +85,12 @@ void RowsZero(int device, float* dst, size_t n) {
   ZeroFloats(d.ctx.stream(), static_cast<int64_t>(n), dst);
 }
 
+void RowsMarkNonFinite(int device, float* flag, const float* src, size_t n) {
+  if (n == 0) return;
+  Locked d(device);
+  MarkNonFinite(d.ctx.stream(), src, static_cast<int64_t>(n), flag);
+}
+
 void RowsFinish(int device) {
   Locked d(device);
   d.ctx.Sync();

@@ -38,7 +38,7 @@ template <typename S>
 double Head(Context& ctx, int64_t M, int64_t D, int64_t V, float eps, const float* E,
             const float* w_f, HeadWeights<S> on_device, const float* u, const int64_t* targets,
             const uint32_t* next_ids, int64_t valid, float scale, float* du, float* dE,
-            float* dw_f) {
+            float* dw_f, float* dE_nonfinite = nullptr) {
   const int64_t R = std::min(kRows, M), Vb = std::min(kVocab, V);
   const cudaDataType_t st = DataType<S>(), f32 = CUDA_R_32F;
   // The weights uploaded per call with host rows and partials; resident, all on the device.
@@ -48,8 +48,10 @@ double Head(Context& ctx, int64_t M, int64_t D, int64_t V, float eps, const floa
   S *E_s = nullptr, *nf, *dl;
   int64_t* tg;
   double* loss_d = nullptr;
+  float* flag = nullptr;  // dE's non-finite flag (resident, when asked)
   CarveWorkspace(ctx, [&](Carver& c) {
     loss_d = c.Take<double>(resident ? 1 : 0);
+    flag = c.Take<float>(dE_nonfinite != nullptr ? 1 : 0);
     if (upload) {
       E_d = c.Take<float>(V * D);
       E_s = std::is_same_v<S, float> ? reinterpret_cast<S*>(E_d) : c.Take<S>(V * D);
@@ -125,6 +127,11 @@ double Head(Context& ctx, int64_t M, int64_t D, int64_t V, float eps, const floa
   ctx.Download(h_dw.data(), dw_acc, D * sizeof(float));
   double loss = 0;
   if (resident) ctx.Download(&loss, loss_d, sizeof(double));
+  if (dE_nonfinite != nullptr) {  // checked where dE is, its answer down with the loss
+    ZeroFloats(s, 1, flag);
+    MarkNonFinite(s, dE_d, V * D, flag);
+    ctx.Download(dE_nonfinite, flag, sizeof(float));
+  }
   ctx.Sync();
   // loss_t = logsumexp - logit[target] = log(sum) - (logit[target] - max), as the CPU head.
   for (int64_t t = 0; t < M && !resident; ++t) {
@@ -215,18 +222,19 @@ void DeviceHeadWeights::Gather(const uint32_t* ids, int64_t n, float* rows) {
 
 double DeviceHeadWeights::ForwardBackward(int64_t M, float eps, const float* u,
                                           const uint32_t* next_ids, int64_t valid, float scale,
-                                          float* du, float* dE, float* dw_f) {
+                                          float* du, float* dE, float* dw_f,
+                                          float* dE_nonfinite) {
   Impl& m = *impl_;
   std::lock_guard<std::mutex> lock(m.ctx.mutex());
   ADJSH_CUDA_CHECK(cudaSetDevice(m.ctx.device()));
   if (m.bf16) {
     return Head<bf16>(m.ctx, M, m.D, m.V, eps, nullptr, nullptr,
                       {static_cast<const bf16*>(m.head), m.w_f}, u, nullptr, next_ids, valid,
-                      scale, du, dE, dw_f);
+                      scale, du, dE, dw_f, dE_nonfinite);
   }
   return Head<float>(m.ctx, M, m.D, m.V, eps, nullptr, nullptr,
                      {static_cast<const float*>(m.head), m.w_f}, u, nullptr, next_ids, valid,
-                     scale, du, dE, dw_f);
+                     scale, du, dE, dw_f, dE_nonfinite);
 }
 
 void DeviceHeadWeights::LookupBackward(const uint32_t* ids, int64_t n, const float* g,

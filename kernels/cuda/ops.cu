@@ -70,6 +70,10 @@ void CopyFloats(cudaStream_t s, const float* src, int64_t n, float* dst) {
 
 void ZeroFloats(cudaStream_t s, int64_t n, float* dst) { ops_internal::ZeroFloatsImpl(s, n, dst); }
 
+void MarkNonFinite(cudaStream_t s, const float* src, int64_t n, float* flag) {
+  ops_internal::MarkNonFiniteImpl(s, src, n, flag);
+}
+
 void NextTargets(cudaStream_t s, const uint32_t* next_ids, int64_t valid, int64_t n,
                  int64_t* targets) {
   ops_internal::NextTargetsImpl(s, next_ids, valid, n, targets);

@@ -243,6 +243,12 @@ __global__ void ZeroFloatsKernel(int64_t n, float* dst) {
   ADJSH_GRID_LOOP(k, n) dst[k] = 0.0f;
 }
 
+__global__ void MarkNonFiniteKernel(const float* src, int64_t n, float* flag) {
+  ADJSH_GRID_LOOP(k, n) {
+    if (!(fabsf(src[k]) <= 3.402823466e38f)) flag[0] = 1.0f;  // NaN fails every comparison
+  }
+}
+
 __global__ void NextTargetsKernel(const uint32_t* next_ids, int64_t valid, int64_t n,
                                   int64_t* targets) {
   ADJSH_GRID_LOOP(t, n) targets[t] = t < valid ? int64_t{next_ids[t]} : -1;
@@ -431,6 +437,12 @@ inline void ZeroFloatsImpl(cudaStream_t s, int64_t n, float* dst) {
   (void)s;
   if (n == 0) return;
   ADJSH_LAUNCH(ZeroFloatsKernel, dim3(GridFor(n, kThreads)), kThreads, s, n, dst);
+}
+
+inline void MarkNonFiniteImpl(cudaStream_t s, const float* src, int64_t n, float* flag) {
+  (void)s;
+  if (n == 0) return;
+  ADJSH_LAUNCH(MarkNonFiniteKernel, dim3(GridFor(n, kThreads)), kThreads, s, src, n, flag);
 }
 
 inline void NextTargetsImpl(cudaStream_t s, const uint32_t* next_ids, int64_t valid, int64_t n,

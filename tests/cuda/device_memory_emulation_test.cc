@@ -134,5 +134,36 @@ TEST(ContextStagingTest, StagedCopiesLandAtSyncAndTheStagingIsKept) {
   ctx.Free(large, big * sizeof(float));
 }
 
+// A partial's finiteness is checked where it is (kernels/row_space.h MarkNonFinite, what a
+// resident worker does before its partials go into the tree): a NaN or an Inf anywhere sets the
+// flag, finite values leave it as it was, and one float comes down at the sync.
+TEST(DeviceRowsTest, MarkNonFiniteFlagsNaNAndInfWhereTheyAre) {
+  const size_t n = 5000;  // several blocks of threads
+  float* x = cuda::RowsAlloc(0, n);
+  float* flag = cuda::RowsAlloc(0, 1);
+  std::vector<float> v(n, 1.5f);
+  auto check = [&](float start) {
+    cuda::RowsUpload(0, x, v.data(), n);
+    cuda::RowsUpload(0, flag, &start, 1);
+    cuda::RowsMarkNonFinite(0, flag, x, n);
+    float got = -1.0f;
+    cuda::RowsDownload(0, &got, flag, 1);
+    cuda::RowsFinish(0);
+    return got;
+  };
+  EXPECT_EQ(check(0.0f), 0.0f);
+  EXPECT_EQ(check(1.0f), 1.0f);  // left as it was
+  v[n - 1] = std::nanf("");
+  EXPECT_EQ(check(0.0f), 1.0f);
+  v[n - 1] = 1.5f;
+  v[0] = -INFINITY;
+  EXPECT_EQ(check(0.0f), 1.0f);
+  v[0] = 3.4e38f;  // finite, however large
+  EXPECT_EQ(check(0.0f), 0.0f);
+  cuda::RowsFinish(0);
+  cuda::RowsFree(0, x, n);
+  cuda::RowsFree(0, flag, 1);
+}
+
 }  // namespace
 }  // namespace adjsh
