@@ -58,7 +58,8 @@ WHAT IT MODELS
              is complete when its task ends, a node when both children are in; it then goes to
              the owner of its parent's first span (no transfer when that is the same worker;
              else the group's bytes over the sender's out link and the receiver's in link,
-             queueing behind the sender's other sends), the root to the coordinator. Results
+             queueing behind the sender's other sends), the root to the coordinator (the tied
+             head's and lookups' roots, both at worker 0, as one (V, D) sum). Results
              carry no partials. The step ends when every task's result and every group's root
              has reached the coordinator. Adding partials costs nothing here.
   wavefront  (synth only) the retired schedule: the coordinator runs the whole forward and

@@ -1,20 +1,24 @@
 #!/usr/bin/python3
-"""Host-device traffic of one gradient step with the CUDA backend (build/bench/emulated_step,
-counted on the host-emulated device, kernels skipped, so no GPU is needed): both model types at
-D=256, K=4, V=50,280, T = 64K (the plan's spans and 4), 128K and 256K, one device owning every
-span (the in-process span
-step, what one GPU worker owning the step runs), with the device memory the step held at its
-peak. Writes the table into docs/BENCHMARKS.md between the
-`traffic` markers, and prints it.
+"""Host-device traffic of one gradient step with the CUDA backend, counted on the host-emulated
+device with its kernels skipped (no GPU needed): both model types at D=256, K=4, V=50,280,
+T = 64K (the plan's spans and 4), 128K and 256K, one device owning every span (the in-process
+span step: build/bench/emulated_step), with the device memory the step held at its peak; then
+at 64K one GPU worker process owning every span through a coordinator (`grad --workers 1` of
+build/tests/cuda/adjsh_emulated_gpu, which prints its device's copied bytes at exit). Writes the
+tables into docs/BENCHMARKS.md between the `traffic` markers, and prints them.
 
-  bench/traffic_benchmarks.py [--binary build/bench/emulated_step] [--no-write]
+  bench/traffic_benchmarks.py [--binary build/bench/emulated_step]
+                              [--gpu-cli build/tests/cuda/adjsh_emulated_gpu] [--no-write]
 """
 import argparse
 import datetime
 import json
 import os
+import random
+import re
 import subprocess
 import sys
+import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -23,15 +27,43 @@ from claims_common import replace_section  # noqa: E402
 from machine import describe  # noqa: E402
 
 SHAPE = ["--hidden-size", "256", "--layers", "4", "--vocab-size", "50280", "--chunk", "256"]
+COPIED = re.compile(r"worker: cuda:0 copied (\d+) B to the device and (\d+) B back "
+                    r"\((\d+) copies, (\d+) syncs\)")
+
+
+def worker_step(cli, model_type, T, spans, param_bytes):
+    """One GPU worker's step through a coordinator: (h2d, d2h, syncs) its device counted."""
+    with tempfile.TemporaryDirectory(prefix="adjsh-traffic-") as tmp:
+        model, tokens = os.path.join(tmp, "model"), os.path.join(tmp, "tokens.u16")
+        init = [cli, "init", "--out", model, "--model-type", model_type, *SHAPE[:6]]
+        r = subprocess.run(init, capture_output=True, text=True)
+        if r.returncode != 0:
+            sys.exit(f"traffic_benchmarks: init: {r.stderr.strip()}")
+        rng = random.Random(5)
+        with open(tokens, "wb") as f:
+            f.write(b"".join(rng.randrange(50280).to_bytes(2, "little") for _ in range(T)))
+        env = dict(os.environ, ADJSH_EMULATION_SKIP_KERNELS="1")
+        r = subprocess.run([cli, "grad", "--model", model, "--tokens", tokens, *SHAPE[6:],
+                            "--spans", str(spans), "--workers", "1", "--worker-device", "cuda:0", "--quiet", "--out",
+                            os.path.join(tmp, "grad.safetensors")],
+                           capture_output=True, text=True, env=env, timeout=1800)
+        m = COPIED.search(r.stderr)
+        if r.returncode != 0 or m is None:
+            sys.exit(f"traffic_benchmarks: {model_type} worker: {r.stderr.strip()[-2000:]}")
+        h2d, d2h, _, syncs = (int(x) for x in m.groups())
+        return h2d, d2h, syncs, (h2d + d2h - 2 * param_bytes) / T
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--binary", default=os.path.join(ROOT, "build", "bench", "emulated_step"))
-    ap.add_argument("--no-write", action="store_true", help="print the table only")
+    ap.add_argument("--gpu-cli",
+                    default=os.path.join(ROOT, "build", "tests", "cuda", "adjsh_emulated_gpu"))
+    ap.add_argument("--no-write", action="store_true", help="print the tables only")
     a = ap.parse_args()
-    if not os.access(a.binary, os.X_OK):
-        sys.exit(f"traffic_benchmarks: no {a.binary} (a CUDA build: scripts/build.sh)")
+    for path in (a.binary, a.gpu_cli):
+        if not os.access(path, os.X_OK):
+            sys.exit(f"traffic_benchmarks: no {path} (a CUDA build: scripts/build.sh)")
     rows = []
     for model in ("mamba", "mamba2"):
         # The plan's spans at each T, and 64K again with 4 spans (half the boundaries).
@@ -42,6 +74,12 @@ def main():
             if p.returncode != 0:
                 sys.exit(f"traffic_benchmarks: {model} T={T}: {p.stderr.strip()}")
             rows.append(json.loads(p.stdout))
+    workers = []
+    for r in rows:
+        if r["T"] == 65536 and r["spans"] != 4:
+            print(f"  {r['model']} T=65536, one GPU worker ...", file=sys.stderr, flush=True)
+            workers.append((r, worker_step(a.gpu_cli, r["model"], 65536, r["spans"],
+                                               r["param_bytes"])))
     commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
                             capture_output=True, text=True).stdout.strip() or "unknown"
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M")
@@ -58,7 +96,7 @@ def main():
         lines.append(
             f"| {name} | {r['T'] // 1024}K | {r['spans']} | {r['tasks']} | "
             f"{r['h2d_per_token']:,.0f} | {r['d2h_per_token']:,.0f} | "
-            f"{r['beyond_params_and_grad_per_token']:,.0f} | {r['syncs_per_task']:.2f} "
+            f"{r['beyond_params_and_grad_per_token']:,.1f} | {r['syncs_per_task']:.2f} "
             f"({r['most_syncs_in_a_task']}) | {r['h2d_copies'] + r['d2h_copies']:,} | "
             f"{r['allocations']} | {r['device_peak_bytes'] / 2**20:,.0f} |")
     lines += ["", "The goal (issue 49): at most 64 B/token beyond one parameter upload and one "
@@ -67,10 +105,18 @@ def main():
               "left is what crosses at each span boundary, per layer: the four states the "
               "ledger combines on the host (a forward summary and a backward summary down, the "
               "boundary state and adjoint up: 32 KiB each here), the forward's delta sums and "
-              "four (W - 1)-row halos, about 8.9 B/token per boundary at 64K (62 with 8 spans' "
-              "7 boundaries), and the span's token ids, once (4 B/token). The goal is met at "
-              "64K with up to 7 spans and at 128K and 256K with the plan's; with 8 spans at 64K "
-              "it would need the ledger's combination on the device or the halos kept there."]
+              "the (W - 1)-row conv halos, about 8.7 B/token per boundary at 64K (61 with 8 "
+              "spans' 7 boundaries), and the span's token ids, once (2 B/token: 16 bits where "
+              "the vocabulary fits, widened on the device).", "",
+              "One GPU worker process owning every span of the 64K step, through a coordinator "
+              "(its partials summed on its device by the worker tree, a tied model's head and "
+              "lookup roots brought down as one): what its device counted over the whole run.",
+              "", "| model | T | spans | H2D B/token | D2H B/token | beyond one parameter upload "
+              "and one gradient download, B/token | syncs |", "|---|---|---|---|---|---|---|"]
+    for r, (h2d, d2h, syncs, beyond) in workers:
+        name = "Mamba-1" if r["model"] == "mamba" else "Mamba-2"
+        lines.append(f"| {name} | {r['T'] // 1024}K | {r['spans']} | {h2d / r['T']:,.0f} | "
+                     f"{d2h / r['T']:,.0f} | {beyond:,.1f} | {syncs} |")
     body = "\n".join(lines)
     print(body)
     if not a.no_write:

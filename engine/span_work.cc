@@ -1,7 +1,9 @@
 #include "engine/span_work.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <utility>
+#include <vector>
 
 #include "common/check.h"
 #include "kernels/cpu/lm_head.h"
@@ -26,12 +28,21 @@ BasicSpanWork<Math>::BasicSpanWork(const Model& model, const SpanPlan& plan, int
       rows_.u[0].Commit(t * D, D, E.data() + int64_t{rows_.tokens[t]} * D);
     return;
   }
-  // The span's ids go up once (a float's bytes each: the head reads them as uint32); the
-  // lookups and the head's targets read them there.
+  // The span's ids go up once (a float's bytes each: the head reads them as uint32; 2 B each
+  // on the way, widened there, where the vocabulary fits 16 bits); the lookups and the head's
+  // targets read them there.
   if constexpr (sizeof(T) == sizeof(uint32_t)) {
-    ids_ = RowBuffer<T>(rows_.space, rows_.tokens.size());
-    rows_.space.Upload(ids_.data(), reinterpret_cast<const T*>(rows_.tokens.data()),
-                       rows_.tokens.size());
+    const size_t m = rows_.tokens.size();
+    ids_ = RowBuffer<T>(rows_.space, m);
+    if (model_.params->config.vocab_size <= 65536) {
+      std::vector<uint16_t> narrow(m + 1);  // whole floats' worth
+      for (size_t i = 0; i < m; ++i) narrow[i] = static_cast<uint16_t>(rows_.tokens[i]);
+      RowBuffer<T> packed(rows_.space, (m + 1) / 2);
+      rows_.space.Upload(packed.data(), reinterpret_cast<const T*>(narrow.data()), packed.size());
+      rows_.space.WidenIds(ids_.data(), packed.data(), m);
+    } else {
+      rows_.space.Upload(ids_.data(), reinterpret_cast<const T*>(rows_.tokens.data()), m);
+    }
   }
   std::vector<T> scratch;  // unused: resident rows are written where they are
   model_.head->Gather(DeviceIds(), n, rows_.u[0].WriteBuffer(0, n * D, scratch));
@@ -105,13 +116,15 @@ void BasicSpanWork<Math>::PartialsToHost(int64_t layer, Outputs& out) {
   rows_.space.Finish();
 }
 
-// Rows [0, H) of u^k: the previous span's last rows (layer 0 has them from the tokens).
+// Rows [0, H) of u^k: the previous span's last rows (layer 0 has them from the tokens), once
+// a layer (the summary's task and the forward's both bring them: the same rows).
 template <typename Math>
 void BasicSpanWork<Math>::SetHalo(int64_t k, const SpanInputs<T>& in) {
   const int64_t H = rows_.r.halo, D = rows_.D;
-  if (k == 0 || H == 0) return;
+  if (k == 0 || H == 0 || halo_layer_ == k) return;
   ADJSH_CHECK(static_cast<int64_t>(in.halo_u.size()) == H * D, "halo_u has the wrong size");
   rows_.u[k].Upload(0, H * D, in.halo_u.data());
+  halo_layer_ = k;
 }
 
 // Span s + 1's part of dL/du^{k+1} of the last rows, once per layer.

@@ -79,6 +79,7 @@ class BasicSpanWork {
   int64_t forward_done_ = 0;      // layers whose kForward ran (u^0..u^{forward_done_} kept)
   int64_t g_layer_ = -1;          // g holds dL/du^{g_layer_} (K after the head), or -1
   bool next_halo_added_ = false;  // span s + 1's part of g is in
+  int64_t halo_layer_ = 0;        // the layer whose halo rows are in u (layer 0's: its own)
   bool check_head_ = false;       // the resident head flags a non-finite partial (Run's task)
 };
 

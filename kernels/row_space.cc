@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 
 namespace adjsh {
@@ -27,6 +28,15 @@ class HostSpace final : public RowSpace<T> {
         flag[0] = T(1);
         return;
       }
+    }
+  }
+  void WidenIds(T* ids, const T* packed, size_t n) override {
+    static_assert(sizeof(T) >= sizeof(uint32_t));
+    for (size_t i = n; i-- > 0;) {  // backwards: ids may be packed's own memory
+      uint16_t id;
+      std::memcpy(&id, reinterpret_cast<const char*>(packed) + 2 * i, 2);
+      const uint32_t wide = id;
+      std::memcpy(reinterpret_cast<char*>(ids) + sizeof(T) * i, &wide, sizeof(wide));
     }
   }
   void Finish() override {}

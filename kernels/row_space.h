@@ -45,6 +45,9 @@ class RowSpace {
   virtual void Zero(T* dst, size_t n) = 0;
   // flag[0] = 1 where any of src[0, n) is NaN or infinite; otherwise flag is left as it was.
   virtual void MarkNonFinite(T* flag, const T* src, size_t n) = 0;
+  // Token ids: ids[i] (a uint32 in T's bytes) = the i-th uint16 packed in `packed`, for i < n
+  // (ids cross PCIe at 2 B each where the vocabulary fits 16 bits).
+  virtual void WidenIds(T* ids, const T* packed, size_t n) = 0;
   virtual void Finish() = 0;
 
  protected:

@@ -13,7 +13,7 @@ from .errors import FleetError
 from .shape import F32, Shape, parse_shape
 from .plan import (PHASES, FWD_SUMMARY, FWD, BWD_SUMMARY, BWD, AdjshMissing, SpanPlan,
                    adjsh_path, default_spans, plan_json, set_adjsh)
-from .wire import (HEAD, HEAD_SCALAR_BYTES, LOOKUP, NORM_F, PARAM_PIECE_BYTES, TIMING_BYTES,
+from .wire import (HEAD, HEAD_SCALAR_BYTES, LOOKUP, NORM_F, PARAM_PIECE_BYTES, TIED, TIMING_BYTES,
                    input_bytes, output_bytes, partial_bytes, span_start_bytes, tree_groups)
 from .cost import SCAN_FLOPS, CostModel, layer_flops, span_lengths
 from .net import Link, Net, transfer, transfer_span

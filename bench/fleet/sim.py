@@ -10,7 +10,7 @@ from collections import defaultdict
 
 from .errors import FleetError
 from .net import Link, transfer, transfer_span
-from .wire import PARAM_PIECE_BYTES
+from .wire import HEAD, LOOKUP, PARAM_PIECE_BYTES, TIED
 
 
 class SimTask:
@@ -110,7 +110,9 @@ class Simulation:
         if self.done != n:
             raise FleetError(f"the step did not finish: {n - self.done} tasks never became "
                              "ready (a dependency cycle or a missing task in the trace?)")
-        if len(self.roots) != len(self.reduced_groups):
+        # The tied (V, D) pair's two roots go as one.
+        tied = HEAD in self.reduced_groups and LOOKUP in self.reduced_groups
+        if len(self.roots) != len(self.reduced_groups) - tied:
             raise FleetError("the step did not finish: a reduction group's root never reached "
                              "the coordinator")
         step = max(self.last, max(self.end, default=0.0))
@@ -269,6 +271,7 @@ class Simulation:
         that group have finished: one task in a real plan)."""
         self.order, self.params_at, self.sends, self.roots = [], [None] * self.W, [], []
         self.reduced_groups = set()
+        self.tied_done = {}  # HEAD, LOOKUP: when its root was complete at worker 0
         if self.mode != "tree":
             return
         first = {}
@@ -357,6 +360,12 @@ class Simulation:
         order the sender's link can take them."""
         lo, hi, parent = self.nodes[nid]
         x, b, net = self.owner[lo], self.groups[g], self.net
+        if parent < 0 and g in (HEAD, LOOKUP) and {HEAD, LOOKUP} <= self.reduced_groups:
+            # A tied model: the head's and the lookups' roots, both at worker 0, go as one.
+            self.tied_done[g] = now
+            if len(self.tied_done) < 2:
+                return
+            g = TIED
         if parent < 0:
             arrive = transfer(now, b, [self.wk_out[x], self.coord_in], net)
             self.roots.append((g, x, arrive + net.ovh))

@@ -8,7 +8,7 @@ from collections import defaultdict
 from .errors import FleetError
 from .plan import PHASES, FWD_SUMMARY, FWD, BWD_SUMMARY, BWD, SpanPlan
 from .shape import F32, Shape, parse_shape
-from .wire import TIMING_BYTES, HEAD_SCALAR_BYTES
+from .wire import DEVICE_TRAFFIC_BYTES, HEAD_SCALAR_BYTES, TIMING_BYTES
 
 
 REQUIRED = ("step", "id", "phase", "layer", "span", "deps", "start_s", "end_s", "compute_s",
@@ -75,30 +75,33 @@ def carries_partials(records):
 
 def infer_shape(records, flag="--model"):
     """D, K, N, V, E from a worker trace's result sizes (conv W = 4, R = ceil(D/16)): m is
-    (Di, N); sigma + h_end is (Di) + (Di, N); halo_next (3, D); the head's (V, D) + (D)."""
+    (Di, N); sigma + h_end is (Di) + (Di, N); halo_next (3, D); the head's (V, D) + (D). Each
+    result also carries TIMING_BYTES, or 48 fewer in traces recorded before results carried
+    their device traffic (bench/data/T65536_W1_star.jsonl)."""
     K = trace_layers(records)
     size = defaultdict(list)
     for r in records:
         size[(r["phase"], r["layer"] + 1 == K, r["span"] == 0)].append(r["bytes_out"])
     def one(key):
         return max(size[key]) if size[key] else None
-    try:
-        DiN = (one((BWD_SUMMARY, True, False)) - TIMING_BYTES) // F32
-        Di = (one((FWD_SUMMARY, K == 1, True)) - TIMING_BYTES) // F32 - DiN
-        if K > 1:
-            D = (one((FWD, False, True)) - TIMING_BYTES) // (3 * F32)
-        else:  # du_halo_prev (3, D) of a later span over span 0's none
-            D = (one((BWD, True, False)) - one((BWD, True, True))) // (3 * F32)
-        V = (one((FWD, True, True)) - TIMING_BYTES - HEAD_SCALAR_BYTES) // (F32 * D) - 1
-        shape = Shape(D, K, DiN // Di, V, Di // D)
-    except (TypeError, ZeroDivisionError, FleetError):
-        shape = None
-    # check: bwd(K-1, 0) (or bwd(0, 0)) returns exactly the layer's partial (+ embedding)
-    if shape is not None and shape.Di == Di and shape.Di * shape.N == DiN:
-        want = TIMING_BYTES + F32 * shape.layer_params() + (F32 * shape.embed_params()
-                                                            if K == 1 else 0)
-        if one((BWD, True, True)) == want:
-            return shape
+    for timing in (TIMING_BYTES, TIMING_BYTES - DEVICE_TRAFFIC_BYTES):
+        try:
+            DiN = (one((BWD_SUMMARY, True, False)) - timing) // F32
+            Di = (one((FWD_SUMMARY, K == 1, True)) - timing) // F32 - DiN
+            if K > 1:
+                D = (one((FWD, False, True)) - timing) // (3 * F32)
+            else:  # du_halo_prev (3, D) of a later span over span 0's none
+                D = (one((BWD, True, False)) - one((BWD, True, True))) // (3 * F32)
+            V = (one((FWD, True, True)) - timing - HEAD_SCALAR_BYTES) // (F32 * D) - 1
+            shape = Shape(D, K, DiN // Di, V, Di // D)
+        except (TypeError, ZeroDivisionError, FleetError):
+            continue
+        # check: bwd(K-1, 0) (or bwd(0, 0)) returns exactly the layer's partial (+ embedding)
+        if shape.Di == Di and shape.Di * shape.N == DiN:
+            want = timing + F32 * shape.layer_params() + (F32 * shape.embed_params()
+                                                          if K == 1 else 0)
+            if one((BWD, True, True)) == want:
+                return shape
     if not carries_partials(records):
         raise FleetError("this trace's results carry no parameter partials (a worker-tree "
                          "run), so its byte counts do not give the model shape; pass "

@@ -9,10 +9,13 @@ from .shape import F32
 
 TIMING_BYTES = 64         # in every result: "compute_seconds", "rebuild_seconds" F64 each and
                           # "device_traffic" I64 (6) (engine/span_tensors.h)
+DEVICE_TRAFFIC_BYTES = 48  # the last of those, which older traces' results did not carry
 HEAD_SCALAR_BYTES = 16    # "loss_sum" F64 and "correct" I64 with fwd(K-1, s)
 HEAD = "head"             # reduction groups beside layer k's (engine/reduce_groups.h): the LM
 LOOKUP = "lookup"         # head's (V, D) partial, the embedding lookups' (V, D) and norm_f's (D)
 NORM_F = "norm_f"
+TIED = "head+lookup"      # the tied model's head and lookup roots, added by worker 0 and sent
+                          # to the coordinator as one (engine/reduce_groups.h TiedEmbedGroup)
 PARAM_PIECE_BYTES = 1 << 20  # tensors travel in 1 MiB pieces; a tree worker relays each piece
 
 

@@ -178,6 +178,9 @@ class DeviceRowSpace final : public RowSpace<float> {
   void MarkNonFinite(float* flag, const float* src, size_t n) override {
     RowsMarkNonFinite(device_, flag, src, n);
   }
+  void WidenIds(float* ids, const float* packed, size_t n) override {
+    RowsWidenIds(device_, ids, packed, n);
+  }
   void Finish() override {
     RowsFinish(device_);
     AfterWait();

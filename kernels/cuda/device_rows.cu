@@ -91,6 +91,13 @@ void RowsMarkNonFinite(int device, float* flag, const float* src, size_t n) {
   MarkNonFinite(d.ctx.stream(), src, static_cast<int64_t>(n), flag);
 }
 
+void RowsWidenIds(int device, float* ids, const float* packed, size_t n) {
+  if (n == 0) return;
+  Locked d(device);
+  WidenIds(d.ctx.stream(), reinterpret_cast<const uint16_t*>(packed), static_cast<int64_t>(n),
+           reinterpret_cast<uint32_t*>(ids));
+}
+
 void RowsFinish(int device) {
   Locked d(device);
   d.ctx.Sync();

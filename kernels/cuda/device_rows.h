@@ -25,6 +25,7 @@ void RowsCopy(int device, float* dst, const float* src, size_t n);
 void RowsAdd(int device, float* dst, const float* src, size_t n);  // dst += src
 void RowsZero(int device, float* dst, size_t n);
 void RowsMarkNonFinite(int device, float* flag, const float* src, size_t n);  // ops.h's
+void RowsWidenIds(int device, float* ids, const float* packed, size_t n);      // ops.h WidenIds
 void RowsFinish(int device);  // the host waits for the device's stream
 
 }  // namespace adjsh::cuda

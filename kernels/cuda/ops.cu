@@ -74,6 +74,10 @@ void MarkNonFinite(cudaStream_t s, const float* src, int64_t n, float* flag) {
   ops_internal::MarkNonFiniteImpl(s, src, n, flag);
 }
 
+void WidenIds(cudaStream_t s, const uint16_t* packed, int64_t n, uint32_t* ids) {
+  ops_internal::WidenIdsImpl(s, packed, n, ids);
+}
+
 void NextTargets(cudaStream_t s, const uint32_t* next_ids, int64_t valid, int64_t n,
                  int64_t* targets) {
   ops_internal::NextTargetsImpl(s, next_ids, valid, n, targets);

@@ -55,6 +55,8 @@ void ZeroFloats(cudaStream_t s, int64_t n, float* dst);
 // flag[0] = 1 where any of src[0, n) is NaN or infinite (every such thread stores the same 1:
 // no atomics, the same result in any order); otherwise flag is left as it was.
 void MarkNonFinite(cudaStream_t s, const float* src, int64_t n, float* flag);
+// ids[i] = packed[i] for i < n (token ids widened from 16 bits; not overlapping).
+void WidenIds(cudaStream_t s, const uint16_t* packed, int64_t n, uint32_t* ids);
 
 // v (Di, N) = exp(A S) v + add per (i, n), with S (Di) a chunk's delta sums (kernels/decay.h
 // DecayAdd); sigma (Di) += S when non-null. v may not alias add.

@@ -243,6 +243,10 @@ __global__ void ZeroFloatsKernel(int64_t n, float* dst) {
   ADJSH_GRID_LOOP(k, n) dst[k] = 0.0f;
 }
 
+__global__ void WidenIdsKernel(const uint16_t* packed, int64_t n, uint32_t* ids) {
+  ADJSH_GRID_LOOP(k, n) ids[k] = packed[k];
+}
+
 __global__ void MarkNonFiniteKernel(const float* src, int64_t n, float* flag) {
   ADJSH_GRID_LOOP(k, n) {
     if (!(fabsf(src[k]) <= 3.402823466e38f)) flag[0] = 1.0f;  // NaN fails every comparison
@@ -437,6 +441,12 @@ inline void ZeroFloatsImpl(cudaStream_t s, int64_t n, float* dst) {
   (void)s;
   if (n == 0) return;
   ADJSH_LAUNCH(ZeroFloatsKernel, dim3(GridFor(n, kThreads)), kThreads, s, n, dst);
+}
+
+inline void WidenIdsImpl(cudaStream_t s, const uint16_t* packed, int64_t n, uint32_t* ids) {
+  (void)s;
+  if (n == 0) return;
+  ADJSH_LAUNCH(WidenIdsKernel, dim3(GridFor(n, kThreads)), kThreads, s, packed, n, ids);
 }
 
 inline void MarkNonFiniteImpl(cudaStream_t s, const float* src, int64_t n, float* flag) {

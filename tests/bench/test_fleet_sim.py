@@ -16,11 +16,11 @@ What is checked:
   simulator  a chain-only DAG gives efficiency 1/W; W = 1 predicts the sum of task times plus
              transfers and per-RPC costs exactly; a wide DAG on W workers takes total / W; an
              idle worker leases at its next poll, or at once inside a long poll; the worker tree
-             as built: its K + 3 groups, which nodes cross between workers (none with one
-             worker; one per group with block owners at S = 8, W = 2, four round-robin; any
-             owners as engine/tree_reduce.h sends), the parameter copy relayed piece by piece
-             down the chain (worker i from i - 1, each a piece after its predecessor, every
-             link carrying it once) before any task of a worker, a step never below the
+             as built: its K + 3 groups (the tied pair's two roots sent as one), which nodes
+             cross between workers (none with one worker; one per group with block owners at
+             S = 8, W = 2, four round-robin; any owners as engine/tree_reduce.h sends), the
+             parameter copy relayed piece by piece down the chain (worker i from i - 1, each a
+             piece after its predecessor, every link carrying it once) before any task of a worker, a step never below the
              critical path, each link's bytes, and the star slower than the tree for large
              partials; the wavefront never runs more than K tasks at once;
   calibrate  the fit recovers the overhead and bandwidth a simulated run was made with;
@@ -429,12 +429,15 @@ class SimulationTest(unittest.TestCase):
         P, groups = shape.param_bytes(), fs.tree_groups(shape)
         r = fs.simulate(tasks, plan.S, 1, zero_net(), "tree", shape)
         self.assertEqual(r.sends, [])
+        # the tied (V, D) pair's roots as one
+        roots = [g for g in groups if g not in (fs.HEAD, fs.LOOKUP)] + [fs.TIED]
         self.assertEqual(sorted((str(g), w) for g, w, _ in r.roots),
-                         sorted((str(g), 0) for g in groups))
-        self.assertEqual(len(r.roots), shape.K + 3)
+                         sorted((str(g), 0) for g in roots))
+        self.assertEqual(len(r.roots), shape.K + 2)
         small = sum(t.bytes_in + t.bytes_out for t in tasks)
-        # the coordinator: the parameters down once, the K + 3 roots up, the tasks' own bytes
-        self.assertAlmostEqual(r.coord_bytes, small + P + sum(groups.values()), delta=1)
+        # the coordinator: the parameters down once, the K + 2 roots up (one gradient), the
+        # tasks' own bytes
+        self.assertAlmostEqual(r.coord_bytes, small + 2 * P, delta=1)
 
     def test_tree_crossings_by_owners(self):
         shape, plan, tasks = self.small_plan(S=8)
@@ -447,7 +450,7 @@ class SimulationTest(unittest.TestCase):
                 got = sorted(x[1:5] for x in r.sends if x[0] == g)
                 self.assertEqual(got, want, (how, g))
             self.assertEqual(len(r.sends), len(groups) * len(want))
-            self.assertEqual(sorted(w for _, w, _ in r.roots), [0] * len(groups))
+            self.assertEqual(sorted(w for _, w, _ in r.roots), [0] * (len(groups) - 1))
 
     def test_tree_sends_go_where_tree_reduce_sends(self):
         # Every node crossing workers: [lo, hi) from the owner of lo to the owner of its
@@ -535,7 +538,7 @@ class SimulationTest(unittest.TestCase):
                         r = fs.simulate(tasks, plan.S, W, net, "tree", shape, how=how)
                         self.assertGreaterEqual(r.step_s, cp - 1e-12, (S, how, W))
                         self.assertGreaterEqual(r.step_s, max(t for _, _, t in r.roots))
-                        self.assertEqual(len(r.roots), shape.K + 3)
+                        self.assertEqual(len(r.roots), shape.K + 2)
 
     def big_partials(self):
         shape = fs.Shape(256, 4, 16, 32000, 2)
@@ -560,9 +563,9 @@ class SimulationTest(unittest.TestCase):
                 owner = fs.block_owners(plan.S, W, how)
                 tree = fs.simulate(tasks, plan.S, W, net, "tree", shape, how=how)
                 star = fs.simulate(tasks, plan.S, W, net, "star", shape, how=how)
-                # coordinator: the parameters down once, every group's root up once
-                self.assertAlmostEqual(tree.coord_bytes, small + P + sum(groups.values()),
-                                       delta=1)
+                # coordinator: the parameters down once, the roots up once (one gradient:
+                # the tied pair's as one)
+                self.assertAlmostEqual(tree.coord_bytes, small + 2 * P, delta=1)
                 # star: every worker's parameters and every span's partials
                 parts = sum(sum(t.partials.values()) for t in tasks)
                 self.assertAlmostEqual(star.coord_bytes, small + W * P + parts, delta=1)
@@ -574,7 +577,8 @@ class SimulationTest(unittest.TestCase):
                     children = sum(1 for c in range(1, A) if fs.param_parent(c) == i)
                     self.assertEqual(children, 0 if i == A - 1 else 1)
                     sums = sum(groups[g] for g, _, _, x, y, _, _ in tree.sends if w in (x, y))
-                    roots = sum(groups[g] for g, x, _ in tree.roots if x == w)
+                    roots = sum(groups.get(g, groups[fs.HEAD]) for g, x, _ in tree.roots
+                                if x == w)
                     self.assertAlmostEqual(tree.worker_bytes[w],
                                            mine + P * (1 + children) + sums + roots,
                                            delta=1, msg=(how, W, w))

@@ -165,5 +165,25 @@ TEST(DeviceRowsTest, MarkNonFiniteFlagsNaNAndInfWhereTheyAre) {
   cuda::RowsFree(0, flag, 1);
 }
 
+// Token ids cross at 2 B each and are widened where they are (RowSpace::WidenIds): an odd count
+// (the last float half used), the largest id, and the widened ids exactly the uint32 ones.
+TEST(DeviceRowsTest, WidenIdsGivesTheUint32Ids) {
+  const size_t n = 4097;
+  std::vector<uint16_t> narrow(n + 1, 0);
+  std::vector<uint32_t> want(n);
+  for (size_t i = 0; i < n; ++i) want[i] = narrow[i] = static_cast<uint16_t>((i * 40503u) ^ i);
+  narrow[n - 1] = 65535, want[n - 1] = 65535;
+  float* packed = cuda::RowsAlloc(0, (n + 1) / 2);
+  float* ids = cuda::RowsAlloc(0, n);
+  cuda::RowsUpload(0, packed, reinterpret_cast<const float*>(narrow.data()), (n + 1) / 2);
+  cuda::RowsWidenIds(0, ids, packed, n);
+  std::vector<uint32_t> got(n, 7);
+  cuda::RowsDownload(0, reinterpret_cast<float*>(got.data()), ids, n);
+  cuda::RowsFinish(0);
+  EXPECT_EQ(got, want);
+  cuda::RowsFree(0, packed, (n + 1) / 2);
+  cuda::RowsFree(0, ids, n);
+}
+
 }  // namespace
 }  // namespace adjsh

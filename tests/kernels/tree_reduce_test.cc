@@ -63,6 +63,7 @@ class CountingSpace final : public RowSpace<float> {
   }
   void Zero(float* d, size_t n) override { std::fill_n(d, n, 0.0f); }
   void MarkNonFinite(float*, const float*, size_t) override {}
+  void WidenIds(float*, const float*, size_t) override {}
   void Finish() override { ++waits; }
   int64_t downloaded = 0, waits = 0, adds = 0;
 
