@@ -35,7 +35,9 @@ def worker_step(cli, model_type, T, spans, param_bytes):
     """One GPU worker's step through a coordinator: (h2d, d2h, syncs) its device counted."""
     with tempfile.TemporaryDirectory(prefix="adjsh-traffic-") as tmp:
         model, tokens = os.path.join(tmp, "model"), os.path.join(tmp, "tokens.u16")
-        init = [cli, "init", "--out", model, "--model-type", model_type, *SHAPE[:6]]
+        # emulated_step's models: Mamba-1 tied, Mamba-2 with an LM head of its own.
+        init = [cli, "init", "--out", model, "--model-type", model_type, *SHAPE[:6],
+                *(["--untied-head"] if model_type == "mamba2" else [])]
         r = subprocess.run(init, capture_output=True, text=True)
         if r.returncode != 0:
             sys.exit(f"traffic_benchmarks: init: {r.stderr.strip()}")
@@ -110,7 +112,8 @@ def main():
               "the vocabulary fits, widened on the device).", "",
               "One GPU worker process owning every span of the 64K step, through a coordinator "
               "(its partials summed on its device by the worker tree, a tied model's head and "
-              "lookup roots brought down as one): what its device counted over the whole run.",
+              "lookup roots brought down as one; Mamba-1 is tied, Mamba-2 has an LM head of its "
+              "own, as above): what its device counted over the whole run.",
               "", "| model | T | spans | H2D B/token | D2H B/token | beyond one parameter upload "
               "and one gradient download, B/token | syncs |", "|---|---|---|---|---|---|---|"]
     for r, (h2d, d2h, syncs, beyond) in workers:

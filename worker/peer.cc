@@ -92,6 +92,11 @@ void PeerHub::Shutdown() {
   cv_.notify_all();
   if (server_) server_->Shutdown(std::chrono::system_clock::now() + milliseconds(500));
   if (sender_.joinable()) sender_.join();
+  // The step's nodes go now: device ones are buffers of the task runner's backend, which the
+  // worker destroys before this hub (worker/worker.cc).
+  std::lock_guard<std::mutex> lock(mu_);
+  step_ = Step();
+  outgoing_.clear();
 }
 
 PeerHub::Stats PeerHub::stats() const {

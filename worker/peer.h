@@ -53,7 +53,7 @@ class PeerHub {
   // address to advertise: opt.peer_advertise, else the listen address with the port bound;
   // "" without a listen address.
   absl::StatusOr<std::string> Start();
-  void Shutdown();  // the server, the sender and every wait; idempotent
+  void Shutdown();  // the server, the sender, every wait and the step's nodes; idempotent
 
   // The step of `task`, which has a tree: the first task of a newer (job, version) drops what
   // the older one held.
