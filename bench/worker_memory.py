@@ -100,9 +100,14 @@ def main():
     for T, W, hi, lo in rows:
         lines.append(f"| {T // 1024}K | {W} | {T // W // 1024}K | {hi:,.0f} / {lo:,.0f} |")
     lines += ["", f"The peak follows the tokens a worker owns, whatever T: {fixed:,.0f} MiB "
-              f"(the tied embedding and its gradient sum, the layers, the workspace) plus "
+              f"(the tied embedding, the layers, the workspace) plus "
               f"{slope * 1048576 / 1024:,.2f} KiB per token owned (each layer's input rows, "
-              f"the span's states and adjoints), within {worst:,.0f} MiB of every row.", "",
+              f"the span's states and adjoints), within {worst:,.0f} MiB of every row. The "
+              "largest is the worker that owns span 0: its partials stay on its device for the "
+              "worker tree (engine/tree_reduce.h), and the (V, D) ones waiting for a sibling "
+              "(49 MiB each here; how many at once depends on the order its tasks end) and the "
+              "head's root, which waits for the lookups' (a tied model's pair comes down as "
+              "one), are held there.", "",
               f"With `--device-mem-mib {BUDGET}` the rows past {BUDGET} MiB are pinned host "
               "memory the device reads in place (kernels/cuda/cuda_backend.cc DeviceRowSpace): "
               "the device peak stays under the fixed part plus the budget (the same bits: "

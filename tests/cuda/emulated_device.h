@@ -46,7 +46,8 @@ inline cudaError_t HostAlloc(void** p, size_t n, unsigned int flags) {
   if (*p == nullptr) return cudaErrorMemoryAllocation;
   std::lock_guard<std::mutex> lock(pinned_mu);
   const bool mapped = (flags & cudaHostAllocMapped) != 0;
-  if (mapped) std::memset(*p, 0xff, n);  // device memory too: as fresh as Alloc's
+  // Device memory too: as fresh as Alloc's (FreshByte: zeros where kernels are skipped).
+  if (mapped) std::memset(*p, skip_kernels ? 0 : 0xff, n);
   pinned_blocks.push_back({*p, n, mapped});
   ++pinned_live, ++pinned_allocs;
   pinned_live_bytes += static_cast<int64_t>(n);
