@@ -181,20 +181,22 @@ void BasicSpanWork<Math>::Head(Outputs& out) {
                           p.head().data(), p.norm_f.data(), rows_.g.data(), targets.data(),
                           T(1) / T(n_targets_)};
   if (!rows_.mask.empty()) args.correct = &correct;
-  // An evaluation needs no dL/du and no partials: the host head runs its forward alone; a
-  // resident head runs its backward too, and what it gave is dropped.
+  // Row t's target is token t + 1: ids [halo + 1, tokens.size()) (one fewer at the end).
+  const int64_t valid =
+      std::min<int64_t>(len, static_cast<int64_t>(rows_.tokens.size()) - rows_.r.halo - 1);
+  // An evaluation needs no dL/du and no partials: either head runs its forward alone.
   if (rows_.plan.forward_only() && !model_.head) {
     out.loss_sum = model_.backend->HeadLoss(args);
+  } else if (rows_.plan.forward_only()) {
+    ADJSH_CHECK(rows_.mask.empty(), "a resident head takes no loss mask");
+    out.loss_sum = model_.head->Loss(args, DeviceIds() + rows_.r.halo + 1, valid);
   } else {
     out.norm_f.assign(D, T(0));
     RowBuffer<T> du = TakeSpare(len * D);
     if (model_.head) {  // resident: the (V, D) partial stays on the device
       out.embed_sum = RowBuffer<T>(rows_.space, V * D);
       rows_.space.Zero(out.embed_sum.data(), V * D);
-      // Row t's target is token t + 1: ids [halo + 1, tokens.size()) (one fewer at the end).
       ADJSH_CHECK(rows_.mask.empty(), "a resident head takes no loss mask");
-      const int64_t valid = std::min<int64_t>(
-          len, static_cast<int64_t>(rows_.tokens.size()) - rows_.r.halo - 1);
       out.loss_sum = model_.head->ForwardBackward(args, DeviceIds() + rows_.r.halo + 1, valid,
                                                   du.data(), out.embed_sum.data(),
                                                   out.norm_f.data(),
@@ -206,7 +208,6 @@ void BasicSpanWork<Math>::Head(Outputs& out) {
     }
     std::swap(rows_.g, du);
     GiveSpare(std::move(du));
-    if (rows_.plan.forward_only()) out.embed_sum.reset(), out.norm_f.clear();
   }
   out.correct = correct;
   g_layer_ = K_;

@@ -212,6 +212,9 @@ class ResidentHead {
   // (kernels/row_space.h MarkNonFinite), found within the call's one wait.
   virtual double ForwardBackward(const cpu::LmHeadArgs<T>& args, const uint32_t* next_ids,
                                  int64_t valid, T* du, T* dE, T* dw_f, T* dE_nonfinite) = 0;
+  // The loss alone (an evaluation's), ForwardBackward's bits without its backward; waits for it.
+  virtual double Loss(const cpu::LmHeadArgs<T>& args, const uint32_t* next_ids,
+                      int64_t valid) = 0;
   // dE (V, D) += the lookup's gradient: g[t] added into row ids[t] in token order.
   virtual void LookupBackward(const uint32_t* ids, int64_t n, const T* g, T* dE) = 0;
 };

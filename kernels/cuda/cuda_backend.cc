@@ -136,6 +136,10 @@ class CudaResidentHead final : public ResidentHead<float> {
     return weights_.ForwardBackward(a.M, static_cast<float>(a.eps), a.u, next_ids, valid,
                                     a.scale, du, dE, dw_f, dE_nonfinite);
   }
+  double Loss(const cpu::LmHeadArgs<float>& a, const uint32_t* next_ids,
+              int64_t valid) override {
+    return weights_.Loss(a.M, static_cast<float>(a.eps), a.u, next_ids, valid);
+  }
   void LookupBackward(const uint32_t* ids, int64_t n, const float* g, float* dE) override {
     weights_.LookupBackward(ids, n, g, dE);
   }

@@ -117,8 +117,8 @@ double DeviceHead(int device, bool bf16, int64_t M, int64_t D, int64_t V, float 
 // parameter version (the (V, D) table crosses PCIe once, not per span): embed (V, D) f32 for the
 // lookup, head (V, D) the head's (the same pointer when tied; bf16 on the device for bf16
 // storage) and w_f (D). Rows, u, du, g and dE are device memory (a resident span's; dE added
-// into); ids, targets and dw_f host memory. Calls only queue, except ForwardBackward, which
-// waits for its loss.
+// into); ids, targets and dw_f host memory. Calls only queue, except ForwardBackward and Loss,
+// which wait for their loss.
 class DeviceHeadWeights {
  public:
   DeviceHeadWeights(int device, bool bf16, int64_t V, int64_t D, const float* embed,
@@ -134,6 +134,8 @@ class DeviceHeadWeights {
   double ForwardBackward(int64_t M, float eps, const float* u, const uint32_t* next_ids,
                          int64_t valid, float scale, float* du, float* dE, float* dw_f,
                          float* dE_nonfinite);
+  // The loss alone, ForwardBackward's bits without its backward (an evaluation).
+  double Loss(int64_t M, float eps, const float* u, const uint32_t* next_ids, int64_t valid);
   // dE (V, D) += the lookup's gradient: g[t] added into row ids[t] in token order.
   void LookupBackward(const uint32_t* ids, int64_t n, const float* g, float* dE);
 

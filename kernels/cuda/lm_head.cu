@@ -41,8 +41,10 @@ double Head(Context& ctx, int64_t M, int64_t D, int64_t V, float eps, const floa
             float* dw_f, float* dE_nonfinite = nullptr) {
   const int64_t R = std::min(kRows, M), Vb = std::min(kVocab, V);
   const cudaDataType_t st = DataType<S>(), f32 = CUDA_R_32F;
-  // The weights uploaded per call with host rows and partials; resident, all on the device.
+  // The weights uploaded per call with host rows and partials; resident, all on the device,
+  // and with no dE the loss alone (an evaluation: the first pass over the vocabulary).
   const bool upload = on_device.E == nullptr, resident = !upload;
+  const bool backward = upload || dE != nullptr;
   float *E_d = nullptr, *w_d = nullptr, *u_d, *r, *logits, *mx, *sum, *tl, *dnf, *dE_d, *dw_acc,
         *dw_blk, *reduce;
   S *E_s = nullptr, *nf, *dl;
@@ -110,6 +112,7 @@ double Head(Context& ctx, int64_t M, int64_t D, int64_t V, float eps, const floa
       ctx.Download(h_sum.data() + r0, sum, rows * sizeof(float));
       ctx.Download(h_tl.data() + r0, tl, rows * sizeof(float));
     }
+    if (!backward) continue;
     for (int64_t v0 = 0; v0 < V; v0 += Vb) {
       const int64_t vb = std::min(Vb, V - v0);
       Gemm(ctx, false, true, rows, vb, D, 1, nf, st, D, E_s + v0 * D, st, D, 0, logits, f32, vb);
@@ -122,9 +125,9 @@ double Head(Context& ctx, int64_t M, int64_t D, int64_t V, float eps, const floa
     Add(s, dw_acc, dw_blk, D, dw_acc);
     if (!resident) ctx.Download(du + r0 * D, dnf, rows * D * sizeof(float));
   }
-  std::vector<float> h_dE(upload ? V * D : 0), h_dw(D);
+  std::vector<float> h_dE(upload ? V * D : 0), h_dw(backward ? D : 0);
   if (upload) ctx.Download(h_dE.data(), dE_d, V * D * sizeof(float));
-  ctx.Download(h_dw.data(), dw_acc, D * sizeof(float));
+  if (backward) ctx.Download(h_dw.data(), dw_acc, D * sizeof(float));
   double loss = 0;
   if (resident) ctx.Download(&loss, loss_d, sizeof(double));
   if (dE_nonfinite != nullptr) {  // checked where dE is, its answer down with the loss
@@ -141,7 +144,7 @@ double Head(Context& ctx, int64_t M, int64_t D, int64_t V, float eps, const floa
   if (upload) {
     for (int64_t k = 0; k < V * D; ++k) dE[k] += h_dE[k];
   }
-  for (int64_t d = 0; d < D; ++d) dw_f[d] += h_dw[d];
+  for (int64_t d = 0; d < D && backward; ++d) dw_f[d] += h_dw[d];
   return loss;
 }
 
@@ -235,6 +238,11 @@ double DeviceHeadWeights::ForwardBackward(int64_t M, float eps, const float* u,
   return Head<float>(m.ctx, M, m.D, m.V, eps, nullptr, nullptr,
                      {static_cast<const float*>(m.head), m.w_f}, u, nullptr, next_ids, valid,
                      scale, du, dE, dw_f, dE_nonfinite);
+}
+
+double DeviceHeadWeights::Loss(int64_t M, float eps, const float* u, const uint32_t* next_ids,
+                               int64_t valid) {
+  return ForwardBackward(M, eps, u, next_ids, valid, 0.0f, nullptr, nullptr, nullptr, nullptr);
 }
 
 void DeviceHeadWeights::LookupBackward(const uint32_t* ids, int64_t n, const float* g,

@@ -159,6 +159,46 @@ TEST(BlockTrafficTest, EveryCopyAndSyncOfACallIsCounted) {
 // call, in the same order), the layer's gradient uploaded once and downloaded once, one
 // device allocation for the task's accumulator; FinishBackward without an open sum does
 // nothing.
+// A resident head's evaluation (a forward-only step's head task): Loss gives ForwardBackward's
+// loss bit for bit, runs no backward (no norm_f partial comes down), and waits once. Rows,
+// ids and partials in device memory, as a resident span's are.
+TEST(BlockTrafficTest, AResidentHeadsLossIsItsForwardBackwardsWithoutTheBackward) {
+  // M and V over several of the emulated head's blocks (8 rows by 16 of the vocabulary).
+  const MambaConfig config = testing::SmallConfig(1, 16, 8, 4, 3, 40);
+  const ModelParams<float> p = InitParams<float>(config, 23);
+  const int64_t D = config.hidden_size, V = config.vocab_size, M = 19, valid = 18;
+  cuda::DeviceHeadWeights head(0, false, V, D, p.embed.data(), p.head().data(),
+                               p.norm_f.data());
+  std::vector<float> u(M * D);
+  std::vector<uint32_t> ids(M);
+  for (int64_t i = 0; i < M * D; ++i) u[i] = std::sin(0.37f * static_cast<float>(i));
+  for (int64_t t = 0; t < M; ++t) ids[t] = static_cast<uint32_t>((t * 53 + 7) % V);
+  float* u_d = cuda::RowsAlloc(0, M * D);
+  float* ids_d = cuda::RowsAlloc(0, M);
+  float* du_d = cuda::RowsAlloc(0, M * D);
+  float* dE_d = cuda::RowsAlloc(0, V * D);
+  cuda::RowsUpload(0, u_d, u.data(), M * D);
+  cuda::RowsUpload(0, ids_d, reinterpret_cast<const float*>(ids.data()), M);
+  cuda::RowsZero(0, dE_d, V * D);
+  std::vector<float> dw_f(D, 0.0f);
+  const auto* next = reinterpret_cast<const uint32_t*>(ids_d);
+  const double full = head.ForwardBackward(M, 1e-5f, u_d, next, valid, 1.0f / valid, du_d,
+                                           dE_d, dw_f.data(), nullptr);
+  const DeviceTraffic before = cuda::ThreadTraffic();
+  const double alone = head.Loss(M, 1e-5f, u_d, next, valid);
+  const DeviceTraffic d = cuda::ThreadTraffic() - before;
+  EXPECT_EQ(std::memcmp(&alone, &full, sizeof(double)), 0) << alone << " " << full;
+  EXPECT_GT(full, 0.0);
+  EXPECT_EQ(d.d2h_bytes, sizeof(double));  // the loss; no norm_f partial
+  EXPECT_EQ(d.h2d_bytes, 0u);
+  EXPECT_EQ(d.syncs, 1u);
+  cuda::RowsFinish(0);
+  cuda::RowsFree(0, u_d, M * D);
+  cuda::RowsFree(0, ids_d, M);
+  cuda::RowsFree(0, du_d, M * D);
+  cuda::RowsFree(0, dE_d, V * D);
+}
+
 TEST(BlockTrafficTest, ADeferredGradientMovesOnceAndSumsTheSameBits) {
   const MambaConfig config = testing::SmallConfig(1, 16, 8, 4, 3, 29);
   const ModelParams<float> p32 = InitParams<float>(config, 22);
