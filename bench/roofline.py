@@ -282,12 +282,14 @@ def pcie_today(sh, T, S):
 
 def pcie_resident(sh, T, S):
     """(parameter upload, gradient download, the rest) of a resident step: the rest is per
-    (layer, span) task its state and Sigma, its conv halo rows each way, and the token ids."""
+    (layer, span) task its state and Sigma, its conv halo rows each way, and the token ids (16
+    bits each where the vocabulary fits: engine/span_work.cc)."""
     D, DiN, W = sh.D, sh.DiN, sh.W
     params = sh.K * block_upload(sh, F) + (sh.V * sh.D + sh.D) * F
     grad = (sh.K * sh.G + sh.V * sh.D + sh.D) * F
     per_layer = (S - 1) * (DiN + sh.Di) + 3 * (S - 1) * DiN + 4 * (S - 1) * (W - 1) * D
-    return params, grad, sh.K * per_layer * F + T * 4 + S * 16
+    ids = T * (2 if sh.V <= 65536 else 4)
+    return params, grad, sh.K * per_layer * F + ids + S * 16
 
 
 def pcie_today_mamba2(D, K, V, T, S, N=16, P=64, W=4, C=256):
@@ -453,7 +455,8 @@ def assumptions():
         "place; E and its bf16 copy stay on the device; each span's (V, D) partials of the "
         "head and the lookup are added into the tree's sum on the device; PCIe carries one "
         "parameter upload, one gradient download, per (layer, span) task its state (Di N) and "
-        "Sigma, its conv halo rows (W - 1, D) each way, and the token ids (4 B each); counted "
+        "Sigma, its conv halo rows (W - 1, D) each way, and the token ids (2 B each where the "
+        "vocabulary fits 16 bits); counted "
         "as not overlapping compute.",
     ]
 
