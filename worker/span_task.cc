@@ -121,8 +121,10 @@ TaskRunner::Outcome TaskRunner::RunSpanTask(const v1::Task& task, const TaskStat
       absl::StatusOr<SpanInputs<float>> in =
           TakeSpanInputs<float>(cfg, plan, plan.task(r), ReplayPrefix(plan.task(r)), got);
       if (!in.ok()) return skip(absl::StrCat("replay: ", in.status().message()));
+      // What a replayed task returns is dropped: its partials stay where they were made.
       typename F::template Outputs<float> discard;
-      if (absl::Status st = work->Run(plan.task(r), *in, discard); !st.ok())
+      if (absl::Status st = work->Run(plan.task(r), *in, discard, /*device_partials=*/true);
+          !st.ok())
         return skip(st.message());
     }
     spans[key] = std::move(work);

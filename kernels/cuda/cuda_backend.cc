@@ -203,13 +203,18 @@ class DeviceRowSpace final : public RowSpace<float> {
     mapped_.emplace(p, n);
     return p;
   }
+  // The wait and the free outside the lock: other threads' copies ask Mapped meanwhile.
   void Release(float* p, size_t n) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (mapped_.erase(p) > 0) {
+    bool mapped = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      mapped = mapped_.erase(p) > 0;
+      if (!mapped) device_bytes_ -= static_cast<int64_t>(n * sizeof(float));
+    }
+    if (mapped) {
       RowsFinish(device_);  // as cudaFree does: no queued kernel may still use it
       RowsFreeMapped(device_, p);
     } else {
-      device_bytes_ -= static_cast<int64_t>(n * sizeof(float));
       RowsFree(device_, p, n);
     }
   }
