@@ -5,6 +5,7 @@ a safetensors reader, and the markers of docs/BENCHMARKS.md.
 import fcntl
 import json
 import os
+import random
 import re
 import struct
 import subprocess
@@ -159,6 +160,13 @@ def save_figure(fig, axes, path, legend_size=8, grid="major"):
         ax.legend(fontsize=legend_size)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+
+
+def write_random_tokens(path, n, vocab, seed=5):
+    """n token ids uniform over [0, vocab), .u16 (little-endian), the same for a seed."""
+    rng = random.Random(seed)
+    with open(path, "wb") as f:
+        f.write(b"".join(rng.randrange(vocab).to_bytes(2, "little") for _ in range(n)))
 
 
 def measured_span(rows):

@@ -14,7 +14,6 @@ import argparse
 import datetime
 import json
 import os
-import random
 import re
 import subprocess
 import sys
@@ -23,10 +22,12 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-from claims_common import replace_section  # noqa: E402
+from claims_common import replace_section, write_random_tokens  # noqa: E402
 from machine import describe  # noqa: E402
 
-SHAPE = ["--hidden-size", "256", "--layers", "4", "--vocab-size", "50280", "--chunk", "256"]
+MODEL = ["--hidden-size", "256", "--layers", "4", "--vocab-size", "50280"]
+CHUNK = ["--chunk", "256"]
+SHAPE = [*MODEL, *CHUNK]  # emulated_step's flags
 COPIED = re.compile(r"worker: cuda:0 copied (\d+) B to the device and (\d+) B back "
                     r"\((\d+) copies, (\d+) syncs\)")
 
@@ -36,18 +37,16 @@ def worker_step(cli, model_type, T, spans, param_bytes):
     with tempfile.TemporaryDirectory(prefix="adjsh-traffic-") as tmp:
         model, tokens = os.path.join(tmp, "model"), os.path.join(tmp, "tokens.u16")
         # emulated_step's models: Mamba-1 tied, Mamba-2 with an LM head of its own.
-        init = [cli, "init", "--out", model, "--model-type", model_type, *SHAPE[:6],
+        init = [cli, "init", "--out", model, "--model-type", model_type, *MODEL,
                 *(["--untied-head"] if model_type == "mamba2" else [])]
         r = subprocess.run(init, capture_output=True, text=True)
         if r.returncode != 0:
             sys.exit(f"traffic_benchmarks: init: {r.stderr.strip()}")
-        rng = random.Random(5)
-        with open(tokens, "wb") as f:
-            f.write(b"".join(rng.randrange(50280).to_bytes(2, "little") for _ in range(T)))
+        write_random_tokens(tokens, T, 50280)
         env = dict(os.environ, ADJSH_EMULATION_SKIP_KERNELS="1")
-        r = subprocess.run([cli, "grad", "--model", model, "--tokens", tokens, *SHAPE[6:],
-                            "--spans", str(spans), "--workers", "1", "--worker-device", "cuda:0", "--quiet", "--out",
-                            os.path.join(tmp, "grad.safetensors")],
+        r = subprocess.run([cli, "grad", "--model", model, "--tokens", tokens, *CHUNK,
+                            "--spans", str(spans), "--workers", "1", "--worker-device", "cuda:0",
+                            "--quiet", "--out", os.path.join(tmp, "grad.safetensors")],
                            capture_output=True, text=True, env=env, timeout=1800)
         m = COPIED.search(r.stderr)
         if r.returncode != 0 or m is None:

@@ -15,7 +15,6 @@ markers, and prints it.
 import argparse
 import datetime
 import os
-import random
 import re
 import subprocess
 import sys
@@ -24,7 +23,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-from claims_common import replace_section  # noqa: E402
+from claims_common import replace_section, write_random_tokens  # noqa: E402
 from machine import describe  # noqa: E402
 
 SHAPE = ["--hidden-size", "256", "--layers", "4", "--vocab-size", "50280"]
@@ -66,11 +65,9 @@ def main():
                            text=True)
         if r.returncode != 0:
             sys.exit(f"worker_memory: init: {r.stderr.strip()}")
-        rng = random.Random(5)
         for T in (65536, 131072, 262144):
             tokens = os.path.join(tmp, f"tokens-{T}.u16")
-            with open(tokens, "wb") as f:
-                f.write(b"".join(rng.randrange(50280).to_bytes(2, "little") for _ in range(T)))
+            write_random_tokens(tokens, T, 50280)
             for W in (1, 2, 4):
                 print(f"  T={T} W={W} ...", file=sys.stderr, flush=True)
                 held = peaks(a.binary, model, tokens, W, tmp)

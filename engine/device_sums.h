@@ -6,7 +6,7 @@
 // gradient has the same bits as if every partial had come down.
 //
 //   DeviceSums<T, P, Model> sums(model, plan, ledger);   // ledger.ReduceElsewhere() is called
-//   sums.Take(task, out);  // after Run(task, in, out, /*device_partials=*/true), under the
+//   sums.Take(task, out);  // after Run(task, in, out, Partials::kDevice), under the
 //                          // lock that guards the ledger
 #ifndef ADJSH_ENGINE_DEVICE_SUMS_H_
 #define ADJSH_ENGINE_DEVICE_SUMS_H_

@@ -79,7 +79,8 @@ GradResult<T, P> RunSpans(const P<T>& params, const Model& model, const SpanPlan
         }
         typename SpanLedger<T, P>::Outputs out;
         const auto t0 = std::chrono::steady_clock::now();
-        const absl::Status s = w->Run(task, in, out, /*device_partials=*/device_sums != nullptr);
+        const absl::Status s =
+            w->Run(task, in, out, device_sums ? Partials::kDevice : Partials::kHost);
         const double seconds =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         ADJSH_CHECK(s.ok(), std::string(s.message()).c_str());

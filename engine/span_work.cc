@@ -55,11 +55,11 @@ bool BasicSpanWork<Math>::Ready(const SpanTask& task) const {
 
 template <typename Math>
 absl::Status BasicSpanWork<Math>::Run(const SpanTask& task, const SpanInputs<T>& in,
-                                      Outputs& out, bool device_partials) {
+                                      Outputs& out, Partials partials) {
   if (task.span != rows_.span || !Ready(task))
     return SpanNotReady(rows_.span, task, forward_done_, g_layer_);
   const int64_t k = task.layer;
-  check_head_ = device_partials;
+  partials_ = partials;
   switch (task.phase) {
     case SpanPhase::kForwardSummary:
       SetHalo(k, in);
@@ -81,10 +81,11 @@ absl::Status BasicSpanWork<Math>::Run(const SpanTask& task, const SpanInputs<T>&
   // The resident head waited for its loss, after which nothing is queued unless the partials
   // come down or are checked.
   bool waited = model_.head && task.phase == SpanPhase::kForward && k + 1 == K_;
-  if (!device_partials && (out.embed_sum.size() > 0 || out.grad_sum.size() > 0)) {
+  const bool on_device = out.embed_sum.size() > 0 || out.grad_sum.size() > 0;
+  if (on_device && partials == Partials::kHost) {
     waited = false;
     QueuePartialsDown(k, out);
-  } else if (!waited && (out.embed_sum.size() > 0 || out.grad_sum.size() > 0)) {
+  } else if (on_device && partials == Partials::kDeviceChecked && !waited) {
     // One flag comes down with the task's outputs, not the partials (the head's: in its wait).
     RowBuffer<T> flag(rows_.space, 1);
     rows_.space.Zero(flag.data(), 1);
@@ -181,6 +182,7 @@ void BasicSpanWork<Math>::Head(Outputs& out) {
                           p.head().data(), p.norm_f.data(), rows_.g.data(), targets.data(),
                           T(1) / T(n_targets_)};
   if (!rows_.mask.empty()) args.correct = &correct;
+  ADJSH_CHECK(!model_.head || rows_.mask.empty(), "a resident head takes no loss mask");
   // Row t's target is token t + 1: ids [halo + 1, tokens.size()) (one fewer at the end).
   const int64_t valid =
       std::min<int64_t>(len, static_cast<int64_t>(rows_.tokens.size()) - rows_.r.halo - 1);
@@ -188,7 +190,6 @@ void BasicSpanWork<Math>::Head(Outputs& out) {
   if (rows_.plan.forward_only() && !model_.head) {
     out.loss_sum = model_.backend->HeadLoss(args);
   } else if (rows_.plan.forward_only()) {
-    ADJSH_CHECK(rows_.mask.empty(), "a resident head takes no loss mask");
     out.loss_sum = model_.head->Loss(args, DeviceIds() + rows_.r.halo + 1, valid);
   } else {
     out.norm_f.assign(D, T(0));
@@ -196,11 +197,12 @@ void BasicSpanWork<Math>::Head(Outputs& out) {
     if (model_.head) {  // resident: the (V, D) partial stays on the device
       out.embed_sum = RowBuffer<T>(rows_.space, V * D);
       rows_.space.Zero(out.embed_sum.data(), V * D);
-      ADJSH_CHECK(rows_.mask.empty(), "a resident head takes no loss mask");
       out.loss_sum = model_.head->ForwardBackward(args, DeviceIds() + rows_.r.halo + 1, valid,
                                                   du.data(), out.embed_sum.data(),
                                                   out.norm_f.data(),
-                                                  check_head_ ? &out.partials_nonfinite : nullptr);
+                                                  partials_ == Partials::kDeviceChecked
+                                                      ? &out.partials_nonfinite
+                                                      : nullptr);
     } else {
       out.embed.assign(V * D, T(0));
       out.loss_sum = model_.backend->HeadForwardBackward(args, du.data(), out.embed.data(),

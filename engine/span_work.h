@@ -25,6 +25,16 @@
 
 namespace adjsh {
 
+// Where a resident span's (V, D) and layer partials go after its task (BasicSpanWork::Run):
+// down to the host (out.embed, out.grad), or left where the rows are (out.embed_sum,
+// out.grad_sum) for a sum taken there, with or without a check that they are finite
+// (out.partials_nonfinite, down with the task's other outputs). No effect on host rows.
+enum class Partials {
+  kHost,
+  kDevice,         // the in-process step's sums (engine/device_sums.h), a rebuild's replays
+  kDeviceChecked,  // a worker's tree (engine/tree_reduce.h), whose leaves must be finite
+};
+
 template <typename Math>
 class BasicSpanWork {
  public:
@@ -44,15 +54,12 @@ class BasicSpanWork {
   // (forward), or the backward has come down to its layer (backward). Otherwise the span must
   // be rebuilt (a fresh work replayed up to the task).
   bool Ready(const SpanTask& task) const;
-  // Runs the task (Ready must hold: FAILED_PRECONDITION otherwise). out's buffers are resized.
-  // A resident span's (V, D) and layer partials come to the host (out.embed, out.grad) unless
-  // device_partials, which leaves them where the rows are (out.embed_sum, out.grad_sum) for a
-  // sum taken there (engine/span_step.cc, engine/tree_reduce.h), with out.partials_nonfinite
-  // saying whether they are finite (checked there, on the host with the task's other outputs).
+  // Runs the task (Ready must hold: FAILED_PRECONDITION otherwise). out's buffers are resized;
+  // a resident span's partials go where `partials` says.
   absl::Status Run(const SpanTask& task, const SpanInputs<T>& in, Outputs& out,
-                   bool device_partials = false);
+                   Partials partials = Partials::kHost);
   // Brings partials left on the device by Run to the host after all (out.embed, out.grad), as
-  // Run would have without device_partials; one wait. Nothing where there are none.
+  // Partials::kHost would have; one wait. Nothing where there are none.
   void PartialsToHost(int64_t layer, Outputs& out);
 
   int64_t kept_bytes() const;  // what the span holds now
@@ -80,7 +87,7 @@ class BasicSpanWork {
   int64_t g_layer_ = -1;          // g holds dL/du^{g_layer_} (K after the head), or -1
   bool next_halo_added_ = false;  // span s + 1's part of g is in
   int64_t halo_layer_ = 0;        // the layer whose halo rows are in u (layer 0's: its own)
-  bool check_head_ = false;       // the resident head flags a non-finite partial (Run's task)
+  Partials partials_ = Partials::kHost;  // Run's task's (the resident head checks its dE)
 };
 
 // The span owners of the two model types (engine/families/).

@@ -123,8 +123,7 @@ TaskRunner::Outcome TaskRunner::RunSpanTask(const v1::Task& task, const TaskStat
       if (!in.ok()) return skip(absl::StrCat("replay: ", in.status().message()));
       // What a replayed task returns is dropped: its partials stay where they were made.
       typename F::template Outputs<float> discard;
-      if (absl::Status st = work->Run(plan.task(r), *in, discard, /*device_partials=*/true);
-          !st.ok())
+      if (absl::Status st = work->Run(plan.task(r), *in, discard, Partials::kDevice); !st.ok())
         return skip(st.message());
     }
     spans[key] = std::move(work);
@@ -143,8 +142,8 @@ TaskRunner::Outcome TaskRunner::RunSpanTask(const v1::Task& task, const TaskStat
   SpanResultOf<float, C> result;
   // A resident model's partials stay on the device for the tree to sum there
   // (engine/tree_reduce.h): only the nodes that leave this worker come down.
-  const bool device_partials = tree && !model->rows->host();
-  if (absl::Status st = work.Run(span_task, *in, result.out, device_partials); !st.ok())
+  const Partials partials = tree ? Partials::kDeviceChecked : Partials::kHost;
+  if (absl::Status st = work.Run(span_task, *in, result.out, partials); !st.ok())
     return skip(st.message());
   // With a tree, finite partials become leaves of it here; non-finite ones travel in the
   // result (brought down for it), which the coordinator refuses as it would any.
