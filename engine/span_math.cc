@@ -52,8 +52,8 @@ void SpanMath<Params>::ForwardSummary(SpanRows<T>& s, int64_t k, Outputs& out) {
   space_.Zero(state.data(), S_), space_.Zero(sigma.data(), n_sigma);
   StartKeeping(SpanPhase::kForwardSummary, k, s.r.c1 - s.r.c0);
   for (int64_t c = s.r.c0; c < s.r.c1; ++c) {
-    kept_[c - s.r.c0] = ops.FoldForward(s.ChunkRows(k, c, sc.rows), Span(s.plan.Chunk(c)),
-                                        state.data(), sigma.data());
+    kept_[c - s.r.c0] = ops.FoldForward(s.ChunkRows(k, c, sc.rows, c + 1),
+                                        Span(s.plan.Chunk(c)), state.data(), sigma.data());
   }
   out.h_end.resize(S_), out.sigma.resize(n_sigma);
   space_.Download(out.h_end.data(), state.data(), S_);
@@ -91,8 +91,8 @@ void SpanMath<Params>::Forward(SpanRows<T>& s, int64_t k, const std::vector<T>& 
     T* dst = top ? s.g.data() + (ch.t0 - s.r.t0) * D
                  : s.u[k + 1].WriteBuffer(row * D, ch.len * D, sc.out);
     carried_[k][i] = ops.Forward(TakeKept(SpanPhase::kForwardSummary, k, i),
-                                 s.ChunkRows(k, c, sc.rows), Span(ch), start, dst, next.data(),
-                                 room_for);
+                                 s.ChunkRows(k, c, sc.rows, c + 1), Span(ch), start, dst,
+                                 next.data(), room_for);
     if (!top) s.u[k + 1].Commit(row * D, ch.len * D, dst);
     space_.Copy(h.data(), next.data(), S_);
   }
@@ -112,8 +112,8 @@ const typename SpanMath<Params>::T* SpanMath<Params>::ChunkStart(SpanRows<T>& s,
     space_.Copy(next.data(), start_[k].data(), S_);
     for (int64_t c = s.r.c0; c < s.r.c1; ++c) {
       space_.Copy(rebuilt_.data() + (c - s.r.c0) * S_, next.data(), S_);
-      model_.layers[k]->Forward(nullptr, s.ChunkRows(k, c, sc.rows), Span(s.plan.Chunk(c)),
-                                next.data(), nullptr, next.data(), -1);
+      model_.layers[k]->Forward(nullptr, s.ChunkRows(k, c, sc.rows, c + 1),
+                                Span(s.plan.Chunk(c)), next.data(), nullptr, next.data(), -1);
     }
     rebuilt_layer_ = k;
   }
@@ -131,8 +131,8 @@ void SpanMath<Params>::BackwardSummary(SpanRows<T>& s, int64_t k, Outputs& out) 
     const SpanRange ch = s.plan.Chunk(c);
     const int64_t i = c - s.r.c0;
     const T* start = ChunkStart(s, k, i, sc.state);
-    kept_[i] = ops.FoldAdjoint(std::move(carried_[k][i]), s.ChunkRows(k, c, sc.rows), Span(ch),
-                               start, s.g.data() + (ch.t0 - s.r.t0) * s.D, m.data());
+    kept_[i] = ops.FoldAdjoint(std::move(carried_[k][i]), s.ChunkRows(k, c, sc.rows, c - 1),
+                               Span(ch), start, s.g.data() + (ch.t0 - s.r.t0) * s.D, m.data());
   }
   out.m.resize(S_);
   space_.Download(out.m.data(), m.data(), S_);
@@ -175,7 +175,7 @@ void SpanMath<Params>::Backward(SpanRows<T>& s, int64_t k, const std::vector<T>&
     // What the summary kept, or else (span 0 runs none) what the forward carried.
     std::unique_ptr<KeptActs> set = TakeKept(SpanPhase::kBackwardSummary, k, i);
     if (!set) set = std::move(carried_[k][i]);
-    ops.Backward(std::move(set), s.ChunkRows(k, c, sc.rows), Span(ch), start,
+    ops.Backward(std::move(set), s.ChunkRows(k, c, sc.rows, c - 1), Span(ch), start,
                  s.g.data() + (ch.t0 - r.t0) * D, mu, mu_out.data(), conv_carry.data(), out.grad,
                  du + (ch.t0 - r.t0) * D, rows ? halos[i].data() : nullptr, sum.data());
     std::swap(mu_next, mu_out);

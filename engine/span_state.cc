@@ -39,9 +39,16 @@ SpanRows<T>::SpanRows(const SpanPlan& plan, int64_t span, int64_t K, int64_t D,
 }
 
 template <typename T>
-const T* SpanRows<T>::ChunkRows(int64_t k, int64_t c, std::vector<T>& scratch) const {
+const T* SpanRows<T>::ChunkRows(int64_t k, int64_t c, std::vector<T>& scratch,
+                                int64_t next) const {
   const SpanRange ch = plan.Chunk(c);
-  return u[k].Read((ch.t0 - ch.halo - base()) * D, (ch.halo + ch.len) * D, scratch);
+  size_t next_at = 0, next_n = 0;
+  if (next >= r.c0 && next < r.c1) {
+    const SpanRange after = plan.Chunk(next);
+    next_at = (after.t0 - after.halo - base()) * D, next_n = (after.halo + after.len) * D;
+  }
+  return u[k].Read((ch.t0 - ch.halo - base()) * D, (ch.halo + ch.len) * D, scratch, next_at,
+                   next_n);
 }
 
 bool SpanTaskReady(const SpanTask& task, int64_t K, int64_t forward_done, int64_t g_layer) {

@@ -83,7 +83,9 @@ struct SpanRows {
   int64_t base() const { return r.t0 - r.halo; }  // the token of u[k]'s row 0
   // The rows chunk c reads of u^k (its conv halo, then its own), through scratch when the
   // storage rounds.
-  const T* ChunkRows(int64_t k, int64_t c, std::vector<T>& scratch) const;
+  // next: the chunk of layer k the caller reads next with this scratch (none: outside the
+  // span's chunks), whose rows may start coming now (StoredRows::Read).
+  const T* ChunkRows(int64_t k, int64_t c, std::vector<T>& scratch, int64_t next = -1) const;
 };
 
 // Whether a span whose forward has run layers [0, forward_done) and whose g holds

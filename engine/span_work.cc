@@ -195,7 +195,7 @@ void BasicSpanWork<Math>::Head(Outputs& out) {
     out.norm_f.assign(D, T(0));
     RowBuffer<T> du = TakeSpare(len * D);
     if (model_.head) {  // resident: the (V, D) partial stays on the device
-      out.embed_sum = RowBuffer<T>(rows_.space, V * D);
+      out.embed_sum = RowBuffer<T>(rows_.space, V * D, /*may_spill=*/true);
       rows_.space.Zero(out.embed_sum.data(), V * D);
       out.loss_sum = model_.head->ForwardBackward(args, DeviceIds() + rows_.r.halo + 1, valid,
                                                   du.data(), out.embed_sum.data(),
@@ -233,7 +233,7 @@ void BasicSpanWork<Math>::Backward(int64_t k, const SpanInputs<T>& in, Outputs& 
   // the last rows is added by the ledger: it has those rows).
   const int64_t VD = model_.params->config.vocab_size * D;
   if (model_.head) {  // resident: summed on the device in the same order
-    out.embed_sum = RowBuffer<T>(rows_.space, VD);
+    out.embed_sum = RowBuffer<T>(rows_.space, VD, /*may_spill=*/true);
     rows_.space.Zero(out.embed_sum.data(), VD);
     model_.head->LookupBackward(DeviceIds() + rows_.r.halo, len, rows_.g.data(),
                                 out.embed_sum.data());
@@ -256,7 +256,7 @@ RowBuffer<typename Math::Value>& BasicSpanWork<Math>::HostSpare() {
 
 template <typename Math>
 RowBuffer<typename Math::Value> BasicSpanWork<Math>::TakeSpare(size_t n) {
-  if (!rows_.space.host()) return RowBuffer<T>(rows_.space, n);
+  if (!rows_.space.host()) return RowBuffer<T>(rows_.space, n, /*may_spill=*/true);
   RowBuffer<T>& spare = HostSpare();
   if (spare.size() != n) spare = RowBuffer<T>(rows_.space, n);
   return std::move(spare);

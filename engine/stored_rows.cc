@@ -22,7 +22,7 @@ absl::StatusOr<StoredRows<T>> StoredRows<T>::Create(size_t n, Storage storage,
   s.storage_ = storage;
   if (space != nullptr && !space->host()) {
     ADJSH_CHECK(storage == Storage::kCompute, "resident rows are in the compute type");
-    s.device_ = RowBuffer<T>(*space, n);
+    s.device_ = RowBuffer<T>(*space, n, /*may_spill=*/true);
     if (zeroed) space->Zero(s.device_.data(), n);
     s.space_ = space;
     return s;
@@ -40,8 +40,13 @@ absl::StatusOr<StoredRows<T>> StoredRows<T>::Create(size_t n, Storage storage,
 }
 
 template <typename T>
-const T* StoredRows<T>::Read(size_t offset, size_t n, std::vector<T>& scratch) const {
-  if (device_.data()) return device_.data() + offset;
+const T* StoredRows<T>::Read(size_t offset, size_t n, std::vector<T>& scratch,
+                             size_t next_offset, size_t next_n) const {
+  if (device_.data()) {
+    const T* rows = device_.data();
+    return space_->ReadRows(rows + offset, n, &scratch, next_n ? rows + next_offset : nullptr,
+                            next_n);
+  }
   if (storage_ != Storage::kBF16) return native_.data() + offset;
   if (scratch.size() < n) scratch.resize(n);
   const uint16_t* src = bf16_.data() + offset;

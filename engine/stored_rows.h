@@ -37,7 +37,14 @@ class StoredRows {
 
   // n values from offset, in the rows' space. Compute-type storage: a pointer into the store;
   // bf16: widened into scratch (resized as needed).
-  const T* Read(size_t offset, size_t n, std::vector<T>& scratch) const;
+  const T* Read(size_t offset, size_t n, std::vector<T>& scratch) const {
+    return Read(offset, n, scratch, 0, 0);
+  }
+  // The same, for a reader that reads next_n values from next_offset next with this scratch:
+  // rows past a device's budget start coming now (RowSpace::ReadRows). Valid until the next
+  // read with the same scratch.
+  const T* Read(size_t offset, size_t n, std::vector<T>& scratch, size_t next_offset,
+                size_t next_n) const;
   // Where to put n values for offset: the store itself, or scratch; Commit with the same
   // arguments afterwards (bf16: rounds scratch in; compute type: nothing to do).
   T* WriteBuffer(size_t offset, size_t n, std::vector<T>& scratch);

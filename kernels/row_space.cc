@@ -49,28 +49,28 @@ class HostSpace final : public RowSpace<T> {
 }  // namespace
 
 template <typename T>
-T* RowSpace<T>::Alloc(size_t n) {
-  if (pool_cap_ == 0) return Allocate(n);
-  {
+T* RowSpace<T>::Alloc(size_t n, bool may_spill) {
+  if (pool_cap_ > 0) {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = pool_.find(n);
-    if (it != pool_.end()) {
-      T* p = it->second;
+    for (auto [it, end] = pool_.equal_range(n); it != end; ++it) {
+      if (it->second.spilled && !may_spill) continue;
+      T* p = it->second.p;
       pool_.erase(it);
       pooled_ -= n * sizeof(T);
       return p;
     }
   }
-  return Allocate(n);
+  return may_spill ? AllocateSpillable(n) : Allocate(n);
 }
 
 template <typename T>
 void RowSpace<T>::Free(T* p, size_t n) {
   if (pool_cap_ == 0) return Release(p, n);
+  const bool spilled = Spilled(p);
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (pooled_ + n * sizeof(T) <= pool_cap_) {
-      pool_.emplace(n, p);
+      pool_.emplace(n, Pooled{p, spilled});
       pooled_ += n * sizeof(T);
     } else {
       pending_.emplace_back(p, n);
@@ -91,7 +91,7 @@ void RowSpace<T>::AfterWait() {
 template <typename T>
 void RowSpace<T>::Drain() {
   std::lock_guard<std::mutex> lock(mu_);
-  for (const auto& [n, p] : pool_) Release(p, n);
+  for (const auto& [n, b] : pool_) Release(b.p, n);
   for (const auto& [p, n] : pending_) Release(p, n);
   pool_.clear();
   pending_.clear();

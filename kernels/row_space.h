@@ -34,8 +34,11 @@ class RowSpace {
   // n values, uninitialised. A freed buffer of the same size is reused while the pool has room
   // (a span's tasks take and give back buffers every task: states, a (len, D) cotangent, and a
   // GPU's allocation or free is a device-wide wait); past the pool, a freed buffer goes at the
-  // space's next wait (AfterWait), when nothing queued can use it.
-  T* Alloc(size_t n);
+  // space's next wait (AfterWait), when nothing queued can use it. may_spill: what grows with
+  // the span or the number of spans (stored rows, cotangents, a span's (V, D) partial), which a
+  // device may keep in host memory past its budget (kernels/cuda/cuda_backend.cc
+  // DeviceRowSpace); the rest (states, a layer's partial sums) stays in the device's memory.
+  T* Alloc(size_t n, bool may_spill = false);
   void Free(T* p, size_t n);
 
   virtual void Upload(T* dst, const T* host_src, size_t n) = 0;
@@ -49,9 +52,25 @@ class RowSpace {
   // (ids cross PCIe at 2 B each where the vocabulary fits 16 bits).
   virtual void WidenIds(T* ids, const T* packed, size_t n) = 0;
   virtual void Finish() = 0;
+  // Where the device's kernels best read p[0, n), valid until the next call with the same key
+  // (the caller's scratch: one per thread and use). p itself, unless p lies past a device's
+  // budget, in host memory (kernels/cuda/cuda_backend.cc DeviceRowSpace): then a device copy.
+  // next: the next_n values the caller reads next with the key (null: none), whose copy may
+  // start now, so that it overlaps the work queued before the next call; nothing may write them
+  // meanwhile.
+  virtual const T* ReadRows(const T* p, size_t n, const void* key, const T* next,
+                            size_t next_n) {
+    (void)n, (void)key, (void)next, (void)next_n;
+    return p;
+  }
 
  protected:
   virtual T* Allocate(size_t n) = 0;
+  virtual T* AllocateSpillable(size_t n) { return Allocate(n); }
+  virtual bool Spilled(const T* p) const {  // whether p is past the budget
+    (void)p;
+    return false;
+  }
   virtual void Release(T* p, size_t n) = 0;  // nothing queued uses p
   // After the space waited for its device (Finish): the buffers freed past the pool go.
   void AfterWait();
@@ -62,7 +81,11 @@ class RowSpace {
   const size_t pool_cap_;
   size_t pooled_ = 0;  // bytes in pool_
   std::mutex mu_;
-  std::multimap<size_t, T*> pool_;
+  struct Pooled {
+    T* p;
+    bool spilled;
+  };
+  std::multimap<size_t, Pooled> pool_;
   std::vector<std::pair<T*, size_t>> pending_;  // freed past the pool, until the next wait
 };
 
@@ -76,8 +99,8 @@ template <typename T>
 class RowBuffer {
  public:
   RowBuffer() = default;
-  RowBuffer(RowSpace<T>& space, size_t n)
-      : space_(&space), n_(n), p_(n ? space.Alloc(n) : nullptr) {}
+  RowBuffer(RowSpace<T>& space, size_t n, bool may_spill = false)
+      : space_(&space), n_(n), p_(n ? space.Alloc(n, may_spill) : nullptr) {}
   ~RowBuffer() { reset(); }
   RowBuffer(RowBuffer&& o) noexcept { *this = std::move(o); }
   RowBuffer& operator=(RowBuffer&& o) noexcept {

@@ -113,7 +113,64 @@ void Context::CopyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind
   ADJSH_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, stream_));
 }
 
-void Context::SyncStream() { ADJSH_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+void Context::SyncStream() {
+  ADJSH_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  if (!copied_ahead_) return;  // dropped copies included
+  ADJSH_CUDA_CHECK(cudaStreamSynchronize(copy_stream_));
+  copied_ahead_ = false;
+  for (const auto& [ticket, done] : ahead_) spare_events_.push_back(done);
+  ahead_.clear();
+}
+
+uint64_t Context::CopyAhead(void* dst, const void* src, size_t bytes) {
+  ADJSH_CUDA_CHECK(cudaSetDevice(device_));
+  if (copy_stream_ == nullptr) {
+    ADJSH_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
+    ADJSH_CUDA_CHECK(cudaEventCreateWithFlags(&copy_after_, cudaEventDisableTiming));
+  }
+  cudaEvent_t done = nullptr;
+  if (spare_events_.empty()) {
+    ADJSH_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+  } else {
+    done = spare_events_.back();
+    spare_events_.pop_back();
+  }
+  // A wait takes the event's record at the time of the wait: copy_after_ is recorded again
+  // for the next copy without disturbing this one.
+  ADJSH_CUDA_CHECK(cudaEventRecord(copy_after_, stream_));
+  ADJSH_CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, copy_after_, 0));
+  DeviceTraffic d;
+  d.h2d_bytes = bytes, d.h2d_copies = bytes ? 1 : 0;
+  Note(d);
+  if (bytes) {
+    ADJSH_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, copy_stream_));
+  }
+  ADJSH_CUDA_CHECK(cudaEventRecord(done, copy_stream_));
+  ahead_.emplace_back(next_ticket_, done);
+  copied_ahead_ = true;
+  return next_ticket_++;
+}
+
+void Context::AwaitCopy(uint64_t ticket) {
+  for (size_t i = 0; i < ahead_.size(); ++i) {
+    if (ahead_[i].first != ticket) continue;
+    ADJSH_CUDA_CHECK(cudaStreamWaitEvent(stream_, ahead_[i].second, 0));
+    spare_events_.push_back(ahead_[i].second);  // recorded again only after this wait
+    ahead_.erase(ahead_.begin() + static_cast<std::ptrdiff_t>(i));
+    return;
+  }
+}
+
+void Context::DropCopy(uint64_t ticket) {
+  for (size_t i = 0; i < ahead_.size(); ++i) {
+    if (ahead_[i].first != ticket) continue;
+    // Its copy may still run: the event goes back, and a later record of it follows the copy
+    // on the same stream. The destination is rewritten only by a later copy on that stream.
+    spare_events_.push_back(ahead_[i].second);
+    ahead_.erase(ahead_.begin() + static_cast<std::ptrdiff_t>(i));
+    return;
+  }
+}
 
 DeviceTraffic ThreadTraffic() { return ThreadTrafficCounts(); }
 

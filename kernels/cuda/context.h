@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "common/device_memory.h"
@@ -143,8 +144,21 @@ class Context {
   void DownloadPinned(void* dst, const void* src, size_t bytes) {
     CountedCopy(dst, src, bytes, cudaMemcpyDeviceToHost);
   }
-  // The host waits for the stream; staged downloads land, and the staging is free again.
+  // The host waits for the stream (and the copies ahead); staged downloads land, and the
+  // staging is free again.
   void Sync();
+
+  // Copies ahead, on the context's second stream, so that they overlap the kernels queued on the
+  // stream: rows past the device budget (mapped pinned host memory, src) into device memory
+  // (dst), the next chunk's while this one's kernels run (kernels/cuda/cuda_backend.cc
+  // DeviceRowSpace::ReadRows). A copy starts after everything queued on the stream so far (an
+  // event), so it sees every write queued before it and overwrites nothing a queued kernel still
+  // reads. It returns a ticket: AwaitCopy makes the stream's later work wait for the copy (an
+  // event; no host wait), DropCopy forgets one nothing will read; a Sync covers every copy
+  // (either is then a no-op). Counted as an upload.
+  uint64_t CopyAhead(void* dst, const void* src, size_t bytes);
+  void AwaitCopy(uint64_t ticket);
+  void DropCopy(uint64_t ticket);
   static constexpr size_t kStagingCap = size_t{64} << 20;
   size_t staging_bytes() const { return stage_bytes_; }  // pinned host memory it keeps
 
@@ -179,7 +193,7 @@ class Context {
   }
   // The device API under Upload, Download and Sync (context.cu; the emulated device's own).
   void CopyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind);
-  void SyncStream();
+  void SyncStream();  // and the copies ahead, which it then forgets
   // `bytes` (at most kStagingCap) of pinned staging until the next Sync (staging.cu).
   char* Stage(size_t bytes);
 
@@ -201,6 +215,14 @@ class Context {
     size_t bytes;
   };
   std::vector<Landing> landings_;
+  // The copies ahead (context.cu): their stream, made on first use; an event recorded on the
+  // stream for each to start after; the event of each in flight by ticket, and spare ones.
+  cudaStream_t copy_stream_ = nullptr;
+  cudaEvent_t copy_after_ = nullptr;
+  std::vector<std::pair<uint64_t, cudaEvent_t>> ahead_;
+  std::vector<cudaEvent_t> spare_events_;
+  uint64_t next_ticket_ = 1;
+  bool copied_ahead_ = false;  // since the last Sync
   const std::shared_ptr<MemoryCounts> counts_;  // MemoryCountsOf(device_)
 };
 

@@ -4,6 +4,8 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
@@ -149,20 +151,31 @@ class CudaResidentHead final : public ResidentHead<float> {
 };
 
 // A resident span's memory on the GPU (kernels/cuda/device_rows.h); it keeps up to 512 MiB of
-// freed buffers for reuse (a free syncs the device). Rows take device memory up to the budget
+// freed buffers for reuse (a free syncs the device). What grows with the spans (stored rows,
+// cotangents, (V, D) partials: RowSpace::Alloc's may_spill) takes device memory up to the budget
 // (Device::row_budget; unset: 80% of what is free when the first rows come, after the model's
 // parameters, leaving the rest to the workspace, which grows with the chunk, not the context);
-// past it, a buffer is mapped pinned host memory the kernels read and write over PCIe: slower,
-// the same bits, and no device allocation that fails mid-step. Only kernels touch a mapped
-// buffer on the device's side (ops.h CopyFloats, ZeroFloats: a cudaMemcpyAsync between it and
-// pinned staging would be host-to-host, outside the stream's order); its uploads and downloads
-// wait for the stream (a counted sync) and copy on the host.
+// states and a layer's partial sums count against it but always take device memory. Past it, a
+// buffer is mapped pinned host memory: the same bits, and no device allocation that fails
+// mid-step. Kernels write it in place over PCIe, and a chunk's stored rows come back as a copy
+// to device memory on a second stream (ReadRows, whose reader names the chunk it reads next:
+// that copy runs while this chunk's kernels do), since a kernel reading host memory waits on
+// PCIe at every load, and a GEMM loads its inputs many times. Only kernels and those copies
+// touch a mapped buffer on the device's side (ops.h CopyFloats, ZeroFloats: a cudaMemcpyAsync
+// between it and pinned staging would be host-to-host, outside the stream's order); its uploads
+// and downloads wait for the stream (a counted sync) and copy on the host.
 class DeviceRowSpace final : public RowSpace<float> {
  public:
   DeviceRowSpace(int device, int64_t budget)
       : RowSpace<float>(size_t{512} << 20), device_(device), budget_(budget) {}
-  ~DeviceRowSpace() override {  // one wait, then the pool's buffers go
+  ~DeviceRowSpace() override {  // one wait, then the staging's and the pool's buffers go
     RowsFinish(device_);
+    for (auto& [key, s] : staging_) {
+      for (Slot& slot : s.slot) {
+        if (slot.data) RowsFree(device_, slot.data, slot.cap);
+      }
+    }
+    for (const auto& [p, n] : retired_) RowsFree(device_, p, n);
     Drain();
   }
   bool host() const override { return false; }
@@ -187,15 +200,55 @@ class DeviceRowSpace final : public RowSpace<float> {
   }
   void Finish() override {
     RowsFinish(device_);
+    std::vector<std::pair<float*, size_t>> retired;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      retired.swap(retired_);
+    }
+    for (const auto& [p, n] : retired) RowsFree(device_, p, n);
     AfterWait();
+  }
+  // Two device buffers per key take turns: one holds the rows returned (read by kernels queued
+  // after this call), the other the copy of `next` (which starts after those kernels' inputs of
+  // the call before: Context::CopyAhead).
+  const float* ReadRows(const float* p, size_t n, const void* key, const float* next,
+                        size_t next_n) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (n == 0 || !MappedLocked(p)) return p;
+    Staging& s = staging_[key];
+    int cur = -1;
+    for (int i = 0; i < 2; ++i) {
+      if (s.slot[i].ticket && s.slot[i].src == p && s.slot[i].n == n) cur = i;
+    }
+    if (cur < 0) {  // not on its way: copy it now
+      cur = 1 - s.last;
+      Forget(s.slot[cur]);
+      Fit(s, cur, n, lock);
+      Start(s.slot[cur], p, n);
+    }
+    RowsAwait(device_, s.slot[cur].ticket);
+    s.slot[cur].ticket = 0, s.slot[cur].src = nullptr;
+    Slot& other = s.slot[1 - cur];
+    Forget(other);
+    if (next != nullptr && next_n > 0 && MappedLocked(next)) {
+      Fit(s, 1 - cur, next_n, lock);
+      Start(other, next, next_n);
+    }
+    s.last = cur;
+    return s.slot[cur].data;
   }
 
  private:
-  float* Allocate(size_t n) override {
+  // Device memory, counted against the budget, which it may pass: only what may spill goes
+  // elsewhere past it.
+  float* Allocate(size_t n) override { return Place(n, false); }
+  float* AllocateSpillable(size_t n) override { return Place(n, true); }
+  bool Spilled(const float* p) const override { return Mapped(p); }
+  float* Place(size_t n, bool may_spill) {
     const int64_t bytes = static_cast<int64_t>(n * sizeof(float));
     std::lock_guard<std::mutex> lock(mu_);
     if (budget_ < 0) budget_ = static_cast<int64_t>(RowsFreeBytes(device_) / 5 * 4);
-    if (device_bytes_ + bytes <= budget_) {
+    if (!may_spill || device_bytes_ + bytes <= budget_) {
       device_bytes_ += bytes;
       return RowsAlloc(device_, n);
     }
@@ -210,6 +263,11 @@ class DeviceRowSpace final : public RowSpace<float> {
       std::lock_guard<std::mutex> lock(mu_);
       mapped = mapped_.erase(p) > 0;
       if (!mapped) device_bytes_ -= static_cast<int64_t>(n * sizeof(float));
+      for (auto& [key, s] : staging_) {  // a copy on its way from p is nobody's any more
+        for (Slot& slot : s.slot) {
+          if (slot.ticket && slot.src >= p && slot.src < p + n) Forget(slot);
+        }
+      }
     }
     if (mapped) {
       RowsFinish(device_);  // as cudaFree does: no queued kernel may still use it
@@ -225,9 +283,49 @@ class DeviceRowSpace final : public RowSpace<float> {
   int64_t device_bytes_ = 0;  // what the rows hold of the device's memory (pooled included)
   std::map<const float*, size_t> mapped_;  // the buffers past the budget: start -> floats
 
+  // A device buffer of ReadRows's, and the copy ahead on its way into it (ticket 0: none).
+  struct Slot {
+    float* data = nullptr;
+    size_t cap = 0;  // floats
+    const float* src = nullptr;
+    size_t n = 0;
+    uint64_t ticket = 0;
+  };
+  struct Staging {
+    Slot slot[2];
+    int last = 1;  // the slot the last call returned
+  };
+  std::map<const void*, Staging> staging_;  // by ReadRows's key; counted in device_bytes_
+
+  void Start(Slot& slot, const float* src, size_t n) {
+    slot.ticket = RowsCopyAhead(device_, slot.data, src, n);
+    slot.src = src, slot.n = n;
+  }
+  void Forget(Slot& slot) {
+    if (slot.ticket) RowsDrop(device_, slot.ticket);
+    slot.ticket = 0, slot.src = nullptr;
+  }
+  // Slot i of s holds at least n floats. A buffer it outgrows may still be read by queued
+  // kernels or written by a dropped copy: it goes at the next Finish.
+  void Fit(Staging& s, int i, size_t n, std::unique_lock<std::mutex>& lock) {
+    Slot& slot = s.slot[i];
+    if (slot.cap >= n) return;
+    if (slot.data) retired_.emplace_back(slot.data, slot.cap);
+    device_bytes_ += static_cast<int64_t>((n - slot.cap) * sizeof(float));
+    slot.data = nullptr, slot.cap = 0;
+    lock.unlock();  // an allocation on the device, under the device's lock
+    float* grown = RowsAlloc(device_, n);
+    lock.lock();
+    slot.data = grown, slot.cap = n;
+  }
+  std::vector<std::pair<float*, size_t>> retired_;  // outgrown slots, freed at the next Finish
+
   // Whether p lies in a mapped buffer.
   bool Mapped(const float* p) const {
     std::lock_guard<std::mutex> lock(mu_);
+    return MappedLocked(p);
+  }
+  bool MappedLocked(const float* p) const {
     auto it = mapped_.upper_bound(p);
     if (it == mapped_.begin()) return false;
     --it;

@@ -103,4 +103,19 @@ void RowsFinish(int device) {
   d.ctx.Sync();
 }
 
+uint64_t RowsCopyAhead(int device, float* dst, const float* src, size_t n) {
+  Locked d(device);
+  return d.ctx.CopyAhead(dst, src, n * sizeof(float));
+}
+
+void RowsAwait(int device, uint64_t ticket) {
+  Locked d(device);
+  d.ctx.AwaitCopy(ticket);
+}
+
+void RowsDrop(int device, uint64_t ticket) {
+  Locked d(device);
+  d.ctx.DropCopy(ticket);
+}
+
 }  // namespace adjsh::cuda

@@ -7,6 +7,7 @@
 #define ADJSH_KERNELS_CUDA_DEVICE_ROWS_H_
 
 #include <cstddef>
+#include <cstdint>
 
 namespace adjsh::cuda {
 
@@ -26,7 +27,13 @@ void RowsAdd(int device, float* dst, const float* src, size_t n);  // dst += src
 void RowsZero(int device, float* dst, size_t n);
 void RowsMarkNonFinite(int device, float* flag, const float* src, size_t n);  // ops.h's
 void RowsWidenIds(int device, float* ids, const float* packed, size_t n);      // ops.h WidenIds
-void RowsFinish(int device);  // the host waits for the device's stream
+void RowsFinish(int device);  // the host waits for the device's stream (and copies ahead)
+// n floats of mapped rows (src) to device memory (dst) on the device's second stream, after
+// everything queued so far (Context::CopyAhead): a ticket for RowsAwait (the stream's later
+// work waits for the copy) or RowsDrop (nothing will read it).
+uint64_t RowsCopyAhead(int device, float* dst, const float* src, size_t n);
+void RowsAwait(int device, uint64_t ticket);
+void RowsDrop(int device, uint64_t ticket);
 
 }  // namespace adjsh::cuda
 

@@ -7,8 +7,9 @@
 // (host_emulation.h CheckLaunch); host code reading device memory faults; and every copy
 // between host and device must have its host side in pinned memory (cudaHostAlloc), since from
 // pageable memory a GPU's asynchronous copy is a host wait, and its device side inside a live
-// allocation, never mapped host memory (Memcpy below). Include once per test binary: it defines
-// the host stand-in for kernels/cuda/context.cu.
+// allocation, never mapped host memory (Memcpy below; copies ahead, from mapped rows on a second
+// stream, land only when the stream waits for them: Context::CopyAhead). Include once per test
+// binary: it defines the host stand-in for kernels/cuda/context.cu.
 #ifndef ADJSH_TESTS_CUDA_EMULATED_DEVICE_H_
 #define ADJSH_TESTS_CUDA_EMULATED_DEVICE_H_
 
@@ -210,7 +211,63 @@ void Context::Free(void* p, size_t bytes) {
 void Context::CopyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
   emulation::Memcpy(dst, src, bytes, kind);
 }
-void Context::SyncStream() {}
+// Copies ahead: the source is read when the copy is queued (as a GPU's copy may run at once)
+// and lands in its destination only when the stream waits for it (AwaitCopy, or a Sync): a
+// kernel that reads the destination without the wait sees what was there before. A source
+// changed between the two (a GPU's copy could have read either) aborts, named.
+namespace {
+struct AheadCopy {
+  uint64_t ticket;
+  void* dst;
+  const void* src;
+  std::vector<char> bytes;
+};
+std::vector<AheadCopy> ahead_copies;
+void Land(const AheadCopy& c, bool check = true) {
+  if (check && std::memcmp(c.src, c.bytes.data(), c.bytes.size()) != 0) {
+    std::fprintf(stderr,
+                 "emulated device: the source of copy ahead %llu (%zu bytes from %p) changed "
+                 "while the copy was in flight\n",
+                 static_cast<unsigned long long>(c.ticket), c.bytes.size(), c.src);
+    std::abort();
+  }
+  emulation::DeviceAccess access;
+  std::memcpy(c.dst, c.bytes.data(), c.bytes.size());
+}
+}  // namespace
+void Context::SyncStream() {
+  for (const AheadCopy& c : ahead_copies) Land(c);
+  ahead_copies.clear();
+}
+uint64_t Context::CopyAhead(void* dst, const void* src, size_t bytes) {
+  if (bytes && !emulation::IsMapped(src, bytes))
+    emulation::RefuseCopy("a copy ahead's source is not mapped host memory", dst, src, bytes);
+  if (bytes && !emulation::DeviceArena::Get().Contains(dst, bytes))
+    emulation::RefuseCopy("a copy ahead's destination is not inside one device allocation", dst,
+                          src, bytes);
+  DeviceTraffic d;
+  d.h2d_bytes = bytes, d.h2d_copies = bytes ? 1 : 0;
+  Note(d);
+  const char* from = static_cast<const char*>(src);
+  ahead_copies.push_back({next_ticket_, dst, src, std::vector<char>(from, from + bytes)});
+  return next_ticket_++;
+}
+void Context::AwaitCopy(uint64_t ticket) {
+  for (size_t i = 0; i < ahead_copies.size(); ++i) {
+    if (ahead_copies[i].ticket != ticket) continue;
+    Land(ahead_copies[i]);
+    ahead_copies.erase(ahead_copies.begin() + static_cast<std::ptrdiff_t>(i));
+    return;
+  }
+}
+void Context::DropCopy(uint64_t ticket) {  // a GPU's copy still lands, read or not
+  for (size_t i = 0; i < ahead_copies.size(); ++i) {
+    if (ahead_copies[i].ticket != ticket) continue;
+    Land(ahead_copies[i], /*check=*/false);
+    ahead_copies.erase(ahead_copies.begin() + static_cast<std::ptrdiff_t>(i));
+    return;
+  }
+}
 DeviceTraffic ThreadTraffic() { return ThreadTrafficCounts(); }
 // The memory and traffic reader (context.cu's), over the emulated context's counts.
 DeviceMemoryProbe DeviceMemoryProbeOf(int device) {
