@@ -105,10 +105,12 @@ def main():
               "(49 MiB each here; how many at once depends on the order its tasks end) and the "
               "head's root, which waits for the lookups' (a tied model's pair comes down as "
               "one), are held there.", "",
-              f"With `--device-mem-mib {BUDGET}` the rows past {BUDGET} MiB are pinned host "
-              "memory the device reads in place (kernels/cuda/cuda_backend.cc DeviceRowSpace): "
-              "the device peak stays under the fixed part plus the budget (the same bits: "
-              "tests/bench/test_emulated_step.py, tests/cuda/test_emulated_workers.py).", "",
+              f"With `--device-mem-mib {BUDGET}` what grows with the spans (rows, cotangents, "
+              f"(V, D) partials) past {BUDGET} MiB is pinned host memory, its rows copied back "
+              "a chunk ahead of the kernels that read them (kernels/cuda/cuda_backend.cc "
+              "DeviceRowSpace): the device peak stays under the fixed part plus the budget (the "
+              "same bits: tests/bench/test_emulated_step.py, "
+              "tests/cuda/test_emulated_workers.py).", "",
               "| T | workers | tokens per worker | device peak per worker, MiB (largest / "
               f"smallest) | under the fixed part + {BUDGET} MiB |", "|---|---|---|---|---|"]
     for T, W, hi, lo in budgeted:

@@ -204,6 +204,8 @@ int CoordinatorCommand(const std::vector<std::string>& args) {
   builder.AddListeningPort(listen, ServerCredentialsFor(*security), &port);
   builder.RegisterService(&tasks);
   builder.RegisterService(&jobs);
+  HealthService main_health;  // the same status on the main port, under its TLS
+  builder.RegisterService(&main_health);
   ConfigureServer(builder, limits->max_message_bytes);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || port == 0) {
@@ -215,6 +217,7 @@ int CoordinatorCommand(const std::vector<std::string>& args) {
   const std::string worker_command = WorkerCommand(address, !security->insecure);
   jobs.SetWorkerCommand(worker_command);
   if (*health) (*health)->SetServing(true);
+  main_health.SetServing(true);
   std::atomic<bool>& stop = InstallStopSignals();
   std::printf("listening on %s\n", address.c_str());
   std::fflush(stdout);
@@ -228,6 +231,8 @@ int CoordinatorCommand(const std::vector<std::string>& args) {
   while (!stop.load()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   std::fprintf(stderr, "adjsh coordinator: stopping\n");
   if (*health) (*health)->SetServing(false);
+  main_health.SetServing(false);
+  main_health.Stop();  // its Watch calls end, so the server's shutdown does not wait on them
   jobs.Shutdown();  // checkpoints the running job at its last completed step; it stays recorded
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   return 0;

@@ -82,8 +82,8 @@ void AddKeptFlag(ArgParser& a) {
 void AddDeviceMemFlag(ArgParser& a) {
   a.Add("device-mem-mib", "MIB",
         "CUDA: the GPU memory the span rows may take (layer inputs, states, adjoints), read "
-        "when the first rows come; past it they live in pinned host memory the GPU reads over "
-        "PCIe: the same results, slower [default: 80% of the free GPU memory]");
+        "when the first rows come; past it they live in pinned host memory and come back a "
+        "chunk ahead over PCIe: the same results, slower [default: 80% of the free GPU memory]");
 }
 
 absl::Status CheckDeviceUsable(const Device& device) {

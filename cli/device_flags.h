@@ -32,8 +32,8 @@ absl::StatusOr<Storage> StorageFromFlags(const ArgParser& a);
 // (DeviceFromFlags, which refuses a bad value naming the flag: bad usage, exit 2).
 void AddKeptFlag(ArgParser& a);
 // `--device-mem-mib MIB` of the same processes: the GPU memory a resident model's span rows may
-// take, past which they live in mapped pinned host memory (Device::row_budget; CUDA only, the
-// CPU has no use for it). Refused like --kept-mib.
+// take, past which they live in mapped pinned host memory, copied back a chunk ahead of their
+// reader (Device::row_budget; CUDA only, the CPU has no use for it). Refused like --kept-mib.
 void AddDeviceMemFlag(ArgParser& a);
 
 // `--reduce tree|star` (default tree); `when` prefixes its help ("with --workers: ").

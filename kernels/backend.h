@@ -41,8 +41,9 @@ struct Device {
   // Other devices keep nothing (ToString leaves it out).
   int64_t kept_budget = cpu::kDefaultKeptBudget;
   // The device memory in bytes a resident model's span rows may take (CUDA; set from
-  // --device-mem-mib: cli/device_flags.cc); past it, rows live in mapped pinned host memory
-  // (kernels/cuda/cuda_backend.cc DeviceRowSpace). < 0: 80% of the memory free at the first rows.
+  // --device-mem-mib: cli/device_flags.cc); past it, rows live in mapped pinned host memory,
+  // copied back a chunk ahead of their reader (kernels/cuda/cuda_backend.cc DeviceRowSpace).
+  // < 0: 80% of the memory free at the first rows.
   int64_t row_budget = -1;
 
   bool is_cpu() const { return kind == Kind::kCpu; }

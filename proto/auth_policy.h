@@ -10,6 +10,8 @@
 //       (a job client is not a worker), UNAUTHENTICATED otherwise.
 //   /adjsh.v1.PeerService/*  (a worker's endpoint for its tree peers) needs a client
 //       certificate verified against the CA, UNAUTHENTICATED without one.
+//   /grpc.health.v1.Health/* any caller that completed the TLS handshake (a load balancer's
+//       or client's check of the address it dials: no certificate or token needed).
 //   anything else            PERMISSION_DENIED.
 //
 // A client certificate signed by another CA fails the TLS handshake before any call (the

@@ -65,10 +65,13 @@ HealthServer::~HealthServer() {
   if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
 }
 
-absl::StatusOr<HealthCheckResponse::ServingStatus> CheckHealth(const std::string& address,
-                                                               const std::string& service,
-                                                               double timeout_s) {
-  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+absl::StatusOr<HealthCheckResponse::ServingStatus> CheckHealth(
+    const std::string& address, const std::string& service, double timeout_s,
+    std::shared_ptr<grpc::ChannelCredentials> credentials, const std::string& server_name) {
+  grpc::ChannelArguments args;
+  if (!server_name.empty()) args.SetSslTargetNameOverride(server_name);
+  auto channel = grpc::CreateCustomChannel(
+      address, credentials ? credentials : grpc::InsecureChannelCredentials(), args);
   auto stub = grpc::health::v1::Health::NewStub(channel);
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() +

@@ -1,6 +1,8 @@
-// The gRPC health service (proto/health.proto) of a coordinator or a worker, on a plaintext
-// server of its own (`--health-listen HOST:PORT`): Kubernetes gRPC probes speak neither TLS
-// nor tokens, and the port carries nothing else. The process sets its status: a coordinator
+// The gRPC health service (proto/health.proto) of a coordinator or a worker: on its main port
+// (the coordinator's --listen, a worker's --peer-listen), under the same TLS, for the clients
+// and load balancers that check the address they dial (proto/auth_policy.h lets any TLS caller
+// ask), and on a plaintext server of its own (`--health-listen HOST:PORT`) for Kubernetes gRPC
+// probes, which speak neither TLS nor tokens. The process sets its status: a coordinator
 // SERVING once it serves, a worker once it has registered with its coordinator; both
 // NOT_SERVING while they shut down.
 #ifndef ADJSH_PROTO_HEALTH_H_
@@ -50,9 +52,13 @@ class HealthServer {
   std::string address_;
 };
 
-// One Check of HOST:PORT (plaintext) within `timeout_s`: SERVING, NOT_SERVING, or the error.
+// One Check of HOST:PORT within `timeout_s`: SERVING, NOT_SERVING, or the error. Plaintext
+// (a --health-listen port) unless `credentials` are given (a main port: TLS, the server's
+// certificate checked for `server_name`, "": the host dialled).
 absl::StatusOr<grpc::health::v1::HealthCheckResponse::ServingStatus> CheckHealth(
-    const std::string& address, const std::string& service, double timeout_s);
+    const std::string& address, const std::string& service, double timeout_s,
+    std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr,
+    const std::string& server_name = "");
 
 }  // namespace adjsh
 

@@ -55,6 +55,7 @@ absl::StatusOr<std::string> PeerHub::Start() {
         opt_.peer_listen,
         opt_.peer_credentials ? opt_.peer_credentials : grpc::InsecureServerCredentials(), &port);
     builder.RegisterService(service_.get());
+    builder.RegisterService(&health_);
     ConfigureServer(builder, kDefaultMaxMessageBytes);  // keepalive as the clients', limits
     server_ = builder.BuildAndStart();
     if (server_ == nullptr || (port == 0 && !absl::StartsWith(opt_.peer_listen, "unix:"))) {
@@ -90,6 +91,8 @@ void PeerHub::Shutdown() {
     if (pushing_ != nullptr) pushing_->TryCancel();
   }
   cv_.notify_all();
+  health_.SetServing(false);
+  health_.Stop();  // its Watch calls end before the server's shutdown waits for them
   if (server_) server_->Shutdown(std::chrono::system_clock::now() + milliseconds(500));
   if (sender_.joinable()) sender_.join();
   // The step's nodes go now: device ones are buffers of the task runner's backend, which the

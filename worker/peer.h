@@ -32,6 +32,7 @@
 #include "engine/tree_reduce.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/adjsh.grpc.pb.h"
+#include "proto/health.h"
 #include "proto/tensor_codec.h"
 #include "worker/shared_state.h"
 #include "worker/task_io.h"
@@ -54,6 +55,9 @@ class PeerHub {
   // "" without a listen address.
   absl::StatusOr<std::string> Start();
   void Shutdown();  // the server, the sender, every wait and the step's nodes; idempotent
+  // The gRPC health service on the peer endpoint (proto/health.h), NOT_SERVING until the worker
+  // says; null without an endpoint.
+  HealthService* health() { return server_ ? &health_ : nullptr; }
 
   // The step of `task`, which has a tree: the first task of a newer (job, version) drops what
   // the older one held.
@@ -119,6 +123,7 @@ class PeerHub {
   v1::TaskService::Stub& coordinator_;
   SharedState& state_;
   std::unique_ptr<v1::PeerService::Service> service_;
+  HealthService health_;
   std::unique_ptr<grpc::Server> server_;
   std::thread sender_;
 

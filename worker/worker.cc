@@ -88,6 +88,7 @@ absl::Status Worker::Register() {
       if (interval <= 0) interval = 5000;
       state_->Registered(response.worker_id(), interval);
       if (opt_.health != nullptr) opt_.health->SetServing(true);
+      if (main_health_ != nullptr) main_health_->SetServing(true);
       state_->Log(1, absl::StrFormat("registered with %s as %s (%s, heartbeat every %d ms)",
                                      opt_.coordinator, response.worker_id(),
                                      request.worker_name(), interval));
@@ -169,6 +170,7 @@ absl::Status Worker::Run(std::atomic<bool>& stop) {
   absl::StatusOr<std::string> peer_address = peers.Start();
   if (!peer_address.ok()) return peer_address.status();
   peer_address_ = *peer_address;
+  main_health_ = peers.health();  // set before the threads that register start
   TaskRunner runner(opt_, *stub_, *state_, peers, kMaxCachedJobs);
   std::thread watcher([this] { state_->WatchLoop(); });
   std::thread heartbeat;
@@ -232,6 +234,7 @@ absl::Status Worker::Run(std::atomic<bool>& stop) {
     }
   }
   if (opt_.health != nullptr) opt_.health->SetServing(false);
+  if (main_health_ != nullptr) main_health_->SetServing(false);
   state_->Shutdown();
   peers.Shutdown();
   if (heartbeat.joinable()) heartbeat.join();

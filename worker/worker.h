@@ -55,6 +55,7 @@
 
 namespace adjsh {
 class HealthServer;
+class HealthService;
 }
 
 namespace adjsh::worker {
@@ -138,6 +139,9 @@ class Worker {
   std::unique_ptr<v1::TaskService::Stub> stub_;
   std::unique_ptr<SharedState> state_;  // what the main, heartbeat and stop-watch threads share
   std::mutex register_mu_;              // one registration at a time
+  // The health service on the peer endpoint (worker/peer.h), set as opt_.health is; null
+  // without one.
+  HealthService* main_health_ = nullptr;
 };
 
 }  // namespace adjsh::worker

@@ -306,7 +306,8 @@ def run_cases(r, work):
         "eval": ["--model", "--tokens", "--context", "--max-tokens", "--chunk", "--help"],
         "generate": ["--model", "--prompt", "--tokenizer", "--prompt-tokens", "--max-new-tokens",
                      "--temperature", "--top-k", "--seed", "--help"],
-        "health": ["--address", "--service", "--timeout", "--help"],
+        "health": ["--address", "--service", "--timeout", "--tls-ca", "--tls-cert", "--tls-key",
+                   "--tls-server-name", "--help"],
         "train": ["--spec", "--data", "--batch-size", "--data-order", "--doc-boundaries",
                   "--val-data", "--eval-every", "--resume", "--log-jsonl", "--help"],
     }

@@ -19,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "proto/adjsh.grpc.pb.h"
 #include "proto/auth_policy.h"
+#include "proto/health.h"
 #include "proto/credentials.h"
 #include "proto/status_util.h"
 #include "proto/transport.h"
@@ -160,7 +161,11 @@ TEST(AuthPolicy, Decisions) {
   EXPECT_EQ(code(task, false, std::nullopt), C::kUnauthenticated);
   EXPECT_EQ(code(task, false, bearer), C::kPermissionDenied);
   EXPECT_EQ(code(task, false, "Bearer nope"), C::kUnauthenticated);
-  EXPECT_EQ(code("/grpc.health.v1.Health/Check", true, bearer), C::kPermissionDenied);
+  for (bool cert : {false, true}) {  // health: any TLS caller, token or not
+    EXPECT_EQ(code("/grpc.health.v1.Health/Check", cert, std::nullopt), C::kOk);
+    EXPECT_EQ(code("/grpc.health.v1.Health/Watch", cert, "Bearer nope"), C::kOk);
+  }
+  EXPECT_EQ(code("/grpc.health.v1.HealthX/Check", false, bearer), C::kPermissionDenied);
   EXPECT_EQ(code("", true, bearer), C::kPermissionDenied);
   EXPECT_EQ(code("/adjsh.v1.JobServiceX/Get", false, bearer), C::kPermissionDenied);
 }
@@ -179,11 +184,13 @@ class TlsEndToEnd : public Certs {
     builder.AddListeningPort("127.0.0.1:0", ServerCredentialsFor(sec), &port_);
     builder.RegisterService(tasks_.get());
     builder.RegisterService(jobs_.get());
+    builder.RegisterService(&health_);
     ConfigureServer(builder, kDefaultMaxMessageBytes);
     server_ = builder.BuildAndStart();
     ASSERT_TRUE(server_ != nullptr && port_ > 0);
   }
   void TearDown() override {
+    health_.Stop();
     jobs_->Shutdown();
     server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   }
@@ -228,7 +235,19 @@ class TlsEndToEnd : public Certs {
     return FromGrpcStatus(v1::TaskService::NewStub(ch)->PullTask(&ctx, req, &resp));
   }
 
+  // One health check of the server over TLS trusting `ca`, presenting `cert` (empty: none).
+  absl::StatusOr<grpc::health::v1::HealthCheckResponse::ServingStatus> Health(
+      const std::string& ca, const std::string& cert) {
+    ClientSecurity sec;
+    absl::StatusOr<TlsMaterial> tls = LoadTlsFiles(
+        {cert.empty() ? "" : F(cert + ".pem"), cert.empty() ? "" : F(cert + ".key"), F(ca)});
+    EXPECT_TRUE(tls.ok()) << tls.status();
+    sec.tls = *tls;
+    return CheckHealth(absl::StrCat("127.0.0.1:", port_), "", 10, ChannelCredentialsFor(sec));
+  }
+
   int port_ = 0;
+  HealthService health_;
   std::unique_ptr<coordinator::TaskServiceImpl> tasks_;
   std::unique_ptr<coordinator::JobServiceImpl> jobs_;
   std::unique_ptr<grpc::Server> server_;
@@ -277,6 +296,25 @@ TEST_F(TlsEndToEnd, ForeignCertificatesFailTheHandshake) {
   // A client that trusts another CA refuses the coordinator's certificate.
   EXPECT_EQ(GetJob(Channel("other-ca.pem", "", "token")).code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(Register(Channel("other-ca.pem", "worker", "")).code(),
+            absl::StatusCode::kUnavailable);
+}
+
+// The main port answers grpc.health.v1 under its TLS to any caller that completes the handshake
+// (a load balancer has no certificate or token): NOT_SERVING, then SERVING once set. A client
+// that does not trust the server's CA, or speaks plaintext, gets no answer.
+TEST_F(TlsEndToEnd, HealthAnswersOnTheMainPortUnderTls) {
+  using R = grpc::health::v1::HealthCheckResponse;
+  absl::StatusOr<R::ServingStatus> before = Health("ca.pem", "");
+  ASSERT_TRUE(before.ok()) << before.status();
+  EXPECT_EQ(*before, R::NOT_SERVING);
+  health_.SetServing(true);
+  for (const char* cert : {"", "worker"}) {
+    absl::StatusOr<R::ServingStatus> s = Health("ca.pem", cert);
+    ASSERT_TRUE(s.ok()) << cert << ": " << s.status();
+    EXPECT_EQ(*s, R::SERVING) << cert;
+  }
+  EXPECT_EQ(Health("other-ca.pem", "").status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(CheckHealth(absl::StrCat("127.0.0.1:", port_), "", 10).status().code(),
             absl::StatusCode::kUnavailable);
 }
 

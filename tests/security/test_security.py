@@ -29,6 +29,7 @@ Every process listens on or connects to 127.0.0.1 and is stopped at the end, als
 Prints `N passed, N failed`; exit status 1 if any check failed.
 """
 import os
+import re
 import signal
 import stat
 import subprocess
@@ -99,6 +100,17 @@ def body(adjsh, tmp, procs, record):
     record("TLS coordinator starts", addr is not None)
     if addr is None:
         return
+    # grpc.health.v1 on the main port, under its TLS, without a certificate or token.
+    r = run("health", "--address", addr, "--tls-ca", C("ca.pem"), timeout=20)
+    record("health on the coordinator's main port over TLS -> SERVING, exit 0",
+           r.returncode == 0 and r.stdout.strip() == "SERVING", (r.stdout, r.stderr))
+    r = run("health", "--address", addr, "--timeout", "2", timeout=20)
+    record("plaintext health check of the TLS main port -> no answer, exit 1",
+           r.returncode == 1 and "no answer" in r.stderr, (r.stdout, r.stderr))
+    r = run("health", "--address", addr, "--tls-cert", C("worker.pem"), "--tls-key",
+            C("worker.key"), timeout=20)
+    record("health --tls-cert without --tls-ca -> exit 2",
+           r.returncode == 2 and "--tls-ca" in r.stderr, (r.stdout, r.stderr))
     procs.worker(addr, "w1", log="", flags=worker_tls)
     client = ["--coordinator", addr, "--tls-ca", C("ca.pem")]
     with_token = [*client, "--auth-token-file", C("token")]
@@ -209,6 +221,13 @@ def body(adjsh, tmp, procs, record):
             tail("worker-peer1.log")))
     record("worker tree over mutual TLS: weights bitwise those of in-process training",
            final_model(ckpt_tree) is not None and final_model(ckpt_tree) == final_model(ref))
+    # A worker's main port (its peer endpoint) answers grpc.health.v1 under its TLS too.
+    peer = re.search(r"peer endpoint on (\S+)", tail("worker-peer0.log"))
+    r = run("health", "--address", peer.group(1) if peer else "127.0.0.1:1", "--tls-ca",
+            C("ca.pem"), "--tls-server-name", "adjsh-worker", timeout=20)
+    record("health on a worker's peer endpoint over TLS -> SERVING, exit 0",
+           peer is not None and r.returncode == 0 and r.stdout.strip() == "SERVING",
+           (r.stdout, r.stderr, tail("worker-peer0.log")))
     coord.send_signal(signal.SIGTERM)
     coord.wait(timeout=20)
     for a, want_err, what in [
