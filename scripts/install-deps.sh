@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs the Debian packages adjsh needs to build, test and run. Idempotent: a package already
 # installed is not touched, and apt is not called at all when nothing is missing.
-#   scripts/install-deps.sh                    everything (build and tests; docker-compose
-#                                              only checks docker/compose.yaml, no engine)
+#   scripts/install-deps.sh                    everything (build and tests: docker.io and
+#                                              debootstrap build and run the images,
+#                                              tests/deploy/test_images.py)
 #   ADJSH_DEPS=build scripts/install-deps.sh   what configuring and building needs, without the
 #                                              Python test packages (the container images build
 #                                              so; scripts/build.sh passes the variable on)
@@ -18,7 +19,7 @@ PACKAGES=(
 case "${ADJSH_DEPS:-all}" in
   build) ;;
   all) PACKAGES+=(python3 python3-numpy python3-torch python3-matplotlib python3-yaml
-                  docker-compose prometheus
+                  docker-compose docker.io debootstrap prometheus
                   openssl clang libclang-rt-14-dev) ;;
   *) echo "install-deps: ADJSH_DEPS must be 'all' or 'build', got '${ADJSH_DEPS}'" >&2; exit 2 ;;
 esac

@@ -152,18 +152,30 @@ def check_dockerfiles(adjsh):
         text = open(path).read()
         check("scripts/install-deps.sh" in text and "scripts/build.sh" in text,
               f"{name}: the builder uses scripts/install-deps.sh and scripts/build.sh")
+        args, seen_from = {}, False  # the ARGs before the first FROM, with their defaults
         for word, arg in ins:
-            if word == "FROM":
+            if word == "ARG" and not seen_from and "=" in arg:
+                key, _, value = arg.partition("=")
+                args[key.strip()] = value.strip()
+            elif word == "FROM":
+                seen_from = True
                 parts = arg.split()
-                image = parts[0]
+                image = re.sub(r"\$\{(\w+)\}", lambda m: args.get(m.group(1), m.group(0)),
+                               parts[0])
                 if len(parts) == 3 and parts[1].upper() == "AS":
                     stages.add(parts[2])
-                pinned = image in stages or (":" in image and not image.endswith(":latest"))
-                check(pinned, f"{name}: FROM {image} is pinned or a stage")
+                pinned = image in stages or image == "scratch" or (
+                    ":" in image and not image.endswith(":latest"))
+                check(pinned, f"{name}: FROM {parts[0]} (by default {image}) is pinned or a stage")
                 last_install = ""
             elif word == "COPY" and "--from=" not in arg:
                 srcs = shlex.split(arg)[:-1]
                 for s in srcs:
+                    if s.startswith("prebuilt/"):  # ADJSH_BINARY=prebuilt: a context of its own
+                        check(ins and any(w == "ARG" and a.startswith("ADJSH_BINARY=build")
+                                          for w, a in ins),
+                              f"{name}: COPY {s} only with ADJSH_BINARY=prebuilt (default build)")
+                        continue
                     p = os.path.join(ROOT, s)
                     excluded = any(s.rstrip("/") == i or s.startswith(i + "/") for i in ignored)
                     check(os.path.exists(p) and not excluded,
