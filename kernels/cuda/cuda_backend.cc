@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -167,8 +168,14 @@ class CudaResidentHead final : public ResidentHead<float> {
 class DeviceRowSpace final : public RowSpace<float> {
  public:
   DeviceRowSpace(int device, int64_t budget)
-      : RowSpace<float>(size_t{512} << 20), device_(device), budget_(budget) {}
+      : RowSpace<float>(size_t{512} << 20), device_(device), budget_(budget) {
+    readers_->space = this;
+  }
   ~DeviceRowSpace() override {  // one wait, then the staging's and the pool's buffers go
+    {
+      std::lock_guard<std::mutex> lock(readers_->mu);
+      readers_->space = nullptr;  // reader threads that end later find it gone
+    }
     RowsFinish(device_);
     for (auto& [key, s] : staging_) {
       for (Slot& slot : s.slot) {
@@ -215,7 +222,9 @@ class DeviceRowSpace final : public RowSpace<float> {
                         size_t next_n) override {
     std::unique_lock<std::mutex> lock(mu_);
     if (n == 0 || !MappedLocked(p)) return p;
-    Staging& s = staging_[key];
+    auto [at, fresh] = staging_.try_emplace(key);
+    if (fresh) ThreadReaders().keys.emplace_back(readers_, key);
+    Staging& s = at->second;
     int cur = -1;
     for (int i = 0; i < 2; ++i) {
       if (s.slot[i].ticket && s.slot[i].src == p && s.slot[i].n == n) cur = i;
@@ -296,6 +305,40 @@ class DeviceRowSpace final : public RowSpace<float> {
     int last = 1;  // the slot the last call returned
   };
   std::map<const void*, Staging> staging_;  // by ReadRows's key; counted in device_bytes_
+
+  // A step's threads are made anew each step (a ThreadPool per step), so the staging of a
+  // reader whose thread ends goes at the space's next Finish: each thread keeps the keys it made
+  // and hands them back at its exit, while the space lives (Readers, under its mutex).
+  struct Readers {
+    std::mutex mu;
+    DeviceRowSpace* space = nullptr;  // null once the space is gone
+  };
+  struct ThreadKeys {
+    std::vector<std::pair<std::shared_ptr<Readers>, const void*>> keys;
+    ~ThreadKeys() {
+      for (const auto& [readers, key] : keys) {
+        std::lock_guard<std::mutex> lock(readers->mu);
+        if (readers->space) readers->space->Orphan(key);
+      }
+    }
+  };
+  static ThreadKeys& ThreadReaders() {
+    thread_local ThreadKeys keys;
+    return keys;
+  }
+  const std::shared_ptr<Readers> readers_ = std::make_shared<Readers>();
+  void Orphan(const void* key) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = staging_.find(key);
+    if (it == staging_.end()) return;
+    for (Slot& slot : it->second.slot) {
+      Forget(slot);
+      if (!slot.data) continue;
+      retired_.emplace_back(slot.data, slot.cap);
+      device_bytes_ -= static_cast<int64_t>(slot.cap * sizeof(float));
+    }
+    staging_.erase(it);
+  }
 
   void Start(Slot& slot, const float* src, size_t n) {
     slot.ticket = RowsCopyAhead(device_, slot.data, src, n);

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "tests/cuda/emulated_device.h"
@@ -108,6 +109,30 @@ TEST(DeviceRowSpaceTest, ReadsMappedRowsThroughCopiesAheadOfTheReader) {
     // Each chunk copied once: the first call copies its own rows and the next, later ones only
     // the next (the downloads of the check add none).
     EXPECT_EQ(ctx.traffic().h2d_copies - copies_before, kChunks);
+  }
+}
+
+// A reader thread's staging goes when the thread ends (at the space's next Finish): a step's
+// threads are made anew each step, and the device memory held comes back to where it was.
+TEST(DeviceRowSpaceTest, AnEndedReadersStagingIsFreed) {
+  constexpr size_t n = 64;
+  cuda::DeviceRowSpace space(0, /*budget=*/0);
+  cuda::Context& ctx = cuda::Context::Get(0);
+  RowBuffer<float> rows(space, 2 * n, /*may_spill=*/true);
+  const std::vector<float> host(2 * n, 1.5f);
+  space.Upload(rows.data(), host.data(), 2 * n);
+  const int64_t held = ctx.held_bytes();
+  for (int step = 0; step < 3; ++step) {
+    std::thread reader([&] {
+      thread_local std::vector<float> scratch;
+      space.ReadRows(rows.data(), n, &scratch, rows.data() + n, n);
+      space.ReadRows(rows.data() + n, n, &scratch, nullptr, 0);
+      space.Finish();
+    });
+    reader.join();
+    EXPECT_GT(ctx.held_bytes(), held) << "the ended reader's two buffers, until the next Finish";
+    space.Finish();
+    EXPECT_EQ(ctx.held_bytes(), held) << step;
   }
 }
 
