@@ -13,7 +13,7 @@
 // One JSON line: the shape, the step's tasks, the traffic in all (the device's own counts around
 // the step: making the model on it included) and per token, syncs per task (all, and the most
 // one task waited), the device memory the step held at its peak and the most rows it kept in
-// mapped host memory past --row-budget-bytes (kernels/cuda/cuda_backend.cc DeviceRowSpace), the
+// mapped host memory past --row-budget-bytes (kernels/cuda/device_row_space.h DeviceRowSpace), the
 // model's f32 bytes (one parameter upload, or one gradient download, of the step), and with
 // --kernels run the loss of both, the gradient's relative L2 distance from
 // the CPU's and a digest of its bytes (--threads: the step's threads, for bitwise checks).

@@ -137,7 +137,7 @@ def main():
               "(`--row-budget-bytes`; `--device-mem-mib` of a worker): what grows with the spans "
               "past it is mapped pinned host memory, written in place by the kernels, and a "
               "chunk's stored rows come back by a copy on a second stream started while the "
-              "chunk before is computed (kernels/cuda/cuda_backend.cc DeviceRowSpace::ReadRows). "
+              "chunk before is computed (kernels/cuda/device_row_space.h DeviceRowSpace::ReadRows). "
               "Each pass over a layer (forward summary, forward, backward summary, backward; "
               "Mamba-2 also rebuilds its chunk states once) reads each chunk's rows with their "
               "conv halo once; the bytes beyond the resident step are those copies.", "",

@@ -42,7 +42,7 @@ struct Device {
   int64_t kept_budget = cpu::kDefaultKeptBudget;
   // The device memory in bytes a resident model's span rows may take (CUDA; set from
   // --device-mem-mib: cli/device_flags.cc); past it, rows live in mapped pinned host memory,
-  // copied back a chunk ahead of their reader (kernels/cuda/cuda_backend.cc DeviceRowSpace).
+  // copied back a chunk ahead of their reader (kernels/cuda/device_row_space.h DeviceRowSpace).
   // < 0: 80% of the memory free at the first rows.
   int64_t row_budget = -1;
 

@@ -54,7 +54,7 @@ class RowSpace {
   virtual void Finish() = 0;
   // Where the device's kernels best read p[0, n), valid until the next call with the same key
   // (the caller's scratch: one per thread and use). p itself, unless p lies past a device's
-  // budget, in host memory (kernels/cuda/cuda_backend.cc DeviceRowSpace): then a device copy.
+  // budget, in host memory (kernels/cuda/device_row_space.h DeviceRowSpace): then a device copy.
   // next: the next_n values the caller reads next with the key (null: none), whose copy may
   // start now, so that it overlaps the work queued before the next call; nothing may write them
   // meanwhile.

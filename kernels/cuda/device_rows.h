@@ -15,7 +15,7 @@ float* RowsAlloc(int device, size_t n);
 void RowsFree(int device, float* p, size_t n);  // nothing queued may use p (RowsFinish first)
 // n floats of pinned host memory mapped into the device's address space (the same address on
 // both sides): the device's kernels and copies read and write it in place, over PCIe. For rows
-// past the device budget (cuda_backend.cc DeviceRowSpace).
+// past the device budget (device_row_space.h DeviceRowSpace).
 float* RowsAllocMapped(int device, size_t n);
 void RowsFreeMapped(int device, float* p);  // as RowsFree
 // The device memory free now (cudaMemGetInfo).

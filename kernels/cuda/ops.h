@@ -47,7 +47,7 @@ void Convert(cudaStream_t s, const float* in, int64_t n, S* out);
 // out[k] = a[k] + b[k] (f32).
 void Add(cudaStream_t s, const float* a, const float* b, int64_t n, float* out);
 // dst = src (n floats, not overlapping) and dst = 0 as kernels: either side may be span rows in
-// mapped host memory past the device budget (kernels/cuda/cuda_backend.cc DeviceRowSpace), which
+// mapped host memory past the device budget (kernels/cuda/device_row_space.h DeviceRowSpace), which
 // kernels reach in stream order, where a cudaMemcpyAsync or cudaMemsetAsync on them would be a
 // host-to-host operation outside the stream's order.
 void CopyFloats(cudaStream_t s, const float* src, int64_t n, float* dst);

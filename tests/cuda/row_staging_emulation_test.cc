@@ -1,7 +1,7 @@
 // Rows past the device budget on the host-emulated device: the context's copies ahead on its
 // second stream (kernels/cuda/context.h CopyAhead), and the resident space's reads of mapped rows
-// through them, the next chunk's started while this one's are read (kernels/cuda/cuda_backend.cc
-// DeviceRowSpace::ReadRows).
+// through them, the next chunk's started while this one's are read
+// (kernels/cuda/device_row_space.h DeviceRowSpace::ReadRows).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,8 +11,7 @@
 #include <vector>
 
 #include "tests/cuda/emulated_device.h"
-#include "kernels/cuda/mamba2_block.cu"
-#include "kernels/cuda/cuda_backend.cc"
+#include "kernels/cuda/device_row_space.h"
 
 namespace adjsh {
 namespace {

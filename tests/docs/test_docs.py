@@ -60,6 +60,11 @@ DOCS = ["README.md", "docs/USAGE.md", "docs/OPERATIONS.md"]
 OTHER_TOOL_FLAGS = {
     "--build": "docker compose up",
     "--build-arg": "docker build",
+    "--network": "docker build",
+    "--storage-driver": "dockerd",
+    "--iptables": "dockerd",
+    "--bridge": "dockerd",
+    "--variant": "debootstrap",
     "--profile": "docker compose",
     "--test-dir": "ctest",
     "--output-on-failure": "ctest",
