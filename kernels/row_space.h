@@ -36,7 +36,7 @@ class RowSpace {
   // GPU's allocation or free is a device-wide wait); past the pool, a freed buffer goes at the
   // space's next wait (AfterWait), when nothing queued can use it. may_spill: what grows with
   // the span or the number of spans (stored rows, cotangents, a span's (V, D) partial), which a
-  // device may keep in host memory past its budget (kernels/cuda/cuda_backend.cc
+  // device may keep in host memory past its budget (kernels/cuda/device_row_space.h
   // DeviceRowSpace); the rest (states, a layer's partial sums) stays in the device's memory.
   T* Alloc(size_t n, bool may_spill = false);
   void Free(T* p, size_t n);

@@ -122,7 +122,7 @@ void Context::SyncStream() {
   ahead_.clear();
 }
 
-uint64_t Context::CopyAhead(void* dst, const void* src, size_t bytes) {
+void Context::StartAhead(void* dst, const void* src, size_t bytes, uint64_t ticket) {
   ADJSH_CUDA_CHECK(cudaSetDevice(device_));
   if (copy_stream_ == nullptr) {
     ADJSH_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
@@ -139,33 +139,21 @@ uint64_t Context::CopyAhead(void* dst, const void* src, size_t bytes) {
   // for the next copy without disturbing this one.
   ADJSH_CUDA_CHECK(cudaEventRecord(copy_after_, stream_));
   ADJSH_CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, copy_after_, 0));
-  DeviceTraffic d;
-  d.h2d_bytes = bytes, d.h2d_copies = bytes ? 1 : 0;
-  Note(d);
   if (bytes) {
     ADJSH_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, copy_stream_));
   }
   ADJSH_CUDA_CHECK(cudaEventRecord(done, copy_stream_));
-  ahead_.emplace_back(next_ticket_, done);
+  ahead_.emplace_back(ticket, done);
   copied_ahead_ = true;
-  return next_ticket_++;
 }
 
-void Context::AwaitCopy(uint64_t ticket) {
+void Context::EndAhead(uint64_t ticket, bool await) {
   for (size_t i = 0; i < ahead_.size(); ++i) {
     if (ahead_[i].first != ticket) continue;
-    ADJSH_CUDA_CHECK(cudaStreamWaitEvent(stream_, ahead_[i].second, 0));
-    spare_events_.push_back(ahead_[i].second);  // recorded again only after this wait
-    ahead_.erase(ahead_.begin() + static_cast<std::ptrdiff_t>(i));
-    return;
-  }
-}
-
-void Context::DropCopy(uint64_t ticket) {
-  for (size_t i = 0; i < ahead_.size(); ++i) {
-    if (ahead_[i].first != ticket) continue;
-    // Its copy may still run: the event goes back, and a later record of it follows the copy
-    // on the same stream. The destination is rewritten only by a later copy on that stream.
+    if (await) ADJSH_CUDA_CHECK(cudaStreamWaitEvent(stream_, ahead_[i].second, 0));
+    // The event is recorded again only after this wait. A dropped copy may still run: a later
+    // record of its event follows it on the same stream, and its destination is rewritten only
+    // by a later copy on that stream.
     spare_events_.push_back(ahead_[i].second);
     ahead_.erase(ahead_.begin() + static_cast<std::ptrdiff_t>(i));
     return;

@@ -150,15 +150,19 @@ class Context {
 
   // Copies ahead, on the context's second stream, so that they overlap the kernels queued on the
   // stream: rows past the device budget (mapped pinned host memory, src) into device memory
-  // (dst), the next chunk's while this one's kernels run (kernels/cuda/cuda_backend.cc
+  // (dst), the next chunk's while this one's kernels run (kernels/cuda/device_row_space.h
   // DeviceRowSpace::ReadRows). A copy starts after everything queued on the stream so far (an
   // event), so it sees every write queued before it and overwrites nothing a queued kernel still
   // reads. It returns a ticket: AwaitCopy makes the stream's later work wait for the copy (an
   // event; no host wait), DropCopy forgets one nothing will read; a Sync covers every copy
   // (either is then a no-op). Counted as an upload.
-  uint64_t CopyAhead(void* dst, const void* src, size_t bytes);
-  void AwaitCopy(uint64_t ticket);
-  void DropCopy(uint64_t ticket);
+  uint64_t CopyAhead(void* dst, const void* src, size_t bytes) {
+    NoteCopy(bytes, /*up=*/true);
+    StartAhead(dst, src, bytes, next_ticket_);
+    return next_ticket_++;
+  }
+  void AwaitCopy(uint64_t ticket) { EndAhead(ticket, /*await=*/true); }
+  void DropCopy(uint64_t ticket) { EndAhead(ticket, /*await=*/false); }
   static constexpr size_t kStagingCap = size_t{64} << 20;
   size_t staging_bytes() const { return stage_bytes_; }  // pinned host memory it keeps
 
@@ -181,19 +185,27 @@ class Context {
     d.allocations = 1;
     Note(d);
   }
-  // A host-device copy of `kind`, counted each way (nothing for 0 bytes).
-  void CountedCopy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  // One host-device copy of `bytes` counted, up or down (nothing for 0 bytes).
+  void NoteCopy(size_t bytes, bool up) {
     if (bytes == 0) return;
     DeviceTraffic d;
-    const bool up = kind == cudaMemcpyHostToDevice;
     (up ? d.h2d_bytes : d.d2h_bytes) = bytes;
     (up ? d.h2d_copies : d.d2h_copies) = 1;
     Note(d);
+  }
+  // A host-device copy of `kind`, counted each way.
+  void CountedCopy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+    if (bytes == 0) return;
+    NoteCopy(bytes, kind == cudaMemcpyHostToDevice);
     CopyAsync(dst, src, bytes, kind);
   }
-  // The device API under Upload, Download and Sync (context.cu; the emulated device's own).
+  // The device API under Upload, Download, Sync and the copies ahead (context.cu; the emulated
+  // device's own). EndAhead: the stream waits for the copy (await) or it is forgotten; a ticket
+  // a Sync covered is a no-op.
   void CopyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind);
   void SyncStream();  // and the copies ahead, which it then forgets
+  void StartAhead(void* dst, const void* src, size_t bytes, uint64_t ticket);
+  void EndAhead(uint64_t ticket, bool await);
   // `bytes` (at most kStagingCap) of pinned staging until the next Sync (staging.cu).
   char* Stage(size_t bytes);
 

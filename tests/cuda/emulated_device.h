@@ -239,31 +239,20 @@ void Context::SyncStream() {
   for (const AheadCopy& c : ahead_copies) Land(c);
   ahead_copies.clear();
 }
-uint64_t Context::CopyAhead(void* dst, const void* src, size_t bytes) {
+void Context::StartAhead(void* dst, const void* src, size_t bytes, uint64_t ticket) {
   if (bytes && !emulation::IsMapped(src, bytes))
     emulation::RefuseCopy("a copy ahead's source is not mapped host memory", dst, src, bytes);
   if (bytes && !emulation::DeviceArena::Get().Contains(dst, bytes))
     emulation::RefuseCopy("a copy ahead's destination is not inside one device allocation", dst,
                           src, bytes);
-  DeviceTraffic d;
-  d.h2d_bytes = bytes, d.h2d_copies = bytes ? 1 : 0;
-  Note(d);
   const char* from = static_cast<const char*>(src);
-  ahead_copies.push_back({next_ticket_, dst, src, std::vector<char>(from, from + bytes)});
-  return next_ticket_++;
+  ahead_copies.push_back({ticket, dst, src, std::vector<char>(from, from + bytes)});
 }
-void Context::AwaitCopy(uint64_t ticket) {
+// A dropped copy lands too, as a GPU's does, read or not; only an awaited one is checked.
+void Context::EndAhead(uint64_t ticket, bool await) {
   for (size_t i = 0; i < ahead_copies.size(); ++i) {
     if (ahead_copies[i].ticket != ticket) continue;
-    Land(ahead_copies[i]);
-    ahead_copies.erase(ahead_copies.begin() + static_cast<std::ptrdiff_t>(i));
-    return;
-  }
-}
-void Context::DropCopy(uint64_t ticket) {  // a GPU's copy still lands, read or not
-  for (size_t i = 0; i < ahead_copies.size(); ++i) {
-    if (ahead_copies[i].ticket != ticket) continue;
-    Land(ahead_copies[i], /*check=*/false);
+    Land(ahead_copies[i], /*check=*/await);
     ahead_copies.erase(ahead_copies.begin() + static_cast<std::ptrdiff_t>(i));
     return;
   }
