@@ -307,6 +307,7 @@ absl::Status JobServiceImpl::TrainJob(JobRecord& rec, const v1::JobSpec& spec,
     p->set_rebuilt_spans(r.profile.rebuilt_spans);
     p->set_tree_workers(r.profile.tree_workers);
     p->set_restarts(r.profile.restarts);
+    p->set_step_seconds(r.seconds);
     if (!written.empty()) e.set_message(absl::StrCat("checkpoint ", written));
     PushEvent(rec, std::move(e));
     if (!written.empty()) Persist(rec);  // the record's progress follows its checkpoints
