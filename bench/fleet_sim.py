@@ -83,9 +83,9 @@ WHAT IT IGNORES
 COMMANDS
   fleet_sim.py replay --trace FILE [--step N] --workers 1,2,4,...,64 [--latency-us L]
       [--bandwidth-gbps B] [--rpc-overhead-us O] [--poll-ms P] [--long-poll-ms L] [--speed F]
-      [--reduce star|tree|both] [--owners block|round-robin] [--priority id|critical-path]
-      [--param-bytes P | --model D,K,N,V,E] [--chunk C] [--adjsh PATH] [--breakdown]
-      [--json FILE]
+      [--reduce star|tree|both] [--owners block|round-robin|recorded]
+      [--priority id|critical-path] [--param-bytes P | --model D,K,N,V,E] [--chunk C]
+      [--adjsh PATH] [--breakdown] [--json FILE]
     Replays the recorded tasks (compute_s + rebuild_s, divided by --speed) with the recorded
     "deps", on W simulated workers. The model shape (for the parameter bytes and which result
     bytes are partials) is --model, or inferred from the trace's byte counts (conv W = 4,
@@ -93,8 +93,11 @@ COMMANDS
     bytes come from the tensor shapes (engine/span_tensors.h). A trace of a worker-tree run
     (its results carry no partials, its fetches no parameters) needs --model; its bytes are
     taken as they are, and either mode then moves the parameters and partials as modelled.
+    --owners recorded keeps the trace's own span owners (each span on the worker that ran most
+    of its tasks; --workers must be the trace's count): the recorded run at other link speeds.
   fleet_sim.py calibrate --trace FILE:W[:SECONDS] [...] [--latency-us L] [--poll-ms P]
       [--long-poll-ms L] (0 for traces of a coordinator without the long poll)
+      [--bandwidth-gbps B]
     Fits --rpc-overhead-us and --bandwidth-gbps of the local link (Unix sockets on one host;
     the latency is held at --latency-us, 5 by default, since on one host only latency plus
     overhead is seen) to the recorded tasks: each task's leased-to-accepted time less its
@@ -103,7 +106,11 @@ COMMANDS
     deviations fit, robust to descheduled processes). Then it replays each trace at its
     recorded W with its recorded owners and prints measured against predicted step seconds.
     SECONDS is the measured step; without it, the trace's own (its last acceptance). A trace
-    of a worker-tree run replays as the tree (give --model).
+    of a worker-tree run replays as the tree (give --model). With --bandwidth-gbps the link's
+    rate is held and the overhead alone is fitted (a weighted median): a worker-tree run's
+    tasks carry a few KB each, too alike to fit a bandwidth (the parameters and sums, which
+    are not in the tasks, are most of the bytes); tests/net/test_multihost.py fits so on
+    unlimited links and holds the fit against real links at 1 Gbit/s and 100 Mbit/s.
   fleet_sim.py synth --model D,K,N,V,E --T T --chunk C [--spans S] --cost-trace FILE
       [--cost-model D,K,N,V,E] --speed F [--bandwidth-gbps B] [--latency-us L]
       [--rpc-overhead-us O] [--poll-ms P] [--long-poll-ms L] --workers 1,2,...,64

@@ -23,7 +23,7 @@ from .trace import (REQUIRED, carries_partials, check_deps, has_bytes, infer_sha
                     trace_layers, trace_shape)
 from .workload import plan_tasks, recorded_param_fetches, trace_tasks
 from .wavefront import wavefront_tasks
-from .calibrate import fit_rows, lad_fit, parse_run, recorded_owners
+from .calibrate import fit_rows, lad_fit, lad_fit_held, parse_run, recorded_owners
 from .sweep import modes_of, simulate, sweep, table, write_json
 from . import breakdown
 from .cli import main, parser

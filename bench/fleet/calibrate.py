@@ -1,6 +1,7 @@
 # Calibration of the link model on recorded runs: each task's lease-to-acceptance time less its
 # compute is 4 latencies + 2 overheads + bytes / bandwidth, a ready task's gap from the previous
-# result to its lease 2 latencies + 1 overhead; a least-absolute-deviations fit of both.
+# result to its lease 2 latencies + 1 overhead; a least-absolute-deviations fit of both (or of
+# the overhead alone, the bandwidth held where the link's rate is known).
 
 from collections import defaultdict
 
@@ -47,6 +48,20 @@ def lad_fit(rows):
         a, b = (t0 * s11 - t1 * s01) / det, (s00 * t1 - s01 * t0) / det
         w = [1.0 / max(abs(y - a * x0 - b * x1), 1e-6) for x0, x1, y in rows]
     return a, b
+
+
+def lad_fit_held(rows, inv_bw):
+    """Least absolute deviations of y = a x0 + x1 inv_bw over rows (x0, x1, y), the time per
+    byte held: a weighted median of (y - x1 inv_bw) / x0 with weights x0; returns a."""
+    vals = sorted(((y - x1 * inv_bw) / x0, x0) for x0, x1, y in rows if x0 > 0)
+    if not vals:
+        raise FleetError("calibrate: no observations")
+    half, acc = sum(w for _, w in vals) / 2, 0.0
+    for v, w in vals:
+        acc += w
+        if acc >= half:
+            return v
+    return vals[-1][0]
 
 
 def fit_rows(records):

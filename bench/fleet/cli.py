@@ -6,7 +6,7 @@ import os
 import sys
 
 from . import breakdown
-from .calibrate import fit_rows, lad_fit, parse_run, recorded_owners
+from .calibrate import fit_rows, lad_fit, lad_fit_held, parse_run, recorded_owners
 from .cost import CostModel
 from .errors import FleetError
 from .net import Net
@@ -28,8 +28,15 @@ def cmd_replay(a):
     tasks = trace_tasks(records, shape, a.speed, a.param_bytes, a.chunk)
     S = records[0]["spans"]
     modes = modes_of(a.reduce)
+    recorded = None
+    if a.owners == "recorded":  # the trace's own span owners, at its own W
+        recorded, seen = recorded_owners(records, S)
+        if a.workers != [seen]:
+            raise FleetError(f"--owners recorded: the trace's tasks ran on {seen} workers; give "
+                             f"--workers {seen}")
     rows = sweep(a.workers, modes, lambda m, W: simulate(
-        tasks, S, W, net, m, shape, how=a.owners, priority=a.priority), a.breakdown)
+        tasks, S, W, net, m, shape, owner=recorded if W > 1 else None,
+        how="block" if recorded else a.owners, priority=a.priority), a.breakdown)
     total, cp = critical_path(tasks)
     try:
         diff = check_deps(records)
@@ -69,41 +76,57 @@ def cmd_calibrate(a):
             raise FleetError(f"{path}: given W={W}, the trace's tasks ran on {seen} workers")
         runs.append((path, W, measured, records, owner))
     rows = [row for _, _, _, recs, _ in runs for row in fit_rows(recs)]
-    x, inv_bw = lad_fit(rows)
-    if inv_bw <= 0:
-        raise FleetError("calibrate: the fitted time per byte is not positive; give traces "
-                         "with larger results")
-    overhead_us = (x - 2 * a.latency_us * 1e-6) * 1e6
-    bw_gbps = 8e6 / inv_bw / 1e9
-    if overhead_us < 0:
-        print(f"note: latency {a.latency_us} us already exceeds what the traces show; "
-              "overhead set to 0")
-        overhead_us = 0.0
+    if a.bandwidth_gbps is not None:
+        if a.bandwidth_gbps <= 0:
+            raise FleetError(f"--bandwidth-gbps {a.bandwidth_gbps}: must be positive")
+        x = lad_fit_held(rows, 8e-3 / a.bandwidth_gbps)  # seconds per MB
+        overhead_us, bw_gbps = max(0.0, (x - 2 * a.latency_us * 1e-6) * 1e6), a.bandwidth_gbps
+        print(f"fitted on {len(rows)} observations of {len(runs)} runs: --latency-us "
+              f"{a.latency_us:g} (held) --rpc-overhead-us {overhead_us:.1f} --bandwidth-gbps "
+              f"{bw_gbps:g} (held) --poll-ms {a.poll_ms:g} --long-poll-ms {a.long_poll_ms:g}")
+    else:
+        x, inv_bw = lad_fit(rows)
+        if inv_bw <= 0:
+            raise FleetError("calibrate: the fitted time per byte is not positive; give traces "
+                             "with larger results, or hold the link's --bandwidth-gbps")
+        overhead_us = (x - 2 * a.latency_us * 1e-6) * 1e6
+        bw_gbps = 8e6 / inv_bw / 1e9
+        if overhead_us < 0:
+            print(f"note: latency {a.latency_us} us already exceeds what the traces show; "
+                  "overhead set to 0")
+            overhead_us = 0.0
+        print(f"fitted on {len(rows)} observations of {len(runs)} runs: --latency-us "
+              f"{a.latency_us:g} (held) --rpc-overhead-us {overhead_us:.1f} --bandwidth-gbps "
+              f"{bw_gbps:.3g} --poll-ms {a.poll_ms:g} --long-poll-ms {a.long_poll_ms:g}")
     net = Net(a.latency_us, bw_gbps, overhead_us, a.poll_ms, a.long_poll_ms)
-    print(f"fitted on {len(rows)} observations of {len(runs)} runs: --latency-us "
-          f"{a.latency_us:g} (held) --rpc-overhead-us {overhead_us:.1f} --bandwidth-gbps "
-          f"{bw_gbps:.3g} --poll-ms {a.poll_ms:g} --long-poll-ms {a.long_poll_ms:g}")
     print()
     print("| trace | W | tasks | task s | trace step s | measured s | predicted s | error |")
     print("|---|---|---|---|---|---|---|---|")
     out = []
-    for path, W, measured, records, owner in runs:
-        shape = trace_shape(records, a.model)
-        tasks = trace_tasks(records, shape, 1.0, None, None)
+    for run in runs:
+        path, W, measured, records, owner = run
         # a trace of a worker-tree run (its results carry no partials) replays as the tree
-        mode = "star" if carries_partials(records) else "tree"
-        r = simulate(tasks, records[0]["spans"], W, net, mode, shape, owner=owner)
+        step_s = replay_run(run, net, a.model)
         span = max(x["end_s"] for x in records)
         m = span if measured is None else measured
-        err = (r.step_s - m) / m
-        print(f"| {os.path.basename(path)} | {W} | {len(tasks)} | "
-              f"{sum(t.time for t in tasks):.3f} | {span:.3f} | {m:.3f} | {r.step_s:.3f} | "
-              f"{err * 100:+.1f}% |")
+        err = (step_s - m) / m
+        print(f"| {os.path.basename(path)} | {W} | {len(records)} | "
+              f"{sum(x['compute_s'] + x['rebuild_s'] for x in records):.3f} | {span:.3f} | "
+              f"{m:.3f} | {step_s:.3f} | {err * 100:+.1f}% |")
         out.append({"trace": path, "W": W, "measured_s": m, "trace_step_s": span,
-                    "predicted_s": r.step_s, "relative_error": err})
+                    "predicted_s": step_s, "relative_error": err})
     write_json(a.json, {"mode": "calibrate", "latency_us": a.latency_us,
                         "rpc_overhead_us": overhead_us, "bandwidth_gbps": bw_gbps,
                         "poll_ms": a.poll_ms, "long_poll_ms": a.long_poll_ms, "runs": out})
+
+
+def replay_run(run, net, model):
+    """A calibration run (path, W, measured, records, owner) replayed on net: step seconds."""
+    _, W, _, records, owner = run
+    shape = trace_shape(records, model)
+    tasks = trace_tasks(records, shape, 1.0, None, None)
+    mode = "star" if carries_partials(records) else "tree"
+    return simulate(tasks, records[0]["spans"], W, net, mode, shape, owner=owner).step_s
 
 
 def cmd_synth(a):
@@ -195,9 +218,12 @@ def add_net(p, latency, bandwidth, overhead):
                    "coordinator's long_poll, default 100; 0: a coordinator without it)")
 
 
-def add_owners(p):
-    p.add_argument("--owners", choices=("block", "round-robin"), default="block",
-                   help="span s on worker s W // S (block, default) or s mod W (round-robin)")
+def add_owners(p, recorded=False):
+    p.add_argument("--owners", choices=("block", "round-robin") + (("recorded",) if recorded
+                                                                   else ()), default="block",
+                   help="span s on worker s W // S (block, default) or s mod W (round-robin)" +
+                   ("; recorded: the worker that ran most of its tasks in the trace (give "
+                    "--workers as the trace's count)" if recorded else ""))
     p.add_argument("--priority", choices=("id", "critical-path"), default="id",
                    help="which of a worker's ready tasks it is given first: the lowest id (id, "
                    "as the coordinator leases; default) or the longest chain of task times from "
@@ -242,7 +268,7 @@ def parser():
     add_net(r, 10.0, 100.0, 50.0)
     r.add_argument("--speed", type=float, default=1.0, help="divide recorded task times by this")
     r.add_argument("--reduce", choices=("star", "tree", "both"), default="both", help=REDUCE_HELP)
-    add_owners(r)
+    add_owners(r, recorded=True)
     g = r.add_mutually_exclusive_group()
     g.add_argument("--param-bytes", type=int, help="parameter bytes (default: from the shape)")
     g.add_argument("--model", help="D,K,N,V,E of the traced model (default: inferred from "
@@ -260,6 +286,10 @@ def parser():
     c.add_argument("--step", type=int, help="the step of each trace (default: the lowest)")
     c.add_argument("--model", help="D,K,N,V,E (default: inferred from the byte counts)")
     add_net(c, 5.0, None, None)
+    c.add_argument("--bandwidth-gbps", type=float,
+                   help="hold each link direction's bandwidth (a link of known rate; needed "
+                   "where the tasks' own bytes are too few and too alike to fit it) and fit "
+                   "the per-RPC overhead alone")
     c.add_argument("--json", help="also write the numbers here")
 
     s = sub.add_parser("synth", help="simulate a plan synthesized for a model shape",

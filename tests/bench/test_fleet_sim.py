@@ -628,6 +628,14 @@ class CalibrateTest(unittest.TestCase):
         self.assertAlmostEqual(8e6 / inv / 1e9, 2.0, delta=0.05)
 
 
+    def test_held_bandwidth_fits_the_overhead_alone(self):
+        # Tasks whose bytes are too alike to fit a bandwidth: the link's rate held, the
+        # overhead is the weighted median, and a descheduled process does not move it.
+        rows = [(2.0, 0.01, 2 * 3e-4 + 8e-3 / 10 * 0.01)] * 5 + [(1.0, 0.0, 3e-4)] * 3
+        rows += [(2.0, 0.01, 0.5)]
+        self.assertAlmostEqual(fs.lad_fit_held(rows, 8e-3 / 10), 3e-4, delta=1e-9)
+
+
 class CliTest(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.TemporaryDirectory()
@@ -671,6 +679,25 @@ class CliTest(unittest.TestCase):
         self.assertEqual(got["spans"], 8)
         self.assertIn("wavefront", got["rows"][1])
         self.assertGreater(got["parallelism"], 1.0)
+
+    def test_held_bandwidth_and_recorded_owners(self):
+        p = cli("calibrate", "--trace", f"{self.trace}:2:0.07", "--bandwidth-gbps", "10")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("--bandwidth-gbps 10 (held)", p.stdout)
+        out = os.path.join(self.dir, "r.json")
+        p = cli("replay", "--trace", self.trace, "--workers", "2", "--owners", "recorded",
+                "--reduce", "tree", "--json", out)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        recorded = read_json(out)["rows"][0]["tree"]["step_s"]
+        # The fixture's owners are SpanPlan's block owners: the same step as --owners block.
+        p = cli("replay", "--trace", self.trace, "--workers", "2", "--reduce", "tree",
+                "--json", out)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertAlmostEqual(read_json(out)["rows"][0]["tree"]["step_s"], recorded, places=9)
+        self.assertUserError(cli("replay", "--trace", self.trace, "--workers", "4",
+                                 "--owners", "recorded"), "--workers 2")
+        self.assertUserError(cli("calibrate", "--trace", f"{self.trace}:2",
+                                 "--bandwidth-gbps", "0"), "must be positive")
 
     def test_bad_input(self):
         self.assertUserError(cli("replay", "--trace", os.path.join(self.dir, "none")),
