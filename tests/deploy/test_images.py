@@ -10,7 +10,10 @@
     mirror apt uses, imported as local/debian:12 (BASE and RUNTIME_BASE of the Dockerfiles).
   * The coordinator image and a CPU worker image (WORKER_RUNTIME=cpu-runtime: nothing fetched
     from NVIDIA) built by BuildKit from docker/Dockerfile.*, with ADJSH_BINARY=prebuilt: the
-    context holds this build's binary, so adjsh is compiled once (by the suite's build).
+    context holds this build's binary, so adjsh is compiled once (by the suite's build). With
+    a binary that has the CUDA backend, also the CUDA worker image with cuBLAS from NVIDIA's
+    wheels on PyPI (WORKER_RUNTIME=cuda-runtime-pypi, the cuBLAS version of the toolkit that
+    built it), its libraries where the worker loads them.
   * Each image runs as its non-root user with a read-only root filesystem (as deploy/k8s runs
     them): `--version`; then a coordinator container and a worker container on the host's
     network train a small job submitted from the host to SUCCEEDED, the coordinator's health
@@ -35,6 +38,7 @@ from harness import Results, run_adjsh, wait_for  # noqa: E402
 
 DOCKER = "/usr/bin/docker"  # docker.io's client: BuildKit with the daemon's own builder
 BASE = "local/debian:12"
+CA_BUNDLE = os.environ.get("PIP_CERT") or "/etc/ssl/certs/ca-certificates.crt"
 
 
 def free_port():
@@ -96,6 +100,22 @@ class Engine:
         return self.proc.returncode
 
 
+def cublas_version(adjsh):
+    """(major, minor) of the cuBLAS the binary's CUDA backend was built against (the toolkit at
+    $CUDA_HOME or /usr/local/cuda), or None for a binary without the CUDA backend."""
+    r = subprocess.run([adjsh, "--version"], capture_output=True, text=True, timeout=30)
+    if "CUDA backend built" not in r.stdout:
+        return None
+    header = os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "include",
+                          "cublas_api.h")
+    try:
+        text = open(header).read()
+    except OSError:
+        return None
+    v = [re.search(rf"#define CUBLAS_VER_{k}\s+(\d+)", text) for k in ("MAJOR", "MINOR")]
+    return (int(v[0].group(1)), int(v[1].group(1))) if all(v) else None
+
+
 def missing_tools():
     if os.geteuid() != 0:
         return "not root (dockerd and debootstrap need it)"
@@ -134,6 +154,16 @@ def body(adjsh, tmp, engine, record, keep_images):
     images = {"coordinator": ("adjsh-coordinator:test", "Dockerfile.coordinator", []),
               "worker (CPU)": ("adjsh-worker-cpu:test", "Dockerfile.worker",
                                ["--build-arg", "WORKER_RUNTIME=cpu-runtime"])}
+    cuda = cublas_version(adjsh)
+    if cuda:  # the CUDA worker, cuBLAS from NVIDIA's wheels on PyPI (no NVIDIA apt repository)
+        images["worker (CUDA, cuBLAS from PyPI)"] = (
+            "adjsh-worker-cuda:test", "Dockerfile.worker",
+            ["--build-arg", "WORKER_RUNTIME=cuda-runtime-pypi", "--build-arg",
+             f"CUDA_MAJOR={cuda[0]}", "--build-arg", f"CUDA_MINOR={cuda[1]}",
+             # this host's CA bundle: PyPI may be reached through a proxy that re-signs TLS
+             "--secret", f"id=ca_bundle,src={CA_BUNDLE}"])
+    else:
+        print("note: the binary has no CUDA backend: no CUDA worker image", flush=True)
     for what, (tag, dockerfile, extra) in images.items():
         r = engine.docker("build", "--network", "host", "-f",
                           os.path.join(ROOT, "docker", dockerfile), "--build-arg", f"BASE={BASE}",
@@ -147,6 +177,13 @@ def body(adjsh, tmp, engine, record, keep_images):
             return
         user = engine.docker("image", "inspect", "-f", "{{.Config.User}}", tag).stdout.strip()
         record(f"{what} image runs as a non-root user ({user})", user not in ("", "0", "root"))
+        if tag == "adjsh-worker-cuda:test":  # what the worker dlopens on first GPU use
+            r = engine.docker("run", "--rm", "--network", "none", "--read-only", "--entrypoint",
+                              "/bin/ls", tag, "/usr/local/cuda/lib64", timeout=60)
+            want = [f"libcublas.so.{cuda[0]}", f"libcublasLt.so.{cuda[0]}"]
+            record(f"{what}: {' and '.join(want)} in LD_LIBRARY_PATH",
+                   r.returncode == 0 and all(w in r.stdout.split() for w in want),
+                   (r.stdout, r.stderr))
         for as_user in ([], ["--user", "65534"]):
             r = engine.docker("run", "--rm", "--network", "none", "--read-only", *as_user, tag,
                               "--version", timeout=60)
