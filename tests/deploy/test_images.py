@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """The container images built and run by a real engine, with no registry (issue 50's first part).
 
-  test_images.py --adjsh build/cli/adjsh [--keep-images]
+  test_images.py --adjsh build/cli/adjsh [--keep-images] [--full-build]
 
   * dockerd (Debian's docker.io) started by the test on a socket and data root of its own: vfs
     storage, no iptables, no bridge (containers use the host's network or none); stopped at the
@@ -125,7 +125,7 @@ def missing_tools():
     return None
 
 
-def body(adjsh, tmp, engine, record, keep_images):
+def body(adjsh, tmp, engine, record, keep_images, full_build):
     ok = wait_for(engine.ready, 60, interval=0.5)
     record("dockerd started (vfs, no iptables, no bridge)", ok,
            open(os.path.join(tmp, "dockerd.log")).read()[-2000:])
@@ -164,11 +164,16 @@ def body(adjsh, tmp, engine, record, keep_images):
              "--secret", f"id=ca_bundle,src={CA_BUNDLE}"])
     else:
         print("note: the binary has no CUDA backend: no CUDA worker image", flush=True)
+    if full_build:  # the multi-stage build as users run it: adjsh compiled in the builder
+        images["coordinator (compiled in its builder)"] = (
+            "adjsh-coordinator-full:test", "Dockerfile.coordinator",
+            ["--build-arg", "ADJSH_BINARY=build"])
     for what, (tag, dockerfile, extra) in images.items():
         r = engine.docker("build", "--network", "host", "-f",
                           os.path.join(ROOT, "docker", dockerfile), "--build-arg", f"BASE={BASE}",
                           "--build-arg", f"RUNTIME_BASE={BASE}", "--build-arg",
-                          "ADJSH_BINARY=prebuilt", *extra, "-t", tag, ctx, timeout=900)
+                          "ADJSH_BINARY=prebuilt", *extra, "-t", tag,
+                          ROOT if "ADJSH_BINARY=build" in extra else ctx, timeout=2400)
         size = engine.docker("image", "inspect", "-f", "{{.Size}}", tag).stdout.strip()
         record(f"{what} image built ({r.seconds:.0f} s, "
                f"{int(size) / 2**20 if size.isdigit() else 0:.0f} MiB)",
@@ -231,6 +236,9 @@ def main():
     ap.add_argument("--keep-images", action="store_true",
                     help="leave the images in the engine's data root (kept with --keep)")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    ap.add_argument("--full-build", action="store_true",
+                    help="also build the coordinator image from the repository, compiling adjsh "
+                    "in its builder stage (minutes; the suite's images take its binary)")
     a = ap.parse_args()
     why = missing_tools()
     if why:
@@ -242,7 +250,7 @@ def main():
     tmp = tempfile.mkdtemp(prefix="adjsh-images-")
     res, engine = Results(), Engine(tmp)
     try:
-        body(os.path.abspath(a.adjsh), tmp, engine, res.record, a.keep_images)
+        body(os.path.abspath(a.adjsh), tmp, engine, res.record, a.keep_images, a.full_build)
     except Exception as e:  # a bug of the test's own: a failed check, then the cleanup
         res.record("test harness", False, repr(e))
     finally:

@@ -75,6 +75,8 @@ OTHER_TOOL_FLAGS = {
     "--bundle": "scripts/gpu-check.sh",
     "--prebuilt": "scripts/gpu-check.sh",
     "--rehearse": "scripts/gpu-check.sh",
+    "--secret": "docker build",
+    "--full-build": "tests/deploy/test_images.py",
 }
 
 FLAG = re.compile(r"(?<![\w-])--[a-z0-9][a-z0-9-]*")
