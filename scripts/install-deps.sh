@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Installs the Debian packages adjsh needs to build, test and run. Idempotent: a package already
 # installed is not touched, and apt is not called at all when nothing is missing.
-#   scripts/install-deps.sh                    everything (build and tests: docker.io and
-#                                              debootstrap build and run the images,
-#                                              tests/deploy/test_images.py)
+#   scripts/install-deps.sh                    everything (build and tests: docker.io,
+#                                              docker-compose and debootstrap build and run
+#                                              the images and the compose stack, iproute2
+#                                              makes the hosts of tests/net/)
 #   ADJSH_DEPS=build scripts/install-deps.sh   what configuring and building needs, without the
 #                                              Python test packages (the container images build
 #                                              so; scripts/build.sh passes the variable on)
@@ -19,7 +20,7 @@ PACKAGES=(
 case "${ADJSH_DEPS:-all}" in
   build) ;;
   all) PACKAGES+=(python3 python3-numpy python3-torch python3-matplotlib python3-yaml
-                  docker-compose docker.io debootstrap prometheus
+                  docker-compose docker.io debootstrap prometheus iproute2
                   openssl clang libclang-rt-14-dev) ;;
   *) echo "install-deps: ADJSH_DEPS must be 'all' or 'build', got '${ADJSH_DEPS}'" >&2; exit 2 ;;
 esac
