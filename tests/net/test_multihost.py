@@ -18,11 +18,12 @@
     time depends on how many others compute beside it, which the simulator does not model
     (on unlimited links and at 1 Gbit/s the step is bound by the CPUs, at 100 Mbit/s by the
     links); what is checked is the link model.
-  * Faults, each a job whose final weights and optimizer state must be bitwise those of
-    `adjsh train` in-process: a worker's link cut mid-forward, and another's mid-backward (the
-    step begins again with the others; the link comes back, the worker re-registers and takes
-    tasks again); the coordinator's link throttled to 10 Mbit/s for a step (slower, nothing
-    lost); a tree parent's link cut while its children push sums to it.
+  * Faults, each a 6-step job on 1 Gbit/s links whose final weights and optimizer state must
+    be bitwise those of `adjsh train` in-process: a worker's link cut at its first forward task
+    of step 2, and another's at its first backward task (the step begins again without it; the
+    link comes back after the step and the worker, heard from again, takes tasks of the later
+    steps); a tree parent's link cut while a child's partials go up to it; the coordinator's
+    link throttled to 10 Mbit/s for steps 2-3 (slower than the others, no restart).
 Namespaces, links and processes are removed at the end, also on failure. Needs root and
 iproute2: where missing it exits 77 (skipped), except under CI=true, where that fails.
 """
@@ -32,7 +33,6 @@ import os
 import re
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
