@@ -79,54 +79,44 @@ def cmd_calibrate(a):
     if a.bandwidth_gbps is not None:
         if a.bandwidth_gbps <= 0:
             raise FleetError(f"--bandwidth-gbps {a.bandwidth_gbps}: must be positive")
-        x = lad_fit_held(rows, 8e-3 / a.bandwidth_gbps)  # seconds per MB
-        overhead_us, bw_gbps = max(0.0, (x - 2 * a.latency_us * 1e-6) * 1e6), a.bandwidth_gbps
-        print(f"fitted on {len(rows)} observations of {len(runs)} runs: --latency-us "
-              f"{a.latency_us:g} (held) --rpc-overhead-us {overhead_us:.1f} --bandwidth-gbps "
-              f"{bw_gbps:g} (held) --poll-ms {a.poll_ms:g} --long-poll-ms {a.long_poll_ms:g}")
+        x, bw_gbps = lad_fit_held(rows, 8e-3 / a.bandwidth_gbps), a.bandwidth_gbps  # s per MB
     else:
         x, inv_bw = lad_fit(rows)
         if inv_bw <= 0:
             raise FleetError("calibrate: the fitted time per byte is not positive; give traces "
                              "with larger results, or hold the link's --bandwidth-gbps")
-        overhead_us = (x - 2 * a.latency_us * 1e-6) * 1e6
         bw_gbps = 8e6 / inv_bw / 1e9
-        if overhead_us < 0:
-            print(f"note: latency {a.latency_us} us already exceeds what the traces show; "
-                  "overhead set to 0")
-            overhead_us = 0.0
-        print(f"fitted on {len(rows)} observations of {len(runs)} runs: --latency-us "
-              f"{a.latency_us:g} (held) --rpc-overhead-us {overhead_us:.1f} --bandwidth-gbps "
-              f"{bw_gbps:.3g} --poll-ms {a.poll_ms:g} --long-poll-ms {a.long_poll_ms:g}")
+    overhead_us = (x - 2 * a.latency_us * 1e-6) * 1e6
+    if overhead_us < 0:
+        print(f"note: latency {a.latency_us} us already exceeds what the traces show; "
+              "overhead set to 0")
+        overhead_us = 0.0
+    held = " (held)" if a.bandwidth_gbps is not None else ""
+    print(f"fitted on {len(rows)} observations of {len(runs)} runs: --latency-us "
+          f"{a.latency_us:g} (held) --rpc-overhead-us {overhead_us:.1f} --bandwidth-gbps "
+          f"{bw_gbps:.3g}{held} --poll-ms {a.poll_ms:g} --long-poll-ms {a.long_poll_ms:g}")
     net = Net(a.latency_us, bw_gbps, overhead_us, a.poll_ms, a.long_poll_ms)
     print()
     print("| trace | W | tasks | task s | trace step s | measured s | predicted s | error |")
     print("|---|---|---|---|---|---|---|---|")
     out = []
-    for run in runs:
-        path, W, measured, records, owner = run
+    for path, W, measured, records, owner in runs:
+        shape = trace_shape(records, a.model)
+        tasks = trace_tasks(records, shape, 1.0, None, None)
         # a trace of a worker-tree run (its results carry no partials) replays as the tree
-        step_s = replay_run(run, net, a.model)
+        mode = "star" if carries_partials(records) else "tree"
+        r = simulate(tasks, records[0]["spans"], W, net, mode, shape, owner=owner)
         span = max(x["end_s"] for x in records)
         m = span if measured is None else measured
-        err = (step_s - m) / m
-        print(f"| {os.path.basename(path)} | {W} | {len(records)} | "
-              f"{sum(x['compute_s'] + x['rebuild_s'] for x in records):.3f} | {span:.3f} | "
-              f"{m:.3f} | {step_s:.3f} | {err * 100:+.1f}% |")
+        err = (r.step_s - m) / m
+        print(f"| {os.path.basename(path)} | {W} | {len(tasks)} | "
+              f"{sum(t.time for t in tasks):.3f} | {span:.3f} | {m:.3f} | {r.step_s:.3f} | "
+              f"{err * 100:+.1f}% |")
         out.append({"trace": path, "W": W, "measured_s": m, "trace_step_s": span,
-                    "predicted_s": step_s, "relative_error": err})
+                    "predicted_s": r.step_s, "relative_error": err})
     write_json(a.json, {"mode": "calibrate", "latency_us": a.latency_us,
                         "rpc_overhead_us": overhead_us, "bandwidth_gbps": bw_gbps,
                         "poll_ms": a.poll_ms, "long_poll_ms": a.long_poll_ms, "runs": out})
-
-
-def replay_run(run, net, model):
-    """A calibration run (path, W, measured, records, owner) replayed on net: step seconds."""
-    _, W, _, records, owner = run
-    shape = trace_shape(records, model)
-    tasks = trace_tasks(records, shape, 1.0, None, None)
-    mode = "star" if carries_partials(records) else "tree"
-    return simulate(tasks, records[0]["spans"], W, net, mode, shape, owner=owner).step_s
 
 
 def cmd_synth(a):

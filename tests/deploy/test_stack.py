@@ -48,6 +48,7 @@ from test_images import BASE, Engine, DOCKER, apt_mirror, free_port, missing_too
 from harness import (Results, final_files, guarded, run_adjsh, train_reference,  # noqa: E402
                      wait_for)
 from test_prometheus_e2e import query  # noqa: E402
+from certs import issue_leaf  # noqa: E402
 
 PROJECT = "adjshstack"
 FILES = [os.path.join(ROOT, "docker", "compose.yaml"), os.path.join(HERE, "compose.cpu.yaml")]
@@ -90,16 +91,9 @@ def make_tls(tls):
     host's clients through the published port, the health check inside the container)."""
     subprocess.run(["bash", os.path.join(ROOT, "tests", "security", "make_test_certs.sh"), tls],
                    check=True)
-    with open(os.path.join(tls, "server.ext"), "w") as f:
-        f.write("subjectAltName=DNS:coordinator,DNS:localhost,IP:127.0.0.1\n"
-                "extendedKeyUsage=serverAuth\nbasicConstraints=CA:FALSE\n")
-    for cmd in (["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256",
-                 "-out", "server.key"],
-                ["req", "-new", "-key", "server.key", "-subj", "/CN=coordinator", "-out",
-                 "server.csr"],
-                ["x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-                 "-CAcreateserial", "-days", "2", "-extfile", "server.ext", "-out", "server.pem"]):
-        subprocess.run(["openssl", *cmd], cwd=tls, check=True, capture_output=True)
+    issue_leaf(tls, "server", "coordinator",
+               "subjectAltName=DNS:coordinator,DNS:localhost,IP:127.0.0.1\n"
+               "extendedKeyUsage=serverAuth")
     for name in os.listdir(tls):
         os.chown(os.path.join(tls, name), UID, UID)
 

@@ -9,6 +9,7 @@ full-duplex link is), and a link is cut with `ip link set ... down` on the host'
 root and iproute2; every namespace goes in remove(), which also runs on failure.
 """
 import os
+import shutil
 import subprocess
 
 # One tbf "burst" must hold at least what the link sends in one timer tick; a few milliseconds
@@ -110,6 +111,6 @@ def missing_tools():
     if os.geteuid() != 0:
         return "not root (network namespaces need it)"
     for tool in ["ip", "tc"]:
-        if subprocess.run(["sh", "-c", f"command -v {tool}"], capture_output=True).returncode:
+        if shutil.which(tool) is None:
             return f"{tool} is not installed (iproute2)"
     return None

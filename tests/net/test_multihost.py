@@ -42,9 +42,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 sys.path.insert(0, HERE)
-from harness import Results, final_files, train_reference, wait_for  # noqa: E402
+from harness import Cluster, Results, final_files, train_reference, wait_for  # noqa: E402
 import netns  # noqa: E402
-from tls_hosts import make_host_certs  # noqa: E402
+from certs import make_host_certs  # noqa: E402
 
 WORKERS = ["w0", "w1", "w2", "w3"]
 PORT, PEER_PORT = 50051, 50052
@@ -60,22 +60,22 @@ STEP_LINE = re.compile(r" step (\d+)/\d+ .*? \| ([0-9.]+) s \| par")
 
 
 class Fleet:
-    """The hosts, the coordinator and the workers; every process ends in stop()."""
+    """The hosts, the coordinator and the workers; their processes are the cluster's
+    (harness.Cluster), which stop() ends."""
 
     def __init__(self, adjsh, tmp, hosts):
         self.adjsh, self.tmp, self.hosts = adjsh, tmp, hosts
         self.certs = os.path.join(tmp, "certs")
         self.addr = f"{hosts.addr('coord')}:{PORT}"
         self.trace = os.path.join(tmp, "trace.jsonl")
-        self.procs, self.workers, self.logs = [], {}, []
+        self.cluster = Cluster(adjsh, tmp)
 
     def _spawn(self, host, args, log):
         f = open(os.path.join(self.tmp, log), "ab")
-        self.logs.append(f)
-        p = subprocess.Popen(self.hosts.exec_prefix(host) + [self.adjsh, *args],
-                             stdout=subprocess.DEVNULL, stderr=f)
-        self.procs.append(p)
-        return p
+        self.cluster.logs.append(f)
+        self.cluster.procs.append(subprocess.Popen(
+            self.hosts.exec_prefix(host) + [self.adjsh, *args], stdout=subprocess.DEVNULL,
+            stderr=f))
 
     def start(self, lease_ms):
         c = self.certs
@@ -87,17 +87,21 @@ class Fleet:
                               "--auth-token-file", f"{c}/token"], "coordinator.log")
         for w in WORKERS:
             a = self.hosts.addr(w)
-            self.workers[w] = self._spawn(w, [
+            self._spawn(w, [
                 "worker", "--coordinator", self.addr, "--name", w, "--tls-ca", f"{c}/ca.pem",
                 "--tls-cert", f"{c}/{w}.pem", "--tls-key", f"{c}/{w}.key", "--peer-listen",
                 f"{a}:{PEER_PORT}", "--verbose"], f"{w}.log")
 
-    def cli(self, *args, timeout=120):
-        """adjsh ARGS on the coordinator's host, over TLS with the token."""
+    def client(self, *args):
+        """The command line of adjsh ARGS on the coordinator's host, over TLS with the token."""
         c = self.certs
-        return subprocess.run(self.hosts.exec_prefix("coord") + [
+        return self.hosts.exec_prefix("coord") + [
             self.adjsh, *args, "--coordinator", self.addr, "--tls-ca", f"{c}/ca.pem",
-            "--auth-token-file", f"{c}/token"], capture_output=True, text=True, timeout=timeout)
+            "--auth-token-file", f"{c}/token"]
+
+    def cli(self, *args, timeout=120):
+        return subprocess.run(self.client(*args), capture_output=True, text=True,
+                              timeout=timeout)
 
     def connected(self):
         r = self.cli("status", "--json", timeout=30)
@@ -105,26 +109,15 @@ class Fleet:
             page = json.loads(r.stdout) if r.returncode == 0 else {}
         except ValueError:
             return False
-        # protobuf's JSON mapping: lowerCamelCase names, int64 as a string
-        n = page.get("workersConnected", page.get("workers_connected", 0))
-        return int(n) >= len(WORKERS)
+        return int(page.get("workers_connected", 0)) >= len(WORKERS)  # int64: a string
 
     def log(self, w):
         with open(os.path.join(self.tmp, f"{w}.log"), errors="replace") as f:
             return f.read()
 
     def stop(self):
-        for p in self.procs:
-            if p.poll() is None:
-                p.terminate()
-        for p in self.procs:
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-        for f in self.logs:
-            f.close()
+        """Ends every process; returns the pids that would not stop."""
+        return self.cluster.stop()
 
 
 class Job:
@@ -140,14 +133,19 @@ class Job:
         self.steps = {}  # step -> its seconds
         self.watch = None
         if self.id:
-            c = fleet.certs
-            self.watch = subprocess.Popen(fleet.hosts.exec_prefix("coord") + [
-                fleet.adjsh, "watch", "--job", self.id, "--coordinator", fleet.addr,
-                "--tls-ca", f"{c}/ca.pem", "--auth-token-file", f"{c}/token"],
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            fleet.procs.append(self.watch)
+            self.watch = subprocess.Popen(fleet.client("watch", "--job", self.id),
+                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                          text=True)
+            fleet.cluster.procs.append(self.watch)
         self.lines = []
         self.after = []  # checks to run once the job has ended
+
+    def _take(self, line):
+        """A line of the watch: kept, and a step's seconds noted."""
+        self.lines.append(line.rstrip())
+        m = STEP_LINE.search(line)
+        if m:
+            self.steps[int(m.group(1))] = float(m.group(2))
 
     def until_step(self, n, timeout=300):
         """Reads the watch until step n is reported; False if the job ended or time ran out."""
@@ -156,10 +154,7 @@ class Job:
             line = self.watch.stdout.readline()
             if not line:
                 return False
-            self.lines.append(line.rstrip())
-            m = STEP_LINE.search(line)
-            if m:
-                self.steps[int(m.group(1))] = float(m.group(2))
+            self._take(line)
         return n in self.steps
 
     def finish(self, timeout=600):
@@ -169,10 +164,7 @@ class Job:
             self.watch.kill()
             out, err = self.watch.communicate()
         for line in out.splitlines():
-            self.lines.append(line)
-            m = STEP_LINE.search(line)
-            if m:
-                self.steps[int(m.group(1))] = float(m.group(2))
+            self._take(line)
         return self.watch.returncode == 0, err
 
     def trace_file(self):
@@ -185,8 +177,8 @@ class Job:
 
 
 def leased(log_text, kind):
-    """(position, worker log line) of each `task ... leased: KIND layer k span s/S`."""
-    return [m for m in re.finditer(rf"leased: {kind} layer (\d+) span (\d+)/", log_text)]
+    """The matches (groups: layer, span) of each `task ... leased: KIND layer k span s/S`."""
+    return list(re.finditer(rf"leased: {kind} layer (\d+) span (\d+)/", log_text))
 
 
 def wait_lease(fleet, w, kind, after, timeout=120):
@@ -282,7 +274,8 @@ def rejoined(fleet, w, since):
 
 
 def fault_job(fleet, record, ref, name, inject, steps=FAULT_STEPS, restarts=True):
-    """A job with one fault injected by inject(job, start_offsets); bitwise the reference.
+    """A job with one fault injected by inject(job, start_offsets) -> (injected, what);
+    bitwise the reference.
     restarts: the fault hit a step of the worker tree, which began again (the watch's
     "N restarts")."""
     start = offsets(fleet)
@@ -291,7 +284,8 @@ def fault_job(fleet, record, ref, name, inject, steps=FAULT_STEPS, restarts=True
         record(f"{name}: submitted", False, job.submit_err)
         return
     t0 = time.time()
-    detail = inject(job, start)
+    injected, what = inject(job, start)
+    record(f"{name}: fault injected ({what})", injected)
     ok, err = job.finish()
     for check in job.after:
         check()
@@ -301,9 +295,8 @@ def fault_job(fleet, record, ref, name, inject, steps=FAULT_STEPS, restarts=True
     same = ok and final_files(job.ckpt) == ref
     took = time.time() - t0
     print(f"  {name}: {took:.1f} s; " + "; ".join(job.lines[-1:]), flush=True)
-    record(f"{name}: SUCCEEDED, weights and optimizer state bitwise the in-process run's"
-           f"{' (' + detail + ')' if detail else ''}", same,
-           (err[-1500:], "\n".join(job.lines[-8:])))
+    record(f"{name}: SUCCEEDED, weights and optimizer state bitwise the in-process run's",
+           same, (err[-1500:], "\n".join(job.lines[-8:])))
     # Undisturbed, such a job takes 3 s; a fault costs a few leases. A stall is a failure.
     record(f"{name}: done in {took:.0f} s (under {JOB_LIMIT_S} s)", took < JOB_LIMIT_S)
 
@@ -314,14 +307,15 @@ def faults(fleet, record, ref, lease_ms):
     def cut_then_back(kind, pick):
         def inject(job, start):
             if not job.until_step(1):
-                return "step 1 never came"
+                return False, "step 1 never came"
             own = owners(fleet, start)
             victim = pick(own)
             at = offsets(fleet)[victim]
             if not wait_lease(fleet, victim, kind, at):
-                return f"{victim} never leased {kind}"
+                return False, f"{victim} never leased {kind}"
             hosts.cut(victim)
-            print(f"  cut {victim}'s link at its {kind} lease (spans {sorted(s for s, w in own.items() if w == victim)})", flush=True)
+            spans = sorted(s for s, w in own.items() if w == victim)
+            print(f"  cut {victim}'s link at its {kind} lease (spans {spans})", flush=True)
             job.until_step(2)  # the others finish the step without it
             back = len(fleet.log(victim))
             hosts.restore(victim)
@@ -330,7 +324,7 @@ def faults(fleet, record, ref, lease_ms):
             job.after.append(lambda: record(
                 f"{job.name}: {victim}'s link back: it takes tasks of the later steps",
                 rejoined(fleet, victim, back), fleet.log(victim)[back:][-1500:]))
-            return f"{victim} cut at {kind}"
+            return True, f"{victim} cut at {kind}"
         return inject
 
     # A leaf of the span tree (its spans' partials go to another worker), cut mid-forward; the
@@ -342,7 +336,7 @@ def faults(fleet, record, ref, lease_ms):
 
     def parent_cut(job, start):
         if not job.until_step(1):
-            return "step 1 never came"
+            return False, "step 1 never came"
         own = owners(fleet, start)
         parent, child = own[2], own[3]
         at = offsets(fleet)[child]
@@ -350,16 +344,16 @@ def faults(fleet, record, ref, lease_ms):
         # is on its way up to the parent.
         if not wait_for(lambda: len([m for m in leased(fleet.log(child), "SPAN_BACKWARD")
                                      if m.start() >= at]) >= 2, 120, interval=0.02):
-            return "the child never reached its backward"
+            return False, "the child never reached its backward"
         hosts.cut(parent)
         time.sleep(lease_ms / 1000 * 2)
         hosts.restore(parent)
-        return f"{parent} (parent of {child}'s sums) cut for {2 * lease_ms} ms"
+        return True, f"{parent} (parent of {child}'s sums) cut for {2 * lease_ms} ms"
     fault_job(fleet, record, ref, "tree-parent-cut", parent_cut)
 
     def throttle(job, start):
         if not job.until_step(1):
-            return "step 1 never came"
+            return False, "step 1 never came"
         hosts.limit("coord", 10e6)
         job.until_step(3)
         hosts.limit("coord", hosts.rates.get("w0"))
@@ -371,7 +365,7 @@ def faults(fleet, record, ref, lease_ms):
                    f"{FAULT_STEPS} at 1 Gbit/s ({fast} s)",
                    None not in slow + fast and min(slow) > max(fast))
         job.after.append(slower)
-        return "the coordinator's link at 10 Mbit/s for steps 2-3"
+        return True, "the coordinator's link at 10 Mbit/s for steps 2-3"
     fault_job(fleet, record, ref, "coordinator-at-10Mbit", throttle, restarts=False)
 
 
@@ -397,7 +391,8 @@ def body(adjsh, tmp, record, a, out):
         hosts.limit_all(1e9)
         faults(fleet, record, ref, a.lease_ms)
     finally:
-        fleet.stop()
+        leftover = fleet.stop()
+        record("every started process stopped", not leftover, leftover)
         left = hosts.remove()
         record("namespaces removed", not left, str(left))
 
